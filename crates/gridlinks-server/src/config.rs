@@ -1,0 +1,395 @@
+//! The one typed configuration tree: embedded defaults, then a TOML file, then
+//! `GRIDLINKS_*` environment variables, then command-line flags (later wins).
+//!
+//! Every field has an environment variable named after its path: `http.bind` is
+//! `GRIDLINKS_HTTP_BIND`, top-level `data_dir` is `GRIDLINKS_DATA_DIR`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// As a std duration.
+    pub fn duration(self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.0)
+    }
+}
+
+/// Seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Seconds(pub u64);
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Directory holding all stored data.
+    pub data_dir: PathBuf,
+    /// HTTP listener (REST API and HTTP device API).
+    pub http: HttpConfig,
+    /// MQTT listener.
+    pub mqtt: MqttConfig,
+    /// The administrator account.
+    pub admin: AdminConfig,
+    /// JWT sessions of the REST API.
+    pub auth: AuthConfig,
+    /// The embedded store and its group commit.
+    pub storage: StorageConfig,
+    /// Bounds on what devices may send.
+    pub limits: LimitsConfig,
+}
+
+/// HTTP listener settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Listen address.
+    pub bind: String,
+    /// Largest request body (telemetry, attributes, REST calls), bytes.
+    pub max_body_bytes: usize,
+    /// Largest bulk-import request body, bytes.
+    pub max_import_bytes: usize,
+    /// Largest `pageSize` accepted by paged listings.
+    pub max_page_size: usize,
+}
+
+/// MQTT listener settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttConfig {
+    /// Listen address (the MQTT transport is not built yet: see issue 3).
+    pub bind: String,
+}
+
+/// Administrator account.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// User name for `POST /api/auth/login`.
+    pub user: String,
+    /// Password; empty means: use the one stored in the data directory, generating
+    /// and printing one on first start.
+    pub password: String,
+}
+
+/// JWT settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// HMAC secret for tokens; empty means a random one kept in the data directory.
+    pub jwt_secret: String,
+    /// Lifetime of an access token.
+    pub token_ttl: Seconds,
+    /// Lifetime of a refresh token.
+    pub refresh_ttl: Seconds,
+}
+
+/// Storage settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// fsync each group commit before acknowledging (`false`: written to the OS only).
+    pub fsync: bool,
+    /// Block cache, MiB.
+    pub cache_mb: u64,
+    /// Write requests that may queue before writers wait (backpressure).
+    pub queue_capacity: usize,
+    /// Most write requests in one group commit.
+    pub max_batch_ops: usize,
+    /// How long a write waits for queue space before the client gets 503.
+    pub enqueue_timeout: Millis,
+    /// Most distinct telemetry key names.
+    pub max_keys: usize,
+}
+
+/// Bounds on device input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Longest telemetry or attribute key, bytes.
+    pub max_key_len: usize,
+    /// Most values in one request.
+    pub max_values_per_request: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            http: HttpConfig::default(),
+            mqtt: MqttConfig::default(),
+            admin: AdminConfig::default(),
+            auth: AuthConfig::default(),
+            storage: StorageConfig::default(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            bind: "0.0.0.0:8080".into(),
+            max_body_bytes: 64 * 1024,
+            max_import_bytes: 64 * 1024 * 1024,
+            max_page_size: 10_000,
+        }
+    }
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        Self {
+            bind: "0.0.0.0:1883".into(),
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            user: "admin".into(),
+            password: String::new(),
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            jwt_secret: String::new(),
+            token_ttl: Seconds(9000),
+            refresh_ttl: Seconds(604_800),
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            fsync: true,
+            cache_mb: 64,
+            queue_capacity: 8192,
+            max_batch_ops: 4096,
+            enqueue_timeout: Millis(5000),
+            max_keys: 1_000_000,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_key_len: 255,
+            max_values_per_request: 10_000,
+        }
+    }
+}
+
+/// The default configuration as commented TOML (`gridlinks config default`).
+pub const DEFAULT_TOML: &str = include_str!("default_config.toml");
+
+/// A configuration problem, reported to the user verbatim.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// Which file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML is invalid or has an unknown field or a bad value.
+    #[error("invalid configuration{where_}: {message}")]
+    Invalid {
+        /// Where the problem came from (file or environment).
+        where_: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value fails a semantic check.
+    #[error("invalid configuration: {0}")]
+    Value(String),
+}
+
+impl Config {
+    /// Loads defaults ← `file` ← environment (`vars`), and validates the result.
+    pub fn load(
+        file: Option<&Path>,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                // Parse into the typed tree first so unknown fields are reported against the file.
+                let typed: Config = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+                    where_: format!(" in {}", path.display()),
+                    message: e.to_string(),
+                })?;
+                to_table(&typed)?
+            }
+            None => to_table(&Config::default())?,
+        };
+        let defaults = to_table(&Config::default())?;
+        let vars: std::collections::HashMap<String, String> = vars.into_iter().collect();
+        apply_env(&mut table, &defaults, "GRIDLINKS", &vars)?;
+        let cfg: Config = table.try_into().map_err(|e: toml::de::Error| ConfigError::Invalid {
+            where_: " from environment".into(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Semantic checks the types cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Value(m));
+        for (name, addr) in [("http.bind", &self.http.bind), ("mqtt.bind", &self.mqtt.bind)] {
+            if addr.parse::<std::net::SocketAddr>().is_err() {
+                return bad(format!("{name} = {addr:?} is not a socket address like 0.0.0.0:8080"));
+            }
+        }
+        if self.admin.user.is_empty() {
+            return bad("admin.user must not be empty".into());
+        }
+        if self.http.max_body_bytes < 64 {
+            return bad("http.max_body_bytes must be at least 64".into());
+        }
+        if self.http.max_page_size == 0 {
+            return bad("http.max_page_size must be at least 1".into());
+        }
+        if self.storage.queue_capacity == 0 || self.storage.max_batch_ops == 0 {
+            return bad("storage.queue_capacity and storage.max_batch_ops must be at least 1".into());
+        }
+        if self.limits.max_key_len == 0 || self.limits.max_values_per_request == 0 {
+            return bad("limits.* must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+fn to_table(cfg: &Config) -> Result<toml::Table, ConfigError> {
+    toml::Table::try_from(cfg).map_err(|e| ConfigError::Value(e.to_string()))
+}
+
+/// Overrides every leaf of `table` whose environment variable is set, parsing the
+/// variable as the type the default has.
+fn apply_env(
+    table: &mut toml::Table,
+    defaults: &toml::Table,
+    prefix: &str,
+    vars: &std::collections::HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    for (key, default) in defaults {
+        let name = format!("{prefix}_{}", key.to_uppercase());
+        if let toml::Value::Table(sub_defaults) = default {
+            if let Some(toml::Value::Table(sub)) = table.get_mut(key) {
+                apply_env(sub, sub_defaults, &name, vars)?;
+            }
+            continue;
+        }
+        let Some(raw) = vars.get(&name) else { continue };
+        let invalid = |what: &str| ConfigError::Invalid {
+            where_: format!(" in environment variable {name}"),
+            message: format!("{raw:?} is not {what}"),
+        };
+        let value = match default {
+            toml::Value::String(_) => toml::Value::String(raw.clone()),
+            toml::Value::Integer(_) => {
+                toml::Value::Integer(raw.trim().parse().map_err(|_| invalid("an integer"))?)
+            }
+            toml::Value::Boolean(_) => {
+                toml::Value::Boolean(raw.trim().parse().map_err(|_| invalid("true or false"))?)
+            }
+            toml::Value::Float(_) => {
+                toml::Value::Float(raw.trim().parse().map_err(|_| invalid("a number"))?)
+            }
+            _ => return Err(invalid("supported for this setting")),
+        };
+        table.insert(key.clone(), value);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaves(t: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            match v {
+                toml::Value::Table(sub) => leaves(sub, &p, out),
+                _ => out.push(p),
+            }
+        }
+    }
+
+    #[test]
+    fn default_toml_documents_every_field_and_matches_defaults() {
+        let parsed: Config = toml::from_str(DEFAULT_TOML).unwrap();
+        assert_eq!(parsed, Config::default());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        leaves(&toml::from_str(DEFAULT_TOML).unwrap(), "", &mut a);
+        leaves(&to_table(&Config::default()).unwrap(), "", &mut b);
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "default_config.toml must list every field");
+        // Every field line is preceded by a comment.
+        let lines: Vec<&str> = DEFAULT_TOML.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains(" = ") && !l.starts_with('#') {
+                assert!(lines[i - 1].starts_with('#'), "field without comment: {l}");
+            }
+        }
+    }
+
+    #[test]
+    fn env_overrides_and_errors() {
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let c = Config::load(
+            None,
+            env(&[
+                ("GRIDLINKS_DATA_DIR", "/tmp/x"),
+                ("GRIDLINKS_HTTP_BIND", "127.0.0.1:1"),
+                ("GRIDLINKS_STORAGE_FSYNC", "false"),
+                ("GRIDLINKS_STORAGE_ENQUEUE_TIMEOUT", "7"),
+                ("GRIDLINKS_ADMIN_PASSWORD", "pw"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.http.bind, "127.0.0.1:1");
+        assert!(!c.storage.fsync);
+        assert_eq!(c.storage.enqueue_timeout, Millis(7));
+        assert_eq!(c.admin.password, "pw");
+        let e = Config::load(None, env(&[("GRIDLINKS_STORAGE_CACHE_MB", "lots")])).unwrap_err();
+        assert!(e.to_string().contains("GRIDLINKS_STORAGE_CACHE_MB"), "{e}");
+        let e = Config::load(None, env(&[("GRIDLINKS_HTTP_BIND", "nope")])).unwrap_err();
+        assert!(e.to_string().contains("http.bind"), "{e}");
+    }
+
+    #[test]
+    fn unknown_file_field_is_rejected_with_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "[http]\nbindd = \"1\"\n").unwrap();
+        let e = Config::load(Some(&p), Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("bindd"), "{e}");
+    }
+}

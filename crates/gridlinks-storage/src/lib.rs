@@ -1,0 +1,426 @@
+//! GridLinks' embedded storage. It owns everything on disk under the data directory:
+//! devices (with their name and access-token indexes), telemetry time series, the
+//! latest value of every (device, key), and attributes in three scopes.
+//!
+//! Layout (one [fjall] database, one keyspace per kind of row):
+//!
+//! | keyspace  | key                          | value                                   |
+//! |-----------|------------------------------|-----------------------------------------|
+//! | `devices` | device id (16 B)             | [`DeviceRecord`] as JSON                |
+//! | `names`   | device name                  | device id                               |
+//! | `tokens`  | access token                 | device id                               |
+//! | `ts`      | device id ‖ ts (BE, 8 B)     | every (key, value) reported at that ts  |
+//! | `latest`  | device id                    | (key, ts, value) for every key          |
+//! | `attrs`   | device id ‖ scope ‖ key name | (last update ts, value)                 |
+//! | `keys`    | key name                     | interned key id (u32 BE)                |
+//! | `meta`    | setting name                 | format version, secrets                 |
+//!
+//! One message therefore costs one `ts` row plus, per device per commit, one `latest`
+//! row — not one row per point. Writing the same (device, ts) twice merges the rows,
+//! so a point keyed by (device, key, ts) is stored once (idempotent redelivery).
+//!
+//! All writes go through one [`writer`] thread that groups the requests of many
+//! connections into one commit and one fsync (group commit) and answers each request
+//! only once its data is durable. Reads go straight to the database from any thread.
+
+pub mod codec;
+mod keydict;
+pub mod query;
+pub mod writer;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use gridlinks_types::{AttributeScope, DeviceId, Ts, Value};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use crate::codec::KeyId;
+use crate::keydict::KeyDict;
+
+pub use writer::{
+    DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, WriteOp, WriteOutcome, WriterConfig,
+    WriterHandle,
+};
+
+/// Version of the on-disk layout, kept in `meta` under [`FORMAT_KEY`].
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_KEY: &str = "format_version";
+
+/// Errors of the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The underlying database failed (I/O, or poisoned after an fsync failure).
+    #[error("storage failure: {0}")]
+    Db(#[from] fjall::Error),
+    /// Stored bytes did not decode.
+    #[error("corrupt data: {0}")]
+    Corrupt(&'static str),
+    /// The data directory holds a layout this version cannot read.
+    #[error("data directory has format version {found}, this build reads {FORMAT_VERSION}")]
+    Format {
+        /// The version found on disk.
+        found: u32,
+    },
+    /// A device with this name exists already.
+    #[error("device with name '{0}' already exists")]
+    NameTaken(String),
+    /// Another device uses this access token.
+    #[error("device with such access token already exists")]
+    TokenTaken,
+    /// The device does not exist (or was deleted).
+    #[error("device not found")]
+    DeviceNotFound,
+    /// The write queue stayed full for longer than the enqueue timeout.
+    #[error("storage is overloaded, retry later")]
+    Overloaded,
+    /// The writer has stopped (shutdown or a fatal storage failure).
+    #[error("storage writer is not running")]
+    Closed,
+    /// A commit or fsync failed; the data of this request is not durable.
+    #[error("commit failed: {0}")]
+    CommitFailed(String),
+    /// A request asked for more than the configured bounds allow.
+    #[error("{0}")]
+    Limit(String),
+}
+
+/// A device as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceRecord {
+    /// Its id.
+    pub id: DeviceId,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Unique name.
+    pub name: String,
+    /// Device type (ThingsBoard's device profile name; `default` when none is given).
+    pub device_type: String,
+    /// Free-text label.
+    pub label: Option<String>,
+    /// The access token devices authenticate with.
+    pub token: String,
+    /// Arbitrary JSON kept for the user (ThingsBoard's `additionalInfo`).
+    pub additional_info: Option<serde_json::Value>,
+}
+
+/// An attribute as read back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttributeEntry {
+    /// Which scope it lives in.
+    pub scope: AttributeScope,
+    /// Its key.
+    pub key: String,
+    /// When it was last written (ms since epoch, server time).
+    pub last_update_ts: Ts,
+    /// Its value.
+    pub value: Value,
+}
+
+/// Options fixed when the store is opened.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Block cache size in bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+pub(crate) struct Keyspaces {
+    pub meta: Keyspace,
+    pub devices: Keyspace,
+    pub names: Keyspace,
+    pub tokens: Keyspace,
+    pub ts: Keyspace,
+    pub latest: Keyspace,
+    pub attrs: Keyspace,
+    pub keys: Keyspace,
+}
+
+/// Most cached access tokens; the cache is emptied when it would grow past this.
+const TOKEN_CACHE_MAX: usize = 1_000_000;
+
+#[derive(Default)]
+pub(crate) struct TokenCache {
+    map: RwLock<HashMap<String, DeviceId>>,
+    /// Bumped after every commit that changes token ownership.
+    generation: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub db: Database,
+    pub ks: Keyspaces,
+    /// Access token → device, so device authentication costs no storage read.
+    pub tokens: TokenCache,
+    /// Key-name dictionary shared by the writer (which interns) and readers (which resolve).
+    pub keys: RwLock<KeyDict>,
+}
+
+/// Handle to the open store; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, recovering the journal after a crash.
+    pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Self, StoreError> {
+        let db = Database::builder(dir)
+            .cache_size(opts.cache_bytes)
+            .manual_journal_persist(true)
+            .open()?;
+        let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
+        let ks = Keyspaces {
+            meta: ks("meta")?,
+            devices: ks("devices")?,
+            names: ks("names")?,
+            tokens: ks("tokens")?,
+            ts: ks("ts")?,
+            latest: ks("latest")?,
+            attrs: ks("attrs")?,
+            keys: ks("keys")?,
+        };
+        match ks.meta.get(FORMAT_KEY)? {
+            None => {
+                ks.meta
+                    .insert(FORMAT_KEY, FORMAT_VERSION.to_be_bytes().to_vec())?;
+                db.persist(fjall::PersistMode::SyncAll)?;
+            }
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(&*v)
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| StoreError::Corrupt("format version"))?;
+                if found != FORMAT_VERSION {
+                    return Err(StoreError::Format { found });
+                }
+            }
+        }
+        let keys = KeyDict::load(&ks.keys)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                db,
+                ks,
+                keys: RwLock::new(keys),
+                tokens: TokenCache::default(),
+            }),
+        })
+    }
+
+    /// True once a write has failed in a way that makes further writes unsafe.
+    pub fn is_poisoned(&self) -> bool {
+        // fjall refuses every write after a failed journal write or fsync.
+        self.inner.db.batch().commit().is_err()
+    }
+
+    /// Reads a small setting from `meta`.
+    pub fn meta_get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.inner.ks.meta.get(name)?.map(|v| v.to_vec()))
+    }
+
+    /// Writes a small setting to `meta` and syncs it (used at start-up only).
+    pub fn meta_put(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.inner.ks.meta.insert(name, value.to_vec())?;
+        self.inner.db.persist(fjall::PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    /// The device an access token belongs to.
+    pub fn device_id_by_token(&self, token: &str) -> Result<Option<DeviceId>, StoreError> {
+        let cache = &self.inner.tokens;
+        if let Some(id) = cache.map.read().get(token) {
+            return Ok(Some(*id));
+        }
+        let generation = cache.generation.load(Ordering::Acquire);
+        let found = self.inner.ks.tokens.get(token)?.map(|v| id_from(&v)).transpose()?;
+        if let Some(id) = found {
+            let mut map = cache.map.write();
+            // A token change committed since our read may have made `found` stale.
+            if cache.generation.load(Ordering::Acquire) == generation {
+                if map.len() >= TOKEN_CACHE_MAX {
+                    map.clear();
+                }
+                map.insert(token.to_owned(), id);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Commits a batch that changes token ownership. The cache lock is held across the
+    /// commit so no reader can re-cache a mapping the commit just invalidated.
+    pub(crate) fn commit_token_change(
+        &self,
+        batch: fjall::OwnedWriteBatch,
+        changed: impl IntoIterator<Item = String>,
+    ) -> Result<(), StoreError> {
+        let cache = &self.inner.tokens;
+        let mut map = cache.map.write();
+        batch.commit()?;
+        for t in changed {
+            map.remove(&t);
+        }
+        cache.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// A device by id.
+    pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
+        self.inner
+            .ks
+            .devices
+            .get(id.as_bytes())?
+            .map(|v| decode_device(&v))
+            .transpose()
+    }
+
+    /// A device by its unique name.
+    pub fn device_by_name(&self, name: &str) -> Result<Option<DeviceRecord>, StoreError> {
+        match self.inner.ks.names.get(name)? {
+            Some(id) => self.device(id_from(&id)?),
+            None => Ok(None),
+        }
+    }
+
+    /// Every device, in name order.
+    pub fn devices(&self) -> Result<Vec<DeviceRecord>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.inner.ks.names.iter() {
+            let (_, id) = kv.into_inner()?;
+            if let Some(d) = self.device(id_from(&id)?)? {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Number of devices (an estimate is not good enough for paging, so this counts).
+    pub fn device_count(&self) -> Result<usize, StoreError> {
+        Ok(self.inner.ks.devices.len()?)
+    }
+
+    /// Latest value of each requested key (all keys when `keys` is `None`), in key order.
+    pub fn latest(
+        &self,
+        device: DeviceId,
+        keys: Option<&[String]>,
+    ) -> Result<Vec<(String, Ts, Value)>, StoreError> {
+        let Some(row) = self.inner.ks.latest.get(device.as_bytes())? else {
+            return Ok(Vec::new());
+        };
+        let dict = self.inner.keys.read();
+        let mut out: Vec<(String, Ts, Value)> = codec::decode_latest_row(&row)?
+            .into_iter()
+            .filter_map(|(k, ts, v)| dict.name(k).map(|n| (n.to_owned(), ts, v)))
+            .filter(|(n, _, _)| keys.is_none_or(|ks| ks.iter().any(|k| k == n)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Names of the device's time-series keys (those with a latest value), sorted.
+    pub fn ts_keys(&self, device: DeviceId) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .latest(device, None)?
+            .into_iter()
+            .map(|(k, _, _)| k)
+            .collect())
+    }
+
+    /// Resolves key names to ids; unknown names are dropped (they have no data).
+    pub(crate) fn key_ids(&self, keys: &[String]) -> Vec<(KeyId, String)> {
+        let dict = self.inner.keys.read();
+        keys.iter()
+            .filter_map(|k| dict.id(k).map(|id| (id, k.clone())))
+            .collect()
+    }
+
+    /// Attributes of a device: one scope or all, some keys or all.
+    pub fn attributes(
+        &self,
+        device: DeviceId,
+        scope: Option<AttributeScope>,
+        keys: Option<&[String]>,
+    ) -> Result<Vec<AttributeEntry>, StoreError> {
+        let mut out = Vec::new();
+        let scopes: Vec<AttributeScope> = match scope {
+            Some(s) => vec![s],
+            None => AttributeScope::ALL.to_vec(),
+        };
+        for scope in scopes {
+            match keys {
+                Some(keys) => {
+                    for key in keys {
+                        let k = codec::attr_key(device, scope.tag(), key);
+                        if let Some(v) = self.inner.ks.attrs.get(&k)? {
+                            let (ts, value) = codec::decode_attr(&v)?;
+                            out.push(AttributeEntry {
+                                scope,
+                                key: key.clone(),
+                                last_update_ts: ts,
+                                value,
+                            });
+                        }
+                    }
+                }
+                None => {
+                    let prefix = codec::attr_key(device, scope.tag(), "");
+                    for kv in self.inner.ks.attrs.prefix(&prefix) {
+                        let (k, v) = kv.into_inner()?;
+                        let key = std::str::from_utf8(&k[prefix.len()..])
+                            .map_err(|_| StoreError::Corrupt("attribute key utf-8"))?
+                            .to_owned();
+                        let (ts, value) = codec::decode_attr(&v)?;
+                        out.push(AttributeEntry {
+                            scope,
+                            key,
+                            last_update_ts: ts,
+                            value,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Syncs everything to disk (used at shutdown).
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.inner.db.persist(fjall::PersistMode::SyncAll)?;
+        Ok(())
+    }
+}
+
+pub(crate) fn id_from(v: &[u8]) -> Result<DeviceId, StoreError> {
+    <[u8; 16]>::try_from(v)
+        .map(DeviceId::from_bytes)
+        .map_err(|_| StoreError::Corrupt("device id length"))
+}
+
+pub(crate) fn decode_device(v: &[u8]) -> Result<DeviceRecord, StoreError> {
+    serde_json::from_slice(v).map_err(|_| StoreError::Corrupt("device record"))
+}
+
+/// Generates a random 20-character alphanumeric access token, as ThingsBoard does.
+pub fn generate_token() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut out = String::with_capacity(20);
+    while out.len() < 20 {
+        // Bytes 6 and 8 of a v4 UUID carry fixed version/variant bits; the rest are random.
+        let bytes = *uuid::Uuid::new_v4().as_bytes();
+        for (i, b) in bytes.into_iter().enumerate() {
+            // Rejection sampling keeps the alphabet uniform: 248 = 4 * 62.
+            if i != 6 && i != 8 && b < 248 && out.len() < 20 {
+                out.push(char::from(ALPHABET[usize::from(b) % 62]));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,851 @@
+//! The single writer thread and its group commit.
+//!
+//! Connections submit [`WriteOp`]s through a bounded queue ([`WriterHandle::submit`]).
+//! The writer takes everything that is waiting (up to `max_batch_ops`), applies it as
+//! one or more atomic batches, makes the journal durable with **one** fsync, and only
+//! then answers every request. Throughput therefore grows with concurrency instead of
+//! being capped by fsync latency. When the queue is full, `submit` waits (backpressure)
+//! and gives up with [`StoreError::Overloaded`] after the enqueue timeout.
+//!
+//! Telemetry and attribute writes of one round are merged in memory and written as one
+//! batch. Operations that read what they change (device create/update/delete, imports,
+//! deletes of telemetry) are barriers: what came before them is committed first, so
+//! they always read committed state.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fjall::{OwnedWriteBatch, PersistMode};
+use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::codec::{self, KeyId};
+use crate::{id_from, DeviceRecord, Store, StoreError};
+
+/// How many devices' latest rows the writer keeps decoded in memory.
+const LATEST_CACHE_DEVICES: usize = 200_000;
+
+/// Tuning of the writer thread.
+#[derive(Clone, Debug)]
+pub struct WriterConfig {
+    /// Requests that may wait in the queue before `submit` blocks.
+    pub queue_capacity: usize,
+    /// Most requests taken into one commit.
+    pub max_batch_ops: usize,
+    /// fsync every commit (`true`) or only hand it to the OS (`false`).
+    pub fsync: bool,
+    /// How long `submit` waits for queue space before answering `Overloaded`.
+    pub enqueue_timeout: Duration,
+    /// Most distinct telemetry key names the store accepts.
+    pub max_keys: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 8192,
+            max_batch_ops: 4096,
+            fsync: true,
+            enqueue_timeout: Duration::from_secs(5),
+            max_keys: 1_000_000,
+        }
+    }
+}
+
+/// A request to change stored data.
+#[derive(Debug)]
+pub enum WriteOp {
+    /// Time-series records of one device.
+    Telemetry {
+        /// Whose.
+        device: DeviceId,
+        /// What.
+        records: Vec<TsRecord>,
+    },
+    /// Attribute values of one device in one scope (last write wins).
+    Attributes {
+        /// Whose.
+        device: DeviceId,
+        /// Which scope.
+        scope: AttributeScope,
+        /// What.
+        values: Vec<(String, Value)>,
+    },
+    /// Removes attributes by key.
+    DeleteAttributes {
+        /// Whose.
+        device: DeviceId,
+        /// Which scope.
+        scope: AttributeScope,
+        /// Which keys.
+        keys: Vec<String>,
+    },
+    /// Removes time-series data.
+    DeleteTelemetry(DeleteTelemetry),
+    /// Creates or updates a device.
+    SaveDevice(SaveDevice),
+    /// Deletes a device with all its data; its token stops working.
+    DeleteDevice(DeviceId),
+    /// Creates or updates many devices in one commit.
+    Import {
+        /// Rows parsed from the CSV.
+        rows: Vec<ImportRow>,
+        /// Write the rows' attributes for devices that already existed too (ThingsBoard's
+        /// `update`; existing devices' fields are always updated).
+        update: bool,
+    },
+}
+
+/// Which time-series data to delete.
+#[derive(Debug, Clone)]
+pub struct DeleteTelemetry {
+    /// Whose.
+    pub device: DeviceId,
+    /// Which keys.
+    pub keys: Vec<String>,
+    /// `[start, end)`; `None` deletes all data of the keys.
+    pub range: Option<(Ts, Ts)>,
+    /// Also delete the latest value when it lies in the range.
+    pub delete_latest: bool,
+    /// After deleting the latest value, promote the newest remaining point.
+    pub rewrite_latest: bool,
+}
+
+/// A device to create (`id: None`) or update.
+#[derive(Debug, Clone)]
+pub struct SaveDevice {
+    /// The device to update; `None` creates one.
+    pub id: Option<DeviceId>,
+    /// Unique name.
+    pub name: String,
+    /// Type (`default` when empty).
+    pub device_type: String,
+    /// Label.
+    pub label: Option<String>,
+    /// Access token; `None` keeps the current one, or generates one for a new device.
+    pub token: Option<String>,
+    /// Free-form JSON.
+    pub additional_info: Option<serde_json::Value>,
+}
+
+/// One CSV row of a bulk import.
+#[derive(Debug, Clone)]
+pub struct ImportRow {
+    /// 1-based line number in the file, for error messages.
+    pub line: usize,
+    /// Device name (required).
+    pub name: String,
+    /// Type, if the column is present.
+    pub device_type: Option<String>,
+    /// Label, if the column is present.
+    pub label: Option<String>,
+    /// Access token, if the column is present and not empty.
+    pub token: Option<String>,
+    /// `additionalInfo.description`, if the column is present.
+    pub description: Option<String>,
+    /// `additionalInfo.gateway`, if the column is present.
+    pub gateway: Option<bool>,
+    /// Shared attributes to set.
+    pub shared: Vec<(String, Value)>,
+    /// Server attributes to set.
+    pub server: Vec<(String, Value)>,
+}
+
+/// Result of a bulk import.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ImportOutcome {
+    /// Devices created.
+    pub created: usize,
+    /// Devices updated.
+    pub updated: usize,
+    /// One message per failed row, `Line N: reason`.
+    pub errors: Vec<String>,
+}
+
+/// What a successful write returns.
+#[derive(Debug)]
+pub enum WriteOutcome {
+    /// Committed.
+    Done,
+    /// The device as saved.
+    Device(DeviceRecord),
+    /// Import counts.
+    Import(ImportOutcome),
+}
+
+/// Counters of the writer, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// Commits (fsync rounds) done.
+    pub commits: AtomicU64,
+    /// Requests answered.
+    pub ops: AtomicU64,
+    /// Time-series records written.
+    pub records: AtomicU64,
+    /// Nanoseconds spent in fsync.
+    pub sync_nanos: AtomicU64,
+    /// Requests refused with `Overloaded`.
+    pub overloaded: AtomicU64,
+}
+
+struct Request {
+    op: WriteOp,
+    reply: oneshot::Sender<Result<WriteOutcome, StoreError>>,
+}
+
+/// Submits writes to the writer thread. Cheap to clone; the writer stops once every
+/// handle is dropped and the queue is drained.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<Request>,
+    enqueue_timeout: Duration,
+    stats: Arc<WriterStats>,
+}
+
+impl WriterHandle {
+    /// Queues `op` and waits until it is durably committed (or failed).
+    pub async fn submit(&self, op: WriteOp) -> Result<WriteOutcome, StoreError> {
+        let permit = match tokio::time::timeout(self.enqueue_timeout, self.tx.reserve()).await {
+            Err(_) => {
+                self.stats.overloaded.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::Overloaded);
+            }
+            Ok(Err(_)) => return Err(StoreError::Closed),
+            Ok(Ok(p)) => p,
+        };
+        let (reply, rx) = oneshot::channel();
+        permit.send(Request { op, reply });
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
+    }
+
+    /// Requests waiting in the queue right now.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+}
+
+impl Store {
+    /// Starts the writer thread. Join the returned handle after dropping every
+    /// [`WriterHandle`] to wait for the final sync.
+    pub fn start_writer(
+        &self,
+        cfg: WriterConfig,
+    ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
+        let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
+        let stats = Arc::new(WriterStats::default());
+        let handle = WriterHandle {
+            tx,
+            enqueue_timeout: cfg.enqueue_timeout,
+            stats: stats.clone(),
+        };
+        let store = self.clone();
+        let join = std::thread::Builder::new()
+            .name("gridlinks-writer".into())
+            .spawn(move || Writer::new(store, cfg, stats).run(rx))?;
+        Ok((handle, join))
+    }
+}
+
+struct Writer {
+    store: Store,
+    cfg: WriterConfig,
+    stats: Arc<WriterStats>,
+    /// Decoded latest rows by device; the source of truth stays on disk.
+    latest: HashMap<DeviceId, Vec<(KeyId, Ts, Value)>>,
+}
+
+/// Telemetry and attribute writes of one round, merged before they hit the database.
+#[derive(Default)]
+struct Segment {
+    /// Indexes (into the round's requests) of the ops in this segment.
+    members: Vec<usize>,
+    rows: HashMap<(DeviceId, Ts), Vec<(KeyId, Value)>>,
+    latest_dirty: HashSet<DeviceId>,
+    attrs: HashMap<Vec<u8>, Option<(Ts, Value)>>,
+    new_keys: Vec<(String, KeyId)>,
+    alive: HashMap<DeviceId, bool>,
+    records: u64,
+}
+
+impl Writer {
+    fn new(store: Store, cfg: WriterConfig, stats: Arc<WriterStats>) -> Self {
+        Self {
+            store,
+            cfg,
+            stats,
+            latest: HashMap::new(),
+        }
+    }
+
+    fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+        let mut ops = Vec::new();
+        let mut replies = Vec::new();
+        while let Some(first) = rx.blocking_recv() {
+            let mut next = Some(first);
+            while let Some(Request { op, reply }) = next.take() {
+                ops.push(op);
+                replies.push(reply);
+                if ops.len() < self.cfg.max_batch_ops {
+                    next = rx.try_recv().ok();
+                }
+            }
+            let mut results = self.round(ops.drain(..));
+            if results.iter().any(Result::is_ok) {
+                let started = Instant::now();
+                let mode = if self.cfg.fsync {
+                    PersistMode::SyncData
+                } else {
+                    PersistMode::Buffer
+                };
+                if let Err(e) = self.store.inner.db.persist(mode) {
+                    tracing::error!(error = %e, "journal sync failed; refusing further writes");
+                    self.latest.clear();
+                    for r in &mut results {
+                        *r = Err(StoreError::CommitFailed(e.to_string()));
+                    }
+                }
+                self.stats
+                    .sync_nanos
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            self.stats.commits.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .ops
+                .fetch_add(replies.len() as u64, Ordering::Relaxed);
+            for (reply, res) in replies.drain(..).zip(results) {
+                // A requester that went away no longer needs the answer.
+                let _ = reply.send(res);
+            }
+        }
+        if let Err(e) = self.store.inner.db.persist(PersistMode::SyncAll) {
+            tracing::error!(error = %e, "final sync failed");
+        }
+        tracing::debug!("writer stopped");
+    }
+
+    /// Applies one round of requests; returns one result per request.
+    fn round(
+        &mut self,
+        ops: impl ExactSizeIterator<Item = WriteOp>,
+    ) -> Vec<Result<WriteOutcome, StoreError>> {
+        if self.latest.len() > LATEST_CACHE_DEVICES {
+            self.latest.clear();
+        }
+        let mut results: Vec<Result<WriteOutcome, StoreError>> =
+            (0..ops.len()).map(|_| Ok(WriteOutcome::Done)).collect();
+        let mut seg = Segment::default();
+        for (i, op) in ops.enumerate() {
+            match op {
+                WriteOp::Telemetry { device, records } => {
+                    results[i] = self.telemetry(&mut seg, device, records);
+                    seg.members.push(i);
+                }
+                WriteOp::Attributes {
+                    device,
+                    scope,
+                    values,
+                } => {
+                    results[i] = self.attributes(&mut seg, device, scope, values.into_iter().map(|(k, v)| (k, Some(v))));
+                    seg.members.push(i);
+                }
+                WriteOp::DeleteAttributes { device, scope, keys } => {
+                    results[i] = self.attributes(&mut seg, device, scope, keys.into_iter().map(|k| (k, None)));
+                    seg.members.push(i);
+                }
+                heavy => {
+                    self.commit_segment(&mut seg, &mut results);
+                    results[i] = self.heavy(heavy);
+                    if results[i].is_err() {
+                        // Whatever it half-did is not committed; forget cached state.
+                        self.latest.clear();
+                    }
+                }
+            }
+        }
+        self.commit_segment(&mut seg, &mut results);
+        results
+    }
+
+    fn alive(&self, seg: &mut Segment, device: DeviceId) -> Result<bool, StoreError> {
+        if let Some(a) = seg.alive.get(&device) {
+            return Ok(*a);
+        }
+        let a = self.store.inner.ks.devices.contains_key(device.as_bytes())?;
+        seg.alive.insert(device, a);
+        Ok(a)
+    }
+
+    fn load_latest(&mut self, device: DeviceId) -> Result<&mut Vec<(KeyId, Ts, Value)>, StoreError> {
+        if !self.latest.contains_key(&device) {
+            let row = match self.store.inner.ks.latest.get(device.as_bytes())? {
+                Some(v) => codec::decode_latest_row(&v)?,
+                None => Vec::new(),
+            };
+            self.latest.insert(device, row);
+        }
+        self.latest
+            .get_mut(&device)
+            .ok_or(StoreError::Corrupt("latest cache"))
+    }
+
+    fn intern(&self, seg: &mut Segment, name: &str) -> Result<KeyId, StoreError> {
+        if let Some(id) = self.store.inner.keys.read().id(name) {
+            return Ok(id);
+        }
+        let mut dict = self.store.inner.keys.write();
+        if dict.len() >= self.cfg.max_keys {
+            return Err(StoreError::Limit(format!(
+                "too many distinct telemetry keys (limit {})",
+                self.cfg.max_keys
+            )));
+        }
+        let id = dict.intern(name);
+        seg.new_keys.push((name.to_owned(), id));
+        Ok(id)
+    }
+
+    fn telemetry(
+        &mut self,
+        seg: &mut Segment,
+        device: DeviceId,
+        records: Vec<TsRecord>,
+    ) -> Result<WriteOutcome, StoreError> {
+        if !self.alive(seg, device)? {
+            return Err(StoreError::DeviceNotFound);
+        }
+        let mut interned = Vec::with_capacity(records.len());
+        for rec in records {
+            let mut vals = Vec::with_capacity(rec.values.len());
+            for (k, v) in rec.values {
+                vals.push((self.intern(seg, &k)?, v));
+            }
+            interned.push((rec.ts, vals));
+        }
+        let ks_ts = self.store.inner.ks.ts.clone();
+        let latest = self.load_latest(device)?;
+        // No stored row can be newer than the newest latest value of the device.
+        let mut max_ts = latest.iter().map(|e| e.1).max().unwrap_or(Ts(i64::MIN));
+        for (ts, vals) in interned {
+            for (k, v) in &vals {
+                match latest.iter_mut().find(|e| e.0 == *k) {
+                    Some(e) if e.1 <= ts => {
+                        e.1 = ts;
+                        e.2 = v.clone();
+                    }
+                    Some(_) => {}
+                    None => latest.push((*k, ts, v.clone())),
+                }
+            }
+            let row = match seg.rows.entry((device, ts)) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    let existing = if ts <= max_ts {
+                        match ks_ts.get(codec::ts_key(device, ts))? {
+                            Some(v) => codec::decode_ts_row(&v)?,
+                            None => Vec::new(),
+                        }
+                    } else {
+                        Vec::new()
+                    };
+                    slot.insert(existing)
+                }
+            };
+            for (k, v) in vals {
+                match row.iter_mut().find(|e| e.0 == k) {
+                    Some(e) => e.1 = v,
+                    None => row.push((k, v)),
+                }
+            }
+            max_ts = max_ts.max(ts);
+            seg.records += 1;
+        }
+        seg.latest_dirty.insert(device);
+        Ok(WriteOutcome::Done)
+    }
+
+    fn attributes(
+        &mut self,
+        seg: &mut Segment,
+        device: DeviceId,
+        scope: AttributeScope,
+        values: impl Iterator<Item = (String, Option<Value>)>,
+    ) -> Result<WriteOutcome, StoreError> {
+        if !self.alive(seg, device)? {
+            return Err(StoreError::DeviceNotFound);
+        }
+        let now = Ts::now();
+        for (k, v) in values {
+            seg.attrs
+                .insert(codec::attr_key(device, scope.tag(), &k), v.map(|v| (now, v)));
+        }
+        Ok(WriteOutcome::Done)
+    }
+
+    /// Writes a segment as one atomic batch (not yet synced).
+    fn commit_segment(
+        &mut self,
+        seg: &mut Segment,
+        results: &mut [Result<WriteOutcome, StoreError>],
+    ) {
+        if seg.members.is_empty() {
+            return;
+        }
+        let ks = &self.store.inner.ks;
+        let mut batch = self.store.inner.db.batch();
+        for (name, id) in seg.new_keys.drain(..) {
+            batch.insert(&ks.keys, name.into_bytes(), id.to_be_bytes().to_vec());
+        }
+        for ((device, ts), row) in seg.rows.drain() {
+            batch.insert(&ks.ts, codec::ts_key(device, ts).to_vec(), codec::encode_ts_row(&row));
+        }
+        for device in seg.latest_dirty.drain() {
+            if let Some(row) = self.latest.get(&device) {
+                batch.insert(&ks.latest, device.as_bytes().to_vec(), codec::encode_latest_row(row));
+            }
+        }
+        for (key, v) in seg.attrs.drain() {
+            match v {
+                Some((ts, v)) => batch.insert(&ks.attrs, key, codec::encode_attr(ts, &v)),
+                None => batch.remove(&ks.attrs, key),
+            }
+        }
+        let outcome = batch.commit();
+        self.stats
+            .records
+            .fetch_add(std::mem::take(&mut seg.records), Ordering::Relaxed);
+        if let Err(e) = outcome {
+            tracing::error!(error = %e, "batch commit failed");
+            self.latest.clear();
+            for &i in &seg.members {
+                results[i] = Err(StoreError::CommitFailed(e.to_string()));
+            }
+        }
+        seg.members.clear();
+        seg.alive.clear();
+    }
+
+    fn heavy(&mut self, op: WriteOp) -> Result<WriteOutcome, StoreError> {
+        match op {
+            WriteOp::DeleteTelemetry(d) => self.delete_telemetry(d),
+            WriteOp::SaveDevice(s) => {
+                let mut txn = DeviceTxn::new(&self.store);
+                let rec = txn.save(s)?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(rec))
+            }
+            WriteOp::DeleteDevice(id) => self.delete_device(id),
+            WriteOp::Import { rows, update } => {
+                let mut txn = DeviceTxn::new(&self.store);
+                let out = txn.import(rows, update)?;
+                txn.commit()?;
+                Ok(WriteOutcome::Import(out))
+            }
+            WriteOp::Telemetry { .. }
+            | WriteOp::Attributes { .. }
+            | WriteOp::DeleteAttributes { .. } => Err(StoreError::Corrupt("op routed wrongly")),
+        }
+    }
+
+    fn delete_device(&mut self, id: DeviceId) -> Result<WriteOutcome, StoreError> {
+        let ks = &self.store.inner.ks;
+        let Some(rec) = self.store.device(id)? else {
+            return Err(StoreError::DeviceNotFound);
+        };
+        let mut batch = self.store.inner.db.batch();
+        batch.remove(&ks.devices, id.as_bytes().to_vec());
+        batch.remove(&ks.names, rec.name.into_bytes());
+        batch.remove(&ks.tokens, rec.token.clone().into_bytes());
+        batch.remove(&ks.latest, id.as_bytes().to_vec());
+        for kv in ks.attrs.prefix(id.as_bytes()) {
+            batch.remove(&ks.attrs, kv.key()?);
+        }
+        for kv in ks.ts.prefix(id.as_bytes()) {
+            batch.remove(&ks.ts, kv.key()?);
+        }
+        self.latest.remove(&id);
+        self.store.commit_token_change(batch, [rec.token])?;
+        Ok(WriteOutcome::Done)
+    }
+
+    fn delete_telemetry(&mut self, d: DeleteTelemetry) -> Result<WriteOutcome, StoreError> {
+        let ks = self.store.inner.ks.ts.clone();
+        let ids: Vec<KeyId> = self
+            .store
+            .key_ids(&d.keys)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(WriteOutcome::Done);
+        }
+        let (lo, hi) = match d.range {
+            Some((s, e)) => (codec::ts_key(d.device, s), codec::ts_key(d.device, e)),
+            None => (
+                codec::ts_key(d.device, Ts(i64::MIN)),
+                codec::ts_key(d.device, Ts(i64::MAX)),
+            ),
+        };
+        let in_range = |ts: Ts| d.range.is_none_or(|(s, e)| ts >= s && ts < e);
+        let mut batch = self.store.inner.db.batch();
+        for kv in ks.range(lo..hi) {
+            let (k, v) = kv.into_inner()?;
+            let mut row = codec::decode_ts_row(&v)?;
+            let before = row.len();
+            row.retain(|(id, _)| !ids.contains(id));
+            if row.len() == before {
+                continue;
+            }
+            if row.is_empty() {
+                batch.remove(&ks, k);
+            } else {
+                batch.insert(&ks, k, codec::encode_ts_row(&row));
+            }
+        }
+        // `range(lo..hi)` excludes `hi` itself; the open-ended delete must include i64::MAX.
+        if d.range.is_none() {
+            if let Some(v) = ks.get(hi)? {
+                let mut row = codec::decode_ts_row(&v)?;
+                row.retain(|(id, _)| !ids.contains(id));
+                if row.is_empty() {
+                    batch.remove(&ks, hi.to_vec());
+                } else {
+                    batch.insert(&ks, hi.to_vec(), codec::encode_ts_row(&row));
+                }
+            }
+        }
+        batch.commit()?;
+
+        if !d.delete_latest {
+            return Ok(WriteOutcome::Done);
+        }
+        self.latest.remove(&d.device);
+        let latest = self.load_latest(d.device)?.clone();
+        let mut changed = false;
+        let mut kept = Vec::with_capacity(latest.len());
+        for (k, ts, v) in latest {
+            if ids.contains(&k) && in_range(ts) {
+                changed = true;
+                if d.rewrite_latest {
+                    if let Some((ts, v)) = self.newest_point(d.device, k)? {
+                        kept.push((k, ts, v));
+                    }
+                }
+            } else {
+                kept.push((k, ts, v));
+            }
+        }
+        if changed {
+            let mut batch = self.store.inner.db.batch();
+            write_latest(&mut batch, &self.store, d.device, &kept);
+            batch.commit()?;
+            self.latest.insert(d.device, kept);
+        }
+        Ok(WriteOutcome::Done)
+    }
+
+    /// The newest stored point of one key of a device.
+    fn newest_point(&self, device: DeviceId, key: KeyId) -> Result<Option<(Ts, Value)>, StoreError> {
+        for kv in self.store.inner.ks.ts.prefix(device.as_bytes()).rev() {
+            let (k, v) = kv.into_inner()?;
+            if let Some((_, val)) = codec::decode_ts_row(&v)?.into_iter().find(|e| e.0 == key) {
+                return Ok(Some((codec::ts_of_key(&k)?, val)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn write_latest(batch: &mut OwnedWriteBatch, store: &Store, device: DeviceId, row: &[(KeyId, Ts, Value)]) {
+    let ks = &store.inner.ks.latest;
+    if row.is_empty() {
+        batch.remove(ks, device.as_bytes().to_vec());
+    } else {
+        batch.insert(ks, device.as_bytes().to_vec(), codec::encode_latest_row(row));
+    }
+}
+
+/// Device creates and updates inside one batch, with an overlay so later rows of the
+/// same import see earlier ones.
+struct DeviceTxn<'a> {
+    store: &'a Store,
+    batch: OwnedWriteBatch,
+    /// name → owner as of this transaction (`None`: freed).
+    names: HashMap<String, Option<DeviceId>>,
+    tokens: HashMap<String, Option<DeviceId>>,
+    records: HashMap<DeviceId, DeviceRecord>,
+}
+
+impl<'a> DeviceTxn<'a> {
+    fn new(store: &'a Store) -> Self {
+        Self {
+            store,
+            batch: store.inner.db.batch(),
+            names: HashMap::new(),
+            tokens: HashMap::new(),
+            records: HashMap::new(),
+        }
+    }
+
+    fn commit(self) -> Result<(), StoreError> {
+        let changed = self.tokens.into_keys();
+        self.store.commit_token_change(self.batch, changed)
+    }
+
+    fn name_owner(&self, name: &str) -> Result<Option<DeviceId>, StoreError> {
+        match self.names.get(name) {
+            Some(o) => Ok(*o),
+            None => self.store.inner.ks.names.get(name)?.map(|v| id_from(&v)).transpose(),
+        }
+    }
+
+    fn token_owner(&self, token: &str) -> Result<Option<DeviceId>, StoreError> {
+        match self.tokens.get(token) {
+            Some(o) => Ok(*o),
+            None => self.store.device_id_by_token(token),
+        }
+    }
+
+    fn record(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
+        match self.records.get(&id) {
+            Some(r) => Ok(Some(r.clone())),
+            None => self.store.device(id),
+        }
+    }
+
+    /// Stages `new`, replacing `old` (same id) if given.
+    fn put(&mut self, new: DeviceRecord, old: Option<&DeviceRecord>) -> Result<(), StoreError> {
+        let ks = &self.store.inner.ks;
+        if let Some(old) = old {
+            if old.name != new.name {
+                self.batch.remove(&ks.names, old.name.clone().into_bytes());
+                self.names.insert(old.name.clone(), None);
+            }
+            if old.token != new.token {
+                self.batch.remove(&ks.tokens, old.token.clone().into_bytes());
+                self.tokens.insert(old.token.clone(), None);
+            }
+        }
+        let id = new.id.as_bytes().to_vec();
+        let json = serde_json::to_vec(&new).map_err(|_| StoreError::Corrupt("device encode"))?;
+        self.batch.insert(&ks.devices, id.clone(), json);
+        self.batch.insert(&ks.names, new.name.clone().into_bytes(), id.clone());
+        self.batch.insert(&ks.tokens, new.token.clone().into_bytes(), id);
+        self.names.insert(new.name.clone(), Some(new.id));
+        self.tokens.insert(new.token.clone(), Some(new.id));
+        self.records.insert(new.id, new);
+        Ok(())
+    }
+
+    fn fresh_token(&self) -> Result<String, StoreError> {
+        loop {
+            let t = crate::generate_token();
+            if self.token_owner(&t)?.is_none() {
+                return Ok(t);
+            }
+        }
+    }
+
+    fn save(&mut self, s: SaveDevice) -> Result<DeviceRecord, StoreError> {
+        let old = match s.id {
+            Some(id) => Some(self.record(id)?.ok_or(StoreError::DeviceNotFound)?),
+            None => None,
+        };
+        let id = old.as_ref().map_or_else(DeviceId::new_random, |o| o.id);
+        if self.name_owner(&s.name)?.is_some_and(|o| o != id) {
+            return Err(StoreError::NameTaken(s.name));
+        }
+        let token = match (&s.token, &old) {
+            (Some(t), _) => {
+                if self.token_owner(t)?.is_some_and(|o| o != id) {
+                    return Err(StoreError::TokenTaken);
+                }
+                t.clone()
+            }
+            (None, Some(o)) => o.token.clone(),
+            (None, None) => self.fresh_token()?,
+        };
+        let rec = DeviceRecord {
+            id,
+            created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
+            name: s.name,
+            device_type: if s.device_type.is_empty() {
+                "default".into()
+            } else {
+                s.device_type
+            },
+            label: s.label,
+            token,
+            additional_info: s.additional_info,
+        };
+        self.put(rec.clone(), old.as_ref())?;
+        Ok(rec)
+    }
+
+    fn import(&mut self, rows: Vec<ImportRow>, update: bool) -> Result<ImportOutcome, StoreError> {
+        let mut out = ImportOutcome::default();
+        let now = Ts::now();
+        for row in rows {
+            let line = row.line;
+            let existing = match self.name_owner(&row.name)? {
+                Some(id) => self.record(id)?,
+                None => None,
+            };
+            let mut info = existing
+                .as_ref()
+                .and_then(|e| e.additional_info.clone())
+                .unwrap_or_else(|| serde_json::json!({}));
+            if let Some(obj) = info.as_object_mut() {
+                if let Some(d) = row.description {
+                    obj.insert("description".into(), d.into());
+                }
+                if let Some(g) = row.gateway {
+                    obj.insert("gateway".into(), g.into());
+                }
+            }
+            let save = SaveDevice {
+                id: existing.as_ref().map(|e| e.id),
+                name: row.name,
+                device_type: row
+                    .device_type
+                    .or_else(|| existing.as_ref().map(|e| e.device_type.clone()))
+                    .unwrap_or_default(),
+                label: row.label.or_else(|| existing.as_ref().and_then(|e| e.label.clone())),
+                token: row.token,
+                additional_info: Some(info).filter(|i| i.as_object().is_none_or(|o| !o.is_empty())),
+            };
+            match self.save(save) {
+                Ok(rec) => {
+                    let write_attrs = update || existing.is_none();
+                    let attrs = row
+                        .shared
+                        .into_iter()
+                        .map(|kv| (AttributeScope::Shared, kv))
+                        .chain(row.server.into_iter().map(|kv| (AttributeScope::Server, kv)));
+                    for (scope, (k, v)) in attrs.filter(|_| write_attrs) {
+                        self.batch.insert(
+                            &self.store.inner.ks.attrs,
+                            codec::attr_key(rec.id, scope.tag(), &k),
+                            codec::encode_attr(now, &v),
+                        );
+                    }
+                    if existing.is_some() {
+                        out.updated += 1;
+                    } else {
+                        out.created += 1;
+                    }
+                }
+                Err(StoreError::Db(e)) => return Err(StoreError::Db(e)),
+                Err(e) => out.errors.push(format!("Line {line}: {e}")),
+            }
+        }
+        Ok(out)
+    }
+}
+

@@ -1,0 +1,286 @@
+//! Storage scenarios: each test opens a real store in a temp directory and drives it
+//! through the writer thread, as the server does.
+
+use gridlinks_storage::query::{Agg, HistoryQuery, Order};
+use gridlinks_storage::{
+    DeleteTelemetry, ImportRow, SaveDevice, Store, StoreError, StoreOptions, WriteOp,
+    WriteOutcome, WriterConfig, WriterHandle,
+};
+use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
+
+fn open(dir: &std::path::Path) -> (Store, WriterHandle, std::thread::JoinHandle<()>) {
+    let store = Store::open(dir, &StoreOptions::default()).unwrap();
+    let (h, j) = store.start_writer(WriterConfig::default()).unwrap();
+    (store, h, j)
+}
+
+async fn device(h: &WriterHandle, name: &str) -> DeviceId {
+    match h
+        .submit(WriteOp::SaveDevice(SaveDevice {
+            id: None,
+            name: name.into(),
+            device_type: String::new(),
+            label: None,
+            token: Some(format!("tok-{name}")),
+            additional_info: None,
+        }))
+        .await
+        .unwrap()
+    {
+        WriteOutcome::Device(d) => d.id,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn rec(ts: i64, kv: &[(&str, Value)]) -> TsRecord {
+    TsRecord {
+        ts: Ts(ts),
+        values: kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+    }
+}
+
+fn all(keys: &[&str], agg: Agg, interval: i64) -> HistoryQuery {
+    HistoryQuery {
+        keys: keys.iter().map(|s| s.to_string()).collect(),
+        start: Ts(0),
+        end: Ts(1_000_000),
+        interval,
+        agg,
+        limit: 1000,
+        order: Order::Asc,
+    }
+}
+
+#[tokio::test]
+async fn same_point_twice_is_stored_once_and_rows_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    let d = device(&h, "a").await;
+    for _ in 0..2 {
+        h.submit(WriteOp::Telemetry {
+            device: d,
+            records: vec![rec(10, &[("t", Value::Long(1))])],
+        })
+        .await
+        .unwrap();
+    }
+    // A later message with another key at the same ts merges into the row.
+    h.submit(WriteOp::Telemetry {
+        device: d,
+        records: vec![rec(10, &[("h", Value::Double(0.5))]), rec(20, &[("t", Value::Long(2))])],
+    })
+    .await
+    .unwrap();
+    // Redelivery of the old point after newer ones must not duplicate it either.
+    h.submit(WriteOp::Telemetry {
+        device: d,
+        records: vec![rec(10, &[("t", Value::Long(1))])],
+    })
+    .await
+    .unwrap();
+    let r = store.history(d, &all(&["t", "h"], Agg::None, 0)).unwrap();
+    assert_eq!(
+        r,
+        vec![
+            ("t".into(), vec![(Ts(10), Value::Long(1)), (Ts(20), Value::Long(2))]),
+            ("h".into(), vec![(Ts(10), Value::Double(0.5))]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn latest_follows_newest_ts_not_last_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    let d = device(&h, "a").await;
+    for ts in [50, 70, 60] {
+        h.submit(WriteOp::Telemetry {
+            device: d,
+            records: vec![rec(ts, &[("t", Value::Long(ts))])],
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        store.latest(d, None).unwrap(),
+        vec![("t".into(), Ts(70), Value::Long(70))]
+    );
+}
+
+#[tokio::test]
+async fn aggregation_intervals_and_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    let d = device(&h, "a").await;
+    let records = (0..10)
+        .map(|i| rec(i * 10, &[("l", Value::Long(i)), ("f", Value::Double(i as f64 / 2.0))]))
+        .collect();
+    h.submit(WriteOp::Telemetry { device: d, records }).await.unwrap();
+    let mut q = all(&["l", "f"], Agg::Sum, 50);
+    q.end = Ts(100);
+    let r = store.history(d, &q).unwrap();
+    assert_eq!(r[0], ("l".into(), vec![(Ts(25), Value::Long(10)), (Ts(75), Value::Long(35))]));
+    assert_eq!(r[1], ("f".into(), vec![(Ts(25), Value::Double(5.0)), (Ts(75), Value::Double(17.5))]));
+    q.agg = Agg::Avg;
+    assert_eq!(store.history(d, &q).unwrap()[0].1[0], (Ts(25), Value::Double(2.0)));
+    q.agg = Agg::Max;
+    assert_eq!(store.history(d, &q).unwrap()[0].1[1], (Ts(75), Value::Long(9)));
+    q.agg = Agg::Count;
+    q.order = Order::Desc;
+    assert_eq!(store.history(d, &q).unwrap()[0].1, vec![(Ts(75), Value::Long(5)), (Ts(25), Value::Long(5))]);
+    q.interval = 0;
+    assert!(matches!(store.history(d, &q), Err(StoreError::Limit(_))));
+}
+
+#[tokio::test]
+async fn delete_range_and_rewrite_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    let d = device(&h, "a").await;
+    let records = (1..=5).map(|i| rec(i, &[("t", Value::Long(i)), ("u", Value::Long(i))])).collect();
+    h.submit(WriteOp::Telemetry { device: d, records }).await.unwrap();
+    h.submit(WriteOp::DeleteTelemetry(DeleteTelemetry {
+        device: d,
+        keys: vec!["t".into()],
+        range: Some((Ts(4), Ts(6))),
+        delete_latest: true,
+        rewrite_latest: true,
+    }))
+    .await
+    .unwrap();
+    let r = store.history(d, &all(&["t"], Agg::None, 0)).unwrap();
+    assert_eq!(r[0].1.len(), 3);
+    let latest = store.latest(d, None).unwrap();
+    assert_eq!(latest[0], ("t".into(), Ts(3), Value::Long(3)));
+    assert_eq!(latest[1], ("u".into(), Ts(5), Value::Long(5)));
+    h.submit(WriteOp::DeleteTelemetry(DeleteTelemetry {
+        device: d,
+        keys: vec!["t".into(), "u".into()],
+        range: None,
+        delete_latest: true,
+        rewrite_latest: false,
+    }))
+    .await
+    .unwrap();
+    assert!(store.history(d, &all(&["t", "u"], Agg::None, 0)).unwrap().is_empty());
+    assert!(store.latest(d, None).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn devices_names_tokens_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    let d = device(&h, "a").await;
+    let dup = h
+        .submit(WriteOp::SaveDevice(SaveDevice {
+            id: None,
+            name: "a".into(),
+            device_type: String::new(),
+            label: None,
+            token: None,
+            additional_info: None,
+        }))
+        .await;
+    assert!(matches!(dup, Err(StoreError::NameTaken(_))));
+    assert_eq!(store.device_id_by_token("tok-a").unwrap(), Some(d));
+    h.submit(WriteOp::Attributes {
+        device: d,
+        scope: AttributeScope::Shared,
+        values: vec![("fw".into(), Value::Str("1.0".into()))],
+    })
+    .await
+    .unwrap();
+    assert_eq!(store.attributes(d, None, None).unwrap().len(), 1);
+    h.submit(WriteOp::DeleteDevice(d)).await.unwrap();
+    assert_eq!(store.device_id_by_token("tok-a").unwrap(), None);
+    assert!(store.device(d).unwrap().is_none());
+    assert!(store.attributes(d, None, None).unwrap().is_empty());
+    let late = h
+        .submit(WriteOp::Telemetry {
+            device: d,
+            records: vec![rec(1, &[("t", Value::Long(1))])],
+        })
+        .await;
+    assert!(matches!(late, Err(StoreError::DeviceNotFound)));
+}
+
+#[tokio::test]
+async fn import_creates_updates_and_reports_bad_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    device(&h, "taken").await;
+    let row = |line, name: &str, token: Option<&str>| ImportRow {
+        line,
+        name: name.into(),
+        device_type: Some("sensor".into()),
+        label: None,
+        token: token.map(String::from),
+        description: None,
+        gateway: Some(true),
+        shared: vec![("k".into(), Value::Long(line as i64))],
+        server: vec![],
+    };
+    let rows = vec![
+        row(2, "d1", Some("t1")),
+        row(3, "d2", None),
+        row(4, "d3", Some("t1")),          // token used by d1 in the same import
+        row(5, "d4", Some("tok-taken")),   // token of an existing device
+        row(6, "d1", Some("t1")),          // same device again: an update
+    ];
+    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: true }).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!((out.created, out.updated), (2, 2 - 1));
+    assert_eq!(out.errors.len(), 2, "{:?}", out.errors);
+    assert!(out.errors[0].starts_with("Line 4:"));
+    let d1 = store.device_by_name("d1").unwrap().unwrap();
+    assert_eq!(d1.device_type, "sensor");
+    assert_eq!(d1.additional_info, Some(serde_json::json!({"gateway": true})));
+    let attrs = store.attributes(d1.id, Some(AttributeScope::Shared), None).unwrap();
+    assert_eq!(attrs[0].value, Value::Long(6));
+    assert_eq!(store.devices().unwrap().len(), 3);
+    // Without `update`, an existing device is still updated but its attributes are not.
+    let rows = vec![row(2, "d1", None)];
+    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: false }).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!((out.created, out.updated, out.errors.len()), (0, 1, 0));
+    let attrs = store.attributes(d1.id, Some(AttributeScope::Shared), None).unwrap();
+    assert_eq!(attrs[0].value, Value::Long(6));
+    assert_eq!(store.device_id_by_token("t1").unwrap(), Some(d1.id));
+}
+
+#[tokio::test]
+async fn acknowledged_writes_survive_reopen_and_concurrency_groups_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d;
+    {
+        let (_store, h, j) = open(dir.path());
+        d = device(&h, "a").await;
+        let mut tasks = Vec::new();
+        for t in 0..50i64 {
+            let h = h.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..20 {
+                    h.submit(WriteOp::Telemetry {
+                        device: d,
+                        records: vec![rec(t * 1000 + i, &[("v", Value::Long(i))])],
+                    })
+                    .await
+                    .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let stats = h.stats();
+        let commits = stats.commits.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(commits < 1001, "1001 writes should share commits, got {commits}");
+        drop(h);
+        j.join().unwrap();
+    }
+    let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+    let r = store.history(d, &all(&["v"], Agg::Count, 1_000_000)).unwrap();
+    assert_eq!(r[0].1[0].1, Value::Long(1000));
+}
