@@ -1,3 +1,129 @@
-fn main() {
-    println!("Hello, world!");
+//! `gridlinks`: the server binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use gridlinks_server::config::{Config, DEFAULT_TOML};
+
+#[derive(Parser)]
+#[command(name = "gridlinks", version, about = "GridLinks IoT data-collection server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server.
+    Serve {
+        /// Configuration file (TOML); defaults are embedded.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Data directory (overrides `data_dir`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// HTTP listen address (overrides `http.bind`).
+        #[arg(long)]
+        http_bind: Option<String>,
+        /// MQTT listen address (overrides `mqtt.bind`).
+        #[arg(long)]
+        mqtt_bind: Option<String>,
+    },
+    /// Configuration helpers.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the full default configuration, every field commented.
+    Default,
+    /// Validate a configuration file (with the environment applied); exit 1 if invalid.
+    Check {
+        /// The file to check.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Config { command: ConfigCommand::Default } => {
+            print!("{DEFAULT_TOML}");
+            ExitCode::SUCCESS
+        }
+        Command::Config { command: ConfigCommand::Check { file } } => match Config::load(Some(&file), std::env::vars()) {
+            Ok(_) => {
+                println!("{}: OK", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                ExitCode::FAILURE
+            }
+        },
+        Command::Serve { config, data_dir, http_bind, mqtt_bind } => {
+            let mut cfg = match Config::load(config.as_deref(), std::env::vars()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("gridlinks: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Some(d) = data_dir {
+                cfg.data_dir = d;
+            }
+            if let Some(b) = http_bind {
+                cfg.http.bind = b;
+            }
+            if let Some(b) = mqtt_bind {
+                cfg.mqtt.bind = b;
+            }
+            if let Err(e) = cfg.validate() {
+                eprintln!("gridlinks: {e}");
+                return ExitCode::FAILURE;
+            }
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_env("GRIDLINKS_LOG")
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("gridlinks: cannot start runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(gridlinks_server::app::serve(cfg, shutdown_signal())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("gridlinks: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }

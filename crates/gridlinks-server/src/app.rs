@@ -1,0 +1,234 @@
+//! The running server: start-up (store, writer, admin account, secrets), the HTTP
+//! router, `/healthz` and `/metrics`, and ordered shutdown (stop accepting → finish
+//! in-flight requests → drain the write queue → final sync).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use gridlinks_storage::{Store, StoreOptions, WriterConfig, WriterHandle};
+use serde_json::{json, Value as J};
+use uuid::Uuid;
+
+use crate::auth::{self, Jwt, ACCESS_SCOPE, REFRESH_SCOPE};
+use crate::config::Config;
+use crate::thingsboard::{api, device_api, payload::PayloadLimits};
+
+/// Counters not owned by the storage writer.
+#[derive(Default)]
+pub struct Metrics {
+    /// Device payloads refused as malformed or over limits.
+    pub payload_rejected: AtomicU64,
+}
+
+/// State shared by every request handler.
+pub struct AppState {
+    /// The configuration in force.
+    pub cfg: Config,
+    /// Reads.
+    pub store: Store,
+    /// Writes (group commit).
+    pub writer: WriterHandle,
+    /// Token signer.
+    pub jwt: Jwt,
+    /// argon2 hash of the admin password.
+    pub admin_hash: String,
+    /// This installation's tenant id (GridLinks has one tenant).
+    pub tenant_id: Uuid,
+    /// False until start-up completes and again during shutdown.
+    pub ready: AtomicBool,
+    /// Counters.
+    pub metrics: Metrics,
+}
+
+impl AppState {
+    /// Payload bounds from the configuration.
+    pub fn payload_limits(&self) -> PayloadLimits {
+        PayloadLimits {
+            max_key_len: self.cfg.limits.max_key_len,
+            max_values: self.cfg.limits.max_values_per_request,
+        }
+    }
+
+    /// A fresh access/refresh token pair.
+    pub fn token_pair(&self, user: &str) -> J {
+        json!({
+            "token": self.jwt.issue(user, ACCESS_SCOPE, self.cfg.auth.token_ttl.0),
+            "refreshToken": self.jwt.issue(user, REFRESH_SCOPE, self.cfg.auth.refresh_ttl.0),
+        })
+    }
+}
+
+/// The HTTP routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    let body_limit = state.cfg.http.max_body_bytes;
+    let import_limit = state.cfg.http.max_import_bytes;
+    let tel = "/api/plugins/telemetry/{entity_type}/{id}";
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/api/auth/login", post(api::login))
+        .route("/api/auth/token", post(api::refresh))
+        .route("/api/device", post(api::save_device))
+        .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
+        .route("/api/device/{id}/credentials", get(api::get_credentials))
+        .route(
+            "/api/device/bulk_import",
+            post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)),
+        )
+        .route("/api/tenant/devices", get(api::list_devices))
+        .route(&format!("{tel}/values/timeseries"), get(api::get_timeseries))
+        .route(&format!("{tel}/keys/timeseries"), get(api::ts_keys))
+        .route(&format!("{tel}/keys/attributes"), get(api::attr_keys))
+        .route(&format!("{tel}/keys/attributes/{{scope}}"), get(api::attr_keys_scope))
+        .route(&format!("{tel}/values/attributes"), get(api::get_attributes))
+        .route(&format!("{tel}/values/attributes/{{scope}}"), get(api::get_attributes_scope))
+        .route(&format!("{tel}/attributes/{{scope}}"), post(api::post_attributes))
+        .route(&format!("{tel}/timeseries/delete"), delete(api::delete_timeseries))
+        .route(&format!("{tel}/timeseries/{{scope}}"), post(api::post_timeseries))
+        .route(&format!("{tel}/{{scope}}"), delete(api::delete_attributes))
+        .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
+        .route(
+            "/api/v1/{token}/attributes",
+            post(device_api::post_attributes).get(device_api::get_attributes),
+        )
+        .fallback(api::not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+async fn healthz(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    if st.ready.load(Ordering::Acquire) && !st.store.is_poisoned() {
+        (StatusCode::OK, axum::Json(json!({"status": "UP"})))
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "DOWN"})))
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    let w = st.writer.stats();
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let body = format!(
+        "# TYPE gridlinks_storage_commits_total counter\ngridlinks_storage_commits_total {}\n\
+         # TYPE gridlinks_storage_write_ops_total counter\ngridlinks_storage_write_ops_total {}\n\
+         # TYPE gridlinks_storage_records_total counter\ngridlinks_storage_records_total {}\n\
+         # TYPE gridlinks_storage_sync_seconds_total counter\ngridlinks_storage_sync_seconds_total {:.6}\n\
+         # TYPE gridlinks_storage_overloaded_total counter\ngridlinks_storage_overloaded_total {}\n\
+         # TYPE gridlinks_storage_queue_depth gauge\ngridlinks_storage_queue_depth {}\n\
+         # TYPE gridlinks_payload_rejected_total counter\ngridlinks_payload_rejected_total {}\n",
+        load(&w.commits),
+        load(&w.ops),
+        load(&w.records),
+        load(&w.sync_nanos) as f64 / 1e9,
+        load(&w.overloaded),
+        st.writer.queued(),
+        load(&st.metrics.payload_rejected),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}
+
+/// Reads a secret from `meta`, creating it with `make` on first start.
+fn stored_secret(store: &Store, name: &str, make: impl FnOnce() -> anyhow::Result<String>) -> anyhow::Result<(String, bool)> {
+    if let Some(v) = store.meta_get(name)? {
+        return Ok((String::from_utf8(v).context("stored secret is not UTF-8")?, false));
+    }
+    let v = make()?;
+    store.meta_put(name, v.as_bytes())?;
+    Ok((v, true))
+}
+
+/// Runs the server until `shutdown` resolves; returns after the final sync.
+pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("cannot create data directory {}", cfg.data_dir.display()))?;
+    let store = Store::open(&cfg.data_dir, &StoreOptions { cache_bytes: cfg.storage.cache_mb * 1024 * 1024 })
+        .with_context(|| format!("cannot open storage in {}", cfg.data_dir.display()))?;
+
+    let admin_hash = if cfg.admin.password.is_empty() {
+        let mut generated = None;
+        let (hash, _) = stored_secret(&store, "admin_password_hash", || {
+            let pw = gridlinks_storage::generate_token();
+            let hash = auth::hash_password(&pw)?;
+            generated = Some(pw);
+            Ok(hash)
+        })?;
+        if let Some(pw) = generated {
+            // Printed once, on the first start only; only the hash is kept.
+            println!(
+                "GridLinks generated the admin password for user '{}': {pw}\n\
+                 It is stored hashed in {} and will not be shown again. \
+                 Set GRIDLINKS_ADMIN_PASSWORD to choose your own.",
+                cfg.admin.user,
+                cfg.data_dir.display()
+            );
+        }
+        hash
+    } else {
+        auth::hash_password(&cfg.admin.password)?
+    };
+    let jwt_secret = if cfg.auth.jwt_secret.is_empty() {
+        stored_secret(&store, "jwt_secret", || Ok(format!("{}{}", gridlinks_storage::generate_token(), gridlinks_storage::generate_token())))?.0
+    } else {
+        cfg.auth.jwt_secret.clone()
+    };
+    let tenant_id: Uuid = stored_secret(&store, "tenant_id", || Ok(Uuid::new_v4().to_string()))?
+        .0
+        .parse()
+        .context("stored tenant id")?;
+
+    let (writer, writer_thread) = store.start_writer(WriterConfig {
+        queue_capacity: cfg.storage.queue_capacity,
+        max_batch_ops: cfg.storage.max_batch_ops,
+        fsync: cfg.storage.fsync,
+        enqueue_timeout: cfg.storage.enqueue_timeout.duration(),
+        max_keys: cfg.storage.max_keys,
+    })?;
+
+    let addr: SocketAddr = cfg.http.bind.parse().context("http.bind")?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    let state = Arc::new(AppState {
+        cfg,
+        store: store.clone(),
+        writer,
+        jwt: Jwt::new(jwt_secret.into_bytes()),
+        admin_hash,
+        tenant_id,
+        ready: AtomicBool::new(false),
+        metrics: Metrics::default(),
+    });
+    let app = router(state.clone());
+    state.ready.store(true, Ordering::Release);
+    tracing::info!(http = %local, data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
+
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        // Acks must not wait for Nagle's algorithm.
+        let _ = tcp.set_nodelay(true);
+    });
+    let st = state.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            st.ready.store(false, Ordering::Release);
+            tracing::info!("shutting down: no new connections, finishing in-flight requests");
+        })
+        .await?;
+
+    // Every handler is done; dropping the last writer handle lets the writer drain and sync.
+    drop(state);
+    tokio::task::spawn_blocking(move || writer_thread.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("writer thread panicked"))?;
+    store.sync()?;
+    tracing::info!("shutdown complete: all acknowledged data is on disk");
+    Ok(())
+}

@@ -1,0 +1,711 @@
+//! ThingsBoard's admin REST API: login, devices, bulk import, telemetry and attributes.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use gridlinks_storage::query::{Agg, HistoryQuery, Order};
+use gridlinks_storage::{DeleteTelemetry, ImportRow, SaveDevice, WriteOp, WriteOutcome};
+use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
+use serde::Deserialize;
+use serde_json::{json, Value as J};
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{Admin, Body, Q};
+use super::model;
+use super::payload::{self, PayloadError};
+use crate::app::AppState;
+use crate::auth::{self, REFRESH_SCOPE};
+
+type St = State<Arc<AppState>>;
+
+/// Runs a storage read off the async runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, gridlinks_storage::StoreError> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
+        .map_err(ApiError::from)
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
+}
+
+fn payload_error(e: PayloadError) -> ApiError {
+    ApiError::bad_request(e.to_string())
+}
+
+// ---- authentication -------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct LoginRequest {
+    username: String,
+    password: String,
+}
+
+/// `POST /api/auth/login`.
+pub async fn login(State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let req: LoginRequest = serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
+    let hash = st.admin_hash.clone();
+    let ok = req.username == st.cfg.admin.user
+        && tokio::task::spawn_blocking(move || auth::verify_password(&req.password, &hash).is_ok())
+            .await
+            .unwrap_or(false);
+    if !ok {
+        return Err(ApiError::unauthorized("Invalid username or password"));
+    }
+    Ok(Json(st.token_pair(&st.cfg.admin.user)))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RefreshRequest {
+    refresh_token: String,
+}
+
+/// `POST /api/auth/token`.
+pub async fn refresh(State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let req: RefreshRequest = serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
+    match st.jwt.verify(&req.refresh_token, REFRESH_SCOPE) {
+        Ok(c) if c.sub == st.cfg.admin.user => Ok(Json(st.token_pair(&c.sub))),
+        Err(auth::AuthError::Expired) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            super::error::ErrorCode::JwtExpired,
+            "Token has expired",
+        )),
+        _ => Err(ApiError::unauthorized("Invalid JWT token")),
+    }
+}
+
+// ---- devices --------------------------------------------------------------------
+
+fn device_id(s: &str) -> ApiResult<DeviceId> {
+    DeviceId::from_str(s).map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {s}")))
+}
+
+async fn load_device(st: &Arc<AppState>, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
+    let store = st.store.clone();
+    blocking(move || store.device(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Device with id [{id}] is not found")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SaveDeviceParams {
+    access_token: Option<String>,
+    name_conflict_policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeviceBody {
+    id: Option<EntityId>,
+    name: Option<String>,
+    #[serde(rename = "type")]
+    device_type: Option<String>,
+    label: Option<String>,
+    additional_info: Option<J>,
+}
+
+#[derive(Deserialize)]
+struct EntityId {
+    id: String,
+}
+
+fn check_len(what: &str, s: &str) -> ApiResult<()> {
+    if s.chars().count() > 255 {
+        return Err(ApiError::bad_request(format!("{what} length must be equal or less than 255")));
+    }
+    Ok(())
+}
+
+/// `POST /api/device[?accessToken=]`: create, or update when the body has an id.
+pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Body(body): Body) -> ApiResult<Json<J>> {
+    if p.name_conflict_policy.as_deref().is_some_and(|v| v != "FAIL") {
+        return Err(ApiError::bad_request("only nameConflictPolicy=FAIL is supported"));
+    }
+    let b: DeviceBody = parse_json(&body)?;
+    let name = b.name.filter(|n| !n.trim().is_empty()).ok_or_else(|| ApiError::bad_request("Device name should be specified!"))?;
+    check_len("name", &name)?;
+    let device_type = b.device_type.unwrap_or_default();
+    check_len("type", &device_type)?;
+    if let Some(l) = &b.label {
+        check_len("label", l)?;
+    }
+    if let Some(t) = &p.access_token {
+        if t.is_empty() || t.len() > 255 || t.contains(char::is_whitespace) {
+            return Err(ApiError::bad_request("accessToken must be 1 to 255 characters without spaces"));
+        }
+    }
+    let id = match b.id {
+        Some(e) => Some(device_id(&e.id)?),
+        None => None,
+    };
+    let op = WriteOp::SaveDevice(SaveDevice {
+        id,
+        name,
+        device_type,
+        label: b.label,
+        token: p.access_token,
+        additional_info: b.additional_info.filter(|v| !v.is_null()),
+    });
+    match st.writer.submit(op).await {
+        Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&d, st.tenant_id))),
+        Ok(_) => Err(ApiError::internal("unexpected write outcome")),
+        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
+            Err(ApiError::not_found(format!("Device with id [{}] is not found", id.map(|i| i.to_string()).unwrap_or_default())))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /api/device/{id}`.
+pub async fn get_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load_device(&st, device_id(&id)?).await?;
+    Ok(Json(model::device(&d, st.tenant_id)))
+}
+
+/// `DELETE /api/device/{id}`: the device, its data and its token go at once.
+pub async fn delete_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let id = device_id(&id)?;
+    match st.writer.submit(WriteOp::DeleteDevice(id)).await {
+        Ok(_) => Ok(StatusCode::OK),
+        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
+            Err(ApiError::not_found(format!("Device with id [{id}] is not found")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /api/device/{id}/credentials`.
+pub async fn get_credentials(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load_device(&st, device_id(&id)?).await?;
+    Ok(Json(model::credentials(&d)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ListParams {
+    page_size: Option<i64>,
+    page: Option<i64>,
+    #[serde(rename = "type")]
+    device_type: Option<String>,
+    text_search: Option<String>,
+    sort_property: Option<String>,
+    sort_order: Option<String>,
+    device_name: Option<String>,
+}
+
+/// `GET /api/tenant/devices?pageSize=&page=…` or `?deviceName=`.
+pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    if let Some(name) = p.device_name {
+        let store = st.store.clone();
+        let d = blocking(move || store.device_by_name(&name))
+            .await?
+            .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))?;
+        return Ok(Json(model::device(&d, st.tenant_id)));
+    }
+    let (Some(page_size), Some(page)) = (p.page_size, p.page) else {
+        return Err(ApiError::bad_request("Required request parameters 'pageSize' and 'page' are missing (or give 'deviceName')"));
+    };
+    let max = st.cfg.http.max_page_size as i64;
+    if page_size < 1 || page_size > max {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect page link page size '{page_size}'. Page size must be between 1 and {max}."
+        )));
+    }
+    if page < 0 {
+        return Err(ApiError::bad_request(format!("Incorrect page link page '{page}'. Page must be positive integer.")));
+    }
+    let desc = match p.sort_order.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        None | Some("ASC") => false,
+        Some("DESC") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Unsupported sort order '{other}'! Only 'ASC' or 'DESC' types are allowed."
+            )))
+        }
+    };
+    let sort = p.sort_property.unwrap_or_else(|| "name".into());
+    if !matches!(sort.as_str(), "name" | "createdTime" | "type" | "label" | "deviceProfileName") {
+        return Err(ApiError::bad_request(format!(
+            "Invalid sort property '{sort}': use name, createdTime, type, label or deviceProfileName"
+        )));
+    }
+    let store = st.store.clone();
+    let mut devices = blocking(move || store.devices()).await?;
+    if let Some(t) = p.device_type.filter(|t| !t.is_empty()) {
+        devices.retain(|d| d.device_type == t);
+    }
+    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
+        devices.retain(|d| {
+            d.name.to_lowercase().contains(&q) || d.label.as_ref().is_some_and(|l| l.to_lowercase().contains(&q))
+        });
+    }
+    match sort.as_str() {
+        "createdTime" => devices.sort_by_key(|d| d.created_time),
+        "type" | "deviceProfileName" => devices.sort_by(|a, b| a.device_type.cmp(&b.device_type)),
+        "label" => devices.sort_by(|a, b| a.label.cmp(&b.label)),
+        _ => {} // already in name order
+    }
+    if desc {
+        devices.reverse();
+    }
+    let total = devices.len();
+    let (page_size, page) = (page_size as usize, page as usize);
+    let data = devices
+        .iter()
+        .skip(page.saturating_mul(page_size))
+        .take(page_size)
+        .map(|d| model::device(d, st.tenant_id))
+        .collect();
+    Ok(Json(model::page(data, total, page_size, page)))
+}
+
+// ---- bulk import ----------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct ImportRequest {
+    file: String,
+    mapping: ImportMapping,
+}
+
+#[derive(Deserialize)]
+struct ImportMapping {
+    columns: Vec<ImportColumn>,
+    delimiter: Option<String>,
+    #[serde(default)]
+    update: bool,
+    #[serde(default)]
+    header: bool,
+}
+
+#[derive(Deserialize)]
+struct ImportColumn {
+    #[serde(rename = "type")]
+    column_type: String,
+    key: Option<String>,
+}
+
+/// A CSV cell typed as ThingsBoard's `TypeCastUtil` does.
+fn csv_value(cell: &str) -> Value {
+    match cell.to_ascii_lowercase().as_str() {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        _ => payload::cast_string(cell),
+    }
+}
+
+/// `POST /api/device/bulk_import`: ThingsBoard's CSV import, one commit for all rows.
+pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let req: ImportRequest = parse_json(&body)?;
+    let delimiter = match req.mapping.delimiter.as_deref() {
+        None | Some("") => b',',
+        Some(d) if d.len() == 1 => d.as_bytes()[0],
+        Some(d) => return Err(ApiError::bad_request(format!("delimiter must be one ASCII character, got {d:?}"))),
+    };
+    let max_key = st.cfg.limits.max_key_len;
+    for c in &req.mapping.columns {
+        match c.column_type.as_str() {
+            "NAME" | "TYPE" | "LABEL" | "ACCESS_TOKEN" | "DESCRIPTION" | "IS_GATEWAY" => {}
+            "SHARED_ATTRIBUTE" | "SERVER_ATTRIBUTE" | "TIMESERIES" => {
+                if c.key.as_ref().is_some_and(|k| k.len() > max_key) {
+                    return Err(ApiError::bad_request(format!("column key longer than {max_key} bytes")));
+                }
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "column type {other} is not supported; supported: NAME, TYPE, LABEL, ACCESS_TOKEN, \
+                     SHARED_ATTRIBUTE, SERVER_ATTRIBUTE, TIMESERIES, DESCRIPTION, IS_GATEWAY"
+                )))
+            }
+        }
+    }
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(req.file.as_bytes());
+    let mut rows = Vec::new();
+    let mut telemetry: Vec<(String, Vec<(String, Value)>)> = Vec::new();
+    let mut errors = Vec::new();
+    let mut line = 0usize;
+    for (i, record) in reader.records().enumerate() {
+        line += 1;
+        if i == 0 && req.mapping.header {
+            continue;
+        }
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(format!("Line {line}: malformed CSV: {e}"));
+                continue;
+            }
+        };
+        if record.len() > req.mapping.columns.len() {
+            errors.push(format!(
+                "Line {line}: {} cells but only {} columns are mapped",
+                record.len(),
+                req.mapping.columns.len()
+            ));
+            continue;
+        }
+        let mut row = ImportRow {
+            line,
+            name: String::new(),
+            device_type: None,
+            label: None,
+            token: None,
+            description: None,
+            gateway: None,
+            shared: Vec::new(),
+            server: Vec::new(),
+        };
+        let mut ts_values = Vec::new();
+        for (cell, col) in record.iter().zip(&req.mapping.columns) {
+            let cell = cell.trim();
+            if cell.is_empty() {
+                continue;
+            }
+            let key = || col.key.clone().filter(|k| !k.is_empty());
+            match col.column_type.as_str() {
+                "NAME" => row.name = cell.to_owned(),
+                "TYPE" => row.device_type = Some(cell.to_owned()),
+                "LABEL" => row.label = Some(cell.to_owned()),
+                "ACCESS_TOKEN" => row.token = Some(cell.to_owned()),
+                "DESCRIPTION" => row.description = Some(cell.to_owned()),
+                "IS_GATEWAY" => row.gateway = Some(cell.eq_ignore_ascii_case("true")),
+                "SHARED_ATTRIBUTE" => row.shared.extend(key().map(|k| (k, csv_value(cell)))),
+                "SERVER_ATTRIBUTE" => row.server.extend(key().map(|k| (k, csv_value(cell)))),
+                _ => ts_values.extend(key().map(|k| (k, csv_value(cell)))),
+            }
+        }
+        if row.name.is_empty() {
+            errors.push(format!("Line {line}: Device name should be specified!"));
+            continue;
+        }
+        if let Some(bad) = [Some(&row.name), row.device_type.as_ref(), row.label.as_ref(), row.token.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|s| s.chars().count() > 255)
+        {
+            errors.push(format!("Line {line}: value longer than 255 characters: {:.40}…", bad));
+            continue;
+        }
+        if !ts_values.is_empty() {
+            telemetry.push((row.name.clone(), ts_values));
+        }
+        rows.push(row);
+    }
+    let update = req.mapping.update;
+    let mut out = match st.writer.submit(WriteOp::Import { rows, update }).await? {
+        WriteOutcome::Import(o) => o,
+        _ => return Err(ApiError::internal("unexpected write outcome")),
+    };
+    // TIMESERIES columns: one record per device at import time.
+    let now = Ts::now();
+    for (name, values) in telemetry {
+        let store = st.store.clone();
+        let lookup = name.clone();
+        if let Some(d) = blocking(move || store.device_by_name(&lookup)).await? {
+            st.writer
+                .submit(WriteOp::Telemetry { device: d.id, records: vec![TsRecord { ts: now, values }] })
+                .await?;
+        }
+    }
+    out.errors.splice(0..0, errors);
+    Ok(Json(json!({
+        "created": out.created,
+        "updated": out.updated,
+        "errors": out.errors.len(),
+        "errorsList": out.errors,
+    })))
+}
+
+// ---- telemetry and attributes ---------------------------------------------------
+
+fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
+    if entity_type != "DEVICE" {
+        return Err(ApiError::bad_request(format!(
+            "entity type '{entity_type}' is not supported: GridLinks stores telemetry of DEVICE entities"
+        )));
+    }
+    device_id(id)
+}
+
+async fn existing_device(st: &Arc<AppState>, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
+    let id = entity(entity_type, id)?;
+    let store = st.store.clone();
+    if blocking(move || store.device(id)).await?.is_none() {
+        return Err(ApiError::not_found("Device with requested id wasn't found!"));
+    }
+    Ok(id)
+}
+
+fn key_list(keys: Option<&str>) -> Option<Vec<String>> {
+    keys.map(|k| k.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TsParams {
+    keys: Option<String>,
+    start_ts: Option<i64>,
+    end_ts: Option<i64>,
+    interval: Option<i64>,
+    interval_type: Option<String>,
+    time_zone: Option<String>,
+    limit: Option<i64>,
+    agg: Option<String>,
+    order_by: Option<String>,
+    use_strict_data_types: Option<bool>,
+}
+
+/// Most points per key one raw history query returns.
+const MAX_LIMIT: i64 = 100_000;
+
+/// `GET /api/plugins/telemetry/{entityType}/{id}/values/timeseries`: latest values, or
+/// history when `startTs`/`endTs` are given.
+pub async fn get_timeseries(
+    _: Admin,
+    State(st): St,
+    Path((et, id)): Path<(String, String)>,
+    Q(p): Q<TsParams>,
+) -> ApiResult<Json<J>> {
+    let device = existing_device(&st, &et, &id).await?;
+    let strict = p.use_strict_data_types.unwrap_or(false);
+    let keys = key_list(p.keys.as_deref());
+    let store = st.store.clone();
+    let (start, end) = match (p.start_ts, p.end_ts) {
+        (None, None) => {
+            let wanted = keys.clone();
+            let latest = blocking(move || store.latest(device, wanted.as_deref())).await?;
+            let mut out = serde_json::Map::new();
+            for (k, ts, v) in &latest {
+                out.insert(k.clone(), json!([{"ts": ts.0, "value": model::ts_value(v, strict)}]));
+            }
+            // ThingsBoard answers a requested key without data with a null value at "now".
+            for k in keys.iter().flatten() {
+                out.entry(k.clone()).or_insert_with(|| json!([{"ts": Ts::now().0, "value": null}]));
+            }
+            return Ok(Json(J::Object(out)));
+        }
+        (Some(s), Some(e)) => (s, e),
+        _ => return Err(ApiError::bad_request("startTs and endTs must be given together")),
+    };
+    let keys = keys.filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("keys is required with startTs/endTs"))?;
+    if end < start {
+        return Err(ApiError::bad_request("endTs must not be before startTs"));
+    }
+    if let Some(t) = p.interval_type.as_deref().filter(|t| *t != "MILLISECONDS") {
+        return Err(ApiError::bad_request(format!("intervalType {t} is not supported; use MILLISECONDS")));
+    }
+    let _ = p.time_zone; // only meaningful for calendar intervals, which are refused above
+    let agg = match p.agg.as_deref().unwrap_or("NONE") {
+        "NONE" => Agg::None,
+        "MIN" => Agg::Min,
+        "MAX" => Agg::Max,
+        "AVG" => Agg::Avg,
+        "SUM" => Agg::Sum,
+        "COUNT" => Agg::Count,
+        other => return Err(ApiError::bad_request(format!("Invalid agg '{other}': use NONE, MIN, MAX, AVG, SUM or COUNT"))),
+    };
+    let interval = p.interval.unwrap_or(0);
+    if interval < 0 {
+        return Err(ApiError::bad_request("interval must not be negative"));
+    }
+    // As in ThingsBoard, interval 0 means raw data whatever `agg` says.
+    let agg = if interval == 0 { Agg::None } else { agg };
+    let order = match p.order_by.as_deref().unwrap_or("DESC") {
+        "DESC" => Order::Desc,
+        "ASC" => Order::Asc,
+        other => return Err(ApiError::bad_request(format!("Invalid orderBy '{other}': use ASC or DESC"))),
+    };
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(format!("limit must be between 1 and {MAX_LIMIT}")));
+    }
+    let q = HistoryQuery {
+        keys,
+        start: Ts(start),
+        end: Ts(end),
+        interval,
+        agg,
+        // ThingsBoard applies limit and order to raw queries only; intervals come oldest first.
+        limit: if agg == Agg::None { limit as usize } else { usize::MAX },
+        order: if agg == Agg::None { order } else { Order::Asc },
+    };
+    let series = blocking(move || store.history(device, &q)).await?;
+    Ok(Json(model::ts_map(series, strict)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// `GET …/keys/timeseries`.
+pub async fn ts_keys(_: Admin, State(st): St, Path((et, id)): Path<(String, String)>, Q(_): Q<NoParams>) -> ApiResult<Json<J>> {
+    let device = existing_device(&st, &et, &id).await?;
+    let store = st.store.clone();
+    Ok(Json(json!(blocking(move || store.ts_keys(device)).await?)))
+}
+
+fn scope(s: &str) -> ApiResult<AttributeScope> {
+    s.parse().map_err(ApiError::bad_request)
+}
+
+async fn attribute_keys(st: Arc<AppState>, device: DeviceId, scope: Option<AttributeScope>) -> ApiResult<Json<J>> {
+    let store = st.store.clone();
+    let attrs = blocking(move || store.attributes(device, scope, None)).await?;
+    Ok(Json(json!(attrs.into_iter().map(|a| a.key).collect::<Vec<_>>())))
+}
+
+/// `GET …/keys/attributes`.
+pub async fn attr_keys(_: Admin, State(st): St, Path((et, id)): Path<(String, String)>, Q(_): Q<NoParams>) -> ApiResult<Json<J>> {
+    let device = existing_device(&st, &et, &id).await?;
+    attribute_keys(st, device, None).await
+}
+
+/// `GET …/keys/attributes/{scope}`.
+pub async fn attr_keys_scope(
+    _: Admin,
+    State(st): St,
+    Path((et, id, sc)): Path<(String, String, String)>,
+    Q(_): Q<NoParams>,
+) -> ApiResult<Json<J>> {
+    let sc = scope(&sc)?;
+    let device = existing_device(&st, &et, &id).await?;
+    attribute_keys(st, device, Some(sc)).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeysParam {
+    keys: Option<String>,
+}
+
+async fn attribute_values(st: Arc<AppState>, device: DeviceId, scope: Option<AttributeScope>, keys: Option<Vec<String>>) -> ApiResult<Json<J>> {
+    let store = st.store.clone();
+    let attrs = blocking(move || store.attributes(device, scope, keys.as_deref())).await?;
+    Ok(Json(model::attributes(&attrs)))
+}
+
+/// `GET …/values/attributes?keys=`.
+pub async fn get_attributes(_: Admin, State(st): St, Path((et, id)): Path<(String, String)>, Q(p): Q<KeysParam>) -> ApiResult<Json<J>> {
+    let device = existing_device(&st, &et, &id).await?;
+    attribute_values(st, device, None, key_list(p.keys.as_deref())).await
+}
+
+/// `GET …/values/attributes/{scope}?keys=`.
+pub async fn get_attributes_scope(
+    _: Admin,
+    State(st): St,
+    Path((et, id, sc)): Path<(String, String, String)>,
+    Q(p): Q<KeysParam>,
+) -> ApiResult<Json<J>> {
+    let sc = scope(&sc)?;
+    let device = existing_device(&st, &et, &id).await?;
+    attribute_values(st, device, Some(sc), key_list(p.keys.as_deref())).await
+}
+
+/// `POST …/attributes/{scope}` (SERVER_SCOPE or SHARED_SCOPE).
+pub async fn post_attributes(
+    _: Admin,
+    State(st): St,
+    Path((et, id, sc)): Path<(String, String, String)>,
+    Q(_): Q<NoParams>,
+    Body(body): Body,
+) -> ApiResult<StatusCode> {
+    let sc = scope(&sc)?;
+    if sc == AttributeScope::Client {
+        return Err(ApiError::bad_request("Invalid scope: CLIENT_SCOPE"));
+    }
+    let device = existing_device(&st, &et, &id).await?;
+    let values = payload::parse_attributes(&body, st.payload_limits(), false).map_err(payload_error)?;
+    st.writer.submit(WriteOp::Attributes { device, scope: sc, values }).await?;
+    Ok(StatusCode::OK)
+}
+
+/// `DELETE …/{scope}?keys=`: attribute delete.
+pub async fn delete_attributes(
+    _: Admin,
+    State(st): St,
+    Path((et, id, sc)): Path<(String, String, String)>,
+    Q(p): Q<KeysParam>,
+) -> ApiResult<StatusCode> {
+    let sc = scope(&sc)?;
+    let device = existing_device(&st, &et, &id).await?;
+    let keys = key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
+    st.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
+    Ok(StatusCode::OK)
+}
+
+/// `POST …/timeseries/{scope}`: telemetry through the REST API (scope is ignored, as in ThingsBoard).
+pub async fn post_timeseries(
+    _: Admin,
+    State(st): St,
+    Path((et, id, _scope)): Path<(String, String, String)>,
+    Q(_): Q<NoParams>,
+    Body(body): Body,
+) -> ApiResult<StatusCode> {
+    let device = existing_device(&st, &et, &id).await?;
+    let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(payload_error)?;
+    st.writer.submit(WriteOp::Telemetry { device, records }).await?;
+    Ok(StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeleteParams {
+    keys: Option<String>,
+    delete_all_data_for_keys: Option<bool>,
+    start_ts: Option<i64>,
+    end_ts: Option<i64>,
+    delete_latest: Option<bool>,
+    rewrite_latest_if_deleted: Option<bool>,
+}
+
+/// `DELETE …/timeseries/delete`.
+pub async fn delete_timeseries(
+    _: Admin,
+    State(st): St,
+    Path((et, id)): Path<(String, String)>,
+    Q(p): Q<DeleteParams>,
+) -> ApiResult<StatusCode> {
+    let device = existing_device(&st, &et, &id).await?;
+    let keys = key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
+    let range = if p.delete_all_data_for_keys.unwrap_or(false) {
+        None
+    } else {
+        match (p.start_ts, p.end_ts) {
+            (Some(s), Some(e)) if s <= e => Some((Ts(s), Ts(e))),
+            (Some(_), Some(_)) => return Err(ApiError::bad_request("endTs must not be before startTs")),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "When deleteAllDataForKeys is false, start and end timestamp values shouldn't be empty",
+                ))
+            }
+        }
+    };
+    st.writer
+        .submit(WriteOp::DeleteTelemetry(DeleteTelemetry {
+            device,
+            keys,
+            range,
+            delete_latest: p.delete_latest.unwrap_or(true),
+            rewrite_latest: p.rewrite_latest_if_deleted.unwrap_or(false),
+        }))
+        .await?;
+    Ok(StatusCode::OK)
+}
+
+/// Fallback for unknown paths: a ThingsBoard-shaped 404.
+pub async fn not_found() -> Response {
+    ApiError::not_found("No such API path").into_response()
+}

@@ -1,0 +1,89 @@
+//! ThingsBoard's HTTP device API: `/api/v1/{token}/telemetry` and `/attributes`.
+//! A 200 is sent only after the data is durably committed by the group commit.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_storage::{StoreError, WriteOp};
+use gridlinks_types::{AttributeScope, DeviceId, Ts};
+use serde::Deserialize;
+use serde_json::{Map, Value as J};
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{Body, Q};
+use super::payload::{self, PayloadError};
+use crate::app::AppState;
+
+type St = State<Arc<AppState>>;
+
+fn bad_token() -> ApiError {
+    ApiError::unauthorized("Invalid or unknown device access token")
+}
+
+fn authenticate(st: &AppState, token: &str) -> ApiResult<DeviceId> {
+    st.store.device_id_by_token(token)?.ok_or_else(bad_token)
+}
+
+fn rejected(st: &AppState, e: PayloadError) -> ApiError {
+    st.metrics.payload_rejected.fetch_add(1, Ordering::Relaxed);
+    ApiError::bad_request(e.to_string())
+}
+
+async fn commit(st: &AppState, op: WriteOp) -> ApiResult<StatusCode> {
+    match st.writer.submit(op).await {
+        Ok(_) => Ok(StatusCode::OK),
+        // Deleted between authentication and commit: its token no longer works.
+        Err(StoreError::DeviceNotFound) => Err(bad_token()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /api/v1/{token}/telemetry`.
+pub async fn post_telemetry(State(st): St, Path(token): Path<String>, Body(body): Body) -> ApiResult<StatusCode> {
+    let device = authenticate(&st, &token)?;
+    let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(|e| rejected(&st, e))?;
+    commit(&st, WriteOp::Telemetry { device, records }).await
+}
+
+/// `POST /api/v1/{token}/attributes` (client scope).
+pub async fn post_attributes(State(st): St, Path(token): Path<String>, Body(body): Body) -> ApiResult<StatusCode> {
+    let device = authenticate(&st, &token)?;
+    let values = payload::parse_attributes(&body, st.payload_limits(), true).map_err(|e| rejected(&st, e))?;
+    commit(&st, WriteOp::Attributes { device, scope: AttributeScope::Client, values }).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AttrParams {
+    client_keys: Option<String>,
+    shared_keys: Option<String>,
+}
+
+/// `GET /api/v1/{token}/attributes?clientKeys=&sharedKeys=` → `{"client":{…},"shared":{…}}`;
+/// with neither parameter, all client and shared attributes.
+pub async fn get_attributes(State(st): St, Path(token): Path<String>, Q(p): Q<AttrParams>) -> ApiResult<Json<J>> {
+    let device = authenticate(&st, &token)?;
+    let both = p.client_keys.is_none() && p.shared_keys.is_none();
+    let mut out = Map::new();
+    for (name, scope, keys) in [
+        ("client", AttributeScope::Client, p.client_keys),
+        ("shared", AttributeScope::Shared, p.shared_keys),
+    ] {
+        if keys.is_none() && !both {
+            continue;
+        }
+        let keys: Option<Vec<String>> = keys.map(|k| k.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect());
+        let store = st.store.clone();
+        let attrs = tokio::task::spawn_blocking(move || store.attributes(device, Some(scope), keys.as_deref()))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
+        if !attrs.is_empty() {
+            let section: Map<String, J> = attrs.into_iter().map(|a| (a.key, a.value.to_json())).collect();
+            out.insert(name.into(), J::Object(section));
+        }
+    }
+    Ok(Json(J::Object(out)))
+}

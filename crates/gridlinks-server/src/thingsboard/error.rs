@@ -1,0 +1,112 @@
+//! ThingsBoard's error body: `{"status","message","errorCode","timestamp"}`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use gridlinks_storage::StoreError;
+use gridlinks_types::Ts;
+
+/// ThingsBoard's `errorCode` values used here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// GENERAL.
+    General = 2,
+    /// AUTHENTICATION.
+    Authentication = 10,
+    /// JWT_TOKEN_EXPIRED.
+    JwtExpired = 11,
+    /// BAD_REQUEST_PARAMS.
+    BadRequestParams = 31,
+    /// ITEM_NOT_FOUND.
+    ItemNotFound = 32,
+    /// TOO_MANY_REQUESTS.
+    TooManyRequests = 33,
+}
+
+/// An error answer of the REST or device API.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// ThingsBoard error code.
+    pub code: ErrorCode,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with an explicit status.
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+
+    /// 400 with errorCode 31.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequestParams, message)
+    }
+
+    /// 404 with errorCode 32.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, ErrorCode::ItemNotFound, message)
+    }
+
+    /// 401 with errorCode 10.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Authentication, message)
+    }
+
+    /// 500 with errorCode 2.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::General, message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NameTaken(_) => Self::bad_request("Device with such name already exists!"),
+            StoreError::TokenTaken => {
+                Self::bad_request("Device credentials are already assigned to another device!")
+            }
+            StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
+            StoreError::Limit(m) => Self::bad_request(m),
+            StoreError::Overloaded => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::TooManyRequests,
+                "Server is overloaded: the storage queue is full. Retry later.",
+            ),
+            StoreError::Closed => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::General,
+                "Server is shutting down or storage has failed; the data was not stored.",
+            ),
+            other => {
+                tracing::error!(error = %other, "storage error");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::General,
+                    format!("Storage failure; the data was not stored: {other}"),
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "status": self.status.as_u16(),
+            "message": self.message,
+            "errorCode": self.code as u16,
+            "timestamp": Ts::now().0,
+        });
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+/// Result type of handlers.
+pub type ApiResult<T> = Result<T, ApiError>;

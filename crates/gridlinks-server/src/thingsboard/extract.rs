@@ -1,0 +1,76 @@
+//! Request extractors that turn axum's plain-text rejections into ThingsBoard error
+//! bodies, and the admin JWT check.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::body::Bytes;
+use serde::de::DeserializeOwned;
+
+use super::error::{ApiError, ErrorCode};
+use crate::app::AppState;
+use crate::auth::{AuthError, ACCESS_SCOPE};
+
+/// Query parameters; unknown parameters are rejected by the target type.
+pub struct Q<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| Q(v))
+            .map_err(|e: QueryRejection| ApiError::bad_request(format!("Invalid query parameters: {}", e.body_text())))
+    }
+}
+
+/// The raw request body, bounded by the route's body limit (413 beyond it).
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(req, state).await.map(Body).map_err(|e: BytesRejection| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::BadRequestParams,
+                    "Request body is larger than the configured limit (http.max_body_bytes)",
+                )
+            } else {
+                ApiError::bad_request(format!("Cannot read request body: {}", e.body_text()))
+            }
+        })
+    }
+}
+
+/// A request carrying a valid admin access token (`X-Authorization: Bearer …`).
+pub struct Admin;
+
+impl FromRequestParts<Arc<AppState>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get("x-authorization")
+            .or_else(|| parts.headers.get(axum::http::header::AUTHORIZATION))
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+        let token = header
+            .strip_prefix("Bearer ")
+            .ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+        match state.jwt.verify(token.trim(), ACCESS_SCOPE) {
+            Ok(_) => Ok(Admin),
+            Err(AuthError::Expired) => {
+                Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
+            }
+            Err(_) => Err(ApiError::unauthorized("Invalid JWT token")),
+        }
+    }
+}
