@@ -1,0 +1,137 @@
+//! Test harness: starts the real `gridlinks` binary on a free loopback port with its own
+//! data directory, and talks to it over real HTTP.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use serde_json::{json, Value as J};
+
+pub const ADMIN_PASSWORD: &str = "test-password";
+
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub data_dir: PathBuf,
+    agent: ureq::Agent,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Server {
+    /// A server on a fresh data directory.
+    pub fn start() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let mut s = Self::start_on(&dir, &[]);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// A server on `dir`, with extra environment variables.
+    pub fn start_on(dir: &Path, env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridlinks"));
+        cmd.args(["serve", "--data-dir"])
+            .arg(dir)
+            .args(["--http-bind", &format!("127.0.0.1:{port}")])
+            .env("GRIDLINKS_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            .env("GRIDLINKS_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start gridlinks");
+        let s = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            data_dir: dir.to_owned(),
+            agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
+            _tmp: None,
+        };
+        s.wait_ready();
+        s
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(r) = self.agent.get(&format!("{}/healthz", self.base)).call() {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("gridlinks did not become ready");
+    }
+
+    /// Any request; returns (status, body). `token` goes in `X-Authorization`.
+    pub fn req(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+        let mut r = self.agent.request(method, &format!("{}{}", self.base, path));
+        if let Some(t) = token {
+            r = r.set("X-Authorization", &format!("Bearer {t}"));
+        }
+        r = r.set("Content-Type", "application/json");
+        let res = match body {
+            Some(b) => r.send_string(b),
+            None => r.call(),
+        };
+        match res {
+            Ok(resp) => (resp.status(), resp.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap_or_default()),
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    }
+
+    pub fn json(&self, method: &str, path: &str, token: &str, body: Option<J>) -> (u16, J) {
+        let (s, b) = self.req(method, path, Some(token), body.map(|b| b.to_string()).as_deref());
+        (s, serde_json::from_str(&b).unwrap_or(J::Null))
+    }
+
+    pub fn login(&self) -> String {
+        let (s, b) = self.req(
+            "POST",
+            "/api/auth/login",
+            None,
+            Some(&json!({"username":"admin","password":ADMIN_PASSWORD}).to_string()),
+        );
+        assert_eq!(s, 200, "{b}");
+        let v: J = serde_json::from_str(&b).unwrap();
+        v["token"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates a device with the given token; returns its id.
+    pub fn device(&self, jwt: &str, name: &str, token: &str) -> String {
+        let (s, d) = self.json("POST", &format!("/api/device?accessToken={token}"), jwt, Some(json!({"name": name, "type": "sensor"})));
+        assert_eq!(s, 200, "{d}");
+        d["id"]["id"].as_str().unwrap().to_owned()
+    }
+
+    pub fn telemetry(&self, token: &str, body: &str) -> u16 {
+        self.req("POST", &format!("/api/v1/{token}/telemetry"), None, Some(body)).0
+    }
+
+    pub fn sigterm(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        self.child.wait().unwrap()
+    }
+
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
