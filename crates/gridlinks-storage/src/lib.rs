@@ -69,7 +69,7 @@ pub enum StoreError {
     #[error("device with name '{0}' already exists")]
     NameTaken(String),
     /// Another device uses this access token.
-    #[error("device with such access token already exists")]
+    #[error("Device credentials are already assigned to another device!")]
     TokenTaken,
     /// The device does not exist (or was deleted).
     #[error("device not found")]

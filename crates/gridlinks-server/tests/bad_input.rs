@@ -1,0 +1,87 @@
+//! Bad input gets a clear 4xx and leaves stored data untouched.
+
+mod common;
+use common::*;
+
+#[test]
+fn bad_input_is_refused_clearly_and_harms_nothing() {
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "victim", "GOOD");
+    assert_eq!(s.telemetry("GOOD", r#"{"ts":1000,"values":{"t":1}}"#), 200);
+    let base = format!("/api/plugins/telemetry/DEVICE/{id}");
+    let snapshot = |s: &Server| {
+        let (_, h) = s.json("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=9999999999999"), &jwt, None);
+        let (_, k) = s.json("GET", &format!("{base}/keys/timeseries"), &jwt, None);
+        let (_, a) = s.json("GET", &format!("{base}/values/attributes"), &jwt, None);
+        let (_, d) = s.json("GET", "/api/tenant/devices?pageSize=100&page=0", &jwt, None);
+        (h, k, a, d["totalElements"].clone())
+    };
+    let before = snapshot(&s);
+
+    let message = |body: &str| serde_json::from_str::<J>(body).unwrap()["message"].as_str().unwrap().to_owned();
+    let tel = |token: &str, body: &str| s.req("POST", &format!("/api/v1/{token}/telemetry"), None, Some(body));
+
+    // Wrong or missing token.
+    assert_eq!(tel("WRONG", r#"{"t":2}"#).0, 401);
+    assert_eq!(s.req("POST", "/api/v1//telemetry", None, Some(r#"{"t":2}"#)).0, 401);
+    // Malformed JSON and wrong shapes say what is wrong.
+    let (st, b) = tel("GOOD", r#"{"t":"#);
+    assert!(st == 400 && message(&b).contains("invalid JSON"), "{b}");
+    let (st, b) = tel("GOOD", "[1,2]");
+    assert!(st == 400 && message(&b).contains("array element 0"), "{b}");
+    let (st, b) = tel("GOOD", r#"{"ts":"yesterday","values":{"t":2}}"#);
+    assert!(st == 400 && message(&b).contains("ts"), "{b}");
+    assert_eq!(tel("GOOD", r#""just a string""#).0, 400);
+    assert_eq!(tel("GOOD", "{}").0, 400);
+    // Non-finite numbers.
+    assert_eq!(tel("GOOD", r#"{"t":1e999}"#).0, 400);
+    assert_eq!(tel("GOOD", r#"{"t":NaN}"#).0, 400);
+    assert_eq!(tel("GOOD", r#"{"t":Infinity}"#).0, 400);
+    // Huge key names.
+    let long_key = "k".repeat(300);
+    let (st, b) = tel("GOOD", &format!(r#"{{"{long_key}":1}}"#));
+    assert!(st == 400 && message(&b).contains("longer than"), "{b}");
+    // Huge body.
+    let huge = format!(r#"{{"t":"{}"}}"#, "x".repeat(200_000));
+    assert_eq!(tel("GOOD", &huge).0, 413);
+    // Attributes of the wrong shape.
+    assert_eq!(s.req("POST", "/api/v1/GOOD/attributes", None, Some("[1]")).0, 400);
+    assert_eq!(s.req("POST", &format!("{base}/attributes/SERVER_SCOPE"), Some(&jwt), Some(r#"{"a":null}"#)).0, 400);
+    assert_eq!(s.req("POST", &format!("{base}/attributes/NOT_A_SCOPE"), Some(&jwt), Some(r#"{"a":1}"#)).0, 400);
+
+    // Unknown query parameters and out-of-range values.
+    let (st, b) = s.req("GET", &format!("{base}/values/timeseries?keys=t&startTS=0"), Some(&jwt), None);
+    assert!(st == 400 && message(&b).contains("startTS"), "{b}");
+    assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=0&page=0", Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=-5&page=0", Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=1000000&page=0", Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=99999999999999999999&page=0", Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=10&page=-1", Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=10&page=0&sortOrder=SIDEWAYS", Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=10&agg=MEDIAN&interval=1"), Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=9999999999999&agg=AVG&interval=1"), Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=10&endTs=0"), Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=10&limit=0"), Some(&jwt), None).0, 400);
+    assert_eq!(s.req("DELETE", &format!("{base}/timeseries/delete?keys=t"), Some(&jwt), None).0, 400);
+    assert_eq!(s.req("DELETE", &format!("{base}/timeseries/delete?startTs=0&endTs=1"), Some(&jwt), None).0, 400);
+    assert_eq!(s.req("GET", "/api/plugins/telemetry/ASSET/x/values/timeseries", Some(&jwt), None).0, 400);
+
+    // Malformed admin requests.
+    assert_eq!(s.req("POST", "/api/device", Some(&jwt), Some("{not json")).0, 400);
+    assert_eq!(s.req("POST", "/api/device", Some(&jwt), Some(r#"{"type":"no name"}"#)).0, 400);
+    assert_eq!(s.req("POST", "/api/device", Some(&jwt), Some(&json!({"name": "n".repeat(300)}).to_string())).0, 400);
+    assert_eq!(s.req("POST", "/api/auth/login", None, Some("garbage")).0, 401);
+
+    // SQL-ish strings are just names: stored verbatim, harmless.
+    let evil = "x'); DROP TABLE devices; --";
+    let (st, d) = s.json("POST", "/api/device", &jwt, Some(json!({"name": evil})));
+    assert_eq!((st, d["name"].as_str()), (200, Some(evil)));
+    let (st, found) = s.json("GET", "/api/tenant/devices?deviceName=x%27%29%3B%20DROP%20TABLE%20devices%3B%20--", &jwt, None);
+    assert_eq!((st, found["name"].as_str()), (200, Some(evil)));
+    assert_eq!(s.req("DELETE", &format!("/api/device/{}", d["id"]["id"].as_str().unwrap()), Some(&jwt), None).0, 200);
+
+    assert_eq!(snapshot(&s), before, "bad input changed stored data");
+    let (_, m) = s.req("GET", "/metrics", None, None);
+    assert!(m.lines().any(|l| l.starts_with("gridlinks_payload_rejected_total ") && !l.ends_with(" 0")), "{m}");
+}

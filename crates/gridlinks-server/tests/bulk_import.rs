@@ -1,0 +1,58 @@
+//! ThingsBoard's CSV bulk import.
+
+mod common;
+use common::*;
+
+fn mapping(update: bool) -> J {
+    json!({
+        "columns": [
+            {"type":"NAME"}, {"type":"TYPE"}, {"type":"LABEL"}, {"type":"ACCESS_TOKEN"},
+            {"type":"SHARED_ATTRIBUTE","key":"interval"}, {"type":"SERVER_ATTRIBUTE","key":"site"},
+            {"type":"TIMESERIES","key":"temp"}
+        ],
+        "delimiter": ",", "update": update, "header": true
+    })
+}
+
+#[test]
+fn import_creates_updates_and_reports_lines() {
+    let s = Server::start();
+    let jwt = s.login();
+    let csv = "name,type,label,token,interval,site,temp\n\
+               d1,meter,\"Floor 1, east\",TOK1,30,A,20.5\n\
+               ,meter,,TOK2,,,\n\
+               d3,meter,,TOK1,,,\n\
+               d4,,,,true,B,\n";
+    let (st, r) = s.json("POST", "/api/device/bulk_import", &jwt, Some(json!({"file": csv, "mapping": mapping(true)})));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!((r["created"].as_i64(), r["updated"].as_i64(), r["errors"].as_i64()), (Some(2), Some(0), Some(2)));
+    let errs: Vec<&str> = r["errorsList"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert!(errs.iter().any(|e| e.starts_with("Line 3:") && e.contains("name")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.starts_with("Line 4:") && e.contains("credentials")), "{errs:?}");
+
+    let (_, d1) = s.json("GET", "/api/tenant/devices?deviceName=d1", &jwt, None);
+    assert_eq!((d1["type"].as_str(), d1["label"].as_str()), (Some("meter"), Some("Floor 1, east")));
+    let id = d1["id"]["id"].as_str().unwrap();
+    let (_, attrs) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes"), &jwt, None);
+    assert!(attrs.as_array().unwrap().iter().any(|a| a["key"] == "interval" && a["value"] == 30));
+    assert!(attrs.as_array().unwrap().iter().any(|a| a["key"] == "site" && a["value"] == "A"));
+    let (_, ts) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=temp"), &jwt, None);
+    assert_eq!(ts["temp"][0]["value"], "20.5");
+    assert_eq!(s.telemetry("TOK1", r#"{"x":1}"#), 200);
+
+    // Re-import updates instead of duplicating.
+    let csv2 = "name,type,label,token,interval,site,temp\nd1,meter2,,TOK1B,60,,\n";
+    let (_, r) = s.json("POST", "/api/device/bulk_import", &jwt, Some(json!({"file": csv2, "mapping": mapping(true)})));
+    assert_eq!((r["created"].as_i64(), r["updated"].as_i64(), r["errors"].as_i64()), (Some(0), Some(1), Some(0)));
+    let (_, p) = s.json("GET", "/api/tenant/devices?pageSize=100&page=0", &jwt, None);
+    assert_eq!(p["totalElements"], 2);
+    assert_eq!(s.telemetry("TOK1", r#"{"x":1}"#), 401, "old token replaced");
+    assert_eq!(s.telemetry("TOK1B", r#"{"x":1}"#), 200);
+    let (_, attrs) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/SHARED_SCOPE"), &jwt, None);
+    assert_eq!(attrs[0]["value"], 60);
+
+    // Unsupported column types and bad requests are refused as a whole.
+    let bad = json!({"file":"a\n","mapping":{"columns":[{"type":"X509"}],"delimiter":",","update":true,"header":false}});
+    assert_eq!(s.json("POST", "/api/device/bulk_import", &jwt, Some(bad)).0, 400);
+    assert_eq!(s.req("POST", "/api/device/bulk_import", Some(&jwt), Some("{}")).0, 400);
+}
