@@ -75,6 +75,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/auth/login", post(api::login))
         .route("/api/auth/token", post(api::refresh))
+        .route("/api/auth/user", get(api::current_user))
+        .route("/api/deviceProfileInfo/default", get(api::default_profile_info))
+        .route("/api/deviceProfileInfos", get(api::profile_infos))
         .route("/api/device", post(api::save_device))
         .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
         .route("/api/device/{id}/credentials", get(api::get_credentials))
@@ -84,6 +87,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/api/tenant/devices", get(api::list_devices))
         .route(&format!("{tel}/values/timeseries"), get(api::get_timeseries))
+        .route(&format!("{tel}/values/timeseries/history"), get(api::get_timeseries_history))
         .route(&format!("{tel}/keys/timeseries"), get(api::ts_keys))
         .route(&format!("{tel}/keys/attributes"), get(api::attr_keys))
         .route(&format!("{tel}/keys/attributes/{{scope}}"), get(api::attr_keys_scope))
@@ -92,7 +96,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{tel}/attributes/{{scope}}"), post(api::post_attributes))
         .route(&format!("{tel}/timeseries/delete"), delete(api::delete_timeseries))
         .route(&format!("{tel}/timeseries/{{scope}}"), post(api::post_timeseries))
-        .route(&format!("{tel}/{{scope}}"), delete(api::delete_attributes))
+        .route(&format!("{tel}/{{scope}}"), delete(api::delete_attributes).post(api::post_attributes))
+        // ThingsBoard's older device-only form: /api/plugins/telemetry/{deviceId}/{scope}.
+        .route(tel, post(api::post_device_attributes))
         .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
         .route(
             "/api/v1/{token}/attributes",

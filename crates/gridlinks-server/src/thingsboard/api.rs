@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value as J};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, Q};
+use super::extract::{lenient_bool, Admin, Body, Q};
 use super::model;
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
@@ -111,6 +111,7 @@ struct DeviceBody {
     device_type: Option<String>,
     label: Option<String>,
     additional_info: Option<J>,
+    device_profile_id: Option<EntityId>,
 }
 
 #[derive(Deserialize)]
@@ -133,7 +134,18 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
     let b: DeviceBody = parse_json(&body)?;
     let name = b.name.filter(|n| !n.trim().is_empty()).ok_or_else(|| ApiError::bad_request("Device name should be specified!"))?;
     check_len("name", &name)?;
-    let device_type = b.device_type.unwrap_or_default();
+    let device_type = match (b.device_type.filter(|t| !t.is_empty()), b.device_profile_id) {
+        (Some(t), _) => t,
+        // Clients that only know a profile id (tb-rest-client 4.3) get that profile's type.
+        (None, Some(profile)) => {
+            let types = device_types(&st).await?;
+            types
+                .into_iter()
+                .find(|t| model::profile_id(t).to_string() == profile.id)
+                .ok_or_else(|| ApiError::not_found(format!("Device profile with id [{}] is not found", profile.id)))?
+        }
+        (None, None) => String::new(),
+    };
     check_len("type", &device_type)?;
     if let Some(l) = &b.label {
         check_len("label", l)?;
@@ -266,6 +278,56 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
         .map(|d| model::device(d, st.tenant_id))
         .collect();
     Ok(Json(model::page(data, total, page_size, page)))
+}
+
+/// Every device type in use, plus `default` (GridLinks' device profiles).
+async fn device_types(st: &Arc<AppState>) -> ApiResult<Vec<String>> {
+    let store = st.store.clone();
+    let devices = blocking(move || store.devices()).await?;
+    let mut types: Vec<String> = devices.into_iter().map(|d| d.device_type).collect();
+    types.push("default".into());
+    types.sort();
+    types.dedup();
+    Ok(types)
+}
+
+/// `GET /api/deviceProfileInfo/default`.
+pub async fn default_profile_info(_: Admin, State(st): St) -> Json<J> {
+    Json(model::profile_info("default", st.tenant_id))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProfileListParams {
+    page_size: i64,
+    page: i64,
+    text_search: Option<String>,
+    sort_property: Option<String>,
+    sort_order: Option<String>,
+    transport_type: Option<String>,
+}
+
+/// `GET /api/deviceProfileInfos?pageSize=&page=`: one profile per device type.
+pub async fn profile_infos(_: Admin, State(st): St, Q(p): Q<ProfileListParams>) -> ApiResult<Json<J>> {
+    let _ = (p.sort_property, p.transport_type);
+    if p.page_size < 1 || p.page_size > st.cfg.http.max_page_size as i64 || p.page < 0 {
+        return Err(ApiError::bad_request("pageSize must be between 1 and http.max_page_size and page must not be negative"));
+    }
+    let mut types = device_types(&st).await?;
+    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
+        types.retain(|t| t.to_lowercase().contains(&q));
+    }
+    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
+        types.reverse();
+    }
+    let (size, page) = (p.page_size as usize, p.page as usize);
+    let data = types.iter().skip(page.saturating_mul(size)).take(size).map(|t| model::profile_info(t, st.tenant_id)).collect();
+    Ok(Json(model::page(data, types.len(), size, page)))
+}
+
+/// `GET /api/auth/user`: the logged-in administrator.
+pub async fn current_user(_: Admin, State(st): St) -> Json<J> {
+    Json(model::admin_user(&st.cfg.admin.user, st.tenant_id))
 }
 
 // ---- bulk import ----------------------------------------------------------------
@@ -464,6 +526,7 @@ pub struct TsParams {
     limit: Option<i64>,
     agg: Option<String>,
     order_by: Option<String>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     use_strict_data_types: Option<bool>,
 }
 
@@ -478,7 +541,24 @@ pub async fn get_timeseries(
     Path((et, id)): Path<(String, String)>,
     Q(p): Q<TsParams>,
 ) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, &et, &id).await?;
+    timeseries(st, &et, &id, p).await
+}
+
+/// `GET …/values/timeseries/history` (ThingsBoard 4.x): history only, startTs/endTs required.
+pub async fn get_timeseries_history(
+    _: Admin,
+    State(st): St,
+    Path((et, id)): Path<(String, String)>,
+    Q(p): Q<TsParams>,
+) -> ApiResult<Json<J>> {
+    if p.start_ts.is_none() || p.end_ts.is_none() {
+        return Err(ApiError::bad_request("startTs and endTs are required"));
+    }
+    timeseries(st, &et, &id, p).await
+}
+
+async fn timeseries(st: Arc<AppState>, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
+    let device = existing_device(&st, et, id).await?;
     let strict = p.use_strict_data_types.unwrap_or(false);
     let keys = key_list(p.keys.as_deref());
     let store = st.store.clone();
@@ -622,12 +702,27 @@ pub async fn post_attributes(
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let sc = scope(&sc)?;
+    save_attributes(&st, &et, &id, &sc, &body).await
+}
+
+/// `POST /api/plugins/telemetry/{deviceId}/{scope}`: ThingsBoard's older device-only form.
+pub async fn post_device_attributes(
+    _: Admin,
+    State(st): St,
+    Path((id, sc)): Path<(String, String)>,
+    Q(_): Q<NoParams>,
+    Body(body): Body,
+) -> ApiResult<StatusCode> {
+    save_attributes(&st, "DEVICE", &id, &sc, &body).await
+}
+
+async fn save_attributes(st: &Arc<AppState>, et: &str, id: &str, sc: &str, body: &[u8]) -> ApiResult<StatusCode> {
+    let sc = scope(sc)?;
     if sc == AttributeScope::Client {
         return Err(ApiError::bad_request("Invalid scope: CLIENT_SCOPE"));
     }
-    let device = existing_device(&st, &et, &id).await?;
-    let values = payload::parse_attributes(&body, st.payload_limits(), false).map_err(payload_error)?;
+    let device = existing_device(st, et, id).await?;
+    let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
     st.writer.submit(WriteOp::Attributes { device, scope: sc, values }).await?;
     Ok(StatusCode::OK)
 }
@@ -664,10 +759,13 @@ pub async fn post_timeseries(
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DeleteParams {
     keys: Option<String>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     delete_all_data_for_keys: Option<bool>,
     start_ts: Option<i64>,
     end_ts: Option<i64>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     delete_latest: Option<bool>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     rewrite_latest_if_deleted: Option<bool>,
 }
 

@@ -74,3 +74,15 @@ impl FromRequestParts<Arc<AppState>> for Admin {
         }
     }
 }
+
+/// A boolean query parameter parsed as Spring does: `true/false/on/off/yes/no/1/0`, any case
+/// (ThingsBoard's Python client sends `True`).
+pub fn lenient_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    let s: Option<String> = serde::Deserialize::deserialize(d)?;
+    match s.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("") => Ok(None),
+        Some("true" | "on" | "yes" | "1") => Ok(Some(true)),
+        Some("false" | "off" | "no" | "0") => Ok(Some(false)),
+        Some(other) => Err(serde::de::Error::custom(format!("'{other}' is not a boolean (true or false)"))),
+    }
+}

@@ -89,3 +89,33 @@ pub fn attributes(entries: &[AttributeEntry]) -> J {
             .collect(),
     )
 }
+
+/// A device profile info (GridLinks derives one profile per device type).
+pub fn profile_info(device_type: &str, tenant: Uuid) -> J {
+    json!({
+        "id": {"entityType": "DEVICE_PROFILE", "id": profile_id(device_type)},
+        "tenantId": {"entityType": "TENANT", "id": tenant},
+        "name": device_type,
+        "image": null,
+        "defaultDashboardId": null,
+        "type": "DEFAULT",
+        "transportType": "DEFAULT",
+    })
+}
+
+/// The administrator as `GET /api/auth/user` returns a ThingsBoard user.
+pub fn admin_user(name: &str, tenant: Uuid) -> J {
+    json!({
+        "id": {"entityType": "USER", "id": Uuid::new_v5(&tenant, name.as_bytes())},
+        "createdTime": 0,
+        "tenantId": {"entityType": "TENANT", "id": tenant},
+        "customerId": {"entityType": "CUSTOMER", "id": NULL_UUID},
+        "email": name,
+        "name": name,
+        "authority": "TENANT_ADMIN",
+        "firstName": null,
+        "lastName": null,
+        "phone": null,
+        "additionalInfo": {},
+    })
+}

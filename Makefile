@@ -1,0 +1,36 @@
+# GridLinks — the two commands that matter: `make run` and `make test`.
+CARGO  ?= cargo
+PYTHON ?= python3
+VENV   := target/pyenv
+
+.PHONY: run test rust-test compat-test bench-http bench-import bench-storage
+
+## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
+run:
+	$(CARGO) run --release -p gridlinks-server --bin gridlinks -- serve
+
+## The whole test suite: Rust unit + integration tests (real binary), then the
+## compatibility test with ThingsBoard's own Python REST client.
+test: rust-test compat-test
+
+rust-test:
+	$(CARGO) test --workspace
+
+$(VENV)/.installed: tests/compat/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r tests/compat/requirements.txt
+	touch $@
+
+compat-test: $(VENV)/.installed
+	$(CARGO) build -p gridlinks-server --bin gridlinks
+	GRIDLINKS_BIN=$(CURDIR)/target/debug/gridlinks $(VENV)/bin/python -m pytest -q tests/compat
+
+## Benchmarks (not part of `make test`; see docs/benchmarks.md).
+bench-http:
+	bench/http_ingest.sh 20 100 100 1
+
+bench-import:
+	bench/bulk_import.sh 30000
+
+bench-storage:
+	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync

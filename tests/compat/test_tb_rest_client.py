@@ -1,0 +1,325 @@
+"""Compatibility test: ThingsBoard's official Python REST client against GridLinks.
+
+The client (PyPI `tb-rest-client`, version pinned in requirements.txt next to
+this file) is used unchanged. The test starts its own gridlinks server on a
+free loopback port with a temporary data dir, drives it through the client,
+and stops it with SIGTERM.
+
+    pip install -r tests/compat/requirements.txt
+    python3 -m pytest -q tests/compat
+
+GRIDLINKS_BIN selects the binary (default: target/debug/gridlinks of this repository).
+
+The steps are separate test functions that share one server and one device,
+so they run in file order.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+
+import jwt
+import pytest
+import requests
+
+# tb-rest-client 4.4 has no rest_client_ce/RestClientCE any more: Community and
+# Professional Edition were merged into this one RestClient. (4.3's RestClientCE
+# cannot even build a Device without a device_profile_id; GridLinks serves
+# /api/deviceProfileInfo/default and /api/deviceProfileInfos for it.)
+from tb_rest_client.rest_client import RestClient as TbRestClient
+from tb_rest_client.models import Device
+from tb_rest_client.rest import ApiException
+
+GRIDLINKS_BIN = os.environ.get(
+    "GRIDLINKS_BIN",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "debug", "gridlinks"))
+ADMIN_USER = "admin"
+ADMIN_PASSWORD = "compat-pw-" + uuid.uuid4().hex[:8]
+DEVICE_NAME = "compat-thermo-1"
+DEVICE_TYPE = "thermostat"
+DEVICE_TOKEN = "compatTok" + uuid.uuid4().hex[:12]
+
+# Telemetry: an older point, then the one from the task; the latest must be the second.
+NOW_MS = int(time.time() * 1000)
+TS_OLD = NOW_MS - 60_000
+TS_NEW = NOW_MS - 30_000
+OLD_VALUES = {"temperature": 19.75, "on": False}
+NEW_VALUES = {"temperature": 21.5, "on": True}
+
+SERVER_ATTRS = {"firmware": "1.2.3", "threshold": 30, "calibrated": True, "gain": 0.25}
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _body(exc):
+    body = exc.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    return body or ""
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not os.access(GRIDLINKS_BIN, os.X_OK):
+        pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
+    tmp = tmp_path_factory.mktemp("gridlinks")
+    port = _free_port()
+    mqtt_port = _free_port()  # keep a future MQTT listener off the shared default 1883
+    log_path = tmp / "server.log"
+    env = dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=ADMIN_PASSWORD)
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
+         "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}"],
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            log.close()
+            pytest.fail(f"gridlinks exited early with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
+        try:
+            if requests.get(base + "/healthz", timeout=1).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            log.close()
+            pytest.fail(f"gridlinks not healthy within 60 s:\n{log_path.read_text(errors='replace')}")
+        time.sleep(0.1)
+
+    yield base
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        log.close()
+        pytest.fail("gridlinks did not stop within 20 s of SIGTERM")
+    log.close()
+    assert rc == 0, f"gridlinks exited with {rc} after SIGTERM:\n{log_path.read_text(errors='replace')}"
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    c = TbRestClient(base_url=server)
+    c.login(username=ADMIN_USER, password=ADMIN_PASSWORD)
+    yield c
+    c.stop()  # the refresh thread is never started; stop() only sets its event
+
+
+@pytest.fixture(scope="module")
+def state():
+    """Values handed from one step to the next (device id, ...)."""
+    return {}
+
+
+def _device_id(state):
+    if "device_id" not in state:
+        pytest.fail("no device: the save_device step did not succeed")
+    return state["device_id"]
+
+
+# ---------------------------------------------------------------- steps
+
+def test_login(client):
+    token = client.get_token()
+    assert isinstance(token, str) and token.count(".") == 2, f"login gave no JWT: {client.token_info!r}"
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["sub"] == ADMIN_USER
+    assert "TENANT_ADMIN" in claims["scopes"]
+    assert claims["exp"] > time.time()
+    assert client.token_info["exp"] == claims["exp"]
+    assert client.token_info["refreshToken"], "login response had no refreshToken"
+
+
+def test_login_wrong_password_is_rejected(server):
+    r = requests.post(server + "/api/auth/login", json={"username": ADMIN_USER, "password": "wrong"}, timeout=10)
+    assert r.status_code == 401
+    assert "token" not in r.json()
+
+
+def test_save_device(client, state):
+    device = client.save_device(body=Device(name=DEVICE_NAME, type=DEVICE_TYPE), access_token=DEVICE_TOKEN)
+    assert isinstance(device, Device)
+    assert device.name == DEVICE_NAME
+    assert device.type == DEVICE_TYPE
+    assert device.id.entity_type == "DEVICE"
+    uuid.UUID(device.id.id)  # a real UUID
+    assert device.tenant_id.entity_type == "TENANT"
+    assert device.device_profile_id.entity_type == "DEVICE_PROFILE"
+    assert abs(device.created_time - int(time.time() * 1000)) < 120_000
+    state["device_id"] = device.id
+    state["device"] = device
+
+
+def test_get_device_by_id(client, state):
+    device_id = _device_id(state)
+    device = client.get_device_by_id(device_id=device_id)
+    assert isinstance(device, Device)
+    assert device.id.id == device_id.id
+    assert device.id.entity_type == "DEVICE"
+    assert device.name == DEVICE_NAME
+    assert device.type == DEVICE_TYPE
+    assert device.created_time == state["device"].created_time
+    assert device.tenant_id.id == state["device"].tenant_id.id
+
+
+def test_get_tenant_devices(client, state):
+    device_id = _device_id(state)
+    page = client.get_tenant_devices(page_size=10, page=0)
+    assert page.total_elements == 1
+    assert page.total_pages == 1
+    assert page.has_next is False
+    assert len(page.data) == 1
+    only = page.data[0]
+    assert isinstance(only, Device)
+    assert only.id.id == device_id.id
+    assert only.name == DEVICE_NAME
+    assert only.type == DEVICE_TYPE
+
+
+def test_get_device_credentials(client, state):
+    device_id = _device_id(state)
+    creds = client.get_device_credentials_by_device_id(device_id=device_id)
+    assert creds.credentials_id == DEVICE_TOKEN
+    assert creds.credentials_type == "ACCESS_TOKEN"
+    assert creds.device_id.id == device_id.id
+    assert creds.device_id.entity_type == "DEVICE"
+
+
+def test_post_telemetry_via_device_api(server, state):
+    _device_id(state)
+    for ts, values in ((TS_OLD, OLD_VALUES), (TS_NEW, NEW_VALUES)):
+        r = requests.post(f"{server}/api/v1/{DEVICE_TOKEN}/telemetry",
+                          json={"ts": ts, "values": values}, timeout=10)
+        assert r.status_code == 200, r.text
+    state["telemetry_posted"] = True
+
+
+def test_latest_timeseries(client, state):
+    device_id = _device_id(state)
+    assert state.get("telemetry_posted"), "telemetry step did not succeed"
+    latest = client.get_latest_timeseries(entity_id=device_id, keys="temperature,on")
+    assert set(latest) == {"temperature", "on"}
+    # Without useStrictDataTypes ThingsBoard returns every value as a string.
+    assert [(p.ts, p.value) for p in latest["temperature"]] == [(TS_NEW, "21.5")]
+    assert [(p.ts, p.value) for p in latest["on"]] == [(TS_NEW, "true")]
+
+
+def test_latest_timeseries_strict_types(client, state):
+    device_id = _device_id(state)
+    assert state.get("telemetry_posted"), "telemetry step did not succeed"
+    # The client sends useStrictDataTypes=True (a Python bool, capital T).
+    latest = client.get_latest_timeseries(entity_id=device_id, keys="temperature,on",
+                                          use_strict_data_types=True)
+    assert [(p.ts, p.value) for p in latest["temperature"]] == [(TS_NEW, 21.5)]
+    assert [(p.ts, p.value) for p in latest["on"]] == [(TS_NEW, True)]
+
+
+def test_timeseries_history(client, state):
+    device_id = _device_id(state)
+    assert state.get("telemetry_posted"), "telemetry step did not succeed"
+    # Client 4.4 calls GET .../values/timeseries/history.
+    history = client.get_timeseries(entity_id=device_id, keys="temperature,on",
+                                    start_ts=TS_OLD - 1000, end_ts=TS_NEW + 1000)
+    assert set(history) == {"temperature", "on"}
+    # Default order is DESC, values as strings (no useStrictDataTypes).
+    assert [(p.ts, p.value) for p in history["temperature"]] == [(TS_NEW, "21.5"), (TS_OLD, "19.75")]
+    assert [(p.ts, p.value) for p in history["on"]] == [(TS_NEW, "true"), (TS_OLD, "false")]
+
+
+def test_timeseries_keys(client, state):
+    device_id = _device_id(state)
+    assert state.get("telemetry_posted"), "telemetry step did not succeed"
+    assert sorted(client.get_timeseries_keys_v1(entity_id=device_id)) == ["on", "temperature"]
+
+
+def _assert_server_attrs(client, device_id, expected):
+    attrs = client.get_attributes_by_scope(entity_id=device_id, scope="SERVER_SCOPE",
+                                           keys=",".join(expected))
+    got = {a.key: a.value for a in attrs}
+    assert got == expected
+    for a in attrs:
+        assert type(a.value) is type(expected[a.key]), (a.key, a.value)
+        assert abs(a.last_update_ts - int(time.time() * 1000)) < 120_000
+    # get_attributes (all scopes) sees the same server-scope values
+    every = {a.key: a.value for a in client.get_attributes(entity_id=device_id, keys=",".join(expected))}
+    assert every == expected
+    assert sorted(client.get_attribute_keys_by_scope(entity_id=device_id, scope="SERVER_SCOPE")) \
+        == sorted(expected)
+
+
+def test_save_device_attributes(client, state):
+    device_id = _device_id(state)
+    attrs = {"location": "boiler-room", "maxTemp": 80}
+    # The legacy device-only route: POST /api/plugins/telemetry/{deviceId}/{scope}.
+    client.save_device_attributes(device_id=device_id, scope="SERVER_SCOPE", body=attrs)
+    got = {a.key: a.value for a in client.get_attributes_by_scope(
+        entity_id=device_id, scope="SERVER_SCOPE", keys="location,maxTemp")}
+    assert got == attrs
+
+
+def test_save_entity_attributes_and_read_back(client, state):
+    device_id = _device_id(state)
+    # POST /api/plugins/telemetry/DEVICE/{id}/attributes/SERVER_SCOPE
+    result = client.save_entity_attributes_v2(entity_id=device_id, scope="SERVER_SCOPE", body=SERVER_ATTRS)
+    assert result is None
+    # ... plus those test_save_device_attributes saved through the legacy route.
+    expected = dict(SERVER_ATTRS, location="boiler-room", maxTemp=80)
+    _assert_server_attrs(client, device_id, expected)
+    # The older entity form POST .../DEVICE/{id}/{scope} writes too.
+    client.save_entity_attributes_v1(entity_id=device_id, scope="SERVER_SCOPE", body={"floor": 3})
+    got = {a.key: a.value for a in client.get_attributes_by_scope(entity_id=device_id, scope="SERVER_SCOPE", keys="floor")}
+    assert got == {"floor": 3}
+    # Server-scope attributes are not client-scope attributes.
+    assert client.get_attributes_by_scope(entity_id=device_id, scope="CLIENT_SCOPE") == []
+
+
+def test_current_user_and_device_profiles(client):
+    user = client.get_user()
+    assert user.authority == "TENANT_ADMIN"
+    assert user.email == "admin"
+    default = client.get_default_device_profile_info()
+    assert default.name == "default"
+    infos = client.get_device_profile_infos(page_size=10, page=0)
+    names = sorted(p.name for p in infos.data)
+    assert "default" in names and infos.total_elements == len(names)
+
+
+def test_delete_device(server, client, state):
+    device_id = _device_id(state)
+    # the token works right before the delete ...
+    r = requests.post(f"{server}/api/v1/{DEVICE_TOKEN}/telemetry", json={"temperature": 22.0}, timeout=10)
+    assert r.status_code == 200, r.text
+
+    assert client.delete_device(device_id=device_id) is None
+
+    # ... and is refused right after it
+    r = requests.post(f"{server}/api/v1/{DEVICE_TOKEN}/telemetry",
+                      json={"ts": NOW_MS, "values": NEW_VALUES}, timeout=10)
+    assert r.status_code == 401, (r.status_code, r.text)
+
+    with pytest.raises(ApiException) as err:
+        client.get_device_by_id(device_id=device_id)
+    assert err.value.status == 404
+    assert json.loads(_body(err.value))["status"] == 404
+
+    page = client.get_tenant_devices(page_size=10, page=0)
+    assert page.total_elements == 0
+    assert page.data == []
