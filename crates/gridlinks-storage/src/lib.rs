@@ -161,6 +161,8 @@ pub(crate) struct Inner {
     pub ks: Keyspaces,
     /// Access token → device, so device authentication costs no storage read.
     pub tokens: TokenCache,
+    /// Set once a commit or sync failed; fjall refuses writes from then on.
+    pub failed: std::sync::atomic::AtomicBool,
     /// Key-name dictionary shared by the writer (which interns) and readers (which resolve).
     pub keys: RwLock<KeyDict>,
 }
@@ -211,14 +213,14 @@ impl Store {
                 ks,
                 keys: RwLock::new(keys),
                 tokens: TokenCache::default(),
+                failed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
 
     /// True once a write has failed in a way that makes further writes unsafe.
     pub fn is_poisoned(&self) -> bool {
-        // fjall refuses every write after a failed journal write or fsync.
-        self.inner.db.batch().commit().is_err()
+        self.inner.failed.load(Ordering::Acquire)
     }
 
     /// Reads a small setting from `meta`.

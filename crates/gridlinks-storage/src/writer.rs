@@ -306,6 +306,7 @@ impl Writer {
                 };
                 if let Err(e) = self.store.inner.db.persist(mode) {
                     tracing::error!(error = %e, "journal sync failed; refusing further writes");
+                    self.store.inner.failed.store(true, Ordering::Release);
                     self.latest.clear();
                     for r in &mut results {
                         *r = Err(StoreError::CommitFailed(e.to_string()));
@@ -362,9 +363,12 @@ impl Writer {
                 heavy => {
                     self.commit_segment(&mut seg, &mut results);
                     results[i] = self.heavy(heavy);
-                    if results[i].is_err() {
+                    if let Err(e) = &results[i] {
                         // Whatever it half-did is not committed; forget cached state.
                         self.latest.clear();
+                        if matches!(e, StoreError::Db(_)) {
+                            self.store.inner.failed.store(true, Ordering::Release);
+                        }
                     }
                 }
             }
@@ -522,6 +526,7 @@ impl Writer {
             .fetch_add(std::mem::take(&mut seg.records), Ordering::Relaxed);
         if let Err(e) = outcome {
             tracing::error!(error = %e, "batch commit failed");
+            self.store.inner.failed.store(true, Ordering::Release);
             self.latest.clear();
             for &i in &seg.members {
                 results[i] = Err(StoreError::CommitFailed(e.to_string()));
