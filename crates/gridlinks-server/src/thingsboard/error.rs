@@ -101,6 +101,10 @@ impl IntoResponse for ApiError {
             "timestamp": Ts::now().0,
         });
         let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body is never read, so this connection cannot be reused.
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
