@@ -1,0 +1,177 @@
+//! Live sessions per device. A connection registers when its CONNECT is accepted and
+//! gets a bounded outbound queue; the rest of the server delivers to a device by topic,
+//! and only sessions subscribed to a matching filter receive the message.
+//!
+//! A session whose queue is full is not read from by its client: it is closed rather than
+//! letting messages vanish silently (the device re-syncs on reconnect).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gridlinks_types::DeviceId;
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, Notify};
+
+use crate::topic::matches;
+
+/// Identifies one live connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionId(pub u64);
+
+/// A message for one connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outbound {
+    /// Topic to publish on.
+    pub topic: String,
+    /// Payload.
+    pub payload: Bytes,
+    /// Granted QoS of the matching subscription (0 or 1).
+    pub qos: u8,
+}
+
+/// What a connection keeps to receive messages and close requests.
+pub struct SessionLink {
+    /// Its id.
+    pub id: SessionId,
+    /// Messages to publish to the client.
+    pub rx: mpsc::Receiver<Outbound>,
+    /// Notified when the session must close (device deleted, queue overflow).
+    pub close: Arc<Notify>,
+}
+
+struct Entry {
+    id: SessionId,
+    tx: mpsc::Sender<Outbound>,
+    close: Arc<Notify>,
+    /// (filter, granted QoS).
+    subs: Vec<(String, u8)>,
+}
+
+/// All live sessions, by device.
+#[derive(Default)]
+pub struct Sessions {
+    by_device: RwLock<HashMap<DeviceId, Vec<Entry>>>,
+    next: AtomicU64,
+    closed_on_overflow: AtomicU64,
+}
+
+impl Sessions {
+    /// Registers a new session of `device` with an outbound queue of `capacity`.
+    pub fn register(&self, device: DeviceId, capacity: usize) -> SessionLink {
+        let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let close = Arc::new(Notify::new());
+        self.by_device.write().entry(device).or_default().push(Entry {
+            id,
+            tx,
+            close: close.clone(),
+            subs: Vec::new(),
+        });
+        SessionLink { id, rx, close }
+    }
+
+    /// Removes a session (on disconnect).
+    pub fn unregister(&self, device: DeviceId, id: SessionId) {
+        let mut map = self.by_device.write();
+        if let Some(list) = map.get_mut(&device) {
+            list.retain(|e| e.id != id);
+            if list.is_empty() {
+                map.remove(&device);
+            }
+        }
+    }
+
+    /// Adds or replaces a subscription of a session.
+    pub fn subscribe(&self, device: DeviceId, id: SessionId, filter: &str, qos: u8) {
+        let mut map = self.by_device.write();
+        if let Some(e) = map.get_mut(&device).and_then(|l| l.iter_mut().find(|e| e.id == id)) {
+            e.subs.retain(|(f, _)| f != filter);
+            e.subs.push((filter.to_owned(), qos));
+        }
+    }
+
+    /// Removes a subscription; returns whether it existed.
+    pub fn unsubscribe(&self, device: DeviceId, id: SessionId, filter: &str) -> bool {
+        let mut map = self.by_device.write();
+        match map.get_mut(&device).and_then(|l| l.iter_mut().find(|e| e.id == id)) {
+            Some(e) => {
+                let before = e.subs.len();
+                e.subs.retain(|(f, _)| f != filter);
+                e.subs.len() != before
+            }
+            None => false,
+        }
+    }
+
+    /// Publishes to every session of `device` subscribed to a filter matching `topic`;
+    /// returns how many sessions got it. A session whose queue is full is closed.
+    pub fn deliver(&self, device: DeviceId, topic: &str, payload: Bytes) -> usize {
+        let map = self.by_device.read();
+        let Some(list) = map.get(&device) else { return 0 };
+        let mut delivered = 0;
+        for e in list {
+            let Some(qos) = e.subs.iter().filter(|(f, _)| matches(f, topic)).map(|(_, q)| *q).max() else {
+                continue;
+            };
+            match e.tx.try_send(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos }) {
+                Ok(()) => delivered += 1,
+                Err(_) => {
+                    self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
+                    e.close.notify_one();
+                }
+            }
+        }
+        delivered
+    }
+
+    /// Closes every session of `device` (it was deleted).
+    pub fn close_device(&self, device: DeviceId) -> usize {
+        let map = self.by_device.read();
+        map.get(&device).map_or(0, |list| {
+            list.iter().for_each(|e| e.close.notify_one());
+            list.len()
+        })
+    }
+
+    /// Number of live sessions.
+    pub fn count(&self) -> usize {
+        self.by_device.read().values().map(Vec::len).sum()
+    }
+
+    /// Sessions closed because their outbound queue was full.
+    pub fn closed_on_overflow(&self) -> u64 {
+        self.closed_on_overflow.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn delivery_follows_subscriptions_and_overflow_closes() {
+        let s = Sessions::default();
+        let d = DeviceId::new_random();
+        let mut a = s.register(d, 1);
+        let mut b = s.register(d, 1);
+        s.subscribe(d, a.id, "v1/devices/me/rpc/request/+", 1);
+        s.subscribe(d, b.id, "v1/devices/me/attributes", 0);
+        assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/1", Bytes::from_static(b"{}")), 1);
+        let m = a.rx.recv().await.unwrap();
+        assert_eq!((m.topic.as_str(), m.qos), ("v1/devices/me/rpc/request/1", 1));
+        assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"1")), 1);
+        // b's queue (capacity 1) is now full: the next delivery closes it instead of dropping silently.
+        assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"2")), 0);
+        assert_eq!(s.closed_on_overflow(), 1);
+        tokio::time::timeout(std::time::Duration::from_secs(1), b.close.notified()).await.unwrap();
+        assert_eq!(b.rx.recv().await.unwrap().payload, Bytes::from_static(b"1"));
+        assert!(s.unsubscribe(d, a.id, "v1/devices/me/rpc/request/+"));
+        assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/2", Bytes::new()), 0);
+        assert_eq!(s.close_device(d), 2);
+        s.unregister(d, a.id);
+        s.unregister(d, b.id);
+        assert_eq!(s.count(), 0);
+    }
+}
