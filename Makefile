@@ -3,7 +3,7 @@ CARGO  ?= cargo
 PYTHON ?= python3
 VENV   := target/pyenv
 
-.PHONY: run test rust-test compat-test bench-http bench-import bench-storage
+.PHONY: run test deps rust-test compat-test bench-http bench-import bench-storage
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -11,7 +11,12 @@ run:
 
 ## The whole test suite: Rust unit + integration tests (real binary), then the
 ## compatibility test with ThingsBoard's own Python REST client.
-test: rust-test compat-test
+test: deps rust-test compat-test
+
+## Debian packages the tests use as real peers (Mosquitto's clients); installed when missing.
+deps:
+	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients >/dev/null; }
 
 rust-test:
 	$(CARGO) test --workspace

@@ -4,15 +4,18 @@
 //!
 //! A session whose queue is full is not read from by its client: it is closed rather than
 //! letting messages vanish silently (the device re-syncs on reconnect).
+//!
+//! The queue is a `VecDeque` behind a mutex plus a `Notify`: an idle session allocates
+//! nothing for it (a channel would pre-allocate a block of slots per connection).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use gridlinks_types::DeviceId;
-use parking_lot::RwLock;
-use tokio::sync::{mpsc, Notify};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
 
 use crate::topic::matches;
 
@@ -31,20 +34,45 @@ pub struct Outbound {
     pub qos: u8,
 }
 
+/// A session's inbox: queued messages and the close flag, with one wake-up for both.
+#[derive(Default)]
+pub struct Inbox {
+    queue: Mutex<VecDeque<Outbound>>,
+    closed: AtomicBool,
+    /// Woken when a message is queued or the session must close.
+    pub wake: Notify,
+}
+
+impl Inbox {
+    /// Takes every queued message.
+    pub fn drain(&self) -> VecDeque<Outbound> {
+        std::mem::take(&mut *self.queue.lock())
+    }
+
+    /// True once the session must close (device deleted, queue overflow).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+}
+
 /// What a connection keeps to receive messages and close requests.
 pub struct SessionLink {
     /// Its id.
     pub id: SessionId,
-    /// Messages to publish to the client.
-    pub rx: mpsc::Receiver<Outbound>,
-    /// Notified when the session must close (device deleted, queue overflow).
-    pub close: Arc<Notify>,
+    /// Messages for the client and the close flag.
+    pub inbox: Arc<Inbox>,
 }
 
 struct Entry {
     id: SessionId,
-    tx: mpsc::Sender<Outbound>,
-    close: Arc<Notify>,
+    inbox: Arc<Inbox>,
+    /// Most queued messages before the session is closed as too slow.
+    capacity: usize,
     /// (filter, granted QoS).
     subs: Vec<(String, u8)>,
 }
@@ -61,15 +89,14 @@ impl Sessions {
     /// Registers a new session of `device` with an outbound queue of `capacity`.
     pub fn register(&self, device: DeviceId, capacity: usize) -> SessionLink {
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed));
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        let close = Arc::new(Notify::new());
+        let inbox = Arc::new(Inbox::default());
         self.by_device.write().entry(device).or_default().push(Entry {
             id,
-            tx,
-            close: close.clone(),
+            inbox: inbox.clone(),
+            capacity: capacity.max(1),
             subs: Vec::new(),
         });
-        SessionLink { id, rx, close }
+        SessionLink { id, inbox }
     }
 
     /// Removes a session (on disconnect).
@@ -115,12 +142,16 @@ impl Sessions {
             let Some(qos) = e.subs.iter().filter(|(f, _)| matches(f, topic)).map(|(_, q)| *q).max() else {
                 continue;
             };
-            match e.tx.try_send(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos }) {
-                Ok(()) => delivered += 1,
-                Err(_) => {
-                    self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
-                    e.close.notify_one();
-                }
+            let mut queue = e.inbox.queue.lock();
+            if queue.len() >= e.capacity {
+                drop(queue);
+                self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
+                e.inbox.close();
+            } else {
+                queue.push_back(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos });
+                drop(queue);
+                e.inbox.wake.notify_one();
+                delivered += 1;
             }
         }
         delivered
@@ -130,7 +161,7 @@ impl Sessions {
     pub fn close_device(&self, device: DeviceId) -> usize {
         let map = self.by_device.read();
         map.get(&device).map_or(0, |list| {
-            list.iter().for_each(|e| e.close.notify_one());
+            list.iter().for_each(|e| e.inbox.close());
             list.len()
         })
     }
@@ -154,19 +185,20 @@ mod tests {
     async fn delivery_follows_subscriptions_and_overflow_closes() {
         let s = Sessions::default();
         let d = DeviceId::new_random();
-        let mut a = s.register(d, 1);
-        let mut b = s.register(d, 1);
+        let a = s.register(d, 1);
+        let b = s.register(d, 1);
         s.subscribe(d, a.id, "v1/devices/me/rpc/request/+", 1);
         s.subscribe(d, b.id, "v1/devices/me/attributes", 0);
         assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/1", Bytes::from_static(b"{}")), 1);
-        let m = a.rx.recv().await.unwrap();
+        a.inbox.wake.notified().await;
+        let m = a.inbox.drain().pop_front().unwrap();
         assert_eq!((m.topic.as_str(), m.qos), ("v1/devices/me/rpc/request/1", 1));
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"1")), 1);
         // b's queue (capacity 1) is now full: the next delivery closes it instead of dropping silently.
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"2")), 0);
         assert_eq!(s.closed_on_overflow(), 1);
-        tokio::time::timeout(std::time::Duration::from_secs(1), b.close.notified()).await.unwrap();
-        assert_eq!(b.rx.recv().await.unwrap().payload, Bytes::from_static(b"1"));
+        assert!(b.inbox.is_closed());
+        assert_eq!(b.inbox.drain().pop_front().unwrap().payload, Bytes::from_static(b"1"));
         assert!(s.unsubscribe(d, a.id, "v1/devices/me/rpc/request/+"));
         assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/2", Bytes::new()), 0);
         assert_eq!(s.close_device(d), 2);

@@ -18,7 +18,10 @@ use uuid::Uuid;
 
 use crate::auth::{self, Jwt, ACCESS_SCOPE, REFRESH_SCOPE};
 use crate::config::Config;
+use crate::mqtt::MqttMetrics;
+use crate::thingsboard::rpc::{self, RpcRegistry};
 use crate::thingsboard::{api, device_api, payload::PayloadLimits};
+use gridlinks_broker::sessions::Sessions;
 
 /// Counters not owned by the storage writer.
 #[derive(Default)]
@@ -45,6 +48,12 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Counters.
     pub metrics: Metrics,
+    /// Live MQTT sessions by device.
+    pub sessions: Sessions,
+    /// Server-side RPC calls waiting for devices.
+    pub rpc: RpcRegistry,
+    /// MQTT transport counters.
+    pub mqtt_metrics: MqttMetrics,
 }
 
 impl AppState {
@@ -99,6 +108,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("{tel}/{{scope}}"), delete(api::delete_attributes).post(api::post_attributes))
         // ThingsBoard's older device-only form: /api/plugins/telemetry/{deviceId}/{scope}.
         .route(tel, post(api::post_device_attributes))
+        .route("/api/plugins/rpc/{kind}/{device_id}", post(rpc::rpc_v1))
+        .route("/api/rpc/{kind}/{device_id}", post(rpc::rpc_v2))
         .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
         .route(
             "/api/v1/{token}/attributes",
@@ -135,7 +146,7 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         load(&w.overloaded),
         st.writer.queued(),
         load(&st.metrics.payload_rejected),
-    );
+    ) + &st.mqtt_metrics.render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
@@ -201,6 +212,11 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
+    let mqtt_addr: SocketAddr = cfg.mqtt.bind.parse().context("mqtt.bind")?;
+    let mqtt_listener = tokio::net::TcpListener::bind(mqtt_addr)
+        .await
+        .with_context(|| format!("cannot listen on {mqtt_addr} (MQTT)"))?;
+    let mqtt_local = mqtt_listener.local_addr()?;
     let state = Arc::new(AppState {
         cfg,
         store: store.clone(),
@@ -210,10 +226,16 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         tenant_id,
         ready: AtomicBool::new(false),
         metrics: Metrics::default(),
+        sessions: Sessions::default(),
+        rpc: RpcRegistry::default(),
+        mqtt_metrics: MqttMetrics::default(),
     });
     let app = router(state.clone());
+    let (stop_mqtt, stop_rx) = tokio::sync::watch::channel(false);
+    let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+    let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx, alive));
     state.ready.store(true, Ordering::Release);
-    tracing::info!(http = %local, data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
+    tracing::info!(http = %local, mqtt = %mqtt_local, data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
 
     use axum::serve::ListenerExt;
     let listener = listener.tap_io(|tcp| {
@@ -226,8 +248,13 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
             shutdown.await;
             st.ready.store(false, Ordering::Release);
             tracing::info!("shutting down: no new connections, finishing in-flight requests");
+            // MQTT connections stop reading, acknowledge what is in flight, then close.
+            let _ = stop_mqtt.send(true);
         })
         .await?;
+    let _ = mqtt_task.await;
+    // Every MQTT connection task holds a sender; recv() returns None once all have ended.
+    let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.
     drop(state);

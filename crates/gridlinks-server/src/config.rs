@@ -35,6 +35,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// MQTT listener.
     pub mqtt: MqttConfig,
+    /// Server-side RPC.
+    pub rpc: RpcConfig,
     /// The administrator account.
     pub admin: AdminConfig,
     /// JWT sessions of the REST API.
@@ -63,8 +65,28 @@ pub struct HttpConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MqttConfig {
-    /// Listen address (the MQTT transport is not built yet: see issue 3).
+    /// Listen address.
     pub bind: String,
+    /// Largest MQTT packet accepted, bytes (checked before the body is read).
+    pub max_packet_size: usize,
+    /// QoS 1/2 publishes a client may have unacknowledged (MQTT 5 Receive Maximum).
+    pub receive_maximum: u16,
+    /// Most simultaneous MQTT connections.
+    pub max_connections: usize,
+    /// Time a new connection has to send CONNECT.
+    pub connect_timeout: Millis,
+    /// Messages queued for one connection (attribute updates, RPC) before it is closed as too slow.
+    pub outbound_queue: usize,
+}
+
+/// Server-side RPC (ThingsBoard's `/api/plugins/rpc` and `/api/rpc`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RpcConfig {
+    /// Timeout when the request has no `timeout`.
+    pub default_timeout: Millis,
+    /// Smallest timeout honoured.
+    pub min_timeout: Millis,
 }
 
 /// Administrator account.
@@ -124,6 +146,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             http: HttpConfig::default(),
             mqtt: MqttConfig::default(),
+            rpc: RpcConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),
             storage: StorageConfig::default(),
@@ -147,6 +170,20 @@ impl Default for MqttConfig {
     fn default() -> Self {
         Self {
             bind: "0.0.0.0:1883".into(),
+            max_packet_size: 64 * 1024,
+            receive_maximum: 64,
+            max_connections: 50_000,
+            connect_timeout: Millis(10_000),
+            outbound_queue: 64,
+        }
+    }
+}
+
+impl Default for RpcConfig {
+    fn default() -> Self {
+        Self {
+            default_timeout: Millis(10_000),
+            min_timeout: Millis(5_000),
         }
     }
 }
@@ -267,6 +304,9 @@ impl Config {
         }
         if self.http.max_page_size == 0 {
             return bad("http.max_page_size must be at least 1".into());
+        }
+        if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 {
+            return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue at least 1".into());
         }
         if self.storage.queue_capacity == 0 || self.storage.max_batch_ops == 0 {
             return bad("storage.queue_capacity and storage.max_batch_ops must be at least 1".into());

@@ -4,9 +4,11 @@
 //! command-line front end over [`app::serve`] and [`config`].
 //!
 //! Layout: `config` (typed config tree), `auth` (admin password, JWT),
-//! `thingsboard/` (the wire contract), `app` (start-up, router, shutdown).
+//! `thingsboard/` (the wire contract: REST, HTTP and MQTT device APIs, RPC), `mqtt` (the
+//! MQTT transport), `app` (start-up, router, shutdown).
 
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod mqtt;
 pub mod thingsboard;

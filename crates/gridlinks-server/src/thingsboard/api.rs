@@ -187,7 +187,11 @@ pub async fn get_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiR
 pub async fn delete_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = device_id(&id)?;
     match st.writer.submit(WriteOp::DeleteDevice(id)).await {
-        Ok(_) => Ok(StatusCode::OK),
+        Ok(_) => {
+            // Its token no longer works; its live MQTT connections go too.
+            st.sessions.close_device(id);
+            Ok(StatusCode::OK)
+        }
         Err(gridlinks_storage::StoreError::DeviceNotFound) => {
             Err(ApiError::not_found(format!("Device with id [{id}] is not found")))
         }
@@ -723,7 +727,13 @@ async fn save_attributes(st: &Arc<AppState>, et: &str, id: &str, sc: &str, body:
     }
     let device = existing_device(st, et, id).await?;
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
+    let update = (sc == AttributeScope::Shared)
+        .then(|| J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()).to_string());
     st.writer.submit(WriteOp::Attributes { device, scope: sc, values }).await?;
+    if let Some(update) = update {
+        // Connected devices subscribed to v1/devices/me/attributes get the change at once.
+        st.sessions.deliver(device, super::device_mqtt::ATTRIBUTES_TOPIC, update.into());
+    }
     Ok(StatusCode::OK)
 }
 

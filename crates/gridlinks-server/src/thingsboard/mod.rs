@@ -7,7 +7,9 @@
 
 pub mod api;
 pub mod device_api;
+pub mod device_mqtt;
 pub mod error;
 pub mod extract;
 pub mod model;
 pub mod payload;
+pub mod rpc;

@@ -42,13 +42,17 @@ fn shape(msg: impl Into<String>) -> PayloadError {
 /// Decodes a telemetry payload; points without a `ts` get `now`.
 pub fn parse_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<TsRecord>, PayloadError> {
     let json: J = serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
-    let mut out = Vec::new();
     let mut count = 0usize;
+    telemetry_from_json(json, now, lim, &mut count)
+}
+
+fn telemetry_from_json(json: J, now: Ts, lim: PayloadLimits, count: &mut usize) -> Result<Vec<TsRecord>, PayloadError> {
+    let mut out = Vec::new();
     match json {
         J::Array(items) => {
             for (i, item) in items.into_iter().enumerate() {
                 match item {
-                    J::Object(m) => out.push(record(m, now, lim, &mut count)?),
+                    J::Object(m) => out.push(record(m, now, lim, count)?),
                     other => {
                         return Err(shape(format!(
                             "array element {i} must be an object, got {}",
@@ -58,7 +62,7 @@ pub fn parse_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<T
                 }
             }
         }
-        J::Object(m) => out.push(record(m, now, lim, &mut count)?),
+        J::Object(m) => out.push(record(m, now, lim, count)?),
         other => {
             return Err(shape(format!(
                 "telemetry must be a JSON object or an array of objects, got {}",
@@ -71,6 +75,59 @@ pub fn parse_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<T
         return Err(shape("no telemetry values found in the payload"));
     }
     Ok(out)
+}
+
+/// Decodes a gateway telemetry payload `{"Device A":[{"ts":..,"values":{..}}], …}`
+/// (each device's value in any telemetry form) into (device name, records).
+pub fn parse_gateway_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<(String, Vec<TsRecord>)>, PayloadError> {
+    let mut count = 0usize;
+    gateway_object(body)?
+        .into_iter()
+        .map(|(name, v)| Ok((name.clone(), telemetry_from_json(v, now, lim, &mut count).map_err(|e| in_device(&name, e))?)))
+        .collect()
+}
+
+/// Decodes a gateway attributes payload `{"Device A":{"attr":v}, …}`.
+pub fn parse_gateway_attributes(body: &[u8], lim: PayloadLimits) -> Result<Vec<(String, Vec<(String, Value)>)>, PayloadError> {
+    let mut count = 0usize;
+    gateway_object(body)?
+        .into_iter()
+        .map(|(name, v)| match v {
+            J::Object(m) => Ok((name.clone(), values(m, lim, &mut count, true).map_err(|e| in_device(&name, e))?)),
+            other => Err(shape(format!("attributes of device {name:?} must be an object, got {}", kind(&other)))),
+        })
+        .collect()
+}
+
+/// Decodes `{"device":"Name","type":"…"}` of `v1/gateway/connect` / `disconnect`: (name, type).
+pub fn parse_gateway_device(body: &[u8]) -> Result<(String, Option<String>), PayloadError> {
+    let json: J = serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
+    let name = json
+        .get("device")
+        .and_then(J::as_str)
+        .filter(|n| !n.trim().is_empty() && n.len() <= 255)
+        .ok_or_else(|| shape("\"device\" must be a non-empty device name of at most 255 bytes"))?;
+    Ok((name.to_owned(), json.get("type").and_then(J::as_str).map(String::from)))
+}
+
+fn gateway_object(body: &[u8]) -> Result<Map<String, J>, PayloadError> {
+    match serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))? {
+        J::Object(m) if !m.is_empty() => {
+            if let Some(bad) = m.keys().find(|k| k.trim().is_empty() || k.len() > 255) {
+                return Err(shape(format!("invalid device name {bad:?}")));
+            }
+            Ok(m)
+        }
+        J::Object(_) => Err(shape("no devices found in the payload")),
+        other => Err(shape(format!("gateway payload must be an object keyed by device name, got {}", kind(&other)))),
+    }
+}
+
+fn in_device(name: &str, e: PayloadError) -> PayloadError {
+    match e {
+        PayloadError::Shape(m) => PayloadError::Shape(format!("device {name:?}: {m}")),
+        other => other,
+    }
 }
 
 /// Decodes an attributes payload (a flat JSON object).
@@ -228,6 +285,22 @@ mod tests {
         assert_eq!(typed(&serde_json::json!(u64::MAX)), Some(Value::Str(u64::MAX.to_string())));
         assert_eq!(typed(&serde_json::json!(null)), None);
         assert_eq!(tel(r#"{"a":null,"b":1}"#).unwrap()[0].values, vec![("b".into(), Value::Long(1))]);
+    }
+
+    #[test]
+    fn gateway_payloads() {
+        let r = parse_gateway_telemetry(br#"{"A":[{"ts":1,"values":{"t":1}}],"B":{"h":2}}"#, NOW, LIM).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].0, "A");
+        assert_eq!(r[0].1[0].ts, Ts(1));
+        assert_eq!(r[1].1[0].ts, NOW);
+        let a = parse_gateway_attributes(br#"{"A":{"fw":"x"}}"#, LIM).unwrap();
+        assert_eq!(a, vec![("A".to_string(), vec![("fw".to_string(), Value::Str("x".into()))])]);
+        assert!(parse_gateway_telemetry(br#"{"A":5}"#, NOW, LIM).is_err());
+        assert!(parse_gateway_telemetry(b"[]", NOW, LIM).is_err());
+        assert!(parse_gateway_telemetry(b"{}", NOW, LIM).is_err());
+        assert_eq!(parse_gateway_device(br#"{"device":"A","type":"t"}"#).unwrap(), ("A".into(), Some("t".into())));
+        assert!(parse_gateway_device(br#"{"device":""}"#).is_err());
     }
 
     #[test]

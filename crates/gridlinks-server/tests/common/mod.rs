@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod mqtt;
+
 pub use serde_json::{json, Value as J};
 
 pub const ADMIN_PASSWORD: &str = "test-password";
@@ -14,6 +16,8 @@ pub const ADMIN_PASSWORD: &str = "test-password";
 pub struct Server {
     pub child: Child,
     pub base: String,
+    /// MQTT port.
+    pub mqtt_port: u16,
     pub data_dir: PathBuf,
     agent: ureq::Agent,
     _tmp: Option<tempfile::TempDir>,
@@ -26,9 +30,14 @@ pub fn free_port() -> u16 {
 impl Server {
     /// A server on a fresh data directory.
     pub fn start() -> Self {
+        Self::start_env(&[])
+    }
+
+    /// A server on a fresh data directory, with extra environment variables.
+    pub fn start_env(env: &[(&str, &str)]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("data");
-        let mut s = Self::start_on(&dir, &[]);
+        let mut s = Self::start_on(&dir, env);
         s._tmp = Some(tmp);
         s
     }
@@ -36,10 +45,12 @@ impl Server {
     /// A server on `dir`, with extra environment variables.
     pub fn start_on(dir: &Path, env: &[(&str, &str)]) -> Self {
         let port = free_port();
+        let mqtt_port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridlinks"));
         cmd.args(["serve", "--data-dir"])
             .arg(dir)
             .args(["--http-bind", &format!("127.0.0.1:{port}")])
+            .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
             .env("GRIDLINKS_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env("GRIDLINKS_LOG", "warn")
             .stdout(Stdio::null())
@@ -51,6 +62,7 @@ impl Server {
         let s = Self {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            mqtt_port,
             data_dir: dir.to_owned(),
             agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
             _tmp: None,

@@ -1,0 +1,457 @@
+//! One MQTT connection: CONNECT and authentication, then a loop that reads packets,
+//! hands publishes to the ThingsBoard topic layer, writes acknowledgements **in order and
+//! only after the durable commit**, publishes server-originated messages, and enforces
+//! keep-alive. Buffers are allocated only while there is something in them, so an idle
+//! connection holds no read or write buffer.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use gridlinks_broker::sessions::{SessionId, SessionLink};
+use gridlinks_broker::topic::validate_filter;
+use gridlinks_codec::mqtt::{
+    decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
+    PublishProperties, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+};
+use gridlinks_storage::StoreError;
+use gridlinks_types::DeviceId;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+
+use crate::app::AppState;
+use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
+
+/// Bytes a read may add at a time.
+const READ_CHUNK: usize = 4096;
+/// A client that does not take our bytes for this long is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a finished in-flight item asks the connection to do, in order.
+struct Done {
+    /// Acknowledgement to write (PUBACK, PUBREC, SUBACK, …).
+    ack: Option<Packet>,
+    /// A message to publish back to this client.
+    reply: Option<Reply>,
+    /// Close the connection after writing: (MQTT 5 DISCONNECT reason, reason string).
+    close: Option<(u8, String)>,
+}
+
+type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+struct Conn {
+    stream: TcpStream,
+    /// This connection's session in the broker (set once CONNECT is accepted).
+    session: SessionId,
+    st: Arc<AppState>,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    version: ProtocolVersion,
+}
+
+/// Why the connection ends.
+enum End {
+    /// The peer closed or broke the socket, or the close was already handled.
+    Gone,
+    /// Send DISCONNECT (MQTT 5) with this reason, then close.
+    Disconnect(u8, String),
+}
+
+pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1 };
+    let timeout = st.cfg.mqtt.connect_timeout.duration();
+    let connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
+        Ok(Some(c)) => c,
+        _ => {
+            st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    conn.version = connect.protocol;
+    let Some(device) = conn.authenticate(&connect).await else {
+        st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    st.mqtt_metrics.connects.fetch_add(1, Ordering::Relaxed);
+    st.mqtt_metrics.connections.fetch_add(1, Ordering::Relaxed);
+    let link = st.sessions.register(device, st.cfg.mqtt.outbound_queue);
+    let session = link.id;
+    conn.session = session;
+    let end = conn.serve(device, &connect, link, shutdown).await;
+    if let End::Disconnect(reason, text) = end {
+        conn.disconnect(reason, &text).await;
+    }
+    st.sessions.unregister(device, session);
+    st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+impl Conn {
+    /// Reads bytes into the read buffer; false on EOF or error.
+    async fn fill(&mut self) -> bool {
+        if self.stream.readable().await.is_err() {
+            return false;
+        }
+        self.try_fill()
+    }
+
+    fn try_fill(&mut self) -> bool {
+        self.rbuf.reserve(READ_CHUNK);
+        match self.stream.try_read_buf(&mut self.rbuf) {
+            Ok(0) => false,
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Err(_) => false,
+        }
+    }
+
+    fn decode(&mut self) -> Result<Option<Packet>, DecodeError> {
+        let r = decode(&mut self.rbuf, self.version, self.st.cfg.mqtt.max_packet_size);
+        if self.rbuf.is_empty() {
+            // Idle connections keep no read buffer.
+            self.rbuf = BytesMut::new();
+        }
+        r
+    }
+
+    async fn read_connect(&mut self) -> Option<Box<Connect>> {
+        loop {
+            match self.decode() {
+                Ok(Some(Packet::Connect(c))) => return Some(c),
+                Ok(Some(_)) => return None, // the first packet must be CONNECT
+                Ok(None) => {
+                    if !self.fill().await {
+                        return None;
+                    }
+                }
+                Err(DecodeError::UnsupportedProtocol { .. }) => {
+                    // Answered in the MQTT 3.1.1 layout, which every client understands.
+                    self.queue(&Packet::ConnAck(ConnAck { session_present: false, code: rc::V3_UNACCEPTABLE_PROTOCOL_VERSION, properties: ConnAckProperties::default() }));
+                    let _ = self.flush().await;
+                    return None;
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Checks the access token (user name); answers CONNACK either way.
+    async fn authenticate(&mut self, c: &Connect) -> Option<DeviceId> {
+        let v5 = self.version == ProtocolVersion::V5;
+        let refuse = |v3: u8, v5code: u8| if v5 { v5code } else { v3 };
+        let mut code = 0;
+        let mut device = None;
+        match c.username.as_deref() {
+            None | Some("") => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+            Some(token) => match self.st.store.device_id_by_token(token) {
+                Ok(Some(d)) => device = Some(d),
+                Ok(None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
+                Err(_) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
+            },
+        }
+        if code == 0 && c.client_id.is_empty() && !v5 && (!c.clean_start || c.protocol == ProtocolVersion::V3_1) {
+            code = rc::V3_IDENTIFIER_REJECTED;
+            device = None;
+        }
+        let mut props = ConnAckProperties::default();
+        if v5 && code == 0 {
+            props.receive_maximum = Some(self.st.cfg.mqtt.receive_maximum);
+            props.maximum_packet_size = u32::try_from(self.st.cfg.mqtt.max_packet_size).ok();
+            props.retain_available = Some(0);
+            props.shared_subscription_available = Some(0);
+            props.subscription_identifiers_available = Some(0);
+            props.wildcard_subscription_available = Some(1);
+            if c.client_id.is_empty() {
+                props.assigned_client_identifier = Some(format!("gridlinks-{}", uuid::Uuid::new_v4().simple()));
+            }
+        }
+        self.queue(&Packet::ConnAck(ConnAck { session_present: false, code, properties: props }));
+        if self.flush().await.is_err() {
+            return None;
+        }
+        device
+    }
+
+    fn queue(&mut self, p: &Packet) {
+        if let Err(e) = encode(p, self.version, &mut self.wbuf) {
+            tracing::error!(error = %e, "cannot encode MQTT packet");
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        let r = match tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.wbuf)).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+        };
+        // Idle connections keep no write buffer.
+        self.wbuf = BytesMut::new();
+        r
+    }
+
+    async fn disconnect(&mut self, reason: u8, text: &str) {
+        if self.version == ProtocolVersion::V5 {
+            let reason_string = (!text.is_empty()).then(|| text.to_owned());
+            self.queue(&Packet::Disconnect(Disconnect { reason, session_expiry_interval: None, reason_string, server_reference: None }));
+            let _ = self.flush().await;
+        }
+        let _ = self.stream.shutdown().await;
+    }
+
+    /// The connected phase.
+    async fn serve(&mut self, device: DeviceId, connect: &Connect, link: SessionLink, mut shutdown: watch::Receiver<bool>) -> End {
+        let st = self.st.clone();
+        let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
+        let keep_alive = (connect.keep_alive > 0).then(|| Duration::from_millis(u64::from(connect.keep_alive) * 1500));
+        let mut last_seen = Instant::now();
+        let far = Duration::from_secs(365 * 24 * 3600);
+        let ka_timer = sleep_until(last_seen + keep_alive.unwrap_or(far));
+        tokio::pin!(ka_timer);
+        let mut pending: FuturesOrdered<InFlight> = FuturesOrdered::new();
+        // QoS 2 packet ids whose PUBREC went out and whose PUBREL has not arrived.
+        let mut awaiting_rel: HashSet<u16> = HashSet::new();
+        let mut next_pid: u16 = 0;
+        let mut stopping = false;
+
+        loop {
+            let can_read = !stopping && pending.len() < max_in_flight;
+            tokio::select! {
+                biased;
+                _ = shutdown.changed(), if !stopping => {
+                    // Stop reading; acknowledge what is in flight, then say goodbye.
+                    stopping = true;
+                }
+                _ = link.inbox.wake.notified() => {
+                    if link.inbox.is_closed() {
+                        return End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or too slow to receive".into());
+                    }
+                    for out in link.inbox.drain() {
+                        let qos = if out.qos >= 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
+                        let packet_id = (qos == QoS::AtLeastOnce).then(|| {
+                            next_pid = next_pid.checked_add(1).unwrap_or(1);
+                            next_pid
+                        });
+                        self.queue(&Packet::Publish(Publish {
+                            dup: false, qos, retain: false, topic: out.topic, packet_id, payload: out.payload,
+                            properties: PublishProperties::default(),
+                        }));
+                    }
+                }
+                Some(done) = pending.next(), if !pending.is_empty() => {
+                    if let Some(end) = self.finish(done, &mut awaiting_rel) {
+                        return end;
+                    }
+                    // Batch every other ack that is already complete into the same write.
+                    while let Some(Some(done)) = futures_util::FutureExt::now_or_never(pending.next()) {
+                        if let Some(end) = self.finish(done, &mut awaiting_rel) {
+                            return end;
+                        }
+                    }
+                }
+                ready = self.stream.readable(), if can_read => {
+                    if ready.is_err() || !self.try_fill() {
+                        return End::Gone;
+                    }
+                    last_seen = Instant::now();
+                    loop {
+                        if pending.len() >= max_in_flight {
+                            break; // backpressure: the rest stays in the buffer
+                        }
+                        match self.decode() {
+                            Ok(None) => break,
+                            Ok(Some(p)) => {
+                                if let Some(end) = self.on_packet(p, device, &mut pending, &mut awaiting_rel) {
+                                    return end;
+                                }
+                            }
+                            Err(e) => {
+                                st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                                let reason = match e {
+                                    DecodeError::PacketTooLarge { .. } => rc::PACKET_TOO_LARGE,
+                                    DecodeError::Protocol(_) => rc::PROTOCOL_ERROR,
+                                    _ => rc::MALFORMED_PACKET,
+                                };
+                                return End::Disconnect(reason, e.to_string());
+                            }
+                        }
+                    }
+                }
+                _ = &mut ka_timer, if keep_alive.is_some() => {
+                    let ka = keep_alive.unwrap_or(far);
+                    if last_seen.elapsed() >= ka {
+                        st.mqtt_metrics.keepalive_timeouts.fetch_add(1, Ordering::Relaxed);
+                        return End::Disconnect(rc::KEEP_ALIVE_TIMEOUT, "keep alive timeout".into());
+                    }
+                    ka_timer.as_mut().reset(last_seen + ka);
+                }
+            }
+            if self.flush().await.is_err() {
+                return End::Gone;
+            }
+            if stopping && pending.is_empty() {
+                return End::Disconnect(rc::SERVER_SHUTTING_DOWN, "server shutting down".into());
+            }
+        }
+    }
+
+    /// Writes what a completed in-flight item produced; `Some` ends the connection.
+    fn finish(&mut self, done: Done, awaiting_rel: &mut HashSet<u16>) -> Option<End> {
+        if let Some(ack) = &done.ack {
+            if let Packet::PubRec(r) = ack {
+                if r.reason < 0x80 {
+                    awaiting_rel.insert(r.packet_id);
+                }
+            }
+            self.queue(ack);
+        }
+        if let Some(reply) = done.reply {
+            self.queue(&Packet::Publish(Publish {
+                dup: false,
+                qos: QoS::AtMostOnce,
+                retain: false,
+                topic: reply.topic,
+                packet_id: None,
+                payload: reply.payload,
+                properties: PublishProperties::default(),
+            }));
+        }
+        done.close.map(|(reason, text)| End::Disconnect(reason, text))
+    }
+
+    fn on_packet(&mut self, p: Packet, device: DeviceId, pending: &mut FuturesOrdered<InFlight>, awaiting_rel: &mut HashSet<u16>) -> Option<End> {
+        let v5 = self.version == ProtocolVersion::V5;
+        match p {
+            Packet::Publish(p) => {
+                self.st.mqtt_metrics.publishes.fetch_add(1, Ordering::Relaxed);
+                if p.properties.topic_alias.is_some() {
+                    // We advertise Topic Alias Maximum 0.
+                    return Some(End::Disconnect(rc::TOPIC_ALIAS_INVALID, "topic aliases are not supported".into()));
+                }
+                if p.qos == QoS::ExactlyOnce {
+                    if let Some(pid) = p.packet_id.filter(|pid| awaiting_rel.contains(pid)) {
+                        // A redelivery of a QoS 2 message we already stored: PUBREC again.
+                        pending.push_back(ready(Some(Packet::PubRec(resp(pid, 0, None)))));
+                        return None;
+                    }
+                }
+                let st = self.st.clone();
+                let version = self.version;
+                pending.push_back(Box::pin(async move {
+                    let result = device_mqtt::handle_publish(st.clone(), device, &p.topic, p.payload).await;
+                    outcome(&st, device, &p.topic, result, version, p.qos, p.packet_id)
+                }));
+            }
+            Packet::PubRel(r) => {
+                let reason = if awaiting_rel.remove(&r.packet_id) { 0 } else { rc::PACKET_IDENTIFIER_NOT_FOUND };
+                let reason = if v5 { reason } else { 0 };
+                pending.push_back(ready(Some(Packet::PubComp(resp(r.packet_id, reason, None)))));
+            }
+            // Acks of our own QoS 1 publishes: nothing is retried, so nothing to track.
+            Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
+            Packet::Subscribe(s) => {
+                let ack = self.subscribe(device, s);
+                pending.push_back(ready(Some(ack)));
+            }
+            Packet::Unsubscribe(u) => {
+                let ack = self.unsubscribe(device, u);
+                pending.push_back(ready(Some(ack)));
+            }
+            Packet::PingReq => self.queue(&Packet::PingResp),
+            Packet::Disconnect(_) => return Some(End::Gone),
+            Packet::Connect(_) => {
+                self.st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                return Some(End::Disconnect(rc::PROTOCOL_ERROR, "second CONNECT".into()));
+            }
+            Packet::Auth(_) | Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
+                self.st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                return Some(End::Disconnect(rc::PROTOCOL_ERROR, "unexpected packet from a client".into()));
+            }
+        }
+        None
+    }
+
+    fn subscribe(&mut self, device: DeviceId, s: Subscribe) -> Packet {
+        let v5 = self.version == ProtocolVersion::V5;
+        let codes = s
+            .filters
+            .iter()
+            .map(|f| {
+                if f.filter.starts_with("$share/") {
+                    return if v5 { rc::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED } else { rc::V3_SUBSCRIPTION_FAILURE };
+                }
+                if validate_filter(&f.filter).is_err() {
+                    return if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE };
+                }
+                let granted = (f.qos as u8).min(1);
+                self.st.sessions.subscribe(device, self.session, &f.filter, granted);
+                granted
+            })
+            .collect();
+        Packet::SubAck(SubAck { packet_id: s.packet_id, return_codes: codes, reason_string: None })
+    }
+
+    fn unsubscribe(&mut self, device: DeviceId, u: Unsubscribe) -> Packet {
+        let codes = u
+            .filters
+            .iter()
+            .map(|f| if self.st.sessions.unsubscribe(device, self.session, f) { 0 } else { rc::NO_SUBSCRIPTION_EXISTED })
+            .collect();
+        Packet::UnsubAck(UnsubAck { packet_id: u.packet_id, reason_codes: codes, reason_string: None })
+    }
+}
+
+fn resp(packet_id: u16, reason: u8, reason_string: Option<String>) -> PubResp {
+    PubResp { packet_id, reason, reason_string, user_properties: Vec::new() }
+}
+
+fn ready(ack: Option<Packet>) -> InFlight {
+    Box::pin(std::future::ready(Done { ack, reply: None, close: None }))
+}
+
+/// Maps the result of a publish to what the client sees.
+fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<Reply>, TopicError>, version: ProtocolVersion, qos: QoS, packet_id: Option<u16>) -> Done {
+    let ack = |reason: u8, text: Option<String>| {
+        let pid = packet_id?;
+        let r = resp(pid, reason, text);
+        match qos {
+            QoS::AtMostOnce => None,
+            QoS::AtLeastOnce => Some(Packet::PubAck(r)),
+            QoS::ExactlyOnce => Some(Packet::PubRec(r)),
+        }
+    };
+    let err = match result {
+        Ok(reply) => return Done { ack: ack(0, None), reply, close: None },
+        Err(e) => e,
+    };
+    let (reason, text) = match &err {
+        TopicError::BadPayload(e) => (rc::PAYLOAD_FORMAT_INVALID, format!("payload format invalid: {e}")),
+        TopicError::UnknownTopic => (rc::TOPIC_NAME_INVALID, format!("unknown topic {topic:?}: not a ThingsBoard device topic")),
+        TopicError::Store(StoreError::DeviceNotFound) => {
+            return Done { ack: None, reply: None, close: Some((rc::NOT_AUTHORIZED, "device deleted".into())) };
+        }
+        TopicError::Store(StoreError::Overloaded) => (rc::QUOTA_EXCEEDED, "storage overloaded: retry later".into()),
+        TopicError::Store(StoreError::Limit(m)) => (rc::QUOTA_EXCEEDED, m.clone()),
+        TopicError::Store(e) => (rc::UNSPECIFIED_ERROR, format!("storage failure: {e}")),
+    };
+    if matches!(err, TopicError::BadPayload(_) | TopicError::UnknownTopic) {
+        st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
+        // One line per rejected message, never with the payload.
+        tracing::warn!(%device, topic, error = %text, "rejected MQTT publish");
+    }
+    if version == ProtocolVersion::V5 {
+        // MQTT 5 can say what was wrong and keep the connection (QoS 0 cannot be answered).
+        Done { ack: ack(reason, Some(text)), reply: None, close: None }
+    } else {
+        // MQTT 3.1.1 has no negative acknowledgement: closing is the only honest answer.
+        Done { ack: None, reply: None, close: Some((reason, text)) }
+    }
+}

@@ -1,0 +1,188 @@
+//! ThingsBoard's MQTT device topics: what a PUBLISH from an authenticated device means.
+//! The transport (`crate::mqtt`) owns the socket and the MQTT protocol; this module owns
+//! the topic names and payloads, and resolves only once the data is durably committed.
+//!
+//! | topic | meaning |
+//! |---|---|
+//! | `v1/devices/me/telemetry` | time series (every ThingsBoard payload form) |
+//! | `v1/devices/me/attributes` | client-scope attributes |
+//! | `v1/devices/me/attributes/request/{id}` | `{"clientKeys":"a,b","sharedKeys":"c"}` → reply on `…/attributes/response/{id}` |
+//! | `v1/devices/me/rpc/response/{id}` | the device's answer to server-side RPC `{id}` |
+//! | `v1/devices/me/rpc/request/{id}` | client-side RPC: answered "not supported" on `…/rpc/response/{id}` |
+//! | `v1/gateway/connect`, `v1/gateway/disconnect` | `{"device":"Name","type":"…"}`; sub-devices are created on first use |
+//! | `v1/gateway/telemetry`, `v1/gateway/attributes` | `{"Device A": <telemetry or attributes>}` |
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use gridlinks_storage::{SaveDevice, StoreError, WriteOp, WriteOutcome};
+use gridlinks_types::{AttributeScope, DeviceId, Ts};
+use serde_json::{json, Map, Value as J};
+
+use super::payload::{self, PayloadError};
+use crate::app::AppState;
+
+/// Topic devices subscribe to for shared-attribute updates.
+pub const ATTRIBUTES_TOPIC: &str = "v1/devices/me/attributes";
+
+/// Why a publish was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    /// The payload is malformed or of the wrong shape.
+    #[error("{0}")]
+    BadPayload(#[from] PayloadError),
+    /// Not a ThingsBoard device topic.
+    #[error("unknown topic")]
+    UnknownTopic,
+    /// Storage refused or failed (overload, shutdown, device deleted meanwhile).
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// A message to publish back to the same connection.
+#[derive(Debug)]
+pub struct Reply {
+    /// Topic.
+    pub topic: String,
+    /// Payload.
+    pub payload: Bytes,
+}
+
+/// Handles one PUBLISH of `device`; resolves after the durable commit.
+pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, body: Bytes) -> Result<Option<Reply>, TopicError> {
+    let lim = st.payload_limits();
+    match topic {
+        "v1/devices/me/telemetry" => {
+            let records = payload::parse_telemetry(&body, Ts::now(), lim)?;
+            st.writer.submit(WriteOp::Telemetry { device, records }).await?;
+            Ok(None)
+        }
+        ATTRIBUTES_TOPIC => {
+            let values = payload::parse_attributes(&body, lim, true)?;
+            st.writer.submit(WriteOp::Attributes { device, scope: AttributeScope::Client, values }).await?;
+            Ok(None)
+        }
+        "v1/gateway/connect" => {
+            let (name, device_type) = payload::parse_gateway_device(&body)?;
+            sub_device(&st, device, &name, device_type).await?;
+            Ok(None)
+        }
+        "v1/gateway/disconnect" => {
+            payload::parse_gateway_device(&body)?;
+            Ok(None)
+        }
+        "v1/gateway/telemetry" => {
+            let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
+            let mut ops = Vec::with_capacity(per_device.len());
+            for (name, records) in per_device {
+                let id = sub_device(&st, device, &name, None).await?;
+                ops.push(WriteOp::Telemetry { device: id, records });
+            }
+            submit_all(&st, ops).await?;
+            Ok(None)
+        }
+        "v1/gateway/attributes" => {
+            let per_device = payload::parse_gateway_attributes(&body, lim)?;
+            let mut ops = Vec::with_capacity(per_device.len());
+            for (name, values) in per_device {
+                let id = sub_device(&st, device, &name, None).await?;
+                ops.push(WriteOp::Attributes { device: id, scope: AttributeScope::Client, values });
+            }
+            submit_all(&st, ops).await?;
+            Ok(None)
+        }
+        _ => {
+            if let Some(id) = suffix_id(topic, "v1/devices/me/attributes/request/") {
+                return attribute_request(&st, device, id, &body).await.map(Some);
+            }
+            if let Some(id) = suffix_id(topic, "v1/devices/me/rpc/response/") {
+                if let Ok(n) = id.parse::<u32>() {
+                    // An answer nobody waits for any more (timed out) is simply dropped, as ThingsBoard does.
+                    st.rpc.complete(device, n, body);
+                    return Ok(None);
+                }
+            }
+            if let Some(id) = suffix_id(topic, "v1/devices/me/rpc/request/") {
+                return Ok(Some(Reply {
+                    topic: format!("v1/devices/me/rpc/response/{id}"),
+                    payload: Bytes::from(json!({"error": "client-side RPC is not supported by GridLinks yet"}).to_string()),
+                }));
+            }
+            Err(TopicError::UnknownTopic)
+        }
+    }
+}
+
+fn suffix_id<'a>(topic: &'a str, prefix: &str) -> Option<&'a str> {
+    topic.strip_prefix(prefix).filter(|id| !id.is_empty() && !id.contains('/'))
+}
+
+/// Submits several writes concurrently; all must commit.
+async fn submit_all(st: &Arc<AppState>, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+    let futures: Vec<_> = ops.into_iter().map(|op| st.writer.submit(op)).collect();
+    for r in futures_util::future::join_all(futures).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// The id of a gateway's sub-device, created (type `default` unless given) on first use.
+async fn sub_device(st: &Arc<AppState>, gateway: DeviceId, name: &str, device_type: Option<String>) -> Result<DeviceId, StoreError> {
+    let lookup = |st: &Arc<AppState>| {
+        let store = st.store.clone();
+        let name = name.to_owned();
+        async move {
+            tokio::task::spawn_blocking(move || store.device_by_name(&name))
+                .await
+                .map_err(|_| StoreError::Closed)?
+        }
+    };
+    if let Some(d) = lookup(st).await? {
+        return Ok(d.id);
+    }
+    let op = WriteOp::SaveDevice(SaveDevice {
+        id: None,
+        name: name.to_owned(),
+        device_type: device_type.unwrap_or_default(),
+        label: None,
+        token: None,
+        additional_info: Some(json!({"gateway": false, "lastConnectedGateway": gateway.to_string()})),
+    });
+    match st.writer.submit(op).await {
+        Ok(WriteOutcome::Device(d)) => Ok(d.id),
+        // Created concurrently by another message: use that one.
+        Err(StoreError::NameTaken(_)) => lookup(st).await?.map(|d| d.id).ok_or(StoreError::DeviceNotFound),
+        Ok(_) => Err(StoreError::Corrupt("unexpected write outcome")),
+        Err(e) => Err(e),
+    }
+}
+
+async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {
+    let req: J = serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
+    let keys = |field: &str| -> Result<Option<Vec<String>>, PayloadError> {
+        match req.get(field) {
+            None | Some(J::Null) => Ok(None),
+            Some(J::String(s)) => Ok(Some(s.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect())),
+            Some(_) => Err(PayloadError::Shape(format!("\"{field}\" must be a comma-separated string"))),
+        }
+    };
+    let (client, shared) = (keys("clientKeys")?, keys("sharedKeys")?);
+    let both = client.is_none() && shared.is_none();
+    let mut out = Map::new();
+    for (name, scope, keys) in [("client", AttributeScope::Client, client), ("shared", AttributeScope::Shared, shared)] {
+        if keys.is_none() && !both {
+            continue;
+        }
+        let store = st.store.clone();
+        let attrs = tokio::task::spawn_blocking(move || store.attributes(device, Some(scope), keys.as_deref()))
+            .await
+            .map_err(|_| StoreError::Closed)??;
+        if !attrs.is_empty() {
+            out.insert(name.into(), J::Object(attrs.into_iter().map(|a| (a.key, a.value.to_json())).collect()));
+        }
+    }
+    Ok(Reply {
+        topic: format!("v1/devices/me/attributes/response/{id}"),
+        payload: Bytes::from(J::Object(out).to_string()),
+    })
+}

@@ -1,0 +1,135 @@
+//! A blocking raw MQTT test client on the project's own codec, for protocol edge cases
+//! (reason codes, malformed and oversize packets, silence).
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+pub use gridlinks_codec::mqtt::*;
+
+pub struct Raw {
+    pub stream: TcpStream,
+    pub version: ProtocolVersion,
+    buf: BytesMut,
+}
+
+pub fn connect_packet(version: ProtocolVersion, token: Option<&str>, keep_alive: u16) -> Packet {
+    Packet::Connect(Box::new(Connect {
+        protocol: version,
+        client_id: "raw-test".into(),
+        keep_alive,
+        clean_start: true,
+        username: token.map(String::from),
+        password: None,
+        will: None,
+        properties: ConnectProperties::default(),
+    }))
+}
+
+impl Raw {
+    pub fn open(port: u16, version: ProtocolVersion) -> Self {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Self { stream, version, buf: BytesMut::new() }
+    }
+
+    /// Opens and CONNECTs; returns the client and the CONNACK.
+    pub fn connect(port: u16, version: ProtocolVersion, token: Option<&str>, keep_alive: u16) -> (Self, ConnAck) {
+        let mut c = Self::open(port, version);
+        c.send(&connect_packet(version, token, keep_alive));
+        match c.recv() {
+            Some(Packet::ConnAck(a)) => (c, a),
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+    }
+
+    pub fn send(&mut self, p: &Packet) {
+        self.try_send(p).unwrap();
+    }
+
+    pub fn try_send(&mut self, p: &Packet) -> std::io::Result<()> {
+        let mut out = BytesMut::new();
+        encode(p, self.version, &mut out).map_err(|e| std::io::Error::other(e.to_string()))?;
+        self.stream.write_all(&out)
+    }
+
+    /// The next packet; Err when the connection broke or timed out, Ok(None) on close.
+    pub fn try_recv(&mut self) -> std::io::Result<Option<Packet>> {
+        loop {
+            if let Some(p) = decode(&mut self.buf, self.version, 1 << 24).map_err(|e| std::io::Error::other(e.to_string()))? {
+                return Ok(Some(p));
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk)? {
+                0 => return Ok(None),
+                n => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// The next packet, or None when the server closed the connection.
+    pub fn recv(&mut self) -> Option<Packet> {
+        loop {
+            if let Some(p) = decode(&mut self.buf, self.version, 1 << 24).unwrap() {
+                return Some(p);
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                    panic!("no packet from the server within the read timeout")
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Waits until the server closes the socket (optionally after a DISCONNECT); returns
+    /// the DISCONNECT if one came, and how long it took.
+    pub fn expect_close(&mut self) -> (Option<Disconnect>, Duration) {
+        let started = Instant::now();
+        let mut disconnect = None;
+        while let Some(p) = self.recv() {
+            match p {
+                Packet::Disconnect(d) => disconnect = Some(d),
+                other => panic!("expected the connection to close, got {other:?}"),
+            }
+        }
+        (disconnect, started.elapsed())
+    }
+
+    pub fn publish(&mut self, topic: &str, payload: &[u8], qos: QoS, packet_id: Option<u16>) {
+        self.send(&Packet::Publish(Publish {
+            dup: false,
+            qos,
+            retain: false,
+            topic: topic.into(),
+            packet_id,
+            payload: Bytes::copy_from_slice(payload),
+            properties: PublishProperties::default(),
+        }));
+    }
+
+    pub fn subscribe(&mut self, packet_id: u16, filters: &[&str]) -> SubAck {
+        self.send(&Packet::Subscribe(Subscribe {
+            packet_id,
+            filters: filters
+                .iter()
+                .map(|f| SubscriptionRequest { filter: f.to_string(), qos: QoS::AtLeastOnce, no_local: false, retain_as_published: false, retain_handling: 0 })
+                .collect(),
+            subscription_identifier: None,
+            user_properties: Vec::new(),
+        }));
+        match self.recv() {
+            Some(Packet::SubAck(a)) => a,
+            other => panic!("expected SUBACK, got {other:?}"),
+        }
+    }
+}
