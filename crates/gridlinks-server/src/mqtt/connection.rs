@@ -85,7 +85,10 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     let link = st.sessions.register(device, st.cfg.mqtt.outbound_queue);
     let session = link.id;
     conn.session = session;
-    let end = conn.serve(device, &connect, link, shutdown).await;
+    let keep_alive = connect.keep_alive;
+    // Only the keep-alive outlives the handshake: an idle connection keeps no CONNECT.
+    drop(connect);
+    let end = conn.serve(device, keep_alive, link, shutdown).await;
     if let End::Disconnect(reason, text) = end {
         conn.disconnect(reason, &text).await;
     }
@@ -208,22 +211,24 @@ impl Conn {
     }
 
     /// The connected phase.
-    async fn serve(&mut self, device: DeviceId, connect: &Connect, link: SessionLink, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn serve(&mut self, device: DeviceId, keep_alive: u16, link: SessionLink, mut shutdown: watch::Receiver<bool>) -> End {
         let st = self.st.clone();
         let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
-        let keep_alive = (connect.keep_alive > 0).then(|| Duration::from_millis(u64::from(connect.keep_alive) * 1500));
+        let keep_alive = (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500));
         let mut last_seen = Instant::now();
         let far = Duration::from_secs(365 * 24 * 3600);
         let ka_timer = sleep_until(last_seen + keep_alive.unwrap_or(far));
         tokio::pin!(ka_timer);
-        let mut pending: FuturesOrdered<InFlight> = FuturesOrdered::new();
+        // Allocated only while something is in flight (an empty FuturesOrdered allocates).
+        let mut pending: Option<FuturesOrdered<InFlight>> = None;
         // QoS 2 packet ids whose PUBREC went out and whose PUBREL has not arrived.
         let mut awaiting_rel: HashSet<u16> = HashSet::new();
         let mut next_pid: u16 = 0;
         let mut stopping = false;
 
         loop {
-            let can_read = !stopping && pending.len() < max_in_flight;
+            let in_flight = pending.as_ref().map_or(0, FuturesOrdered::len);
+            let can_read = !stopping && in_flight < max_in_flight;
             tokio::select! {
                 biased;
                 _ = shutdown.changed(), if !stopping => {
@@ -246,14 +251,16 @@ impl Conn {
                         }));
                     }
                 }
-                Some(done) = pending.next(), if !pending.is_empty() => {
+                Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
                     if let Some(end) = self.finish(done, &mut awaiting_rel) {
                         return end;
                     }
                     // Batch every other ack that is already complete into the same write.
-                    while let Some(Some(done)) = futures_util::FutureExt::now_or_never(pending.next()) {
-                        if let Some(end) = self.finish(done, &mut awaiting_rel) {
-                            return end;
+                    if let Some(p) = pending.as_mut() {
+                        while let Some(Some(done)) = futures_util::FutureExt::now_or_never(p.next()) {
+                            if let Some(end) = self.finish(done, &mut awaiting_rel) {
+                                return end;
+                            }
                         }
                     }
                 }
@@ -263,13 +270,14 @@ impl Conn {
                     }
                     last_seen = Instant::now();
                     loop {
-                        if pending.len() >= max_in_flight {
+                        if pending.as_ref().map_or(0, FuturesOrdered::len) >= max_in_flight {
                             break; // backpressure: the rest stays in the buffer
                         }
                         match self.decode() {
                             Ok(None) => break,
                             Ok(Some(p)) => {
-                                if let Some(end) = self.on_packet(p, device, &mut pending, &mut awaiting_rel) {
+                                let queue = pending.get_or_insert_with(FuturesOrdered::new);
+                                if let Some(end) = self.on_packet(p, device, queue, &mut awaiting_rel) {
                                     return end;
                                 }
                             }
@@ -297,7 +305,10 @@ impl Conn {
             if self.flush().await.is_err() {
                 return End::Gone;
             }
-            if stopping && pending.is_empty() {
+            if pending.as_ref().is_some_and(FuturesOrdered::is_empty) {
+                pending = None;
+            }
+            if stopping && pending.is_none() {
                 return End::Disconnect(rc::SERVER_SHUTTING_DOWN, "server shutting down".into());
             }
         }
