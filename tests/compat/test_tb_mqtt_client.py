@@ -225,11 +225,11 @@ def test_connect(sdk):
     # True only after a CONNACK with reason code 0 (MQTT 5).
     _wait_until(client.is_connected, "the SDK to report a connection")
     # On connect the SDK asks for its session limits with the client-side RPC
-    # getSessionLimits; its callback sets rate_limits_received on any answer.
-    # A server that never answers leaves it False. ThingsBoard answers with the
-    # limits; GridLinks answers {"error": ...} (no client-side RPC yet), which the
-    # SDK takes as a timeout and keeps its defaults (no limits for 127.0.0.1).
+    # getSessionLimits; GridLinks answers with its real limits (65536-byte packets,
+    # no rate limits), which the SDK applies (scaled by its safety percentage).
     _wait_until(lambda: client.rate_limits_received, "an answer to the SDK's getSessionLimits RPC")
+    from tb_device_mqtt import DEFAULT_RATE_LIMIT_PERCENTAGE
+    assert client.max_payload_size == int(65536 * DEFAULT_RATE_LIMIT_PERCENTAGE / 100)
 
 
 def test_send_telemetry_and_read_back(server, rest, device_id, sdk):

@@ -8,7 +8,7 @@
 //! | `v1/devices/me/attributes` | client-scope attributes |
 //! | `v1/devices/me/attributes/request/{id}` | `{"clientKeys":"a,b","sharedKeys":"c"}` → reply on `…/attributes/response/{id}` |
 //! | `v1/devices/me/rpc/response/{id}` | the device's answer to server-side RPC `{id}` |
-//! | `v1/devices/me/rpc/request/{id}` | client-side RPC: answered "not supported" on `…/rpc/response/{id}` |
+//! | `v1/devices/me/rpc/request/{id}` | client-side RPC: `getSessionLimits` answered with the limits, anything else "not supported", on `…/rpc/response/{id}` |
 //! | `v1/gateway/connect`, `v1/gateway/disconnect` | `{"device":"Name","type":"…"}`; sub-devices are created on first use |
 //! | `v1/gateway/telemetry`, `v1/gateway/attributes` | `{"Device A": <telemetry or attributes>}` |
 
@@ -105,11 +105,28 @@ pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, bo
             if let Some(id) = suffix_id(topic, "v1/devices/me/rpc/request/") {
                 return Ok(Some(Reply {
                     topic: format!("v1/devices/me/rpc/response/{id}"),
-                    payload: Bytes::from(json!({"error": "client-side RPC is not supported by GridLinks yet"}).to_string()),
+                    payload: Bytes::from(client_rpc(&st, &body).to_string()),
                 }));
             }
             Err(TopicError::UnknownTopic)
         }
+    }
+}
+
+/// Client-side RPC. ThingsBoard's device SDK asks `getSessionLimits` on every connect;
+/// GridLinks answers with its real limits (no rate limits: empty strings, as the SDK reads
+/// them). Any other method is answered "not supported".
+fn client_rpc(st: &AppState, body: &[u8]) -> J {
+    let method = serde_json::from_slice::<J>(body)
+        .ok()
+        .and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
+    match method.as_deref() {
+        Some("getSessionLimits") => json!({
+            "maxPayloadSize": st.cfg.mqtt.max_packet_size,
+            "maxInflightMessages": st.cfg.mqtt.receive_maximum,
+            "rateLimits": {"messages": "", "telemetryMessages": "", "telemetryDataPoints": ""},
+        }),
+        _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
     }
 }
 
