@@ -77,6 +77,8 @@ pub struct MqttConfig {
     pub connect_timeout: Millis,
     /// Messages queued for one connection (attribute updates, RPC) before it is closed as too slow.
     pub outbound_queue: usize,
+    /// Most PUBLISH packets per second one connection may send (0: no limit).
+    pub rate_limit_messages: u32,
 }
 
 /// Server-side RPC (ThingsBoard's `/api/plugins/rpc` and `/api/rpc`).
@@ -175,6 +177,7 @@ impl Default for MqttConfig {
             max_connections: 50_000,
             connect_timeout: Millis(10_000),
             outbound_queue: 64,
+            rate_limit_messages: 0,
         }
     }
 }

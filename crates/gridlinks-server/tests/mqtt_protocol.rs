@@ -157,3 +157,51 @@ fn deleting_a_device_closes_its_connections() {
     assert_eq!(d.map(|d| d.reason), Some(0x87));
     assert_eq!(Raw::connect(s.mqtt_port, V3, Some("MQTT_TOKEN"), 60).1.code, 0x05);
 }
+
+#[test]
+fn rate_limit_breaches_name_the_limit() {
+    let s = Server::start_env(&[("GRIDLINKS_MQTT_RATE_LIMIT_MESSAGES", "5")]);
+    let jwt = s.login();
+    s.device(&jwt, "chatty", "CHATTY");
+    let (mut c, _) = Raw::connect(s.mqtt_port, V5, Some("CHATTY"), 60);
+    for pid in 1..=20u16 {
+        c.publish("v1/devices/me/telemetry", br#"{"x":1}"#, QoS::AtLeastOnce, Some(pid));
+    }
+    let mut refused = 0;
+    for _ in 1..=20 {
+        match c.recv() {
+            Some(Packet::PubAck(a)) if a.reason == 0 => {}
+            Some(Packet::PubAck(a)) => {
+                assert_eq!(a.reason, 0x97);
+                assert!(a.reason_string.unwrap().contains("mqtt.rate_limit_messages = 5"));
+                refused += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(refused >= 10, "only {refused} of 20 refused at 5/s");
+    // MQTT 3.1.1 cannot refuse one message: the connection is closed.
+    let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("CHATTY"), 60);
+    for pid in 1..=20u16 {
+        if c.try_send(&Packet::Publish(Publish {
+            dup: false,
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            topic: "v1/devices/me/telemetry".into(),
+            packet_id: Some(pid),
+            payload: bytes::Bytes::from_static(br#"{"x":1}"#),
+            properties: PublishProperties::default(),
+        }))
+        .is_err()
+        {
+            break;
+        }
+    }
+    loop {
+        match c.try_recv() {
+            Ok(Some(Packet::PubAck(_))) => {}
+            Ok(None) | Err(_) => break,
+            Ok(Some(other)) => panic!("{other:?}"),
+        }
+    }
+}

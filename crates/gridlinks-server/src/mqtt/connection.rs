@@ -34,6 +34,31 @@ const READ_CHUNK: usize = 4096;
 /// A client that does not take our bytes for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A token bucket: `rate` messages per second, bursts up to one second's worth.
+struct RateLimit {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl RateLimit {
+    fn new(rate: u32) -> Option<Self> {
+        (rate > 0).then(|| Self { rate: f64::from(rate), tokens: f64::from(rate), last: Instant::now() })
+    }
+
+    fn allow(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// What a finished in-flight item asks the connection to do, in order.
 struct Done {
     /// Acknowledgement to write (PUBACK, PUBREC, SUBACK, …).
@@ -50,6 +75,10 @@ struct Conn {
     stream: TcpStream,
     /// This connection's session in the broker (set once CONNECT is accepted).
     session: SessionId,
+    /// An outgoing packet failed to encode: the client would wait forever, so close.
+    broken: bool,
+    /// `mqtt.rate_limit_messages`, if set (allocated only when configured).
+    rate: Option<Box<RateLimit>>,
     st: Arc<AppState>,
     rbuf: BytesMut,
     wbuf: BytesMut,
@@ -66,7 +95,7 @@ enum End {
 
 pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1 };
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1 };
     let timeout = st.cfg.mqtt.connect_timeout.duration();
     let connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
         Ok(Some(c)) => c,
@@ -85,6 +114,7 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     let link = st.sessions.register(device, st.cfg.mqtt.outbound_queue);
     let session = link.id;
     conn.session = session;
+    conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
     let keep_alive = connect.keep_alive;
     // Only the keep-alive outlives the handshake: an idle connection keeps no CONNECT.
     drop(connect);
@@ -184,7 +214,8 @@ impl Conn {
 
     fn queue(&mut self, p: &Packet) {
         if let Err(e) = encode(p, self.version, &mut self.wbuf) {
-            tracing::error!(error = %e, "cannot encode MQTT packet");
+            tracing::error!(error = %e, packet = p.name(), "cannot encode MQTT packet; closing the connection");
+            self.broken = true;
         }
     }
 
@@ -305,6 +336,9 @@ impl Conn {
             if self.flush().await.is_err() {
                 return End::Gone;
             }
+            if self.broken {
+                return End::Disconnect(rc::IMPLEMENTATION_SPECIFIC_ERROR, "internal encoding error".into());
+            }
             if pending.as_ref().is_some_and(FuturesOrdered::is_empty) {
                 pending = None;
             }
@@ -343,6 +377,25 @@ impl Conn {
         match p {
             Packet::Publish(p) => {
                 self.st.mqtt_metrics.publishes.fetch_add(1, Ordering::Relaxed);
+                if self.rate.as_mut().is_some_and(|r| !r.allow()) {
+                    let text = format!(
+                        "message rate limit exceeded: mqtt.rate_limit_messages = {} per second",
+                        self.st.cfg.mqtt.rate_limit_messages
+                    );
+                    // PUBACK/PUBREC cannot carry 0x96 (message rate too high): 0x97 quota exceeded.
+                    return match (v5, p.qos, p.packet_id) {
+                        (true, QoS::AtLeastOnce, Some(pid)) => {
+                            pending.push_back(ready(Some(Packet::PubAck(resp(pid, rc::QUOTA_EXCEEDED, Some(text))))));
+                            None
+                        }
+                        (true, QoS::ExactlyOnce, Some(pid)) => {
+                            pending.push_back(ready(Some(Packet::PubRec(resp(pid, rc::QUOTA_EXCEEDED, Some(text))))));
+                            None
+                        }
+                        // QoS 0 cannot be refused one by one, and 3.1.1 cannot refuse at all.
+                        _ => Some(End::Disconnect(rc::MESSAGE_RATE_TOO_HIGH, text)),
+                    };
+                }
                 if p.properties.topic_alias.is_some() {
                     // We advertise Topic Alias Maximum 0.
                     return Some(End::Disconnect(rc::TOPIC_ALIAS_INVALID, "topic aliases are not supported".into()));
