@@ -147,6 +147,7 @@ if mode == "telemetry":
 else:
     row("connected", lambda r: f"{r['connected']:,}/{r['requested']:,}")
     row("connects/s", lambda r: f"{r['connects_per_second']:,.0f}")
+    row("connects per server CPU-s", lambda r: f"{r['server']['connects_per_cpu_second']:,.0f}")
     row("CONNACK p50", lambda r: ms(r['connack_latency']['p50_us']))
     row("CONNACK p99", lambda r: ms(r['connack_latency']['p99_us']))
     row("server RSS before", lambda r: mib(r['server']['rss_before_kib']))
