@@ -94,3 +94,43 @@ fn kill_9_under_mqtt_load_loses_no_puback_point() {
     }
     eprintln!("kill -9 under MQTT load: all {total} PUBACKed points present after restart");
 }
+
+#[test]
+fn sigterm_with_mqtt_clients_acks_in_flight_and_says_goodbye() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut s = Server::start_on(&dir, &[]);
+    let jwt = s.login();
+    let ids: Vec<String> = (0..4).map(|d| s.device(&jwt, &format!("t{d}"), &format!("MQ{d}"))).collect();
+    let (mut idle, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("MQ0"), 60);
+    let stop = Arc::new(AtomicBool::new(false));
+    let port = s.mqtt_port;
+    let workers: Vec<_> = (0..4)
+        .map(|d| {
+            let stop = stop.clone();
+            std::thread::spawn(move || publisher(port, format!("MQ{d}"), stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let started = std::time::Instant::now();
+    let status = s.sigterm();
+    stop.store(true, Ordering::Relaxed);
+    assert!(status.success(), "exit status {status}");
+    assert!(started.elapsed() < Duration::from_secs(10), "shutdown took {:?}", started.elapsed());
+    let (d, _) = idle.expect_close();
+    assert_eq!(d.map(|d| d.reason), Some(0x8B), "MQTT 5 clients are told the server is shutting down");
+    let acked: Vec<Vec<i64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let s = Server::start_on(&dir, &[]);
+    let jwt = s.login();
+    for (id, acked) in ids.iter().zip(&acked) {
+        let (_, v) = s.json(
+            "GET",
+            &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=seq&startTs=0&endTs=100000000&limit=100000"),
+            &jwt,
+            None,
+        );
+        let stored: std::collections::HashSet<i64> =
+            v["seq"].as_array().map(|a| a.iter().map(|p| p["ts"].as_i64().unwrap()).collect()).unwrap_or_default();
+        assert!(acked.iter().all(|t| stored.contains(t)), "device {id} lost PUBACKed points on SIGTERM");
+    }
+}
