@@ -3,7 +3,7 @@ CARGO  ?= cargo
 PYTHON ?= python3
 VENV   := target/pyenv
 
-.PHONY: run test deps rust-test compat-test bench-http bench-import bench-storage
+.PHONY: run test deps rust-test compat-test bench-http bench-import bench-storage bench-mqtt
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -36,6 +36,12 @@ bench-http:
 
 bench-import:
 	bench/bulk_import.sh 30000
+
+bench-mqtt:
+	bench/mqtt_compare.sh telemetry
+	MSG_RATE=20000 bench/mqtt_compare.sh telemetry
+	bench/mqtt_compare.sh idle
+	bench/mqtt_compare.sh connect-rate
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync

@@ -6,13 +6,14 @@
 #   bench/mqtt_compare.sh [telemetry]  DEVICES devices, each its own connection, publish ~100-byte
 #                                      JSON telemetry at QoS QOS with INFLIGHT unacked per
 #                                      connection for DURATION s: msgs/s, PUBACK p50/p99/max,
-#                                      msgs per server CPU-second, peak RSS.
+#                                      msgs per server CPU-second, peak RSS. MSG_RATE>0 offers
+#                                      that many msgs/s in total instead (latency at a fixed load).
 #   bench/mqtt_compare.sh idle         IDLE_CONNECTIONS idle connections held HOLD s: server
 #                                      RSS per connection.
 #   bench/mqtt_compare.sh connect-rate CONNECTIONS connects at RATE/s (0: as fast as the
 #                                      generator's MAX_PENDING handshakes allow): connects/s.
 #
-# Env (defaults): DEVICES=10000 DURATION=20 INFLIGHT=10 QOS=1 PAYLOAD=100 CONNECT_RATE=2000
+# Env (defaults): DEVICES=10000 DURATION=20 INFLIGHT=10 QOS=1 PAYLOAD=100 CONNECT_RATE=2000 MSG_RATE=0
 #   IDLE_CONNECTIONS=19000 HOLD=10 CONNECTIONS=10000 RATE=0 MAX_PENDING=64
 #   SOURCES=127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4 (source addresses, ~28k ports each)
 #   THREADS (generator worker threads; default one per CPU)
@@ -27,15 +28,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-telemetry}
 DEVICES=${DEVICES:-10000}; DURATION=${DURATION:-20}; INFLIGHT=${INFLIGHT:-10}; QOS=${QOS:-1}
-PAYLOAD=${PAYLOAD:-100}; CONNECT_RATE=${CONNECT_RATE:-2000}
+PAYLOAD=${PAYLOAD:-100}; CONNECT_RATE=${CONNECT_RATE:-2000}; MSG_RATE=${MSG_RATE:-0}
 IDLE_CONNECTIONS=${IDLE_CONNECTIONS:-19000}; HOLD=${HOLD:-10}
 CONNECTIONS=${CONNECTIONS:-10000}; RATE=${RATE:-0}; MAX_PENDING=${MAX_PENDING:-64}
 SOURCES=${SOURCES:-127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$TARGET_DIR/mqtt_compare}
 
+LABEL=$MODE  # names the JSON results: $OUT/$LABEL-{gridlinks,mosquitto}.json
 case "$MODE" in
-  telemetry) N=$DEVICES ;;
+  telemetry) N=$DEVICES; if [ "$MSG_RATE" != 0 ]; then LABEL=telemetry-rate$MSG_RATE; fi ;;
   idle) N=$IDLE_CONNECTIONS ;;
   connect-rate) N=$CONNECTIONS ;;
   *) echo "usage: $0 [telemetry|idle|connect-rate]" >&2; exit 2 ;;
@@ -64,12 +66,12 @@ free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0)
 bench() { # bench NAME CREDENTIAL-ARGS...
   local name=$1; shift
   local common=(--port "$PORT" --server-pid "$SERVER_PID" --sources "$SOURCES" --max-pending "$MAX_PENDING"
-                --json "$OUT/$MODE-$name.json" "$@")
+                --json "$OUT/$LABEL-$name.json" "$@")
   [ -n "${THREADS:-}" ] && common=(--threads "$THREADS" "${common[@]}")
   echo "--- $name ($MODE) ---"
   case "$MODE" in
     telemetry) "$BENCH" mqtt-telemetry "${common[@]}" --devices "$N" --duration "$DURATION" --qos "$QOS" \
-                 --inflight "$INFLIGHT" --payload-bytes "$PAYLOAD" --connect-rate "$CONNECT_RATE" ;;
+                 --inflight "$INFLIGHT" --payload-bytes "$PAYLOAD" --connect-rate "$CONNECT_RATE" --rate "$MSG_RATE" ;;
     idle) "$BENCH" connect "${common[@]}" --connections "$N" --rate "$RATE" --hold "$HOLD" ;;
     connect-rate) "$BENCH" connect "${common[@]}" --connections "$N" --rate "$RATE" --hold 1 ;;
   esac
@@ -116,7 +118,7 @@ bench mosquitto --username bench
 stop_server
 
 # --- Side by side.
-python3 - "$MODE" "$OUT/$MODE-gridlinks.json" "$OUT/$MODE-mosquitto.json" <<'PY'
+python3 - "$MODE" "$OUT/$LABEL-gridlinks.json" "$OUT/$LABEL-mosquitto.json" <<'PY'
 import json, sys
 mode, paths = sys.argv[1], sys.argv[2:]
 runs = [json.load(open(p)) for p in paths]

@@ -1,0 +1,562 @@
+//! Results of the scenarios: a human summary on stdout and a JSON document (`--json`).
+//!
+//! Latencies are kept in microseconds and printed in milliseconds; memory in KiB and
+//! printed in MiB; JSON carries the raw units in its key names (`_us`, `_kib`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+/// Percentiles of a latency histogram, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LatencySummary {
+    /// Recorded values.
+    pub count: u64,
+    /// Arithmetic mean.
+    pub mean_us: f64,
+    /// Median.
+    pub p50_us: u64,
+    /// 95th percentile.
+    pub p95_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Largest value (to the histogram's resolution).
+    pub max_us: u64,
+}
+
+impl LatencySummary {
+    /// Summarises a histogram of microseconds; all zero when it is empty.
+    pub fn from_histogram(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return LatencySummary::default();
+        }
+        LatencySummary {
+            count: h.len(),
+            mean_us: h.mean(),
+            p50_us: h.value_at_quantile(0.50),
+            p95_us: h.value_at_quantile(0.95),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        }
+    }
+
+    /// One line: `p50 0.812 ms  p95 ...  max ...  (mean ..., n values)`.
+    pub fn line(&self) -> String {
+        if self.count == 0 {
+            return "no samples".into();
+        }
+        format!(
+            "p50 {}  p95 {}  p99 {}  p99.9 {}  max {}  (mean {}, {} samples)",
+            ms(self.p50_us as f64),
+            ms(self.p95_us as f64),
+            ms(self.p99_us as f64),
+            ms(self.p999_us as f64),
+            ms(self.max_us as f64),
+            ms(self.mean_us),
+            thousands(self.count),
+        )
+    }
+
+    /// The summary as a JSON object.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "count": self.count,
+            "mean_us": round3(self.mean_us),
+            "p50_us": self.p50_us,
+            "p95_us": self.p95_us,
+            "p99_us": self.p99_us,
+            "p999_us": self.p999_us,
+            "max_us": self.max_us,
+        })
+    }
+}
+
+/// Failure counts by reason, e.g. `{"CONNACK 0x04 bad user name or password": 3}`.
+pub type Reasons = BTreeMap<String, u64>;
+
+/// What the server process cost during the telemetry window (`--server-pid`).
+#[derive(Debug, Clone, Default)]
+pub struct ServerCost {
+    /// Observed pid.
+    pub pid: u32,
+    /// CPU seconds (user + system) the server used during the window.
+    pub cpu_seconds: f64,
+    /// Highest VmRSS sampled (once a second and at the ends) during the window, KiB.
+    pub rss_peak_kib: u64,
+    /// VmRSS at the end of the window, KiB.
+    pub rss_end_kib: u64,
+    /// VmHWM at the end: the process's lifetime peak, KiB (includes earlier phases).
+    pub hwm_kib: u64,
+}
+
+/// Result of `mqtt-telemetry`.
+#[derive(Debug, Clone, Default)]
+pub struct TelemetryReport {
+    /// `host:port` driven.
+    pub server: String,
+    /// MQTT version spoken.
+    pub mqtt_version: String,
+    /// Connections requested.
+    pub devices: usize,
+    /// QoS of the publishes.
+    pub qos: u8,
+    /// Unacknowledged publishes allowed per connection.
+    pub inflight: u16,
+    /// Offered publishes per second (`--rate`); 0: as fast as acks allow.
+    pub offered_rate: f64,
+    /// Payload size, bytes.
+    pub payload_bytes: usize,
+    /// Connections established.
+    pub connected: u64,
+    /// Failed connection attempts by reason.
+    pub connect_failures: Reasons,
+    /// Seconds from the first connect attempt to the last outcome.
+    pub connect_seconds: f64,
+    /// Seconds from the start signal to the last acknowledgement (QoS 0: last write).
+    pub window_seconds: f64,
+    /// PUBLISH packets sent.
+    pub sent: u64,
+    /// Publishes acknowledged with success (QoS 0: written).
+    pub acked: u64,
+    /// Publishes refused or never acknowledged.
+    pub failed: u64,
+    /// Connections lost during the window, by reason.
+    pub dropped: Reasons,
+    /// PUBACK latency (QoS 1 only).
+    pub puback: Option<LatencySummary>,
+    /// Server cost, with `--server-pid`.
+    pub server_cost: Option<ServerCost>,
+    /// CPU seconds the generator itself used during the window.
+    pub generator_cpu_seconds: f64,
+}
+
+impl TelemetryReport {
+    /// Acknowledged messages per second of window.
+    pub fn msgs_per_second(&self) -> f64 {
+        per_second(self.acked as f64, self.window_seconds)
+    }
+
+    /// Acknowledged messages per server CPU-second, with `--server-pid`.
+    pub fn msgs_per_server_cpu_second(&self) -> Option<f64> {
+        self.server_cost
+            .as_ref()
+            .map(|c| per_second(self.acked as f64, c.cpu_seconds))
+    }
+
+    /// The human summary.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "== mqtt-telemetry: {} (MQTT {}), {} devices, QoS {}, inflight {}, payload {} B, {} ==",
+            self.server,
+            self.mqtt_version,
+            self.devices,
+            self.qos,
+            self.inflight,
+            self.payload_bytes,
+            if self.offered_rate > 0.0 {
+                format!("offered {} msg/s", thousands(self.offered_rate as u64))
+            } else {
+                "as fast as acks allow".into()
+            },
+        );
+        let _ = writeln!(
+            s,
+            "connections    {} ok, {} failed in {:.2} s ({}/s){}",
+            thousands(self.connected),
+            thousands(self.connect_failures.values().sum()),
+            self.connect_seconds,
+            thousands(per_second(self.connected as f64, self.connect_seconds) as u64),
+            reasons_suffix(&self.connect_failures),
+        );
+        let _ = writeln!(
+            s,
+            "messages       sent {}  acked {}  failed {}  in {:.2} s{}",
+            thousands(self.sent),
+            thousands(self.acked),
+            thousands(self.failed),
+            self.window_seconds,
+            if self.dropped.is_empty() {
+                String::new()
+            } else {
+                format!("; connections lost:{}", reasons_suffix(&self.dropped))
+            },
+        );
+        let _ = writeln!(
+            s,
+            "throughput     {} msg/s {}",
+            thousands(self.msgs_per_second() as u64),
+            if self.qos == 0 {
+                "written (QoS 0)"
+            } else {
+                "acknowledged"
+            },
+        );
+        if let Some(p) = &self.puback {
+            let _ = writeln!(s, "PUBACK latency {}", p.line());
+        }
+        if let (Some(c), Some(per_cpu)) = (&self.server_cost, self.msgs_per_server_cpu_second()) {
+            let _ = writeln!(
+                s,
+                "server pid {}  CPU {:.2} s ({:.0}% of one core) -> {} msgs per server CPU-second",
+                c.pid,
+                c.cpu_seconds,
+                100.0 * per_second(c.cpu_seconds, self.window_seconds),
+                thousands(per_cpu as u64),
+            );
+            let _ = writeln!(
+                s,
+                "server memory  RSS peak {}  at end {}  (VmHWM, lifetime: {})",
+                mib(c.rss_peak_kib),
+                mib(c.rss_end_kib),
+                mib(c.hwm_kib),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "generator      CPU {:.2} s ({:.0}% of one core)",
+            self.generator_cpu_seconds,
+            100.0 * per_second(self.generator_cpu_seconds, self.window_seconds),
+        );
+        s
+    }
+
+    /// The JSON result.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "scenario": "mqtt-telemetry",
+            "server": self.server,
+            "mqtt_version": self.mqtt_version,
+            "devices": self.devices,
+            "qos": self.qos,
+            "inflight": self.inflight,
+            "offered_rate": self.offered_rate,
+            "payload_bytes": self.payload_bytes,
+            "connected": self.connected,
+            "connect_failures": self.connect_failures,
+            "connect_seconds": round3(self.connect_seconds),
+            "window_seconds": round3(self.window_seconds),
+            "sent": self.sent,
+            "acked": self.acked,
+            "failed": self.failed,
+            "dropped_connections": self.dropped,
+            "msgs_per_second": round3(self.msgs_per_second()),
+            "puback_latency": self.puback.map(|p| p.to_json()),
+            "server": self.server_cost.as_ref().map(|c| json!({
+                "pid": c.pid,
+                "cpu_seconds": round3(c.cpu_seconds),
+                "msgs_per_cpu_second": self.msgs_per_server_cpu_second().map(round3),
+                "rss_peak_kib": c.rss_peak_kib,
+                "rss_end_kib": c.rss_end_kib,
+                "hwm_kib": c.hwm_kib,
+            })),
+            "generator_cpu_seconds": round3(self.generator_cpu_seconds),
+        })
+    }
+}
+
+/// Server memory through the `connect` scenario (`--server-pid`).
+#[derive(Debug, Clone, Default)]
+pub struct ServerMemory {
+    /// Observed pid.
+    pub pid: u32,
+    /// VmRSS before the first connection, KiB.
+    pub rss_before_kib: u64,
+    /// VmRSS once every attempt had its outcome, KiB.
+    pub rss_connected_kib: u64,
+    /// Highest VmRSS sampled while holding, KiB.
+    pub rss_hold_max_kib: u64,
+    /// VmRSS at the end of the hold, KiB.
+    pub rss_end_kib: u64,
+    /// VmHWM at the end, KiB.
+    pub hwm_kib: u64,
+    /// Server CPU seconds during the connect phase.
+    pub connect_cpu_seconds: f64,
+    /// Server CPU seconds during the hold.
+    pub hold_cpu_seconds: f64,
+}
+
+/// Result of `connect`.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectReport {
+    /// `host:port` driven.
+    pub server: String,
+    /// MQTT version spoken.
+    pub mqtt_version: String,
+    /// Connections requested.
+    pub requested: usize,
+    /// Requested rate, connections per second (0: unpaced).
+    pub rate: f64,
+    /// Connections established.
+    pub connected: u64,
+    /// Failed attempts by reason.
+    pub failures: Reasons,
+    /// Seconds from the first attempt to the last outcome.
+    pub connect_seconds: f64,
+    /// TCP connect + CONNECT/CONNACK latency of the successful attempts.
+    pub connack: LatencySummary,
+    /// Seconds the connections were held.
+    pub hold_seconds: f64,
+    /// PINGREQs sent while holding.
+    pub pings: u64,
+    /// Connections lost while holding, by reason.
+    pub dropped: Reasons,
+    /// Server memory, with `--server-pid`.
+    pub server_memory: Option<ServerMemory>,
+}
+
+impl ConnectReport {
+    /// Successful connections per second of the connect phase.
+    pub fn connects_per_second(&self) -> f64 {
+        per_second(self.connected as f64, self.connect_seconds)
+    }
+
+    /// Connected / requested.
+    pub fn success_ratio(&self) -> f64 {
+        if self.requested == 0 {
+            return 0.0;
+        }
+        self.connected as f64 / self.requested as f64
+    }
+
+    /// Successful connections per server CPU-second of the connect phase.
+    pub fn connects_per_server_cpu_second(&self) -> Option<f64> {
+        let m = self.server_memory.as_ref()?;
+        Some(per_second(self.connected as f64, m.connect_cpu_seconds))
+    }
+
+    /// (RSS once connected − RSS before) / connections, KiB.
+    pub fn kib_per_connection(&self) -> Option<f64> {
+        let m = self.server_memory.as_ref()?;
+        if self.connected == 0 {
+            return None;
+        }
+        Some((m.rss_connected_kib as f64 - m.rss_before_kib as f64) / self.connected as f64)
+    }
+
+    /// The human summary.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let rate = if self.rate > 0.0 {
+            format!("{}/s", self.rate)
+        } else {
+            "unpaced".into()
+        };
+        let _ = writeln!(
+            s,
+            "== connect: {} (MQTT {}), {} connections, rate {rate} ==",
+            self.server,
+            self.mqtt_version,
+            thousands(self.requested as u64)
+        );
+        let _ = writeln!(
+            s,
+            "connected      {} of {} ({:.2}%) in {:.2} s -> {} connects/s{}",
+            thousands(self.connected),
+            thousands(self.requested as u64),
+            100.0 * self.success_ratio(),
+            self.connect_seconds,
+            thousands(self.connects_per_second() as u64),
+            reasons_suffix(&self.failures),
+        );
+        let _ = writeln!(s, "CONNACK after  {}", self.connack.line());
+        let _ = writeln!(
+            s,
+            "held           {:.1} s, {} PINGREQ, {} connections lost{}",
+            self.hold_seconds,
+            thousands(self.pings),
+            thousands(self.dropped.values().sum()),
+            reasons_suffix(&self.dropped),
+        );
+        if let Some(m) = &self.server_memory {
+            let _ = writeln!(
+                s,
+                "server pid {}  RSS before {}  connected {}  hold max {}  end {}  (VmHWM {})",
+                m.pid,
+                mib(m.rss_before_kib),
+                mib(m.rss_connected_kib),
+                mib(m.rss_hold_max_kib),
+                mib(m.rss_end_kib),
+                mib(m.hwm_kib),
+            );
+            if let Some(per) = self.kib_per_connection() {
+                let _ = writeln!(s, "server memory  {per:.2} KiB per connection");
+            }
+            let _ = writeln!(
+                s,
+                "server CPU     {:.2} s connecting ({} connects per server CPU-second), {:.2} s holding",
+                m.connect_cpu_seconds,
+                thousands(self.connects_per_server_cpu_second().unwrap_or(0.0) as u64),
+                m.hold_cpu_seconds
+            );
+        }
+        s
+    }
+
+    /// The JSON result.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "scenario": "connect",
+            "server": self.server,
+            "mqtt_version": self.mqtt_version,
+            "requested": self.requested,
+            "rate": self.rate,
+            "connected": self.connected,
+            "failures": self.failures,
+            "success_ratio": round3(self.success_ratio()),
+            "connect_seconds": round3(self.connect_seconds),
+            "connects_per_second": round3(self.connects_per_second()),
+            "connack_latency": self.connack.to_json(),
+            "hold_seconds": round3(self.hold_seconds),
+            "pings": self.pings,
+            "dropped_connections": self.dropped,
+            "server": self.server_memory.as_ref().map(|m| json!({
+                "pid": m.pid,
+                "rss_before_kib": m.rss_before_kib,
+                "rss_connected_kib": m.rss_connected_kib,
+                "rss_hold_max_kib": m.rss_hold_max_kib,
+                "rss_end_kib": m.rss_end_kib,
+                "hwm_kib": m.hwm_kib,
+                "kib_per_connection": self.kib_per_connection().map(round3),
+                "connect_cpu_seconds": round3(m.connect_cpu_seconds),
+                "connects_per_cpu_second": self.connects_per_server_cpu_second().map(round3),
+                "hold_cpu_seconds": round3(m.hold_cpu_seconds),
+            })),
+        })
+    }
+}
+
+/// Writes `value` pretty-printed to `path`.
+pub fn write_json(path: &Path, value: &Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// `count / seconds`, 0 for an empty interval.
+pub fn per_second(count: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        count / seconds
+    } else {
+        0.0
+    }
+}
+
+/// Microseconds as milliseconds with three decimals, e.g. `0.812 ms`.
+pub fn ms(micros: f64) -> String {
+    format!("{:.3} ms", micros / 1000.0)
+}
+
+/// KiB as MiB with one decimal, e.g. `12.3 MiB`.
+pub fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn reasons_suffix(reasons: &Reasons) -> String {
+    if reasons.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = reasons.iter().map(|(r, n)| format!("{r}: {n}")).collect();
+    format!(" [{}]", list.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::new_histogram;
+
+    #[test]
+    fn latency_summary_of_a_known_distribution() {
+        let mut h = new_histogram();
+        for us in 1..=10_000u64 {
+            h.record(us).unwrap();
+        }
+        let s = LatencySummary::from_histogram(&h);
+        assert_eq!(s.count, 10_000);
+        // 3 significant digits: each percentile within 0.1% of the exact value.
+        let close = |got: u64, want: u64| (got as f64 - want as f64).abs() <= want as f64 * 0.001;
+        assert!(close(s.p50_us, 5_000), "{s:?}");
+        assert!(close(s.p95_us, 9_500), "{s:?}");
+        assert!(close(s.p99_us, 9_900), "{s:?}");
+        assert!(close(s.p999_us, 9_990), "{s:?}");
+        assert!(close(s.max_us, 10_000), "{s:?}");
+        assert!((s.mean_us - 5_000.5).abs() < 10.0, "{s:?}");
+        assert!(s.line().starts_with("p50 5.0"), "{}", s.line());
+        assert_eq!(s.to_json()["count"], 10_000);
+    }
+
+    #[test]
+    fn empty_histogram_summarises_to_zero() {
+        let s = LatencySummary::from_histogram(&new_histogram());
+        assert_eq!(s, LatencySummary::default());
+        assert_eq!(s.line(), "no samples");
+    }
+
+    #[test]
+    fn numbers_format_for_people() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(ms(812.0), "0.812 ms");
+        assert_eq!(mib(2048), "2.0 MiB");
+    }
+
+    #[test]
+    fn telemetry_report_derives_rates() {
+        let r = TelemetryReport {
+            acked: 100_000,
+            window_seconds: 10.0,
+            server_cost: Some(ServerCost {
+                cpu_seconds: 4.0,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(r.msgs_per_second(), 10_000.0);
+        assert_eq!(r.msgs_per_server_cpu_second(), Some(25_000.0));
+        let j = r.to_json();
+        assert_eq!(j["server"]["msgs_per_cpu_second"], 25_000.0);
+        assert!(r.human().contains("25,000 msgs per server CPU-second"));
+    }
+
+    #[test]
+    fn connect_report_memory_per_connection() {
+        let r = ConnectReport {
+            requested: 1000,
+            connected: 1000,
+            server_memory: Some(ServerMemory {
+                rss_before_kib: 10_000,
+                rss_connected_kib: 10_750,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(r.kib_per_connection(), Some(0.75));
+        assert_eq!(r.success_ratio(), 1.0);
+    }
+}

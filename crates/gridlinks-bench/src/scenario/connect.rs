@@ -1,0 +1,213 @@
+//! `connect`: a connection storm, then every connection held idle.
+//!
+//! Phases:
+//! 1. **connect**: N connections at `--rate` per second (0: as fast as `--max-pending`
+//!    handshakes in flight allow); connects/s is successful CONNACKs over the time from
+//!    the first attempt to the last outcome. Connections ping while waiting.
+//! 2. **hold**: all connections idle for `--hold`, sending PINGREQ every 3/4 keep-alive,
+//!    while the server's RSS is sampled once a second.
+//! 3. **disconnect**: DISCONNECT on every connection.
+//!
+//! Server memory per connection is (RSS once all are connected − RSS before the first)
+//! divided by the connections established.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{idle_until, wait_for_some, ConnectPacer, Progress, ProgressKind, Target};
+use crate::cli::ConnectArgs;
+use crate::mqtt_client::MqttConnection;
+use crate::report::{write_json, ConnectReport, LatencySummary, Reasons, ServerMemory};
+use crate::stats::{new_histogram, Counters};
+
+/// Connect outcomes buffered between connection tasks and the collector.
+const OUTCOME_CHANNEL: usize = 1024;
+
+/// How one held connection ended.
+struct HoldResult {
+    /// Why it was lost during the hold, if it was.
+    lost: Option<String>,
+    /// The connection, still open, for DISCONNECT.
+    conn: Option<MqttConnection>,
+}
+
+/// Runs the scenario and prints its report.
+pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
+    let target = Arc::new(Target::resolve(&args.target, args.connections).await?);
+    let counters = Arc::new(Counters::default());
+    let pings = Arc::new(AtomicU64::new(0));
+    let progress = Progress::start(
+        ProgressKind::Connect,
+        Arc::clone(&counters),
+        target.server_stats.clone(),
+        "connecting",
+    );
+    let server_before = target.server_sample()?;
+
+    // Phase 1: connect.
+    let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<Duration, String>>(OUTCOME_CHANNEL);
+    let (hold_tx, hold_rx) = watch::channel::<Option<Instant>>(None);
+    let started = Instant::now();
+    let spawner = {
+        let (target, counters, pings) = (
+            Arc::clone(&target),
+            Arc::clone(&counters),
+            Arc::clone(&pings),
+        );
+        let (rate, count) = (args.rate, args.connections);
+        tokio::spawn(async move {
+            let pacer = ConnectPacer::new(rate, target.max_pending);
+            let mut tasks = Vec::with_capacity(count);
+            for index in 0..count {
+                let permit = pacer.slot(index).await;
+                tasks.push(tokio::spawn(hold_one(
+                    index,
+                    Arc::clone(&target),
+                    Arc::clone(&counters),
+                    Arc::clone(&pings),
+                    permit,
+                    outcome_tx.clone(),
+                    hold_rx.clone(),
+                )));
+            }
+            tasks
+        })
+    };
+    let mut failures = Reasons::new();
+    let mut connack = new_histogram();
+    for _ in 0..args.connections {
+        match outcome_rx.recv().await {
+            Some(Ok(latency)) => {
+                let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+                connack.saturating_record(micros.max(1));
+            }
+            Some(Err(reason)) => *failures.entry(reason).or_default() += 1,
+            None => break,
+        }
+    }
+    let connect_seconds = started.elapsed().as_secs_f64();
+    let tasks = spawner.await?;
+    let server_connected = target.server_sample()?;
+
+    // Phase 2: hold.
+    if let Some(s) = &server_connected {
+        progress.reset_peak(s.memory.rss_kib);
+    }
+    progress.set_phase("holding");
+    let hold_started = Instant::now();
+    hold_tx.send_replace(Some(hold_started + args.hold));
+    let mut dropped = Reasons::new();
+    let mut open = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let result = task.await?;
+        if let Some(reason) = result.lost {
+            *dropped.entry(reason).or_default() += 1;
+        }
+        open.extend(result.conn);
+    }
+    let hold_seconds = hold_started.elapsed().as_secs_f64();
+    let server_end = target.server_sample()?;
+    let hold_max = server_end.map(|s| progress.peak(s.memory.rss_kib));
+
+    // Phase 3: disconnect.
+    progress.set_phase("disconnecting");
+    let mut closing = JoinSet::new();
+    for conn in open {
+        closing.spawn(conn.disconnect());
+    }
+    while closing.join_next().await.is_some() {}
+    drop(progress);
+
+    let server_memory = match (
+        &target.server_stats,
+        server_before,
+        server_connected,
+        server_end,
+    ) {
+        (Some(stats), Some(before), Some(connected), Some(end)) => Some(ServerMemory {
+            pid: stats.pid(),
+            rss_before_kib: before.memory.rss_kib,
+            rss_connected_kib: connected.memory.rss_kib,
+            rss_hold_max_kib: hold_max.unwrap_or(end.memory.rss_kib),
+            rss_end_kib: end.memory.rss_kib,
+            hwm_kib: end.memory.hwm_kib,
+            connect_cpu_seconds: connected.cpu_seconds - before.cpu_seconds,
+            hold_cpu_seconds: end.cpu_seconds - connected.cpu_seconds,
+        }),
+        _ => None,
+    };
+    let report = ConnectReport {
+        server: target.name(),
+        mqtt_version: args.target.mqtt_version.label().into(),
+        requested: args.connections,
+        rate: args.rate,
+        connected: Counters::get(&counters.connected),
+        failures,
+        connect_seconds,
+        connack: LatencySummary::from_histogram(&connack),
+        hold_seconds,
+        pings: pings.load(std::sync::atomic::Ordering::Relaxed),
+        dropped,
+        server_memory,
+    };
+    print!("{}", report.human());
+    if let Some(path) = &args.target.json {
+        write_json(path, &report.to_json())?;
+    }
+    Ok(())
+}
+
+/// Connects connection `index`, reports the outcome, then idles until the hold ends.
+async fn hold_one(
+    index: usize,
+    target: Arc<Target>,
+    counters: Arc<Counters>,
+    pings: Arc<AtomicU64>,
+    permit: OwnedSemaphorePermit,
+    outcome: mpsc::Sender<Result<Duration, String>>,
+    mut hold_rx: watch::Receiver<Option<Instant>>,
+) -> HoldResult {
+    let started = Instant::now();
+    let connected =
+        MqttConnection::connect(target.endpoint(index), &target.client_options(index)).await;
+    drop(permit);
+    let mut conn = match connected {
+        Ok(conn) => {
+            Counters::add(&counters.connected, 1);
+            let _ = outcome.send(Ok(started.elapsed())).await;
+            conn
+        }
+        Err(e) => {
+            Counters::add(&counters.connect_failed, 1);
+            let _ = outcome.send(Err(e.reason())).await;
+            return HoldResult {
+                lost: None,
+                conn: None,
+            };
+        }
+    };
+    drop(outcome);
+    let hold_over = async {
+        if let Some(end) = wait_for_some(&mut hold_rx).await {
+            tokio::time::sleep_until(end).await;
+        }
+    };
+    match idle_until(&mut conn, hold_over, target.ping_interval(), &pings).await {
+        Ok(()) => HoldResult {
+            lost: None,
+            conn: Some(conn),
+        },
+        Err(e) => {
+            Counters::add(&counters.dropped, 1);
+            HoldResult {
+                lost: Some(e.reason()),
+                conn: None,
+            }
+        }
+    }
+}

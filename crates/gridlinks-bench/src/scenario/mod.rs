@@ -1,0 +1,400 @@
+//! The load scenarios and what they share: the resolved target with per-connection
+//! credentials and source addresses, connect pacing, idling with keep-alive pings, and
+//! the once-a-second progress line on stderr.
+
+pub mod connect;
+pub mod telemetry;
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use bytes::Bytes;
+use gridlinks_codec::mqtt::{Packet, ProtocolVersion};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::cli::TargetArgs;
+use crate::mqtt_client::{ClientOptions, ConnectionError, Endpoint, MqttConnection};
+use crate::proc_stats::{self, ProcessStats};
+use crate::report::{mib, thousands};
+use crate::stats::Counters;
+
+/// File descriptors the generator needs besides its connections (stdio, epoll, the
+/// runtime's wakers, files it reads).
+const FD_HEADROOM: u64 = 64;
+
+/// How connections authenticate.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// No user name.
+    Anonymous,
+    /// The same user name (and password) on every connection.
+    Shared {
+        /// MQTT user name.
+        username: String,
+        /// MQTT password, if any.
+        password: Option<Bytes>,
+    },
+    /// Connection `i` uses token `i` as user name, without password.
+    Tokens(Vec<String>),
+}
+
+/// A resolved target: where, from where, as whom.
+#[derive(Debug)]
+pub struct Target {
+    /// Server address.
+    pub server: SocketAddr,
+    /// Local addresses connections are spread over (round robin); empty: OS chooses.
+    pub sources: Vec<IpAddr>,
+    /// Protocol version of every connection.
+    pub version: ProtocolVersion,
+    /// Authentication.
+    pub credentials: Credentials,
+    /// Client ids are `{prefix}-{index}`.
+    pub client_id_prefix: String,
+    /// TCP connect + CONNACK deadline.
+    pub connect_timeout: Duration,
+    /// Keep-alive sent in CONNECT.
+    pub keep_alive: Duration,
+    /// Handshakes in progress at most.
+    pub max_pending: usize,
+    /// Server process to observe.
+    pub server_stats: Option<ProcessStats>,
+}
+
+impl Target {
+    /// Resolves the options for a run of `connections` connections: looks the host up,
+    /// reads the tokens file, checks the fd limit and the ephemeral-port supply.
+    pub async fn resolve(args: &TargetArgs, connections: usize) -> anyhow::Result<Self> {
+        let server = tokio::net::lookup_host((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("resolving {}", args.host))?
+            .find(|addr| match args.sources.first() {
+                Some(src) => src.is_ipv4() == addr.is_ipv4(),
+                None => true,
+            })
+            .with_context(|| format!("{} has no address of the sources' family", args.host))?;
+        let credentials = match (&args.tokens_file, &args.username) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading tokens file {}", path.display()))?;
+                let tokens: Vec<String> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(String::from)
+                    .collect();
+                if tokens.len() < connections {
+                    bail!(
+                        "{} has {} tokens but {connections} connections need one each",
+                        path.display(),
+                        tokens.len()
+                    );
+                }
+                Credentials::Tokens(tokens)
+            }
+            (None, Some(username)) => Credentials::Shared {
+                username: username.clone(),
+                password: args.password.clone().map(Bytes::from),
+            },
+            (None, None) => Credentials::Anonymous,
+        };
+        check_fd_limit(connections)?;
+        warn_if_ports_short(connections, args.sources.len());
+        let server_stats = match args.server_pid {
+            Some(pid) => Some(
+                ProcessStats::new(pid)
+                    .with_context(|| format!("reading /proc/{pid} of the server"))?,
+            ),
+            None => None,
+        };
+        Ok(Target {
+            server,
+            sources: args.sources.clone(),
+            version: args.mqtt_version.into(),
+            credentials,
+            client_id_prefix: args.client_id_prefix.clone(),
+            connect_timeout: args.connect_timeout,
+            keep_alive: Duration::from_secs(args.keep_alive.into()),
+            max_pending: args.max_pending.max(1),
+            server_stats,
+        })
+    }
+
+    /// Where connection `index` connects from.
+    pub fn endpoint(&self, index: usize) -> Endpoint {
+        Endpoint {
+            server: self.server,
+            source: if self.sources.is_empty() {
+                None
+            } else {
+                Some(self.sources[index % self.sources.len()])
+            },
+        }
+    }
+
+    /// CONNECT contents of connection `index`.
+    pub fn client_options(&self, index: usize) -> ClientOptions {
+        let (username, password) = match &self.credentials {
+            Credentials::Anonymous => (None, None),
+            Credentials::Shared { username, password } => {
+                (Some(username.clone()), password.clone())
+            }
+            Credentials::Tokens(tokens) => (Some(tokens[index].clone()), None),
+        };
+        ClientOptions {
+            client_id: format!("{}-{index}", self.client_id_prefix),
+            username,
+            password,
+            keep_alive: self.keep_alive,
+            version: self.version,
+            connect_timeout: self.connect_timeout,
+        }
+    }
+
+    /// How often an otherwise silent connection sends PINGREQ: 3/4 of the keep-alive,
+    /// so a server that allows exactly the keep-alive never times it out.
+    pub fn ping_interval(&self) -> Duration {
+        if self.keep_alive.is_zero() {
+            // No keep-alive: never ping (a year is "never" for a benchmark).
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            self.keep_alive * 3 / 4
+        }
+    }
+
+    /// `host:port` for reports.
+    pub fn name(&self) -> String {
+        self.server.to_string()
+    }
+
+    /// A server sample, when a server pid was given.
+    pub fn server_sample(&self) -> anyhow::Result<Option<proc_stats::Sample>> {
+        match &self.server_stats {
+            Some(s) => Ok(Some(s.sample().context("reading server /proc")?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Fails early when the open-files limit cannot hold `connections` sockets.
+fn check_fd_limit(connections: usize) -> anyhow::Result<()> {
+    if let Some(limit) = proc_stats::open_files_limit() {
+        let needed = connections as u64 + FD_HEADROOM;
+        if needed > limit {
+            bail!(
+                "open-files limit is {limit} but {connections} connections need about {needed}: \
+                 raise `ulimit -n` or use fewer connections"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Warns when the connections exceed the ephemeral ports of the source addresses.
+fn warn_if_ports_short(connections: usize, sources: usize) {
+    let Ok(range) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
+        return;
+    };
+    let mut it = range
+        .split_whitespace()
+        .filter_map(|s| s.parse::<usize>().ok());
+    if let (Some(lo), Some(hi)) = (it.next(), it.next()) {
+        let ports = (hi.saturating_sub(lo) + 1) * sources.max(1);
+        if connections > ports {
+            eprintln!(
+                "warning: {connections} connections but only ~{ports} ephemeral ports on {} \
+                 source address(es): add --sources 127.0.0.2,127.0.0.3,...",
+                sources.max(1)
+            );
+        }
+    }
+}
+
+/// Hands out connection slots at a steady rate, with a cap on handshakes in progress.
+pub struct ConnectPacer {
+    /// When connection 0 was due.
+    start: Instant,
+    /// Time between two connection starts; zero: unpaced.
+    gap: Duration,
+    /// One permit per handshake in progress.
+    pending: Arc<Semaphore>,
+}
+
+impl ConnectPacer {
+    /// `rate` connections per second (0 or less: unpaced), at most `max_pending` at once.
+    pub fn new(rate: f64, max_pending: usize) -> Self {
+        ConnectPacer {
+            start: Instant::now(),
+            gap: if rate > 0.0 {
+                Duration::from_secs_f64(1.0 / rate)
+            } else {
+                Duration::ZERO
+            },
+            pending: Arc::new(Semaphore::new(max_pending)),
+        }
+    }
+
+    /// Waits until connection `index` is due and a handshake slot is free; the permit is
+    /// released when dropped (after CONNACK or failure).
+    pub async fn slot(&self, index: usize) -> OwnedSemaphorePermit {
+        if !self.gap.is_zero() {
+            tokio::time::sleep_until(self.start + self.gap.mul_f64(index as f64)).await;
+        }
+        Arc::clone(&self.pending)
+            .acquire_owned()
+            .await
+            .expect("the pacer's semaphore is never closed")
+    }
+}
+
+/// Keeps `conn` alive (reading whatever the server sends, PINGREQ every `ping_every` of
+/// silence) until `until` completes. Counts PINGREQs in `pings`.
+pub async fn idle_until<F: Future>(
+    conn: &mut MqttConnection,
+    until: F,
+    ping_every: Duration,
+    pings: &AtomicU64,
+) -> Result<F::Output, ConnectionError> {
+    tokio::pin!(until);
+    let mut next_ping = Instant::now() + ping_every;
+    loop {
+        let event = tokio::select! {
+            out = &mut until => return Ok(out),
+            packet = conn.read_packet() => Some(packet),
+            _ = tokio::time::sleep_until(next_ping) => None,
+        };
+        match event {
+            Some(Ok(Packet::Disconnect(_))) => return Err(ConnectionError::Closed),
+            Some(Ok(_)) => {} // PINGRESP, or anything else a server may push
+            Some(Err(e)) => return Err(e),
+            None => {
+                conn.queue(&Packet::PingReq)
+                    .expect("PINGREQ always encodes");
+                conn.flush().await?;
+                pings.fetch_add(1, Ordering::Relaxed);
+                next_ping = Instant::now() + ping_every;
+            }
+        }
+    }
+}
+
+/// Waits until the watch holds `Some` value and returns it; `None` if the sender is gone.
+pub async fn wait_for_some<T: Clone>(rx: &mut watch::Receiver<Option<T>>) -> Option<T> {
+    rx.wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|v| v.clone())
+}
+
+/// What the progress line shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressKind {
+    /// Connections and message counters.
+    Telemetry,
+    /// Connections only.
+    Connect,
+}
+
+/// The per-second progress line on stderr, until dropped.
+pub struct Progress {
+    /// The printing task.
+    task: JoinHandle<()>,
+    /// Phase shown at the start of the line.
+    phase: watch::Sender<&'static str>,
+    /// Highest server VmRSS seen since the last [`Progress::reset_peak`], KiB.
+    rss_peak: Arc<AtomicU64>,
+}
+
+impl Progress {
+    /// Starts printing once a second.
+    pub fn start(
+        kind: ProgressKind,
+        counters: Arc<Counters>,
+        server: Option<ProcessStats>,
+        phase: &'static str,
+    ) -> Self {
+        let (phase_tx, phase_rx) = watch::channel(phase);
+        let rss_peak = Arc::new(AtomicU64::new(0));
+        let peak = Arc::clone(&rss_peak);
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            tick.tick().await;
+            let mut last: (Instant, u64, Option<f64>) = (Instant::now(), 0, None);
+            loop {
+                tick.tick().await;
+                let now = Instant::now();
+                let acked = Counters::get(&counters.acked);
+                let dt = (now - last.0).as_secs_f64();
+                let mut line = format!(
+                    "[{:>4}s] {:<13} conns {} ok {} failed {} lost",
+                    started.elapsed().as_secs(),
+                    *phase_rx.borrow(),
+                    thousands(Counters::get(&counters.connected)),
+                    thousands(Counters::get(&counters.connect_failed)),
+                    thousands(Counters::get(&counters.dropped)),
+                );
+                if kind == ProgressKind::Telemetry {
+                    line.push_str(&format!(
+                        " | sent {} acked {} ({}/s) failed {}",
+                        thousands(Counters::get(&counters.sent)),
+                        thousands(acked),
+                        thousands(((acked - last.1) as f64 / dt) as u64),
+                        thousands(Counters::get(&counters.failed)),
+                    ));
+                }
+                let mut cpu = last.2;
+                if let Some(Ok(s)) = server.as_ref().map(ProcessStats::sample) {
+                    peak.fetch_max(s.memory.rss_kib, Ordering::Relaxed);
+                    if let Some(before) = last.2 {
+                        line.push_str(&format!(
+                            " | server cpu {:.0}% rss {}",
+                            100.0 * (s.cpu_seconds - before) / dt,
+                            mib(s.memory.rss_kib)
+                        ));
+                    } else {
+                        line.push_str(&format!(" | server rss {}", mib(s.memory.rss_kib)));
+                    }
+                    cpu = Some(s.cpu_seconds);
+                }
+                eprintln!("{line}");
+                last = (now, acked, cpu);
+            }
+        });
+        Progress {
+            task,
+            phase: phase_tx,
+            rss_peak,
+        }
+    }
+
+    /// Changes the phase shown.
+    pub fn set_phase(&self, phase: &'static str) {
+        self.phase.send_replace(phase);
+    }
+
+    /// Starts a new peak from `rss_kib`.
+    pub fn reset_peak(&self, rss_kib: u64) {
+        self.rss_peak.store(rss_kib, Ordering::Relaxed);
+    }
+
+    /// Highest RSS seen since the last reset, including `rss_kib` seen by the caller.
+    pub fn peak(&self, rss_kib: u64) -> u64 {
+        self.rss_peak
+            .fetch_max(rss_kib, Ordering::Relaxed)
+            .max(rss_kib)
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,28 @@
+//! ThingsBoard JSON payload decoders (telemetry, attributes, gateway forms): never panic,
+//! and whatever they accept respects the limits.
+#![no_main]
+
+use gridlinks_server::thingsboard::payload::{
+    parse_attributes, parse_gateway_attributes, parse_gateway_device, parse_gateway_telemetry, parse_telemetry, PayloadLimits,
+};
+use gridlinks_types::Ts;
+use libfuzzer_sys::fuzz_target;
+
+const LIM: PayloadLimits = PayloadLimits { max_key_len: 32, max_values: 64 };
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(records) = parse_telemetry(data, Ts(0), LIM) {
+        let n: usize = records.iter().map(|r| r.values.len()).sum();
+        assert!(n > 0 && n <= LIM.max_values);
+        assert!(records.iter().flat_map(|r| &r.values).all(|(k, _)| !k.is_empty() && k.len() <= LIM.max_key_len));
+    }
+    if let Ok(values) = parse_attributes(data, LIM, true) {
+        assert!(!values.is_empty() && values.len() <= LIM.max_values);
+    }
+    let _ = parse_attributes(data, LIM, false);
+    if let Ok(devices) = parse_gateway_telemetry(data, Ts(0), LIM) {
+        assert!(devices.iter().map(|(_, r)| r.iter().map(|r| r.values.len()).sum::<usize>()).sum::<usize>() <= LIM.max_values);
+    }
+    let _ = parse_gateway_attributes(data, LIM);
+    let _ = parse_gateway_device(data);
+});
