@@ -12,7 +12,7 @@
 //! deletes of telemetry) are barriers: what came before them is committed first, so
 //! they always read committed state.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -280,7 +280,7 @@ impl Writer {
             store,
             cfg,
             stats,
-            latest: HashMap::new(),
+            latest: HashMap::default(),
         }
     }
 
@@ -692,9 +692,9 @@ impl<'a> DeviceTxn<'a> {
         Self {
             store,
             batch: store.inner.db.batch(),
-            names: HashMap::new(),
-            tokens: HashMap::new(),
-            records: HashMap::new(),
+            names: HashMap::default(),
+            tokens: HashMap::default(),
+            records: HashMap::default(),
         }
     }
 
