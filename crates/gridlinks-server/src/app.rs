@@ -164,7 +164,10 @@ fn stored_secret(store: &Store, name: &str, make: impl FnOnce() -> anyhow::Resul
 pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("cannot create data directory {}", cfg.data_dir.display()))?;
-    let store = Store::open(&cfg.data_dir, &StoreOptions { cache_bytes: cfg.storage.cache_mb * 1024 * 1024 })
+    let store = Store::open(&cfg.data_dir, &StoreOptions {
+        cache_bytes: cfg.storage.cache_mb * 1024 * 1024,
+        memtable_bytes: cfg.storage.memtable_mb * 1024 * 1024,
+    })
         .with_context(|| format!("cannot open storage in {}", cfg.data_dir.display()))?;
 
     let admin_hash = if cfg.admin.password.is_empty() {

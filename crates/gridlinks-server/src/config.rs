@@ -122,6 +122,8 @@ pub struct StorageConfig {
     pub fsync: bool,
     /// Block cache, MiB.
     pub cache_mb: u64,
+    /// Memtable of the time-series keyspace, MiB (applies to a new data directory).
+    pub memtable_mb: u64,
     /// Write requests that may queue before writers wait (backpressure).
     pub queue_capacity: usize,
     /// Most write requests in one group commit.
@@ -215,6 +217,7 @@ impl Default for StorageConfig {
         Self {
             fsync: true,
             cache_mb: 64,
+            memtable_mb: 16,
             queue_capacity: 8192,
             max_batch_ops: 4096,
             enqueue_timeout: Millis(5000),
@@ -310,6 +313,9 @@ impl Config {
         }
         if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 {
             return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue at least 1".into());
+        }
+        if self.storage.memtable_mb == 0 {
+            return bad("storage.memtable_mb must be at least 1".into());
         }
         if self.storage.queue_capacity == 0 || self.storage.max_batch_ops == 0 {
             return bad("storage.queue_capacity and storage.max_batch_ops must be at least 1".into());

@@ -125,15 +125,21 @@ pub struct AttributeEntry {
 pub struct StoreOptions {
     /// Block cache size in bytes.
     pub cache_bytes: u64,
+    /// Memtable size of the time-series keyspace, bytes (applies when it is created).
+    pub memtable_bytes: u64,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             cache_bytes: 64 * 1024 * 1024,
+            memtable_bytes: 16 * 1024 * 1024,
         }
     }
 }
+
+/// Memtable size of the small keyspaces (devices, names, tokens, attributes, …).
+const SMALL_MEMTABLE_BYTES: u64 = 4 * 1024 * 1024;
 
 pub(crate) struct Keyspaces {
     pub meta: Keyspace,
@@ -180,16 +186,21 @@ impl Store {
             .cache_size(opts.cache_bytes)
             .manual_journal_persist(true)
             .open()?;
-        let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
+        // fjall's default memtable is 64 MiB per keyspace; a sealed one waiting for its flush
+        // doubles that. Smaller memtables keep the server's memory bounded and modest.
+        let ks = |name: &str, memtable: u64| {
+            db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
+        };
+        let small = SMALL_MEMTABLE_BYTES;
         let ks = Keyspaces {
-            meta: ks("meta")?,
-            devices: ks("devices")?,
-            names: ks("names")?,
-            tokens: ks("tokens")?,
-            ts: ks("ts")?,
-            latest: ks("latest")?,
-            attrs: ks("attrs")?,
-            keys: ks("keys")?,
+            meta: ks("meta", small)?,
+            devices: ks("devices", small)?,
+            names: ks("names", small)?,
+            tokens: ks("tokens", small)?,
+            ts: ks("ts", opts.memtable_bytes)?,
+            latest: ks("latest", small)?,
+            attrs: ks("attrs", small)?,
+            keys: ks("keys", small)?,
         };
         match ks.meta.get(FORMAT_KEY)? {
             None => {
