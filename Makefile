@@ -1,7 +1,9 @@
 # GridLinks — the two commands that matter: `make run` and `make test`.
 CARGO  ?= cargo
 PYTHON ?= python3
-VENV   := target/pyenv
+# Where cargo puts binaries (honours CARGO_TARGET_DIR like cargo itself).
+TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
+VENV   := $(TARGET)/pyenv
 
 .PHONY: run test deps rust-test compat-test bench-http bench-import bench-storage bench-mqtt
 
@@ -28,7 +30,7 @@ $(VENV)/.installed: tests/compat/requirements.txt
 
 compat-test: $(VENV)/.installed
 	$(CARGO) build -p gridlinks-server --bin gridlinks
-	GRIDLINKS_BIN=$(CURDIR)/target/debug/gridlinks $(VENV)/bin/python -m pytest -q tests/compat
+	GRIDLINKS_BIN=$(TARGET)/debug/gridlinks $(VENV)/bin/python -m pytest -q tests/compat
 
 ## Benchmarks (not part of `make test`; see docs/benchmarks.md).
 bench-http:
