@@ -16,16 +16,14 @@ The steps are separate test functions that share one server, one device and one
 SDK connection, so they run in file order. Every wait is bounded by WAIT_S.
 """
 
-import os
-import signal
-import socket
-import subprocess
 import threading
 import time
 import uuid
 
 import pytest
 import requests
+
+from gridlinks_server import gridlinks_server
 
 from tb_device_mqtt import TBDeviceMqttClient, TBPublishInfo
 
@@ -34,9 +32,6 @@ try:
 except ImportError:  # an SDK without the gateway client
     TBGatewayMqttClient = None
 
-GRIDLINKS_BIN = os.environ.get(
-    "GRIDLINKS_BIN",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "debug", "gridlinks"))
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "sdk-pw-" + uuid.uuid4().hex[:8]
 DEVICE_NAME = "sdk-dev"
@@ -59,10 +54,6 @@ GW_TS = NOW_MS - 15_000
 GW_VALUES = {"voltage": 229.5, "rssi": -71, "door": False}
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_until(predicate, what, timeout=WAIT_S, interval=0.05):
@@ -113,50 +104,9 @@ def _assert_published(info):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not os.access(GRIDLINKS_BIN, os.X_OK):
-        pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
-    tmp = tmp_path_factory.mktemp("gridlinks-mqtt")
-    port = _free_port()
-    mqtt_port = _free_port()
-    log_path = tmp / "server.log"
     # GRIDLINKS_RPC_MIN_TIMEOUT: RPC timeouts below the default minimum are allowed.
-    env = dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=ADMIN_PASSWORD, GRIDLINKS_RPC_MIN_TIMEOUT="100")
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
-         "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}"],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            log.close()
-            pytest.fail(f"gridlinks exited early with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
-        try:
-            if requests.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            log.close()
-            pytest.fail(f"gridlinks not healthy within 60 s:\n{log_path.read_text(errors='replace')}")
-        time.sleep(0.1)
-
-    yield {"base": base, "mqtt_port": mqtt_port, "log": log_path}
-
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        log.close()
-        pytest.fail("gridlinks did not stop within 20 s of SIGTERM")
-    log.close()
-    assert rc == 0, f"gridlinks exited with {rc} after SIGTERM:\n{log_path.read_text(errors='replace')}"
+    with gridlinks_server(tmp_path_factory.mktemp("gridlinks-mqtt"), ADMIN_PASSWORD, GRIDLINKS_RPC_MIN_TIMEOUT="100") as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

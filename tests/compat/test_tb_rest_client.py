@@ -15,16 +15,14 @@ so they run in file order.
 """
 
 import json
-import os
-import signal
-import socket
-import subprocess
 import time
 import uuid
 
 import jwt
 import pytest
 import requests
+
+from gridlinks_server import gridlinks_server
 
 # tb-rest-client 4.4 has no rest_client_ce/RestClientCE any more: Community and
 # Professional Edition were merged into this one RestClient. (4.3's RestClientCE
@@ -34,9 +32,6 @@ from tb_rest_client.rest_client import RestClient as TbRestClient
 from tb_rest_client.models import Device
 from tb_rest_client.rest import ApiException
 
-GRIDLINKS_BIN = os.environ.get(
-    "GRIDLINKS_BIN",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "debug", "gridlinks"))
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "compat-pw-" + uuid.uuid4().hex[:8]
 DEVICE_NAME = "compat-thermo-1"
@@ -53,10 +48,6 @@ NEW_VALUES = {"temperature": 21.5, "on": True}
 SERVER_ATTRS = {"firmware": "1.2.3", "threshold": 30, "calibrated": True, "gain": 0.25}
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _body(exc):
@@ -70,49 +61,8 @@ def _body(exc):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not os.access(GRIDLINKS_BIN, os.X_OK):
-        pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
-    tmp = tmp_path_factory.mktemp("gridlinks")
-    port = _free_port()
-    mqtt_port = _free_port()  # keep a future MQTT listener off the shared default 1883
-    log_path = tmp / "server.log"
-    env = dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=ADMIN_PASSWORD)
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
-         "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}"],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            log.close()
-            pytest.fail(f"gridlinks exited early with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
-        try:
-            if requests.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            log.close()
-            pytest.fail(f"gridlinks not healthy within 60 s:\n{log_path.read_text(errors='replace')}")
-        time.sleep(0.1)
-
-    yield base
-
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        log.close()
-        pytest.fail("gridlinks did not stop within 20 s of SIGTERM")
-    log.close()
-    assert rc == 0, f"gridlinks exited with {rc} after SIGTERM:\n{log_path.read_text(errors='replace')}"
+    with gridlinks_server(tmp_path_factory.mktemp("gridlinks"), ADMIN_PASSWORD) as s:
+        yield s["base"]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,72 @@
+"""Starts and stops a real gridlinks for the compatibility tests.
+
+GRIDLINKS_BIN selects the binary (default: target/debug/gridlinks of this repository).
+"""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+import requests
+
+GRIDLINKS_BIN = os.environ.get(
+    "GRIDLINKS_BIN",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "debug", "gridlinks"))
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def gridlinks_server(tmp, admin_password, **env):
+    """Runs gridlinks on free loopback ports with its data in `tmp`; yields
+    {"base": http url, "mqtt_port": int, "log": path}. On exit it sends SIGTERM and
+    asserts a clean exit (code 0 within 20 s)."""
+    if not os.access(GRIDLINKS_BIN, os.X_OK):
+        pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
+    port, mqtt_port = free_port(), free_port()
+    log_path = tmp / "server.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
+         "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+        env=dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=admin_password, **env),
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            log.close()
+            pytest.fail(f"gridlinks exited early with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
+        try:
+            if requests.get(base + "/healthz", timeout=1).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            log.close()
+            pytest.fail(f"gridlinks not healthy within 60 s:\n{log_path.read_text(errors='replace')}")
+        time.sleep(0.1)
+
+    yield {"base": base, "mqtt_port": mqtt_port, "log": log_path}
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        log.close()
+        pytest.fail("gridlinks did not stop within 20 s of SIGTERM")
+    log.close()
+    assert rc == 0, f"gridlinks exited with {rc} after SIGTERM:\n{log_path.read_text(errors='replace')}"
