@@ -47,28 +47,6 @@ fn provision(s: &Server) -> (String, Vec<String>) {
     (jwt, ids)
 }
 
-fn verify(s: &Server, ids: &[String], acked: &[Vec<i64>]) -> usize {
-    let jwt = s.login();
-    let mut total = 0;
-    for (id, acked) in ids.iter().zip(acked) {
-        let (st, v) = s.json(
-            "GET",
-            &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=seq&startTs=0&endTs=100000000&limit=100000&orderBy=ASC"),
-            &jwt,
-            None,
-        );
-        assert_eq!(st, 200);
-        let stored: std::collections::HashSet<i64> = v["seq"]
-            .as_array()
-            .map(|a| a.iter().map(|p| p["ts"].as_i64().unwrap()).collect())
-            .unwrap_or_default();
-        let missing: Vec<_> = acked.iter().filter(|ts| !stored.contains(ts)).collect();
-        assert!(missing.is_empty(), "device {id}: {} acknowledged points lost, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
-        total += acked.len();
-    }
-    total
-}
-
 #[test]
 fn kill_9_under_load_loses_no_acknowledged_point() {
     let tmp = tempfile::tempdir().unwrap();
@@ -84,7 +62,7 @@ fn kill_9_under_load_loses_no_acknowledged_point() {
     let n: usize = acked.iter().map(Vec::len).sum();
     assert!(n > 100, "load generator got only {n} acks before the kill");
     let s = Server::start_on(&dir, &[]);
-    assert_eq!(verify(&s, &ids, &acked), n);
+    s.assert_all_stored(&ids, &acked, "seq");
     eprintln!("kill -9: all {n} acknowledged points present after restart");
 }
 
@@ -104,5 +82,5 @@ fn sigterm_drains_and_loses_nothing() {
     let n: usize = acked.iter().map(Vec::len).sum();
     assert!(n > 50);
     let s = Server::start_on(&dir, &[]);
-    assert_eq!(verify(&s, &ids, &acked), n);
+    s.assert_all_stored(&ids, &acked, "seq");
 }

@@ -79,19 +79,7 @@ fn kill_9_under_mqtt_load_loses_no_puback_point() {
     let total: usize = acked.iter().map(Vec::len).sum();
     assert!(total > 500, "only {total} PUBACKs before the kill");
     let s = Server::start_on(&dir, &[]);
-    let jwt = s.login();
-    for (id, acked) in ids.iter().zip(&acked) {
-        let (_, v) = s.json(
-            "GET",
-            &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=seq&startTs=0&endTs=100000000&limit=100000"),
-            &jwt,
-            None,
-        );
-        let stored: std::collections::HashSet<i64> =
-            v["seq"].as_array().map(|a| a.iter().map(|p| p["ts"].as_i64().unwrap()).collect()).unwrap_or_default();
-        let missing = acked.iter().filter(|t| !stored.contains(t)).count();
-        assert_eq!(missing, 0, "device {id}: {missing} of {} PUBACKed points lost", acked.len());
-    }
+    s.assert_all_stored(&ids, &acked, "seq");
     eprintln!("kill -9 under MQTT load: all {total} PUBACKed points present after restart");
 }
 
@@ -121,16 +109,5 @@ fn sigterm_with_mqtt_clients_acks_in_flight_and_says_goodbye() {
     assert_eq!(d.map(|d| d.reason), Some(0x8B), "MQTT 5 clients are told the server is shutting down");
     let acked: Vec<Vec<i64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let s = Server::start_on(&dir, &[]);
-    let jwt = s.login();
-    for (id, acked) in ids.iter().zip(&acked) {
-        let (_, v) = s.json(
-            "GET",
-            &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=seq&startTs=0&endTs=100000000&limit=100000"),
-            &jwt,
-            None,
-        );
-        let stored: std::collections::HashSet<i64> =
-            v["seq"].as_array().map(|a| a.iter().map(|p| p["ts"].as_i64().unwrap()).collect()).unwrap_or_default();
-        assert!(acked.iter().all(|t| stored.contains(t)), "device {id} lost PUBACKed points on SIGTERM");
-    }
+    s.assert_all_stored(&ids, &acked, "seq");
 }

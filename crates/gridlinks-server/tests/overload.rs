@@ -54,16 +54,7 @@ fn full_queue_answers_503_and_every_200_is_stored() {
     }
     assert!(busy > 0, "the server was never overloaded; the test proves nothing");
     assert!(!acked.is_empty());
-    let (_, v) = s.json(
-        "GET",
-        &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=v&startTs=0&endTs=100000&limit=100000"),
-        &jwt,
-        None,
-    );
-    let stored: std::collections::HashSet<i64> = v["v"].as_array().unwrap().iter().map(|p| p["ts"].as_i64().unwrap()).collect();
-    for ts in &acked {
-        assert!(stored.contains(ts), "acknowledged point {ts} missing");
-    }
+    s.assert_all_stored(&[id], &[acked.clone()], "v");
     let (_, m) = s.req("GET", "/metrics", None, None);
     assert!(m.contains(&format!("gridlinks_storage_overloaded_total {busy}")), "{m}");
     eprintln!("overload: {} acked and stored, {busy} refused with 503", acked.len());

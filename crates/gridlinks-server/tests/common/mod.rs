@@ -126,6 +126,34 @@ impl Server {
         d["id"]["id"].as_str().unwrap().to_owned()
     }
 
+    /// Every stored timestamp of `key` of device `id` (up to 100,000).
+    pub fn stored_timestamps(&self, jwt: &str, id: &str, key: &str) -> std::collections::HashSet<i64> {
+        let (st, v) = self.json(
+            "GET",
+            &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys={key}&startTs=0&endTs=100000000&limit=100000"),
+            jwt,
+            None,
+        );
+        assert_eq!(st, 200, "{v}");
+        v[key].as_array().map(|a| a.iter().map(|p| p["ts"].as_i64().unwrap()).collect()).unwrap_or_default()
+    }
+
+    /// Asserts that every acknowledged timestamp of `key` is stored, per device.
+    pub fn assert_all_stored(&self, ids: &[String], acked: &[Vec<i64>], key: &str) {
+        let jwt = self.login();
+        for (id, acked) in ids.iter().zip(acked) {
+            let stored = self.stored_timestamps(&jwt, id, key);
+            let missing: Vec<_> = acked.iter().filter(|t| !stored.contains(t)).collect();
+            assert!(
+                missing.is_empty(),
+                "device {id}: {} of {} acknowledged points lost, e.g. {:?}",
+                missing.len(),
+                acked.len(),
+                &missing[..missing.len().min(5)]
+            );
+        }
+    }
+
     pub fn telemetry(&self, token: &str, body: &str) -> u16 {
         self.req("POST", &format!("/api/v1/{token}/telemetry"), None, Some(body)).0
     }
