@@ -205,3 +205,30 @@ fn rate_limit_breaches_name_the_limit() {
         }
     }
 }
+
+#[test]
+fn a_burst_beyond_the_in_flight_limit_is_fully_acknowledged() {
+    // 3 in flight at most: a 3.1.1 client that sends 50 publishes in one write must still get
+    // all 50 PUBACKs without sending anything else (buffered packets must not wait for bytes).
+    let s = Server::start_env(&[("GRIDLINKS_MQTT_RECEIVE_MAXIMUM", "3")]);
+    let jwt = s.login();
+    s.device(&jwt, "bursty", "BURST");
+    let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("BURST"), 60);
+    let mut burst = bytes::BytesMut::new();
+    for pid in 1..=50u16 {
+        let p = Packet::Publish(Publish {
+            dup: false,
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            topic: "v1/devices/me/telemetry".into(),
+            packet_id: Some(pid),
+            payload: bytes::Bytes::from(format!(r#"{{"ts":{pid},"values":{{"b":1}}}}"#)),
+            properties: PublishProperties::default(),
+        });
+        encode(&p, V3, &mut burst).unwrap();
+    }
+    c.send_raw(&burst).unwrap();
+    for pid in 1..=50u16 {
+        assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.packet_id == pid));
+    }
+}

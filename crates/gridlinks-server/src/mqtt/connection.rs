@@ -300,29 +300,6 @@ impl Conn {
                         return End::Gone;
                     }
                     last_seen = Instant::now();
-                    loop {
-                        if pending.as_ref().map_or(0, FuturesOrdered::len) >= max_in_flight {
-                            break; // backpressure: the rest stays in the buffer
-                        }
-                        match self.decode() {
-                            Ok(None) => break,
-                            Ok(Some(p)) => {
-                                let queue = pending.get_or_insert_with(FuturesOrdered::new);
-                                if let Some(end) = self.on_packet(p, device, queue, &mut awaiting_rel) {
-                                    return end;
-                                }
-                            }
-                            Err(e) => {
-                                st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
-                                let reason = match e {
-                                    DecodeError::PacketTooLarge { .. } => rc::PACKET_TOO_LARGE,
-                                    DecodeError::Protocol(_) => rc::PROTOCOL_ERROR,
-                                    _ => rc::MALFORMED_PACKET,
-                                };
-                                return End::Disconnect(reason, e.to_string());
-                            }
-                        }
-                    }
                 }
                 _ = &mut ka_timer, if keep_alive.is_some() => {
                     let ka = keep_alive.unwrap_or(far);
@@ -331,6 +308,28 @@ impl Conn {
                         return End::Disconnect(rc::KEEP_ALIVE_TIMEOUT, "keep alive timeout".into());
                     }
                     ka_timer.as_mut().reset(last_seen + ka);
+                }
+            }
+            // Decode what is buffered, up to the in-flight limit. This runs after acks drain
+            // too: packets left in the buffer by backpressure must not wait for new bytes.
+            while !stopping && pending.as_ref().map_or(0, FuturesOrdered::len) < max_in_flight {
+                match self.decode() {
+                    Ok(None) => break,
+                    Ok(Some(p)) => {
+                        let queue = pending.get_or_insert_with(FuturesOrdered::new);
+                        if let Some(end) = self.on_packet(p, device, queue, &mut awaiting_rel) {
+                            return end;
+                        }
+                    }
+                    Err(e) => {
+                        st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                        let reason = match e {
+                            DecodeError::PacketTooLarge { .. } => rc::PACKET_TOO_LARGE,
+                            DecodeError::Protocol(_) => rc::PROTOCOL_ERROR,
+                            _ => rc::MALFORMED_PACKET,
+                        };
+                        return End::Disconnect(reason, e.to_string());
+                    }
                 }
             }
             if self.flush().await.is_err() {
