@@ -207,6 +207,25 @@ pub struct WriterHandle {
 impl WriterHandle {
     /// Queues `op` and waits until it is durably committed (or failed).
     pub async fn submit(&self, op: WriteOp) -> Result<WriteOutcome, StoreError> {
+        let reply = self.enqueue(op).await?;
+        reply.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues every op (so they can share group commits), then waits for all of them;
+    /// fails if any failed.
+    pub async fn submit_all(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
+        let mut replies = Vec::with_capacity(ops.len());
+        for op in ops {
+            replies.push(self.enqueue(op).await?);
+        }
+        for reply in replies {
+            reply.await.map_err(|_| StoreError::Closed)??;
+        }
+        Ok(())
+    }
+
+    /// Waits (bounded by the enqueue timeout) for queue space and queues `op`.
+    async fn enqueue(&self, op: WriteOp) -> Result<oneshot::Receiver<Result<WriteOutcome, StoreError>>, StoreError> {
         let permit = match tokio::time::timeout(self.enqueue_timeout, self.tx.reserve()).await {
             Err(_) => {
                 self.stats.overloaded.fetch_add(1, Ordering::Relaxed);
@@ -217,7 +236,7 @@ impl WriterHandle {
         };
         let (reply, rx) = oneshot::channel();
         permit.send(Request { op, reply });
-        rx.await.map_err(|_| StoreError::Closed)?
+        Ok(rx)
     }
 
     /// The writer's counters.

@@ -78,7 +78,7 @@ pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, bo
                 let id = sub_device(&st, device, &name, None).await?;
                 ops.push(WriteOp::Telemetry { device: id, records });
             }
-            submit_all(&st, ops).await?;
+            st.writer.submit_all(ops).await?;
             Ok(None)
         }
         "v1/gateway/attributes" => {
@@ -88,7 +88,7 @@ pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, bo
                 let id = sub_device(&st, device, &name, None).await?;
                 ops.push(WriteOp::Attributes { device: id, scope: AttributeScope::Client, values });
             }
-            submit_all(&st, ops).await?;
+            st.writer.submit_all(ops).await?;
             Ok(None)
         }
         _ => {
@@ -132,15 +132,6 @@ fn client_rpc(st: &AppState, body: &[u8]) -> J {
 
 fn suffix_id<'a>(topic: &'a str, prefix: &str) -> Option<&'a str> {
     topic.strip_prefix(prefix).filter(|id| !id.is_empty() && !id.contains('/'))
-}
-
-/// Submits several writes concurrently; all must commit.
-async fn submit_all(st: &Arc<AppState>, ops: Vec<WriteOp>) -> Result<(), StoreError> {
-    let futures: Vec<_> = ops.into_iter().map(|op| st.writer.submit(op)).collect();
-    for r in futures_util::future::join_all(futures).await {
-        r?;
-    }
-    Ok(())
 }
 
 /// The id of a gateway's sub-device, created (type `default` unless given) on first use.
