@@ -359,6 +359,7 @@ impl Device {
         let mut packet = self.publish_template();
         let mut payload_buf = BytesMut::new();
         let mut sent = 0u64;
+        let mut last_ts = 0u64;
         let mut last_ack = None;
         let is_v5 = conn.version().is_v5();
         // The ack timeout counts from the last send or ack. Its timer is re-armed lazily
@@ -370,7 +371,7 @@ impl Device {
         loop {
             // Send whatever is due and fits the window, in one write.
             let now = Instant::now();
-            let ts = unix_millis();
+            let now_ms = unix_millis();
             let mut batch = 0u64;
             while self.may_send(window, now, sent)
                 && schedule.as_ref().is_none_or(|s| s.next <= now)
@@ -381,7 +382,10 @@ impl Device {
                 let due = schedule
                     .as_mut()
                     .map_or(now, |s| now.min(s.advance() + TIMER_SLACK));
-                self.fill(&mut packet, &mut payload_buf, Some(id), sent, ts);
+                // Every message of a device gets its own timestamp: a storage keyed by
+                // (device, key, ts) would otherwise merge a burst into one point.
+                last_ts = now_ms.max(last_ts + 1);
+                self.fill(&mut packet, &mut payload_buf, Some(id), sent, last_ts);
                 conn.queue(&packet)
                     .expect("telemetry PUBLISH always encodes");
                 due_at[usize::from(id)] = Some(due);
@@ -485,10 +489,11 @@ impl Device {
         let mut packet = self.publish_template();
         let mut payload_buf = BytesMut::new();
         let mut sent = 0u64;
+        let mut last_ts = 0u64;
         let mut last_write = None;
         loop {
             let now = Instant::now();
-            let ts = unix_millis();
+            let now_ms = unix_millis();
             let mut batch = 0u64;
             while batch < u64::from(self.plan.inflight)
                 && self.may_send(window, now, sent)
@@ -497,7 +502,8 @@ impl Device {
                 if let Some(s) = schedule.as_mut() {
                     s.advance();
                 }
-                self.fill(&mut packet, &mut payload_buf, None, sent, ts);
+                last_ts = now_ms.max(last_ts + 1);
+                self.fill(&mut packet, &mut payload_buf, None, sent, last_ts);
                 conn.queue(&packet)
                     .expect("telemetry PUBLISH always encodes");
                 sent += 1;
