@@ -397,6 +397,11 @@ impl Writer {
     }
 
     fn alive(&self, seg: &mut Segment, device: DeviceId) -> Result<bool, StoreError> {
+        // Devices are deleted only by this writer, which drops them from the latest cache:
+        // a cached device exists, without a read.
+        if self.latest.contains_key(&device) {
+            return Ok(true);
+        }
         if let Some(a) = seg.alive.get(&device) {
             return Ok(*a);
         }
