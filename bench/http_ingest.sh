@@ -28,7 +28,7 @@ records() { curl -s $URL/metrics | awk '/^gridlinks_storage_records_total/{print
 cpu() { awk '{print $14+$15}' /proc/$PID/stat; }
 TICK=$(getconf CLK_TCK)
 R0=$(records); C0=$(cpu)
-wrk -t$THREADS -c$CONNS -d${DURATION}s --latency -s bench/http_telemetry.lua $URL -- $DEVICES > "$TMP/wrk.txt"
+wrk -t$THREADS -c$CONNS -d${DURATION}s --latency -s bench/http_telemetry.lua $URL -- $DEVICES $THREADS > "$TMP/wrk.txt"
 C1=$(cpu); R1=$(records)
 cat "$TMP/wrk.txt" | grep -E "Requests/sec|Latency|ACKED|LATENCY_US|Non-2xx|Socket errors" || true
 ACKED=$(awk '/^ACKED/{print $2}' "$TMP/wrk.txt")
