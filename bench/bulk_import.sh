@@ -6,15 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-30000}
-cargo build --release -q -p gridlinks-server --bin gridlinks
-BIN=target/release/gridlinks
-TMP=$(mktemp -d); trap 'kill $PID 2>/dev/null && wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-GRIDLINKS_ADMIN_PASSWORD=bench GRIDLINKS_LOG=warn $BIN serve --data-dir "$TMP/data" --http-bind 127.0.0.1:$PORT --mqtt-bind 127.0.0.1:0 &
-PID=$!
-URL=http://127.0.0.1:$PORT
-until curl -sf $URL/healthz >/dev/null; do sleep 0.1; done
-JWT=$(curl -s -XPOST $URL/api/auth/login -d '{"username":"admin","password":"bench"}' | python3 -c 'import json,sys;print(json.load(sys.stdin)["token"])')
+source bench/lib.sh
 python3 - "$N" > "$TMP/import.json" <<'PY'
 import json, sys
 n = int(sys.argv[1])

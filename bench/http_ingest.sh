@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # HTTP telemetry ingest benchmark: keep-alive, DEVICES devices each with its own token,
-# ~100-byte JSON with 5 values, every 200 only after fsync'd group commit.
+# ~120-byte JSON with 5 values and a unique ts, every 200 only after the fsync'd group commit.
 # Prints durable req/s, req per server CPU-second and latency; checks that the server
 # applied at least as many records as wrk saw 200s.
 # Usage: bench/http_ingest.sh [DURATION_S=20] [CONNECTIONS=100] [DEVICES=100] [WRK_THREADS=1]
@@ -8,15 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-20}; CONNS=${2:-100}; DEVICES=${3:-100}; THREADS=${4:-1}
 command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk" >&2; exit 1; }
-cargo build --release -q -p gridlinks-server --bin gridlinks
-BIN=target/release/gridlinks
-TMP=$(mktemp -d); trap 'kill $PID 2>/dev/null && wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-GRIDLINKS_ADMIN_PASSWORD=bench GRIDLINKS_LOG=${GRIDLINKS_LOG:-warn} $BIN serve --data-dir "$TMP/data" --http-bind 127.0.0.1:$PORT --mqtt-bind 127.0.0.1:0 &
-PID=$!
-URL=http://127.0.0.1:$PORT
-until curl -sf $URL/healthz >/dev/null; do sleep 0.1; done
-JWT=$(curl -s -XPOST $URL/api/auth/login -d '{"username":"admin","password":"bench"}' | python3 -c 'import json,sys;print(json.load(sys.stdin)["token"])')
+source bench/lib.sh
 python3 - "$DEVICES" > "$TMP/import.json" <<'PY'
 import json, sys
 n = int(sys.argv[1])
