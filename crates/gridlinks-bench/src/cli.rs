@@ -19,12 +19,63 @@ pub struct Cli {
 }
 
 /// The scenarios.
+// Parsed once per process: boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// N devices publish ~100-byte JSON telemetry as fast as acknowledgements allow.
     MqttTelemetry(TelemetryArgs),
     /// Connection storm at a rate, then all connections held idle; server memory per connection.
     Connect(ConnectArgs),
+    /// Only the loss check: compare an acks file (`mqtt-telemetry --save-acks`) with
+    /// what the server stored. Exit code 2 when acknowledged points are missing.
+    Verify(VerifyArgs),
+}
+
+/// The server's ThingsBoard REST API, for `--provision` and the loss check.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// Base URL of the REST API, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    pub api: Option<String>,
+    /// Administrator user name for POST /api/auth/login.
+    #[arg(long, default_value = "admin")]
+    pub api_user: String,
+    /// Administrator password.
+    #[arg(long, env = "GRIDLINKS_BENCH_API_PASSWORD", hide_env_values = true)]
+    pub api_password: Option<String>,
+    /// REST calls of the loss check in flight at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub verify_threads: u16,
+}
+
+impl ApiArgs {
+    /// The API target; fails when --api or --api-password is missing.
+    pub fn target(&self, needed_for: &str) -> anyhow::Result<crate::rest_api::ApiTarget> {
+        let (Some(base), Some(password)) = (&self.api, &self.api_password) else {
+            anyhow::bail!(
+                "{needed_for} needs --api URL and --api-password (or GRIDLINKS_BENCH_API_PASSWORD)"
+            );
+        };
+        Ok(crate::rest_api::ApiTarget {
+            base: base.clone(),
+            user: self.api_user.clone(),
+            password: password.clone(),
+        })
+    }
+}
+
+/// Options of `verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Acks file written by `mqtt-telemetry --save-acks`.
+    #[arg(long)]
+    pub acks: PathBuf,
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Where to connect, as whom, and what to observe; shared by every scenario.
@@ -148,6 +199,24 @@ pub struct TelemetryArgs {
     /// publishes as failed and stops.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub ack_timeout: Duration,
+    /// Create the devices first through the REST API's bulk import: names `bench-<i>`,
+    /// fresh random access tokens (instead of --tokens-file or --username).
+    #[arg(long, conflicts_with_all = ["tokens_file", "username"])]
+    pub provision: bool,
+    /// After the run, check through the REST API that every acknowledged point is
+    /// stored (key `seq`); exit code 2 when any is missing. QoS 1 only.
+    #[arg(long, conflicts_with = "no_ts")]
+    pub verify: bool,
+    /// Write the acknowledged timestamps per device name to this JSON file, for
+    /// `gridlinks-bench verify --acks`. QoS 1 only.
+    #[arg(long, conflicts_with = "no_ts")]
+    pub save_acks: Option<PathBuf>,
+    /// Device names, one a line, matching --tokens-file line by line (for --verify and
+    /// --save-acks without --provision).
+    #[arg(long, requires = "tokens_file")]
+    pub device_names_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// Options of `connect`.
@@ -227,5 +296,37 @@ mod tests {
         };
         assert_eq!(t.target.sources.len(), 2);
         assert_eq!(t.duration, Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn provision_replaces_tokens_and_names_need_tokens() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["gridlinks-bench", "mqtt-telemetry"].iter().chain(args))
+        };
+        assert!(parse(&["--provision", "--tokens-file", "t"]).is_err());
+        assert!(parse(&["--provision", "--username", "u"]).is_err());
+        assert!(parse(&["--device-names-file", "n"]).is_err());
+        assert!(parse(&["--verify", "--no-ts"]).is_err());
+        let cli = parse(&[
+            "--provision",
+            "--verify",
+            "--api",
+            "http://h:1",
+            "--api-password",
+            "pw",
+        ])
+        .unwrap();
+        let Command::MqttTelemetry(t) = cli.command else {
+            panic!("wrong subcommand")
+        };
+        assert!(t.provision && t.verify);
+        assert_eq!(t.api.api_user, "admin");
+        let api = t.api.target("--verify").unwrap();
+        assert!(format!("{api:?}").contains("<REDACTED>"));
+        let cli = Cli::try_parse_from(["gridlinks-bench", "verify", "--acks", "a.json"]).unwrap();
+        let Command::Verify(v) = cli.command else {
+            panic!("wrong subcommand")
+        };
+        assert!(v.api.target("verify").is_err(), "no --api given");
     }
 }

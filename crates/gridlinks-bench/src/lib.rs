@@ -29,20 +29,27 @@
 //! stats.rs             live counters shared by connection tasks, sharded latency histograms
 //! proc_stats.rs        server CPU seconds and memory from /proc/PID/{stat,status}; fd limit
 //! report.rs            latency summaries, human summary and JSON result of each scenario
+//! rest_api.rs          the ThingsBoard REST calls: login, bulk import (`--provision`),
+//!                      device lookup, timeseries read and delete (blocking, `ureq`)
+//! loss_check.rs        `--verify` and `verify`: acknowledged timestamps against stored
+//!                      ones; missing points fail the run with exit code 2
 //! ```
 //!
 //! Later work grows this into the full tool (more protocols and spec-file driven
 //! scenarios); new scenarios go beside the two in `scenario/`.
 
 pub mod cli;
+pub mod loss_check;
 pub mod mqtt_client;
 pub mod proc_stats;
 pub mod report;
+pub mod rest_api;
 pub mod scenario;
 pub mod stats;
 
-/// Runs the subcommand the command line names, on a multi-threaded runtime.
-pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
+/// Runs the subcommand the command line names, on a multi-threaded runtime. The exit
+/// code is [`loss_check::EXIT_LOSS`] when the loss check finds missing points.
+pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if let Some(threads) = cli.threads {
@@ -52,7 +59,35 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
     runtime.block_on(async move {
         match cli.command {
             cli::Command::MqttTelemetry(args) => scenario::telemetry::run(args).await,
-            cli::Command::Connect(args) => scenario::connect::run(args).await,
+            cli::Command::Connect(args) => scenario::connect::run(args)
+                .await
+                .map(|()| std::process::ExitCode::SUCCESS),
+            cli::Command::Verify(args) => verify(args).await,
         }
     })
+}
+
+/// `verify`: the loss check alone, from an acks file.
+async fn verify(args: cli::VerifyArgs) -> anyhow::Result<std::process::ExitCode> {
+    let api = args.api.target("verify")?;
+    let devices = loss_check::load(&args.acks)?;
+    let threads = usize::from(args.api.verify_threads);
+    let report =
+        tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
+    print!("{}", report.human());
+    if let Some(path) = &args.json {
+        let mut doc = serde_json::json!({"scenario": "verify"});
+        doc["loss_check"] = report.to_json();
+        report::write_json(path, &doc)?;
+    }
+    Ok(exit_code(&report))
+}
+
+/// Exit code of a run whose loss check produced `report`.
+pub fn exit_code(report: &loss_check::LossReport) -> std::process::ExitCode {
+    if report.passed() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(loss_check::EXIT_LOSS)
+    }
 }

@@ -3,6 +3,6 @@
 
 use clap::Parser;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<std::process::ExitCode> {
     gridlinks_bench::run(gridlinks_bench::cli::Cli::parse())
 }

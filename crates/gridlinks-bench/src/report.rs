@@ -135,6 +135,8 @@ pub struct TelemetryReport {
     pub server_cost: Option<ServerCost>,
     /// CPU seconds the generator itself used during the window.
     pub generator_cpu_seconds: f64,
+    /// Result of the loss check, with `--verify`.
+    pub loss_check: Option<crate::loss_check::LossReport>,
 }
 
 impl TelemetryReport {
@@ -226,6 +228,9 @@ impl TelemetryReport {
             self.generator_cpu_seconds,
             100.0 * per_second(self.generator_cpu_seconds, self.window_seconds),
         );
+        if let Some(loss) = &self.loss_check {
+            s.push_str(&loss.human());
+        }
         s
     }
 
@@ -259,6 +264,7 @@ impl TelemetryReport {
                 "hwm_kib": c.hwm_kib,
             })),
             "generator_cpu_seconds": round3(self.generator_cpu_seconds),
+            "loss_check": self.loss_check.as_ref().map(|l| l.to_json()),
         })
     }
 }

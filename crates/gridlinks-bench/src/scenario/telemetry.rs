@@ -16,6 +16,11 @@
 //! With `--rate` it is from the publish's scheduled time (less up to 2 ms of timer
 //! lateness), so time spent waiting for a full window, i.e. for a server that falls
 //! behind the offered load, counts (no coordinated omission).
+//!
+//! With `--provision` the devices are created first through the REST API. With
+//! `--verify` or `--save-acks` each device records the `ts` of every acknowledged
+//! publish and when its ack arrived; after phase 3 the loss check
+//! ([`crate::loss_check`]) compares them with what the server stored.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -28,11 +33,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{idle_until, wait_for_some, ConnectPacer, Progress, ProgressKind, Target};
+use super::{idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, Target};
 use crate::cli::TelemetryArgs;
+use crate::loss_check::{self, AckLog, DeviceAcks};
 use crate::mqtt_client::{ConnectionError, MqttConnection};
 use crate::proc_stats::ProcessStats;
 use crate::report::{write_json, LatencySummary, Reasons, ServerCost, TelemetryReport};
+use crate::rest_api::{self, RestClient};
 use crate::stats::{Counters, LatencyRecorder, LatencyShards};
 
 /// Default measurement window when neither --duration nor --messages-per-device is given.
@@ -68,6 +75,8 @@ struct Plan {
     /// Time between two publishes of one device with `--rate`; `None`: as fast as
     /// acknowledgements allow.
     interval: Option<Duration>,
+    /// Record the acknowledged publishes of each device (`--verify`, `--save-acks`).
+    record_acks: bool,
 }
 
 /// The measurement window, announced to every connection at once.
@@ -88,11 +97,79 @@ struct DeviceResult {
     lost: Option<String>,
     /// The connection, still open, for DISCONNECT after the window.
     conn: Option<MqttConnection>,
+    /// Acknowledged publishes, when recorded.
+    acks: AckLog,
 }
 
-/// Runs the scenario and prints its report.
-pub async fn run(args: TelemetryArgs) -> anyhow::Result<()> {
-    let target = Arc::new(Target::resolve(&args.target, args.devices).await?);
+/// Names of provisioned devices: `bench-<i>`.
+pub fn provisioned_name(index: usize) -> String {
+    format!("bench-{index}")
+}
+
+/// The device names the loss check looks up (`--provision` or `--device-names-file`),
+/// when it runs; fails when it runs without them.
+fn device_names(args: &TelemetryArgs) -> anyhow::Result<Option<Vec<String>>> {
+    let checking = args.verify || args.save_acks.is_some();
+    if args.provision {
+        return Ok(Some((0..args.devices).map(provisioned_name).collect()));
+    }
+    if !checking {
+        return Ok(None);
+    }
+    let Some(path) = &args.device_names_file else {
+        anyhow::bail!("--verify and --save-acks need device names: --provision, or --tokens-file with --device-names-file");
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading device names file {}", path.display()))?;
+    let names: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    if names.len() < args.devices {
+        anyhow::bail!(
+            "{} has {} names but {} devices need one each",
+            path.display(),
+            names.len(),
+            args.devices
+        );
+    }
+    Ok(Some(names))
+}
+
+/// Runs the scenario and prints its report; the exit code says whether the loss check
+/// (if it ran) passed.
+pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
+    if (args.verify || args.save_acks.is_some()) && args.qos != 1 {
+        anyhow::bail!("--verify and --save-acks need --qos 1 (QoS 0 has no acknowledgements)");
+    }
+    let names = device_names(&args)?;
+    let api = if args.provision || args.verify {
+        Some(args.api.target(if args.provision {
+            "--provision"
+        } else {
+            "--verify"
+        })?)
+    } else {
+        None
+    };
+    let mut target = Target::resolve(&args.target, args.devices).await?;
+    if args.provision {
+        let (api, names) = (
+            api.clone().expect("checked above"),
+            names.clone().expect("provisioned"),
+        );
+        eprintln!("provisioning {} devices through {}", names.len(), api.base);
+        let tokens = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+            let tokens = rest_api::random_tokens(names.len())?;
+            RestClient::login(&api)?.bulk_import(&names, &tokens)?;
+            Ok(tokens)
+        })
+        .await??;
+        target.credentials = Credentials::Tokens(tokens);
+    }
+    let target = Arc::new(target);
     let plan = Arc::new(Plan {
         topic: args.topic.clone(),
         qos: if args.qos == 0 {
@@ -110,6 +187,7 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<()> {
         devices: args.devices,
         interval: (args.rate > 0.0)
             .then(|| Duration::from_secs_f64(args.devices.max(1) as f64 / args.rate)),
+        record_acks: names.is_some(),
     });
     let duration = match (args.duration, args.messages_per_device) {
         (Some(d), _) => Some(d),
@@ -149,6 +227,7 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<()> {
                     plan: Arc::clone(&plan),
                     counters: Arc::clone(&counters),
                     latency: latency.recorder(index),
+                    acks: AckLog::default(),
                 };
                 let outcome_tx = outcome_tx.clone();
                 let window_rx = window_rx.clone();
@@ -185,8 +264,10 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<()> {
     let mut lost = Reasons::new();
     let mut last_ack = window_start;
     let mut open = Vec::with_capacity(devices.len());
+    let mut acks = Vec::with_capacity(devices.len());
     for device in devices {
         let result = device.await.context("device task panicked")?;
+        acks.push(result.acks);
         if let Some(reason) = result.lost {
             *lost.entry(reason).or_default() += 1;
         }
@@ -207,7 +288,7 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<()> {
     let rss_peak = server_after.map(|s| progress.peak(s.memory.rss_kib));
     drop(progress);
 
-    let report = TelemetryReport {
+    let mut report = TelemetryReport {
         server: target.name(),
         mqtt_version: args.target.mqtt_version.label().into(),
         devices: args.devices,
@@ -236,12 +317,35 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<()> {
             _ => None,
         },
         generator_cpu_seconds: me_after - me_before,
+        loss_check: None,
     };
+    if let Some(names) = names {
+        let devices: Vec<DeviceAcks> = names
+            .into_iter()
+            .zip(acks)
+            .map(|(name, acks)| DeviceAcks { name, acks })
+            .collect();
+        if let Some(path) = &args.save_acks {
+            loss_check::save(path, &devices)?;
+        }
+        if args.verify {
+            let api = api.expect("checked above");
+            let threads = usize::from(args.api.verify_threads);
+            eprintln!("checking {} devices for lost points", devices.len());
+            report.loss_check = Some(
+                tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads))
+                    .await??,
+            );
+        }
+    }
     print!("{}", report.human());
     if let Some(path) = &args.target.json {
         write_json(path, &report.to_json())?;
     }
-    Ok(())
+    Ok(report
+        .loss_check
+        .as_ref()
+        .map_or(std::process::ExitCode::SUCCESS, crate::exit_code))
 }
 
 /// One device connection.
@@ -253,6 +357,8 @@ struct Device {
     counters: Arc<Counters>,
     /// This connection's PUBACK latencies.
     latency: LatencyRecorder,
+    /// Acknowledged publishes (filled only with `Plan::record_acks`).
+    acks: AckLog,
 }
 
 impl Device {
@@ -310,6 +416,7 @@ impl Device {
                 last_ack,
                 lost: None,
                 conn: Some(conn),
+                acks: self.acks,
             },
             Err((last_ack, reason)) => {
                 Counters::add(&self.counters.dropped, 1);
@@ -317,6 +424,7 @@ impl Device {
                     last_ack,
                     lost: Some(reason),
                     conn: None,
+                    acks: self.acks,
                 }
             }
         }
@@ -355,6 +463,8 @@ impl Device {
         // publish was due (sent, or scheduled with --rate) for its latency.
         let mut free: Vec<u16> = (1..=limit).rev().collect();
         let mut due_at: Vec<Option<Instant>> = vec![None; usize::from(limit) + 1];
+        // By id, the `ts` of the publish in flight (recorded when its ack arrives).
+        let mut ts_of: Vec<u64> = vec![0; usize::from(limit) + 1];
         let mut schedule = self.schedule(window);
         let mut packet = self.publish_template();
         let mut payload_buf = BytesMut::new();
@@ -389,6 +499,7 @@ impl Device {
                 conn.queue(&packet)
                     .expect("telemetry PUBLISH always encodes");
                 due_at[usize::from(id)] = Some(due);
+                ts_of[usize::from(id)] = last_ts;
                 sent += 1;
                 batch += 1;
             }
@@ -433,6 +544,11 @@ impl Device {
             };
             // Take every packet already buffered before writing again.
             let received = Instant::now();
+            let received_ms = if self.plan.record_acks {
+                unix_millis()
+            } else {
+                0
+            };
             let mut next = Some(first);
             let (mut acked, mut refused) = (0u64, 0u64);
             while let Some(packet) = next {
@@ -446,6 +562,10 @@ impl Device {
                             } else {
                                 acked += 1;
                                 self.latency.record(received.saturating_duration_since(due));
+                                if self.plan.record_acks {
+                                    self.acks
+                                        .push(ts_of[usize::from(ack.packet_id)], received_ms);
+                                }
                             }
                         }
                     }

@@ -1,0 +1,222 @@
+//! The few ThingsBoard REST calls the generator makes: log in, bulk-import devices
+//! (`--provision`), look a device up by name, and read or delete the stored timestamps
+//! of one telemetry key (the loss check). Blocking (`ureq`), so callers run it on
+//! plain threads, never on the async runtime's workers.
+
+use std::io::Read as _;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use serde_json::{json, Value};
+
+/// Most points one timeseries query returns (the server's `limit` ceiling); longer
+/// ranges are read page by page.
+pub const MAX_POINTS_PER_QUERY: usize = 100_000;
+
+/// Devices per bulk-import request: keeps each request body well under a megabyte.
+const IMPORT_CHUNK: usize = 1000;
+
+/// Time allowed for one REST call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the REST API is and who logs in (`--api`, `--api-user`, `--api-password`).
+#[derive(Clone)]
+pub struct ApiTarget {
+    /// Base URL, e.g. `http://127.0.0.1:8080`, without a trailing slash.
+    pub base: String,
+    /// Administrator user name.
+    pub user: String,
+    /// Administrator password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for ApiTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiTarget")
+            .field("base", &self.base)
+            .field("user", &self.user)
+            .field("password", &"<REDACTED>")
+            .finish()
+    }
+}
+
+/// A logged-in REST client; cheap to clone and share between threads (one connection
+/// pool).
+#[derive(Clone)]
+pub struct RestClient {
+    /// Pooled HTTP agent.
+    agent: ureq::Agent,
+    /// Base URL without a trailing slash.
+    base: String,
+    /// `Bearer <jwt>` for `X-Authorization`.
+    bearer: String,
+}
+
+impl RestClient {
+    /// Logs in as the administrator.
+    pub fn login(target: &ApiTarget) -> anyhow::Result<Self> {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(CALL_TIMEOUT)
+            .max_idle_connections_per_host(64)
+            .build();
+        let base = target.base.trim_end_matches('/').to_string();
+        let reply: Value = agent
+            .post(&format!("{base}/api/auth/login"))
+            .send_json(json!({"username": target.user, "password": target.password}))
+            .map_err(describe)
+            .with_context(|| format!("logging in to {base} as {}", target.user))?
+            .into_json()?;
+        let token = reply["token"]
+            .as_str()
+            .context("login reply has no token")?;
+        Ok(RestClient {
+            agent,
+            base,
+            bearer: format!("Bearer {token}"),
+        })
+    }
+
+    /// Creates (or, when they exist, updates) devices `names[i]` with access token
+    /// `tokens[i]` through `POST /api/device/bulk_import`.
+    pub fn bulk_import(&self, names: &[String], tokens: &[String]) -> anyhow::Result<()> {
+        assert_eq!(names.len(), tokens.len(), "one token per device name");
+        for (names, tokens) in names.chunks(IMPORT_CHUNK).zip(tokens.chunks(IMPORT_CHUNK)) {
+            let file: String = names
+                .iter()
+                .zip(tokens)
+                .map(|(n, t)| format!("{n},{t}\n"))
+                .collect();
+            let reply: Value = self
+                .agent
+                .post(&format!("{}/api/device/bulk_import", self.base))
+                .set("X-Authorization", &self.bearer)
+                .send_json(json!({
+                    "file": file,
+                    "mapping": {
+                        "columns": [{"type": "NAME"}, {"type": "ACCESS_TOKEN"}],
+                        "delimiter": ",",
+                        "update": true,
+                        "header": false,
+                    },
+                }))
+                .map_err(describe)
+                .context("bulk-importing devices")?
+                .into_json()?;
+            if reply["errors"].as_u64().unwrap_or(0) > 0 {
+                bail!("bulk import reported errors: {}", reply["errorsList"]);
+            }
+        }
+        Ok(())
+    }
+
+    /// The id of the device named `name`, `None` when there is none.
+    pub fn device_id(&self, name: &str) -> anyhow::Result<Option<String>> {
+        let reply = self
+            .agent
+            .get(&format!("{}/api/tenant/devices", self.base))
+            .set("X-Authorization", &self.bearer)
+            .query("deviceName", name)
+            .call();
+        let device: Value = match reply {
+            Ok(r) => r.into_json()?,
+            Err(ureq::Error::Status(404, _)) => return Ok(None),
+            Err(e) => return Err(describe(e)).with_context(|| format!("looking up device {name}")),
+        };
+        Ok(device["id"]["id"].as_str().map(String::from))
+    }
+
+    /// Every stored timestamp of `key` of device `id` in `[start, end)`, ascending;
+    /// read in pages of [`MAX_POINTS_PER_QUERY`].
+    pub fn timestamps(
+        &self,
+        id: &str,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> anyhow::Result<Vec<u64>> {
+        let mut out = Vec::new();
+        let mut from = start;
+        while from < end {
+            let reply: Value = self
+                .agent
+                .get(&format!(
+                    "{}/api/plugins/telemetry/DEVICE/{id}/values/timeseries",
+                    self.base
+                ))
+                .set("X-Authorization", &self.bearer)
+                .query("keys", key)
+                .query("startTs", &from.to_string())
+                .query("endTs", &end.to_string())
+                .query("limit", &MAX_POINTS_PER_QUERY.to_string())
+                .query("orderBy", "ASC")
+                .call()
+                .map_err(describe)
+                .with_context(|| format!("reading {key} of device {id}"))?
+                .into_json()?;
+            let points = reply[key].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let before = out.len();
+            for p in points {
+                out.push(p["ts"].as_u64().context("timeseries point without ts")?);
+            }
+            if points.len() < MAX_POINTS_PER_QUERY {
+                break;
+            }
+            // A full page: go on after its last point.
+            from = out[out.len() - 1] + 1;
+            if out.len() == before {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the points of `key` of device `id` between `start` and `end`.
+    pub fn delete_timeseries(
+        &self,
+        id: &str,
+        key: &str,
+        start: u64,
+        end: u64,
+    ) -> anyhow::Result<()> {
+        self.agent
+            .delete(&format!(
+                "{}/api/plugins/telemetry/DEVICE/{id}/timeseries/delete",
+                self.base
+            ))
+            .set("X-Authorization", &self.bearer)
+            .query("keys", key)
+            .query("startTs", &start.to_string())
+            .query("endTs", &end.to_string())
+            .call()
+            .map_err(describe)
+            .with_context(|| format!("deleting {key} of device {id}"))?;
+        Ok(())
+    }
+}
+
+/// A ureq error with the server's reply body, which says what was wrong.
+fn describe(e: ureq::Error) -> anyhow::Error {
+    match e {
+        ureq::Error::Status(code, reply) => {
+            let mut body = String::new();
+            let _ = reply.into_reader().take(2048).read_to_string(&mut body);
+            anyhow::anyhow!("HTTP {code}: {body}")
+        }
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// `n` random access tokens (`bench-` and 24 hex digits from /dev/urandom).
+pub fn random_tokens(n: usize) -> anyhow::Result<Vec<String>> {
+    let mut bytes = vec![0u8; n * 12];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom")?;
+    Ok(bytes
+        .chunks(12)
+        .map(|c| {
+            let hex: String = c.iter().map(|b| format!("{b:02x}")).collect();
+            format!("bench-{hex}")
+        })
+        .collect())
+}
