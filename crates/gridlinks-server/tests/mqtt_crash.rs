@@ -27,15 +27,7 @@ fn publisher(port: u16, token: String, stop: Arc<AtomicBool>) -> Vec<i64> {
             ts += 1;
             pid = pid % 60000 + 1;
             let body = format!(r#"{{"ts":{ts},"values":{{"seq":{ts}}}}}"#);
-            let p = Packet::Publish(Publish {
-                dup: false,
-                qos: QoS::AtLeastOnce,
-                retain: false,
-                topic: "v1/devices/me/telemetry".into(),
-                packet_id: Some(pid),
-                payload: body.into(),
-                properties: PublishProperties::default(),
-            });
+            let p = publish_packet("v1/devices/me/telemetry", body.as_bytes(), QoS::AtLeastOnce, Some(pid));
             if c.try_send(&p).is_err() {
                 break 'outer;
             }

@@ -183,15 +183,7 @@ fn rate_limit_breaches_name_the_limit() {
     // MQTT 3.1.1 cannot refuse one message: the connection is closed.
     let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("CHATTY"), 60);
     for pid in 1..=20u16 {
-        if c.try_send(&Packet::Publish(Publish {
-            dup: false,
-            qos: QoS::AtLeastOnce,
-            retain: false,
-            topic: "v1/devices/me/telemetry".into(),
-            packet_id: Some(pid),
-            payload: bytes::Bytes::from_static(br#"{"x":1}"#),
-            properties: PublishProperties::default(),
-        }))
+        if c.try_send(&publish_packet("v1/devices/me/telemetry", br#"{"x":1}"#, QoS::AtLeastOnce, Some(pid)))
         .is_err()
         {
             break;
@@ -216,15 +208,7 @@ fn a_burst_beyond_the_in_flight_limit_is_fully_acknowledged() {
     let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("BURST"), 60);
     let mut burst = bytes::BytesMut::new();
     for pid in 1..=50u16 {
-        let p = Packet::Publish(Publish {
-            dup: false,
-            qos: QoS::AtLeastOnce,
-            retain: false,
-            topic: "v1/devices/me/telemetry".into(),
-            packet_id: Some(pid),
-            payload: bytes::Bytes::from(format!(r#"{{"ts":{pid},"values":{{"b":1}}}}"#)),
-            properties: PublishProperties::default(),
-        });
+        let p = publish_packet("v1/devices/me/telemetry", format!(r#"{{"ts":{pid},"values":{{"b":1}}}}"#).as_bytes(), QoS::AtLeastOnce, Some(pid));
         encode(&p, V3, &mut burst).unwrap();
     }
     c.send_raw(&burst).unwrap();

@@ -28,6 +28,19 @@ pub fn connect_packet(version: ProtocolVersion, token: Option<&str>, keep_alive:
     }))
 }
 
+/// A PUBLISH without properties.
+pub fn publish_packet(topic: &str, payload: &[u8], qos: QoS, packet_id: Option<u16>) -> Packet {
+    Packet::Publish(Publish {
+        dup: false,
+        qos,
+        retain: false,
+        topic: topic.into(),
+        packet_id,
+        payload: Bytes::copy_from_slice(payload),
+        properties: PublishProperties::default(),
+    })
+}
+
 impl Raw {
     pub fn open(port: u16, version: ProtocolVersion) -> Self {
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -106,15 +119,7 @@ impl Raw {
     }
 
     pub fn publish(&mut self, topic: &str, payload: &[u8], qos: QoS, packet_id: Option<u16>) {
-        self.send(&Packet::Publish(Publish {
-            dup: false,
-            qos,
-            retain: false,
-            topic: topic.into(),
-            packet_id,
-            payload: Bytes::copy_from_slice(payload),
-            properties: PublishProperties::default(),
-        }));
+        self.send(&publish_packet(topic, payload, qos, packet_id));
     }
 
     pub fn subscribe(&mut self, packet_id: u16, filters: &[&str]) -> SubAck {
