@@ -27,13 +27,23 @@ pub enum Command {
     MqttTelemetry(TelemetryArgs),
     /// Connection storm at a rate, then all connections held idle; server memory per connection.
     Connect(ConnectArgs),
+    /// N devices post telemetry over HTTP/1.1 keep-alive (ThingsBoard device API).
+    HttpTelemetry(HttpTelemetryArgs),
+    /// Publisher groups -> subscriber groups through any MQTT broker: deliveries,
+    /// end-to-end latency, broker cost (TBMQ-style fan-in / fan-out / point-to-point).
+    Pubsub(PubsubArgs),
+    /// The same scenario against GridLinks and peer brokers, each started by the tool on
+    /// free loopback ports, side by side: `compare --against mosquitto mqtt-telemetry ...`.
+    Compare(CompareArgs),
+    /// Replay a published test (tb-2017, tb-2021, tbmq-fanin) against GridLinks and peers.
+    Preset(PresetArgs),
     /// Only the loss check: compare an acks file (`mqtt-telemetry --save-acks`) with
     /// what the server stored. Exit code 2 when acknowledged points are missing.
     Verify(VerifyArgs),
 }
 
 /// The server's ThingsBoard REST API, for `--provision` and the loss check.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct ApiArgs {
     /// Base URL of the REST API, e.g. http://127.0.0.1:8080.
     #[arg(long)]
@@ -79,7 +89,7 @@ pub struct VerifyArgs {
 }
 
 /// Where to connect, as whom, and what to observe; shared by every scenario.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct TargetArgs {
     /// Server host name or address.
     #[arg(long, default_value = "127.0.0.1")]
@@ -122,9 +132,19 @@ pub struct TargetArgs {
     /// PID of the server process: its CPU time and memory are read from /proc.
     #[arg(long)]
     pub server_pid: Option<u32>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Where results go besides the summary on stdout.
+#[derive(Debug, Args, Clone, Default)]
+pub struct OutputArgs {
     /// Also write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write a self-contained HTML report (charts over time) to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
 }
 
 /// MQTT protocol versions the generator speaks.
@@ -158,7 +178,7 @@ impl From<MqttVersion> for ProtocolVersion {
 }
 
 /// Options of `mqtt-telemetry`.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct TelemetryArgs {
     #[command(flatten)]
     pub target: TargetArgs,
@@ -181,8 +201,12 @@ pub struct TelemetryArgs {
     /// fast as acknowledgements allow). Latency is then measured from each publish's
     /// scheduled time (less up to 2 ms of timer lateness), so a server that falls
     /// behind the offered load shows it in the percentiles.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, conflicts_with = "interval")]
     pub rate: f64,
+    /// Offered load per device instead: one publish every INTERVAL (e.g. 1s, 800ms),
+    /// devices spread evenly over it.
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<Duration>,
     /// Payload size in bytes: the JSON is padded with spaces up to this size (never cut).
     #[arg(long, default_value_t = 100)]
     pub payload_bytes: usize,
@@ -207,6 +231,10 @@ pub struct TelemetryArgs {
     /// stored (key `seq`); exit code 2 when any is missing. QoS 1 only.
     #[arg(long, conflicts_with = "no_ts")]
     pub verify: bool,
+    /// While publishing, sample how long after its PUBACK a point becomes queryable
+    /// through the REST API (about ten samples a second).
+    #[arg(long, conflicts_with = "no_ts")]
+    pub storage_lag: bool,
     /// Write the acknowledged timestamps per device name to this JSON file, for
     /// `gridlinks-bench verify --acks`. QoS 1 only.
     #[arg(long, conflicts_with = "no_ts")]
@@ -219,8 +247,212 @@ pub struct TelemetryArgs {
     pub api: ApiArgs,
 }
 
-/// Options of `connect`.
+/// Which servers a comparison starts, and from where.
+#[derive(Debug, Args, Clone)]
+pub struct ServersArgs {
+    /// Peers compared with GridLinks, comma separated (mosquitto, rumqttd).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub against: Vec<crate::servers::ServerKind>,
+    /// The full list of servers instead (e.g. mosquitto,rumqttd). Default: gridlinks,mosquitto.
+    #[arg(long, value_delimiter = ',', value_enum, conflicts_with = "against")]
+    pub servers: Vec<crate::servers::ServerKind>,
+    /// The gridlinks binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    pub gridlinks_bin: Option<PathBuf>,
+    /// The mosquitto binary (default: on PATH, else /usr/sbin/mosquitto).
+    #[arg(long)]
+    pub mosquitto_bin: Option<PathBuf>,
+    /// The rumqttd binary (default: on PATH, else ~/.cargo/bin/rumqttd).
+    #[arg(long)]
+    pub rumqttd_bin: Option<PathBuf>,
+}
+
+impl ServersArgs {
+    /// The servers in order: gridlinks first, then the peers.
+    pub fn list(&self) -> Vec<crate::servers::ServerKind> {
+        use crate::servers::ServerKind;
+        let mut list = if !self.servers.is_empty() {
+            self.servers.clone()
+        } else if !self.against.is_empty() {
+            std::iter::once(ServerKind::Gridlinks)
+                .chain(self.against.iter().copied())
+                .collect()
+        } else {
+            vec![ServerKind::Gridlinks, ServerKind::Mosquitto]
+        };
+        let mut seen = Vec::new();
+        list.retain(|k| {
+            let new = !seen.contains(k);
+            seen.push(*k);
+            new
+        });
+        list
+    }
+
+    /// Where the binaries are.
+    pub fn binaries(&self) -> crate::servers::Binaries {
+        let mut bins = crate::servers::Binaries::discover();
+        if let Some(p) = &self.gridlinks_bin {
+            bins.gridlinks = p.clone();
+        }
+        if let Some(p) = &self.mosquitto_bin {
+            bins.mosquitto = p.clone();
+        }
+        if let Some(p) = &self.rumqttd_bin {
+            bins.rumqttd = p.clone();
+        }
+        bins
+    }
+}
+
+/// Options of `compare`.
 #[derive(Debug, Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub servers: ServersArgs,
+    /// Side-by-side results as JSON / HTML.
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// The scenario and its options (its --port, --server-pid and credentials are set
+    /// per server).
+    #[command(subcommand)]
+    pub scenario: crate::compare::Scenario,
+}
+
+/// Options of `preset`.
+#[derive(Debug, Args)]
+pub struct PresetArgs {
+    /// tb-2017, tb-2021 or tbmq-fanin; `list` prints every preset with its steps.
+    pub name: String,
+    #[command(flatten)]
+    pub servers: ServersArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Multiply the connection counts by this (e.g. 0.1 for a quick run).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Replace the steps' --duration (and the connect hold).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Extra options appended to every step's command line, e.g. "--sources 127.0.0.1,127.0.0.2".
+    #[arg(long, allow_hyphen_values = true, num_args = 1)]
+    pub step_args: Option<String>,
+}
+
+/// Options of `http-telemetry`.
+#[derive(Debug, Args)]
+pub struct HttpTelemetryArgs {
+    /// The server: --api is also where devices post (POST {api}/api/v1/{token}/telemetry).
+    #[command(flatten)]
+    pub api: ApiArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Device connections (one request in flight on each).
+    #[arg(long, default_value_t = 100)]
+    pub devices: usize,
+    /// Requests each device sends, then stops (instead of --duration).
+    #[arg(long, conflicts_with = "duration")]
+    pub messages_per_device: Option<u64>,
+    /// How long devices post, e.g. 20s (default 10s unless --messages-per-device).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Offered load: total requests per second (0: as fast as responses allow).
+    #[arg(long, default_value_t = 0.0, conflicts_with = "interval")]
+    pub rate: f64,
+    /// Offered load per device instead: one request every INTERVAL.
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+    /// Payload size in bytes (telemetry JSON with "ts", padded).
+    #[arg(long, default_value_t = 100)]
+    pub payload_bytes: usize,
+    /// New connections per second while connecting (0: unpaced).
+    #[arg(long, default_value_t = 2000.0)]
+    pub connect_rate: f64,
+    /// A request without response after this long fails and ends its device.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub timeout: Duration,
+    /// Create the devices first through the REST API's bulk import (names `bench-<i>`).
+    #[arg(long, conflicts_with = "tokens_file")]
+    pub provision: bool,
+    /// File with one access token per line (device i uses line i).
+    #[arg(long)]
+    pub tokens_file: Option<PathBuf>,
+    /// Device names, one a line, matching --tokens-file (for --verify, --save-acks, --storage-lag).
+    #[arg(long, requires = "tokens_file")]
+    pub device_names_file: Option<PathBuf>,
+    /// After the run, check that every point answered with 200 is stored; exit code 2 if not.
+    #[arg(long)]
+    pub verify: bool,
+    /// Write the acknowledged timestamps per device name to this JSON file.
+    #[arg(long)]
+    pub save_acks: Option<PathBuf>,
+    /// While posting, sample how long after its 200 a point becomes queryable.
+    #[arg(long)]
+    pub storage_lag: bool,
+    /// PID of the server process: its CPU time and memory are read from /proc.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+}
+
+/// Options of `pubsub`.
+#[derive(Debug, Args, Clone)]
+pub struct PubsubArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Groups; group G publishes to PREFIX/G/CLIENT-ID, its subscribers read PREFIX/G/+.
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub groups: usize,
+    /// Publisher connections per group.
+    #[arg(long, default_value_t = 10)]
+    pub publishers: usize,
+    /// Subscriber connections per group.
+    #[arg(long, default_value_t = 1)]
+    pub subscribers: usize,
+    /// The subscribers of a group share one subscription ($share/gG/PREFIX/G/+) and
+    /// split its messages (TBMQ's APPLICATION clients), instead of each getting all.
+    #[arg(long)]
+    pub shared: bool,
+    /// Topic prefix.
+    #[arg(long, default_value = "bench/pubsub")]
+    pub topic_prefix: String,
+    /// QoS of the publishes (0 or 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub pub_qos: u8,
+    /// QoS of the subscriptions (0 or 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub sub_qos: u8,
+    /// Most unacknowledged QoS 1 publishes per publisher (at QoS 0: publishes per write).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub inflight: u16,
+    /// Offered load: total publishes per second over all publishers (0: as fast as
+    /// acknowledgements allow).
+    #[arg(long, default_value_t = 0.0, conflicts_with = "interval")]
+    pub rate: f64,
+    /// Offered load per publisher instead: one publish every INTERVAL.
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+    /// Payload size in bytes (tracker JSON with a send stamp, padded; 114 as in TBMQ's tests).
+    #[arg(long, default_value_t = 114)]
+    pub payload_bytes: usize,
+    /// How long publishers publish, e.g. 20s (default 10s unless --messages-per-publisher).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Messages each publisher publishes, then stops (instead of --duration).
+    #[arg(long, conflicts_with = "duration")]
+    pub messages_per_publisher: Option<u64>,
+    /// New connections per second while connecting (0: as fast as --max-pending allows).
+    #[arg(long, default_value_t = 2000.0)]
+    pub connect_rate: f64,
+    /// A publisher that waits this long for any PUBACK gives up.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub ack_timeout: Duration,
+    /// After the last publish ack, stop waiting for deliveries when none arrived for this long.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub drain_timeout: Duration,
+}
+
+/// Options of `connect`.
+#[derive(Debug, Args, Clone)]
 pub struct ConnectArgs {
     #[command(flatten)]
     pub target: TargetArgs,
@@ -233,6 +465,12 @@ pub struct ConnectArgs {
     /// How long all connections are held idle after the last one connected, e.g. 30s.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub hold: Duration,
+    /// Create `bench-<i>` devices first through the REST API's bulk import and connect
+    /// with their tokens (GridLinks and other ThingsBoard-style servers).
+    #[arg(long, conflicts_with_all = ["tokens_file", "username"])]
+    pub provision: bool,
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// Parses "10", "10s", "1.5s", "500ms" or "2m" (a bare number is seconds).

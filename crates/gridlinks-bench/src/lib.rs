@@ -39,13 +39,19 @@
 //! scenarios); new scenarios go beside the two in `scenario/`.
 
 pub mod cli;
+pub mod compare;
+pub mod figures;
+pub mod html;
 pub mod loss_check;
 pub mod mqtt_client;
 pub mod proc_stats;
 pub mod report;
 pub mod rest_api;
 pub mod scenario;
+pub mod servers;
 pub mod stats;
+pub mod storage_lag;
+pub mod timeline;
 
 /// Runs the subcommand the command line names, on a multi-threaded runtime. The exit
 /// code is [`loss_check::EXIT_LOSS`] when the loss check finds missing points.
@@ -62,9 +68,74 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::Connect(args) => scenario::connect::run(args)
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
+            cli::Command::HttpTelemetry(args) => scenario::http_telemetry::run(args).await,
+            cli::Command::Pubsub(args) => scenario::pubsub::run(args).await,
+            cli::Command::Compare(args) => compare_cmd(args).await,
+            cli::Command::Preset(args) => preset_cmd(args).await,
             cli::Command::Verify(args) => verify(args).await,
         }
     })
+}
+
+/// `compare`: one scenario, several servers.
+async fn compare_cmd(args: cli::CompareArgs) -> anyhow::Result<std::process::ExitCode> {
+    let servers = args.servers.list();
+    let runs = compare::compare(&servers, &args.scenario, &args.servers.binaries()).await?;
+    let title = "gridlinks-bench compare";
+    let names: Vec<&str> = servers.iter().map(|k| k.label()).collect();
+    compare::finish(
+        title,
+        &format!("{} against {}", args.scenario.name(), names.join(", ")),
+        &[(
+            format!("{} ({})", args.scenario.name(), names.join(" vs ")),
+            runs,
+        )],
+        &args.output,
+    )
+}
+
+/// `preset`: the steps of a preset, each compared across the servers.
+async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitCode> {
+    if args.name == "list" {
+        for p in compare::PRESETS {
+            println!("{}: {}", p.name, p.about);
+            for (title, line) in p.steps {
+                println!("  {title}\n    gridlinks-bench {}", line.join(" "));
+            }
+        }
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let preset = compare::preset(&args.name)?;
+    let extra: Vec<&str> = args
+        .step_args
+        .as_deref()
+        .map(|s| s.split_whitespace().collect())
+        .unwrap_or_default();
+    let servers = args.servers.list();
+    let bins = args.servers.binaries();
+    let mut steps = Vec::new();
+    for (title, line) in preset.steps {
+        let mut line = line.to_vec();
+        line.extend(&extra);
+        let mut scenario = compare::Scenario::parse(&line)?;
+        if args.scale != 1.0 {
+            scenario.scale(args.scale);
+        }
+        if let Some(d) = args.duration {
+            scenario.set_duration(d);
+        }
+        eprintln!("=== {title}");
+        steps.push((
+            title.to_string(),
+            compare::compare(&servers, &scenario, &bins).await?,
+        ));
+    }
+    compare::finish(
+        &format!("gridlinks-bench preset {}", preset.name),
+        &format!("{} (scale {})", preset.about, args.scale),
+        &steps,
+        &args.output,
+    )
 }
 
 /// `verify`: the loss check alone, from an acks file.

@@ -177,11 +177,11 @@ impl LossReport {
         );
         s.push_str(&match self.check_after_last_ack_ms {
             Some(ms) => format!(
-                "storage lag    not sampled: every found point was queryable at check time, \
+                "queryable      every found point was queryable at check time, \
                  {:.2} s after the last ack\n",
                 ms as f64 / 1000.0
             ),
-            None => "storage lag    not sampled (nothing acknowledged)\n".into(),
+            None => "queryable      nothing acknowledged\n".into(),
         });
         if self.devices_not_found_count > 0 {
             s.push_str(&format!(
@@ -226,10 +226,7 @@ impl LossReport {
                 .map(|(d, ts)| json!({"device": d, "ts": ts}))
                 .collect::<Vec<_>>(),
             "extra": self.extra,
-            "storage_lag": {
-                "sampled": false,
-                "check_after_last_ack_ms": self.check_after_last_ack_ms,
-            },
+            "check_after_last_ack_ms": self.check_after_last_ack_ms,
             "check_seconds": (self.check_seconds * 1000.0).round() / 1000.0,
         })
     }
@@ -394,9 +391,14 @@ fn check_device(
 
 /// Milliseconds since the Unix epoch.
 pub fn unix_millis() -> u64 {
+    unix_micros() / 1000
+}
+
+/// Microseconds since the Unix epoch.
+pub fn unix_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 #[cfg(test)]

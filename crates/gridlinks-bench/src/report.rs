@@ -11,6 +11,12 @@ use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
+use crate::cli::OutputArgs;
+use crate::html;
+use crate::proc_stats::{ProcessStats, Sample as ProcSample};
+use crate::storage_lag::StorageLag;
+use crate::timeline::Timeline;
+
 /// Percentiles of a latency histogram, microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LatencySummary {
@@ -96,13 +102,34 @@ pub struct ServerCost {
     pub hwm_kib: u64,
 }
 
-/// Result of `mqtt-telemetry`.
+impl ServerCost {
+    /// The cost between two samples of the observed server.
+    pub fn between(
+        server: Option<&ProcessStats>,
+        before: Option<ProcSample>,
+        after: Option<ProcSample>,
+        rss_peak_kib: Option<u64>,
+    ) -> Option<Self> {
+        let (before, after, stats) = (before?, after?, server?);
+        Some(ServerCost {
+            pid: stats.pid(),
+            cpu_seconds: after.cpu_seconds - before.cpu_seconds,
+            rss_peak_kib: rss_peak_kib.unwrap_or(after.memory.rss_kib),
+            rss_end_kib: after.memory.rss_kib,
+            hwm_kib: after.memory.hwm_kib,
+        })
+    }
+}
+
+/// Result of `mqtt-telemetry` and `http-telemetry`.
 #[derive(Debug, Clone, Default)]
 pub struct TelemetryReport {
+    /// `mqtt-telemetry` or `http-telemetry`.
+    pub scenario: &'static str,
     /// `host:port` driven.
     pub server: String,
-    /// MQTT version spoken.
-    pub mqtt_version: String,
+    /// Protocol spoken, e.g. `MQTT 3.1.1` or `HTTP/1.1`.
+    pub protocol: String,
     /// Connections requested.
     pub devices: usize,
     /// QoS of the publishes.
@@ -129,7 +156,7 @@ pub struct TelemetryReport {
     pub failed: u64,
     /// Connections lost during the window, by reason.
     pub dropped: Reasons,
-    /// PUBACK latency (QoS 1 only).
+    /// Acknowledgement latency: PUBACK (QoS 1 only) or HTTP response.
     pub puback: Option<LatencySummary>,
     /// Server cost, with `--server-pid`.
     pub server_cost: Option<ServerCost>,
@@ -137,6 +164,10 @@ pub struct TelemetryReport {
     pub generator_cpu_seconds: f64,
     /// Result of the loss check, with `--verify`.
     pub loss_check: Option<crate::loss_check::LossReport>,
+    /// Ack-to-queryable lag, with `--storage-lag`.
+    pub storage_lag: Option<StorageLag>,
+    /// One sample a second.
+    pub timeline: Timeline,
 }
 
 impl TelemetryReport {
@@ -152,14 +183,24 @@ impl TelemetryReport {
             .map(|c| per_second(self.acked as f64, c.cpu_seconds))
     }
 
+    /// What acknowledges a message: `PUBACK` or `HTTP 200`.
+    pub fn ack_name(&self) -> &'static str {
+        if self.scenario == "http-telemetry" {
+            "HTTP 200"
+        } else {
+            "PUBACK"
+        }
+    }
+
     /// The human summary.
     pub fn human(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "== mqtt-telemetry: {} (MQTT {}), {} devices, QoS {}, inflight {}, payload {} B, {} ==",
+            "== {}: {} ({}), {} devices, QoS {}, inflight {}, payload {} B, {} ==",
+            self.scenario,
             self.server,
-            self.mqtt_version,
+            self.protocol,
             self.devices,
             self.qos,
             self.inflight,
@@ -203,7 +244,7 @@ impl TelemetryReport {
             },
         );
         if let Some(p) = &self.puback {
-            let _ = writeln!(s, "PUBACK latency {}", p.line());
+            let _ = writeln!(s, "{:<14} {}", self.ack_name(), p.line());
         }
         if let (Some(c), Some(per_cpu)) = (&self.server_cost, self.msgs_per_server_cpu_second()) {
             let _ = writeln!(
@@ -228,6 +269,9 @@ impl TelemetryReport {
             self.generator_cpu_seconds,
             100.0 * per_second(self.generator_cpu_seconds, self.window_seconds),
         );
+        if let Some(lag) = &self.storage_lag {
+            s.push_str(&lag.line());
+        }
         if let Some(loss) = &self.loss_check {
             s.push_str(&loss.human());
         }
@@ -237,9 +281,9 @@ impl TelemetryReport {
     /// The JSON result.
     pub fn to_json(&self) -> Value {
         json!({
-            "scenario": "mqtt-telemetry",
-            "server": self.server,
-            "mqtt_version": self.mqtt_version,
+            "scenario": self.scenario,
+            "target": self.server,
+            "protocol": self.protocol,
             "devices": self.devices,
             "qos": self.qos,
             "inflight": self.inflight,
@@ -254,7 +298,7 @@ impl TelemetryReport {
             "failed": self.failed,
             "dropped_connections": self.dropped,
             "msgs_per_second": round3(self.msgs_per_second()),
-            "puback_latency": self.puback.map(|p| p.to_json()),
+            "ack_latency": self.puback.map(|p| p.to_json()),
             "server": self.server_cost.as_ref().map(|c| json!({
                 "pid": c.pid,
                 "cpu_seconds": round3(c.cpu_seconds),
@@ -265,6 +309,228 @@ impl TelemetryReport {
             })),
             "generator_cpu_seconds": round3(self.generator_cpu_seconds),
             "loss_check": self.loss_check.as_ref().map(|l| l.to_json()),
+            "storage_lag": self.storage_lag.as_ref().map(StorageLag::to_json),
+            "timeline": self.timeline.to_json(),
+        })
+    }
+}
+
+/// Result of `pubsub`.
+#[derive(Debug, Clone, Default)]
+pub struct PubsubReport {
+    /// `host:port` driven.
+    pub server: String,
+    /// MQTT version spoken.
+    pub mqtt_version: String,
+    /// Groups.
+    pub groups: usize,
+    /// Publishers per group.
+    pub publishers: usize,
+    /// Subscribers per group.
+    pub subscribers: usize,
+    /// Subscribers of a group share one subscription.
+    pub shared: bool,
+    /// QoS of the publishes.
+    pub pub_qos: u8,
+    /// QoS of the subscriptions.
+    pub sub_qos: u8,
+    /// Unacknowledged publishes allowed per publisher.
+    pub inflight: u16,
+    /// Offered publishes per second in total; 0: as fast as acks allow.
+    pub offered_rate: f64,
+    /// Payload size, bytes.
+    pub payload_bytes: usize,
+    /// Connections established (publishers and subscribers).
+    pub connected: u64,
+    /// Failed connection or subscription attempts by reason.
+    pub connect_failures: Reasons,
+    /// Seconds to connect everybody.
+    pub connect_seconds: f64,
+    /// Seconds from the start signal to the last publish ack.
+    pub publish_seconds: f64,
+    /// Seconds from the start signal to the last delivery.
+    pub delivery_seconds: f64,
+    /// PUBLISH packets sent.
+    pub sent: u64,
+    /// Publishes acknowledged (QoS 0: written).
+    pub acked: u64,
+    /// Publishes refused or never acknowledged.
+    pub failed: u64,
+    /// Deliveries the acknowledged publishes call for.
+    pub expected: u64,
+    /// Deliveries received.
+    pub received: u64,
+    /// Connections lost, by reason.
+    pub dropped: Reasons,
+    /// PUBACK latency (publish QoS 1).
+    pub puback: Option<LatencySummary>,
+    /// End-to-end latency: publish written to PUBLISH decoded by a subscriber.
+    pub e2e: LatencySummary,
+    /// Server cost over publish and drain, with `--server-pid`.
+    pub server_cost: Option<ServerCost>,
+    /// Generator CPU seconds over publish and drain.
+    pub generator_cpu_seconds: f64,
+    /// One sample a second.
+    pub timeline: Timeline,
+}
+
+impl PubsubReport {
+    /// Expected deliveries that did not arrive.
+    pub fn missing(&self) -> u64 {
+        self.expected.saturating_sub(self.received)
+    }
+
+    /// False when QoS 1 on both sides lost deliveries.
+    pub fn passed(&self) -> bool {
+        !(self.pub_qos == 1 && self.sub_qos == 1 && self.missing() > 0)
+    }
+
+    /// Deliveries per second.
+    pub fn delivered_per_second(&self) -> f64 {
+        per_second(self.received as f64, self.delivery_seconds)
+    }
+
+    /// Deliveries per server CPU-second, with `--server-pid`.
+    pub fn delivered_per_server_cpu_second(&self) -> Option<f64> {
+        self.server_cost
+            .as_ref()
+            .map(|c| per_second(self.received as f64, c.cpu_seconds))
+    }
+
+    /// The human summary.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "== pubsub: {} (MQTT {}), {} groups x ({} publishers -> {} {}subscribers), QoS {} -> {}, payload {} B, {} ==",
+            self.server,
+            self.mqtt_version,
+            self.groups,
+            self.publishers,
+            self.subscribers,
+            if self.shared { "shared " } else { "" },
+            self.pub_qos,
+            self.sub_qos,
+            self.payload_bytes,
+            if self.offered_rate > 0.0 {
+                format!("offered {} msg/s", thousands(self.offered_rate as u64))
+            } else {
+                format!("inflight {}, as fast as acks allow", self.inflight)
+            },
+        );
+        let _ = writeln!(
+            s,
+            "connections    {} ok, {} failed in {:.2} s{}",
+            thousands(self.connected),
+            thousands(self.connect_failures.values().sum()),
+            self.connect_seconds,
+            reasons_suffix(&self.connect_failures),
+        );
+        let _ = writeln!(
+            s,
+            "published      sent {}  acked {}  failed {}  in {:.2} s -> {} msg/s{}",
+            thousands(self.sent),
+            thousands(self.acked),
+            thousands(self.failed),
+            self.publish_seconds,
+            thousands(per_second(self.acked as f64, self.publish_seconds) as u64),
+            if self.dropped.is_empty() {
+                String::new()
+            } else {
+                format!("; connections lost:{}", reasons_suffix(&self.dropped))
+            },
+        );
+        let _ = writeln!(
+            s,
+            "delivered      {} of {} expected ({} missing) in {:.2} s -> {} msg/s",
+            thousands(self.received),
+            thousands(self.expected),
+            thousands(self.missing()),
+            self.delivery_seconds,
+            thousands(self.delivered_per_second() as u64),
+        );
+        if let Some(p) = &self.puback {
+            let _ = writeln!(s, "PUBACK latency {}", p.line());
+        }
+        let _ = writeln!(s, "end-to-end     {}", self.e2e.line());
+        if let (Some(c), Some(per_cpu)) =
+            (&self.server_cost, self.delivered_per_server_cpu_second())
+        {
+            let _ = writeln!(
+                s,
+                "server pid {}  CPU {:.2} s ({:.0}% of one core) -> {} deliveries per server CPU-second",
+                c.pid,
+                c.cpu_seconds,
+                100.0 * per_second(c.cpu_seconds, self.delivery_seconds),
+                thousands(per_cpu as u64),
+            );
+            let _ = writeln!(
+                s,
+                "server memory  RSS peak {}  at end {}  (VmHWM, lifetime: {})",
+                mib(c.rss_peak_kib),
+                mib(c.rss_end_kib),
+                mib(c.hwm_kib),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "generator      CPU {:.2} s ({:.0}% of one core)",
+            self.generator_cpu_seconds,
+            100.0 * per_second(self.generator_cpu_seconds, self.delivery_seconds),
+        );
+        if !self.passed() {
+            let _ = writeln!(
+                s,
+                "DELIVERY CHECK FAILED: {} acknowledged QoS 1 deliveries missing",
+                self.missing()
+            );
+        } else if self.pub_qos == 1 && self.sub_qos == 1 {
+            let _ = writeln!(s, "DELIVERY CHECK PASSED");
+        }
+        s
+    }
+
+    /// The JSON result.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "scenario": "pubsub",
+            "target": self.server,
+            "mqtt_version": self.mqtt_version,
+            "groups": self.groups,
+            "publishers_per_group": self.publishers,
+            "subscribers_per_group": self.subscribers,
+            "shared": self.shared,
+            "pub_qos": self.pub_qos,
+            "sub_qos": self.sub_qos,
+            "inflight": self.inflight,
+            "offered_rate": self.offered_rate,
+            "payload_bytes": self.payload_bytes,
+            "connected": self.connected,
+            "connect_failures": self.connect_failures,
+            "connect_seconds": round3(self.connect_seconds),
+            "publish_seconds": round3(self.publish_seconds),
+            "delivery_seconds": round3(self.delivery_seconds),
+            "sent": self.sent,
+            "acked": self.acked,
+            "failed": self.failed,
+            "expected": self.expected,
+            "received": self.received,
+            "missing": self.missing(),
+            "passed": self.passed(),
+            "dropped_connections": self.dropped,
+            "delivered_per_second": round3(self.delivered_per_second()),
+            "puback_latency": self.puback.map(|p| p.to_json()),
+            "e2e_latency": self.e2e.to_json(),
+            "server": self.server_cost.as_ref().map(|c| json!({
+                "pid": c.pid,
+                "cpu_seconds": round3(c.cpu_seconds),
+                "delivered_per_cpu_second": self.delivered_per_server_cpu_second().map(round3),
+                "rss_peak_kib": c.rss_peak_kib,
+                "rss_end_kib": c.rss_end_kib,
+                "hwm_kib": c.hwm_kib,
+            })),
+            "generator_cpu_seconds": round3(self.generator_cpu_seconds),
+            "timeline": self.timeline.to_json(),
         })
     }
 }
@@ -317,6 +583,8 @@ pub struct ConnectReport {
     pub dropped: Reasons,
     /// Server memory, with `--server-pid`.
     pub server_memory: Option<ServerMemory>,
+    /// One sample a second.
+    pub timeline: Timeline,
 }
 
 impl ConnectReport {
@@ -411,7 +679,7 @@ impl ConnectReport {
     pub fn to_json(&self) -> Value {
         json!({
             "scenario": "connect",
-            "server": self.server,
+            "target": self.server,
             "mqtt_version": self.mqtt_version,
             "requested": self.requested,
             "rate": self.rate,
@@ -436,8 +704,30 @@ impl ConnectReport {
                 "connects_per_cpu_second": self.connects_per_server_cpu_second().map(round3),
                 "hold_cpu_seconds": round3(m.hold_cpu_seconds),
             })),
+            "timeline": self.timeline.to_json(),
         })
     }
+}
+
+/// Prints the human summary and writes the JSON (`--json`) and HTML (`--html`)
+/// results the target asks for; `page` is only built when needed.
+pub fn emit(
+    output: &OutputArgs,
+    human: &str,
+    json: &Value,
+    page: impl FnOnce() -> html::Page,
+) -> anyhow::Result<()> {
+    print!("{human}");
+    if let Some(path) = &output.json {
+        write_json(path, json)?;
+    }
+    if let Some(path) = &output.html {
+        let mut page = page();
+        page.raw_json = serde_json::to_string_pretty(json).ok();
+        std::fs::write(path, html::render(&page))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Writes `value` pretty-printed to `path`.

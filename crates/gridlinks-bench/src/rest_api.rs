@@ -170,6 +170,23 @@ impl RestClient {
         Ok(out)
     }
 
+    /// The `ts` of the latest stored point of `key` of device `id`, if any.
+    pub fn latest_ts(&self, id: &str, key: &str) -> anyhow::Result<Option<u64>> {
+        let reply: Value = self
+            .agent
+            .get(&format!(
+                "{}/api/plugins/telemetry/DEVICE/{id}/values/timeseries",
+                self.base
+            ))
+            .set("X-Authorization", &self.bearer)
+            .query("keys", key)
+            .call()
+            .map_err(describe)
+            .with_context(|| format!("reading latest {key} of device {id}"))?
+            .into_json()?;
+        Ok(reply[key][0]["ts"].as_u64())
+    }
+
     /// Deletes the points of `key` of device `id` between `start` and `end`.
     pub fn delete_timeseries(
         &self,

@@ -41,6 +41,8 @@ pub struct Counters {
     pub acked: AtomicU64,
     /// Publishes that will not be acknowledged: refused, or lost with their connection.
     pub failed: AtomicU64,
+    /// Messages delivered to subscribers (pubsub).
+    pub received: AtomicU64,
 }
 
 impl Counters {

@@ -19,10 +19,15 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{idle_until, wait_for_some, ConnectPacer, Progress, ProgressKind, Target};
+use super::telemetry::{provision, provisioned_name};
+use super::{
+    idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources,
+    Target,
+};
 use crate::cli::ConnectArgs;
+use crate::figures;
 use crate::mqtt_client::MqttConnection;
-use crate::report::{write_json, ConnectReport, LatencySummary, Reasons, ServerMemory};
+use crate::report::{self, ConnectReport, LatencySummary, Reasons, ServerMemory};
 use crate::stats::{new_histogram, Counters};
 
 /// Connect outcomes buffered between connection tasks and the collector.
@@ -38,13 +43,34 @@ struct HoldResult {
 
 /// Runs the scenario and prints its report.
 pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
-    let target = Arc::new(Target::resolve(&args.target, args.connections).await?);
+    let report = measure(&args).await?;
+    report::emit(
+        &args.target.output,
+        &report.human(),
+        &report.to_json(),
+        || figures::run_page(&report),
+    )
+}
+
+/// Runs the scenario.
+pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
+    let mut target = Target::resolve(&args.target, args.connections).await?;
+    if args.provision {
+        let names = (0..args.connections).map(provisioned_name).collect();
+        target.credentials =
+            Credentials::Tokens(provision(args.api.target("--provision")?, names).await?);
+    }
+    let target = Arc::new(target);
     let counters = Arc::new(Counters::default());
     let pings = Arc::new(AtomicU64::new(0));
     let progress = Progress::start(
         ProgressKind::Connect,
-        Arc::clone(&counters),
-        target.server_stats.clone(),
+        ProgressSources {
+            counters: Arc::clone(&counters),
+            server: target.server_stats.clone(),
+            ack_latency: None,
+            e2e_latency: None,
+        },
         "connecting",
     );
     let server_before = target.server_sample()?;
@@ -121,7 +147,7 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
         closing.spawn(conn.disconnect());
     }
     while closing.join_next().await.is_some() {}
-    drop(progress);
+    let timeline = progress.finish();
 
     let server_memory = match (
         &target.server_stats,
@@ -154,12 +180,9 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
         pings: pings.load(std::sync::atomic::Ordering::Relaxed),
         dropped,
         server_memory,
+        timeline,
     };
-    print!("{}", report.human());
-    if let Some(path) = &args.target.json {
-        write_json(path, &report.to_json())?;
-    }
-    Ok(())
+    Ok(report)
 }
 
 /// Connects connection `index`, reports the outcome, then idles until the hold ends.

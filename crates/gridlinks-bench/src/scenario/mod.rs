@@ -3,17 +3,20 @@
 //! the once-a-second progress line on stderr.
 
 pub mod connect;
+pub mod http_telemetry;
+pub mod pubsub;
 pub mod telemetry;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
 use gridlinks_codec::mqtt::{Packet, ProtocolVersion};
+use hdrhistogram::Histogram;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -21,8 +24,9 @@ use tokio::time::Instant;
 use crate::cli::TargetArgs;
 use crate::mqtt_client::{ClientOptions, ConnectionError, Endpoint, MqttConnection};
 use crate::proc_stats::{self, ProcessStats};
-use crate::report::{mib, thousands};
-use crate::stats::Counters;
+use crate::report::{mib, per_second, thousands, LatencySummary};
+use crate::stats::{new_histogram, Counters, LatencyShards};
+use crate::timeline::{Sample, Timeline};
 
 /// File descriptors the generator needs besides its connections (stdio, epoll, the
 /// runtime's wakers, files it reads).
@@ -80,24 +84,7 @@ impl Target {
             })
             .with_context(|| format!("{} has no address of the sources' family", args.host))?;
         let credentials = match (&args.tokens_file, &args.username) {
-            (Some(path), _) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading tokens file {}", path.display()))?;
-                let tokens: Vec<String> = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(String::from)
-                    .collect();
-                if tokens.len() < connections {
-                    bail!(
-                        "{} has {} tokens but {connections} connections need one each",
-                        path.display(),
-                        tokens.len()
-                    );
-                }
-                Credentials::Tokens(tokens)
-            }
+            (Some(path), _) => Credentials::Tokens(read_lines(path, connections, "tokens")?),
             (None, Some(username)) => Credentials::Shared {
                 username: username.clone(),
                 password: args.password.clone().map(Bytes::from),
@@ -182,8 +169,33 @@ impl Target {
     }
 }
 
+/// The non-empty lines of `path`, trimmed; fails when there are fewer than `needed`
+/// (`what` names them in the message).
+pub(crate) fn read_lines(
+    path: &std::path::Path,
+    needed: usize,
+    what: &str,
+) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {what} file {}", path.display()))?;
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    if lines.len() < needed {
+        bail!(
+            "{} has {} {what} but {needed} connections need one each",
+            path.display(),
+            lines.len()
+        );
+    }
+    Ok(lines)
+}
+
 /// Fails early when the open-files limit cannot hold `connections` sockets.
-fn check_fd_limit(connections: usize) -> anyhow::Result<()> {
+pub(crate) fn check_fd_limit(connections: usize) -> anyhow::Result<()> {
     if let Some(limit) = proc_stats::open_files_limit() {
         let needed = connections as u64 + FD_HEADROOM;
         if needed > limit {
@@ -295,13 +307,28 @@ pub async fn wait_for_some<T: Clone>(rx: &mut watch::Receiver<Option<T>>) -> Opt
 /// What the progress line shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProgressKind {
-    /// Connections and message counters.
+    /// Connections and publish counters.
     Telemetry,
     /// Connections only.
     Connect,
+    /// Connections, publish counters and deliveries to subscribers.
+    Pubsub,
 }
 
-/// The per-second progress line on stderr, until dropped.
+/// What the progress task observes.
+pub struct ProgressSources {
+    /// The run's counters.
+    pub counters: Arc<Counters>,
+    /// The server process, with `--server-pid`.
+    pub server: Option<ProcessStats>,
+    /// Acknowledgement latencies (PUBACK, HTTP response), for per-second percentiles.
+    pub ack_latency: Option<Arc<LatencyShards>>,
+    /// End-to-end latencies (publish to delivery), for per-second percentiles.
+    pub e2e_latency: Option<Arc<LatencyShards>>,
+}
+
+/// The per-second progress line on stderr and the timeline it samples, until
+/// [`Progress::finish`] or drop.
 pub struct Progress {
     /// The printing task.
     task: JoinHandle<()>,
@@ -309,69 +336,28 @@ pub struct Progress {
     phase: watch::Sender<&'static str>,
     /// Highest server VmRSS seen since the last [`Progress::reset_peak`], KiB.
     rss_peak: Arc<AtomicU64>,
+    /// One sample a second.
+    timeline: Arc<Mutex<Timeline>>,
 }
 
 impl Progress {
-    /// Starts printing once a second.
-    pub fn start(
-        kind: ProgressKind,
-        counters: Arc<Counters>,
-        server: Option<ProcessStats>,
-        phase: &'static str,
-    ) -> Self {
+    /// Starts sampling and printing once a second.
+    pub fn start(kind: ProgressKind, sources: ProgressSources, phase: &'static str) -> Self {
         let (phase_tx, phase_rx) = watch::channel(phase);
         let rss_peak = Arc::new(AtomicU64::new(0));
-        let peak = Arc::clone(&rss_peak);
-        let task = tokio::spawn(async move {
-            let started = Instant::now();
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            tick.tick().await;
-            let mut last: (Instant, u64, Option<f64>) = (Instant::now(), 0, None);
-            loop {
-                tick.tick().await;
-                let now = Instant::now();
-                let acked = Counters::get(&counters.acked);
-                let dt = (now - last.0).as_secs_f64();
-                let mut line = format!(
-                    "[{:>4}s] {:<13} conns {} ok {} failed {} lost",
-                    started.elapsed().as_secs(),
-                    *phase_rx.borrow(),
-                    thousands(Counters::get(&counters.connected)),
-                    thousands(Counters::get(&counters.connect_failed)),
-                    thousands(Counters::get(&counters.dropped)),
-                );
-                if kind == ProgressKind::Telemetry {
-                    line.push_str(&format!(
-                        " | sent {} acked {} ({}/s) failed {}",
-                        thousands(Counters::get(&counters.sent)),
-                        thousands(acked),
-                        thousands(((acked - last.1) as f64 / dt) as u64),
-                        thousands(Counters::get(&counters.failed)),
-                    ));
-                }
-                let mut cpu = last.2;
-                if let Some(Ok(s)) = server.as_ref().map(ProcessStats::sample) {
-                    peak.fetch_max(s.memory.rss_kib, Ordering::Relaxed);
-                    if let Some(before) = last.2 {
-                        line.push_str(&format!(
-                            " | server cpu {:.0}% rss {}",
-                            100.0 * (s.cpu_seconds - before) / dt,
-                            mib(s.memory.rss_kib)
-                        ));
-                    } else {
-                        line.push_str(&format!(" | server rss {}", mib(s.memory.rss_kib)));
-                    }
-                    cpu = Some(s.cpu_seconds);
-                }
-                eprintln!("{line}");
-                last = (now, acked, cpu);
-            }
-        });
+        let timeline = Arc::new(Mutex::new(Timeline::default()));
+        let task = tokio::spawn(sample_every_second(
+            kind,
+            sources,
+            phase_rx,
+            Arc::clone(&rss_peak),
+            Arc::clone(&timeline),
+        ));
         Progress {
             task,
             phase: phase_tx,
             rss_peak,
+            timeline,
         }
     }
 
@@ -391,10 +377,129 @@ impl Progress {
             .fetch_max(rss_kib, Ordering::Relaxed)
             .max(rss_kib)
     }
+
+    /// Stops sampling; the samples taken.
+    pub fn finish(self) -> Timeline {
+        self.task.abort();
+        let timeline = self
+            .timeline
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        timeline.clone()
+    }
 }
 
 impl Drop for Progress {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Interval percentiles of a sharded histogram: each call returns what was recorded
+/// since the previous one.
+struct IntervalLatency {
+    shards: Arc<LatencyShards>,
+    previous: Histogram<u64>,
+}
+
+impl IntervalLatency {
+    fn new(shards: Arc<LatencyShards>) -> Self {
+        IntervalLatency {
+            shards,
+            previous: new_histogram(),
+        }
+    }
+
+    fn next(&mut self) -> LatencySummary {
+        let now = self.shards.merged();
+        let mut delta = now.clone();
+        // `previous` is a snapshot of the same, only growing, counts.
+        let _ = delta.subtract(&self.previous);
+        self.previous = now;
+        LatencySummary::from_histogram(&delta)
+    }
+}
+
+/// The progress task: a line on stderr and a timeline sample every second.
+async fn sample_every_second(
+    kind: ProgressKind,
+    sources: ProgressSources,
+    phase: watch::Receiver<&'static str>,
+    peak: Arc<AtomicU64>,
+    timeline: Arc<Mutex<Timeline>>,
+) {
+    let counters = sources.counters;
+    let mut ack_latency = sources.ack_latency.map(IntervalLatency::new);
+    let mut e2e_latency = sources.e2e_latency.map(IntervalLatency::new);
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tick.tick().await;
+    let mut last: (Instant, u64, u64, Option<f64>) = (Instant::now(), 0, 0, None);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let dt = (now - last.0).as_secs_f64();
+        let acked = Counters::get(&counters.acked);
+        let received = Counters::get(&counters.received);
+        let mut sample = Sample {
+            t: (now - started).as_secs_f64(),
+            phase: *phase.borrow(),
+            connected: Counters::get(&counters.connected),
+            connect_failed: Counters::get(&counters.connect_failed),
+            sent: Counters::get(&counters.sent),
+            acked,
+            failed: Counters::get(&counters.failed),
+            received,
+            acked_per_second: per_second(acked.saturating_sub(last.1) as f64, dt),
+            received_per_second: per_second(received.saturating_sub(last.2) as f64, dt),
+            ack_latency: ack_latency.as_mut().map(IntervalLatency::next),
+            e2e_latency: e2e_latency.as_mut().map(IntervalLatency::next),
+            server_cpu_percent: None,
+            server_rss_kib: None,
+        };
+        let mut line = format!(
+            "[{:>4}s] {:<13} conns {} ok {} failed {} lost",
+            started.elapsed().as_secs(),
+            sample.phase,
+            thousands(sample.connected),
+            thousands(sample.connect_failed),
+            thousands(Counters::get(&counters.dropped)),
+        );
+        if kind != ProgressKind::Connect {
+            line.push_str(&format!(
+                " | sent {} acked {} ({}/s) failed {}",
+                thousands(sample.sent),
+                thousands(acked),
+                thousands(sample.acked_per_second as u64),
+                thousands(sample.failed),
+            ));
+        }
+        if kind == ProgressKind::Pubsub {
+            line.push_str(&format!(
+                " | received {} ({}/s)",
+                thousands(received),
+                thousands(sample.received_per_second as u64),
+            ));
+        }
+        let mut cpu = last.3;
+        if let Some(Ok(s)) = sources.server.as_ref().map(ProcessStats::sample) {
+            peak.fetch_max(s.memory.rss_kib, Ordering::Relaxed);
+            sample.server_rss_kib = Some(s.memory.rss_kib);
+            if let Some(before) = last.3 {
+                let percent = 100.0 * (s.cpu_seconds - before) / dt;
+                sample.server_cpu_percent = Some(percent);
+                line.push_str(&format!(" | server cpu {percent:.0}%"));
+            }
+            line.push_str(&format!(" rss {}", mib(s.memory.rss_kib)));
+            cpu = Some(s.cpu_seconds);
+        }
+        eprintln!("{line}");
+        timeline
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .samples
+            .push(sample);
+        last = (now, acked, received, cpu);
     }
 }

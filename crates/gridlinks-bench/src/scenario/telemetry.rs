@@ -24,23 +24,28 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::{Bytes, BytesMut};
 use gridlinks_codec::mqtt::{Packet, Publish, PublishProperties, QoS};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::{idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, Target};
-use crate::cli::TelemetryArgs;
-use crate::loss_check::{self, AckLog, DeviceAcks};
+use super::{
+    idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources,
+    Target,
+};
+use crate::cli::{ApiArgs, TelemetryArgs};
+use crate::figures;
+use crate::loss_check::{self, unix_micros, unix_millis, AckLog, DeviceAcks};
 use crate::mqtt_client::{ConnectionError, MqttConnection};
 use crate::proc_stats::ProcessStats;
-use crate::report::{write_json, LatencySummary, Reasons, ServerCost, TelemetryReport};
-use crate::rest_api::{self, RestClient};
+use crate::report::{self, LatencySummary, Reasons, ServerCost, TelemetryReport};
+use crate::rest_api::{self, ApiTarget, RestClient};
 use crate::stats::{Counters, LatencyRecorder, LatencyShards};
+use crate::storage_lag::{LagSampler, LagSlots};
 
 /// Default measurement window when neither --duration nor --messages-per-device is given.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
@@ -57,26 +62,28 @@ const OUTCOME_CHANNEL: usize = 1024;
 
 /// What every device does, fixed for the run.
 #[derive(Debug)]
-struct Plan {
+pub(crate) struct Plan {
     /// Topic published to.
-    topic: String,
+    pub topic: Topics,
     /// QoS 0 or 1.
-    qos: QoS,
+    pub qos: QoS,
     /// Unacknowledged publishes allowed (QoS 0: publishes per write).
-    inflight: u16,
+    pub inflight: u16,
     /// Payload layout.
-    payload: PayloadSpec,
+    pub payload: PayloadSpec,
     /// Stop after this many publishes per device.
-    messages_per_device: Option<u64>,
+    pub messages_per_device: Option<u64>,
     /// Give up on a connection that waits this long for an ack.
-    ack_timeout: Duration,
+    pub ack_timeout: Duration,
     /// Device connections requested (spreads the send schedules).
-    devices: usize,
+    pub devices: usize,
     /// Time between two publishes of one device with `--rate`; `None`: as fast as
     /// acknowledgements allow.
-    interval: Option<Duration>,
+    pub interval: Option<Duration>,
     /// Record the acknowledged publishes of each device (`--verify`, `--save-acks`).
-    record_acks: bool,
+    pub record_acks: bool,
+    /// Where devices leave their latest acknowledged point (`--storage-lag`).
+    pub lag_slots: Option<Arc<LagSlots>>,
 }
 
 /// The measurement window, announced to every connection at once.
@@ -91,6 +98,8 @@ struct Window {
 /// How one device's run ended.
 #[derive(Default)]
 struct DeviceResult {
+    /// Publishes acknowledged (QoS 0: written).
+    acked: u64,
     /// Instant of the last ack (QoS 0: last write).
     last_ack: Option<Instant>,
     /// Why the connection was lost, if it was.
@@ -106,50 +115,207 @@ pub fn provisioned_name(index: usize) -> String {
     format!("bench-{index}")
 }
 
-/// The device names the loss check looks up (`--provision` or `--device-names-file`),
-/// when it runs; fails when it runs without them.
-fn device_names(args: &TelemetryArgs) -> anyhow::Result<Option<Vec<String>>> {
-    let checking = args.verify || args.save_acks.is_some();
-    if args.provision {
-        return Ok(Some((0..args.devices).map(provisioned_name).collect()));
+/// The device names the loss check and the storage-lag sampler look up: `bench-<i>`
+/// with `--provision`, else read from `names_file`; `None` when nothing needs them.
+pub(crate) fn device_names_of(
+    devices: usize,
+    provision: bool,
+    needed: bool,
+    names_file: Option<&std::path::Path>,
+) -> anyhow::Result<Option<Vec<String>>> {
+    if provision {
+        return Ok(Some((0..devices).map(provisioned_name).collect()));
     }
-    if !checking {
+    if !needed {
         return Ok(None);
     }
-    let Some(path) = &args.device_names_file else {
-        anyhow::bail!("--verify and --save-acks need device names: --provision, or --tokens-file with --device-names-file");
+    let Some(path) = names_file else {
+        anyhow::bail!("--verify, --save-acks and --storage-lag need device names: --provision, or --tokens-file with --device-names-file");
     };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading device names file {}", path.display()))?;
-    let names: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect();
-    if names.len() < args.devices {
-        anyhow::bail!(
-            "{} has {} names but {} devices need one each",
-            path.display(),
-            names.len(),
-            args.devices
-        );
+    Ok(Some(super::read_lines(path, devices, "names")?))
+}
+
+/// Topics the devices publish to.
+#[derive(Debug)]
+pub(crate) enum Topics {
+    /// Every device the same topic.
+    Same(String),
+    /// Device `i` publishes to entry `i`.
+    Each(Vec<String>),
+}
+
+impl Topics {
+    fn of(&self, index: usize) -> &str {
+        match self {
+            Topics::Same(topic) => topic,
+            Topics::Each(topics) => &topics[index],
+        }
     }
-    Ok(Some(names))
+}
+
+/// The publishing connections of a run, connected and waiting for the start signal.
+pub(crate) struct Fleet {
+    /// One task per device.
+    devices: Vec<JoinHandle<DeviceResult>>,
+    /// Announces the measurement window.
+    window_tx: watch::Sender<Option<Window>>,
+    /// Failed connection attempts by reason.
+    pub connect_failures: Reasons,
+    /// Seconds from the first attempt to the last outcome.
+    pub connect_seconds: f64,
+}
+
+/// What the fleet did in its window.
+pub(crate) struct FleetResult {
+    /// When the window started.
+    pub start: Instant,
+    /// The last ack (QoS 0: last write); the window's end.
+    pub last_ack: Instant,
+    /// Connections lost in the window, by reason.
+    pub lost: Reasons,
+    /// Acknowledged publishes per device.
+    pub acked: Vec<u64>,
+    /// Acknowledged points per device (with `Plan::record_acks`).
+    pub acks: Vec<AckLog>,
+    /// Connections still open, for DISCONNECT.
+    pub open: Vec<MqttConnection>,
+}
+
+impl Fleet {
+    /// Connects `plan.devices` devices (connection indices `0..plan.devices`) at
+    /// `connect_rate` per second and waits until each attempt has its outcome.
+    pub async fn connect(
+        target: &Arc<Target>,
+        plan: &Arc<Plan>,
+        counters: &Arc<Counters>,
+        latency: &Arc<LatencyShards>,
+        connect_rate: f64,
+    ) -> anyhow::Result<Fleet> {
+        let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<(), String>>(OUTCOME_CHANNEL);
+        let (window_tx, window_rx) = watch::channel::<Option<Window>>(None);
+        let started = Instant::now();
+        let count = plan.devices;
+        let spawner = {
+            let (target, plan, counters, latency) = (
+                Arc::clone(target),
+                Arc::clone(plan),
+                Arc::clone(counters),
+                Arc::clone(latency),
+            );
+            tokio::spawn(async move {
+                let pacer = ConnectPacer::new(connect_rate, target.max_pending);
+                let mut devices = Vec::with_capacity(count);
+                for index in 0..count {
+                    let permit = pacer.slot(index).await;
+                    let device = Device {
+                        index,
+                        target: Arc::clone(&target),
+                        plan: Arc::clone(&plan),
+                        counters: Arc::clone(&counters),
+                        latency: latency.recorder(index),
+                        acks: AckLog::default(),
+                        acked: 0,
+                    };
+                    let outcome_tx = outcome_tx.clone();
+                    let window_rx = window_rx.clone();
+                    devices.push(tokio::spawn(async move {
+                        device.run(permit, outcome_tx, window_rx).await
+                    }));
+                }
+                devices
+            })
+        };
+        let mut connect_failures = Reasons::new();
+        for _ in 0..count {
+            match outcome_rx.recv().await {
+                Some(Ok(())) => {}
+                Some(Err(reason)) => *connect_failures.entry(reason).or_default() += 1,
+                None => break,
+            }
+        }
+        let connect_seconds = started.elapsed().as_secs_f64();
+        let devices = spawner.await.context("connection spawner panicked")?;
+        Ok(Fleet {
+            devices,
+            window_tx,
+            connect_failures,
+            connect_seconds,
+        })
+    }
+
+    /// Starts the window on every connection at once and waits until each device has
+    /// its last ack (or lost its connection).
+    pub async fn publish(self, duration: Option<Duration>) -> anyhow::Result<FleetResult> {
+        let start = Instant::now();
+        self.window_tx.send_replace(Some(Window {
+            start,
+            stop_at: duration.map(|d| start + d),
+        }));
+        let mut out = FleetResult {
+            start,
+            last_ack: start,
+            lost: Reasons::new(),
+            acked: Vec::with_capacity(self.devices.len()),
+            acks: Vec::with_capacity(self.devices.len()),
+            open: Vec::with_capacity(self.devices.len()),
+        };
+        for device in self.devices {
+            let result = device.await.context("device task panicked")?;
+            out.acked.push(result.acked);
+            out.acks.push(result.acks);
+            if let Some(reason) = result.lost {
+                *out.lost.entry(reason).or_default() += 1;
+            }
+            out.last_ack = out.last_ack.max(result.last_ack.unwrap_or(start));
+            out.open.extend(result.conn);
+        }
+        Ok(out)
+    }
+}
+
+/// Sends DISCONNECT on every connection, concurrently.
+pub(crate) async fn disconnect_all(open: Vec<MqttConnection>) {
+    let mut closing = JoinSet::new();
+    for conn in open {
+        closing.spawn(conn.disconnect());
+    }
+    while closing.join_next().await.is_some() {}
 }
 
 /// Runs the scenario and prints its report; the exit code says whether the loss check
 /// (if it ran) passed.
 pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
+    let report = measure(&args).await?;
+    report::emit(
+        &args.target.output,
+        &report.human(),
+        &report.to_json(),
+        || figures::run_page(&report),
+    )?;
+    Ok(report
+        .loss_check
+        .as_ref()
+        .map_or(std::process::ExitCode::SUCCESS, crate::exit_code))
+}
+
+/// Runs the scenario: provisioning, connect, publish window, disconnect, loss check.
+pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     if (args.verify || args.save_acks.is_some()) && args.qos != 1 {
         anyhow::bail!("--verify and --save-acks need --qos 1 (QoS 0 has no acknowledgements)");
     }
-    let names = device_names(&args)?;
-    let api = if args.provision || args.verify {
+    let names = device_names_of(
+        args.devices,
+        args.provision,
+        args.verify || args.save_acks.is_some() || args.storage_lag,
+        args.device_names_file.as_deref(),
+    )?;
+    let api = if args.provision || args.verify || args.storage_lag {
         Some(args.api.target(if args.provision {
             "--provision"
-        } else {
+        } else if args.verify {
             "--verify"
+        } else {
+            "--storage-lag"
         })?)
     } else {
         None
@@ -157,21 +323,15 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> 
     let mut target = Target::resolve(&args.target, args.devices).await?;
     if args.provision {
         let (api, names) = (
-            api.clone().expect("checked above"),
-            names.clone().expect("provisioned"),
+            api.clone().context("--provision needs --api")?,
+            names.clone().context("provisioned names")?,
         );
-        eprintln!("provisioning {} devices through {}", names.len(), api.base);
-        let tokens = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
-            let tokens = rest_api::random_tokens(names.len())?;
-            RestClient::login(&api)?.bulk_import(&names, &tokens)?;
-            Ok(tokens)
-        })
-        .await??;
-        target.credentials = Credentials::Tokens(tokens);
+        target.credentials = Credentials::Tokens(provision(api, names).await?);
     }
     let target = Arc::new(target);
+    let lag_slots = LagSlots::new(args.devices);
     let plan = Arc::new(Plan {
-        topic: args.topic.clone(),
+        topic: Topics::Same(args.topic.clone()),
         qos: if args.qos == 0 {
             QoS::AtMostOnce
         } else {
@@ -180,14 +340,18 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> 
         inflight: args.inflight,
         payload: PayloadSpec {
             target_len: args.payload_bytes,
-            with_ts: !args.no_ts,
+            kind: if args.no_ts {
+                PayloadKind::Values
+            } else {
+                PayloadKind::Telemetry
+            },
         },
         messages_per_device: args.messages_per_device,
         ack_timeout: args.ack_timeout,
         devices: args.devices,
-        interval: (args.rate > 0.0)
-            .then(|| Duration::from_secs_f64(args.devices.max(1) as f64 / args.rate)),
+        interval: send_interval(args.rate, args.interval, args.devices),
         record_acks: names.is_some(),
+        lag_slots: args.storage_lag.then(|| Arc::clone(&lag_slots)),
     });
     let duration = match (args.duration, args.messages_per_device) {
         (Some(d), _) => Some(d),
@@ -199,98 +363,54 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> 
     let latency = LatencyShards::new(LATENCY_SHARDS);
     let progress = Progress::start(
         ProgressKind::Telemetry,
-        Arc::clone(&counters),
-        target.server_stats.clone(),
+        ProgressSources {
+            counters: Arc::clone(&counters),
+            server: target.server_stats.clone(),
+            ack_latency: Some(Arc::clone(&latency)),
+            e2e_latency: None,
+        },
         "connecting",
     );
 
     // Phase 1: connect.
-    let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<(), String>>(OUTCOME_CHANNEL);
-    let (window_tx, window_rx) = watch::channel::<Option<Window>>(None);
-    let connect_started = Instant::now();
-    let spawner = {
-        let (target, plan, counters, latency) = (
-            Arc::clone(&target),
-            Arc::clone(&plan),
-            Arc::clone(&counters),
-            Arc::clone(&latency),
-        );
-        let (rate, count) = (args.connect_rate, args.devices);
-        tokio::spawn(async move {
-            let pacer = ConnectPacer::new(rate, target.max_pending);
-            let mut devices = Vec::with_capacity(count);
-            for index in 0..count {
-                let permit = pacer.slot(index).await;
-                let device = Device {
-                    index,
-                    target: Arc::clone(&target),
-                    plan: Arc::clone(&plan),
-                    counters: Arc::clone(&counters),
-                    latency: latency.recorder(index),
-                    acks: AckLog::default(),
-                };
-                let outcome_tx = outcome_tx.clone();
-                let window_rx = window_rx.clone();
-                devices.push(tokio::spawn(async move {
-                    device.run(permit, outcome_tx, window_rx).await
-                }));
-            }
-            devices
-        })
-    };
-    let mut connect_failures = Reasons::new();
-    for _ in 0..args.devices {
-        match outcome_rx.recv().await {
-            Some(Ok(())) => {}
-            Some(Err(reason)) => *connect_failures.entry(reason).or_default() += 1,
-            None => break,
-        }
-    }
-    let connect_seconds = connect_started.elapsed().as_secs_f64();
-    let devices = spawner.await.context("connection spawner panicked")?;
+    let fleet = Fleet::connect(&target, &plan, &counters, &latency, args.connect_rate).await?;
+    let (connect_failures, connect_seconds) =
+        (fleet.connect_failures.clone(), fleet.connect_seconds);
 
-    // Phase 2: publish.
+    // Phase 2: publish, with the storage-lag sampler alongside.
     let server_before = target.server_sample()?;
     let me_before = me.cpu_seconds()?;
     if let Some(s) = &server_before {
         progress.reset_peak(s.memory.rss_kib);
     }
     progress.set_phase("publishing");
-    let window_start = Instant::now();
-    window_tx.send_replace(Some(Window {
-        start: window_start,
-        stop_at: duration.map(|d| window_start + d),
-    }));
-    let mut lost = Reasons::new();
-    let mut last_ack = window_start;
-    let mut open = Vec::with_capacity(devices.len());
-    let mut acks = Vec::with_capacity(devices.len());
-    for device in devices {
-        let result = device.await.context("device task panicked")?;
-        acks.push(result.acks);
-        if let Some(reason) = result.lost {
-            *lost.entry(reason).or_default() += 1;
-        }
-        last_ack = last_ack.max(result.last_ack.unwrap_or(window_start));
-        open.extend(result.conn);
-    }
+    let lag_sampler = match (&api, &names) {
+        (Some(api), Some(names)) if args.storage_lag => Some(LagSampler::start(
+            api.clone(),
+            names.clone(),
+            Arc::clone(&lag_slots),
+        )),
+        _ => None,
+    };
+    let result = fleet.publish(duration).await?;
     let server_after = target.server_sample()?;
     let me_after = me.cpu_seconds()?;
-    let window_seconds = (last_ack - window_start).as_secs_f64();
+    let window_seconds = (result.last_ack - result.start).as_secs_f64();
+    let storage_lag = match lag_sampler {
+        Some(sampler) => Some(sampler.finish().await?),
+        None => None,
+    };
 
     // Phase 3: disconnect, outside the window.
     progress.set_phase("disconnecting");
-    let mut closing = JoinSet::new();
-    for conn in open {
-        closing.spawn(conn.disconnect());
-    }
-    while closing.join_next().await.is_some() {}
+    disconnect_all(result.open).await;
     let rss_peak = server_after.map(|s| progress.peak(s.memory.rss_kib));
-    drop(progress);
+    let timeline = progress.finish();
 
     let mut report = TelemetryReport {
+        scenario: "mqtt-telemetry",
         server: target.name(),
-        mqtt_version: args.target.mqtt_version.label().into(),
+        protocol: format!("MQTT {}", args.target.mqtt_version.label()),
         devices: args.devices,
         qos: args.qos,
         inflight: args.inflight,
@@ -303,49 +423,83 @@ pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> 
         sent: Counters::get(&counters.sent),
         acked: Counters::get(&counters.acked),
         failed: Counters::get(&counters.failed),
-        dropped: lost,
+        dropped: result.lost,
         puback: (plan.qos == QoS::AtLeastOnce)
             .then(|| LatencySummary::from_histogram(&latency.merged())),
-        server_cost: match (server_before, server_after, &target.server_stats) {
-            (Some(before), Some(after), Some(stats)) => Some(ServerCost {
-                pid: stats.pid(),
-                cpu_seconds: after.cpu_seconds - before.cpu_seconds,
-                rss_peak_kib: rss_peak.unwrap_or(after.memory.rss_kib),
-                rss_end_kib: after.memory.rss_kib,
-                hwm_kib: after.memory.hwm_kib,
-            }),
-            _ => None,
-        },
+        server_cost: ServerCost::between(
+            target.server_stats.as_ref(),
+            server_before,
+            server_after,
+            rss_peak,
+        ),
         generator_cpu_seconds: me_after - me_before,
         loss_check: None,
+        storage_lag,
+        timeline,
     };
     if let Some(names) = names {
-        let devices: Vec<DeviceAcks> = names
-            .into_iter()
-            .zip(acks)
-            .map(|(name, acks)| DeviceAcks { name, acks })
-            .collect();
-        if let Some(path) = &args.save_acks {
-            loss_check::save(path, &devices)?;
-        }
-        if args.verify {
-            let api = api.expect("checked above");
-            let threads = usize::from(args.api.verify_threads);
-            eprintln!("checking {} devices for lost points", devices.len());
-            report.loss_check = Some(
-                tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads))
-                    .await??,
-            );
-        }
+        report.loss_check = check_losses_of(
+            &args.api,
+            args.verify,
+            args.save_acks.as_deref(),
+            api,
+            names,
+            result.acks,
+        )
+        .await?;
     }
-    print!("{}", report.human());
-    if let Some(path) = &args.target.json {
-        write_json(path, &report.to_json())?;
+    Ok(report)
+}
+
+/// Time between two publishes of one device: `--interval`, or `--rate` (total) spread
+/// over the devices; `None`: as fast as acknowledgements allow.
+pub(crate) fn send_interval(
+    total_rate: f64,
+    interval: Option<Duration>,
+    devices: usize,
+) -> Option<Duration> {
+    interval.filter(|i| !i.is_zero()).or_else(|| {
+        (total_rate > 0.0).then(|| Duration::from_secs_f64(devices.max(1) as f64 / total_rate))
+    })
+}
+
+/// Creates the devices through the REST API's bulk import; their fresh tokens.
+pub(crate) async fn provision(api: ApiTarget, names: Vec<String>) -> anyhow::Result<Vec<String>> {
+    eprintln!("provisioning {} devices through {}", names.len(), api.base);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+        let tokens = rest_api::random_tokens(names.len())?;
+        RestClient::login(&api)?.bulk_import(&names, &tokens)?;
+        Ok(tokens)
+    })
+    .await?
+}
+
+/// `--save-acks` and `--verify` after a run.
+pub(crate) async fn check_losses_of(
+    api_args: &ApiArgs,
+    verify: bool,
+    save_acks: Option<&std::path::Path>,
+    api: Option<ApiTarget>,
+    names: Vec<String>,
+    acks: Vec<AckLog>,
+) -> anyhow::Result<Option<loss_check::LossReport>> {
+    let devices: Vec<DeviceAcks> = names
+        .into_iter()
+        .zip(acks)
+        .map(|(name, acks)| DeviceAcks { name, acks })
+        .collect();
+    if let Some(path) = save_acks {
+        loss_check::save(path, &devices)?;
     }
-    Ok(report
-        .loss_check
-        .as_ref()
-        .map_or(std::process::ExitCode::SUCCESS, crate::exit_code))
+    if !verify {
+        return Ok(None);
+    }
+    let api = api.context("--verify needs --api")?;
+    let threads = usize::from(api_args.verify_threads);
+    eprintln!("checking {} devices for lost points", devices.len());
+    let report =
+        tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
+    Ok(Some(report))
 }
 
 /// One device connection.
@@ -359,6 +513,8 @@ struct Device {
     latency: LatencyRecorder,
     /// Acknowledged publishes (filled only with `Plan::record_acks`).
     acks: AckLog,
+    /// How many publishes were acknowledged.
+    acked: u64,
 }
 
 impl Device {
@@ -413,6 +569,7 @@ impl Device {
         self.latency.flush();
         match outcome {
             Ok(last_ack) => DeviceResult {
+                acked: self.acked,
                 last_ack,
                 lost: None,
                 conn: Some(conn),
@@ -421,6 +578,7 @@ impl Device {
             Err((last_ack, reason)) => {
                 Counters::add(&self.counters.dropped, 1);
                 DeviceResult {
+                    acked: self.acked,
                     last_ack,
                     lost: Some(reason),
                     conn: None,
@@ -428,6 +586,12 @@ impl Device {
                 }
             }
         }
+    }
+
+    /// Counts `n` acknowledged publishes.
+    fn count_acked(&mut self, n: u64) {
+        self.acked += n;
+        Counters::add(&self.counters.acked, n);
     }
 
     /// True while this device may start another publish.
@@ -481,7 +645,7 @@ impl Device {
         loop {
             // Send whatever is due and fits the window, in one write.
             let now = Instant::now();
-            let now_ms = unix_millis();
+            let now_stamp = self.plan.payload.kind.stamp_now();
             let mut batch = 0u64;
             while self.may_send(window, now, sent)
                 && schedule.as_ref().is_none_or(|s| s.next <= now)
@@ -494,7 +658,7 @@ impl Device {
                     .map_or(now, |s| now.min(s.advance() + TIMER_SLACK));
                 // Every message of a device gets its own timestamp: a storage keyed by
                 // (device, key, ts) would otherwise merge a burst into one point.
-                last_ts = now_ms.max(last_ts + 1);
+                last_ts = now_stamp.max(last_ts + 1);
                 self.fill(&mut packet, &mut payload_buf, Some(id), sent, last_ts);
                 conn.queue(&packet)
                     .expect("telemetry PUBLISH always encodes");
@@ -550,7 +714,7 @@ impl Device {
                 0
             };
             let mut next = Some(first);
-            let (mut acked, mut refused) = (0u64, 0u64);
+            let (mut acked, mut refused, mut max_acked_ts) = (0u64, 0u64, 0u64);
             while let Some(packet) = next {
                 match packet {
                     Packet::PubAck(ack) => {
@@ -562,16 +726,17 @@ impl Device {
                             } else {
                                 acked += 1;
                                 self.latency.record(received.saturating_duration_since(due));
+                                let ts = ts_of[usize::from(ack.packet_id)];
+                                max_acked_ts = max_acked_ts.max(ts);
                                 if self.plan.record_acks {
-                                    self.acks
-                                        .push(ts_of[usize::from(ack.packet_id)], received_ms);
+                                    self.acks.push(ts, received_ms);
                                 }
                             }
                         }
                     }
                     Packet::Disconnect(_) => {
                         let unacked = (usize::from(limit) - free.len()) as u64;
-                        Counters::add(&self.counters.acked, acked);
+                        self.count_acked(acked);
                         Counters::add(&self.counters.failed, refused + unacked);
                         return Err((last_ack, ConnectionError::Closed.reason()));
                     }
@@ -581,7 +746,7 @@ impl Device {
                     Ok(p) => p,
                     Err(e) => {
                         let unacked = (usize::from(limit) - free.len()) as u64;
-                        Counters::add(&self.counters.acked, acked);
+                        self.count_acked(acked);
                         Counters::add(&self.counters.failed, refused + unacked);
                         return Err((last_ack, e.reason()));
                     }
@@ -592,8 +757,11 @@ impl Device {
             }
             if acked > 0 {
                 last_ack = Some(received);
+                if let Some(lag) = &self.plan.lag_slots {
+                    lag.set(self.index, max_acked_ts, unix_micros());
+                }
             }
-            Counters::add(&self.counters.acked, acked);
+            self.count_acked(acked);
             Counters::add(&self.counters.failed, refused);
         }
     }
@@ -613,7 +781,7 @@ impl Device {
         let mut last_write = None;
         loop {
             let now = Instant::now();
-            let now_ms = unix_millis();
+            let now_stamp = self.plan.payload.kind.stamp_now();
             let mut batch = 0u64;
             while batch < u64::from(self.plan.inflight)
                 && self.may_send(window, now, sent)
@@ -622,7 +790,7 @@ impl Device {
                 if let Some(s) = schedule.as_mut() {
                     s.advance();
                 }
-                last_ts = now_ms.max(last_ts + 1);
+                last_ts = now_stamp.max(last_ts + 1);
                 self.fill(&mut packet, &mut payload_buf, None, sent, last_ts);
                 conn.queue(&packet)
                     .expect("telemetry PUBLISH always encodes");
@@ -634,7 +802,7 @@ impl Device {
                 Counters::add(&self.counters.failed, batch);
                 return Err((last_write, format!("io: {e}")));
             }
-            Counters::add(&self.counters.acked, batch);
+            self.count_acked(batch);
             if batch > 0 {
                 last_write = Some(Instant::now());
             }
@@ -653,7 +821,7 @@ impl Device {
             dup: false,
             qos: self.plan.qos,
             retain: false,
-            topic: self.plan.topic.clone(),
+            topic: self.plan.topic.of(self.index).to_owned(),
             packet_id: None,
             payload: Bytes::new(),
             properties: PublishProperties::default(),
@@ -702,44 +870,72 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-fn unix_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Layout of the telemetry payload.
 #[derive(Debug, Clone, Copy)]
 pub struct PayloadSpec {
     /// Pad with spaces up to this many bytes (a longer JSON is not cut).
     pub target_len: usize,
-    /// `{"ts":..,"values":{..}}` (ThingsBoard's form with a timestamp) rather than the
-    /// bare values object.
-    pub with_ts: bool,
+    /// What the JSON holds.
+    pub kind: PayloadKind,
 }
 
-/// The JSON payload of message `seq`: five values that change with `seq`, e.g.
+/// The JSON a publish carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadKind {
+    /// ThingsBoard telemetry with a timestamp in ms: `{"ts":..,"values":{..,"seq":N}}`.
+    Telemetry,
+    /// The bare values object (the server stamps the time).
+    Values,
+    /// A vehicle tracker (TBMQ's performance tests) stamped with its send time in µs,
+    /// for end-to-end latency: `{"ts":<µs>,"seq":N,"lat":..,"long":..,"speed":..,"fuel":..,"batLvl":..}`.
+    Tracker,
+}
+
+impl PayloadKind {
+    /// The stamp a message sent now carries: ms for telemetry, µs for trackers.
+    pub fn stamp_now(self) -> u64 {
+        match self {
+            PayloadKind::Tracker => unix_micros(),
+            PayloadKind::Telemetry | PayloadKind::Values => unix_millis(),
+        }
+    }
+}
+
+/// The JSON payload of message `seq` stamped `stamp` (see [`PayloadKind`]), with
+/// values that change with `seq`, e.g.
 /// `{"ts":1700000000000,"values":{"temperature":21.5,"humidity":45,"pressure":1013,"battery":97,"seq":123}}`,
 /// padded with spaces (valid JSON whitespace) before the last brace up to
 /// `spec.target_len`. Written into `buf`, whose allocation is reused across messages.
-pub fn render_payload(buf: &mut BytesMut, spec: &PayloadSpec, seq: u64, ts_ms: u64) -> Bytes {
+pub fn render_payload(buf: &mut BytesMut, spec: &PayloadSpec, seq: u64, stamp: u64) -> Bytes {
     use std::fmt::Write as _;
     buf.reserve(spec.target_len.max(128));
-    let temperature = 200 + seq % 100; // tenths of a degree: 20.0..=29.9
-    let values = format_args!(
-        "{{\"temperature\":{}.{},\"humidity\":{},\"pressure\":{},\"battery\":{},\"seq\":{}",
-        temperature / 10,
-        temperature % 10,
-        40 + seq % 20,
-        1000 + seq % 30,
-        100 - seq % 50,
-        seq
-    );
-    let _ = if spec.with_ts {
-        write!(buf, "{{\"ts\":{ts_ms},\"values\":{values}}}")
-    } else {
-        write!(buf, "{values}")
+    let _ = match spec.kind {
+        PayloadKind::Tracker => write!(
+            buf,
+            "{{\"ts\":{stamp},\"seq\":{seq},\"lat\":{:.6},\"long\":{:.6},\"speed\":{},\"fuel\":{},\"batLvl\":{}",
+            50.4 + (seq % 1000) as f64 * 1e-5,
+            30.5 + (seq % 997) as f64 * 1e-5,
+            seq % 120,
+            100 - seq % 90,
+            100 - seq % 50,
+        ),
+        PayloadKind::Telemetry | PayloadKind::Values => {
+            let temperature = 200 + seq % 100; // tenths of a degree: 20.0..=29.9
+            let values = format_args!(
+                "{{\"temperature\":{}.{},\"humidity\":{},\"pressure\":{},\"battery\":{},\"seq\":{}",
+                temperature / 10,
+                temperature % 10,
+                40 + seq % 20,
+                1000 + seq % 30,
+                100 - seq % 50,
+                seq
+            );
+            if spec.kind == PayloadKind::Telemetry {
+                write!(buf, "{{\"ts\":{stamp},\"values\":{values}}}")
+            } else {
+                write!(buf, "{values}")
+            }
+        }
     };
     // +1 for the closing brace written after the padding.
     while buf.len() + 1 < spec.target_len {
@@ -749,6 +945,17 @@ pub fn render_payload(buf: &mut BytesMut, spec: &PayloadSpec, seq: u64, ts_ms: u
     buf.split().freeze()
 }
 
+/// The stamp of a [`PayloadKind::Tracker`] payload (its first field), `None` when the
+/// payload does not start with one.
+pub fn tracker_stamp(payload: &[u8]) -> Option<u64> {
+    let rest = payload.strip_prefix(b"{\"ts\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -756,8 +963,32 @@ mod tests {
     fn spec(target_len: usize, with_ts: bool) -> PayloadSpec {
         PayloadSpec {
             target_len,
-            with_ts,
+            kind: if with_ts {
+                PayloadKind::Telemetry
+            } else {
+                PayloadKind::Values
+            },
         }
+    }
+
+    #[test]
+    fn tracker_payload_carries_its_stamp_and_the_tbmq_fields() {
+        let mut buf = BytesMut::new();
+        let spec = PayloadSpec {
+            target_len: 114,
+            kind: PayloadKind::Tracker,
+        };
+        let stamp = 1_700_000_000_123_456;
+        let p = render_payload(&mut buf, &spec, 42, stamp);
+        assert_eq!(p.len(), 114, "{}", String::from_utf8_lossy(&p));
+        let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+        for key in ["lat", "long", "speed", "fuel", "batLvl"] {
+            assert!(v[key].is_number(), "{key} in {v}");
+        }
+        assert_eq!(v["seq"], 42);
+        assert_eq!(tracker_stamp(&p), Some(stamp));
+        assert_eq!(tracker_stamp(b"{\"temperature\":1}"), None);
+        assert_eq!(tracker_stamp(b"{\"ts\":x}"), None);
     }
 
     #[test]

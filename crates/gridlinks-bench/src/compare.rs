@@ -1,0 +1,590 @@
+//! `compare` and `preset`: the same scenario against several servers, each started by
+//! the tool on free loopback ports ([`crate::servers`]), one after the other, printed
+//! side by side with ratios.
+//!
+//! A scenario is aimed at a started server by [`aim`]: port, server pid, and for
+//! GridLinks the REST API with `--provision` (devices get their own tokens); peers are
+//! driven anonymously, without the GridLinks-only loss check and storage lag.
+//! Presets ([`PRESETS`]) are named lists of such scenarios, replaying published tests
+//! scaled to one machine.
+
+use std::fmt::Write as _;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+
+use crate::cli::{ConnectArgs, OutputArgs, PubsubArgs, TelemetryArgs};
+use crate::figures::{self, comparison_table, RunResult};
+use crate::html::{Page, Table};
+use crate::report::{self, ConnectReport, PubsubReport, TelemetryReport};
+use crate::scenario;
+use crate::servers::{Binaries, ManagedServer, ServerKind};
+
+/// A scenario that can run against any MQTT server.
+// Parsed once per step: boxing the large variants would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Subcommand)]
+pub enum Scenario {
+    /// See `gridlinks-bench mqtt-telemetry --help`.
+    MqttTelemetry(TelemetryArgs),
+    /// See `gridlinks-bench pubsub --help`.
+    Pubsub(PubsubArgs),
+    /// See `gridlinks-bench connect --help`.
+    Connect(ConnectArgs),
+}
+
+/// Parses a scenario command line such as `["mqtt-telemetry", "--devices", "10"]`.
+#[derive(Debug, Parser)]
+#[command(name = "scenario", no_binary_name = true)]
+struct ScenarioLine {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+impl Scenario {
+    /// Parses one scenario command line.
+    pub fn parse(args: &[&str]) -> anyhow::Result<Self> {
+        ScenarioLine::try_parse_from(args)
+            .map(|line| line.scenario)
+            .map_err(|e| anyhow::anyhow!("bad scenario {args:?}: {e}"))
+    }
+
+    /// Multiplies the connection counts by `scale` (at least one of each).
+    pub fn scale(&mut self, scale: f64) {
+        let scaled = |n: usize| ((n as f64 * scale).round() as usize).max(1);
+        match self {
+            Scenario::MqttTelemetry(a) => {
+                // A fixed total --rate stays per device.
+                a.rate *= scaled(a.devices) as f64 / a.devices.max(1) as f64;
+                a.devices = scaled(a.devices);
+            }
+            Scenario::Pubsub(a) => {
+                a.rate *= scaled(a.publishers) as f64 / a.publishers.max(1) as f64;
+                a.publishers = scaled(a.publishers);
+            }
+            Scenario::Connect(a) => a.connections = scaled(a.connections),
+        }
+    }
+
+    /// Replaces a `--duration` (scenarios that count messages keep their count).
+    pub fn set_duration(&mut self, duration: std::time::Duration) {
+        match self {
+            Scenario::MqttTelemetry(a) if a.duration.is_some() => a.duration = Some(duration),
+            Scenario::Pubsub(a) if a.duration.is_some() => a.duration = Some(duration),
+            Scenario::Connect(a) => a.hold = duration,
+            _ => {}
+        }
+    }
+
+    /// The subcommand name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::MqttTelemetry(_) => "mqtt-telemetry",
+            Scenario::Pubsub(_) => "pubsub",
+            Scenario::Connect(_) => "connect",
+        }
+    }
+}
+
+/// Why `kind` cannot run `scenario`, if it cannot.
+fn unsupported(kind: ServerKind, scenario: &Scenario) -> Option<&'static str> {
+    match (kind, scenario) {
+        (ServerKind::Gridlinks, Scenario::Pubsub(_)) => Some(
+            "GridLinks does not route application pub/sub yet (devices publish only their \
+             own ThingsBoard topics); it arrives with the MQTT broker work",
+        ),
+        _ => None,
+    }
+}
+
+/// Points `scenario` at the started `server`.
+pub fn aim(scenario: &Scenario, server: &ManagedServer) -> Scenario {
+    let mut s = scenario.clone();
+    let target = match &mut s {
+        Scenario::MqttTelemetry(a) => &mut a.target,
+        Scenario::Pubsub(a) => &mut a.target,
+        Scenario::Connect(a) => &mut a.target,
+    };
+    target.host = "127.0.0.1".into();
+    target.port = server.mqtt_port();
+    target.server_pid = Some(server.pid());
+    target.output = OutputArgs::default();
+    let api = server.api();
+    match &mut s {
+        Scenario::MqttTelemetry(a) => {
+            a.target.tokens_file = None;
+            a.device_names_file = None;
+            if let Some((base, password)) = api {
+                a.provision = true;
+                a.target.username = None;
+                a.api.api = Some(base);
+                a.api.api_password = Some(password);
+            } else {
+                a.provision = false;
+                a.verify = false;
+                a.storage_lag = false;
+                a.save_acks = None;
+            }
+        }
+        Scenario::Connect(a) => {
+            a.target.tokens_file = None;
+            if let Some((base, password)) = api {
+                a.provision = true;
+                a.target.username = None;
+                a.api.api = Some(base);
+                a.api.api_password = Some(password);
+            } else {
+                a.provision = false;
+            }
+        }
+        Scenario::Pubsub(_) => {}
+    }
+    s
+}
+
+/// The result of one scenario on one server.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// `mqtt-telemetry`.
+    Telemetry(TelemetryReport),
+    /// `pubsub`.
+    Pubsub(PubsubReport),
+    /// `connect`.
+    Connect(ConnectReport),
+}
+
+impl Outcome {
+    /// As a result for tables and charts.
+    pub fn result(&self) -> &dyn RunResult {
+        match self {
+            Outcome::Telemetry(r) => r,
+            Outcome::Pubsub(r) => r,
+            Outcome::Connect(r) => r,
+        }
+    }
+
+    fn human(&self) -> String {
+        match self {
+            Outcome::Telemetry(r) => r.human(),
+            Outcome::Pubsub(r) => r.human(),
+            Outcome::Connect(r) => r.human(),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            Outcome::Telemetry(r) => r.to_json(),
+            Outcome::Pubsub(r) => r.to_json(),
+            Outcome::Connect(r) => r.to_json(),
+        }
+    }
+
+    /// False when a loss or delivery check failed.
+    pub fn passed(&self) -> bool {
+        match self {
+            Outcome::Telemetry(r) => r.loss_check.as_ref().is_none_or(|l| l.passed()),
+            Outcome::Pubsub(r) => r.passed(),
+            Outcome::Connect(_) => true,
+        }
+    }
+}
+
+/// Runs `scenario` against the server `target` was aimed at.
+pub async fn measure(scenario: &Scenario) -> anyhow::Result<Outcome> {
+    Ok(match scenario {
+        Scenario::MqttTelemetry(a) => Outcome::Telemetry(scenario::telemetry::measure(a).await?),
+        Scenario::Pubsub(a) => Outcome::Pubsub(scenario::pubsub::measure(a).await?),
+        Scenario::Connect(a) => Outcome::Connect(scenario::connect::measure(a).await?),
+    })
+}
+
+/// One server's part of a comparison.
+#[derive(Debug)]
+pub struct Run {
+    /// Which server.
+    pub kind: ServerKind,
+    /// Its name and version.
+    pub version: String,
+    /// What it did, or why it did not run.
+    pub outcome: Result<Outcome, String>,
+}
+
+/// Runs `scenario` against each server in turn (started fresh, stopped after).
+pub async fn compare(
+    servers: &[ServerKind],
+    scenario: &Scenario,
+    bins: &Binaries,
+) -> anyhow::Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for &kind in servers {
+        if let Some(why) = unsupported(kind, scenario) {
+            eprintln!("--- {}: skipped: {why}", kind.label());
+            runs.push(Run {
+                kind,
+                version: kind.label().into(),
+                outcome: Err(format!("skipped: {why}")),
+            });
+            continue;
+        }
+        eprintln!("--- {}: starting", kind.label());
+        let server = ManagedServer::start(kind, bins)
+            .await
+            .with_context(|| format!("starting {}", kind.label()))?;
+        let version = server.version().to_string();
+        eprintln!(
+            "--- {version}: {} on port {}",
+            scenario.name(),
+            server.mqtt_port()
+        );
+        let outcome = measure(&aim(scenario, &server)).await;
+        server
+            .stop()
+            .await
+            .with_context(|| format!("stopping {}", kind.label()))?;
+        let outcome = outcome.map_err(|e| format!("{e:#}"));
+        match &outcome {
+            Ok(o) => print!("{}", o.human()),
+            Err(e) => println!("== {}: failed: {e}", kind.label()),
+        }
+        runs.push(Run {
+            kind,
+            version,
+            outcome,
+        });
+    }
+    Ok(runs)
+}
+
+/// The side-by-side table of the runs that produced a result.
+pub fn table(title: &str, runs: &[Run]) -> Table {
+    let done: Vec<(&str, &dyn RunResult)> = runs
+        .iter()
+        .filter_map(|r| {
+            r.outcome
+                .as_ref()
+                .ok()
+                .map(|o| (r.kind.label(), o.result()))
+        })
+        .collect();
+    comparison_table(title, &done)
+}
+
+/// A table as aligned text.
+pub fn text_table(table: &Table) -> String {
+    let mut widths: Vec<usize> = table.header.iter().map(|h| h.chars().count()).collect();
+    for row in &table.rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let mut out = format!("== {} ==\n", table.title);
+    for row in std::iter::once(&table.header).chain(&table.rows) {
+        for (i, cell) in row.iter().enumerate() {
+            let w = widths.get(i).copied().unwrap_or(0);
+            if i == 0 {
+                let _ = write!(out, "{cell:<w$}");
+            } else {
+                let _ = write!(out, "  {cell:>w$}");
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The JSON of a comparison.
+pub fn runs_json(title: &str, runs: &[Run]) -> Value {
+    json!({
+        "title": title,
+        "runs": runs.iter().map(|r| json!({
+            "server": r.kind.label(),
+            "version": r.version,
+            "result": r.outcome.as_ref().map(Outcome::to_json).ok(),
+            "error": r.outcome.as_ref().err(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Servers, results and charts of one comparison, for the HTML page.
+fn page_parts(title: &str, runs: &[Run]) -> (Vec<Table>, Vec<crate::html::Chart>) {
+    let mut servers = Table {
+        title: format!("{title}: servers"),
+        header: vec!["server".into(), "version".into(), "outcome".into()],
+        rows: Vec::new(),
+    };
+    for r in runs {
+        servers.rows.push(vec![
+            r.kind.label().into(),
+            r.version.clone(),
+            match &r.outcome {
+                Ok(o) if o.passed() => "ran".into(),
+                Ok(_) => "ran: LOSS/DELIVERY CHECK FAILED".into(),
+                Err(e) => e.clone(),
+            },
+        ]);
+    }
+    let timelines: Vec<(&str, &crate::timeline::Timeline)> = runs
+        .iter()
+        .filter_map(|r| {
+            r.outcome
+                .as_ref()
+                .ok()
+                .map(|o| (r.kind.label(), o.result().timeline()))
+        })
+        .collect();
+    let mut charts = figures::charts(&timelines);
+    for c in &mut charts {
+        c.title = format!("{title}: {}", c.title);
+    }
+    (vec![servers, table(title, runs)], charts)
+}
+
+/// Prints the comparisons' tables and writes `--json`/`--html`; the exit code is 2 when
+/// any loss or delivery check failed.
+pub fn finish(
+    title: &str,
+    subtitle: &str,
+    steps: &[(String, Vec<Run>)],
+    output: &OutputArgs,
+) -> anyhow::Result<std::process::ExitCode> {
+    let mut human = String::new();
+    let mut page = Page {
+        title: title.into(),
+        subtitle: subtitle.into(),
+        ..Default::default()
+    };
+    for (step, runs) in steps {
+        human.push('\n');
+        human.push_str(&text_table(&table(step, runs)));
+        let (tables, charts) = page_parts(step, runs);
+        page.tables.extend(tables);
+        page.charts.extend(charts);
+    }
+    let json = json!({
+        "title": title,
+        "steps": steps.iter().map(|(step, runs)| runs_json(step, runs)).collect::<Vec<_>>(),
+    });
+    report::emit(output, &human, &json, || page)?;
+    let failed = steps
+        .iter()
+        .flat_map(|(_, runs)| runs)
+        .any(|r| r.outcome.as_ref().is_ok_and(|o| !o.passed()));
+    Ok(if failed {
+        std::process::ExitCode::from(crate::loss_check::EXIT_LOSS)
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+/// A published test replayed on one machine.
+pub struct Preset {
+    /// Name on the command line.
+    pub name: &'static str,
+    /// What it replays and how it was scaled.
+    pub about: &'static str,
+    /// Steps: title and scenario command line.
+    pub steps: &'static [(&'static str, &'static [&'static str])],
+}
+
+/// The presets.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "tb-2017",
+        about: "ThingsBoard's 2017 MQTT test: ~100-byte JSON telemetry at QoS 1, every device \
+                publishing 1 msg/s, then 2 msg/s. Scaled to 10,000 devices for 60 s per step \
+                (one 2-core machine runs generator and server).",
+        steps: &[
+            (
+                "tb-2017: 10,000 devices x 1 msg/s",
+                &[
+                    "mqtt-telemetry",
+                    "--devices",
+                    "10000",
+                    "--interval",
+                    "1s",
+                    "--duration",
+                    "60s",
+                    "--qos",
+                    "1",
+                    "--payload-bytes",
+                    "100",
+                    "--verify",
+                    "--storage-lag",
+                ],
+            ),
+            (
+                "tb-2017: 10,000 devices x 2 msg/s",
+                &[
+                    "mqtt-telemetry",
+                    "--devices",
+                    "10000",
+                    "--interval",
+                    "500ms",
+                    "--duration",
+                    "60s",
+                    "--qos",
+                    "1",
+                    "--payload-bytes",
+                    "100",
+                    "--verify",
+                    "--storage-lag",
+                ],
+            ),
+        ],
+    },
+    Preset {
+        name: "tb-2021",
+        about: "ThingsBoard's 2021 test of 30,000 devices sending 10 messages each, scaled to \
+                19,000 devices (the 20,000 open-files limit per process): ~256-byte payload \
+                every 800 ms, then 1 KB every 1,400 ms, with the storage lag that test needed \
+                a schema change for.",
+        steps: &[
+            (
+                "tb-2021: 19,000 devices x 10 msgs, 256 B every 800 ms",
+                &[
+                    "mqtt-telemetry",
+                    "--devices",
+                    "19000",
+                    "--interval",
+                    "800ms",
+                    "--messages-per-device",
+                    "10",
+                    "--payload-bytes",
+                    "256",
+                    "--qos",
+                    "1",
+                    "--verify",
+                    "--storage-lag",
+                ],
+            ),
+            (
+                "tb-2021: 19,000 devices x 10 msgs, 1 KB every 1,400 ms",
+                &[
+                    "mqtt-telemetry",
+                    "--devices",
+                    "19000",
+                    "--interval",
+                    "1400ms",
+                    "--messages-per-device",
+                    "10",
+                    "--payload-bytes",
+                    "1024",
+                    "--qos",
+                    "1",
+                    "--verify",
+                    "--storage-lag",
+                ],
+            ),
+        ],
+    },
+    Preset {
+        name: "tbmq-fanin",
+        about: "TBMQ's fan-in test: publisher groups, each read by one APPLICATION-style \
+                subscriber, 114-byte tracker payload, QoS 1. Scaled to 10 groups of 100 \
+                publishers at 10 msg/s each, then 10 publishers -> 1 subscriber saturating.",
+        steps: &[
+            (
+                "tbmq-fanin: 10 x (100 publishers -> 1 subscriber), 10,000 msg/s offered",
+                &[
+                    "pubsub",
+                    "--groups",
+                    "10",
+                    "--publishers",
+                    "100",
+                    "--subscribers",
+                    "1",
+                    "--interval",
+                    "100ms",
+                    "--duration",
+                    "30s",
+                    "--pub-qos",
+                    "1",
+                    "--sub-qos",
+                    "1",
+                    "--payload-bytes",
+                    "114",
+                ],
+            ),
+            (
+                "tbmq-fanin: 10 publishers -> 1 subscriber, saturating",
+                &[
+                    "pubsub",
+                    "--groups",
+                    "1",
+                    "--publishers",
+                    "10",
+                    "--subscribers",
+                    "1",
+                    "--duration",
+                    "20s",
+                    "--pub-qos",
+                    "1",
+                    "--sub-qos",
+                    "1",
+                    "--payload-bytes",
+                    "114",
+                ],
+            ),
+        ],
+    },
+];
+
+/// The preset named `name`.
+pub fn preset(name: &str) -> anyhow::Result<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name).with_context(|| {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        format!("no preset {name:?}; there are {}", names.join(", "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_step_parses() {
+        for p in PRESETS {
+            assert!(!p.steps.is_empty(), "{}", p.name);
+            for (title, line) in p.steps {
+                let s = Scenario::parse(line).unwrap_or_else(|e| panic!("{title}: {e}"));
+                assert!(title.starts_with(p.name), "{title}");
+                if let Scenario::MqttTelemetry(a) = &s {
+                    assert!(a.verify && a.storage_lag, "{title}");
+                }
+            }
+        }
+        assert!(preset("tb-2021").is_ok());
+        assert!(preset("nope").is_err());
+    }
+
+    #[test]
+    fn scaling_keeps_the_per_device_rate() {
+        let mut s =
+            Scenario::parse(&["mqtt-telemetry", "--devices", "1000", "--rate", "2000"]).unwrap();
+        s.scale(0.01);
+        let Scenario::MqttTelemetry(a) = &s else {
+            panic!("wrong scenario")
+        };
+        assert_eq!(a.devices, 10);
+        assert_eq!(a.rate, 20.0);
+        let mut s = Scenario::parse(&["connect", "--connections", "10"]).unwrap();
+        s.scale(0.001);
+        let Scenario::Connect(a) = &s else {
+            panic!("wrong scenario")
+        };
+        assert_eq!(a.connections, 1, "never scaled to nothing");
+    }
+
+    #[test]
+    fn text_tables_align_columns() {
+        let t = Table {
+            title: "t".into(),
+            header: vec!["figure".into(), "a".into()],
+            rows: vec![vec!["msgs/s".into(), "1,000".into()]],
+        };
+        assert_eq!(text_table(&t), "== t ==\nfigure      a\nmsgs/s  1,000\n");
+    }
+}

@@ -1,0 +1,1332 @@
+//! The HTML report of a run (`--html FILE`): one self-contained page with summary
+//! tables and line charts over time (throughput, latency percentiles, connect curve,
+//! server CPU and memory), meant to be looked at rather than read.
+//!
+//! The page works offline and loads nothing: no JavaScript, no CDN, no web fonts,
+//! no images. Charts are inline SVG drawn here; hovering over a chart shows the
+//! values of every series at that time (an SVG `<title>` tooltip on a vertical
+//! band), and hovering over a line shows its label. A Content-Security-Policy
+//! `<meta>` forbids the page from fetching anything at all.
+//!
+//! Callers describe the page with plain data ([`Page`], [`Table`], [`Chart`],
+//! [`Series`]) and call [`render`]. Every piece of text is escaped, so labels and
+//! cells may contain anything. Rendering never panics: non-finite points are
+//! skipped, a chart with nothing to draw gets a "No data" note instead of a plot,
+//! and long series are thinned to a few points per pixel column (keeping each
+//! column's minimum and maximum, so spikes stay visible).
+
+use std::fmt::{self, Write as _};
+
+/// One line on a chart: (x, y) points, x = seconds since the run started.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// Name shown in the legend and the tooltips.
+    pub label: String,
+    /// The points, `(seconds since the run started, value)`. Points with a NaN or
+    /// infinite coordinate are skipped; the order does not matter (they are drawn
+    /// sorted by x).
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Chart {
+    /// Heading above the chart.
+    pub title: String,
+    /// Label of the y axis, usually the unit (`msgs/s`, `ms`, `RSS MiB`).
+    pub y_label: String,
+    /// The lines, drawn on shared axes, one colour each.
+    pub series: Vec<Series>,
+}
+
+/// A table of text cells; the first column is a row label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Table {
+    /// Heading above the table.
+    pub title: String,
+    /// Column names.
+    pub header: Vec<String>,
+    /// The rows; cells that read as numbers (`1,234`, `0.812 ms`, `99.2%`, `1.50x`)
+    /// are right-aligned in a monospace font.
+    pub rows: Vec<Vec<String>>,
+}
+
+/// The whole page.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// Title of the document and its main heading.
+    pub title: String,
+    /// One line under the title (command line, machine, date...).
+    pub subtitle: String,
+    /// Summary tables, shown first.
+    pub tables: Vec<Table>,
+    /// Charts over time, shown after the tables.
+    pub charts: Vec<Chart>,
+    /// Optional raw JSON result embedded at the bottom inside a collapsed `<details><pre>` block.
+    pub raw_json: Option<String>,
+}
+
+/// Renders the page as one HTML document.
+#[must_use]
+pub fn render(page: &Page) -> String {
+    let mut out = String::with_capacity(32 * 1024);
+    // Writing into a String cannot fail.
+    let _ = write_page(&mut out, page);
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Page layout
+// ---------------------------------------------------------------------------
+
+const STYLE: &str = "\
+:root{color-scheme:light}
+*{box-sizing:border-box}
+body{margin:0;background:#f5f6f8;color:#1d2330;font:14px/1.45 system-ui,-apple-system,\"Segoe UI\",Roboto,Helvetica,Arial,sans-serif}
+main{max-width:1500px;margin:0 auto;padding:20px 24px 32px}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:16px;margin:0 0 8px}
+.subtitle{margin:0 0 20px;color:#5b6472;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,\"Liberation Mono\",monospace;font-size:12.5px;overflow-wrap:anywhere}
+.card{background:#fff;border:1px solid #e0e3e9;border-radius:8px;padding:12px 16px;margin:0 0 16px;min-width:0}
+.tables{display:flex;flex-wrap:wrap;gap:0 16px;align-items:flex-start}
+.tables .card{max-width:100%}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:13px}
+th,td{padding:4px 12px;border-bottom:1px solid #eceef2;text-align:left;white-space:nowrap;vertical-align:top}
+thead th{border-bottom:2px solid #cfd4dc;font-weight:600;color:#3b4350}
+tbody th{font-weight:500}
+tbody tr:nth-child(even){background:#fafbfc}
+tbody tr:hover{background:#eef4ff}
+.num{text-align:right;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,\"Liberation Mono\",monospace;font-variant-numeric:tabular-nums}
+.empty{color:#8a93a0;font-style:italic}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,680px),1fr));gap:16px;margin-bottom:16px}
+.charts .card{margin:0}
+.legend{list-style:none;margin:0 0 2px;padding:0;display:flex;flex-wrap:wrap;gap:2px 16px;font-size:12.5px;color:#3b4350}
+.legend svg{vertical-align:middle;margin-right:6px}
+.legend .none{color:#8a93a0}
+svg.plot{display:block;width:100%;height:auto;font-family:system-ui,-apple-system,\"Segoe UI\",Roboto,Helvetica,Arial,sans-serif}
+svg.plot text{fill:#5b6472}
+svg.plot .hover rect{fill:transparent;pointer-events:all}
+svg.plot .hover rect:hover{fill:rgba(40,70,120,.08)}
+.nodata{margin:8px 0;padding:48px 0;text-align:center;color:#8a93a0;font-style:italic;border:1px dashed #d5d9e0;border-radius:6px}
+details summary{cursor:pointer;font-weight:600}
+pre{margin:10px 0 0;max-height:480px;overflow:auto;padding:10px;background:#f8f9fb;border:1px solid #eceef2;border-radius:6px;font-size:12px}
+footer{color:#8a93a0;font-size:12px}
+@media print{body{background:#fff}.card{break-inside:avoid}}
+";
+
+fn write_page(out: &mut String, page: &Page) -> fmt::Result {
+    let title = if page.title.trim().is_empty() {
+        "gridlinks-bench report"
+    } else {
+        page.title.as_str()
+    };
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    // The report is a file that must work offline: forbid every fetch.
+    out.push_str(
+        "<meta http-equiv=\"Content-Security-Policy\" \
+         content=\"default-src 'none'; style-src 'unsafe-inline'\">\n",
+    );
+    writeln!(out, "<title>{}</title>", escape(title))?;
+    writeln!(out, "<style>\n{STYLE}</style>\n</head>\n<body>\n<main>")?;
+    writeln!(out, "<h1>{}</h1>", escape(title))?;
+    if !page.subtitle.is_empty() {
+        writeln!(out, "<p class=\"subtitle\">{}</p>", escape(&page.subtitle))?;
+    }
+    if !page.tables.is_empty() {
+        out.push_str("<div class=\"tables\">\n");
+        for table in &page.tables {
+            write_table(out, table)?;
+        }
+        out.push_str("</div>\n");
+    }
+    if !page.charts.is_empty() {
+        out.push_str("<div class=\"charts\">\n");
+        for chart in &page.charts {
+            write_chart(out, chart)?;
+        }
+        out.push_str("</div>\n");
+    }
+    if let Some(json) = &page.raw_json {
+        writeln!(
+            out,
+            "<details class=\"card\">\n<summary>Raw JSON result</summary>\n<pre>{}</pre>\n</details>",
+            escape(json)
+        )?;
+    }
+    out.push_str(
+        "<footer>Generated by gridlinks-bench. Self-contained: works offline; \
+         hover over a chart for the values.</footer>\n</main>\n</body>\n</html>\n",
+    );
+    Ok(())
+}
+
+/// Escapes text for HTML element content and (double- or single-quoted) attribute
+/// values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Tables
+// ---------------------------------------------------------------------------
+
+/// Units a numeric cell may end with. Longer units come before the shorter units
+/// they end with (`ms` before `s`).
+const UNITS: [&str; 21] = [
+    "msgs/s", "/s", "TiB", "GiB", "MiB", "KiB", "GB", "MB", "kB", "KB", "B", "ms", "µs", "us",
+    "ns", "s", "%", "x", "×", "k", "M",
+];
+
+/// Whether a cell reads as a number: digits with optional sign, decimal point,
+/// exponent and thousands separators (`,`), optionally followed by one unit
+/// (`0.812 ms`, `99.2%`, `2.0 MiB`, `1.50x`, `1,234,567`).
+fn is_numeric(cell: &str) -> bool {
+    let mut s = cell.trim();
+    if let Some(unit) = UNITS.iter().find(|u| s.ends_with(*u)) {
+        s = s[..s.len() - unit.len()].trim_end();
+    }
+    let s: String = s.chars().filter(|&c| c != ',').collect();
+    // f64::from_str also takes "inf" and "NaN"; a number here is made of digits.
+    s.bytes().any(|b| b.is_ascii_digit())
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'+' | b'-' | b'e' | b'E'))
+        && s.parse::<f64>().is_ok()
+}
+
+/// Whether a cell is aligned like a number: a number or a placeholder for a
+/// missing one.
+fn aligns_right(cell: &str) -> bool {
+    matches!(cell.trim(), "-" | "—" | "n/a") || is_numeric(cell)
+}
+
+fn write_table(out: &mut String, table: &Table) -> fmt::Result {
+    let width = table
+        .rows
+        .iter()
+        .map(Vec::len)
+        .chain([table.header.len()])
+        .max()
+        .unwrap_or(0);
+    // A column's header is right-aligned when its cells are numbers.
+    let numeric_column: Vec<bool> = (0..width)
+        .map(|j| {
+            j > 0
+                && table
+                    .rows
+                    .iter()
+                    .any(|r| r.get(j).is_some_and(|c| is_numeric(c)))
+        })
+        .collect();
+    out.push_str("<section class=\"card\">\n");
+    if !table.title.is_empty() {
+        writeln!(out, "<h2>{}</h2>", escape(&table.title))?;
+    }
+    out.push_str("<div class=\"scroll\"><table>\n");
+    if !table.header.is_empty() {
+        out.push_str("<thead><tr>");
+        for (j, name) in table.header.iter().enumerate() {
+            let class = if numeric_column.get(j).copied().unwrap_or(false) {
+                " class=\"num\""
+            } else {
+                ""
+            };
+            write!(out, "<th scope=\"col\"{class}>{}</th>", escape(name))?;
+        }
+        out.push_str("</tr></thead>\n");
+    }
+    out.push_str("<tbody>\n");
+    if table.rows.is_empty() {
+        writeln!(
+            out,
+            "<tr><td class=\"empty\" colspan=\"{}\">No rows</td></tr>",
+            width.max(1)
+        )?;
+    }
+    for row in &table.rows {
+        out.push_str("<tr>");
+        for j in 0..width {
+            let cell = row.get(j).map_or("", String::as_str);
+            if j == 0 {
+                write!(out, "<th scope=\"row\">{}</th>", escape(cell))?;
+            } else if aligns_right(cell) {
+                write!(out, "<td class=\"num\">{}</td>", escape(cell))?;
+            } else {
+                write!(out, "<td>{}</td>", escape(cell))?;
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table></div>\n</section>\n");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Charts
+// ---------------------------------------------------------------------------
+
+/// Size of the SVG viewBox.
+const VIEW_W: f64 = 760.0;
+const VIEW_H: f64 = 260.0;
+/// The plot area inside the viewBox.
+const PLOT_LEFT: f64 = 72.0;
+const PLOT_RIGHT: f64 = 746.0;
+const PLOT_TOP: f64 = 12.0;
+const PLOT_BOTTOM: f64 = 222.0;
+
+/// Series colours, distinguishable on white; after eight series they repeat
+/// with a dash pattern.
+const PALETTE: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#8c564b", "#e377c2",
+];
+const DASHES: [&str; 3] = ["", "7 4", "2 3"];
+
+/// Above this many points a series is thinned per pixel column.
+const THIN_ABOVE: usize = 2000;
+/// Series with at most this many points get a marker on every point.
+const MARKERS_UP_TO: usize = 60;
+/// At most this many hover bands (tooltips) per chart.
+const MAX_BANDS: usize = 150;
+
+fn colour(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+fn dash(i: usize) -> &'static str {
+    DASHES[(i / PALETTE.len()) % DASHES.len()]
+}
+
+/// The finite points of a series, sorted by x.
+fn finite_points(series: &Series) -> Vec<(f64, f64)> {
+    let mut points: Vec<(f64, f64)> = series
+        .points
+        .iter()
+        .copied()
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+}
+
+/// Axes of a chart: data ranges, ticks and the mapping to viewBox coordinates.
+#[derive(Debug, Clone)]
+struct Axes {
+    x_lo: f64,
+    x_hi: f64,
+    x_ticks: Vec<f64>,
+    x_step: f64,
+    y_ticks: Vec<f64>,
+    y_step: f64,
+}
+
+impl Axes {
+    /// Axes covering all points; `None` when there are none.
+    fn new(series: &[Vec<(f64, f64)>]) -> Option<Axes> {
+        let all = series.iter().flatten();
+        let (mut x_min, mut x_max) = (f64::INFINITY, f64::NEG_INFINITY);
+        let (mut y_min, mut y_max) = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut any = false;
+        for &(x, y) in all {
+            any = true;
+            x_min = x_min.min(x);
+            x_max = x_max.max(x);
+            y_min = y_min.min(y);
+            y_max = y_max.max(y);
+        }
+        if !any {
+            return None;
+        }
+        let (mut x_lo, mut x_hi) = (x_min, x_max);
+        if x_hi > x_lo {
+            // Runs are timed from 0: start there unless that leaves the chart mostly empty.
+            if x_lo > 0.0 && x_lo <= 0.2 * x_hi {
+                x_lo = 0.0;
+            }
+        } else {
+            let pad = (x_lo.abs() * 0.1).max(1.0);
+            x_lo -= pad;
+            x_hi += pad;
+            if x_min >= 0.0 && x_lo < 0.0 {
+                x_lo = 0.0;
+            }
+        }
+        let (x_ticks, x_step) = time_ticks(x_lo, x_hi);
+        let y_ticks = nice_ticks(y_min, y_max);
+        let y_step = match y_ticks.as_slice() {
+            [a, b, ..] => b - a,
+            _ => 1.0,
+        };
+        Some(Axes {
+            x_lo,
+            x_hi,
+            x_ticks,
+            x_step,
+            y_ticks,
+            y_step,
+        })
+    }
+
+    fn y_lo(&self) -> f64 {
+        self.y_ticks.first().copied().unwrap_or(0.0)
+    }
+
+    fn y_hi(&self) -> f64 {
+        self.y_ticks.last().copied().unwrap_or(1.0)
+    }
+
+    /// x in viewBox coordinates.
+    fn px(&self, x: f64) -> f64 {
+        PLOT_LEFT + fraction(x, self.x_lo, self.x_hi) * (PLOT_RIGHT - PLOT_LEFT)
+    }
+
+    /// y in viewBox coordinates.
+    fn py(&self, y: f64) -> f64 {
+        PLOT_BOTTOM - fraction(y, self.y_lo(), self.y_hi()) * (PLOT_BOTTOM - PLOT_TOP)
+    }
+}
+
+/// Where `v` lies between `lo` and `hi`, as 0..=1; computed on halves so that
+/// spans near `f64::MAX` do not overflow.
+fn fraction(v: f64, lo: f64, hi: f64) -> f64 {
+    let span = hi * 0.5 - lo * 0.5;
+    if span > 0.0 && span.is_finite() {
+        let f = (v * 0.5 - lo * 0.5) / span;
+        if f.is_finite() {
+            f.clamp(0.0, 1.0)
+        } else {
+            0.5
+        }
+    } else {
+        0.5
+    }
+}
+
+/// 10^e, exact for the usual exponents (1/10^n rather than 10^-n keeps 0.1 exact).
+fn pow10(e: i32) -> f64 {
+    if e >= 0 {
+        10f64.powi(e)
+    } else {
+        1.0 / 10f64.powi(-e)
+    }
+}
+
+/// The smallest 1, 2 or 5 × 10^n that is at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    if !(raw.is_finite() && raw > 0.0) {
+        return 1.0;
+    }
+    let e = raw.log10().floor() as i32;
+    let base = pow10(e);
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * base)
+        .find(|&s| s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * base)
+}
+
+/// Ticks of a value axis: 4 to 6 multiples of a 1/2/5 × 10^n step covering
+/// `min..=max` and 0 (0..1 when everything is 0).
+fn nice_ticks(min: f64, max: f64) -> Vec<f64> {
+    let lo = if min.is_finite() { min.min(0.0) } else { 0.0 };
+    let hi = if max.is_finite() { max.max(0.0) } else { 0.0 };
+    if hi <= lo {
+        return nice_ticks(0.0, 1.0);
+    }
+    let step = nice_step((hi * 0.5 - lo * 0.5) / 2.5);
+    let k0 = (lo / step + 1e-9).floor();
+    let k1 = (hi / step - 1e-9).ceil();
+    if step > 0.0 && step.is_finite() && k0.is_finite() && k1.is_finite() {
+        let n = k1 - k0;
+        if (1.0..=20.0).contains(&n) {
+            let ticks: Vec<f64> = (0..=n as usize).map(|i| (k0 + i as f64) * step).collect();
+            if ticks.iter().all(|t| t.is_finite()) {
+                return ticks;
+            }
+        }
+    }
+    // Extreme magnitudes: four plain intervals.
+    (0..=4)
+        .map(|i| {
+            let t = f64::from(i) / 4.0;
+            lo * (1.0 - t) + hi * t
+        })
+        .collect()
+}
+
+/// Ticks of the time axis within `lo..=hi` (seconds) and their step: a 1/2/5 step
+/// below 10 s, then steps that read well as time (15 s, 30 s, 1 min, 5 min...).
+fn time_ticks(lo: f64, hi: f64) -> (Vec<f64>, f64) {
+    const STEPS: [f64; 13] = [
+        10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0, 7200.0,
+    ];
+    let raw = (hi * 0.5 - lo * 0.5) / 2.5;
+    let step = if !(raw.is_finite() && raw > 0.0) {
+        1.0
+    } else if raw <= 10.0 {
+        nice_step(raw)
+    } else {
+        STEPS
+            .iter()
+            .copied()
+            .find(|&s| s >= raw)
+            .unwrap_or_else(|| nice_step(raw / 3600.0) * 3600.0)
+    };
+    let k0 = (lo / step - 1e-9).ceil();
+    let k1 = (hi / step + 1e-9).floor();
+    let ticks = if step.is_finite() && k0.is_finite() && k1.is_finite() && k1 >= k0 {
+        let n = (k1 - k0).min(50.0) as usize;
+        (0..=n)
+            .map(|i| (k0 + i as f64) * step)
+            .filter(|t| t.is_finite())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (ticks, step)
+}
+
+/// Decimal places that show multiples of `step` (a 1/2/5 × 10^n) exactly.
+fn step_decimals(step: f64) -> usize {
+    if !(step.is_finite() && step > 0.0) {
+        return 0;
+    }
+    let e = (step.log10() + 1e-9).floor();
+    (-e).clamp(0.0, 12.0) as usize
+}
+
+/// `v` with `decimals` places, trailing zeros dropped; scientific for extreme values.
+fn fixed(v: f64, decimals: usize) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    if v.abs() >= 1e15 {
+        return format!("{v:.1e}");
+    }
+    let mut s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        let kept = s.trim_end_matches('0').trim_end_matches('.').len();
+        s.truncate(kept);
+    }
+    if s == "-0" {
+        s = "0".into();
+    }
+    s
+}
+
+/// The k/M/G/T scale of a magnitude.
+fn magnitude(a: f64) -> (f64, &'static str) {
+    if a >= 1e12 {
+        (1e12, "T")
+    } else if a >= 1e9 {
+        (1e9, "G")
+    } else if a >= 1e6 {
+        (1e6, "M")
+    } else if a >= 1e3 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    }
+}
+
+/// Compact label of a tick on an axis with the given step: `1.2k`, `35k`, `1.5M`, `0.5`.
+fn fmt_tick(v: f64, step: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    if v.abs() >= 1e15 || !v.is_finite() {
+        return fixed(v, 0);
+    }
+    let (scale, suffix) = magnitude(v.abs());
+    format!("{}{suffix}", fixed(v / scale, step_decimals(step / scale)))
+}
+
+/// Compact value with about three significant digits: `1.23k`, `35k`, `0.0123`.
+fn fmt_value(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() || v.abs() >= 1e15 {
+        return fixed(v, 0);
+    }
+    let (scale, suffix) = magnitude(v.abs());
+    let x = v / scale;
+    let decimals = if x.abs() >= 100.0 {
+        0
+    } else if x.abs() >= 10.0 {
+        1
+    } else if x.abs() >= 1.0 {
+        2
+    } else {
+        (2.0 - x.abs().log10().floor()).clamp(0.0, 12.0) as usize
+    };
+    format!("{}{suffix}", fixed(x, decimals))
+}
+
+/// A viewBox coordinate, rounded to 0.1.
+struct C(f64);
+
+impl fmt::Display for C {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tenths = (self.0 * 10.0).round();
+        let tenths = if tenths.is_finite() {
+            tenths.clamp(-1e7, 1e7) as i64
+        } else {
+            0
+        };
+        let (sign, a) = if tenths < 0 {
+            ("-", -tenths)
+        } else {
+            ("", tenths)
+        };
+        if a % 10 == 0 {
+            write!(f, "{sign}{}", a / 10)
+        } else {
+            write!(f, "{sign}{}.{}", a / 10, a % 10)
+        }
+    }
+}
+
+/// Keeps at most the first, lowest, highest and last point of each pixel column
+/// when a series has more points than the chart has room for. `px` is sorted by x.
+fn thin(px: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    if px.len() <= THIN_ABOVE {
+        return px;
+    }
+    let mut kept = Vec::with_capacity(4 * (PLOT_RIGHT - PLOT_LEFT) as usize);
+    let mut i = 0;
+    while i < px.len() {
+        let column = px[i].0.floor();
+        let (mut low, mut high, mut j) = (i, i, i);
+        while j < px.len() && px[j].0.floor() == column {
+            if px[j].1 < px[low].1 {
+                low = j;
+            }
+            if px[j].1 > px[high].1 {
+                high = j;
+            }
+            j += 1;
+        }
+        let mut picks = [i, low, high, j - 1];
+        picks.sort_unstable();
+        let mut last = None;
+        for k in picks {
+            if last != Some(k) {
+                kept.push(px[k]);
+                last = Some(k);
+            }
+        }
+        i = j;
+    }
+    kept
+}
+
+/// The point of a sorted series nearest to `x`, if within `half` of it.
+fn nearest(points: &[(f64, f64)], x: f64, half: f64) -> Option<(f64, f64)> {
+    let i = points.partition_point(|p| p.0 < x);
+    [i.checked_sub(1), Some(i)]
+        .into_iter()
+        .flatten()
+        .filter_map(|k| points.get(k).copied())
+        .filter(|p| (p.0 - x).abs() <= half * (1.0 + 1e-9))
+        .min_by(|a, b| (a.0 - x).abs().total_cmp(&(b.0 - x).abs()))
+}
+
+fn series_label(series: &Series, i: usize) -> String {
+    if series.label.trim().is_empty() {
+        format!("series {}", i + 1)
+    } else {
+        series.label.clone()
+    }
+}
+
+fn write_chart(out: &mut String, chart: &Chart) -> fmt::Result {
+    out.push_str("<section class=\"card chart\">\n");
+    if !chart.title.is_empty() {
+        writeln!(out, "<h2>{}</h2>", escape(&chart.title))?;
+    }
+    let points: Vec<Vec<(f64, f64)>> = chart.series.iter().map(finite_points).collect();
+    let labels: Vec<String> = chart
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| escape(&series_label(s, i)))
+        .collect();
+    let Some(axes) = Axes::new(&points) else {
+        out.push_str("<p class=\"nodata\">No data</p>\n</section>\n");
+        return Ok(());
+    };
+
+    // Legend.
+    out.push_str("<ul class=\"legend\">");
+    for (i, label) in labels.iter().enumerate() {
+        let none = points.get(i).is_none_or(Vec::is_empty);
+        write!(
+            out,
+            "<li{}><svg width=\"22\" height=\"8\" aria-hidden=\"true\">\
+             <line x1=\"0\" y1=\"4\" x2=\"22\" y2=\"4\" stroke=\"{}\" stroke-width=\"2.5\"{}/></svg>{}{}</li>",
+            if none { " class=\"none\"" } else { "" },
+            colour(i),
+            dash_attr(i),
+            label,
+            if none { " (no data)" } else { "" },
+        )?;
+    }
+    out.push_str("</ul>\n");
+
+    writeln!(
+        out,
+        "<svg class=\"plot\" viewBox=\"0 0 {VIEW_W} {VIEW_H}\" font-size=\"12\" role=\"img\" aria-label=\"{}\">",
+        escape(&chart.title)
+    )?;
+
+    // Grid and tick labels.
+    out.push_str("<g stroke=\"#e8eaef\" stroke-width=\"1\">");
+    for &y in &axes.y_ticks {
+        let py = axes.py(y);
+        write!(
+            out,
+            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>",
+            C(PLOT_LEFT),
+            C(py),
+            C(PLOT_RIGHT),
+            C(py)
+        )?;
+    }
+    for &x in &axes.x_ticks {
+        let px = axes.px(x);
+        write!(
+            out,
+            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>",
+            C(px),
+            C(PLOT_TOP),
+            C(px),
+            C(PLOT_BOTTOM)
+        )?;
+    }
+    out.push_str("</g>\n<g text-anchor=\"end\">");
+    for &y in &axes.y_ticks {
+        write!(
+            out,
+            "<text x=\"{}\" y=\"{}\">{}</text>",
+            C(PLOT_LEFT - 7.0),
+            C(axes.py(y) + 4.0),
+            escape(&fmt_tick(y, axes.y_step))
+        )?;
+    }
+    out.push_str("</g>\n<g text-anchor=\"middle\">");
+    for &x in &axes.x_ticks {
+        write!(
+            out,
+            "<text x=\"{}\" y=\"{}\">{}</text>",
+            C(axes.px(x)),
+            C(PLOT_BOTTOM + 17.0),
+            escape(&fixed(x, step_decimals(axes.x_step)))
+        )?;
+    }
+    writeln!(
+        out,
+        "<text x=\"{}\" y=\"{}\">time (s)</text>",
+        C((PLOT_LEFT + PLOT_RIGHT) / 2.0),
+        C(VIEW_H - 4.0)
+    )?;
+    writeln!(
+        out,
+        "<text transform=\"rotate(-90)\" x=\"{}\" y=\"16\">{}</text></g>",
+        C(-(PLOT_TOP + PLOT_BOTTOM) / 2.0),
+        escape(&chart.y_label)
+    )?;
+    writeln!(
+        out,
+        "<path d=\"M{} {}V{}H{}\" fill=\"none\" stroke=\"#9aa2ae\" stroke-width=\"1\"/>",
+        C(PLOT_LEFT),
+        C(PLOT_TOP),
+        C(PLOT_BOTTOM),
+        C(PLOT_RIGHT)
+    )?;
+
+    write_hover_bands(out, &axes, &points, &labels)?;
+
+    // The lines, on top of the hover bands so that their own tooltips show.
+    for (i, series) in points.iter().enumerate() {
+        if series.is_empty() {
+            continue;
+        }
+        let label = labels.get(i).map_or("", String::as_str);
+        let px: Vec<(f64, f64)> = series
+            .iter()
+            .map(|&(x, y)| (axes.px(x), axes.py(y)))
+            .collect();
+        write!(out, "<g fill=\"{}\">", colour(i))?;
+        if series.len() > 1 {
+            write!(
+                out,
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\" \
+                 stroke-linejoin=\"round\" stroke-linecap=\"round\"{} points=\"",
+                colour(i),
+                dash_attr(i)
+            )?;
+            let mut previous = None;
+            let mut first = true;
+            for (x, y) in thin(px.clone()) {
+                let rounded = ((x * 10.0).round(), (y * 10.0).round());
+                if previous == Some(rounded) {
+                    continue;
+                }
+                previous = Some(rounded);
+                if !first {
+                    out.push(' ');
+                }
+                first = false;
+                write!(out, "{},{}", C(x), C(y))?;
+            }
+            write!(out, "\"><title>{label}</title></polyline>")?;
+        }
+        if series.len() <= MARKERS_UP_TO {
+            let r = if series.len() == 1 { 3.5 } else { 2.2 };
+            for &(x, y) in &px {
+                write!(out, "<circle cx=\"{}\" cy=\"{}\" r=\"{r}\"/>", C(x), C(y))?;
+            }
+        }
+        out.push_str("</g>\n");
+    }
+    out.push_str("</svg>\n</section>\n");
+    Ok(())
+}
+
+fn dash_attr(i: usize) -> String {
+    match dash(i) {
+        "" => String::new(),
+        d => format!(" stroke-dasharray=\"{d}\""),
+    }
+}
+
+/// Transparent vertical bands over the plot whose tooltips list every series'
+/// value at that time.
+fn write_hover_bands(
+    out: &mut String,
+    axes: &Axes,
+    points: &[Vec<(f64, f64)>],
+    labels: &[String],
+) -> fmt::Result {
+    let longest = points.iter().map(Vec::len).max().unwrap_or(0);
+    let (mut x_min, mut x_max) = (f64::INFINITY, f64::NEG_INFINITY);
+    for &(x, _) in points.iter().flatten() {
+        x_min = x_min.min(x);
+        x_max = x_max.max(x);
+    }
+    let bands = longest.clamp(1, MAX_BANDS);
+    // Bands centred on evenly spaced times from the first point to the last, so that
+    // regularly sampled series have one point at each band's centre.
+    let (step, half) = if bands > 1 && x_max > x_min {
+        let step = x_max / (bands - 1) as f64 - x_min / (bands - 1) as f64;
+        (step, step / 2.0)
+    } else {
+        (0.0, f64::INFINITY)
+    };
+    let bands = if half.is_finite() { bands } else { 1 };
+    out.push_str("<g class=\"hover\" fill=\"transparent\">");
+    for b in 0..bands {
+        let centre = x_min + step * b as f64;
+        // The tooltip is headed by the time of the first value shown; a series
+        // sampled at another time says when.
+        let mut time = None;
+        let mut tip = String::new();
+        for (i, series) in points.iter().enumerate() {
+            if let Some((x, y)) = nearest(series, centre, half) {
+                let label = labels.get(i).map_or("", String::as_str);
+                write!(tip, "\n{label}: {}", escape(&fmt_value(y)))?;
+                let t = *time.get_or_insert(x);
+                if (x - t).abs() > 1e-9 * t.abs().max(1.0) {
+                    write!(tip, " (t = {} s)", escape(&fixed(x, 2)))?;
+                }
+            }
+        }
+        let Some(time) = time else {
+            continue;
+        };
+        let (left, right) = if half.is_finite() {
+            (
+                axes.px(centre - half).max(PLOT_LEFT),
+                axes.px(centre + half).min(PLOT_RIGHT),
+            )
+        } else {
+            (PLOT_LEFT, PLOT_RIGHT)
+        };
+        write!(
+            out,
+            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"><title>t = {} s{tip}</title></rect>",
+            C(left),
+            C(PLOT_TOP),
+            C((right - left).max(0.5)),
+            C(PLOT_BOTTOM - PLOT_TOP),
+            escape(&fixed(time, 2)),
+        )?;
+    }
+    out.push_str("</g>\n");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(label: &str, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            label: label.into(),
+            points,
+        }
+    }
+
+    fn chart(series: Vec<Series>) -> Chart {
+        Chart {
+            title: "Throughput".into(),
+            y_label: "msgs/s".into(),
+            series,
+        }
+    }
+
+    fn ramp(n: usize, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+        (0..n).map(|i| (i as f64, f(i as f64))).collect()
+    }
+
+    fn page_with(charts: Vec<Chart>) -> Page {
+        Page {
+            title: "t".into(),
+            charts,
+            ..Default::default()
+        }
+    }
+
+    fn count(haystack: &str, needle: &str) -> usize {
+        haystack.matches(needle).count()
+    }
+
+    /// The `points` attribute of every polyline.
+    fn polylines(html: &str) -> Vec<Vec<(f64, f64)>> {
+        html.split("<polyline")
+            .skip(1)
+            .map(|rest| {
+                let start = rest.find("points=\"").map_or(0, |i| i + 8);
+                let end = rest[start..].find('"').map_or(rest.len(), |i| start + i);
+                rest[start..end]
+                    .split(' ')
+                    .map(|xy| {
+                        let (x, y) = xy.split_once(',').expect("x,y");
+                        (x.parse().expect("x"), y.parse().expect("y"))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn escapes_the_five_special_characters() {
+        assert_eq!(
+            escape(r#"a & b < c > d "e" 'f'"#),
+            "a &amp; b &lt; c &gt; d &quot;e&quot; &#39;f&#39;"
+        );
+        assert_eq!(escape("plain µs ✓"), "plain µs ✓");
+    }
+
+    #[test]
+    fn escapes_text_everywhere() {
+        let evil = "<script>alert('x')</script>";
+        let page = Page {
+            title: evil.into(),
+            subtitle: evil.into(),
+            tables: vec![Table {
+                title: evil.into(),
+                header: vec![evil.into(), evil.into()],
+                rows: vec![vec![evil.into(), evil.into()]],
+            }],
+            charts: vec![
+                Chart {
+                    title: evil.into(),
+                    y_label: evil.into(),
+                    series: vec![series(evil, ramp(5, |x| x))],
+                },
+                Chart {
+                    title: evil.into(),
+                    ..Default::default()
+                },
+            ],
+            raw_json: Some(format!("{{\"a\": \"{evil}\"}}")),
+        };
+        let html = render(&page);
+        assert!(!html.contains("<script"), "{html}");
+        assert!(!html.contains("alert('x')"));
+        assert!(html.contains("<title>&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;</title>"));
+        assert!(html.contains("<h1>&lt;script&gt;"));
+        // Title, h1, subtitle, table title, 2 header cells, 2 cells, 2 chart titles,
+        // aria-label, legend, y label, line tooltip, hover tooltips, JSON.
+        assert!(count(&html, "&lt;script&gt;") >= 16, "{html}");
+    }
+
+    #[test]
+    fn two_series_give_two_polylines_and_a_legend_with_both() {
+        let html = render(&page_with(vec![chart(vec![
+            series("GridLinks", ramp(10, |x| 1000.0 + x)),
+            series("Mosquitto", ramp(10, |x| 500.0 + x)),
+        ])]));
+        assert_eq!(count(&html, "<polyline"), 2);
+        let legend = &html[html.find("<ul class=\"legend\">").expect("legend")..];
+        let legend = &legend[..legend.find("</ul>").expect("end of legend")];
+        assert!(legend.contains("GridLinks") && legend.contains("Mosquitto"));
+        assert!(legend.contains(PALETTE[0]) && legend.contains(PALETTE[1]));
+        assert!(html.contains(&format!("stroke=\"{}\"", PALETTE[0])));
+        assert!(html.contains(&format!("stroke=\"{}\"", PALETTE[1])));
+        assert!(html.contains("<title>GridLinks</title></polyline>"));
+        assert!(html.contains("msgs/s"));
+        assert!(html.contains("time (s)"));
+        assert_eq!(count(&html, "<svg class=\"plot\""), 1);
+    }
+
+    #[test]
+    fn charts_without_data_get_a_note_instead_of_a_plot() {
+        for empty in [
+            chart(vec![]),
+            chart(vec![series("a", vec![]), series("b", vec![])]),
+            chart(vec![series(
+                "nan",
+                vec![(f64::NAN, 1.0), (1.0, f64::INFINITY)],
+            )]),
+        ] {
+            let html = render(&page_with(vec![empty]));
+            assert!(html.contains("<p class=\"nodata\">No data</p>"), "{html}");
+            assert!(!html.contains("<polyline"));
+            assert!(!html.contains("<svg class=\"plot\""));
+        }
+    }
+
+    #[test]
+    fn non_finite_points_are_skipped() {
+        let points = vec![
+            (0.0, 1.0),
+            (1.0, f64::NAN),
+            (2.0, 3.0),
+            (f64::INFINITY, 4.0),
+            (3.0, f64::NEG_INFINITY),
+            (f64::NAN, f64::NAN),
+            (4.0, 2.0),
+        ];
+        let html = render(&page_with(vec![chart(vec![series("s", points)])]));
+        let lines = polylines(&html);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].len(), 3, "{:?}", lines[0]);
+        assert!(!html.contains("NaN") && !html.contains("inf"));
+    }
+
+    #[test]
+    fn points_are_drawn_in_x_order_within_the_plot() {
+        let points = vec![(3.0, 30.0), (1.0, 10.0), (2.0, 20.0), (0.0, 0.0)];
+        let html = render(&page_with(vec![chart(vec![series("s", points)])]));
+        let line = &polylines(&html)[0];
+        assert!(line.windows(2).all(|w| w[0].0 < w[1].0), "{line:?}");
+        for &(x, y) in line {
+            assert!((PLOT_LEFT..=PLOT_RIGHT).contains(&x));
+            assert!((PLOT_TOP..=PLOT_BOTTOM).contains(&y));
+        }
+        // x from 0 at the left edge to 3 at the right, y rising.
+        assert_eq!(line[0], (PLOT_LEFT, PLOT_BOTTOM));
+        assert_eq!(line[3].0, PLOT_RIGHT);
+        assert!(line[3].1 < line[0].1);
+    }
+
+    #[test]
+    fn a_single_point_is_a_dot() {
+        let html = render(&page_with(vec![chart(vec![series(
+            "one",
+            vec![(5.0, 42.0)],
+        )])]));
+        assert!(!html.contains("<polyline"));
+        assert_eq!(count(&html, "<circle"), 1);
+        assert!(html.contains("r=\"3.5\""));
+        assert!(html.contains("one: 42"));
+    }
+
+    #[test]
+    fn empty_series_beside_others_keeps_its_legend_entry() {
+        let html = render(&page_with(vec![chart(vec![
+            series("measured", ramp(3, |x| x)),
+            series("missing", vec![]),
+        ])]));
+        assert_eq!(count(&html, "<polyline"), 1);
+        assert!(html.contains("missing (no data)"));
+    }
+
+    #[test]
+    fn nice_ticks_use_1_2_5_steps_from_zero() {
+        assert_eq!(nice_ticks(0.0, 93.0), [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
+        assert_eq!(
+            nice_ticks(12.0, 100.0),
+            [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]
+        );
+        assert_eq!(nice_ticks(0.0, 35_000.0), [0.0, 10e3, 20e3, 30e3, 40e3]);
+        assert_eq!(nice_ticks(-35.0, 80.0), [-50.0, 0.0, 50.0, 100.0]);
+        assert_eq!(nice_ticks(-7.0, -3.0), [-8.0, -6.0, -4.0, -2.0, 0.0]);
+        let zero = nice_ticks(0.0, 0.0);
+        assert_eq!(zero.len(), 6);
+        assert_eq!((zero[0], zero[5]), (0.0, 1.0));
+        // Every maximum gets 4 to 6 ticks from 0 covering it, on a 1/2/5 step.
+        let mut max = 1e-6;
+        while max < 1e12 {
+            let ticks = nice_ticks(0.0, max);
+            assert!((4..=6).contains(&ticks.len()), "{max}: {ticks:?}");
+            assert_eq!(ticks[0], 0.0);
+            assert!(
+                ticks[ticks.len() - 1] >= max * (1.0 - 1e-9),
+                "{max}: {ticks:?}"
+            );
+            let step = ticks[1] - ticks[0];
+            let mantissa = step / pow10(step.log10().floor() as i32);
+            assert!(
+                [1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 1e-6),
+                "{max}: {ticks:?}"
+            );
+            max *= 1.37;
+        }
+    }
+
+    #[test]
+    fn huge_values_give_finite_ticks() {
+        for max in [1e300, f64::MAX] {
+            let ticks = nice_ticks(-f64::MAX, max);
+            assert!(ticks.len() >= 2 && ticks.iter().all(|t| t.is_finite()));
+        }
+        let html = render(&page_with(vec![chart(vec![series(
+            "big",
+            vec![(0.0, f64::MAX), (1.0, -f64::MAX), (2.0, 1e300)],
+        )])]));
+        assert_eq!(polylines(&html)[0].len(), 3);
+        assert!(!html.contains("inf") && !html.contains("NaN"));
+    }
+
+    #[test]
+    fn all_zero_values_get_a_0_to_1_axis() {
+        let html = render(&page_with(vec![chart(vec![series(
+            "idle",
+            ramp(5, |_| 0.0),
+        )])]));
+        let line = &polylines(&html)[0];
+        assert!(line.iter().all(|&(_, y)| y == PLOT_BOTTOM));
+        assert!(html.contains(">0.2</text>") && html.contains(">1</text>"));
+    }
+
+    #[test]
+    fn tick_labels_are_compact() {
+        assert_eq!(fmt_tick(0.0, 0.1), "0");
+        assert_eq!(fmt_tick(-0.0, 0.1), "0");
+        assert_eq!(fmt_tick(0.5, 0.1), "0.5");
+        assert_eq!(fmt_tick(0.3 * 3.0, 0.3), "0.9");
+        assert_eq!(fmt_tick(0.05, 0.01), "0.05");
+        assert_eq!(fmt_tick(800.0, 200.0), "800");
+        assert_eq!(fmt_tick(1200.0, 200.0), "1.2k");
+        assert_eq!(fmt_tick(2000.0, 500.0), "2k");
+        assert_eq!(fmt_tick(35_000.0, 5_000.0), "35k");
+        assert_eq!(fmt_tick(1_500_000.0, 500_000.0), "1.5M");
+        assert_eq!(fmt_tick(-20.0, 10.0), "-20");
+        assert_eq!(fmt_tick(3e9, 1e9), "3G");
+        assert_eq!(fmt_value(1234.0), "1.23k");
+        assert_eq!(fmt_value(35_000.0), "35k");
+        assert_eq!(fmt_value(0.0123), "0.0123");
+        assert_eq!(fmt_value(42.0), "42");
+        assert_eq!(fmt_value(-1.5e6), "-1.5M");
+    }
+
+    #[test]
+    fn time_ticks_read_as_seconds_and_minutes() {
+        assert_eq!(
+            time_ticks(0.0, 60.0),
+            (vec![0.0, 15.0, 30.0, 45.0, 60.0], 15.0)
+        );
+        assert_eq!(time_ticks(0.0, 10.0).0, [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        let (ticks, step) = time_ticks(0.0, 3600.0);
+        assert_eq!(step, 900.0);
+        assert_eq!(ticks, [0.0, 900.0, 1800.0, 2700.0, 3600.0]);
+        // Ticks stay within the range.
+        assert_eq!(time_ticks(3.0, 97.0).0, [20.0, 40.0, 60.0, 80.0]);
+    }
+
+    #[test]
+    fn coordinates_are_rounded_to_a_tenth() {
+        assert_eq!(C(12.34).to_string(), "12.3");
+        assert_eq!(C(12.96).to_string(), "13");
+        assert_eq!(C(-0.04).to_string(), "0");
+        assert_eq!(C(-1.25).to_string(), "-1.3");
+        assert_eq!(C(f64::NAN).to_string(), "0");
+    }
+
+    #[test]
+    fn numeric_cells_are_recognised() {
+        for cell in [
+            "1,234,567",
+            "0.812 ms",
+            "99.2%",
+            "2.0 MiB",
+            "1.50x",
+            "12.5 KiB",
+            "3.20 s",
+            "-4",
+            "+1e3",
+            " 42 ",
+            "20,000 msgs/s",
+        ] {
+            assert!(is_numeric(cell), "{cell}");
+        }
+        for cell in [
+            "",
+            "-",
+            "x",
+            "%",
+            "ms",
+            "inf",
+            "NaN",
+            "p99",
+            "v1.2",
+            "abc",
+            "0x1F",
+            "1 2",
+            "gridlinks",
+        ] {
+            assert!(!is_numeric(cell), "{cell}");
+        }
+    }
+
+    #[test]
+    fn tables_align_numbers_right_and_label_rows() {
+        let table = Table {
+            title: "Results".into(),
+            header: vec!["figure".into(), "gridlinks".into(), "note".into()],
+            rows: vec![
+                vec!["msgs/s".into(), "20,000".into(), "steady".into()],
+                vec!["p99".into(), "-".into()],
+            ],
+        };
+        let html = render(&Page {
+            tables: vec![table],
+            ..Default::default()
+        });
+        assert!(html
+            .contains("<th scope=\"row\">msgs/s</th><td class=\"num\">20,000</td><td>steady</td>"));
+        // Short rows are padded; "-" aligns with the numbers.
+        assert!(html.contains("<th scope=\"row\">p99</th><td class=\"num\">-</td><td></td>"));
+        assert!(html
+            .contains("<th scope=\"col\" class=\"num\">gridlinks</th><th scope=\"col\">note</th>"));
+        assert!(html.contains("<h2>Results</h2>"));
+        let empty = render(&Page {
+            tables: vec![Table::default()],
+            ..Default::default()
+        });
+        assert!(empty.contains("No rows"));
+    }
+
+    #[test]
+    fn the_document_is_complete_and_offline() {
+        let html = render(&Page {
+            title: "gridlinks-bench mqtt-telemetry".into(),
+            subtitle: "gridlinks-bench mqtt-telemetry --devices 1000".into(),
+            tables: vec![Table {
+                title: "Results".into(),
+                header: vec!["figure".into(), "value".into()],
+                rows: vec![vec!["msgs/s".into(), "1,000".into()]],
+            }],
+            charts: vec![chart(vec![series("a", ramp(30, |x| x * x))])],
+            raw_json: Some("{\"acked\": 1}".into()),
+        });
+        assert!(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
+        assert!(html.contains("<meta charset=\"utf-8\">"));
+        assert!(html.contains("<style>"));
+        assert!(html.trim_end().ends_with("</html>"));
+        for external in [
+            "http://", "https://", "<script", "src=", "url(", "@import", "<link",
+        ] {
+            assert!(!html.contains(external), "{external}");
+        }
+        assert!(html.contains("<details class=\"card\">"));
+        assert!(html.contains("<pre>{&quot;acked&quot;: 1}</pre>"));
+        assert_eq!(count(&html, "<section"), count(&html, "</section>"));
+        assert_eq!(count(&html, "<svg"), count(&html, "</svg>"));
+        assert_eq!(count(&html, "<g"), count(&html, "</g>"));
+    }
+
+    #[test]
+    fn hover_bands_list_every_series_at_a_time() {
+        let html = render(&page_with(vec![chart(vec![
+            series("p50", ramp(10, |_| 1500.0)),
+            series("p99", ramp(10, |_| 2_500_000.0)),
+        ])]));
+        assert_eq!(count(&html, "<rect"), 10);
+        assert!(html.contains("<title>t = 3 s\np50: 1.5k\np99: 2.5M</title></rect>"));
+    }
+
+    #[test]
+    fn tooltips_give_the_time_of_each_value() {
+        // 600 points in 150 bands: each band names the sample it shows.
+        let html = render(&page_with(vec![chart(vec![
+            series("a", ramp(600, |x| x)),
+            series(
+                "b",
+                ramp(600, |x| x)
+                    .iter()
+                    .map(|&(x, y)| (x + 0.5, y))
+                    .collect(),
+            ),
+        ])]));
+        assert_eq!(count(&html, "<rect"), MAX_BANDS);
+        assert!(
+            html.contains("<title>t = 0 s\na: 0\nb: 0 (t = 0.5 s)</title>"),
+            "{html}"
+        );
+        assert!(html.contains("<title>t = 599 s\na: 599\nb: 599 (t = 599.5 s)</title>"));
+        assert!(!html.contains("t = 4.02 s"));
+    }
+
+    #[test]
+    fn long_series_stay_compact() {
+        // An hour at one point a second, noisy, three lines.
+        let noisy = |seed: f64| ramp(3600, move |x| 20_000.0 + 5_000.0 * ((x * seed).sin()));
+        let html = render(&page_with(vec![chart(vec![
+            series("a", noisy(1.3)),
+            series("b", noisy(2.7)),
+            series("c", noisy(0.1)),
+        ])]));
+        assert!(html.len() < 300_000, "{} bytes", html.len());
+        assert!(count(&html, "<rect") <= MAX_BANDS);
+        // Thinning keeps the extremes of the noisy line.
+        let line = &polylines(&html)[0];
+        let top = line.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+        let bottom = line.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+        assert!(line.len() < 3600);
+        let axes = Axes::new(&[noisy(1.3)]).expect("axes");
+        assert!((top - axes.py(25_000.0)).abs() < 0.5, "{top}");
+        assert!((bottom - axes.py(15_000.0)).abs() < 0.5, "{bottom}");
+        // A million points still render in bounded size.
+        let html = render(&page_with(vec![chart(vec![series(
+            "m",
+            (0..1_000_000)
+                .map(|i| (i as f64 / 1000.0, (i % 7) as f64))
+                .collect(),
+        )])]));
+        assert!(html.len() < 200_000, "{} bytes", html.len());
+    }
+
+    #[test]
+    fn palette_colours_are_distinct_and_repeat_dashed() {
+        let mut colours = PALETTE.to_vec();
+        colours.sort_unstable();
+        colours.dedup();
+        assert_eq!(colours.len(), 8);
+        assert_eq!(dash(0), "");
+        assert_eq!(colour(8), colour(0));
+        assert_ne!(dash(8), dash(0));
+    }
+}

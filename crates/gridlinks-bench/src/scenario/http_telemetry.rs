@@ -1,0 +1,514 @@
+//! `http-telemetry`: N devices post telemetry over HTTP/1.1 keep-alive to the
+//! ThingsBoard device API (`POST /api/v1/{token}/telemetry`), one request in flight per
+//! connection, as fast as responses allow or at `--rate`/`--interval`.
+//!
+//! The same payloads, phases, loss check and storage-lag sampling as `mqtt-telemetry`:
+//! an `HTTP 200` is the acknowledgement. Any other status counts as failed, by status.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::telemetry::{
+    check_losses_of, device_names_of, provision, render_payload, send_interval, PayloadKind,
+    PayloadSpec,
+};
+use super::{wait_for_some, ConnectPacer, Progress, ProgressKind, ProgressSources};
+use crate::cli::HttpTelemetryArgs;
+use crate::figures;
+use crate::loss_check::{unix_micros, unix_millis, AckLog};
+use crate::proc_stats::ProcessStats;
+use crate::report::{self, LatencySummary, Reasons, ServerCost, TelemetryReport};
+use crate::stats::{Counters, LatencyRecorder, LatencyShards};
+use crate::storage_lag::{LagSampler, LagSlots};
+
+/// Largest response head (status line and headers) accepted.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Largest response body accepted.
+const MAX_BODY: usize = 1 << 20;
+
+/// How late a scheduled request may go out before the delay counts into its latency.
+const TIMER_SLACK: Duration = Duration::from_millis(2);
+
+/// Latency histogram shards.
+const LATENCY_SHARDS: usize = 32;
+
+/// Runs the scenario and prints its report; exit code 2 when the loss check fails.
+pub async fn run(args: HttpTelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
+    let report = measure(&args).await?;
+    report::emit(&args.output, &report.human(), &report.to_json(), || {
+        figures::run_page(&report)
+    })?;
+    Ok(report
+        .loss_check
+        .as_ref()
+        .map_or(std::process::ExitCode::SUCCESS, crate::exit_code))
+}
+
+/// What every device does.
+struct Plan {
+    /// Devices (spreads the send schedules).
+    devices: usize,
+    /// `host:port` for the Host header.
+    host: String,
+    server: SocketAddr,
+    payload: PayloadSpec,
+    interval: Option<Duration>,
+    messages_per_device: Option<u64>,
+    timeout: Duration,
+    record_acks: bool,
+    lag_slots: Option<Arc<LagSlots>>,
+}
+
+/// How one device's run ended.
+#[derive(Default)]
+struct DeviceResult {
+    last_ack: Option<Instant>,
+    lost: Option<String>,
+    acks: AckLog,
+    refused: Reasons,
+}
+
+/// Runs the scenario.
+pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport> {
+    let api = args.api.target("http-telemetry")?;
+    let names = device_names_of(
+        args.devices,
+        args.provision,
+        args.verify || args.save_acks.is_some() || args.storage_lag,
+        args.device_names_file.as_deref(),
+    )?;
+    let tokens = if args.provision {
+        provision(api.clone(), names.clone().context("provisioned names")?).await?
+    } else {
+        let path = args
+            .tokens_file
+            .as_ref()
+            .context("give --provision or --tokens-file")?;
+        super::read_lines(path, args.devices, "tokens")?
+    };
+    let url = args.api.api.clone().unwrap_or_default();
+    let host = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let server = tokio::net::lookup_host(host.as_str())
+        .await
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host} has no address"))?;
+    super::check_fd_limit(args.devices)?;
+    let server_stats = match args.server_pid {
+        Some(pid) => Some(ProcessStats::new(pid).with_context(|| format!("reading /proc/{pid}"))?),
+        None => None,
+    };
+    let lag_slots = LagSlots::new(args.devices);
+    let plan = Arc::new(Plan {
+        devices: args.devices,
+        host: host.clone(),
+        server,
+        payload: PayloadSpec {
+            target_len: args.payload_bytes,
+            kind: PayloadKind::Telemetry,
+        },
+        interval: send_interval(args.rate, args.interval, args.devices),
+        messages_per_device: args.messages_per_device,
+        timeout: args.timeout,
+        record_acks: names.is_some(),
+        lag_slots: args.storage_lag.then(|| Arc::clone(&lag_slots)),
+    });
+    let duration = match (args.duration, args.messages_per_device) {
+        (Some(d), _) => Some(d),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
+    let counters = Arc::new(Counters::default());
+    let latency = LatencyShards::new(LATENCY_SHARDS);
+    let progress = Progress::start(
+        ProgressKind::Telemetry,
+        ProgressSources {
+            counters: Arc::clone(&counters),
+            server: server_stats.clone(),
+            ack_latency: Some(Arc::clone(&latency)),
+            e2e_latency: None,
+        },
+        "connecting",
+    );
+
+    // Phase 1: connect.
+    let started = Instant::now();
+    let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<(), String>>(1024);
+    let (window_tx, window_rx) = watch::channel::<Option<(Instant, Option<Instant>)>>(None);
+    let pacer = ConnectPacer::new(args.connect_rate, 64);
+    let mut devices = Vec::with_capacity(args.devices);
+    for (index, token) in tokens.into_iter().take(args.devices).enumerate() {
+        let permit = pacer.slot(index).await;
+        let device = Device {
+            index,
+            path: format!("/api/v1/{token}/telemetry"),
+            plan: Arc::clone(&plan),
+            counters: Arc::clone(&counters),
+            latency: latency.recorder(index),
+        };
+        let (outcome_tx, window_rx) = (outcome_tx.clone(), window_rx.clone());
+        devices.push(tokio::spawn(async move {
+            let stream = connect(device.plan.server).await;
+            drop(permit);
+            device.run(stream, outcome_tx, window_rx).await
+        }));
+    }
+    drop(outcome_tx);
+    let mut connect_failures = Reasons::new();
+    while let Some(outcome) = outcome_rx.recv().await {
+        if let Err(reason) = outcome {
+            *connect_failures.entry(reason).or_default() += 1;
+        }
+    }
+    let connect_seconds = started.elapsed().as_secs_f64();
+
+    // Phase 2: post.
+    let server_before = match &server_stats {
+        Some(s) => Some(s.sample()?),
+        None => None,
+    };
+    let me_before = me.cpu_seconds()?;
+    if let Some(s) = &server_before {
+        progress.reset_peak(s.memory.rss_kib);
+    }
+    progress.set_phase("posting");
+    let lag_sampler = match &names {
+        Some(names) if args.storage_lag => Some(LagSampler::start(
+            api.clone(),
+            names.clone(),
+            Arc::clone(&lag_slots),
+        )),
+        _ => None,
+    };
+    let start = Instant::now();
+    window_tx.send_replace(Some((start, duration.map(|d| start + d))));
+    let mut lost = Reasons::new();
+    let mut refused = Reasons::new();
+    let mut last_ack = start;
+    let mut acks = Vec::with_capacity(devices.len());
+    for device in devices {
+        let result = device.await.context("device task panicked")?;
+        if let Some(reason) = result.lost {
+            *lost.entry(reason).or_default() += 1;
+        }
+        for (reason, n) in result.refused {
+            *refused.entry(reason).or_default() += n;
+        }
+        last_ack = last_ack.max(result.last_ack.unwrap_or(start));
+        acks.push(result.acks);
+    }
+    let server_after = match &server_stats {
+        Some(s) => Some(s.sample()?),
+        None => None,
+    };
+    let me_after = me.cpu_seconds()?;
+    let storage_lag = match lag_sampler {
+        Some(sampler) => Some(sampler.finish().await?),
+        None => None,
+    };
+    let rss_peak = server_after.map(|s| progress.peak(s.memory.rss_kib));
+    let timeline = progress.finish();
+    for (reason, n) in refused {
+        *lost.entry(format!("refused: {reason}")).or_default() += n;
+    }
+    let mut report = TelemetryReport {
+        scenario: "http-telemetry",
+        server: url,
+        protocol: "HTTP/1.1".into(),
+        devices: args.devices,
+        qos: 1,
+        inflight: 1,
+        offered_rate: plan
+            .interval
+            .map_or(0.0, |i| args.devices as f64 / i.as_secs_f64()),
+        payload_bytes: render_payload(&mut BytesMut::new(), &plan.payload, 0, 0).len(),
+        connected: Counters::get(&counters.connected),
+        connect_failures,
+        connect_seconds,
+        window_seconds: (last_ack - start).as_secs_f64(),
+        sent: Counters::get(&counters.sent),
+        acked: Counters::get(&counters.acked),
+        failed: Counters::get(&counters.failed),
+        dropped: lost,
+        puback: Some(LatencySummary::from_histogram(&latency.merged())),
+        server_cost: ServerCost::between(
+            server_stats.as_ref(),
+            server_before,
+            server_after,
+            rss_peak,
+        ),
+        generator_cpu_seconds: me_after - me_before,
+        loss_check: None,
+        storage_lag,
+        timeline,
+    };
+    if let Some(names) = names {
+        report.loss_check = check_losses_of(
+            &args.api,
+            args.verify,
+            args.save_acks.as_deref(),
+            Some(api),
+            names,
+            acks,
+        )
+        .await?;
+    }
+    Ok(report)
+}
+
+/// A TCP connection to the server with TCP_NODELAY.
+async fn connect(server: SocketAddr) -> io::Result<TcpStream> {
+    let socket = match server {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    let stream = socket.connect(server).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// One device's keep-alive connection.
+struct Device {
+    index: usize,
+    /// Request path with the device's token.
+    path: String,
+    plan: Arc<Plan>,
+    counters: Arc<Counters>,
+    latency: LatencyRecorder,
+}
+
+impl Device {
+    async fn run(
+        mut self,
+        stream: io::Result<TcpStream>,
+        outcome: mpsc::Sender<Result<(), String>>,
+        mut window_rx: watch::Receiver<Option<(Instant, Option<Instant>)>>,
+    ) -> DeviceResult {
+        let mut result = DeviceResult::default();
+        let mut stream = match stream {
+            Ok(s) => {
+                Counters::add(&self.counters.connected, 1);
+                let _ = outcome.send(Ok(())).await;
+                s
+            }
+            Err(e) => {
+                Counters::add(&self.counters.connect_failed, 1);
+                let _ = outcome.send(Err(format!("tcp: {e}"))).await;
+                return result;
+            }
+        };
+        drop(outcome);
+        let Some((start, stop_at)) = wait_for_some(&mut window_rx).await else {
+            return result;
+        };
+        let plan = Arc::clone(&self.plan);
+        let phase = self.index as f64 / plan.devices.max(1) as f64;
+        let mut next_due = plan.interval.map(|i| start + i.mul_f64(phase));
+        let mut rbuf = BytesMut::with_capacity(1024);
+        let mut wbuf = BytesMut::with_capacity(512);
+        let mut payload_buf = BytesMut::new();
+        let (mut sent, mut last_ts) = (0u64, 0u64);
+        loop {
+            let now = Instant::now();
+            if stop_at.is_some_and(|stop| now >= stop)
+                || plan.messages_per_device.is_some_and(|m| sent >= m)
+            {
+                break;
+            }
+            // Latency counts from the scheduled time (less the timer's slack) with
+            // --rate/--interval, so a slow server cannot hide behind a late send.
+            let due = match (next_due, plan.interval) {
+                (Some(due), Some(interval)) => {
+                    tokio::time::sleep_until(due).await;
+                    next_due = Some(due + interval);
+                    due + TIMER_SLACK
+                }
+                _ => now,
+            };
+            last_ts = unix_millis().max(last_ts + 1);
+            let payload = render_payload(&mut payload_buf, &plan.payload, sent, last_ts);
+            wbuf.clear();
+            wbuf.extend_from_slice(
+                format!(
+                    "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    self.path,
+                    plan.host,
+                    payload.len()
+                )
+                .as_bytes(),
+            );
+            wbuf.extend_from_slice(&payload);
+            sent += 1;
+            Counters::add(&self.counters.sent, 1);
+            let sent_at = Instant::now().min(due);
+            let exchange = async {
+                stream.write_all(&wbuf).await?;
+                read_response(&mut stream, &mut rbuf).await
+            };
+            let response = match tokio::time::timeout(plan.timeout, exchange).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    Counters::add(&self.counters.failed, 1);
+                    Counters::add(&self.counters.dropped, 1);
+                    result.lost = Some(format!("io: {e}"));
+                    break;
+                }
+                Err(_) => {
+                    Counters::add(&self.counters.failed, 1);
+                    Counters::add(&self.counters.dropped, 1);
+                    result.lost = Some("no response within --timeout".into());
+                    break;
+                }
+            };
+            let received = Instant::now();
+            if response.status == 200 {
+                Counters::add(&self.counters.acked, 1);
+                self.latency
+                    .record(received.saturating_duration_since(sent_at));
+                result.last_ack = Some(received);
+                if plan.record_acks {
+                    result.acks.push(last_ts, unix_millis());
+                }
+                if let Some(lag) = &plan.lag_slots {
+                    lag.set(self.index, last_ts, unix_micros());
+                }
+            } else {
+                Counters::add(&self.counters.failed, 1);
+                *result
+                    .refused
+                    .entry(format!("HTTP {}", response.status))
+                    .or_default() += 1;
+            }
+            if response.close {
+                Counters::add(&self.counters.dropped, 1);
+                result.lost = Some("server closed the connection".into());
+                break;
+            }
+        }
+        self.latency.flush();
+        result
+    }
+}
+
+/// What matters of a response.
+#[derive(Debug, PartialEq, Eq)]
+struct Response {
+    status: u16,
+    /// `Connection: close`.
+    close: bool,
+}
+
+/// Reads one response (head and Content-Length body) into `buf`, consuming it.
+async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<Response> {
+    loop {
+        if let Some((response, len)) = parse_response(buf)? {
+            buf.advance(len);
+            return Ok(response);
+        }
+        if buf.len() > MAX_HEAD + MAX_BODY {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "response too large",
+            ));
+        }
+        buf.reserve(1024);
+        if stream.read_buf(buf).await? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            ));
+        }
+    }
+}
+
+/// A complete response at the start of `buf` and its length, `None` if incomplete.
+fn parse_response(buf: &[u8]) -> io::Result<Option<(Response, usize)>> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    let Some(head_end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        if buf.len() > MAX_HEAD {
+            return Err(bad("response head too large"));
+        }
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| bad("response head not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .filter(|_| status_line.starts_with("HTTP/1."))
+        .ok_or_else(|| bad("bad status line"))?;
+    let (mut length, mut close) = (0usize, status_line.starts_with("HTTP/1.0"));
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.parse().map_err(|_| bad("bad Content-Length"))?;
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = value.eq_ignore_ascii_case("close");
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(bad("chunked responses are not supported"));
+        }
+    }
+    if length > MAX_BODY {
+        return Err(bad("response body too large"));
+    }
+    let total = head_end + 4 + length;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    Ok(Some((Response { status, close }, total)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_parse_with_and_without_body() {
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\ndate: x\r\n\r\nHTTP/1.1 503";
+        let (r, len) = parse_response(ok).unwrap().unwrap();
+        assert_eq!(
+            r,
+            Response {
+                status: 200,
+                close: false
+            }
+        );
+        assert_eq!(&ok[len..], b"HTTP/1.1 503");
+        let busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbusy!";
+        let (r, len) = parse_response(busy).unwrap().unwrap();
+        assert_eq!(
+            r,
+            Response {
+                status: 503,
+                close: true
+            }
+        );
+        assert_eq!(len, busy.len());
+        // Incomplete head or body: wait for more.
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").unwrap().is_none());
+        assert!(parse_response(&busy[..busy.len() - 1]).unwrap().is_none());
+        // Garbage is an error, not a hang.
+        assert!(parse_response(b"SSH-2.0\r\n\r\n").is_err());
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(parse_response(&vec![b'a'; MAX_HEAD + 1]).is_err());
+    }
+}

@@ -1,0 +1,382 @@
+//! The servers `compare` starts: GridLinks and peer brokers, each on free loopback
+//! ports with a fresh temporary directory (data, config, log), stopped with SIGTERM
+//! (SIGKILL after 10 s) when done, killed if dropped.
+//!
+//! To add a broker: a [`ServerKind`] variant, its binary in [`Binaries`], and a branch in
+//! [`ManagedServer::start`] that writes its config for the given port and returns the
+//! command line (see `docs/bench-tool.md`).
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use tokio::process::{Child, Command};
+
+/// How long a server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a server may take to exit after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Log lines quoted when a server fails to start.
+const LOG_TAIL: usize = 20;
+
+/// Temporary directories made by this process.
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A server the tool can start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServerKind {
+    /// This project's server.
+    Gridlinks,
+    /// Eclipse Mosquitto (Debian package).
+    Mosquitto,
+    /// rumqttd, a Rust broker (`cargo install rumqttd`).
+    Rumqttd,
+}
+
+impl ServerKind {
+    /// Name in reports and on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            ServerKind::Gridlinks => "gridlinks",
+            ServerKind::Mosquitto => "mosquitto",
+            ServerKind::Rumqttd => "rumqttd",
+        }
+    }
+}
+
+/// Where the server binaries are.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// `gridlinks`.
+    pub gridlinks: PathBuf,
+    /// `mosquitto`.
+    pub mosquitto: PathBuf,
+    /// `rumqttd`.
+    pub rumqttd: PathBuf,
+}
+
+impl Binaries {
+    /// `gridlinks` next to the running executable, else on PATH; `mosquitto` on PATH,
+    /// else /usr/sbin; `rumqttd` on PATH, else ~/.cargo/bin.
+    pub fn discover() -> Self {
+        let beside_me = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join("gridlinks")))
+            .filter(|p| p.is_file());
+        let home_cargo = std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".cargo/bin/rumqttd"))
+            .unwrap_or_else(|| PathBuf::from("rumqttd"));
+        Binaries {
+            gridlinks: beside_me
+                .or_else(|| on_path("gridlinks"))
+                .unwrap_or_else(|| PathBuf::from("gridlinks")),
+            mosquitto: on_path("mosquitto").unwrap_or_else(|| PathBuf::from("/usr/sbin/mosquitto")),
+            rumqttd: on_path("rumqttd").unwrap_or(home_cargo),
+        }
+    }
+
+    fn of(&self, kind: ServerKind) -> &Path {
+        match kind {
+            ServerKind::Gridlinks => &self.gridlinks,
+            ServerKind::Mosquitto => &self.mosquitto,
+            ServerKind::Rumqttd => &self.rumqttd,
+        }
+    }
+}
+
+/// `name` in a directory of PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// What to install when a binary is missing.
+fn install_hint(kind: ServerKind) -> &'static str {
+    match kind {
+        ServerKind::Gridlinks => {
+            "build it (cargo build --release -p gridlinks-server) or pass --gridlinks-bin"
+        }
+        ServerKind::Mosquitto => "apt-get install mosquitto, or pass --mosquitto-bin",
+        ServerKind::Rumqttd => "cargo install rumqttd --locked, or pass --rumqttd-bin",
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .context("binding a free port")?
+        .local_addr()?
+        .port())
+}
+
+/// Mosquitto's configuration: anonymous, in memory, no Nagle delay, queues large
+/// enough that a benchmark measures throughput rather than drops.
+pub fn mosquitto_config(port: u16, log: &Path) -> String {
+    format!(
+        "listener {port} 127.0.0.1\n\
+         allow_anonymous true\n\
+         persistence false\n\
+         set_tcp_nodelay true\n\
+         max_queued_messages 100000\n\
+         log_dest file {}\n",
+        log.display()
+    )
+}
+
+/// rumqttd's configuration (0.20): one MQTT 3.1.1 and one MQTT 5 listener on loopback,
+/// limits raised for 20,000 connections and 256 KiB payloads, no console or metrics.
+pub fn rumqttd_config(v4_port: u16, v5_port: u16) -> String {
+    let listener = |section: &str, port: u16| {
+        format!(
+            "[{section}]\n\
+             name = \"{section}\"\n\
+             listen = \"127.0.0.1:{port}\"\n\
+             next_connection_delay_ms = 0\n\
+             [{section}.connections]\n\
+             connection_timeout_ms = 60000\n\
+             max_payload_size = 262144\n\
+             max_inflight_count = 100\n\
+             dynamic_filters = true\n"
+        )
+    };
+    format!(
+        "id = 0\n\n\
+         [router]\n\
+         id = 0\n\
+         max_connections = 20010\n\
+         max_outgoing_packet_count = 200\n\
+         max_segment_size = 104857600\n\
+         max_segment_count = 10\n\n\
+         {}\n{}",
+        listener("v4.1", v4_port),
+        listener("v5.1", v5_port)
+    )
+}
+
+/// A running server.
+pub struct ManagedServer {
+    kind: ServerKind,
+    child: Child,
+    pid: u32,
+    dir: PathBuf,
+    log: PathBuf,
+    mqtt_port: u16,
+    api: Option<(String, String)>,
+    version: String,
+}
+
+impl ManagedServer {
+    /// Starts `kind` on free loopback ports and waits until it accepts connections.
+    pub async fn start(kind: ServerKind, bins: &Binaries) -> anyhow::Result<Self> {
+        let bin = bins.of(kind);
+        if !bin.is_file() {
+            bail!(
+                "{} not found at {}: {}",
+                kind.label(),
+                bin.display(),
+                install_hint(kind)
+            );
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "gridlinks-bench-{}-{}-{}",
+            kind.label(),
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let log = dir.join("server.log");
+        let mqtt_port = free_port()?;
+        let mut command = Command::new(bin);
+        let mut api = None;
+        match kind {
+            ServerKind::Gridlinks => {
+                let http_port = free_port()?;
+                let password = crate::rest_api::random_tokens(1)?.remove(0);
+                command
+                    .arg("serve")
+                    .arg("--data-dir")
+                    .arg(dir.join("data"))
+                    .args(["--http-bind", &format!("127.0.0.1:{http_port}")])
+                    .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
+                    .env("GRIDLINKS_ADMIN_PASSWORD", &password);
+                api = Some((format!("http://127.0.0.1:{http_port}"), password));
+            }
+            ServerKind::Mosquitto => {
+                let conf = dir.join("mosquitto.conf");
+                std::fs::write(&conf, mosquitto_config(mqtt_port, &log))?;
+                command.arg("-c").arg(conf);
+            }
+            ServerKind::Rumqttd => {
+                let conf = dir.join("rumqttd.toml");
+                std::fs::write(&conf, rumqttd_config(mqtt_port, free_port()?))?;
+                command.arg("-c").arg(conf);
+            }
+        }
+        let log_file = std::fs::File::create(&log)?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let pid = child.id().context("server exited at once")?;
+        let mut server = ManagedServer {
+            kind,
+            child,
+            pid,
+            dir,
+            log,
+            mqtt_port,
+            api,
+            version: version_of(kind, bin).await,
+        };
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// Waits until the MQTT port (and for GridLinks `/healthz`) answers.
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "{} exited with {status} while starting:\n{}",
+                    self.kind.label(),
+                    self.log_tail()
+                );
+            }
+            let mqtt_up = TcpStream::connect(("127.0.0.1", self.mqtt_port)).is_ok();
+            let api_up = match &self.api {
+                Some((base, _)) => ureq::get(&format!("{base}/healthz")).call().is_ok(),
+                None => true,
+            };
+            if mqtt_up && api_up {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} not ready within {} s:\n{}",
+                    self.kind.label(),
+                    START_TIMEOUT.as_secs(),
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The last lines of the server's log.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(LOG_TAIL)..].join("\n")
+    }
+
+    /// Which server this is.
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    /// Its MQTT 3.1.1/5 port on 127.0.0.1.
+    pub fn mqtt_port(&self) -> u16 {
+        self.mqtt_port
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// GridLinks only: REST API base URL and admin password.
+    pub fn api(&self) -> Option<(String, String)> {
+        self.api.clone()
+    }
+
+    /// Name and version, e.g. `mosquitto 2.0.11`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The server's log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s; removes the temporary directory unless
+    /// `GRIDLINKS_BENCH_KEEP_SERVER_DIRS` is set.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
+            .await
+            .is_err()
+        {
+            self.child.kill().await?;
+        }
+        if std::env::var_os("GRIDLINKS_BENCH_KEEP_SERVER_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("kept {}", self.dir.display());
+        }
+        Ok(())
+    }
+}
+
+/// Best effort: `gridlinks --version`, `rumqttd --version`, Mosquitto's `-h` banner.
+async fn version_of(kind: ServerKind, bin: &Path) -> String {
+    let flag = match kind {
+        ServerKind::Mosquitto => "-h",
+        ServerKind::Gridlinks | ServerKind::Rumqttd => "--version",
+    };
+    let out = Command::new(bin)
+        .arg(flag)
+        .stdin(Stdio::null())
+        .output()
+        .await;
+    let text = out
+        .map(|o| {
+            let mut t = String::from_utf8_lossy(&o.stdout).into_owned();
+            t.push_str(&String::from_utf8_lossy(&o.stderr));
+            t
+        })
+        .unwrap_or_default();
+    // "mosquitto version 2.0.11", "gridlinks 0.1.0", "rumqttd 0.20.0"
+    let version = text
+        .split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'));
+    match version {
+        Some(v) => format!("{} {v}", kind.label()),
+        None => format!("{} (unknown version)", kind.label()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_name_the_port_and_loopback_only() {
+        let m = mosquitto_config(1234, Path::new("/tmp/x.log"));
+        assert!(m.starts_with("listener 1234 127.0.0.1\n"), "{m}");
+        assert!(m.contains("allow_anonymous true"));
+        let r = rumqttd_config(1883, 1884);
+        assert!(r.contains("listen = \"127.0.0.1:1883\""), "{r}");
+        assert!(r.contains("listen = \"127.0.0.1:1884\""), "{r}");
+        assert!(!r.contains("0.0.0.0"), "{r}");
+        assert!(!r.contains("[console]") && !r.contains("[prometheus]"));
+    }
+
+    #[test]
+    fn free_ports_are_nonzero() {
+        assert_ne!(free_port().unwrap(), 0);
+    }
+}

@@ -1,0 +1,182 @@
+//! What the tool's tests share: the real `gridlinks` server started on free loopback
+//! ports in its own data directory, and the bench binary run against it.
+//!
+//! The server binary comes from `GRIDLINKS_BIN`, by default `gridlinks` in the target
+//! directory the test was built into (`cargo build -p gridlinks-server --bin gridlinks`,
+//! or `cargo test --workspace`, puts it there).
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gridlinks_bench::rest_api::{ApiTarget, RestClient};
+use serde_json::Value;
+
+pub const BENCH: &str = env!("CARGO_BIN_EXE_gridlinks-bench");
+pub const PASSWORD: &str = "pw";
+
+/// The server binary: `GRIDLINKS_BIN`, else `<target>/debug/gridlinks` next to this
+/// test's `deps/` directory. Panics naming `GRIDLINKS_BIN` when it does not exist.
+pub fn server_bin() -> PathBuf {
+    let path = match std::env::var_os("GRIDLINKS_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().expect("test binary path");
+            // <target>/debug/deps/loss_check-HASH -> <target>/debug/gridlinks
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("test binary lives in <target>/<profile>/deps")
+                .join("gridlinks")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "gridlinks server binary not found at {}: build it (cargo build -p gridlinks-server \
+         --bin gridlinks) or set GRIDLINKS_BIN to its path",
+        path.display()
+    );
+    path
+}
+
+/// A free local port (bound and released; a race with other processes is unlikely).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `gridlinks serve` in its own data directory; killed on drop.
+pub struct Server {
+    child: Child,
+    pub dir: PathBuf,
+    pub http: u16,
+    pub mqtt: u16,
+}
+
+impl Server {
+    pub fn start(name: &str) -> Server {
+        let bin = server_bin();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("loss-check-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (http, mqtt) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        let child = Command::new(&bin)
+            .args(["serve", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(["--http-bind", &format!("127.0.0.1:{http}")])
+            .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt}")])
+            .env("GRIDLINKS_ADMIN_PASSWORD", PASSWORD)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let mut server = Server {
+            child,
+            dir,
+            http,
+            mqtt,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let url = format!("{}/healthz", self.api());
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("server exited with {status}: {}", self.log());
+            }
+            if ureq::get(&url).call().is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("server not ready within 30 s: {}", self.log());
+    }
+
+    pub fn api(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> RestClient {
+        RestClient::login(&ApiTarget {
+            base: self.api(),
+            user: "admin".into(),
+            password: PASSWORD.into(),
+        })
+        .unwrap()
+    }
+
+    /// Runs the bench binary with `args` plus this server's MQTT and REST options.
+    pub fn bench(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(BENCH);
+        cmd.args(args)
+            .args(["--api", &self.api(), "--api-password", PASSWORD])
+            .stdin(Stdio::null());
+        if args[0] == "mqtt-telemetry" {
+            cmd.args(["--port", &self.mqtt.to_string()]);
+        }
+        let out = cmd.output().unwrap();
+        eprintln!(
+            "--- gridlinks-bench {args:?}: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs the bench binary with `args` alone (the tool starts its own servers).
+pub fn run_bench(args: &[&str]) -> Output {
+    let out = Command::new(BENCH)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    eprintln!(
+        "--- gridlinks-bench {args:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
