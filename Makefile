@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps rust-test compat-test bench-http bench-import bench-storage bench-mqtt
+.PHONY: run test deps rust-test compat-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-presets
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -39,11 +39,36 @@ bench-http:
 bench-import:
 	bench/bulk_import.sh 30000
 
-bench-mqtt:
-	bench/mqtt_compare.sh telemetry
-	MSG_RATE=20000 bench/mqtt_compare.sh telemetry
-	bench/mqtt_compare.sh idle
-	bench/mqtt_compare.sh connect-rate
+# gridlinks-bench starts GridLinks and the peers itself (free loopback ports, one at a
+# time). PEERS: mosquitto (Debian) and rumqttd (`cargo install rumqttd`, by bench-deps).
+PEERS   ?= mosquitto,rumqttd
+SOURCES ?= 127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4
+BENCH   := $(TARGET)/release/gridlinks-bench
+RESULTS := $(TARGET)/bench-results
+
+bench-deps: deps
+	@command -v rumqttd >/dev/null || test -x $(HOME)/.cargo/bin/rumqttd || $(CARGO) install rumqttd
+	$(CARGO) build --release -q -p gridlinks-server -p gridlinks-bench
+	mkdir -p $(RESULTS)
+
+bench-mqtt: bench-deps
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/telemetry.json --html $(RESULTS)/telemetry.html \
+	  mqtt-telemetry --devices 10000 --duration 20s --sources $(SOURCES) --verify
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/telemetry-20k.json --html $(RESULTS)/telemetry-20k.html \
+	  mqtt-telemetry --devices 10000 --rate 20000 --duration 20s --sources $(SOURCES) --verify --storage-lag
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/idle.json --html $(RESULTS)/idle.html \
+	  connect --connections 19000 --rate 2000 --hold 10s --sources $(SOURCES)
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/connect-rate.json --html $(RESULTS)/connect-rate.html \
+	  connect --connections 10000 --hold 1s --sources $(SOURCES)
+
+bench-pubsub: bench-deps
+	$(BENCH) compare --servers $(PEERS) --json $(RESULTS)/fanin.json --html $(RESULTS)/fanin.html \
+	  pubsub --groups 1 --publishers 10 --subscribers 1 --duration 20s
+
+bench-presets: bench-deps
+	$(BENCH) preset tb-2017 --against $(PEERS) --step-args "--sources $(SOURCES)" --json $(RESULTS)/tb-2017.json --html $(RESULTS)/tb-2017.html
+	$(BENCH) preset tb-2021 --against $(PEERS) --step-args "--sources $(SOURCES)" --json $(RESULTS)/tb-2021.json --html $(RESULTS)/tb-2021.html
+	$(BENCH) preset tbmq-fanin --against $(PEERS) --json $(RESULTS)/tbmq-fanin.json --html $(RESULTS)/tbmq-fanin.html
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync
