@@ -210,6 +210,14 @@ pub struct TelemetryArgs {
     /// Payload size in bytes: the JSON is padded with spaces up to this size (never cut).
     #[arg(long, default_value_t = 100)]
     pub payload_bytes: usize,
+    /// Payload from a template instead (text, or @FILE): {ts}, {seq}, {rand:MIN:MAX},
+    /// {randf:MIN:MAX}, {str:N} are filled per message, e.g.
+    /// '{"ts":{ts},"values":{"t":{randf:20:30},"seq":{seq}}}'. Padded to --payload-bytes.
+    #[arg(long, conflicts_with = "no_ts")]
+    pub payload_template: Option<String>,
+    /// Devices start publishing spread evenly over this long (e.g. 30s) instead of all at once.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    pub ramp_up: Duration,
     /// Leave out the "ts" field: payload is the bare values object.
     #[arg(long)]
     pub no_ts: bool,
@@ -365,6 +373,9 @@ pub struct HttpTelemetryArgs {
     /// Payload size in bytes (telemetry JSON with "ts", padded).
     #[arg(long, default_value_t = 100)]
     pub payload_bytes: usize,
+    /// Payload from a template instead (text, or @FILE); see `mqtt-telemetry --help`.
+    #[arg(long)]
+    pub payload_template: Option<String>,
     /// New connections per second while connecting (0: unpaced).
     #[arg(long, default_value_t = 2000.0)]
     pub connect_rate: f64,

@@ -3,8 +3,8 @@
 //! side by side with ratios.
 //!
 //! A scenario is aimed at a started server by [`aim`]: port, server pid, and for
-//! GridLinks the REST API with `--provision` (devices get their own tokens); peers are
-//! driven anonymously, without the GridLinks-only loss check and storage lag.
+//! GridLinks devices with their own tokens and the REST API; peers are driven
+//! anonymously, without the GridLinks-only loss check and storage lag.
 //! Presets ([`PRESETS`]) are named lists of such scenarios, replaying published tests
 //! scaled to one machine.
 
@@ -18,7 +18,9 @@ use crate::cli::{ConnectArgs, OutputArgs, PubsubArgs, TelemetryArgs};
 use crate::figures::{self, comparison_table, RunResult};
 use crate::html::{Page, Table};
 use crate::report::{self, ConnectReport, PubsubReport, TelemetryReport};
+use crate::rest_api::ApiTarget;
 use crate::scenario;
+use crate::scenario::telemetry::{provision, provisioned_name};
 use crate::servers::{Binaries, ManagedServer, ServerKind};
 
 /// A scenario that can run against any MQTT server.
@@ -98,9 +100,70 @@ fn unsupported(kind: ServerKind, scenario: &Scenario) -> Option<&'static str> {
     }
 }
 
-/// Points `scenario` at the started `server`.
-pub fn aim(scenario: &Scenario, server: &ManagedServer) -> Scenario {
+/// Points `scenario` at the started `server`. For GridLinks the devices are created
+/// first through the REST API (tokens and names into files in the server's directory)
+/// and the server restarted, so the run measures a server that did not just
+/// bulk-import (the same as a long-running one); the loss check and storage lag use the
+/// API. Peers are driven anonymously, without those checks.
+pub async fn aim(scenario: &Scenario, server: &mut ManagedServer) -> anyhow::Result<Scenario> {
     let mut s = scenario.clone();
+    if let Some((base, password)) = server.api() {
+        let devices = match &s {
+            Scenario::MqttTelemetry(a) => a.devices,
+            Scenario::Connect(a) => a.connections,
+            Scenario::Pubsub(_) => 0,
+        };
+        let names: Vec<String> = (0..devices).map(provisioned_name).collect();
+        let api = ApiTarget {
+            base: base.clone(),
+            user: "admin".into(),
+            password: password.clone(),
+        };
+        let tokens = provision(api, names.clone()).await?;
+        let (tokens_file, names_file) = (server.dir().join("tokens"), server.dir().join("names"));
+        std::fs::write(&tokens_file, tokens.join("\n"))?;
+        std::fs::write(&names_file, names.join("\n"))?;
+        server
+            .restart()
+            .await
+            .context("restarting after provisioning")?;
+        let api = |a: &mut crate::cli::ApiArgs| {
+            a.api = Some(base.clone());
+            a.api_password = Some(password.clone());
+        };
+        match &mut s {
+            Scenario::MqttTelemetry(a) => {
+                a.provision = false;
+                a.target.username = None;
+                a.target.tokens_file = Some(tokens_file);
+                a.device_names_file = Some(names_file);
+                api(&mut a.api);
+            }
+            Scenario::Connect(a) => {
+                a.provision = false;
+                a.target.username = None;
+                a.target.tokens_file = Some(tokens_file);
+                api(&mut a.api);
+            }
+            Scenario::Pubsub(_) => {}
+        }
+    } else {
+        match &mut s {
+            Scenario::MqttTelemetry(a) => {
+                a.provision = false;
+                a.target.tokens_file = None;
+                a.device_names_file = None;
+                a.verify = false;
+                a.storage_lag = false;
+                a.save_acks = None;
+            }
+            Scenario::Connect(a) => {
+                a.provision = false;
+                a.target.tokens_file = None;
+            }
+            Scenario::Pubsub(_) => {}
+        }
+    }
     let target = match &mut s {
         Scenario::MqttTelemetry(a) => &mut a.target,
         Scenario::Pubsub(a) => &mut a.target,
@@ -110,37 +173,7 @@ pub fn aim(scenario: &Scenario, server: &ManagedServer) -> Scenario {
     target.port = server.mqtt_port();
     target.server_pid = Some(server.pid());
     target.output = OutputArgs::default();
-    let api = server.api();
-    match &mut s {
-        Scenario::MqttTelemetry(a) => {
-            a.target.tokens_file = None;
-            a.device_names_file = None;
-            if let Some((base, password)) = api {
-                a.provision = true;
-                a.target.username = None;
-                a.api.api = Some(base);
-                a.api.api_password = Some(password);
-            } else {
-                a.provision = false;
-                a.verify = false;
-                a.storage_lag = false;
-                a.save_acks = None;
-            }
-        }
-        Scenario::Connect(a) => {
-            a.target.tokens_file = None;
-            if let Some((base, password)) = api {
-                a.provision = true;
-                a.target.username = None;
-                a.api.api = Some(base);
-                a.api.api_password = Some(password);
-            } else {
-                a.provision = false;
-            }
-        }
-        Scenario::Pubsub(_) => {}
-    }
-    s
+    Ok(s)
 }
 
 /// The result of one scenario on one server.
@@ -228,16 +261,17 @@ pub async fn compare(
             continue;
         }
         eprintln!("--- {}: starting", kind.label());
-        let server = ManagedServer::start(kind, bins)
+        let mut server = ManagedServer::start(kind, bins)
             .await
             .with_context(|| format!("starting {}", kind.label()))?;
         let version = server.version().to_string();
+        let aimed = aim(scenario, &mut server).await?;
         eprintln!(
             "--- {version}: {} on port {}",
             scenario.name(),
             server.mqtt_port()
         );
-        let outcome = measure(&aim(scenario, &server)).await;
+        let outcome = measure(&aimed).await;
         server
             .stop()
             .await

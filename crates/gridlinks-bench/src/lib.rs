@@ -51,6 +51,7 @@ pub mod scenario;
 pub mod servers;
 pub mod stats;
 pub mod storage_lag;
+pub mod template;
 pub mod timeline;
 
 /// Runs the subcommand the command line names, on a multi-threaded runtime. The exit

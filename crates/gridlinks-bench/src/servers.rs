@@ -6,7 +6,7 @@
 //! [`ManagedServer::start`] that writes its config for the given port and returns the
 //! command line (see `docs/bench-tool.md`).
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -103,7 +103,7 @@ fn install_hint(kind: ServerKind) -> &'static str {
             "build it (cargo build --release -p gridlinks-server) or pass --gridlinks-bin"
         }
         ServerKind::Mosquitto => "apt-get install mosquitto, or pass --mosquitto-bin",
-        ServerKind::Rumqttd => "cargo install rumqttd --locked, or pass --rumqttd-bin",
+        ServerKind::Rumqttd => "cargo install rumqttd, or pass --rumqttd-bin",
     }
 }
 
@@ -116,16 +116,18 @@ pub fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Mosquitto's configuration: anonymous, in memory, no Nagle delay, queues large
-/// enough that a benchmark measures throughput rather than drops.
-pub fn mosquitto_config(port: u16, log: &Path) -> String {
+/// enough that a benchmark measures throughput rather than drops. It logs to stderr
+/// (the log file): as root, Mosquitto drops to its own user, which cannot write a file
+/// in the tool's directory.
+pub fn mosquitto_config(port: u16) -> String {
     format!(
         "listener {port} 127.0.0.1\n\
          allow_anonymous true\n\
          persistence false\n\
          set_tcp_nodelay true\n\
          max_queued_messages 100000\n\
-         log_dest file {}\n",
-        log.display()
+         log_dest stderr\n\
+         connection_messages false\n"
     )
 }
 
@@ -162,6 +164,8 @@ pub fn rumqttd_config(v4_port: u16, v5_port: u16) -> String {
 /// A running server.
 pub struct ManagedServer {
     kind: ServerKind,
+    /// The command line, for restarts.
+    command: Command,
     child: Child,
     pid: u32,
     dir: PathBuf,
@@ -210,26 +214,20 @@ impl ManagedServer {
             }
             ServerKind::Mosquitto => {
                 let conf = dir.join("mosquitto.conf");
-                std::fs::write(&conf, mosquitto_config(mqtt_port, &log))?;
+                std::fs::write(&conf, mosquitto_config(mqtt_port))?;
                 command.arg("-c").arg(conf);
             }
             ServerKind::Rumqttd => {
                 let conf = dir.join("rumqttd.toml");
                 std::fs::write(&conf, rumqttd_config(mqtt_port, free_port()?))?;
-                command.arg("-c").arg(conf);
+                // -q: no banner; NO_COLOR: plain log lines.
+                command.arg("-q").arg("-c").arg(conf).env("NO_COLOR", "1");
             }
         }
-        let log_file = std::fs::File::create(&log)?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let pid = child.id().context("server exited at once")?;
+        let (child, pid) = spawn(&mut command, &log)?;
         let mut server = ManagedServer {
             kind,
+            command,
             child,
             pid,
             dir,
@@ -240,6 +238,30 @@ impl ManagedServer {
         };
         server.wait_ready().await?;
         Ok(server)
+    }
+
+    /// Stops the server and starts it again on the same ports and data (GridLinks after
+    /// provisioning, so the run measures a server that did not just bulk-import).
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.terminate().await?;
+        let (child, pid) = spawn(&mut self.command, &self.log)?;
+        self.child = child;
+        self.pid = pid;
+        self.wait_ready().await
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s.
+    async fn terminate(&mut self) -> anyhow::Result<()> {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
+            .await
+            .is_err()
+        {
+            self.child.kill().await?;
+        }
+        Ok(())
     }
 
     /// Waits until the MQTT port (and for GridLinks `/healthz`) answers.
@@ -253,9 +275,14 @@ impl ManagedServer {
                     self.log_tail()
                 );
             }
-            let mqtt_up = TcpStream::connect(("127.0.0.1", self.mqtt_port)).is_ok();
+            let mqtt_up = tokio::net::TcpStream::connect(("127.0.0.1", self.mqtt_port))
+                .await
+                .is_ok();
             let api_up = match &self.api {
-                Some((base, _)) => ureq::get(&format!("{base}/healthz")).call().is_ok(),
+                Some((base, _)) => {
+                    let url = format!("{base}/healthz");
+                    tokio::task::spawn_blocking(move || ureq::get(&url).call().is_ok()).await?
+                }
                 None => true,
             };
             if mqtt_up && api_up {
@@ -305,30 +332,47 @@ impl ManagedServer {
         &self.version
     }
 
-    /// The server's log file.
-    pub fn log_path(&self) -> &Path {
-        &self.log
-    }
-
     /// SIGTERM, then SIGKILL after 10 s; removes the temporary directory unless
     /// `GRIDLINKS_BENCH_KEEP_SERVER_DIRS` is set.
     pub async fn stop(mut self) -> anyhow::Result<()> {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status();
-        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
-            .await
-            .is_err()
-        {
-            self.child.kill().await?;
-        }
+        self.terminate().await
+        // Drop removes the directory.
+    }
+
+    /// The temporary directory (data, config, log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for ManagedServer {
+    fn drop(&mut self) {
+        // `kill_on_drop` ends a process still running.
         if std::env::var_os("GRIDLINKS_BENCH_KEEP_SERVER_DIRS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
             eprintln!("kept {}", self.dir.display());
         }
-        Ok(())
     }
+}
+
+/// Starts `command` with stdout and stderr into `log` (appended: a restart keeps the
+/// earlier lines).
+fn spawn(command: &mut Command, log: &Path) -> anyhow::Result<(Child, u32)> {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the server")?;
+    let pid = child.id().context("server exited at once")?;
+    Ok((child, pid))
 }
 
 /// Best effort: `gridlinks --version`, `rumqttd --version`, Mosquitto's `-h` banner.
@@ -365,7 +409,7 @@ mod tests {
 
     #[test]
     fn configs_name_the_port_and_loopback_only() {
-        let m = mosquitto_config(1234, Path::new("/tmp/x.log"));
+        let m = mosquitto_config(1234);
         assert!(m.starts_with("listener 1234 127.0.0.1\n"), "{m}");
         assert!(m.contains("allow_anonymous true"));
         let r = rumqttd_config(1883, 1884);

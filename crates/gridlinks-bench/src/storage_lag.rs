@@ -3,9 +3,11 @@
 //!
 //! Devices record their latest acknowledged point (its `ts` and when the ack arrived) in
 //! a shared slot. A sampler thread visits the devices in turn, about ten a second: it
-//! takes the slot's point and asks the server for the device's latest `seq` until the
-//! answer reaches that point; the lag is the time from the ack to that answer. It is an
-//! upper bound: it includes the query's own round trip, reported beside it. A server
+//! watches the device's slot until a new ack lands (so it starts within a millisecond
+//! of that ack, not whenever it happened to look), then asks the server for the device's
+//! latest `seq` until the answer reaches that point; the lag is the time from the ack to
+//! that answer. It is an upper bound: it includes the query's own round trip, reported
+//! beside it, and up to a millisecond of watching. A server
 //! that acknowledges only committed data (GridLinks) shows about one round trip; one
 //! that acknowledges first and writes later (a queue in front of the database) shows
 //! its queue delay here.
@@ -31,6 +33,9 @@ const POLL_EVERY: Duration = Duration::from_millis(1);
 /// A point not visible this long after its ack counts as a timeout.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
+/// How long to wait for a device's next ack before moving on to another device.
+const NEXT_ACK_WAIT: Duration = Duration::from_secs(3);
+
 /// Devices skipped between two samples (coprime with most device counts, so every
 /// device gets its turn).
 const STRIDE: usize = 7919;
@@ -55,14 +60,14 @@ impl LagSlots {
 
     /// Device `index` got the ack of point `ts` at `ack_us`.
     pub fn set(&self, index: usize, ts: u64, ack_us: u64) {
-        // The sampler may read a new ack time with an older ts (or the reverse) in a
-        // race; both are within one ack batch of each other.
+        // Release/acquire on ts: a reader that sees this ts sees this ack time (or a
+        // later one).
         self.ack_us[index].store(ack_us, Ordering::Relaxed);
-        self.ts[index].store(ts, Ordering::Relaxed);
+        self.ts[index].store(ts, Ordering::Release);
     }
 
     fn get(&self, index: usize) -> (u64, u64) {
-        let ts = self.ts[index].load(Ordering::Relaxed);
+        let ts = self.ts[index].load(Ordering::Acquire);
         (ts, self.ack_us[index].load(Ordering::Relaxed))
     }
 
@@ -143,10 +148,18 @@ fn sample(
     }
     while !stop.load(Ordering::Relaxed) {
         index = (index + STRIDE) % slots.len();
-        let (ts, ack_us) = slots.get(index);
-        if ts == 0 {
+        // Wait for this device's next ack, so the lag starts at a fresh one.
+        let (before, _) = slots.get(index);
+        let watching = Instant::now();
+        let (ts, ack_us) = loop {
+            let (ts, ack_us) = slots.get(index);
+            if ts > before || stop.load(Ordering::Relaxed) || watching.elapsed() > NEXT_ACK_WAIT {
+                break (ts, ack_us);
+            }
             std::thread::sleep(POLL_EVERY);
-            continue;
+        };
+        if ts <= before {
+            continue; // no new ack (device done or idle): try another device
         }
         let id = match &ids[index] {
             Some(id) => id.clone(),

@@ -51,6 +51,8 @@ fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
         "10",
         "--duration",
         "2s",
+        "--ramp-up",
+        "500ms",
         "--verify",
         "--storage-lag",
     ]);
@@ -132,7 +134,7 @@ fn pubsub_on_mosquitto_delivers_every_message_to_every_subscriber() {
 }
 
 #[test]
-fn http_telemetry_stores_every_answered_point() {
+fn http_telemetry_with_a_payload_template_stores_every_answered_point() {
     let server = Server::start("http");
     let json = server.dir.join("h.json");
     let out = server.bench(&[
@@ -144,6 +146,8 @@ fn http_telemetry_stores_every_answered_point() {
         "--provision",
         "--verify",
         "--storage-lag",
+        "--payload-template",
+        r#"{"ts":{ts},"values":{"temperature":{randf:20:30},"id":"{str:6}","seq":{seq}}}"#,
         "--json",
         json.to_str().unwrap(),
     ]);

@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::telemetry::{
-    check_losses_of, device_names_of, provision, render_payload, send_interval, PayloadKind,
-    PayloadSpec,
+    check_losses_of, device_names_of, provision, render_payload, send_interval, template,
+    PayloadKind, PayloadSpec,
 };
 use super::{wait_for_some, ConnectPacer, Progress, ProgressKind, ProgressSources};
 use crate::cli::HttpTelemetryArgs;
@@ -119,6 +119,10 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         payload: PayloadSpec {
             target_len: args.payload_bytes,
             kind: PayloadKind::Telemetry,
+            template: template(
+                args.payload_template.as_deref(),
+                args.verify || args.save_acks.is_some() || args.storage_lag,
+            )?,
         },
         interval: send_interval(args.rate, args.interval, args.devices),
         messages_per_device: args.messages_per_device,

@@ -112,6 +112,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         payload: PayloadSpec {
             target_len: args.payload_bytes,
             kind: PayloadKind::Tracker,
+            template: None,
         },
         messages_per_device: args.messages_per_publisher,
         ack_timeout: args.ack_timeout,
@@ -119,6 +120,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         interval: send_interval(args.rate, args.interval, publishers),
         record_acks: false,
         lag_slots: None,
+        ramp_up: Duration::ZERO,
     });
     let duration = match (args.duration, args.messages_per_publisher) {
         (Some(d), _) => Some(d),

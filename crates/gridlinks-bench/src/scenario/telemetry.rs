@@ -46,6 +46,7 @@ use crate::report::{self, LatencySummary, Reasons, ServerCost, TelemetryReport};
 use crate::rest_api::{self, ApiTarget, RestClient};
 use crate::stats::{Counters, LatencyRecorder, LatencyShards};
 use crate::storage_lag::{LagSampler, LagSlots};
+use crate::template::Template;
 
 /// Default measurement window when neither --duration nor --messages-per-device is given.
 const DEFAULT_DURATION: Duration = Duration::from_secs(10);
@@ -84,6 +85,8 @@ pub(crate) struct Plan {
     pub record_acks: bool,
     /// Where devices leave their latest acknowledged point (`--storage-lag`).
     pub lag_slots: Option<Arc<LagSlots>>,
+    /// Devices start publishing spread over this long (`--ramp-up`).
+    pub ramp_up: Duration,
 }
 
 /// The measurement window, announced to every connection at once.
@@ -345,6 +348,10 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
             } else {
                 PayloadKind::Telemetry
             },
+            template: template(
+                args.payload_template.as_deref(),
+                args.verify || args.save_acks.is_some() || args.storage_lag,
+            )?,
         },
         messages_per_device: args.messages_per_device,
         ack_timeout: args.ack_timeout,
@@ -352,6 +359,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         interval: send_interval(args.rate, args.interval, args.devices),
         record_acks: names.is_some(),
         lag_slots: args.storage_lag.then(|| Arc::clone(&lag_slots)),
+        ramp_up: args.ramp_up,
     });
     let duration = match (args.duration, args.messages_per_device) {
         (Some(d), _) => Some(d),
@@ -562,6 +570,23 @@ impl Device {
                 };
             }
         };
+        // With --ramp-up, device i starts i/N of the way through it.
+        let mut window = window;
+        if !self.plan.ramp_up.is_zero() {
+            window.start += self
+                .plan
+                .ramp_up
+                .mul_f64(self.index as f64 / self.plan.devices.max(1) as f64);
+            let begin = tokio::time::sleep_until(window.start);
+            if let Err(e) = idle_until(&mut conn, begin, self.target.ping_interval(), &pings).await
+            {
+                Counters::add(&self.counters.dropped, 1);
+                return DeviceResult {
+                    lost: Some(format!("during ramp-up: {}", e.reason())),
+                    ..Default::default()
+                };
+            }
+        }
         let outcome = match self.plan.qos {
             QoS::AtMostOnce => self.publish_qos0(&mut conn, window).await,
             _ => self.publish_qos1(&mut conn, window).await,
@@ -871,12 +896,33 @@ async fn sleep_until_some(at: Option<Instant>) {
 }
 
 /// Layout of the telemetry payload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PayloadSpec {
     /// Pad with spaces up to this many bytes (a longer JSON is not cut).
     pub target_len: usize,
     /// What the JSON holds.
     pub kind: PayloadKind,
+    /// `--payload-template`, instead of the built-in JSON of `kind` (stamped in ms).
+    pub template: Option<Arc<Template>>,
+}
+
+/// The `--payload-template` (text, or `@FILE`), parsed; the loss check and storage lag
+/// (`checked`) need its `{ts}` and `{seq}`.
+pub(crate) fn template(arg: Option<&str>, checked: bool) -> anyhow::Result<Option<Arc<Template>>> {
+    let Some(arg) = arg else { return Ok(None) };
+    let text = match arg.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading payload template {path}"))?,
+        None => arg.to_string(),
+    };
+    let template = Template::parse(&text).map_err(anyhow::Error::msg)?;
+    if checked && !template.has_ts_and_seq() {
+        anyhow::bail!(
+            "--verify, --save-acks and --storage-lag need a payload template with {{ts}} and \
+             a \"seq\":{{seq}} value, e.g. '{{\"ts\":{{ts}},\"values\":{{\"seq\":{{seq}}}}}}'"
+        );
+    }
+    Ok(Some(Arc::new(template)))
 }
 
 /// The JSON a publish carries.
@@ -909,6 +955,14 @@ impl PayloadKind {
 pub fn render_payload(buf: &mut BytesMut, spec: &PayloadSpec, seq: u64, stamp: u64) -> Bytes {
     use std::fmt::Write as _;
     buf.reserve(spec.target_len.max(128));
+    if let Some(template) = &spec.template {
+        template.render(buf, seq, stamp);
+        // Trailing whitespace after a JSON value is still valid JSON.
+        while buf.len() < spec.target_len {
+            buf.extend_from_slice(b" ");
+        }
+        return buf.split().freeze();
+    }
     let _ = match spec.kind {
         PayloadKind::Tracker => write!(
             buf,
@@ -962,6 +1016,7 @@ mod tests {
 
     fn spec(target_len: usize, with_ts: bool) -> PayloadSpec {
         PayloadSpec {
+            template: None,
             target_len,
             kind: if with_ts {
                 PayloadKind::Telemetry
@@ -977,6 +1032,7 @@ mod tests {
         let spec = PayloadSpec {
             target_len: 114,
             kind: PayloadKind::Tracker,
+            template: None,
         };
         let stamp = 1_700_000_000_123_456;
         let p = render_payload(&mut buf, &spec, 42, stamp);
