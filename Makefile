@@ -35,6 +35,7 @@ compat-test: $(VENV)/.installed
 ## Benchmarks (not part of `make test`; see docs/benchmarks.md).
 bench-http:
 	bench/http_ingest.sh 20 100 100 1
+	bench/http_tool.sh
 
 bench-import:
 	bench/bulk_import.sh 30000

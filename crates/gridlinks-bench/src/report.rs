@@ -119,6 +119,30 @@ impl ServerCost {
             hwm_kib: after.memory.hwm_kib,
         })
     }
+
+    /// The summary lines: CPU with `count` `what` per server CPU-second over a window of
+    /// `seconds`, and memory.
+    fn lines(&self, count: u64, what: &str, seconds: f64) -> String {
+        format!(
+            "server pid {}  CPU {:.2} s ({:.0}% of one core) -> {} {what} per server CPU-second\n\
+             server memory  RSS peak {}  at end {}  (VmHWM, lifetime: {})\n",
+            self.pid,
+            self.cpu_seconds,
+            100.0 * per_second(self.cpu_seconds, seconds),
+            thousands(per_second(count as f64, self.cpu_seconds) as u64),
+            mib(self.rss_peak_kib),
+            mib(self.rss_end_kib),
+            mib(self.hwm_kib),
+        )
+    }
+}
+
+/// The generator's CPU over a window of `seconds`.
+fn generator_line(cpu_seconds: f64, seconds: f64) -> String {
+    format!(
+        "generator      CPU {cpu_seconds:.2} s ({:.0}% of one core)\n",
+        100.0 * per_second(cpu_seconds, seconds)
+    )
 }
 
 /// Result of `mqtt-telemetry` and `http-telemetry`.
@@ -246,29 +270,13 @@ impl TelemetryReport {
         if let Some(p) = &self.puback {
             let _ = writeln!(s, "{:<14} {}", self.ack_name(), p.line());
         }
-        if let (Some(c), Some(per_cpu)) = (&self.server_cost, self.msgs_per_server_cpu_second()) {
-            let _ = writeln!(
-                s,
-                "server pid {}  CPU {:.2} s ({:.0}% of one core) -> {} msgs per server CPU-second",
-                c.pid,
-                c.cpu_seconds,
-                100.0 * per_second(c.cpu_seconds, self.window_seconds),
-                thousands(per_cpu as u64),
-            );
-            let _ = writeln!(
-                s,
-                "server memory  RSS peak {}  at end {}  (VmHWM, lifetime: {})",
-                mib(c.rss_peak_kib),
-                mib(c.rss_end_kib),
-                mib(c.hwm_kib),
-            );
+        if let Some(c) = &self.server_cost {
+            s.push_str(&c.lines(self.acked, "msgs", self.window_seconds));
         }
-        let _ = writeln!(
-            s,
-            "generator      CPU {:.2} s ({:.0}% of one core)",
+        s.push_str(&generator_line(
             self.generator_cpu_seconds,
-            100.0 * per_second(self.generator_cpu_seconds, self.window_seconds),
-        );
+            self.window_seconds,
+        ));
         if let Some(lag) = &self.storage_lag {
             s.push_str(&lag.line());
         }
@@ -453,31 +461,13 @@ impl PubsubReport {
             let _ = writeln!(s, "PUBACK latency {}", p.line());
         }
         let _ = writeln!(s, "end-to-end     {}", self.e2e.line());
-        if let (Some(c), Some(per_cpu)) =
-            (&self.server_cost, self.delivered_per_server_cpu_second())
-        {
-            let _ = writeln!(
-                s,
-                "server pid {}  CPU {:.2} s ({:.0}% of one core) -> {} deliveries per server CPU-second",
-                c.pid,
-                c.cpu_seconds,
-                100.0 * per_second(c.cpu_seconds, self.delivery_seconds),
-                thousands(per_cpu as u64),
-            );
-            let _ = writeln!(
-                s,
-                "server memory  RSS peak {}  at end {}  (VmHWM, lifetime: {})",
-                mib(c.rss_peak_kib),
-                mib(c.rss_end_kib),
-                mib(c.hwm_kib),
-            );
+        if let Some(c) = &self.server_cost {
+            s.push_str(&c.lines(self.received, "deliveries", self.delivery_seconds));
         }
-        let _ = writeln!(
-            s,
-            "generator      CPU {:.2} s ({:.0}% of one core)",
+        s.push_str(&generator_line(
             self.generator_cpu_seconds,
-            100.0 * per_second(self.generator_cpu_seconds, self.delivery_seconds),
-        );
+            self.delivery_seconds,
+        ));
         if !self.passed() {
             let _ = writeln!(
                 s,
