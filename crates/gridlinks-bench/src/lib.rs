@@ -1,6 +1,7 @@
 //! The GridLinks load generator: drives an MQTT server (GridLinks, Mosquitto, any
-//! broker) with many device connections and reports what the server delivered and
-//! what it cost, so results hold while generator and server share a small machine.
+//! broker) or GridLinks' HTTP device API with many device connections, reports what the
+//! server delivered and what it cost (so results hold while generator and server share
+//! a small machine), and proves for GridLinks that no acknowledged point was lost.
 //!
 //! It speaks MQTT through the project's own sans-IO codec (`gridlinks-codec`), one
 //! tokio task per connection on a multi-threaded runtime. Connections can be spread
@@ -21,22 +22,29 @@
 //!                      batched writes; typed connect-failure reasons
 //! scenario/
 //!   mod.rs             what the scenarios share: target and credentials, connect pacing,
-//!                      the per-second progress line
+//!                      the per-second progress line and timeline sampling
 //!   telemetry.rs       `mqtt-telemetry`: N devices publish JSON telemetry with a window of
-//!                      unacknowledged QoS 1 publishes; throughput, PUBACK latency, server cost
+//!                      unacknowledged QoS 1 publishes (the `Fleet` of publishers, payloads)
+//!   http_telemetry.rs  `http-telemetry`: the same over HTTP/1.1 keep-alive
 //!   connect.rs         `connect`: connection storm at a rate, then N idle connections held
-//!                      with PINGREQ; connects/s, success ratio, server memory per connection
+//!   pubsub.rs          `pubsub`: publisher groups -> subscriber groups, end-to-end latency,
+//!                      deliveries expected vs received
+//! template.rs          `--payload-template` placeholders
 //! stats.rs             live counters shared by connection tasks, sharded latency histograms
+//! timeline.rs          one sample a second of a run (JSON `timeline`, HTML charts)
 //! proc_stats.rs        server CPU seconds and memory from /proc/PID/{stat,status}; fd limit
-//! report.rs            latency summaries, human summary and JSON result of each scenario
+//! report.rs            the results of each scenario: human summary, JSON, output files
+//! figures.rs           headline figures of each result, comparison tables, charts
+//! html.rs              the self-contained HTML page (inline SVG charts)
 //! rest_api.rs          the ThingsBoard REST calls: login, bulk import (`--provision`),
 //!                      device lookup, timeseries read and delete (blocking, `ureq`)
 //! loss_check.rs        `--verify` and `verify`: acknowledged timestamps against stored
 //!                      ones; missing points fail the run with exit code 2
+//! storage_lag.rs       `--storage-lag`: ack -> queryable through the REST API
+//! servers.rs           GridLinks, Mosquitto and rumqttd started on free loopback ports
+//! compare.rs           `compare` and `preset`: one scenario against several servers,
+//!                      side by side; the presets
 //! ```
-//!
-//! Later work grows this into the full tool (more protocols and spec-file driven
-//! scenarios); new scenarios go beside the two in `scenario/`.
 
 pub mod cli;
 pub mod compare;
