@@ -149,6 +149,12 @@ pub struct Writer {
     buf: Vec<u8>,
 }
 
+impl Default for Writer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Writer {
     /// Starts a row with the format byte.
     pub fn new() -> Self {

@@ -53,6 +53,9 @@ pub struct HistoryQuery {
     pub order: Order,
 }
 
+/// One key's points: its name and (ts, value) pairs in query order.
+pub type KeySeries = (String, Vec<(Ts, Value)>);
+
 /// Most intervals one aggregation query may produce.
 pub const MAX_INTERVALS: i64 = 100_000;
 
@@ -68,7 +71,9 @@ struct Acc {
 }
 
 impl Acc {
-    fn new() -> Self {
+    /// An empty accumulator. Not `Default`: a long sum starts at `Some(0)` and "all
+    /// values are longs" at true.
+    fn empty() -> Self {
         Self {
             long_sum: Some(0),
             all_long: true,
@@ -118,7 +123,7 @@ impl Store {
         &self,
         device: DeviceId,
         q: &HistoryQuery,
-    ) -> Result<Vec<(String, Vec<(Ts, Value)>)>, StoreError> {
+    ) -> Result<Vec<KeySeries>, StoreError> {
         let keys = self.key_ids(&q.keys);
         if keys.is_empty() || q.end <= q.start || q.limit == 0 {
             return Ok(Vec::new());
@@ -145,7 +150,7 @@ impl Store {
             let bucket = (ts.0 - q.start.0) / q.interval;
             for (id, val) in codec::decode_ts_row(&v)? {
                 if let Some(i) = keys.iter().position(|(kid, _)| *kid == id) {
-                    buckets[i].entry(bucket).or_insert_with(Acc::new).add(&val);
+                    buckets[i].entry(bucket).or_insert_with(Acc::empty).add(&val);
                 }
             }
         }
@@ -175,7 +180,7 @@ impl Store {
         iter: fjall::Iter,
         keys: &[(KeyId, String)],
         q: &HistoryQuery,
-    ) -> Result<Vec<(String, Vec<(Ts, Value)>)>, StoreError> {
+    ) -> Result<Vec<KeySeries>, StoreError> {
         let mut points: Vec<Vec<(Ts, Value)>> = keys.iter().map(|_| Vec::new()).collect();
         let mut visit = |kv: fjall::Guard| -> Result<bool, StoreError> {
             let (k, v) = kv.into_inner()?;

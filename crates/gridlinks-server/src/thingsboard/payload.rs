@@ -87,8 +87,11 @@ pub fn parse_gateway_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Resu
         .collect()
 }
 
+/// One gateway device's attributes: its name and (key, value) pairs.
+pub type DeviceAttributes = (String, Vec<(String, Value)>);
+
 /// Decodes a gateway attributes payload `{"Device A":{"attr":v}, …}`.
-pub fn parse_gateway_attributes(body: &[u8], lim: PayloadLimits) -> Result<Vec<(String, Vec<(String, Value)>)>, PayloadError> {
+pub fn parse_gateway_attributes(body: &[u8], lim: PayloadLimits) -> Result<Vec<DeviceAttributes>, PayloadError> {
     let mut count = 0usize;
     gateway_object(body)?
         .into_iter()
