@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gridlinks_codec::mqtt::ProtocolVersion;
+use serde::{Deserialize, Serialize};
 
 /// Load generator for GridLinks and other MQTT servers.
 #[derive(Debug, Parser)]
@@ -37,13 +38,16 @@ pub enum Command {
     Compare(CompareArgs),
     /// Replay a published test (tb-2017, tb-2021, tbmq-fanin) against GridLinks and peers.
     Preset(PresetArgs),
+    /// (Internal) one worker process of a `--workers` run: reads its job from stdin.
+    #[command(hide = true)]
+    Worker,
     /// Only the loss check: compare an acks file (`mqtt-telemetry --save-acks`) with
     /// what the server stored. Exit code 2 when acknowledged points are missing.
     Verify(VerifyArgs),
 }
 
 /// The server's ThingsBoard REST API, for `--provision` and the loss check.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Serialize, Deserialize)]
 pub struct ApiArgs {
     /// Base URL of the REST API, e.g. http://127.0.0.1:8080.
     #[arg(long)]
@@ -89,7 +93,7 @@ pub struct VerifyArgs {
 }
 
 /// Where to connect, as whom, and what to observe; shared by every scenario.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Serialize, Deserialize)]
 pub struct TargetArgs {
     /// Server host name or address.
     #[arg(long, default_value = "127.0.0.1")]
@@ -132,12 +136,20 @@ pub struct TargetArgs {
     /// PID of the server process: its CPU time and memory are read from /proc.
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Generator processes sharing the connections (`mqtt-telemetry`, `connect`), each
+    /// within its own open-files limit: for more connections than one process may open.
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub workers: usize,
+    /// Set in a worker process: its connections are `offset..offset+N` of the run
+    /// (tokens, names, client ids), and it syncs its phases with the parent.
+    #[arg(skip)]
+    pub worker_offset: Option<usize>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
 
 /// Where results go besides the summary on stdout.
-#[derive(Debug, Args, Clone, Default)]
+#[derive(Debug, Args, Clone, Default, Serialize, Deserialize)]
 pub struct OutputArgs {
     /// Also write the result as JSON to this file.
     #[arg(long)]
@@ -148,7 +160,7 @@ pub struct OutputArgs {
 }
 
 /// MQTT protocol versions the generator speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum MqttVersion {
     /// MQTT 3.1.1.
     #[value(name = "3.1.1")]
@@ -178,7 +190,7 @@ impl From<MqttVersion> for ProtocolVersion {
 }
 
 /// Options of `mqtt-telemetry`.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Serialize, Deserialize)]
 pub struct TelemetryArgs {
     #[command(flatten)]
     pub target: TargetArgs,
@@ -406,7 +418,7 @@ pub struct HttpTelemetryArgs {
 }
 
 /// Options of `pubsub`.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Serialize, Deserialize)]
 pub struct PubsubArgs {
     #[command(flatten)]
     pub target: TargetArgs,
@@ -463,7 +475,7 @@ pub struct PubsubArgs {
 }
 
 /// Options of `connect`.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Serialize, Deserialize)]
 pub struct ConnectArgs {
     #[command(flatten)]
     pub target: TargetArgs,

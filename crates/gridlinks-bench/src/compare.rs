@@ -177,6 +177,8 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer) -> anyhow::Res
 }
 
 /// The result of one scenario on one server.
+// A few per run: boxing the large variants would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Outcome {
     /// `mqtt-telemetry`.

@@ -44,6 +44,7 @@
 //! servers.rs           GridLinks, Mosquitto and rumqttd started on free loopback ports
 //! compare.rs           `compare` and `preset`: one scenario against several servers,
 //!                      side by side; the presets
+//! workers.rs           `--workers N`: one run over N generator processes, in step
 //! ```
 
 pub mod cli;
@@ -61,6 +62,7 @@ pub mod stats;
 pub mod storage_lag;
 pub mod template;
 pub mod timeline;
+pub mod workers;
 
 /// Runs the subcommand the command line names, on a multi-threaded runtime. The exit
 /// code is [`loss_check::EXIT_LOSS`] when the loss check finds missing points.
@@ -81,6 +83,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::Pubsub(args) => scenario::pubsub::run(args).await,
             cli::Command::Compare(args) => compare_cmd(args).await,
             cli::Command::Preset(args) => preset_cmd(args).await,
+            cli::Command::Worker => workers::worker_main().await,
             cli::Command::Verify(args) => verify(args).await,
         }
     })

@@ -190,6 +190,8 @@ pub struct TelemetryReport {
     pub loss_check: Option<crate::loss_check::LossReport>,
     /// Ack-to-queryable lag, with `--storage-lag`.
     pub storage_lag: Option<StorageLag>,
+    /// The acknowledgement latencies behind `puback` (for merging `--workers` results).
+    pub latency_histogram: Option<Histogram<u64>>,
     /// One sample a second.
     pub timeline: Timeline,
 }
@@ -565,6 +567,8 @@ pub struct ConnectReport {
     pub connect_seconds: f64,
     /// TCP connect + CONNECT/CONNACK latency of the successful attempts.
     pub connack: LatencySummary,
+    /// The latencies behind `connack` (for merging `--workers` results).
+    pub connack_histogram: Option<Histogram<u64>>,
     /// Seconds the connections were held.
     pub hold_seconds: f64,
     /// PINGREQs sent while holding.

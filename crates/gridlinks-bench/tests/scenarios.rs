@@ -161,7 +161,7 @@ fn http_telemetry_with_a_payload_template_stores_every_answered_point() {
 }
 
 #[test]
-fn connect_holds_every_connection_on_gridlinks_and_mosquitto() {
+fn connect_from_two_worker_processes_holds_every_connection_on_gridlinks_and_mosquitto() {
     let dir = scratch("connect");
     let json = dir.join("c.json");
     let out = run_bench(&[
@@ -175,6 +175,8 @@ fn connect_holds_every_connection_on_gridlinks_and_mosquitto() {
         "200",
         "--hold",
         "1s",
+        "--workers",
+        "2",
     ]);
     assert_eq!(out.status.code(), Some(0));
     for (server, run) in runs(&read_json(&json), 0) {
@@ -213,4 +215,33 @@ fn presets_run_scaled_down() {
             assert_publish_counts(result, 19);
         }
     }
+}
+
+#[test]
+fn workers_split_one_run_and_the_loss_check_covers_all_of_them() {
+    let server = Server::start("workers");
+    let json = server.dir.join("w.json");
+    let out = server.bench(&[
+        "mqtt-telemetry",
+        "--workers",
+        "3",
+        "--devices",
+        "10",
+        "--duration",
+        "2s",
+        "--provision",
+        "--verify",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let result = read_json(&json);
+    // 10 devices over 3 processes (3 + 3 + 4), each with its own token.
+    assert_publish_counts(&result, 10);
+    assert_eq!(n(&result["ack_latency"]["count"]), n(&result["acked"]));
+    let check = &result["loss_check"];
+    assert_eq!(check["devices_checked"], 10);
+    assert_eq!(check["points_acked"], result["acked"]);
+    assert_eq!(check["points_found"], result["acked"]);
+    assert_eq!(check["passed"], true);
 }

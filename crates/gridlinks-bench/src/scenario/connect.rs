@@ -16,10 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::telemetry::{provision, provisioned_name};
+use super::telemetry::{disconnect_all, provision, provisioned_name};
 use super::{
     idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources,
     Target,
@@ -54,6 +53,9 @@ pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
 
 /// Runs the scenario.
 pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
+    if args.target.workers > 1 {
+        return crate::workers::connect(args).await;
+    }
     let mut target = Target::resolve(&args.target, args.connections).await?;
     if args.provision {
         let names = (0..args.connections).map(provisioned_name).collect();
@@ -118,6 +120,7 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
     }
     let connect_seconds = started.elapsed().as_secs_f64();
     let tasks = spawner.await?;
+    crate::workers::sync(&args.target, "ready").await?;
     let server_connected = target.server_sample()?;
 
     // Phase 2: hold.
@@ -137,16 +140,13 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
         open.extend(result.conn);
     }
     let hold_seconds = hold_started.elapsed().as_secs_f64();
+    crate::workers::sync(&args.target, "done").await?;
     let server_end = target.server_sample()?;
     let hold_max = server_end.map(|s| progress.peak(s.memory.rss_kib));
 
     // Phase 3: disconnect.
     progress.set_phase("disconnecting");
-    let mut closing = JoinSet::new();
-    for conn in open {
-        closing.spawn(conn.disconnect());
-    }
-    while closing.join_next().await.is_some() {}
+    disconnect_all(open).await;
     let timeline = progress.finish();
 
     let server_memory = match (
@@ -176,6 +176,7 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
         failures,
         connect_seconds,
         connack: LatencySummary::from_histogram(&connack),
+        connack_histogram: Some(connack),
         hold_seconds,
         pings: pings.load(std::sync::atomic::Ordering::Relaxed),
         dropped,

@@ -249,6 +249,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         failed: Counters::get(&counters.failed),
         dropped: lost,
         puback: Some(LatencySummary::from_histogram(&latency.merged())),
+        latency_histogram: None,
         server_cost: ServerCost::between(
             server_stats.as_ref(),
             server_before,

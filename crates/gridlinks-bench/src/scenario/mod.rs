@@ -9,7 +9,7 @@ pub mod telemetry;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +27,10 @@ use crate::proc_stats::{self, ProcessStats};
 use crate::report::{mib, per_second, thousands, LatencySummary};
 use crate::stats::{new_histogram, Counters, LatencyShards};
 use crate::timeline::{Sample, Timeline};
+
+/// Set in worker processes other than the first: no progress line (the first worker's
+/// stands for all).
+pub static QUIET: AtomicBool = AtomicBool::new(false);
 
 /// File descriptors the generator needs besides its connections (stdio, epoll, the
 /// runtime's wakers, files it reads).
@@ -69,12 +73,16 @@ pub struct Target {
     pub max_pending: usize,
     /// Server process to observe.
     pub server_stats: Option<ProcessStats>,
+    /// Index of this process's first connection in the run (`--workers`): connection
+    /// `i` here is connection `offset + i` of the run (token, client id, source).
+    pub offset: usize,
 }
 
 impl Target {
     /// Resolves the options for a run of `connections` connections: looks the host up,
     /// reads the tokens file, checks the fd limit and the ephemeral-port supply.
     pub async fn resolve(args: &TargetArgs, connections: usize) -> anyhow::Result<Self> {
+        let offset = args.worker_offset.unwrap_or(0);
         let server = tokio::net::lookup_host((args.host.as_str(), args.port))
             .await
             .with_context(|| format!("resolving {}", args.host))?
@@ -84,7 +92,9 @@ impl Target {
             })
             .with_context(|| format!("{} has no address of the sources' family", args.host))?;
         let credentials = match (&args.tokens_file, &args.username) {
-            (Some(path), _) => Credentials::Tokens(read_lines(path, connections, "tokens")?),
+            (Some(path), _) => {
+                Credentials::Tokens(read_lines(path, offset + connections, "tokens")?)
+            }
             (None, Some(username)) => Credentials::Shared {
                 username: username.clone(),
                 password: args.password.clone().map(Bytes::from),
@@ -110,11 +120,13 @@ impl Target {
             keep_alive: Duration::from_secs(args.keep_alive.into()),
             max_pending: args.max_pending.max(1),
             server_stats,
+            offset,
         })
     }
 
     /// Where connection `index` connects from.
     pub fn endpoint(&self, index: usize) -> Endpoint {
+        let index = self.offset + index;
         Endpoint {
             server: self.server,
             source: if self.sources.is_empty() {
@@ -127,6 +139,7 @@ impl Target {
 
     /// CONNECT contents of connection `index`.
     pub fn client_options(&self, index: usize) -> ClientOptions {
+        let index = self.offset + index;
         let (username, password) = match &self.credentials {
             Credentials::Anonymous => (None, None),
             Credentials::Shared { username, password } => {
@@ -494,7 +507,9 @@ async fn sample_every_second(
             line.push_str(&format!(" rss {}", mib(s.memory.rss_kib)));
             cpu = Some(s.cpu_seconds);
         }
-        eprintln!("{line}");
+        if !QUIET.load(Ordering::Relaxed) {
+            eprintln!("{line}");
+        }
         timeline
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

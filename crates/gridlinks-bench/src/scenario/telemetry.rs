@@ -306,12 +306,18 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     if (args.verify || args.save_acks.is_some()) && args.qos != 1 {
         anyhow::bail!("--verify and --save-acks need --qos 1 (QoS 0 has no acknowledgements)");
     }
+    if args.target.workers > 1 {
+        return crate::workers::telemetry(args).await;
+    }
+    // A worker process has connections offset..offset+devices of the run.
+    let offset = args.target.worker_offset.unwrap_or(0);
     let names = device_names_of(
-        args.devices,
+        offset + args.devices,
         args.provision,
         args.verify || args.save_acks.is_some() || args.storage_lag,
         args.device_names_file.as_deref(),
-    )?;
+    )?
+    .map(|all| all[offset..offset + args.devices].to_vec());
     let api = if args.provision || args.verify || args.storage_lag {
         Some(args.api.target(if args.provision {
             "--provision"
@@ -384,6 +390,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     let fleet = Fleet::connect(&target, &plan, &counters, &latency, args.connect_rate).await?;
     let (connect_failures, connect_seconds) =
         (fleet.connect_failures.clone(), fleet.connect_seconds);
+    crate::workers::sync(&args.target, "ready").await?;
 
     // Phase 2: publish, with the storage-lag sampler alongside.
     let server_before = target.server_sample()?;
@@ -401,6 +408,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         _ => None,
     };
     let result = fleet.publish(duration).await?;
+    crate::workers::sync(&args.target, "done").await?;
     let server_after = target.server_sample()?;
     let me_after = me.cpu_seconds()?;
     let window_seconds = (result.last_ack - result.start).as_secs_f64();
@@ -415,6 +423,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     let rss_peak = server_after.map(|s| progress.peak(s.memory.rss_kib));
     let timeline = progress.finish();
 
+    let merged = latency.merged();
     let mut report = TelemetryReport {
         scenario: "mqtt-telemetry",
         server: target.name(),
@@ -432,8 +441,8 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         acked: Counters::get(&counters.acked),
         failed: Counters::get(&counters.failed),
         dropped: result.lost,
-        puback: (plan.qos == QoS::AtLeastOnce)
-            .then(|| LatencySummary::from_histogram(&latency.merged())),
+        puback: (plan.qos == QoS::AtLeastOnce).then(|| LatencySummary::from_histogram(&merged)),
+        latency_histogram: Some(merged),
         server_cost: ServerCost::between(
             target.server_stats.as_ref(),
             server_before,
