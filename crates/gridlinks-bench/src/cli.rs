@@ -111,8 +111,9 @@ pub struct TargetArgs {
     /// Client ids are `PREFIX-INDEX`, one per connection.
     #[arg(long, default_value = "bench")]
     pub client_id_prefix: String,
-    /// File with one access token per line; connection i uses line i as MQTT user name
-    /// with an empty password (ThingsBoard device authentication).
+    /// File with one access token per line, or CSV lines NAME,TOKEN (optional header
+    /// `name,token`; the names serve --verify); connection i uses device i's token as MQTT
+    /// user name with an empty password (ThingsBoard device authentication).
     #[arg(long, conflicts_with = "username")]
     pub tokens_file: Option<PathBuf>,
     /// One MQTT user name for every connection (e.g. for an anonymous Mosquitto).
@@ -397,7 +398,7 @@ pub struct HttpTelemetryArgs {
     /// Create the devices first through the REST API's bulk import (names `bench-<i>`).
     #[arg(long, conflicts_with = "tokens_file")]
     pub provision: bool,
-    /// File with one access token per line (device i uses line i).
+    /// File with one access token per line, or CSV lines NAME,TOKEN (device i uses line i).
     #[arg(long)]
     pub tokens_file: Option<PathBuf>,
     /// Device names, one a line, matching --tokens-file (for --verify, --save-acks, --storage-lag).

@@ -330,6 +330,7 @@ pub async fn telemetry(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> 
         args.provision,
         checking,
         args.device_names_file.as_deref(),
+        args.target.tokens_file.as_deref(),
     )?;
     let dir = std::env::temp_dir().join(format!("gridlinks-bench-workers-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

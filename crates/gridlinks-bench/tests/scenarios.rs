@@ -245,3 +245,37 @@ fn workers_split_one_run_and_the_loss_check_covers_all_of_them() {
     assert_eq!(check["points_found"], result["acked"]);
     assert_eq!(check["passed"], true);
 }
+
+#[test]
+fn devices_from_a_name_token_csv_are_driven_and_checked_by_name() {
+    let server = Server::start("csv");
+    let names: Vec<String> = (0..4).map(|i| format!("meter-{i}")).collect();
+    let tokens: Vec<String> = (0..4).map(|i| format!("csv-token-{i}")).collect();
+    server.client().bulk_import(&names, &tokens).unwrap();
+    let csv = server.dir.join("devices.csv");
+    let rows: Vec<String> = names
+        .iter()
+        .zip(&tokens)
+        .map(|(n, t)| format!("{n},{t}"))
+        .collect();
+    std::fs::write(&csv, format!("name,token\n{}\n", rows.join("\n"))).unwrap();
+    let json = server.dir.join("csv.json");
+    let out = server.bench(&[
+        "mqtt-telemetry",
+        "--tokens-file",
+        csv.to_str().unwrap(),
+        "--devices",
+        "4",
+        "--duration",
+        "1s",
+        "--verify",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let result = read_json(&json);
+    assert_publish_counts(&result, 4);
+    assert_eq!(result["loss_check"]["devices_checked"], 4);
+    assert_eq!(result["loss_check"]["devices_not_found"], 0);
+    assert_eq!(result["loss_check"]["points_found"], result["acked"]);
+}

@@ -86,6 +86,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         args.provision,
         args.verify || args.save_acks.is_some() || args.storage_lag,
         args.device_names_file.as_deref(),
+        args.tokens_file.as_deref(),
     )?;
     let tokens = if args.provision {
         provision(api.clone(), names.clone().context("provisioned names")?).await?
@@ -94,7 +95,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
             .tokens_file
             .as_ref()
             .context("give --provision or --tokens-file")?;
-        super::read_lines(path, args.devices, "tokens")?
+        super::read_devices(path, args.devices)?.tokens
     };
     let url = args.api.api.clone().unwrap_or_default();
     let host = url

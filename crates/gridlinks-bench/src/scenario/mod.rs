@@ -93,7 +93,7 @@ impl Target {
             .with_context(|| format!("{} has no address of the sources' family", args.host))?;
         let credentials = match (&args.tokens_file, &args.username) {
             (Some(path), _) => {
-                Credentials::Tokens(read_lines(path, offset + connections, "tokens")?)
+                Credentials::Tokens(read_devices(path, offset + connections)?.tokens)
             }
             (None, Some(username)) => Credentials::Shared {
                 username: username.clone(),
@@ -205,6 +205,56 @@ pub(crate) fn read_lines(
         );
     }
     Ok(lines)
+}
+
+/// The devices of a tokens file: one access token a line, or CSV lines `NAME,TOKEN`
+/// (more columns are ignored; a first line `name,token` is a header).
+#[derive(Debug, PartialEq)]
+pub(crate) struct DevicesFile {
+    /// Token of each device, in file order.
+    pub tokens: Vec<String>,
+    /// Names, when the file is CSV.
+    pub names: Option<Vec<String>>,
+}
+
+/// Reads a tokens file; fails when it has fewer than `needed` devices.
+pub(crate) fn read_devices(path: &std::path::Path, needed: usize) -> anyhow::Result<DevicesFile> {
+    let mut lines = read_lines(path, needed, "tokens")?;
+    if lines
+        .first()
+        .is_some_and(|l| l.replace(' ', "").eq_ignore_ascii_case("name,token"))
+    {
+        lines.remove(0);
+        if lines.len() < needed {
+            bail!(
+                "{} has {} devices but {needed} are needed",
+                path.display(),
+                lines.len()
+            );
+        }
+    }
+    if !lines.iter().any(|l| l.contains(',')) {
+        return Ok(DevicesFile {
+            tokens: lines,
+            names: None,
+        });
+    }
+    let mut names = Vec::with_capacity(lines.len());
+    let mut tokens = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        let mut fields = line.split(',').map(str::trim);
+        match (fields.next(), fields.next()) {
+            (Some(name), Some(token)) if !name.is_empty() && !token.is_empty() => {
+                names.push(name.to_string());
+                tokens.push(token.to_string());
+            }
+            _ => bail!("{} line {}: expected NAME,TOKEN", path.display(), i + 1),
+        }
+    }
+    Ok(DevicesFile {
+        tokens,
+        names: Some(names),
+    })
 }
 
 /// Fails early when the open-files limit cannot hold `connections` sockets.
@@ -516,5 +566,35 @@ async fn sample_every_second(
             .samples
             .push(sample);
         last = (now, acked, received, cpu);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_files_are_plain_or_csv_with_names() {
+        let dir = std::env::temp_dir().join(format!("gl-bench-devices-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("plain");
+        std::fs::write(&plain, "t1\nt2\n\n").unwrap();
+        assert_eq!(
+            read_devices(&plain, 2).unwrap(),
+            DevicesFile {
+                tokens: vec!["t1".into(), "t2".into()],
+                names: None
+            }
+        );
+        assert!(read_devices(&plain, 3).is_err(), "too few devices");
+        let csv = dir.join("csv");
+        std::fs::write(&csv, "name,token\nmeter-1, tok1 ,extra\nmeter-2,tok2\n").unwrap();
+        let d = read_devices(&csv, 2).unwrap();
+        assert_eq!(d.tokens, ["tok1", "tok2"]);
+        assert_eq!(d.names.unwrap(), ["meter-1", "meter-2"]);
+        assert!(read_devices(&csv, 3).is_err(), "the header is not a device");
+        std::fs::write(&csv, "a,b\nc\n").unwrap();
+        assert!(read_devices(&csv, 1).is_err(), "a CSV line without token");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

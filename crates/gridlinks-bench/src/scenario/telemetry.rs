@@ -125,6 +125,7 @@ pub(crate) fn device_names_of(
     provision: bool,
     needed: bool,
     names_file: Option<&std::path::Path>,
+    tokens_file: Option<&std::path::Path>,
 ) -> anyhow::Result<Option<Vec<String>>> {
     if provision {
         return Ok(Some((0..devices).map(provisioned_name).collect()));
@@ -132,10 +133,20 @@ pub(crate) fn device_names_of(
     if !needed {
         return Ok(None);
     }
-    let Some(path) = names_file else {
-        anyhow::bail!("--verify, --save-acks and --storage-lag need device names: --provision, or --tokens-file with --device-names-file");
+    if let Some(path) = names_file {
+        return Ok(Some(super::read_lines(path, devices, "names")?));
+    }
+    let csv_names = match tokens_file {
+        Some(path) => super::read_devices(path, devices)?.names,
+        None => None,
     };
-    Ok(Some(super::read_lines(path, devices, "names")?))
+    match csv_names {
+        Some(names) => Ok(Some(names)),
+        None => anyhow::bail!(
+            "--verify, --save-acks and --storage-lag need device names: --provision, a \
+             NAME,TOKEN CSV as --tokens-file, or --device-names-file"
+        ),
+    }
 }
 
 /// Topics the devices publish to.
@@ -316,6 +327,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         args.provision,
         args.verify || args.save_acks.is_some() || args.storage_lag,
         args.device_names_file.as_deref(),
+        args.target.tokens_file.as_deref(),
     )?
     .map(|all| all[offset..offset + args.devices].to_vec());
     let api = if args.provision || args.verify || args.storage_lag {
