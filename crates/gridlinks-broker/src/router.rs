@@ -1,0 +1,602 @@
+//! The routing table of general pub/sub (sans-IO): who is subscribed to what, with which
+//! options, and the retained messages. [`Router::publish`] turns one PUBLISH into the
+//! list of deliveries the transport then queues per client; [`Router::subscribe`]
+//! returns the retained messages a new subscription receives.
+//!
+//! Rules (MQTT 3.1.1 and 5.0, §4.7–4.8 and §3.3):
+//! * a client with several matching subscriptions gets **one** copy, at the highest
+//!   granted QoS of those subscriptions, carrying all their subscription identifiers;
+//! * delivered QoS is the lower of the publish QoS and the subscription QoS;
+//! * no-local: a client's own publishes are not sent back to that subscription;
+//! * retain-as-published keeps the RETAIN flag on forwarded messages, otherwise it is
+//!   cleared (retained messages sent on subscribe always carry it);
+//! * retain handling: 0 send retained messages on subscribe, 1 only for a new
+//!   subscription, 2 never; shared subscriptions never receive retained messages;
+//! * `$share/{group}/{filter}`: each message goes to one member of the group, in turn;
+//! * wildcards at the first level never match `$` topics (e.g. `$SYS/...`);
+//! * a retained PUBLISH with an empty payload clears the topic's retained message.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+
+use crate::topic::{matches, validate_filter, FilterError};
+use crate::trie::SubscriptionTrie;
+
+/// The options of one subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SubOptions {
+    /// Granted maximum QoS (0..=2).
+    pub qos: u8,
+    /// MQTT 5 No Local.
+    pub no_local: bool,
+    /// MQTT 5 Retain As Published.
+    pub retain_as_published: bool,
+    /// MQTT 5 Retain Handling (0..=2).
+    pub retain_handling: u8,
+    /// MQTT 5 Subscription Identifier.
+    pub subscription_id: Option<u32>,
+}
+
+/// Why a subscription was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SubscribeError {
+    /// The filter is not a valid topic filter.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+    /// `$share/` without a valid group name and filter.
+    #[error("shared subscription must be $share/{{group}}/{{filter}} with a group free of '+', '#' and '/'")]
+    Share,
+}
+
+/// A retained message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retained {
+    /// Topic it was published to.
+    pub topic: String,
+    /// Payload (never empty: an empty one clears).
+    pub payload: Bytes,
+    /// QoS it was published with.
+    pub qos: u8,
+}
+
+/// One copy of a message for one client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Receiving client.
+    pub client: String,
+    /// QoS of this copy.
+    pub qos: u8,
+    /// RETAIN flag of this copy.
+    pub retain: bool,
+    /// Identifiers of the subscriptions that matched (MQTT 5).
+    pub subscription_ids: Vec<u32>,
+}
+
+/// What a subscribe did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscribed {
+    /// The client already had this subscription (its options were replaced).
+    pub existed: bool,
+    /// Retained messages to send now, each with the QoS to send it at.
+    pub retained: Vec<(Retained, u8)>,
+}
+
+/// A subscriber in the trie: the client and, for a shared subscription, its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    client: String,
+    group: Option<String>,
+}
+
+/// The routing table.
+#[derive(Debug, Default)]
+pub struct Router {
+    trie: SubscriptionTrie<Member>,
+    /// Per client: full filter as subscribed (with any `$share/g/`) -> options.
+    subs: HashMap<String, HashMap<String, SubOptions>>,
+    /// Next member of each shared group, by (group, filter).
+    turn: HashMap<(String, String), usize>,
+    retained: BTreeMap<String, Retained>,
+}
+
+/// Splits `$share/{group}/{filter}`; `None` for a plain filter.
+fn split_share(full: &str) -> Result<Option<(&str, &str)>, SubscribeError> {
+    let Some(rest) = full.strip_prefix("$share/") else {
+        return Ok(None);
+    };
+    let (group, filter) = rest.split_once('/').ok_or(SubscribeError::Share)?;
+    if group.is_empty() || group.contains(['+', '#']) || filter.is_empty() {
+        return Err(SubscribeError::Share);
+    }
+    Ok(Some((group, filter)))
+}
+
+impl Router {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Subscribes `client` to `full` (a filter or `$share/{group}/{filter}`).
+    pub fn subscribe(
+        &mut self,
+        client: &str,
+        full: &str,
+        opts: SubOptions,
+    ) -> Result<Subscribed, SubscribeError> {
+        let share = split_share(full)?;
+        let filter = share.map_or(full, |(_, f)| f);
+        validate_filter(filter)?;
+        let member = Member {
+            client: client.to_owned(),
+            group: share.map(|(g, _)| g.to_owned()),
+        };
+        let existed = self
+            .subs
+            .entry(client.to_owned())
+            .or_default()
+            .insert(full.to_owned(), opts)
+            .is_some();
+        if !existed {
+            self.trie.insert(filter, member);
+        }
+        let send_retained = share.is_none()
+            && match opts.retain_handling {
+                0 => true,
+                1 => !existed,
+                _ => false,
+            };
+        let retained = if send_retained {
+            self.retained
+                .values()
+                .filter(|r| matches(filter, &r.topic))
+                .map(|r| (r.clone(), r.qos.min(opts.qos)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Subscribed { existed, retained })
+    }
+
+    /// Removes `client`'s subscription `full`; whether it existed.
+    pub fn unsubscribe(&mut self, client: &str, full: &str) -> bool {
+        let Some(subs) = self.subs.get_mut(client) else {
+            return false;
+        };
+        if subs.remove(full).is_none() {
+            return false;
+        }
+        if subs.is_empty() {
+            self.subs.remove(client);
+        }
+        let (group, filter) = match split_share(full) {
+            Ok(Some((g, f))) => (Some(g.to_owned()), f),
+            _ => (None, full),
+        };
+        let last_of_group = group.is_some() && !self.subs.values().any(|s| s.contains_key(full));
+        if last_of_group {
+            if let Some(g) = &group {
+                self.turn.remove(&(g.clone(), filter.to_owned()));
+            }
+        }
+        self.trie.remove(
+            filter,
+            &Member {
+                client: client.to_owned(),
+                group,
+            },
+        );
+        true
+    }
+
+    /// Removes every subscription of `client` (its session ended).
+    pub fn remove_client(&mut self, client: &str) {
+        let filters: Vec<String> = self
+            .subs
+            .get(client)
+            .map(|s| s.keys().cloned().collect())
+            .unwrap_or_default();
+        for full in filters {
+            self.unsubscribe(client, &full);
+        }
+    }
+
+    /// `client`'s subscriptions, for persisting a session.
+    pub fn subscriptions(&self, client: &str) -> Vec<(String, SubOptions)> {
+        self.subs
+            .get(client)
+            .map(|s| s.iter().map(|(f, o)| (f.clone(), *o)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The retained message of `topic`, if any.
+    pub fn retained(&self, topic: &str) -> Option<&Retained> {
+        self.retained.get(topic)
+    }
+
+    /// Routes a PUBLISH of `from` to `topic`: updates the retained store (for `retain`)
+    /// and returns one delivery per receiving client.
+    pub fn publish(
+        &mut self,
+        from: &str,
+        topic: &str,
+        qos: u8,
+        retain: bool,
+        payload: &Bytes,
+    ) -> Vec<Delivery> {
+        if retain {
+            if payload.is_empty() {
+                self.retained.remove(topic);
+            } else {
+                self.retained.insert(
+                    topic.to_owned(),
+                    Retained {
+                        topic: topic.to_owned(),
+                        payload: payload.clone(),
+                        qos,
+                    },
+                );
+            }
+        }
+        // Trie hits: plain subscribers (once per client, whatever the number of its
+        // matching filters) and shared groups with their members.
+        let mut plain: Vec<String> = Vec::new();
+        let mut shared: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for member in self.trie.matches(topic) {
+            let Some(subs) = self.subs.get(&member.client) else {
+                continue;
+            };
+            match &member.group {
+                None => {
+                    if !plain.contains(&member.client) {
+                        plain.push(member.client);
+                    }
+                }
+                Some(group) => {
+                    for full in subs.keys() {
+                        if let Ok(Some((g, f))) = split_share(full) {
+                            if g == group && matches(f, topic) {
+                                let members =
+                                    shared.entry((g.to_owned(), f.to_owned())).or_default();
+                                if !members.contains(&member.client) {
+                                    members.push(member.client.clone());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut direct: Vec<Delivery> = Vec::new();
+        for client in plain {
+            let Some(subs) = self.subs.get(&client) else {
+                continue;
+            };
+            let mut copy: Option<Delivery> = None;
+            let matching = subs
+                .iter()
+                .filter(|(f, _)| !f.starts_with("$share/") && matches(f, topic));
+            for (_, opts) in matching {
+                if opts.no_local && client == from {
+                    continue;
+                }
+                let d = copy.get_or_insert_with(|| Delivery {
+                    client: client.clone(),
+                    qos: 0,
+                    retain: false,
+                    subscription_ids: Vec::new(),
+                });
+                d.qos = d.qos.max(qos.min(opts.qos));
+                d.retain |= retain && opts.retain_as_published;
+                d.subscription_ids.extend(opts.subscription_id);
+            }
+            direct.extend(copy);
+        }
+        for ((group, filter), mut members) in shared {
+            members.sort();
+            let turn = self
+                .turn
+                .entry((group.clone(), filter.clone()))
+                .or_insert(0);
+            let client = members[*turn % members.len()].clone();
+            *turn = turn.wrapping_add(1);
+            let full = format!("$share/{group}/{filter}");
+            let Some(opts) = self.subs.get(&client).and_then(|s| s.get(&full)) else {
+                continue;
+            };
+            direct.push(Delivery {
+                client,
+                qos: qos.min(opts.qos),
+                retain: retain && opts.retain_as_published,
+                subscription_ids: opts.subscription_id.into_iter().collect(),
+            });
+        }
+        direct
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(qos: u8) -> SubOptions {
+        SubOptions {
+            qos,
+            ..Default::default()
+        }
+    }
+
+    fn to(deliveries: &[Delivery]) -> Vec<(&str, u8)> {
+        let mut v: Vec<(&str, u8)> = deliveries
+            .iter()
+            .map(|d| (d.client.as_str(), d.qos))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn one_copy_per_client_at_the_highest_granted_qos() {
+        let mut r = Router::new();
+        r.subscribe("app", "sensors/+/t", opts(0)).unwrap();
+        r.subscribe("app", "sensors/#", opts(1)).unwrap();
+        r.subscribe("other", "sensors/a/t", opts(2)).unwrap();
+        let d = r.publish("dev", "sensors/a/t", 1, false, &Bytes::from_static(b"1"));
+        assert_eq!(
+            to(&d),
+            [("app", 1), ("other", 1)],
+            "delivered QoS = min(publish, granted)"
+        );
+        let d = r.publish("dev", "sensors/a/t", 0, false, &Bytes::from_static(b"1"));
+        assert_eq!(to(&d), [("app", 0), ("other", 0)]);
+        assert!(r
+            .publish("dev", "elsewhere", 1, false, &Bytes::new())
+            .is_empty());
+    }
+
+    #[test]
+    fn dollar_topics_are_not_matched_by_leading_wildcards() {
+        let mut r = Router::new();
+        r.subscribe("all", "#", opts(1)).unwrap();
+        r.subscribe("sys", "$SYS/#", opts(1)).unwrap();
+        let d = r.publish("x", "$SYS/broker/load", 1, false, &Bytes::from_static(b"1"));
+        assert_eq!(to(&d), [("sys", 1)]);
+    }
+
+    #[test]
+    fn no_local_and_subscription_ids() {
+        let mut r = Router::new();
+        let mut o = opts(1);
+        o.no_local = true;
+        o.subscription_id = Some(7);
+        r.subscribe("me", "chat/#", o).unwrap();
+        r.subscribe(
+            "me",
+            "chat/room",
+            SubOptions {
+                subscription_id: Some(9),
+                ..opts(0)
+            },
+        )
+        .unwrap();
+        let d = r.publish("me", "chat/room", 1, false, &Bytes::from_static(b"hi"));
+        // The no-local subscription is skipped; the other one still matches.
+        assert_eq!(to(&d), [("me", 0)]);
+        assert_eq!(d[0].subscription_ids, [9]);
+        let d = r.publish("you", "chat/room", 1, false, &Bytes::from_static(b"hi"));
+        let mut ids = d[0].subscription_ids.clone();
+        ids.sort();
+        assert_eq!((d.len(), d[0].qos, ids), (1, 1, vec![7, 9]));
+    }
+
+    #[test]
+    fn retained_messages_are_stored_cleared_and_sent_by_retain_handling() {
+        let mut r = Router::new();
+        r.publish("d", "lamp/1", 1, true, &Bytes::from_static(b"on"));
+        r.publish("d", "lamp/2", 0, true, &Bytes::from_static(b"off"));
+        let s = r.subscribe("a", "lamp/+", opts(1)).unwrap();
+        assert!(!s.existed);
+        let mut got: Vec<(String, u8)> = s
+            .retained
+            .iter()
+            .map(|(m, q)| (m.topic.clone(), *q))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("lamp/1".to_string(), 1), ("lamp/2".to_string(), 0)]);
+        // Handling 1: only for a new subscription; 2: never.
+        let again = r
+            .subscribe(
+                "a",
+                "lamp/+",
+                SubOptions {
+                    retain_handling: 1,
+                    ..opts(1)
+                },
+            )
+            .unwrap();
+        assert!(again.existed && again.retained.is_empty());
+        let never = r
+            .subscribe(
+                "b",
+                "lamp/+",
+                SubOptions {
+                    retain_handling: 2,
+                    ..opts(1)
+                },
+            )
+            .unwrap();
+        assert!(never.retained.is_empty());
+        // An empty retained payload clears; it is still forwarded to subscribers.
+        let d = r.publish("d", "lamp/1", 0, true, &Bytes::new());
+        assert_eq!(d.len(), 2);
+        assert!(r.retained("lamp/1").is_none());
+        assert_eq!(
+            r.subscribe("c", "lamp/#", opts(1)).unwrap().retained.len(),
+            1
+        );
+    }
+
+    #[test]
+    fn retain_flag_is_kept_only_with_retain_as_published() {
+        let mut r = Router::new();
+        r.subscribe(
+            "keep",
+            "t",
+            SubOptions {
+                retain_as_published: true,
+                ..opts(1)
+            },
+        )
+        .unwrap();
+        r.subscribe("clear", "t", opts(1)).unwrap();
+        let d = r.publish("p", "t", 1, true, &Bytes::from_static(b"x"));
+        let flag = |c: &str| d.iter().find(|x| x.client == c).unwrap().retain;
+        assert!(flag("keep"));
+        assert!(!flag("clear"));
+    }
+
+    #[test]
+    fn shared_subscriptions_take_turns_and_get_no_retained() {
+        let mut r = Router::new();
+        r.publish("d", "jobs/1", 1, true, &Bytes::from_static(b"r"));
+        for w in ["w1", "w2", "w3"] {
+            let s = r.subscribe(w, "$share/workers/jobs/+", opts(1)).unwrap();
+            assert!(s.retained.is_empty());
+        }
+        r.subscribe("audit", "jobs/#", opts(0)).unwrap();
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for i in 0..30 {
+            let d = r.publish(
+                "d",
+                &format!("jobs/{i}"),
+                1,
+                false,
+                &Bytes::from_static(b"j"),
+            );
+            assert_eq!(d.len(), 2, "one worker and the audit subscriber");
+            for x in d {
+                *counts.entry(x.client).or_default() += 1;
+            }
+        }
+        assert_eq!(counts["audit"], 30);
+        for w in ["w1", "w2", "w3"] {
+            assert_eq!(counts[w], 10, "round robin");
+        }
+        assert_eq!(
+            r.subscribe("x", "$share/bad+/t", opts(0)),
+            Err(SubscribeError::Share)
+        );
+        assert_eq!(
+            r.subscribe("x", "$share/g", opts(0)),
+            Err(SubscribeError::Share)
+        );
+        assert!(matches!(
+            r.subscribe("x", "$share/g/a/#/b", opts(0)),
+            Err(SubscribeError::Filter(_))
+        ));
+    }
+
+    #[test]
+    fn unsubscribe_and_session_end_remove_routes() {
+        let mut r = Router::new();
+        r.subscribe("a", "x/#", opts(1)).unwrap();
+        r.subscribe("a", "$share/g/x/+", opts(1)).unwrap();
+        r.subscribe("b", "x/y", opts(1)).unwrap();
+        assert!(r.unsubscribe("a", "x/#"));
+        assert!(!r.unsubscribe("a", "x/#"));
+        assert_eq!(
+            to(&r.publish("p", "x/y", 1, false, &Bytes::new())),
+            [("a", 1), ("b", 1)]
+        );
+        r.remove_client("a");
+        assert!(r.subscriptions("a").is_empty());
+        assert_eq!(
+            to(&r.publish("p", "x/y", 1, false, &Bytes::new())),
+            [("b", 1)]
+        );
+    }
+
+    /// Random operations from several clients: no panic, and every delivery goes to a
+    /// client holding a matching subscription, never twice per publish.
+    #[test]
+    fn random_operations_keep_deliveries_consistent() {
+        let topics = ["a", "a/b", "a/b/c", "$SYS/x", "b/b", "/"];
+        let filters = [
+            "a/#",
+            "+/b",
+            "#",
+            "a/+/c",
+            "$SYS/#",
+            "$share/g/a/#",
+            "$share/h/+/b",
+            "/",
+            "b/+",
+        ];
+        let clients = ["c0", "c1", "c2", "c3"];
+        let mut r = Router::new();
+        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..5_000 {
+            let client = clients[next(clients.len())];
+            match next(4) {
+                0 => {
+                    let f = filters[next(filters.len())];
+                    r.subscribe(
+                        client,
+                        f,
+                        SubOptions {
+                            no_local: next(2) == 0,
+                            ..opts(next(3) as u8)
+                        },
+                    )
+                    .unwrap();
+                }
+                1 => {
+                    r.unsubscribe(client, filters[next(filters.len())]);
+                }
+                2 if next(10) == 0 => r.remove_client(client),
+                _ => {
+                    let topic = topics[next(topics.len())];
+                    let qos = next(3) as u8;
+                    let d = r.publish(client, topic, qos, next(5) == 0, &Bytes::from_static(b"p"));
+                    let mut copies: HashMap<&str, usize> = HashMap::new();
+                    for x in &d {
+                        assert!(x.qos <= qos);
+                        let subs = r.subscriptions(&x.client);
+                        let holds = subs.iter().any(|(f, _)| {
+                            let plain =
+                                split_share(f).ok().flatten().map_or(f.as_str(), |(_, p)| p);
+                            matches(plain, topic)
+                        });
+                        assert!(
+                            holds,
+                            "{} got {topic} without a matching subscription",
+                            x.client
+                        );
+                        *copies.entry(x.client.as_str()).or_default() += 1;
+                    }
+                    // At most one plain copy per client plus one per matching shared group.
+                    for (client, n) in copies {
+                        let groups = r
+                            .subscriptions(client)
+                            .iter()
+                            .filter(|(f, _)| {
+                                split_share(f)
+                                    .ok()
+                                    .flatten()
+                                    .is_some_and(|(_, p)| matches(p, topic))
+                            })
+                            .count();
+                        assert!(n <= 1 + groups, "{client} got {n} copies of {topic}");
+                    }
+                }
+            }
+        }
+    }
+}
