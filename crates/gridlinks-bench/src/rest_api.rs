@@ -138,13 +138,7 @@ impl RestClient {
         let mut from = start;
         while from < end {
             let reply: Value = self
-                .agent
-                .get(&format!(
-                    "{}/api/plugins/telemetry/DEVICE/{id}/values/timeseries",
-                    self.base
-                ))
-                .set("X-Authorization", &self.bearer)
-                .query("keys", key)
+                .timeseries(id, key)
                 .query("startTs", &from.to_string())
                 .query("endTs", &end.to_string())
                 .query("limit", &MAX_POINTS_PER_QUERY.to_string())
@@ -170,16 +164,21 @@ impl RestClient {
         Ok(out)
     }
 
-    /// The `ts` of the latest stored point of `key` of device `id`, if any.
-    pub fn latest_ts(&self, id: &str, key: &str) -> anyhow::Result<Option<u64>> {
-        let reply: Value = self
-            .agent
+    /// A timeseries read of `key` of device `id` (latest value unless a range is added).
+    fn timeseries(&self, id: &str, key: &str) -> ureq::Request {
+        self.agent
             .get(&format!(
                 "{}/api/plugins/telemetry/DEVICE/{id}/values/timeseries",
                 self.base
             ))
             .set("X-Authorization", &self.bearer)
             .query("keys", key)
+    }
+
+    /// The `ts` of the latest stored point of `key` of device `id`, if any.
+    pub fn latest_ts(&self, id: &str, key: &str) -> anyhow::Result<Option<u64>> {
+        let reply: Value = self
+            .timeseries(id, key)
             .call()
             .map_err(describe)
             .with_context(|| format!("reading latest {key} of device {id}"))?

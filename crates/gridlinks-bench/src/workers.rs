@@ -265,36 +265,10 @@ fn worker_target(target: &TargetArgs, offset: usize) -> TargetArgs {
     t
 }
 
-/// Merged counts and latency of the workers' results.
-struct Merged {
-    connected: u64,
-    connect_failures: Reasons,
-    connect_seconds: f64,
-    window_seconds: f64,
-    sent: u64,
-    acked: u64,
-    failed: u64,
-    dropped: Reasons,
-    pings: u64,
-    generator_cpu_seconds: f64,
-    latency: LatencySummary,
-}
-
-fn merge(results: Vec<WorkerResult>) -> anyhow::Result<Merged> {
+/// The workers' results added up (`latency` left empty), and their merged latency.
+fn merge(results: Vec<WorkerResult>) -> anyhow::Result<(WorkerResult, LatencySummary)> {
     let mut h = new_histogram();
-    let mut m = Merged {
-        connected: 0,
-        connect_failures: Reasons::new(),
-        connect_seconds: 0.0,
-        window_seconds: 0.0,
-        sent: 0,
-        acked: 0,
-        failed: 0,
-        dropped: Reasons::new(),
-        pings: 0,
-        generator_cpu_seconds: 0.0,
-        latency: LatencySummary::default(),
-    };
+    let mut m = WorkerResult::default();
     for r in results {
         m.connected += r.connected;
         m.connect_seconds = m.connect_seconds.max(r.connect_seconds);
@@ -315,8 +289,7 @@ fn merge(results: Vec<WorkerResult>) -> anyhow::Result<Merged> {
                 .context("worker latency out of range")?;
         }
     }
-    m.latency = LatencySummary::from_histogram(&h);
-    Ok(m)
+    Ok((m, LatencySummary::from_histogram(&h)))
 }
 
 /// `mqtt-telemetry --workers N`.
@@ -384,7 +357,7 @@ async fn telemetry_in(
     let after = sample(&server)?;
     let rss_peak = peak.finish(after.as_ref());
     workers.tell("bye").await?;
-    let m = merge(workers.results().await?)?;
+    let (m, latency) = merge(workers.results().await?)?;
     let mut report = TelemetryReport {
         scenario: "mqtt-telemetry",
         server: format!("{}:{}", args.target.host, args.target.port),
@@ -402,7 +375,7 @@ async fn telemetry_in(
         acked: m.acked,
         failed: m.failed,
         dropped: m.dropped,
-        puback: (args.qos == 1).then_some(m.latency),
+        puback: (args.qos == 1).then_some(latency),
         server_cost: ServerCost::between(server.as_ref(), before, after, Some(rss_peak)),
         generator_cpu_seconds: m.generator_cpu_seconds,
         ..Default::default()
@@ -476,7 +449,7 @@ async fn connect_in(args: &ConnectArgs, dir: &std::path::Path) -> anyhow::Result
     let end = sample(&server)?;
     let hold_max = peak.finish(end.as_ref());
     workers.tell("bye").await?;
-    let m = merge(workers.results().await?)?;
+    let (m, connack) = merge(workers.results().await?)?;
     let server_memory = match (&server, before, connected, end) {
         (Some(s), Some(before), Some(connected), Some(end)) => Some(ServerMemory {
             pid: s.pid(),
@@ -498,7 +471,7 @@ async fn connect_in(args: &ConnectArgs, dir: &std::path::Path) -> anyhow::Result
         connected: m.connected,
         failures: m.connect_failures,
         connect_seconds: m.connect_seconds,
-        connack: m.latency,
+        connack,
         hold_seconds: m.window_seconds,
         pings: m.pings,
         dropped: m.dropped,
@@ -529,14 +502,13 @@ mod tests {
             window_seconds: acked as f64,
             ..Default::default()
         };
-        let m = merge(vec![r(10, vec![(1000, 10)]), r(30, vec![(3000, 30)])]).unwrap();
+        let (m, latency) = merge(vec![r(10, vec![(1000, 10)]), r(30, vec![(3000, 30)])]).unwrap();
         assert_eq!((m.connected, m.acked, m.sent), (10, 40, 40));
         assert_eq!(m.window_seconds, 30.0);
-        assert_eq!(m.latency.count, 40);
+        assert_eq!(latency.count, 40);
         assert!(
-            m.latency.p50_us >= 2990 && m.latency.p50_us <= 3010,
-            "{:?}",
-            m.latency
+            latency.p50_us >= 2990 && latency.p50_us <= 3010,
+            "{latency:?}"
         );
     }
 }
