@@ -17,6 +17,7 @@ use gridlinks_types::DeviceId;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
+use crate::router::{Retained, Router, SubOptions, SubscribeError};
 use crate::topic::matches;
 
 /// Identifies one live connection.
@@ -32,6 +33,8 @@ pub struct Outbound {
     pub payload: Bytes,
     /// Granted QoS of the matching subscription (0 or 1).
     pub qos: u8,
+    /// RETAIN flag (retain-as-published subscriptions).
+    pub retain: bool,
 }
 
 /// A session's inbox: queued messages and the close flag, with one wake-up for both.
@@ -68,6 +71,13 @@ pub struct SessionLink {
     pub inbox: Arc<Inbox>,
 }
 
+/// A client session (not a device).
+struct ClientEntry {
+    id: SessionId,
+    inbox: Arc<Inbox>,
+    capacity: usize,
+}
+
 struct Entry {
     id: SessionId,
     inbox: Arc<Inbox>,
@@ -80,6 +90,10 @@ struct Entry {
 /// All live sessions, by device.
 #[derive(Default)]
 pub struct Sessions {
+    /// Sessions of clients that are not devices (applications, anonymous), by client id.
+    by_client: RwLock<HashMap<String, ClientEntry>>,
+    /// Their subscriptions and the retained messages.
+    router: Mutex<Router>,
     by_device: RwLock<HashMap<DeviceId, Vec<Entry>>>,
     next: AtomicU64,
     closed_on_overflow: AtomicU64,
@@ -148,7 +162,7 @@ impl Sessions {
                 self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
                 e.inbox.close();
             } else {
-                queue.push_back(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos });
+                queue.push_back(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos, retain: false });
                 drop(queue);
                 e.inbox.wake.notify_one();
                 delivered += 1;
@@ -168,7 +182,73 @@ impl Sessions {
 
     /// Number of live sessions.
     pub fn count(&self) -> usize {
-        self.by_device.read().values().map(Vec::len).sum()
+        self.by_device.read().values().map(Vec::len).sum::<usize>() + self.by_client.read().len()
+    }
+
+    /// Registers the session of client `client_id` (not a device) with an outbound queue
+    /// of `capacity`. A live session of the same client id is taken over: its inbox is
+    /// closed, so its connection ends.
+    pub fn register_client(&self, client_id: &str, capacity: usize) -> SessionLink {
+        let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed));
+        let inbox = Arc::new(Inbox::default());
+        let old = self.by_client.write().insert(
+            client_id.to_owned(),
+            ClientEntry { id, inbox: inbox.clone(), capacity: capacity.max(1) },
+        );
+        if let Some(old) = old {
+            old.inbox.close();
+            // A clean session starts without the old subscriptions.
+            self.router.lock().remove_client(client_id);
+        }
+        SessionLink { id, inbox }
+    }
+
+    /// Ends session `id` of `client_id` and drops its subscriptions (clean session);
+    /// nothing happens when a newer session took the client id over.
+    pub fn unregister_client(&self, client_id: &str, id: SessionId) {
+        let mut map = self.by_client.write();
+        if map.get(client_id).is_some_and(|e| e.id == id) {
+            map.remove(client_id);
+            drop(map);
+            self.router.lock().remove_client(client_id);
+        }
+    }
+
+    /// Subscribes client `client_id`; the retained messages the subscription receives now.
+    pub fn subscribe_client(&self, client_id: &str, filter: &str, opts: SubOptions) -> Result<Vec<(Retained, u8)>, SubscribeError> {
+        Ok(self.router.lock().subscribe(client_id, filter, opts)?.retained)
+    }
+
+    /// Unsubscribes client `client_id`; whether the subscription existed.
+    pub fn unsubscribe_client(&self, client_id: &str, filter: &str) -> bool {
+        self.router.lock().unsubscribe(client_id, filter)
+    }
+
+    /// Routes a PUBLISH of client `from` to every subscribed client session (and keeps it
+    /// as the retained message with `retain`). A session whose queue is full is closed, as
+    /// for devices; returns the copies queued.
+    pub fn publish(&self, from: &str, topic: &str, qos: u8, retain: bool, payload: &Bytes) -> usize {
+        let deliveries = self.router.lock().publish(from, topic, qos, retain, payload);
+        if deliveries.is_empty() {
+            return 0;
+        }
+        let map = self.by_client.read();
+        let mut queued = 0;
+        for d in deliveries {
+            let Some(e) = map.get(&d.client) else { continue };
+            let mut queue = e.inbox.queue.lock();
+            if queue.len() >= e.capacity {
+                drop(queue);
+                self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
+                e.inbox.close();
+            } else {
+                queue.push_back(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos: d.qos, retain: d.retain });
+                drop(queue);
+                e.inbox.wake.notify_one();
+                queued += 1;
+            }
+        }
+        queued
     }
 
     /// Sessions closed because their outbound queue was full.
@@ -205,5 +285,32 @@ mod tests {
         s.unregister(d, a.id);
         s.unregister(d, b.id);
         assert_eq!(s.count(), 0);
+    }
+
+    #[tokio::test]
+    async fn client_sessions_route_take_over_and_drop_subscriptions_when_they_end() {
+        let s = Sessions::default();
+        let a = s.register_client("app", 10);
+        let opts = SubOptions { qos: 1, ..Default::default() };
+        assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
+        assert_eq!(s.publish("dev", "meters/1", 1, true, &Bytes::from_static(b"7")), 1);
+        let m = a.inbox.drain().pop_front().unwrap();
+        assert_eq!((m.topic.as_str(), m.qos, m.retain), ("meters/1", 1, false));
+        // The retained message waits for the next subscriber.
+        let late = s.register_client("late", 10);
+        let retained = s.subscribe_client("late", "meters/#", opts).unwrap();
+        assert_eq!(retained.len(), 1);
+        assert_eq!(retained[0].0.payload, Bytes::from_static(b"7"));
+        // Same client id again: the old session is closed, its subscriptions gone.
+        let a2 = s.register_client("app", 10);
+        assert!(a.inbox.is_closed());
+        assert!(!a2.inbox.is_closed());
+        s.unregister_client("app", a.id); // the old connection ending changes nothing
+        assert_eq!(s.count(), 2);
+        assert_eq!(s.publish("dev", "meters/2", 0, false, &Bytes::new()), 1, "only 'late' is subscribed");
+        s.unregister_client("late", late.id);
+        s.unregister_client("app", a2.id);
+        assert_eq!(s.count(), 0);
+        assert_eq!(s.publish("dev", "meters/3", 0, false, &Bytes::new()), 0);
     }
 }

@@ -79,6 +79,11 @@ pub struct MqttConfig {
     pub outbound_queue: usize,
     /// Most PUBLISH packets per second one connection may send (0: no limit).
     pub rate_limit_messages: u32,
+    /// Accept clients without credentials as pub/sub clients (not devices), outside the
+    /// device-API topics.
+    pub allow_anonymous: bool,
+    /// Messages queued for one pub/sub client before it is closed as too slow.
+    pub client_outbound_queue: usize,
 }
 
 /// Server-side RPC (ThingsBoard's `/api/plugins/rpc` and `/api/rpc`).
@@ -180,6 +185,8 @@ impl Default for MqttConfig {
             connect_timeout: Millis(10_000),
             outbound_queue: 64,
             rate_limit_messages: 0,
+            allow_anonymous: false,
+            client_outbound_queue: 10_000,
         }
     }
 }
@@ -311,8 +318,8 @@ impl Config {
         if self.http.max_page_size == 0 {
             return bad("http.max_page_size must be at least 1".into());
         }
-        if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 {
-            return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue at least 1".into());
+        if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
+            return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
         }
         if self.storage.memtable_mb == 0 {
             return bad("storage.memtable_mb must be at least 1".into());

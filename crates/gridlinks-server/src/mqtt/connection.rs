@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
+use gridlinks_broker::router::{Retained, SubOptions};
 use gridlinks_broker::sessions::{SessionId, SessionLink};
 use gridlinks_broker::topic::validate_filter;
+use gridlinks_codec::mqtt::topic::is_valid_topic_name;
 use gridlinks_codec::mqtt::{
     decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
     PublishProperties, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
@@ -67,6 +69,8 @@ struct Done {
     reply: Option<Reply>,
     /// Close the connection after writing: (MQTT 5 DISCONNECT reason, reason string).
     close: Option<(u8, String)>,
+    /// Retained messages to send after a SUBACK.
+    retained: Vec<Retained>,
 }
 
 type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -84,6 +88,19 @@ struct Conn {
     wbuf: BytesMut,
     version: ProtocolVersion,
 }
+
+/// Who is connected.
+#[derive(Clone)]
+enum Who {
+    /// A device (ThingsBoard access token): the device-API topics.
+    Device(DeviceId),
+    /// A pub/sub client without credentials (`mqtt.allow_anonymous`), by client id:
+    /// every topic except the device API's.
+    Anonymous(Arc<str>),
+}
+
+/// The device API's topics, closed to pub/sub clients.
+const DEVICE_API_PREFIX: &str = "v1/";
 
 /// Why the connection ends.
 enum End {
@@ -105,24 +122,30 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
         }
     };
     conn.version = connect.protocol;
-    let Some(device) = conn.authenticate(&connect).await else {
+    let Some(who) = conn.authenticate(&connect).await else {
         st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
         return;
     };
     st.mqtt_metrics.connects.fetch_add(1, Ordering::Relaxed);
     st.mqtt_metrics.connections.fetch_add(1, Ordering::Relaxed);
-    let link = st.sessions.register(device, st.cfg.mqtt.outbound_queue);
+    let link = match &who {
+        Who::Device(device) => st.sessions.register(*device, st.cfg.mqtt.outbound_queue),
+        Who::Anonymous(id) => st.sessions.register_client(id, st.cfg.mqtt.client_outbound_queue),
+    };
     let session = link.id;
     conn.session = session;
     conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
     let keep_alive = connect.keep_alive;
     // Only the keep-alive outlives the handshake: an idle connection keeps no CONNECT.
     drop(connect);
-    let end = conn.serve(device, keep_alive, link, shutdown).await;
+    let end = conn.serve(who.clone(), keep_alive, link, shutdown).await;
     if let End::Disconnect(reason, text) = end {
         conn.disconnect(reason, &text).await;
     }
-    st.sessions.unregister(device, session);
+    match &who {
+        Who::Device(device) => st.sessions.unregister(*device, session),
+        Who::Anonymous(id) => st.sessions.unregister_client(id, session),
+    }
     st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -176,40 +199,44 @@ impl Conn {
     }
 
     /// Checks the access token (user name); answers CONNACK either way.
-    async fn authenticate(&mut self, c: &Connect) -> Option<DeviceId> {
+    async fn authenticate(&mut self, c: &Connect) -> Option<Who> {
         let v5 = self.version == ProtocolVersion::V5;
         let refuse = |v3: u8, v5code: u8| if v5 { v5code } else { v3 };
         let mut code = 0;
-        let mut device = None;
+        let mut who = None;
+        let assigned = c.client_id.is_empty().then(|| format!("gridlinks-{}", uuid::Uuid::new_v4().simple()));
         match c.username.as_deref() {
+            None | Some("") if self.st.cfg.mqtt.allow_anonymous => {
+                who = Some(Who::Anonymous(assigned.as_deref().unwrap_or(&c.client_id).into()));
+            }
             None | Some("") => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
             Some(token) => match self.st.store.device_id_by_token(token) {
-                Ok(Some(d)) => device = Some(d),
+                Ok(Some(d)) => who = Some(Who::Device(d)),
                 Ok(None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
                 Err(_) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
             },
         }
         if code == 0 && c.client_id.is_empty() && !v5 && (!c.clean_start || c.protocol == ProtocolVersion::V3_1) {
             code = rc::V3_IDENTIFIER_REJECTED;
-            device = None;
+            who = None;
         }
         let mut props = ConnAckProperties::default();
         if v5 && code == 0 {
             props.receive_maximum = Some(self.st.cfg.mqtt.receive_maximum);
             props.maximum_packet_size = u32::try_from(self.st.cfg.mqtt.max_packet_size).ok();
-            props.retain_available = Some(0);
-            props.shared_subscription_available = Some(0);
+            // Retained messages and shared subscriptions are for pub/sub clients.
+            let pubsub = u8::from(matches!(who, Some(Who::Anonymous(_))));
+            props.retain_available = Some(pubsub);
+            props.shared_subscription_available = Some(pubsub);
             props.subscription_identifiers_available = Some(0);
             props.wildcard_subscription_available = Some(1);
-            if c.client_id.is_empty() {
-                props.assigned_client_identifier = Some(format!("gridlinks-{}", uuid::Uuid::new_v4().simple()));
-            }
+            props.assigned_client_identifier = assigned;
         }
         self.queue(&Packet::ConnAck(ConnAck { session_present: false, code, properties: props }));
         if self.flush().await.is_err() {
             return None;
         }
-        device
+        who
     }
 
     fn queue(&mut self, p: &Packet) {
@@ -242,7 +269,7 @@ impl Conn {
     }
 
     /// The connected phase.
-    async fn serve(&mut self, device: DeviceId, keep_alive: u16, link: SessionLink, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn serve(&mut self, who: Who, keep_alive: u16, link: SessionLink, mut shutdown: watch::Receiver<bool>) -> End {
         let st = self.st.clone();
         let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
         let keep_alive = (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500));
@@ -268,7 +295,7 @@ impl Conn {
                 }
                 _ = link.inbox.wake.notified() => {
                     if link.inbox.is_closed() {
-                        return End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or too slow to receive".into());
+                        return End::Disconnect(rc::NOT_AUTHORIZED, "session taken over, device deleted, or too slow to receive".into());
                     }
                     for out in link.inbox.drain() {
                         let qos = if out.qos >= 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
@@ -277,7 +304,7 @@ impl Conn {
                             next_pid
                         });
                         self.queue(&Packet::Publish(Publish {
-                            dup: false, qos, retain: false, topic: out.topic, packet_id, payload: out.payload,
+                            dup: false, qos, retain: out.retain, topic: out.topic, packet_id, payload: out.payload,
                             properties: PublishProperties::default(),
                         }));
                     }
@@ -317,7 +344,7 @@ impl Conn {
                     Ok(None) => break,
                     Ok(Some(p)) => {
                         let queue = pending.get_or_insert_with(FuturesOrdered::new);
-                        if let Some(end) = self.on_packet(p, device, queue, &mut awaiting_rel) {
+                        if let Some(end) = self.on_packet(p, &who, queue, &mut awaiting_rel) {
                             return end;
                         }
                     }
@@ -368,10 +395,23 @@ impl Conn {
                 properties: PublishProperties::default(),
             }));
         }
+        // Retained messages of a new subscription, after its SUBACK. Sent at QoS 0: this
+        // connection does not track acknowledgements of its own publishes.
+        for r in done.retained {
+            self.queue(&Packet::Publish(Publish {
+                dup: false,
+                qos: QoS::AtMostOnce,
+                retain: true,
+                topic: r.topic,
+                packet_id: None,
+                payload: r.payload,
+                properties: PublishProperties::default(),
+            }));
+        }
         done.close.map(|(reason, text)| End::Disconnect(reason, text))
     }
 
-    fn on_packet(&mut self, p: Packet, device: DeviceId, pending: &mut FuturesOrdered<InFlight>, awaiting_rel: &mut HashSet<u16>) -> Option<End> {
+    fn on_packet(&mut self, p: Packet, who: &Who, pending: &mut FuturesOrdered<InFlight>, awaiting_rel: &mut HashSet<u16>) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
         match p {
             Packet::Publish(p) => {
@@ -406,6 +446,10 @@ impl Conn {
                         return None;
                     }
                 }
+                let device = match who {
+                    Who::Device(device) => *device,
+                    Who::Anonymous(client) => return self.route(client, p, pending),
+                };
                 let st = self.st.clone();
                 let version = self.version;
                 pending.push_back(Box::pin(async move {
@@ -421,11 +465,11 @@ impl Conn {
             // Acks of our own QoS 1 publishes: nothing is retried, so nothing to track.
             Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
             Packet::Subscribe(s) => {
-                let ack = self.subscribe(device, s);
-                pending.push_back(ready(Some(ack)));
+                let (ack, retained) = self.subscribe(who, s);
+                pending.push_back(Box::pin(std::future::ready(Done { ack: Some(ack), reply: None, close: None, retained })));
             }
             Packet::Unsubscribe(u) => {
-                let ack = self.unsubscribe(device, u);
+                let ack = self.unsubscribe(who, u);
                 pending.push_back(ready(Some(ack)));
             }
             Packet::PingReq => self.queue(&Packet::PingResp),
@@ -442,31 +486,90 @@ impl Conn {
         None
     }
 
-    fn subscribe(&mut self, device: DeviceId, s: Subscribe) -> Packet {
+    /// A pub/sub client's PUBLISH: routed to the subscribed client sessions at once (no
+    /// storage: these sessions are clean), then acknowledged. The device API's topics
+    /// are refused.
+    fn route(&mut self, client: &str, p: Publish, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
+        let ack = |reason: u8, text: Option<String>| {
+            let r = resp(p.packet_id?, reason, text);
+            match p.qos {
+                QoS::AtMostOnce => None,
+                QoS::AtLeastOnce => Some(Packet::PubAck(r)),
+                QoS::ExactlyOnce => Some(Packet::PubRec(r)),
+            }
+        };
+        if p.topic.starts_with(DEVICE_API_PREFIX) || !is_valid_topic_name(&p.topic) {
+            self.st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
+            let text = format!("not authorized to publish to {:?}: the device API needs a device token", p.topic);
+            if self.version != ProtocolVersion::V5 {
+                return Some(End::Disconnect(rc::NOT_AUTHORIZED, text));
+            }
+            pending.push_back(ready(ack(rc::NOT_AUTHORIZED, Some(text))));
+            return None;
+        }
+        let queued = self.st.sessions.publish(client, &p.topic, p.qos as u8, p.retain, &p.payload);
+        // MQTT 5: 0x10 "no matching subscribers" is a success code.
+        let reason = if queued == 0 && self.version == ProtocolVersion::V5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
+        pending.push_back(ready(ack(reason, None)));
+        None
+    }
+
+    fn subscribe(&mut self, who: &Who, s: Subscribe) -> (Packet, Vec<Retained>) {
         let v5 = self.version == ProtocolVersion::V5;
+        let mut retained = Vec::new();
         let codes = s
             .filters
             .iter()
             .map(|f| {
-                if f.filter.starts_with("$share/") {
-                    return if v5 { rc::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED } else { rc::V3_SUBSCRIPTION_FAILURE };
-                }
-                if validate_filter(&f.filter).is_err() {
-                    return if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE };
-                }
                 let granted = (f.qos as u8).min(1);
-                self.st.sessions.subscribe(device, self.session, &f.filter, granted);
-                granted
+                match who {
+                    Who::Device(device) => {
+                        if f.filter.starts_with("$share/") {
+                            return if v5 { rc::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED } else { rc::V3_SUBSCRIPTION_FAILURE };
+                        }
+                        if validate_filter(&f.filter).is_err() {
+                            return if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE };
+                        }
+                        self.st.sessions.subscribe(*device, self.session, &f.filter, granted);
+                        granted
+                    }
+                    Who::Anonymous(client) => {
+                        let plain = f.filter.strip_prefix("$share/").and_then(|r| r.split_once('/')).map_or(f.filter.as_str(), |(_, p)| p);
+                        if plain.starts_with(DEVICE_API_PREFIX) {
+                            return if v5 { rc::NOT_AUTHORIZED } else { rc::V3_SUBSCRIPTION_FAILURE };
+                        }
+                        let opts = SubOptions {
+                            qos: granted,
+                            no_local: f.no_local,
+                            retain_as_published: f.retain_as_published,
+                            retain_handling: f.retain_handling,
+                            subscription_id: None,
+                        };
+                        match self.st.sessions.subscribe_client(client, &f.filter, opts) {
+                            Ok(r) => {
+                                retained.extend(r.into_iter().map(|(m, _)| m));
+                                granted
+                            }
+                            Err(_) => if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE },
+                        }
+                    }
+                }
             })
             .collect();
-        Packet::SubAck(SubAck { packet_id: s.packet_id, return_codes: codes, reason_string: None })
+        (Packet::SubAck(SubAck { packet_id: s.packet_id, return_codes: codes, reason_string: None }), retained)
     }
 
-    fn unsubscribe(&mut self, device: DeviceId, u: Unsubscribe) -> Packet {
+    fn unsubscribe(&mut self, who: &Who, u: Unsubscribe) -> Packet {
         let codes = u
             .filters
             .iter()
-            .map(|f| if self.st.sessions.unsubscribe(device, self.session, f) { 0 } else { rc::NO_SUBSCRIPTION_EXISTED })
+            .map(|f| {
+                let existed = match who {
+                    Who::Device(device) => self.st.sessions.unsubscribe(*device, self.session, f),
+                    Who::Anonymous(client) => self.st.sessions.unsubscribe_client(client, f),
+                };
+                if existed { 0 } else { rc::NO_SUBSCRIPTION_EXISTED }
+            })
             .collect();
         Packet::UnsubAck(UnsubAck { packet_id: u.packet_id, reason_codes: codes, reason_string: None })
     }
@@ -477,7 +580,7 @@ fn resp(packet_id: u16, reason: u8, reason_string: Option<String>) -> PubResp {
 }
 
 fn ready(ack: Option<Packet>) -> InFlight {
-    Box::pin(std::future::ready(Done { ack, reply: None, close: None }))
+    Box::pin(std::future::ready(Done { ack, reply: None, close: None, retained: Vec::new() }))
 }
 
 /// Maps the result of a publish to what the client sees.
@@ -492,14 +595,14 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
         }
     };
     let err = match result {
-        Ok(reply) => return Done { ack: ack(0, None), reply, close: None },
+        Ok(reply) => return Done { ack: ack(0, None), reply, close: None, retained: Vec::new() },
         Err(e) => e,
     };
     let (reason, text) = match &err {
         TopicError::BadPayload(e) => (rc::PAYLOAD_FORMAT_INVALID, format!("payload format invalid: {e}")),
         TopicError::UnknownTopic => (rc::TOPIC_NAME_INVALID, format!("unknown topic {topic:?}: not a ThingsBoard device topic")),
         TopicError::Store(StoreError::DeviceNotFound) => {
-            return Done { ack: None, reply: None, close: Some((rc::NOT_AUTHORIZED, "device deleted".into())) };
+            return Done { ack: None, reply: None, close: Some((rc::NOT_AUTHORIZED, "device deleted".into())), retained: Vec::new() };
         }
         TopicError::Store(StoreError::Overloaded) => (rc::QUOTA_EXCEEDED, "storage overloaded: retry later".into()),
         TopicError::Store(StoreError::Limit(m)) => (rc::QUOTA_EXCEEDED, m.clone()),
@@ -512,9 +615,9 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
     }
     if version == ProtocolVersion::V5 {
         // MQTT 5 can say what was wrong and keep the connection (QoS 0 cannot be answered).
-        Done { ack: ack(reason, Some(text)), reply: None, close: None }
+        Done { ack: ack(reason, Some(text)), reply: None, close: None, retained: Vec::new() }
     } else {
         // MQTT 3.1.1 has no negative acknowledgement: closing is the only honest answer.
-        Done { ack: None, reply: None, close: Some((reason, text)) }
+        Done { ack: None, reply: None, close: Some((reason, text)), retained: Vec::new() }
     }
 }

@@ -50,8 +50,21 @@ impl Raw {
 
     /// Opens and CONNECTs; returns the client and the CONNACK.
     pub fn connect(port: u16, version: ProtocolVersion, token: Option<&str>, keep_alive: u16) -> (Self, ConnAck) {
+        Self::connect_with(port, version, "raw-test", token, keep_alive)
+    }
+
+    /// Opens and CONNECTs with client id `client_id` (keep-alive 60 s).
+    pub fn connect_as(port: u16, version: ProtocolVersion, client_id: &str, token: Option<&str>) -> (Self, ConnAck) {
+        Self::connect_with(port, version, client_id, token, 60)
+    }
+
+    fn connect_with(port: u16, version: ProtocolVersion, client_id: &str, token: Option<&str>, keep_alive: u16) -> (Self, ConnAck) {
         let mut c = Self::open(port, version);
-        c.send(&connect_packet(version, token, keep_alive));
+        let mut connect = connect_packet(version, token, keep_alive);
+        if let Packet::Connect(c) = &mut connect {
+            c.client_id = client_id.into();
+        }
+        c.send(&connect);
         match c.recv() {
             Some(Packet::ConnAck(a)) => (c, a),
             other => panic!("expected CONNACK, got {other:?}"),

@@ -1,0 +1,168 @@
+//! Pub/sub between clients that are not devices (`mqtt.allow_anonymous`), first slice
+//! of the general broker: wildcard subscriptions, QoS 0/1, retained messages, the device
+//! API closed to such clients, client-id takeover and shared subscriptions; against the
+//! real binary with Mosquitto's own command-line clients and the raw test client.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::mqtt::*;
+use common::Server;
+
+fn anonymous_server() -> Server {
+    Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true")])
+}
+
+/// `mosquitto_pub` with `args`; panics unless it exits 0 (with -q 1: after its PUBACK).
+fn mosquitto_pub(port: u16, args: &[&str]) {
+    let status = Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .status()
+        .expect("mosquitto_pub (apt-get install mosquitto-clients)");
+    assert!(status.success(), "mosquitto_pub {args:?}: {status}");
+}
+
+/// Starts `mosquitto_sub` printing `topic payload` lines, and waits until it is subscribed
+/// (its -d output shows the SUBACK). The output is read by [`received`].
+fn mosquitto_sub(port: u16, args: &[&str]) -> std::process::Child {
+    // stdbuf: line-buffered, so the SUBACK trace is readable before any message arrives.
+    let mut child = Command::new("stdbuf")
+        .args(["-oL", "mosquitto_sub", "-h", "127.0.0.1", "-p", &port.to_string(), "-v", "-d"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mosquitto_sub (apt-get install mosquitto-clients)");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    for line in lines.by_ref() {
+        if line.unwrap().contains("SUBACK") {
+            break;
+        }
+    }
+    SUBSCRIBERS.with(|s| s.borrow_mut().push(lines));
+    child
+}
+
+thread_local! {
+    static SUBSCRIBERS: std::cell::RefCell<Vec<std::io::Lines<std::io::BufReader<std::process::ChildStdout>>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The next `n` `topic payload` lines of the most recent subscriber (skipping -d debug lines).
+fn received(n: usize) -> Vec<String> {
+    SUBSCRIBERS.with(|s| {
+        let mut subs = s.borrow_mut();
+        let lines = subs.last_mut().unwrap();
+        let mut out = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if line.starts_with("Client ") || line.starts_with("Subscribed") {
+                continue; // -d protocol trace
+            }
+            out.push(line);
+            if out.len() == n {
+                break;
+            }
+        }
+        out
+    })
+}
+
+#[test]
+fn anonymous_clients_are_refused_unless_allowed() {
+    let server = Server::start();
+    let (_, ack) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "app", None);
+    assert_eq!(ack.code, reason::BAD_USER_NAME_OR_PASSWORD);
+    let server = anonymous_server();
+    let (_, ack) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "app", None);
+    assert_eq!(ack.code, reason::SUCCESS);
+    assert_eq!(ack.properties.retain_available, Some(1));
+    assert_eq!(ack.properties.shared_subscription_available, Some(1));
+}
+
+#[test]
+fn wildcard_subscribers_get_qos1_messages_from_mosquitto_clients() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let mut sub = mosquitto_sub(port, &["-q", "1", "-t", "plant/+/temp", "-C", "3"]);
+    mosquitto_pub(port, &["-q", "1", "-t", "plant/a/temp", "-m", "21"]);
+    mosquitto_pub(port, &["-q", "0", "-t", "plant/b/temp", "-m", "22"]);
+    mosquitto_pub(port, &["-q", "1", "-t", "plant/a/humidity", "-m", "not for us"]);
+    mosquitto_pub(port, &["-q", "1", "-t", "plant/c/temp", "-m", "23"]);
+    assert_eq!(received(3), ["plant/a/temp 21", "plant/b/temp 22", "plant/c/temp 23"]);
+    assert!(sub.wait().unwrap().success());
+}
+
+#[test]
+fn retained_messages_reach_later_subscribers_until_cleared() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    mosquitto_pub(port, &["-q", "1", "-r", "-t", "lamp/1", "-m", "on"]);
+    let mut sub = mosquitto_sub(port, &["-t", "lamp/#", "-C", "1"]);
+    assert_eq!(received(1), ["lamp/1 on"]);
+    assert!(sub.wait().unwrap().success());
+    // An empty retained payload clears it: a new subscriber gets nothing.
+    mosquitto_pub(port, &["-q", "1", "-r", "-t", "lamp/1", "-n"]);
+    let (mut c, _) = Raw::connect_as(port, ProtocolVersion::V5, "late", None);
+    assert_eq!(c.subscribe(1, &["lamp/#"]).return_codes, [1]);
+    c.stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    assert!(matches!(c.try_recv(), Err(_) | Ok(None)), "no retained message left");
+}
+
+#[test]
+fn the_device_api_stays_closed_to_anonymous_clients() {
+    let server = anonymous_server();
+    let (mut c, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "nosy", None);
+    c.publish("v1/devices/me/telemetry", b"{\"t\":1}", QoS::AtLeastOnce, Some(1));
+    match c.recv() {
+        Some(Packet::PubAck(a)) => assert_eq!(a.reason, reason::NOT_AUTHORIZED),
+        other => panic!("expected PUBACK, got {other:?}"),
+    }
+    assert_eq!(c.subscribe(2, &["v1/devices/me/attributes", "ok/#"]).return_codes, [reason::NOT_AUTHORIZED, 1]);
+    // MQTT 3.1.1 cannot refuse a PUBLISH: the connection is closed.
+    let (mut c3, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V3_1_1, "nosy3", None);
+    c3.publish("v1/devices/me/telemetry", b"{}", QoS::AtLeastOnce, Some(1));
+    c3.expect_close();
+}
+
+#[test]
+fn a_second_connection_with_the_same_client_id_takes_the_session_over() {
+    let server = anonymous_server();
+    let (mut first, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "same", None);
+    first.subscribe(1, &["t"]);
+    let (mut second, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "same", None);
+    let (disconnect, _) = first.expect_close();
+    assert!(disconnect.is_some(), "MQTT 5 says why");
+    // The new session starts clean: no subscription carried over.
+    let (mut publisher, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "pub", None);
+    publisher.publish("t", b"x", QoS::AtLeastOnce, Some(1));
+    match publisher.recv() {
+        Some(Packet::PubAck(a)) => assert_eq!(a.reason, reason::NO_MATCHING_SUBSCRIBERS),
+        other => panic!("expected PUBACK, got {other:?}"),
+    }
+    assert_eq!(second.subscribe(1, &["t"]).return_codes, [1]);
+}
+
+#[test]
+fn shared_subscribers_take_turns() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let (mut w1, _) = Raw::connect_as(port, ProtocolVersion::V5, "w1", None);
+    let (mut w2, _) = Raw::connect_as(port, ProtocolVersion::V5, "w2", None);
+    assert_eq!(w1.subscribe(1, &["$share/workers/jobs/+"]).return_codes, [1]);
+    assert_eq!(w2.subscribe(1, &["$share/workers/jobs/+"]).return_codes, [1]);
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "boss", None);
+    for i in 1..=4u16 {
+        p.publish(&format!("jobs/{i}"), b"j", QoS::AtLeastOnce, Some(i));
+        assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.reason == reason::SUCCESS));
+    }
+    for w in [&mut w1, &mut w2] {
+        for _ in 0..2 {
+            assert!(matches!(w.recv(), Some(Packet::Publish(m)) if m.topic.starts_with("jobs/")));
+        }
+    }
+}
