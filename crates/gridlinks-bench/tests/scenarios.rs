@@ -94,7 +94,7 @@ fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
 }
 
 #[test]
-fn pubsub_on_mosquitto_delivers_every_message_to_every_subscriber() {
+fn pubsub_on_gridlinks_and_mosquitto_delivers_every_message_to_every_subscriber() {
     let dir = scratch("pubsub");
     let json = dir.join("p.json");
     let out = run_bench(&[
@@ -117,20 +117,20 @@ fn pubsub_on_mosquitto_delivers_every_message_to_every_subscriber() {
     ]);
     assert_eq!(out.status.code(), Some(0));
     let runs = runs(&read_json(&json), 0);
-    // GridLinks has no application pub/sub yet: skipped, saying so.
-    assert!(runs[0].1["result"].is_null());
-    assert!(runs[0].1["error"].as_str().unwrap().starts_with("skipped"));
-    let result = &runs[1].1["result"];
-    assert_publish_counts(result, 2 * 3 + 2 * 2);
-    let acked = n(&result["acked"]);
-    assert_eq!(
-        n(&result["expected"]),
-        2 * acked,
-        "each group's 2 subscribers get all"
-    );
-    assert_eq!(n(&result["received"]), n(&result["expected"]));
-    assert_eq!(n(&result["e2e_latency"]["count"]), n(&result["received"]));
-    assert_eq!(result["passed"], true);
+    assert_eq!(runs.len(), 2);
+    for (server, run) in &runs {
+        let result = &run["result"];
+        assert_publish_counts(result, 2 * 3 + 2 * 2);
+        let acked = n(&result["acked"]);
+        assert_eq!(
+            n(&result["expected"]),
+            2 * acked,
+            "{server}: each group's 2 subscribers get all"
+        );
+        assert_eq!(n(&result["received"]), n(&result["expected"]), "{server}");
+        assert_eq!(n(&result["e2e_latency"]["count"]), n(&result["received"]));
+        assert_eq!(result["passed"], true, "{server}");
+    }
 }
 
 #[test]
