@@ -198,7 +198,8 @@ impl Conn {
         }
     }
 
-    /// Checks the access token (user name); answers CONNACK either way.
+    /// Checks the access token (user name), or admits a client without one as a pub/sub
+    /// client when `mqtt.allow_anonymous` is on; answers CONNACK either way.
     async fn authenticate(&mut self, c: &Connect) -> Option<Who> {
         let v5 = self.version == ProtocolVersion::V5;
         let refuse = |v3: u8, v5code: u8| if v5 { v5code } else { v3 };
