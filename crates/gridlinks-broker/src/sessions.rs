@@ -52,6 +52,29 @@ impl Inbox {
         std::mem::take(&mut *self.queue.lock())
     }
 
+    /// Takes messages from the front, in order, while at most `qos1_room` of them need
+    /// an acknowledgement (QoS 1); the rest stay queued for [`Inbox::take`] after acks.
+    pub fn take(&self, qos1_room: usize) -> Vec<Outbound> {
+        let mut queue = self.queue.lock();
+        let mut room = qos1_room;
+        let mut n = 0;
+        for m in queue.iter() {
+            if m.qos >= 1 {
+                if room == 0 {
+                    break;
+                }
+                room -= 1;
+            }
+            n += 1;
+        }
+        queue.drain(..n).collect()
+    }
+
+    /// True when messages wait in the queue.
+    pub fn has_queued(&self) -> bool {
+        !self.queue.lock().is_empty()
+    }
+
     /// True once the session must close (device deleted, queue overflow).
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
@@ -312,5 +335,19 @@ mod tests {
         s.unregister_client("app", a2.id);
         assert_eq!(s.count(), 0);
         assert_eq!(s.publish("dev", "meters/3", 0, false, &Bytes::new()), 0);
+    }
+
+    #[test]
+    fn take_stops_at_the_window_and_keeps_order() {
+        let inbox = Inbox::default();
+        for (i, qos) in [1u8, 0, 1, 1, 0].into_iter().enumerate() {
+            inbox.queue.lock().push_back(Outbound { topic: i.to_string(), payload: Bytes::new(), qos, retain: false });
+        }
+        let topics = |v: Vec<Outbound>| v.into_iter().map(|m| m.topic).collect::<Vec<_>>();
+        assert_eq!(topics(inbox.take(2)), ["0", "1", "2"], "stops before the third QoS 1");
+        assert!(inbox.has_queued());
+        assert_eq!(topics(inbox.take(0)), Vec::<String>::new());
+        assert_eq!(topics(inbox.take(5)), ["3", "4"]);
+        assert!(!inbox.has_queued());
     }
 }

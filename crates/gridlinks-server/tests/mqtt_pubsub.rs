@@ -166,3 +166,39 @@ fn shared_subscribers_take_turns() {
         }
     }
 }
+
+#[test]
+fn qos1_deliveries_respect_the_subscribers_receive_maximum() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let mut sub = Raw::open(port, ProtocolVersion::V5);
+    let mut connect = connect_packet(ProtocolVersion::V5, None, 60);
+    if let Packet::Connect(c) = &mut connect {
+        c.client_id = "slow".into();
+        c.properties.receive_maximum = Some(2);
+    }
+    sub.send(&connect);
+    assert!(matches!(sub.recv(), Some(Packet::ConnAck(a)) if a.code == reason::SUCCESS));
+    assert_eq!(sub.subscribe(1, &["q/#"]).return_codes, [1]);
+    let (mut publisher, _) = Raw::connect_as(port, ProtocolVersion::V5, "fast", None);
+    for i in 1..=5u16 {
+        publisher.publish(&format!("q/{i}"), b"m", QoS::AtLeastOnce, Some(i));
+        assert!(matches!(publisher.recv(), Some(Packet::PubAck(a)) if a.reason == reason::SUCCESS));
+    }
+    let next = |c: &mut Raw| match c.recv() {
+        Some(Packet::Publish(p)) => (p.topic, p.packet_id.unwrap()),
+        other => panic!("expected PUBLISH, got {other:?}"),
+    };
+    let (t1, id1) = next(&mut sub);
+    let (t2, id2) = next(&mut sub);
+    assert_eq!((t1.as_str(), t2.as_str()), ("q/1", "q/2"));
+    assert_ne!(id1, id2);
+    // Two unacknowledged: nothing more until a PUBACK.
+    sub.stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(matches!(sub.try_recv(), Err(_) | Ok(None)), "a third QoS 1 message before any PUBACK");
+    sub.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sub.send(&Packet::PubAck(PubResp { packet_id: id1, reason: 0, reason_string: None, user_properties: Vec::new() }));
+    let (t3, id3) = next(&mut sub);
+    assert_eq!(t3, "q/3");
+    assert_ne!(id3, id2, "an id still in flight is not reused");
+}

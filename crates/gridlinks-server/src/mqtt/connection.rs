@@ -99,6 +99,60 @@ enum Who {
     Anonymous(Arc<str>),
 }
 
+/// Most QoS 1 messages the server leaves unacknowledged with one client (lower when the
+/// client's MQTT 5 Receive Maximum says so).
+const OUTBOUND_WINDOW: u16 = 1024;
+
+/// The server's own QoS 1 publishes to one client that await its PUBACK: a window of at
+/// most `max`, and packet ids never reused while in flight.
+struct OutWindow {
+    max: u16,
+    in_flight: u16,
+    next_id: u16,
+    /// Packet ids in flight, one bit each; allocated with the first QoS 1 message.
+    used: Vec<u64>,
+}
+
+impl OutWindow {
+    fn new(max: u16) -> Self {
+        Self { max: max.max(1), in_flight: 0, next_id: 0, used: Vec::new() }
+    }
+
+    /// QoS 1 messages that may be sent now.
+    fn room(&self) -> usize {
+        usize::from(self.max - self.in_flight)
+    }
+
+    /// A free packet id, marked in flight; only called with room left (so one is free).
+    fn take_id(&mut self) -> u16 {
+        if self.used.is_empty() {
+            self.used = vec![0; 65536 / 64];
+        }
+        loop {
+            self.next_id = self.next_id.checked_add(1).unwrap_or(1);
+            let (word, bit) = (usize::from(self.next_id / 64), self.next_id % 64);
+            if self.used[word] & (1 << bit) == 0 {
+                self.used[word] |= 1 << bit;
+                self.in_flight += 1;
+                return self.next_id;
+            }
+        }
+    }
+
+    /// The client acknowledged `id`; false when it was not in flight.
+    fn release(&mut self, id: u16) -> bool {
+        let (word, bit) = (usize::from(id / 64), id % 64);
+        match self.used.get_mut(word) {
+            Some(w) if *w & (1 << bit) != 0 => {
+                *w &= !(1 << bit);
+                self.in_flight -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The device API's topics, closed to pub/sub clients.
 const DEVICE_API_PREFIX: &str = "v1/";
 
@@ -136,9 +190,10 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     conn.session = session;
     conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
     let keep_alive = connect.keep_alive;
+    let window = OutWindow::new(connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)));
     // Only the keep-alive outlives the handshake: an idle connection keeps no CONNECT.
     drop(connect);
-    let end = conn.serve(who.clone(), keep_alive, link, shutdown).await;
+    let end = conn.serve(who.clone(), keep_alive, link, window, shutdown).await;
     if let End::Disconnect(reason, text) = end {
         conn.disconnect(reason, &text).await;
     }
@@ -270,7 +325,7 @@ impl Conn {
     }
 
     /// The connected phase.
-    async fn serve(&mut self, who: Who, keep_alive: u16, link: SessionLink, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn serve(&mut self, who: Who, keep_alive: u16, link: SessionLink, mut window: OutWindow, mut shutdown: watch::Receiver<bool>) -> End {
         let st = self.st.clone();
         let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
         let keep_alive = (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500));
@@ -282,7 +337,6 @@ impl Conn {
         let mut pending: Option<FuturesOrdered<InFlight>> = None;
         // QoS 2 packet ids whose PUBREC went out and whose PUBREL has not arrived.
         let mut awaiting_rel: HashSet<u16> = HashSet::new();
-        let mut next_pid: u16 = 0;
         let mut stopping = false;
 
         loop {
@@ -298,17 +352,7 @@ impl Conn {
                     if link.inbox.is_closed() {
                         return End::Disconnect(rc::NOT_AUTHORIZED, "session taken over, device deleted, or too slow to receive".into());
                     }
-                    for out in link.inbox.drain() {
-                        let qos = if out.qos >= 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
-                        let packet_id = (qos == QoS::AtLeastOnce).then(|| {
-                            next_pid = next_pid.checked_add(1).unwrap_or(1);
-                            next_pid
-                        });
-                        self.queue(&Packet::Publish(Publish {
-                            dup: false, qos, retain: out.retain, topic: out.topic, packet_id, payload: out.payload,
-                            properties: PublishProperties::default(),
-                        }));
-                    }
+                    self.send_queued(&link, &mut window);
                 }
                 Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
                     if let Some(end) = self.finish(done, &mut awaiting_rel) {
@@ -343,6 +387,12 @@ impl Conn {
             while !stopping && pending.as_ref().map_or(0, FuturesOrdered::len) < max_in_flight {
                 match self.decode() {
                     Ok(None) => break,
+                    Ok(Some(Packet::PubAck(a))) => {
+                        // Room in the window: send what waits in the inbox.
+                        if window.release(a.packet_id) && link.inbox.has_queued() {
+                            self.send_queued(&link, &mut window);
+                        }
+                    }
                     Ok(Some(p)) => {
                         let queue = pending.get_or_insert_with(FuturesOrdered::new);
                         if let Some(end) = self.on_packet(p, &who, queue, &mut awaiting_rel) {
@@ -372,6 +422,22 @@ impl Conn {
             if stopping && pending.is_none() {
                 return End::Disconnect(rc::SERVER_SHUTTING_DOWN, "server shutting down".into());
             }
+        }
+    }
+
+    /// Queues what waits in the session's inbox, as far as the window allows.
+    fn send_queued(&mut self, link: &SessionLink, window: &mut OutWindow) {
+        for out in link.inbox.take(window.room()) {
+            let (qos, packet_id) = if out.qos >= 1 { (QoS::AtLeastOnce, Some(window.take_id())) } else { (QoS::AtMostOnce, None) };
+            self.queue(&Packet::Publish(Publish {
+                dup: false,
+                qos,
+                retain: out.retain,
+                topic: out.topic,
+                packet_id,
+                payload: out.payload,
+                properties: PublishProperties::default(),
+            }));
         }
     }
 
@@ -463,7 +529,8 @@ impl Conn {
                 let reason = if v5 { reason } else { 0 };
                 pending.push_back(ready(Some(Packet::PubComp(resp(r.packet_id, reason, None)))));
             }
-            // Acks of our own QoS 1 publishes: nothing is retried, so nothing to track.
+            // PUBACKs are handled before (they open the outbound window); the server sends
+            // no QoS 2, so PUBREC/PUBCOMP have nothing to complete.
             Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
             Packet::Subscribe(s) => {
                 let (ack, retained) = self.subscribe(who, s);
@@ -620,5 +687,28 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
     } else {
         // MQTT 3.1.1 has no negative acknowledgement: closing is the only honest answer.
         Done { ack: None, reply: None, close: Some((reason, text)), retained: Vec::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OutWindow;
+
+    #[test]
+    fn the_outbound_window_never_reuses_an_id_in_flight_even_across_the_wrap() {
+        let mut w = OutWindow::new(3);
+        let first = w.take_id();
+        assert_eq!(w.room(), 2);
+        // Cycle through the whole id space twice with `first` still unacknowledged.
+        for _ in 0..(2 * 65_535) {
+            let id = w.take_id();
+            assert_ne!(id, first, "id {first} is still in flight");
+            assert_ne!(id, 0);
+            assert!(w.release(id));
+        }
+        assert_eq!(w.room(), 2);
+        assert!(w.release(first));
+        assert!(!w.release(first), "a second PUBACK for the same id frees nothing");
+        assert_eq!(w.room(), 3);
     }
 }
