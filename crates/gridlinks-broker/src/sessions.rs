@@ -44,6 +44,8 @@ pub struct Inbox {
     closed: AtomicBool,
     /// Woken when a message is queued or the session must close.
     pub wake: Notify,
+    /// Woken (all waiters) when messages leave the queue: room for blocked publishers.
+    pub space: Notify,
 }
 
 impl Inbox {
@@ -67,7 +69,29 @@ impl Inbox {
             }
             n += 1;
         }
-        queue.drain(..n).collect()
+        let taken: Vec<Outbound> = queue.drain(..n).collect();
+        drop(queue);
+        if !taken.is_empty() {
+            self.space.notify_waiters();
+        }
+        taken
+    }
+
+    /// Queues `out` if the queue holds fewer than `capacity` messages; gives it back if not.
+    pub fn try_push(&self, out: Outbound, capacity: usize) -> Result<(), Outbound> {
+        let mut queue = self.queue.lock();
+        if queue.len() >= capacity {
+            return Err(out);
+        }
+        queue.push_back(out);
+        drop(queue);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Closes the session (its connection ends with a reason).
+    pub fn close_session(&self) {
+        self.close();
     }
 
     /// True when messages wait in the queue.
@@ -92,6 +116,48 @@ pub struct SessionLink {
     pub id: SessionId,
     /// Messages for the client and the close flag.
     pub inbox: Arc<Inbox>,
+}
+
+/// Where a PUBLISH went: copies queued, and QoS 1 copies waiting for room.
+#[derive(Default)]
+pub struct Routed {
+    /// Copies queued at once.
+    pub queued: usize,
+    /// QoS 1 copies whose receiver's queue is full.
+    pub blocked: Vec<Blocked>,
+}
+
+/// A QoS 1 copy waiting for room in a slow receiver's queue.
+pub struct Blocked {
+    inbox: Arc<Inbox>,
+    capacity: usize,
+    out: Outbound,
+}
+
+impl Blocked {
+    /// Waits until the copy is queued, or the receiver is gone. A receiver that makes no
+    /// room within `patience` is disconnected (too slow): it cannot hold publishers back
+    /// longer than that. Returns whether the copy was queued.
+    pub async fn wait(self, patience: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut out = self.out;
+        loop {
+            let space = self.inbox.space.notified();
+            tokio::pin!(space);
+            space.as_mut().enable();
+            if self.inbox.is_closed() {
+                return false;
+            }
+            match self.inbox.try_push(out, self.capacity) {
+                Ok(()) => return true,
+                Err(back) => out = back,
+            }
+            if tokio::time::timeout_at(deadline, space).await.is_err() {
+                self.inbox.close();
+                return false;
+            }
+        }
+    }
 }
 
 /// A client session (not a device).
@@ -120,6 +186,7 @@ pub struct Sessions {
     by_device: RwLock<HashMap<DeviceId, Vec<Entry>>>,
     next: AtomicU64,
     closed_on_overflow: AtomicU64,
+    dropped_qos0: AtomicU64,
 }
 
 impl Sessions {
@@ -248,30 +315,33 @@ impl Sessions {
     }
 
     /// Routes a PUBLISH of client `from` to every subscribed client session (and keeps it
-    /// as the retained message with `retain`). A session whose queue is full is closed, as
-    /// for devices; returns the copies queued.
-    pub fn publish(&self, from: &str, topic: &str, qos: u8, retain: bool, payload: &Bytes) -> usize {
+    /// as the retained message with `retain`). A QoS 0 copy for a full queue is dropped
+    /// (counted); a QoS 1 copy for a full queue comes back in [`Routed::blocked`]: the
+    /// publisher's acknowledgement waits for room (backpressure), see [`Blocked::wait`].
+    pub fn publish(&self, from: &str, topic: &str, qos: u8, retain: bool, payload: &Bytes) -> Routed {
         let deliveries = self.router.lock().publish(from, topic, qos, retain, payload);
+        let mut routed = Routed::default();
         if deliveries.is_empty() {
-            return 0;
+            return routed;
         }
         let map = self.by_client.read();
-        let mut queued = 0;
         for d in deliveries {
             let Some(e) = map.get(&d.client) else { continue };
-            let mut queue = e.inbox.queue.lock();
-            if queue.len() >= e.capacity {
-                drop(queue);
-                self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
-                e.inbox.close();
-            } else {
-                queue.push_back(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos: d.qos, retain: d.retain });
-                drop(queue);
-                e.inbox.wake.notify_one();
-                queued += 1;
+            let out = Outbound { topic: topic.to_owned(), payload: payload.clone(), qos: d.qos, retain: d.retain };
+            match e.inbox.try_push(out, e.capacity) {
+                Ok(()) => routed.queued += 1,
+                Err(_) if d.qos == 0 => {
+                    self.dropped_qos0.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(out) => routed.blocked.push(Blocked { inbox: e.inbox.clone(), capacity: e.capacity, out }),
             }
         }
-        queued
+        routed
+    }
+
+    /// QoS 0 copies dropped because the receiver's queue was full.
+    pub fn dropped_qos0(&self) -> u64 {
+        self.dropped_qos0.load(Ordering::Relaxed)
     }
 
     /// Sessions closed because their outbound queue was full.
@@ -316,7 +386,7 @@ mod tests {
         let a = s.register_client("app", 10);
         let opts = SubOptions { qos: 1, ..Default::default() };
         assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
-        assert_eq!(s.publish("dev", "meters/1", 1, true, &Bytes::from_static(b"7")), 1);
+        assert_eq!(s.publish("dev", "meters/1", 1, true, &Bytes::from_static(b"7")).queued, 1);
         let m = a.inbox.drain().pop_front().unwrap();
         assert_eq!((m.topic.as_str(), m.qos, m.retain), ("meters/1", 1, false));
         // The retained message waits for the next subscriber.
@@ -330,11 +400,11 @@ mod tests {
         assert!(!a2.inbox.is_closed());
         s.unregister_client("app", a.id); // the old connection ending changes nothing
         assert_eq!(s.count(), 2);
-        assert_eq!(s.publish("dev", "meters/2", 0, false, &Bytes::new()), 1, "only 'late' is subscribed");
+        assert_eq!(s.publish("dev", "meters/2", 0, false, &Bytes::new()).queued, 1, "only 'late' is subscribed");
         s.unregister_client("late", late.id);
         s.unregister_client("app", a2.id);
         assert_eq!(s.count(), 0);
-        assert_eq!(s.publish("dev", "meters/3", 0, false, &Bytes::new()), 0);
+        assert_eq!(s.publish("dev", "meters/3", 0, false, &Bytes::new()).queued, 0);
     }
 
     #[test]
@@ -349,5 +419,30 @@ mod tests {
         assert_eq!(topics(inbox.take(0)), Vec::<String>::new());
         assert_eq!(topics(inbox.take(5)), ["3", "4"]);
         assert!(!inbox.has_queued());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_holds_qos1_publishers_back_and_drops_qos0() {
+        let s = Sessions::default();
+        let sub = s.register_client("slow", 1);
+        let opts = SubOptions { qos: 1, ..Default::default() };
+        s.subscribe_client("slow", "t", opts).unwrap();
+        assert_eq!(s.publish("p", "t", 1, false, &Bytes::from_static(b"1")).queued, 1);
+        // Full: QoS 0 is dropped and counted, QoS 1 waits.
+        assert_eq!(s.publish("p", "t", 0, false, &Bytes::from_static(b"x")).queued, 0);
+        assert_eq!(s.dropped_qos0(), 1);
+        let mut routed = s.publish("p", "t", 1, false, &Bytes::from_static(b"2"));
+        assert_eq!((routed.queued, routed.blocked.len()), (0, 1));
+        let waiting = tokio::spawn(routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)));
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "the publisher waits for room");
+        assert_eq!(sub.inbox.take(10).len(), 1, "the subscriber takes message 1");
+        assert!(waiting.await.unwrap(), "message 2 is queued once there is room");
+        assert_eq!(sub.inbox.take(10)[0].payload, Bytes::from_static(b"2"));
+        // A receiver that never makes room is disconnected after the patience.
+        s.publish("p", "t", 1, false, &Bytes::from_static(b"3"));
+        let mut routed = s.publish("p", "t", 1, false, &Bytes::from_static(b"4"));
+        assert!(!routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)).await);
+        assert!(sub.inbox.is_closed());
     }
 }

@@ -99,6 +99,10 @@ enum Who {
     Anonymous(Arc<str>),
 }
 
+/// How long a publisher's QoS 1 message may wait for room in a full subscriber queue
+/// before that subscriber is disconnected as too slow.
+const SLOW_SUBSCRIBER_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Most QoS 1 messages the server leaves unacknowledged with one client (lower when the
 /// client's MQTT 5 Receive Maximum says so).
 const OUTBOUND_WINDOW: u16 = 1024;
@@ -575,10 +579,23 @@ impl Conn {
             pending.push_back(ready(ack(rc::NOT_AUTHORIZED, Some(text))));
             return None;
         }
-        let queued = self.st.sessions.publish(client, &p.topic, p.qos as u8, p.retain, &p.payload);
-        // MQTT 5: 0x10 "no matching subscribers" is a success code.
-        let reason = if queued == 0 && self.version == ProtocolVersion::V5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
-        pending.push_back(ready(ack(reason, None)));
+        let routed = self.st.sessions.publish(client, &p.topic, p.qos as u8, p.retain, &p.payload);
+        if routed.blocked.is_empty() {
+            // MQTT 5: 0x10 "no matching subscribers" is a success code.
+            let reason = if routed.queued == 0 && self.version == ProtocolVersion::V5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
+            pending.push_back(ready(ack(reason, None)));
+            return None;
+        }
+        // Backpressure: a subscriber's queue is full, so the acknowledgement (and with the
+        // in-flight window, this publisher) waits until it has room, or until the
+        // subscriber is disconnected as too slow.
+        let ack = ack(0, None);
+        pending.push_back(Box::pin(async move {
+            for blocked in routed.blocked {
+                blocked.wait(SLOW_SUBSCRIBER_PATIENCE).await;
+            }
+            Done { ack, reply: None, close: None, retained: Vec::new() }
+        }));
         None
     }
 
