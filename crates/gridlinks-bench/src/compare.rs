@@ -192,28 +192,16 @@ impl Outcome {
     }
 
     fn human(&self) -> String {
-        match self {
-            Outcome::Telemetry(r) => r.human(),
-            Outcome::Pubsub(r) => r.human(),
-            Outcome::Connect(r) => r.human(),
-        }
+        self.result().human()
     }
 
     fn to_json(&self) -> Value {
-        match self {
-            Outcome::Telemetry(r) => r.to_json(),
-            Outcome::Pubsub(r) => r.to_json(),
-            Outcome::Connect(r) => r.to_json(),
-        }
+        self.result().to_json()
     }
 
     /// False when a loss or delivery check failed.
     pub fn passed(&self) -> bool {
-        match self {
-            Outcome::Telemetry(r) => r.loss_check.as_ref().is_none_or(|l| l.passed()),
-            Outcome::Pubsub(r) => r.passed(),
-            Outcome::Connect(_) => true,
-        }
+        self.result().passed()
     }
 }
 
@@ -389,16 +377,12 @@ pub fn finish(
         "steps": steps.iter().map(|(step, runs)| runs_json(step, runs)).collect::<Vec<_>>(),
     });
     report::emit(output, &human, &json, || page)?;
-    let failed = steps
+    let passed = !steps
         .iter()
         .flat_map(|(_, runs)| runs)
         .filter(|r| r.kind == ServerKind::Gridlinks)
         .any(|r| r.outcome.as_ref().is_ok_and(|o| !o.passed()));
-    Ok(if failed {
-        std::process::ExitCode::from(crate::loss_check::EXIT_LOSS)
-    } else {
-        std::process::ExitCode::SUCCESS
-    })
+    Ok(crate::exit_code(passed))
 }
 
 /// A published test replayed on one machine.

@@ -1,6 +1,7 @@
 //! The headline figures of each result, and the HTML pages built from them: one run's
 //! report (`--html`) and the side-by-side comparison of several servers (`compare`).
 
+use crate::cli::OutputArgs;
 use crate::html::{Chart, Page, Series, Table};
 use crate::report::{
     per_second, thousands, ConnectReport, LatencySummary, PubsubReport, TelemetryReport,
@@ -116,6 +117,24 @@ pub trait RunResult {
     fn figures(&self) -> Vec<Figure>;
     /// The per-second samples.
     fn timeline(&self) -> &Timeline;
+    /// The human summary.
+    fn human(&self) -> String;
+    /// The JSON result.
+    fn to_json(&self) -> serde_json::Value;
+    /// False when a loss or delivery check failed.
+    fn passed(&self) -> bool;
+}
+
+/// Prints a run's summary, writes its `--json`/`--html`, and gives the exit code: 2 when
+/// a check failed.
+pub fn finish(
+    output: &OutputArgs,
+    result: &dyn RunResult,
+) -> anyhow::Result<std::process::ExitCode> {
+    crate::report::emit(output, &result.human(), &result.to_json(), || {
+        run_page(result)
+    })?;
+    Ok(crate::exit_code(result.passed()))
 }
 
 impl RunResult for TelemetryReport {
@@ -193,6 +212,18 @@ impl RunResult for TelemetryReport {
     fn timeline(&self) -> &Timeline {
         &self.timeline
     }
+
+    fn human(&self) -> String {
+        self.human()
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        self.to_json()
+    }
+
+    fn passed(&self) -> bool {
+        self.loss_check.as_ref().is_none_or(|l| l.passed())
+    }
 }
 
 impl RunResult for PubsubReport {
@@ -269,6 +300,18 @@ impl RunResult for PubsubReport {
     fn timeline(&self) -> &Timeline {
         &self.timeline
     }
+
+    fn human(&self) -> String {
+        self.human()
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        self.to_json()
+    }
+
+    fn passed(&self) -> bool {
+        self.passed()
+    }
 }
 
 impl RunResult for ConnectReport {
@@ -331,6 +374,18 @@ impl RunResult for ConnectReport {
 
     fn timeline(&self) -> &Timeline {
         &self.timeline
+    }
+
+    fn human(&self) -> String {
+        self.human()
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        self.to_json()
+    }
+
+    fn passed(&self) -> bool {
+        true
     }
 }
 

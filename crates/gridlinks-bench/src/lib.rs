@@ -76,9 +76,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
     runtime.block_on(async move {
         match cli.command {
             cli::Command::MqttTelemetry(args) => scenario::telemetry::run(args).await,
-            cli::Command::Connect(args) => scenario::connect::run(args)
-                .await
-                .map(|()| std::process::ExitCode::SUCCESS),
+            cli::Command::Connect(args) => scenario::connect::run(args).await,
             cli::Command::HttpTelemetry(args) => scenario::http_telemetry::run(args).await,
             cli::Command::Pubsub(args) => scenario::pubsub::run(args).await,
             cli::Command::Compare(args) => compare_cmd(args).await,
@@ -163,12 +161,12 @@ async fn verify(args: cli::VerifyArgs) -> anyhow::Result<std::process::ExitCode>
         doc["loss_check"] = report.to_json();
         report::write_json(path, &doc)?;
     }
-    Ok(exit_code(&report))
+    Ok(exit_code(report.passed()))
 }
 
-/// Exit code of a run whose loss check produced `report`.
-pub fn exit_code(report: &loss_check::LossReport) -> std::process::ExitCode {
-    if report.passed() {
+/// Exit code of a run: 0, or [`loss_check::EXIT_LOSS`] when a loss or delivery check failed.
+pub fn exit_code(passed: bool) -> std::process::ExitCode {
+    if passed {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::from(loss_check::EXIT_LOSS)

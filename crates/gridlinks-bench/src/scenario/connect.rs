@@ -26,7 +26,7 @@ use super::{
 use crate::cli::ConnectArgs;
 use crate::figures;
 use crate::mqtt_client::MqttConnection;
-use crate::report::{self, ConnectReport, LatencySummary, Reasons, ServerMemory};
+use crate::report::{ConnectReport, LatencySummary, Reasons, ServerMemory};
 use crate::stats::{new_histogram, Counters};
 
 /// Connect outcomes buffered between connection tasks and the collector.
@@ -41,14 +41,8 @@ struct HoldResult {
 }
 
 /// Runs the scenario and prints its report.
-pub async fn run(args: ConnectArgs) -> anyhow::Result<()> {
-    let report = measure(&args).await?;
-    report::emit(
-        &args.target.output,
-        &report.human(),
-        &report.to_json(),
-        || figures::run_page(&report),
-    )
+pub async fn run(args: ConnectArgs) -> anyhow::Result<std::process::ExitCode> {
+    figures::finish(&args.target.output, &measure(&args).await?)
 }
 
 /// Runs the scenario.

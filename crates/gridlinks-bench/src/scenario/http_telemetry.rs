@@ -26,7 +26,7 @@ use crate::cli::HttpTelemetryArgs;
 use crate::figures;
 use crate::loss_check::{unix_micros, unix_millis, AckLog};
 use crate::proc_stats::ProcessStats;
-use crate::report::{self, LatencySummary, Reasons, ServerCost, TelemetryReport};
+use crate::report::{LatencySummary, Reasons, ServerCost, TelemetryReport};
 use crate::stats::{Counters, LatencyRecorder, LatencyShards};
 use crate::storage_lag::{LagSampler, LagSlots};
 
@@ -44,14 +44,7 @@ const LATENCY_SHARDS: usize = 32;
 
 /// Runs the scenario and prints its report; exit code 2 when the loss check fails.
 pub async fn run(args: HttpTelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
-    let report = measure(&args).await?;
-    report::emit(&args.output, &report.human(), &report.to_json(), || {
-        figures::run_page(&report)
-    })?;
-    Ok(report
-        .loss_check
-        .as_ref()
-        .map_or(std::process::ExitCode::SUCCESS, crate::exit_code))
+    figures::finish(&args.output, &measure(&args).await?)
 }
 
 /// What every device does.

@@ -38,7 +38,7 @@ use crate::figures;
 use crate::loss_check::unix_micros;
 use crate::mqtt_client::{ConnectionError, MqttConnection};
 use crate::proc_stats::ProcessStats;
-use crate::report::{self, LatencySummary, PubsubReport, Reasons, ServerCost};
+use crate::report::{LatencySummary, PubsubReport, Reasons, ServerCost};
 use crate::stats::{Counters, LatencyRecorder, LatencyShards};
 
 /// Latency histogram shards per kind.
@@ -68,18 +68,7 @@ struct SubscriberResult {
 
 /// Runs the scenario and prints its report; exit code 2 when QoS 1 deliveries are missing.
 pub async fn run(args: PubsubArgs) -> anyhow::Result<std::process::ExitCode> {
-    let report = measure(&args).await?;
-    report::emit(
-        &args.target.output,
-        &report.human(),
-        &report.to_json(),
-        || figures::run_page(&report),
-    )?;
-    Ok(if report.passed() {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::from(crate::loss_check::EXIT_LOSS)
-    })
+    figures::finish(&args.target.output, &measure(&args).await?)
 }
 
 /// Runs the scenario.

@@ -42,7 +42,7 @@ use crate::figures;
 use crate::loss_check::{self, unix_micros, unix_millis, AckLog, DeviceAcks};
 use crate::mqtt_client::{ConnectionError, MqttConnection};
 use crate::proc_stats::ProcessStats;
-use crate::report::{self, LatencySummary, Reasons, ServerCost, TelemetryReport};
+use crate::report::{LatencySummary, Reasons, ServerCost, TelemetryReport};
 use crate::rest_api::{self, ApiTarget, RestClient};
 use crate::stats::{Counters, LatencyRecorder, LatencyShards};
 use crate::storage_lag::{LagSampler, LagSlots};
@@ -299,17 +299,7 @@ pub(crate) async fn disconnect_all(open: Vec<MqttConnection>) {
 /// Runs the scenario and prints its report; the exit code says whether the loss check
 /// (if it ran) passed.
 pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
-    let report = measure(&args).await?;
-    report::emit(
-        &args.target.output,
-        &report.human(),
-        &report.to_json(),
-        || figures::run_page(&report),
-    )?;
-    Ok(report
-        .loss_check
-        .as_ref()
-        .map_or(std::process::ExitCode::SUCCESS, crate::exit_code))
+    figures::finish(&args.target.output, &measure(&args).await?)
 }
 
 /// Runs the scenario: provisioning, connect, publish window, disconnect, loss check.
