@@ -124,11 +124,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         record_acks: names.is_some(),
         lag_slots: args.storage_lag.then(|| Arc::clone(&lag_slots)),
     });
-    let duration = match (args.duration, args.messages_per_device) {
-        (Some(d), _) => Some(d),
-        (None, Some(_)) => None,
-        (None, None) => Some(Duration::from_secs(10)),
-    };
+    let duration = super::window_duration(args.duration, args.messages_per_device);
     let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
     let counters = Arc::new(Counters::default());
     let latency = LatencyShards::new(LATENCY_SHARDS);

@@ -182,6 +182,16 @@ impl Target {
     }
 }
 
+/// How long the publishing window lasts: `--duration`, or until each connection sent
+/// its message count (`None`), or 10 s when neither is given.
+pub(crate) fn window_duration(duration: Option<Duration>, count: Option<u64>) -> Option<Duration> {
+    match (duration, count) {
+        (Some(d), _) => Some(d),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    }
+}
+
 /// The non-empty lines of `path`, trimmed; fails when there are fewer than `needed`
 /// (`what` names them in the message).
 pub(crate) fn read_lines(

@@ -111,11 +111,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         lag_slots: None,
         ramp_up: Duration::ZERO,
     });
-    let duration = match (args.duration, args.messages_per_publisher) {
-        (Some(d), _) => Some(d),
-        (None, Some(_)) => None,
-        (None, None) => Some(Duration::from_secs(10)),
-    };
+    let duration = super::window_duration(args.duration, args.messages_per_publisher);
     let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
     let counters = Arc::new(Counters::default());
     let puback = LatencyShards::new(LATENCY_SHARDS);

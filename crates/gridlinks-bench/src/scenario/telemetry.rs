@@ -48,9 +48,6 @@ use crate::stats::{Counters, LatencyRecorder, LatencyShards};
 use crate::storage_lag::{LagSampler, LagSlots};
 use crate::template::Template;
 
-/// Default measurement window when neither --duration nor --messages-per-device is given.
-const DEFAULT_DURATION: Duration = Duration::from_secs(10);
-
 /// Latency histogram shards (see [`LatencyShards`]).
 const LATENCY_SHARDS: usize = 32;
 
@@ -369,11 +366,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         lag_slots: args.storage_lag.then(|| Arc::clone(&lag_slots)),
         ramp_up: args.ramp_up,
     });
-    let duration = match (args.duration, args.messages_per_device) {
-        (Some(d), _) => Some(d),
-        (None, Some(_)) => None,
-        (None, None) => Some(DEFAULT_DURATION),
-    };
+    let duration = super::window_duration(args.duration, args.messages_per_device);
     let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
     let counters = Arc::new(Counters::default());
     let latency = LatencyShards::new(LATENCY_SHARDS);

@@ -128,14 +128,7 @@ impl Server {
         if args[0] == "mqtt-telemetry" {
             cmd.args(["--port", &self.mqtt.to_string()]);
         }
-        let out = cmd.output().unwrap();
-        eprintln!(
-            "--- gridlinks-bench {args:?}: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        output(cmd, args)
     }
 }
 
@@ -159,11 +152,14 @@ pub fn stdout(out: &Output) -> String {
 
 /// Runs the bench binary with `args` alone (the tool starts its own servers).
 pub fn run_bench(args: &[&str]) -> Output {
-    let out = Command::new(BENCH)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(BENCH);
+    cmd.args(args).stdin(Stdio::null());
+    output(cmd, args)
+}
+
+/// Runs `cmd` (the bench binary with `args`) and shows its output in the test log.
+fn output(mut cmd: Command, args: &[&str]) -> Output {
+    let out = cmd.output().unwrap();
     eprintln!(
         "--- gridlinks-bench {args:?}: {}\n{}{}",
         out.status,
