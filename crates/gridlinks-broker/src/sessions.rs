@@ -163,6 +163,8 @@ impl Blocked {
 /// A client session (not a device).
 struct ClientEntry {
     id: SessionId,
+    /// The credential's user name it logged in with ("" for anonymous clients).
+    owner: Arc<str>,
     inbox: Arc<Inbox>,
     capacity: usize,
 }
@@ -275,15 +277,15 @@ impl Sessions {
         self.by_device.read().values().map(Vec::len).sum::<usize>() + self.by_client.read().len()
     }
 
-    /// Registers the session of client `client_id` (not a device) with an outbound queue
-    /// of `capacity`. A live session of the same client id is taken over: its inbox is
-    /// closed, so its connection ends.
-    pub fn register_client(&self, client_id: &str, capacity: usize) -> SessionLink {
+    /// Registers the session of client `client_id` (not a device), logged in as `owner`,
+    /// with an outbound queue of `capacity`. A live session of the same client id is
+    /// taken over: its inbox is closed, so its connection ends.
+    pub fn register_client(&self, client_id: &str, owner: Arc<str>, capacity: usize) -> SessionLink {
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed));
         let inbox = Arc::new(Inbox::default());
         let old = self.by_client.write().insert(
             client_id.to_owned(),
-            ClientEntry { id, inbox: inbox.clone(), capacity: capacity.max(1) },
+            ClientEntry { id, owner, inbox: inbox.clone(), capacity: capacity.max(1) },
         );
         if let Some(old) = old {
             old.inbox.close();
@@ -291,6 +293,13 @@ impl Sessions {
             self.router.lock().remove_client(client_id);
         }
         SessionLink { id, inbox }
+    }
+
+    /// Closes every client session logged in as `owner` (its credential changed or was
+    /// deleted); returns how many.
+    pub fn close_clients_of(&self, owner: &str) -> usize {
+        let map = self.by_client.read();
+        map.values().filter(|e| &*e.owner == owner).map(|e| e.inbox.close()).count()
     }
 
     /// Ends session `id` of `client_id` and drops its subscriptions (clean session);
@@ -383,24 +392,27 @@ mod tests {
     #[tokio::test]
     async fn client_sessions_route_take_over_and_drop_subscriptions_when_they_end() {
         let s = Sessions::default();
-        let a = s.register_client("app", 10);
+        let a = s.register_client("app", "u".into(), 10);
         let opts = SubOptions { qos: 1, ..Default::default() };
         assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
         assert_eq!(s.publish("dev", "meters/1", 1, true, &Bytes::from_static(b"7")).queued, 1);
         let m = a.inbox.drain().pop_front().unwrap();
         assert_eq!((m.topic.as_str(), m.qos, m.retain), ("meters/1", 1, false));
         // The retained message waits for the next subscriber.
-        let late = s.register_client("late", 10);
+        let late = s.register_client("late", "".into(), 10);
         let retained = s.subscribe_client("late", "meters/#", opts).unwrap();
         assert_eq!(retained.len(), 1);
         assert_eq!(retained[0].0.payload, Bytes::from_static(b"7"));
+        assert_eq!(s.close_clients_of("nobody"), 0);
         // Same client id again: the old session is closed, its subscriptions gone.
-        let a2 = s.register_client("app", 10);
+        let a2 = s.register_client("app", "u".into(), 10);
         assert!(a.inbox.is_closed());
         assert!(!a2.inbox.is_closed());
         s.unregister_client("app", a.id); // the old connection ending changes nothing
         assert_eq!(s.count(), 2);
         assert_eq!(s.publish("dev", "meters/2", 0, false, &Bytes::new()).queued, 1, "only 'late' is subscribed");
+        assert_eq!(s.close_clients_of("u"), 1, "the credential 'u' changed");
+        assert!(a2.inbox.is_closed() && !late.inbox.is_closed());
         s.unregister_client("late", late.id);
         s.unregister_client("app", a2.id);
         assert_eq!(s.count(), 0);
@@ -424,7 +436,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_holds_qos1_publishers_back_and_drops_qos0() {
         let s = Sessions::default();
-        let sub = s.register_client("slow", 1);
+        let sub = s.register_client("slow", "".into(), 1);
         let opts = SubOptions { qos: 1, ..Default::default() };
         s.subscribe_client("slow", "t", opts).unwrap();
         assert_eq!(s.publish("p", "t", 1, false, &Bytes::from_static(b"1")).queued, 1);

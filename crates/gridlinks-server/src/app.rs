@@ -18,7 +18,9 @@ use uuid::Uuid;
 
 use crate::auth::{self, Jwt, ACCESS_SCOPE, REFRESH_SCOPE};
 use crate::config::Config;
+use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::MqttMetrics;
+use gridlinks_broker::acl::Acl;
 use crate::thingsboard::rpc::{self, RpcRegistry};
 use crate::thingsboard::{api, device_api, payload::PayloadLimits};
 use gridlinks_broker::sessions::Sessions;
@@ -54,6 +56,10 @@ pub struct AppState {
     pub rpc: RpcRegistry,
     /// MQTT transport counters.
     pub mqtt_metrics: MqttMetrics,
+    /// Application credentials (MQTT clients that are not devices).
+    pub clients: Credentials,
+    /// What anonymous MQTT clients may do (`mqtt.anonymous_publish` / `anonymous_subscribe`).
+    pub anonymous_acl: Arc<Acl>,
 }
 
 impl AppState {
@@ -110,6 +116,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(tel, post(api::post_device_attributes))
         .route("/api/plugins/rpc/{kind}/{device_id}", post(rpc::rpc_v1))
         .route("/api/rpc/{kind}/{device_id}", post(rpc::rpc_v2))
+        .route("/api/mqtt/clients", post(clients::save).get(clients::list))
+        .route("/api/mqtt/clients/{username}", get(clients::get).delete(clients::delete))
         .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
         .route(
             "/api/v1/{token}/attributes",
@@ -220,6 +228,10 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         .await
         .with_context(|| format!("cannot listen on {mqtt_addr} (MQTT)"))?;
     let mqtt_local = mqtt_listener.local_addr()?;
+    let anonymous_acl = Arc::new(Acl {
+        publish: cfg.mqtt.anonymous_publish.clone(),
+        subscribe: cfg.mqtt.anonymous_subscribe.clone(),
+    });
     let state = Arc::new(AppState {
         cfg,
         store: store.clone(),
@@ -232,6 +244,8 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         sessions: Sessions::default(),
         rpc: RpcRegistry::default(),
         mqtt_metrics: MqttMetrics::default(),
+        clients: Credentials::load(&store).context("loading MQTT client credentials")?,
+        anonymous_acl,
     });
     let app = router(state.clone());
     let (stop_mqtt, stop_rx) = tokio::sync::watch::channel(false);

@@ -84,6 +84,10 @@ pub struct MqttConfig {
     pub allow_anonymous: bool,
     /// Messages queued for one pub/sub client before it is closed as too slow.
     pub client_outbound_queue: usize,
+    /// Topic filters anonymous clients may publish to (never the device API's `v1/...`).
+    pub anonymous_publish: Vec<String>,
+    /// Topic filters anonymous clients may subscribe within.
+    pub anonymous_subscribe: Vec<String>,
 }
 
 /// Server-side RPC (ThingsBoard's `/api/plugins/rpc` and `/api/rpc`).
@@ -187,6 +191,8 @@ impl Default for MqttConfig {
             rate_limit_messages: 0,
             allow_anonymous: false,
             client_outbound_queue: 10_000,
+            anonymous_publish: vec!["#".into()],
+            anonymous_subscribe: vec!["#".into()],
         }
     }
 }
@@ -321,6 +327,11 @@ impl Config {
         if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
             return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
         }
+        for f in self.mqtt.anonymous_publish.iter().chain(&self.mqtt.anonymous_subscribe) {
+            if gridlinks_broker::topic::validate_filter(f).is_err() {
+                return bad(format!("mqtt.anonymous_publish / anonymous_subscribe: {f:?} is not a valid topic filter"));
+            }
+        }
         if self.storage.memtable_mb == 0 {
             return bad("storage.memtable_mb must be at least 1".into());
         }
@@ -370,6 +381,10 @@ fn apply_env(
             toml::Value::Float(_) => {
                 toml::Value::Float(raw.trim().parse().map_err(|_| invalid("a number"))?)
             }
+            // A list of strings, comma-separated.
+            toml::Value::Array(_) => toml::Value::Array(
+                raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| toml::Value::String(s.to_owned())).collect(),
+            ),
             _ => return Err(invalid("supported for this setting")),
         };
         table.insert(key.clone(), value);
@@ -426,6 +441,7 @@ mod tests {
                 ("GRIDLINKS_STORAGE_FSYNC", "false"),
                 ("GRIDLINKS_STORAGE_ENQUEUE_TIMEOUT", "7"),
                 ("GRIDLINKS_ADMIN_PASSWORD", "pw"),
+                ("GRIDLINKS_MQTT_ANONYMOUS_SUBSCRIBE", "a/#, b/+"),
             ]),
         )
         .unwrap();
@@ -434,6 +450,7 @@ mod tests {
         assert!(!c.storage.fsync);
         assert_eq!(c.storage.enqueue_timeout, Millis(7));
         assert_eq!(c.admin.password, "pw");
+        assert_eq!(c.mqtt.anonymous_subscribe, ["a/#", "b/+"]);
         let e = Config::load(None, env(&[("GRIDLINKS_STORAGE_CACHE_MB", "lots")])).unwrap_err();
         assert!(e.to_string().contains("GRIDLINKS_STORAGE_CACHE_MB"), "{e}");
         let e = Config::load(None, env(&[("GRIDLINKS_HTTP_BIND", "nope")])).unwrap_err();

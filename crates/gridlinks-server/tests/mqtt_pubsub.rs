@@ -1,7 +1,8 @@
-//! Pub/sub between clients that are not devices (`mqtt.allow_anonymous`), first slice
-//! of the general broker: wildcard subscriptions, QoS 0/1, retained messages, the device
-//! API closed to such clients, client-id takeover and shared subscriptions; against the
-//! real binary with Mosquitto's own command-line clients and the raw test client.
+//! Pub/sub between clients that are not devices (applications with credentials, and
+//! anonymous clients with `mqtt.allow_anonymous`): wildcard subscriptions, QoS 0/1,
+//! retained messages, ACLs, the device API closed to such clients, client-id takeover and
+//! shared subscriptions; against the real binary with Mosquitto's own command-line
+//! clients and the raw test client.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::mqtt::*;
-use common::Server;
+use common::{json, Server};
 
 fn anonymous_server() -> Server {
     Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true")])
@@ -171,14 +172,11 @@ fn shared_subscribers_take_turns() {
 fn qos1_deliveries_respect_the_subscribers_receive_maximum() {
     let server = anonymous_server();
     let port = server.mqtt_port;
-    let mut sub = Raw::open(port, ProtocolVersion::V5);
-    let mut connect = connect_packet(ProtocolVersion::V5, None, 60);
-    if let Packet::Connect(c) = &mut connect {
+    let (mut sub, ack) = Raw::connect_custom(port, ProtocolVersion::V5, |c| {
         c.client_id = "slow".into();
         c.properties.receive_maximum = Some(2);
-    }
-    sub.send(&connect);
-    assert!(matches!(sub.recv(), Some(Packet::ConnAck(a)) if a.code == reason::SUCCESS));
+    });
+    assert_eq!(ack.code, reason::SUCCESS);
     assert_eq!(sub.subscribe(1, &["q/#"]).return_codes, [1]);
     let (mut publisher, _) = Raw::connect_as(port, ProtocolVersion::V5, "fast", None);
     for i in 1..=5u16 {
@@ -201,4 +199,84 @@ fn qos1_deliveries_respect_the_subscribers_receive_maximum() {
     let (t3, id3) = next(&mut sub);
     assert_eq!(t3, "q/3");
     assert_ne!(id3, id2, "an id still in flight is not reused");
+}
+
+#[test]
+fn applications_log_in_with_credentials_managed_over_rest_and_stay_within_their_acl() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut server = Server::start_on(&dir, &[]);
+    let port = server.mqtt_port;
+    let jwt = server.login();
+    let cred = json!({"username": "dash", "password": "pw1", "publish": ["apps/dash/#"], "subscribe": ["apps/#"]});
+    let (status, body) = server.json("POST", "/api/mqtt/clients", &jwt, Some(cred));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["username"], "dash");
+    assert!(body.get("passwordHash").is_none() && !body.to_string().contains("pw1"), "{body}");
+    let (status, body) = server.json("POST", "/api/mqtt/clients", &jwt, Some(json!({"username": "x", "password": "p", "publish": ["a/#/b"]})));
+    assert_eq!((status, body["errorCode"].as_i64()), (400, Some(31)), "{body}");
+    assert_eq!(server.json("POST", "/api/mqtt/clients", "bad-jwt", Some(json!({}))).0, 401);
+
+    // A real client: wrong password refused, right one publishes and subscribes in its ACL.
+    let wrong = Command::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-u", "dash", "-P", "nope", "-t", "apps/dash/x", "-m", "1"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!wrong.success());
+    let mut sub = mosquitto_sub(port, &["-u", "dash", "-P", "pw1", "-i", "dash-sub", "-q", "1", "-t", "apps/#", "-C", "1"]);
+    mosquitto_pub(port, &["-u", "dash", "-P", "pw1", "-q", "1", "-t", "apps/dash/x", "-m", "hi"]);
+    assert_eq!(received(1), ["apps/dash/x hi"]);
+    assert!(sub.wait().unwrap().success());
+
+    // Outside the ACL: MQTT 5 reason codes.
+    let (mut c, ack) = Raw::login(port, ProtocolVersion::V5, "dash-raw", "dash", "pw1");
+    assert_eq!(ack.code, reason::SUCCESS);
+    c.publish("other/x", b"1", QoS::AtLeastOnce, Some(1));
+    assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NOT_AUTHORIZED));
+    assert_eq!(c.subscribe(2, &["other/#", "apps/+/x", "#"]).return_codes, [reason::NOT_AUTHORIZED, 1, reason::NOT_AUTHORIZED]);
+    // No anonymous access by default, and devices' tokens are not application logins.
+    assert_eq!(Raw::connect_as(port, ProtocolVersion::V5, "anon", None).1.code, reason::BAD_USER_NAME_OR_PASSWORD);
+
+    // Changing the credential closes its live connections; the new ACL applies on reconnect.
+    let (status, _) = server.json("POST", "/api/mqtt/clients", &jwt, Some(json!({"username": "dash", "publish": ["other/#"], "subscribe": []})));
+    assert_eq!(status, 200);
+    c.expect_close();
+    let (mut c, ack) = Raw::login(port, ProtocolVersion::V5, "dash-raw", "dash", "pw1");
+    assert_eq!(ack.code, reason::SUCCESS, "the password was kept");
+    c.publish("other/x", b"1", QoS::AtLeastOnce, Some(1));
+    assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NO_MATCHING_SUBSCRIBERS));
+
+    // Credentials survive a restart; deleting one ends its sessions and its logins.
+    server.sigterm();
+    let server = Server::start_on(&dir, &[]);
+    let jwt = server.login();
+    let (status, list) = server.json("GET", "/api/mqtt/clients", &jwt, None);
+    assert_eq!((status, list[0]["username"].as_str()), (200, Some("dash")), "{list}");
+    assert_eq!(list[0]["publish"], json!(["other/#"]));
+    let (mut c, ack) = Raw::login(server.mqtt_port, ProtocolVersion::V3_1_1, "dash-raw", "dash", "pw1");
+    assert_eq!(ack.code, 0);
+    assert_eq!(server.req("DELETE", "/api/mqtt/clients/dash", Some(&jwt), None).0, 200);
+    c.expect_close();
+    // An unknown user name is taken for a device token, which no device has.
+    assert_eq!(Raw::login(server.mqtt_port, ProtocolVersion::V3_1_1, "dash-raw", "dash", "pw1").1.code, reason::V3_NOT_AUTHORIZED);
+    assert_eq!(server.json("GET", "/api/mqtt/clients/dash", &jwt, None).0, 404);
+}
+
+#[test]
+fn the_anonymous_acl_is_configurable() {
+    let server = Server::start_env(&[
+        ("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"),
+        ("GRIDLINKS_MQTT_ANONYMOUS_PUBLISH", "public/#"),
+        ("GRIDLINKS_MQTT_ANONYMOUS_SUBSCRIBE", "public/#, gridlinks/devices/+/telemetry"),
+    ]);
+    let (mut c, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "anon", None);
+    assert_eq!(c.subscribe(1, &["public/+", "private/#", "gridlinks/devices/+/telemetry"]).return_codes, [1, reason::NOT_AUTHORIZED, 1]);
+    c.publish("private/x", b"1", QoS::AtLeastOnce, Some(1));
+    assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NOT_AUTHORIZED));
+    c.publish("public/x", b"1", QoS::AtLeastOnce, Some(2));
+    // Its own message comes back (it subscribed public/+), before or after the PUBACK.
+    let two = [c.recv(), c.recv()];
+    assert!(two.iter().any(|p| matches!(p, Some(Packet::PubAck(a)) if a.packet_id == 2 && a.reason == reason::SUCCESS)), "{two:?}");
+    assert!(two.iter().any(|p| matches!(p, Some(Packet::Publish(m)) if m.topic == "public/x")), "{two:?}");
 }

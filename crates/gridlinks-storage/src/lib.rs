@@ -14,6 +14,10 @@
 //! | `attrs`   | device id ‖ scope ‖ key name | (last update ts, value)                 |
 //! | `keys`    | key name                     | interned key id (u32 BE)                |
 //! | `meta`    | setting name                 | format version, secrets                 |
+//! | `broker`  | table byte ‖ key             | the MQTT broker's rows, opaque here     |
+//!
+//! The broker's rows ([`BrokerTable`]: retained messages, application credentials) are
+//! bytes the broker encodes; the store keeps them and commits them with everything else.
 //!
 //! One message therefore costs one `ts` row plus, per device per commit, one `latest`
 //! row — not one row per point. Writing the same (device, ts) twice merges the rows,
@@ -42,7 +46,7 @@ use crate::codec::KeyId;
 use crate::keydict::KeyDict;
 
 pub use writer::{
-    DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, WriteOp, WriteOutcome, WriterConfig,
+    BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, WriteOp, WriteOutcome, WriterConfig,
     WriterHandle,
 };
 
@@ -120,6 +124,25 @@ pub struct AttributeEntry {
     pub value: Value,
 }
 
+/// The MQTT broker's tables in the `broker` keyspace (the byte is the key prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BrokerTable {
+    /// Retained message per topic.
+    Retained = 1,
+    /// Application credentials per user name.
+    Credentials = 2,
+}
+
+impl BrokerTable {
+    pub(crate) fn key(self, key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(key.len() + 1);
+        k.push(self as u8);
+        k.extend_from_slice(key);
+        k
+    }
+}
+
 /// Options fixed when the store is opened.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
@@ -150,6 +173,7 @@ pub(crate) struct Keyspaces {
     pub latest: Keyspace,
     pub attrs: Keyspace,
     pub keys: Keyspace,
+    pub broker: Keyspace,
 }
 
 /// Most cached access tokens; the cache is emptied when it would grow past this.
@@ -201,6 +225,7 @@ impl Store {
             latest: ks("latest", small)?,
             attrs: ks("attrs", small)?,
             keys: ks("keys", small)?,
+            broker: ks("broker", small)?,
         };
         match ks.meta.get(FORMAT_KEY)? {
             None => {
@@ -402,6 +427,21 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// Every row of a broker table, in key order.
+    pub fn broker_rows(&self, table: BrokerTable) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.inner.ks.broker.prefix([table as u8]) {
+            let (k, v) = kv.into_inner()?;
+            out.push((k[1..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// One row of a broker table.
+    pub fn broker_row(&self, table: BrokerTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.inner.ks.broker.get(table.key(key))?.map(|v| v.to_vec()))
     }
 
     /// Syncs everything to disk (used at shutdown).

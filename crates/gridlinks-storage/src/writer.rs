@@ -22,7 +22,7 @@ use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::{self, KeyId};
-use crate::{id_from, DeviceRecord, Store, StoreError};
+use crate::{id_from, BrokerTable, DeviceRecord, Store, StoreError};
 
 /// How many devices' latest rows the writer keeps decoded in memory.
 const LATEST_CACHE_DEVICES: usize = 200_000;
@@ -88,6 +88,8 @@ pub enum WriteOp {
     SaveDevice(SaveDevice),
     /// Deletes a device with all its data; its token stops working.
     DeleteDevice(DeviceId),
+    /// Rows of the MQTT broker's tables, committed with the telemetry of the same round.
+    Broker(Vec<BrokerRow>),
     /// Creates or updates many devices in one commit.
     Import {
         /// Rows parsed from the CSV.
@@ -96,6 +98,17 @@ pub enum WriteOp {
         /// `update`; existing devices' fields are always updated).
         update: bool,
     },
+}
+
+/// One row of a broker table to write (`Some`) or remove (`None`).
+#[derive(Debug, Clone)]
+pub struct BrokerRow {
+    /// Which table.
+    pub table: BrokerTable,
+    /// Its key in the table.
+    pub key: Vec<u8>,
+    /// The new value; `None` deletes the row.
+    pub value: Option<Vec<u8>>,
 }
 
 /// Which time-series data to delete.
@@ -288,6 +301,8 @@ struct Segment {
     rows: HashMap<(DeviceId, Ts), Vec<(KeyId, Value)>>,
     latest_dirty: HashSet<DeviceId>,
     attrs: HashMap<Vec<u8>, Option<(Ts, Value)>>,
+    /// Broker rows by full key: the last write of a round wins.
+    broker: HashMap<Vec<u8>, Option<Vec<u8>>>,
     new_keys: Vec<(String, KeyId)>,
     alive: HashMap<DeviceId, bool>,
     records: u64,
@@ -377,6 +392,12 @@ impl Writer {
                 }
                 WriteOp::DeleteAttributes { device, scope, keys } => {
                     results[i] = self.attributes(&mut seg, device, scope, keys.into_iter().map(|k| (k, None)));
+                    seg.members.push(i);
+                }
+                WriteOp::Broker(rows) => {
+                    for r in rows {
+                        seg.broker.insert(r.table.key(&r.key), r.value);
+                    }
                     seg.members.push(i);
                 }
                 heavy => {
@@ -544,6 +565,12 @@ impl Writer {
                 None => batch.remove(&ks.attrs, key),
             }
         }
+        for (key, v) in seg.broker.drain() {
+            match v {
+                Some(v) => batch.insert(&ks.broker, key, v),
+                None => batch.remove(&ks.broker, key),
+            }
+        }
         let outcome = batch.commit();
         self.stats
             .records
@@ -578,7 +605,8 @@ impl Writer {
             }
             WriteOp::Telemetry { .. }
             | WriteOp::Attributes { .. }
-            | WriteOp::DeleteAttributes { .. } => Err(StoreError::Corrupt("op routed wrongly")),
+            | WriteOp::DeleteAttributes { .. }
+            | WriteOp::Broker(_) => Err(StoreError::Corrupt("op routed wrongly")),
         }
     }
 

@@ -284,3 +284,34 @@ async fn acknowledged_writes_survive_reopen_and_concurrency_groups_commits() {
     let r = store.history(d, &all(&["v"], Agg::Count, 1_000_000)).unwrap();
     assert_eq!(r[0].1[0].1, Value::Long(1000));
 }
+
+#[tokio::test]
+async fn broker_rows_last_write_wins_per_round_and_survive_reopen() {
+    use gridlinks_storage::{BrokerRow, BrokerTable};
+    let dir = tempfile::tempdir().unwrap();
+    let row = |table, key: &str, value: Option<&str>| BrokerRow {
+        table,
+        key: key.as_bytes().to_vec(),
+        value: value.map(|v| v.as_bytes().to_vec()),
+    };
+    {
+        let (store, h, j) = open(dir.path());
+        h.submit(WriteOp::Broker(vec![
+            row(BrokerTable::Retained, "a/b", Some("1")),
+            row(BrokerTable::Retained, "a/b", Some("2")),
+            row(BrokerTable::Retained, "gone", Some("x")),
+            row(BrokerTable::Credentials, "a/b", Some("cred")),
+        ]))
+        .await
+        .unwrap();
+        h.submit(WriteOp::Broker(vec![row(BrokerTable::Retained, "gone", None)]))
+            .await
+            .unwrap();
+        assert_eq!(store.broker_row(BrokerTable::Credentials, b"a/b").unwrap().as_deref(), Some(&b"cred"[..]));
+        drop(h);
+        j.join().unwrap();
+    }
+    let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+    let rows = store.broker_rows(BrokerTable::Retained).unwrap();
+    assert_eq!(rows, vec![(b"a/b".to_vec(), b"2".to_vec())], "tables do not mix; the later write won");
+}

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
+use gridlinks_broker::acl::Acl;
 use gridlinks_broker::router::{Retained, SubOptions};
 use gridlinks_broker::sessions::{SessionId, SessionLink};
 use gridlinks_broker::topic::validate_filter;
@@ -94,9 +95,16 @@ struct Conn {
 enum Who {
     /// A device (ThingsBoard access token): the device-API topics.
     Device(DeviceId),
-    /// A pub/sub client without credentials (`mqtt.allow_anonymous`), by client id:
-    /// every topic except the device API's.
-    Anonymous(Arc<str>),
+    /// A pub/sub client: an application (user name and password) or, with
+    /// `mqtt.allow_anonymous`, a client without credentials. Never the device API's topics.
+    Client {
+        /// Its client id.
+        id: Arc<str>,
+        /// The credential's user name ("" when anonymous).
+        owner: Arc<str>,
+        /// What it may publish and subscribe to.
+        acl: Arc<Acl>,
+    },
 }
 
 /// How long a publisher's QoS 1 message may wait for room in a full subscriber queue
@@ -188,7 +196,7 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     st.mqtt_metrics.connections.fetch_add(1, Ordering::Relaxed);
     let link = match &who {
         Who::Device(device) => st.sessions.register(*device, st.cfg.mqtt.outbound_queue),
-        Who::Anonymous(id) => st.sessions.register_client(id, st.cfg.mqtt.client_outbound_queue),
+        Who::Client { id, owner, .. } => st.sessions.register_client(id, owner.clone(), st.cfg.mqtt.client_outbound_queue),
     };
     let session = link.id;
     conn.session = session;
@@ -203,7 +211,7 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     }
     match &who {
         Who::Device(device) => st.sessions.unregister(*device, session),
-        Who::Anonymous(id) => st.sessions.unregister_client(id, session),
+        Who::Client { id, .. } => st.sessions.unregister_client(id, session),
     }
     st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
 }
@@ -257,17 +265,26 @@ impl Conn {
         }
     }
 
-    /// Checks the access token (user name), or admits a client without one as a pub/sub
-    /// client when `mqtt.allow_anonymous` is on; answers CONNACK either way.
+    /// Checks an application's user name and password, or a device's access token (user
+    /// name), or admits a client without one as a pub/sub client when
+    /// `mqtt.allow_anonymous` is on; answers CONNACK either way.
     async fn authenticate(&mut self, c: &Connect) -> Option<Who> {
         let v5 = self.version == ProtocolVersion::V5;
         let refuse = |v3: u8, v5code: u8| if v5 { v5code } else { v3 };
         let mut code = 0;
         let mut who = None;
         let assigned = c.client_id.is_empty().then(|| format!("gridlinks-{}", uuid::Uuid::new_v4().simple()));
+        let client_id: Arc<str> = assigned.as_deref().unwrap_or(&c.client_id).into();
         match c.username.as_deref() {
             None | Some("") if self.st.cfg.mqtt.allow_anonymous => {
-                who = Some(Who::Anonymous(assigned.as_deref().unwrap_or(&c.client_id).into()));
+                who = Some(Who::Client { id: client_id, owner: "".into(), acl: self.st.anonymous_acl.clone() });
+            }
+            Some(user) if self.st.clients.contains(user) => {
+                let password = c.password.as_deref().unwrap_or_default();
+                match self.st.clients.login(user, password, &client_id).await {
+                    Ok(acl) => who = Some(Who::Client { id: client_id, owner: user.into(), acl }),
+                    Err(_) => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+                }
             }
             None | Some("") => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
             Some(token) => match self.st.store.device_id_by_token(token) {
@@ -285,7 +302,7 @@ impl Conn {
             props.receive_maximum = Some(self.st.cfg.mqtt.receive_maximum);
             props.maximum_packet_size = u32::try_from(self.st.cfg.mqtt.max_packet_size).ok();
             // Retained messages and shared subscriptions are for pub/sub clients.
-            let pubsub = u8::from(matches!(who, Some(Who::Anonymous(_))));
+            let pubsub = u8::from(matches!(who, Some(Who::Client { .. })));
             props.retain_available = Some(pubsub);
             props.shared_subscription_available = Some(pubsub);
             props.subscription_identifiers_available = Some(0);
@@ -519,7 +536,7 @@ impl Conn {
                 }
                 let device = match who {
                     Who::Device(device) => *device,
-                    Who::Anonymous(client) => return self.route(client, p, pending),
+                    Who::Client { id, acl, .. } => return self.route(id, acl, p, pending),
                 };
                 let st = self.st.clone();
                 let version = self.version;
@@ -559,9 +576,9 @@ impl Conn {
     }
 
     /// A pub/sub client's PUBLISH: routed to the subscribed client sessions at once (no
-    /// storage: these sessions are clean), then acknowledged. The device API's topics
-    /// are refused.
-    fn route(&mut self, client: &str, p: Publish, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
+    /// storage: these sessions are clean), then acknowledged. Topics outside the client's
+    /// ACL, and the device API's, are refused.
+    fn route(&mut self, client: &str, acl: &Acl, p: Publish, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
         let ack = |reason: u8, text: Option<String>| {
             let r = resp(p.packet_id?, reason, text);
             match p.qos {
@@ -570,9 +587,13 @@ impl Conn {
                 QoS::ExactlyOnce => Some(Packet::PubRec(r)),
             }
         };
-        if p.topic.starts_with(DEVICE_API_PREFIX) || !is_valid_topic_name(&p.topic) {
+        if !is_valid_topic_name(&p.topic) || p.topic.starts_with(DEVICE_API_PREFIX) || !acl.may_publish(&p.topic) {
             self.st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
-            let text = format!("not authorized to publish to {:?}: the device API needs a device token", p.topic);
+            let text = if p.topic.starts_with(DEVICE_API_PREFIX) {
+                format!("not authorized to publish to {:?}: the device API needs a device token", p.topic)
+            } else {
+                format!("not authorized to publish to {:?}: outside this client's ACL", p.topic)
+            };
             if self.version != ProtocolVersion::V5 {
                 return Some(End::Disconnect(rc::NOT_AUTHORIZED, text));
             }
@@ -618,9 +639,9 @@ impl Conn {
                         self.st.sessions.subscribe(*device, self.session, &f.filter, granted);
                         granted
                     }
-                    Who::Anonymous(client) => {
+                    Who::Client { id: client, acl, .. } => {
                         let plain = f.filter.strip_prefix("$share/").and_then(|r| r.split_once('/')).map_or(f.filter.as_str(), |(_, p)| p);
-                        if plain.starts_with(DEVICE_API_PREFIX) {
+                        if plain.starts_with(DEVICE_API_PREFIX) || !acl.may_subscribe(&f.filter) {
                             return if v5 { rc::NOT_AUTHORIZED } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
                         let opts = SubOptions {
@@ -651,7 +672,7 @@ impl Conn {
             .map(|f| {
                 let existed = match who {
                     Who::Device(device) => self.st.sessions.unsubscribe(*device, self.session, f),
-                    Who::Anonymous(client) => self.st.sessions.unsubscribe_client(client, f),
+                    Who::Client { id, .. } => self.st.sessions.unsubscribe_client(id, f),
                 };
                 if existed { 0 } else { rc::NO_SUBSCRIPTION_EXISTED }
             })

@@ -4,6 +4,7 @@
 //! `gridlinks_broker::sessions`. ThingsBoard's topic semantics live in
 //! `crate::thingsboard::device_mqtt`.
 
+pub mod clients;
 mod connection;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -58,11 +58,29 @@ impl Raw {
         Self::connect_with(port, version, client_id, token, 60)
     }
 
-    fn connect_with(port: u16, version: ProtocolVersion, client_id: &str, token: Option<&str>, keep_alive: u16) -> (Self, ConnAck) {
-        let mut c = Self::open(port, version);
-        let mut connect = connect_packet(version, token, keep_alive);
-        if let Packet::Connect(c) = &mut connect {
+    /// Opens and CONNECTs as application `user` with `password`.
+    pub fn login(port: u16, version: ProtocolVersion, client_id: &str, user: &str, password: &str) -> (Self, ConnAck) {
+        Self::connect_custom(port, version, |c| {
             c.client_id = client_id.into();
+            c.username = Some(user.into());
+            c.password = Some(Bytes::copy_from_slice(password.as_bytes()));
+        })
+    }
+
+    fn connect_with(port: u16, version: ProtocolVersion, client_id: &str, token: Option<&str>, keep_alive: u16) -> (Self, ConnAck) {
+        Self::connect_custom(port, version, |c| {
+            c.client_id = client_id.into();
+            c.username = token.map(String::from);
+            c.keep_alive = keep_alive;
+        })
+    }
+
+    /// Opens and sends [`connect_packet`] (no token, keep-alive 60 s) as changed by `f`.
+    pub fn connect_custom(port: u16, version: ProtocolVersion, f: impl FnOnce(&mut Connect)) -> (Self, ConnAck) {
+        let mut c = Self::open(port, version);
+        let mut connect = connect_packet(version, None, 60);
+        if let Packet::Connect(c) = &mut connect {
+            f(c);
         }
         c.send(&connect);
         match c.recv() {

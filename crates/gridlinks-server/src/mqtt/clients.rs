@@ -1,0 +1,241 @@
+//! Application credentials: MQTT clients that are not devices log in with a user name and
+//! password (stored argon2-hashed in the broker's `Credentials` table) and get an
+//! [`Acl`] of topic filters. Managed over REST at `/api/mqtt/clients`.
+//!
+//! Checking a password costs an argon2 verification (tens of milliseconds), so the last
+//! password that verified is remembered as an HMAC under a per-process key: a reconnect
+//! storm of the same application costs one argon2 per user, not one per connection.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_broker::acl::Acl;
+use gridlinks_broker::topic::validate_filter;
+use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp};
+use gridlinks_types::Ts;
+use hmac::{Hmac, Mac};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::app::AppState;
+use crate::auth;
+use crate::thingsboard::error::{ApiError, ApiResult};
+use crate::thingsboard::extract::{Admin, Body};
+
+/// Longest user name, client id or topic filter accepted in a credential.
+const MAX_FIELD: usize = 256;
+/// Most topic filters in one ACL list.
+const MAX_FILTERS: usize = 256;
+
+/// A credential as stored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Credential {
+    /// The MQTT user name.
+    pub username: String,
+    /// argon2 PHC string of the password.
+    pub password_hash: String,
+    /// When set, the only client id this credential may connect with.
+    pub client_id: Option<String>,
+    /// Topic filters the client may publish to.
+    pub publish: Vec<String>,
+    /// Topic filters the client may subscribe within.
+    pub subscribe: Vec<String>,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+}
+
+impl Credential {
+    /// The REST view: everything but the hash.
+    fn view(&self) -> serde_json::Value {
+        serde_json::json!({
+            "username": self.username,
+            "clientId": self.client_id,
+            "publish": self.publish,
+            "subscribe": self.subscribe,
+            "createdTime": self.created_time,
+        })
+    }
+}
+
+struct Entry {
+    cred: Credential,
+    acl: Arc<Acl>,
+    /// HMAC of the last password that verified against `cred.password_hash`.
+    verified: Mutex<Option<Vec<u8>>>,
+}
+
+/// Why a login was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LoginError {
+    /// Wrong password, or a client id the credential does not allow.
+    NotAuthorized,
+}
+
+/// Every credential, in memory (the table is small), kept in step with storage by the
+/// REST handlers.
+pub struct Credentials {
+    map: RwLock<HashMap<String, Arc<Entry>>>,
+    key: Vec<u8>,
+}
+
+impl Credentials {
+    /// Loads the stored credentials.
+    pub fn load(store: &Store) -> Result<Self, StoreError> {
+        let mut map = HashMap::new();
+        for (_, v) in store.broker_rows(BrokerTable::Credentials)? {
+            let cred: Credential = serde_json::from_slice(&v).map_err(|_| StoreError::Corrupt("MQTT credential"))?;
+            map.insert(cred.username.clone(), Arc::new(entry(cred)));
+        }
+        let key = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()].iter().flat_map(|u| *u.as_bytes()).collect();
+        Ok(Self { map: RwLock::new(map), key })
+    }
+
+    /// Is `username` an application's?
+    pub fn contains(&self, username: &str) -> bool {
+        self.map.read().contains_key(username)
+    }
+
+    /// Checks an application login; its ACL when the password (and client id) fit.
+    pub async fn login(&self, username: &str, password: &[u8], client_id: &str) -> Result<Arc<Acl>, LoginError> {
+        let Some(e) = self.map.read().get(username).cloned() else {
+            return Err(LoginError::NotAuthorized);
+        };
+        if e.cred.client_id.as_deref().is_some_and(|c| c != client_id) {
+            return Err(LoginError::NotAuthorized);
+        }
+        let mac = self.mac(password);
+        if e.verified.lock().as_deref() == Some(mac.as_slice()) {
+            return Ok(e.acl.clone());
+        }
+        let (pw, hash) = (password.to_vec(), e.cred.password_hash.clone());
+        let ok = tokio::task::spawn_blocking(move || {
+            std::str::from_utf8(&pw).is_ok_and(|pw| auth::verify_password(pw, &hash).is_ok())
+        })
+        .await
+        .unwrap_or(false);
+        if !ok {
+            return Err(LoginError::NotAuthorized);
+        }
+        *e.verified.lock() = Some(mac);
+        Ok(e.acl.clone())
+    }
+
+    fn mac(&self, password: &[u8]) -> Vec<u8> {
+        // HMAC accepts keys of any length.
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("any key length");
+        m.update(password);
+        m.finalize().into_bytes().to_vec()
+    }
+
+    fn get(&self, username: &str) -> Option<Credential> {
+        self.map.read().get(username).map(|e| e.cred.clone())
+    }
+}
+
+fn entry(cred: Credential) -> Entry {
+    let acl = Arc::new(Acl { publish: cred.publish.clone(), subscribe: cred.subscribe.clone() });
+    Entry { cred, acl, verified: Mutex::new(None) }
+}
+
+// ---- REST ------------------------------------------------------------------------
+
+type St = State<Arc<AppState>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SaveRequest {
+    username: String,
+    /// Required when creating; keeps the stored one when omitted on update.
+    password: Option<String>,
+    client_id: Option<String>,
+    #[serde(default)]
+    publish: Vec<String>,
+    #[serde(default)]
+    subscribe: Vec<String>,
+}
+
+fn check_filters(what: &str, filters: &[String]) -> ApiResult<()> {
+    if filters.len() > MAX_FILTERS {
+        return Err(ApiError::bad_request(format!("{what}: at most {MAX_FILTERS} topic filters")));
+    }
+    for f in filters {
+        if f.len() > MAX_FIELD || validate_filter(f).is_err() {
+            return Err(ApiError::bad_request(format!("{what}: {f:?} is not a valid MQTT topic filter")));
+        }
+    }
+    Ok(())
+}
+
+/// `POST /api/mqtt/clients`: creates or updates a credential. Live connections that use
+/// it are closed, so they reconnect under the new rules.
+pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
+    let req: SaveRequest = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
+    if req.username.is_empty() || req.username.len() > MAX_FIELD {
+        return Err(ApiError::bad_request(format!("username must be 1 to {MAX_FIELD} bytes")));
+    }
+    if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_FIELD) {
+        return Err(ApiError::bad_request(format!("clientId must be 1 to {MAX_FIELD} bytes when given")));
+    }
+    check_filters("publish", &req.publish)?;
+    check_filters("subscribe", &req.subscribe)?;
+    let old = st.clients.get(&req.username);
+    let password_hash = match (req.password, &old) {
+        (Some(pw), _) if !pw.is_empty() => tokio::task::spawn_blocking(move || auth::hash_password(&pw))
+            .await
+            .map_err(|e| ApiError::internal(format!("hashing failed: {e}")))?
+            .map_err(|e| ApiError::internal(e.to_string()))?,
+        (None, Some(old)) => old.password_hash.clone(),
+        _ => return Err(ApiError::bad_request("password is required (and may not be empty) for a new credential")),
+    };
+    let cred = Credential {
+        username: req.username,
+        password_hash,
+        client_id: req.client_id,
+        publish: req.publish,
+        subscribe: req.subscribe,
+        created_time: old.map_or_else(|| Ts::now().0, |o| o.created_time),
+    };
+    let value = serde_json::to_vec(&cred).map_err(|e| ApiError::internal(e.to_string()))?;
+    let row = BrokerRow { table: BrokerTable::Credentials, key: cred.username.clone().into_bytes(), value: Some(value) };
+    st.writer.submit(WriteOp::Broker(vec![row])).await?;
+    let view = cred.view();
+    let username = cred.username.clone();
+    st.clients.map.write().insert(username.clone(), Arc::new(entry(cred)));
+    st.sessions.close_clients_of(&username);
+    Ok(Json(view))
+}
+
+/// `GET /api/mqtt/clients`: every credential, by user name.
+pub async fn list(_: Admin, State(st): St) -> Json<serde_json::Value> {
+    let map = st.clients.map.read();
+    let mut all: Vec<&Arc<Entry>> = map.values().collect();
+    all.sort_by(|a, b| a.cred.username.cmp(&b.cred.username));
+    Json(all.iter().map(|e| e.cred.view()).collect())
+}
+
+/// `GET /api/mqtt/clients/{username}`.
+pub async fn get(_: Admin, State(st): St, Path(username): Path<String>) -> ApiResult<Json<serde_json::Value>> {
+    st.clients.get(&username).map(|c| Json(c.view())).ok_or_else(|| not_found(&username))
+}
+
+/// `DELETE /api/mqtt/clients/{username}`: the credential stops working and live
+/// connections that use it are closed.
+pub async fn delete(_: Admin, State(st): St, Path(username): Path<String>) -> ApiResult<StatusCode> {
+    if !st.clients.contains(&username) {
+        return Err(not_found(&username));
+    }
+    let row = BrokerRow { table: BrokerTable::Credentials, key: username.clone().into_bytes(), value: None };
+    st.writer.submit(WriteOp::Broker(vec![row])).await?;
+    st.clients.map.write().remove(&username);
+    st.sessions.close_clients_of(&username);
+    Ok(StatusCode::OK)
+}
+
+fn not_found(username: &str) -> ApiError {
+    ApiError::not_found(format!("MQTT client credential [{username}] is not found"))
+}
