@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
-use crate::topic::{matches, validate_filter, FilterError};
+use crate::topic::{filters_overlap, matches, validate_filter, FilterError};
 use crate::trie::SubscriptionTrie;
 
 /// The options of one subscription.
@@ -98,6 +98,9 @@ pub struct Router {
     /// Next member of each shared group, by (group, filter).
     turn: HashMap<(String, String), usize>,
     retained: BTreeMap<String, Retained>,
+    /// A filter some publisher wants to know it has subscribers for, and how many
+    /// subscriptions overlap it (see [`Router::with_interest`]).
+    interest: Option<(String, usize)>,
 }
 
 /// Splits `$share/{group}/{filter}`; `None` for a plain filter.
@@ -116,6 +119,25 @@ impl Router {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty table that counts the subscriptions overlapping `filter`, so a publisher
+    /// can skip building messages nobody would receive ([`Router::interested`]).
+    pub fn with_interest(filter: &str) -> Self {
+        Self { interest: Some((filter.to_owned(), 0)), ..Self::default() }
+    }
+
+    /// Subscriptions overlapping the filter given to [`Router::with_interest`].
+    pub fn interested(&self) -> usize {
+        self.interest.as_ref().map_or(0, |(_, n)| *n)
+    }
+
+    fn count_interest(&mut self, filter: &str, delta: isize) {
+        if let Some((f, n)) = &mut self.interest {
+            if filters_overlap(f, filter) {
+                *n = n.saturating_add_signed(delta);
+            }
+        }
     }
 
     /// Subscribes `client` to `full` (a filter or `$share/{group}/{filter}`).
@@ -140,6 +162,7 @@ impl Router {
             .is_some();
         if !existed {
             self.trie.insert(filter, member);
+            self.count_interest(filter, 1);
         }
         let send_retained = share.is_none()
             && match opts.retain_handling {
@@ -180,6 +203,7 @@ impl Router {
                 self.turn.remove(&(g.clone(), filter.to_owned()));
             }
         }
+        self.count_interest(filter, -1);
         self.trie.remove(
             filter,
             &Member {

@@ -9,7 +9,7 @@
 //! nothing for it (a channel would pre-allocate a block of slots per connection).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -187,11 +187,34 @@ pub struct Sessions {
     router: Mutex<Router>,
     by_device: RwLock<HashMap<DeviceId, Vec<Entry>>>,
     next: AtomicU64,
+    /// The router's count of subscriptions overlapping its interest filter, readable
+    /// without its lock.
+    interested: AtomicUsize,
     closed_on_overflow: AtomicU64,
     dropped_qos0: AtomicU64,
 }
 
 impl Sessions {
+    /// No sessions; client subscriptions overlapping `filter` are counted
+    /// ([`Sessions::interested`]).
+    pub fn with_interest(filter: &str) -> Self {
+        Self { router: Mutex::new(Router::with_interest(filter)), ..Self::default() }
+    }
+
+    /// Whether a client subscription overlaps the filter given to
+    /// [`Sessions::with_interest`] (a lock-free read, for publishers' hot paths).
+    pub fn interested(&self) -> bool {
+        self.interested.load(Ordering::Relaxed) > 0
+    }
+
+    /// Runs `f` on the router, then publishes its interest count.
+    fn with_router<T>(&self, f: impl FnOnce(&mut Router) -> T) -> T {
+        let mut router = self.router.lock();
+        let out = f(&mut router);
+        self.interested.store(router.interested(), Ordering::Relaxed);
+        out
+    }
+
     /// Registers a new session of `device` with an outbound queue of `capacity`.
     pub fn register(&self, device: DeviceId, capacity: usize) -> SessionLink {
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed));
@@ -290,7 +313,7 @@ impl Sessions {
         if let Some(old) = old {
             old.inbox.close();
             // A clean session starts without the old subscriptions.
-            self.router.lock().remove_client(client_id);
+            self.with_router(|r| r.remove_client(client_id));
         }
         SessionLink { id, inbox }
     }
@@ -309,18 +332,18 @@ impl Sessions {
         if map.get(client_id).is_some_and(|e| e.id == id) {
             map.remove(client_id);
             drop(map);
-            self.router.lock().remove_client(client_id);
+            self.with_router(|r| r.remove_client(client_id));
         }
     }
 
     /// Subscribes client `client_id`; the retained messages the subscription receives now.
     pub fn subscribe_client(&self, client_id: &str, filter: &str, opts: SubOptions) -> Result<Vec<(Retained, u8)>, SubscribeError> {
-        Ok(self.router.lock().subscribe(client_id, filter, opts)?.retained)
+        Ok(self.with_router(|r| r.subscribe(client_id, filter, opts))?.retained)
     }
 
     /// Unsubscribes client `client_id`; whether the subscription existed.
     pub fn unsubscribe_client(&self, client_id: &str, filter: &str) -> bool {
-        self.router.lock().unsubscribe(client_id, filter)
+        self.with_router(|r| r.unsubscribe(client_id, filter))
     }
 
     /// Routes a PUBLISH of client `from` to every subscribed client session (and keeps it
@@ -417,6 +440,26 @@ mod tests {
         s.unregister_client("app", a2.id);
         assert_eq!(s.count(), 0);
         assert_eq!(s.publish("dev", "meters/3", 0, false, &Bytes::new()).queued, 0);
+    }
+
+    #[test]
+    fn interest_counts_overlapping_subscriptions() {
+        let s = Sessions::with_interest("gridlinks/devices/+/telemetry");
+        let opts = SubOptions::default();
+        s.register_client("a", "".into(), 10);
+        assert!(!s.interested());
+        s.subscribe_client("a", "other/#", opts).unwrap();
+        assert!(!s.interested());
+        s.subscribe_client("a", "gridlinks/devices/d1/+", opts).unwrap();
+        s.subscribe_client("a", "$share/g/#", opts).unwrap();
+        assert!(s.interested());
+        assert!(s.unsubscribe_client("a", "gridlinks/devices/d1/+"));
+        assert!(s.interested(), "the shared '#' still overlaps");
+        let a2 = s.register_client("a", "".into(), 10);
+        assert!(!s.interested(), "a takeover starts clean");
+        s.subscribe_client("a", "#", opts).unwrap();
+        s.unregister_client("a", a2.id);
+        assert!(!s.interested());
     }
 
     #[test]

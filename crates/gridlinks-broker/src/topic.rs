@@ -47,9 +47,42 @@ pub fn matches(filter: &str, topic: &str) -> bool {
     }
 }
 
+/// Is there a topic that both filters match? (Neither may start with `$`.)
+pub fn filters_overlap(a: &str, b: &str) -> bool {
+    let mut x = a.split('/');
+    let mut y = b.split('/');
+    loop {
+        match (x.next(), y.next()) {
+            (Some("#"), _) | (_, Some("#")) => return true,
+            (Some("+"), Some(_)) | (Some(_), Some("+")) => {}
+            (Some(p), Some(q)) if p == q => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlap_of_two_filters() {
+        let p = "gridlinks/devices/+/telemetry";
+        for (f, want) in [
+            ("#", true),
+            ("gridlinks/#", true),
+            ("+/devices/d1/telemetry", true),
+            ("gridlinks/devices/d1/+", true),
+            ("gridlinks/devices/+", false),
+            ("gridlinks/devices/d1/attributes", false),
+            ("other/#", false),
+            ("gridlinks/devices/d1/telemetry/x", false),
+        ] {
+            assert_eq!(filters_overlap(f, p), want, "{f}");
+            assert_eq!(filters_overlap(p, f), want, "{f} (swapped)");
+        }
+    }
 
     #[test]
     fn filters_validate() {

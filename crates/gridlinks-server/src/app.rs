@@ -241,7 +241,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         tenant_id,
         ready: AtomicBool::new(false),
         metrics: Metrics::default(),
-        sessions: Sessions::default(),
+        sessions: Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER),
         rpc: RpcRegistry::default(),
         mqtt_metrics: MqttMetrics::default(),
         clients: Credentials::load(&store).context("loading MQTT client credentials")?,

@@ -124,6 +124,9 @@ fn the_device_api_stays_closed_to_anonymous_clients() {
         other => panic!("expected PUBACK, got {other:?}"),
     }
     assert_eq!(c.subscribe(2, &["v1/devices/me/attributes", "ok/#"]).return_codes, [reason::NOT_AUTHORIZED, 1]);
+    // Nor may clients forge the server's canonical telemetry topics.
+    c.publish("gridlinks/devices/x/telemetry", b"[]", QoS::AtLeastOnce, Some(3));
+    assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NOT_AUTHORIZED));
     // MQTT 3.1.1 cannot refuse a PUBLISH: the connection is closed.
     let (mut c3, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V3_1_1, "nosy3", None);
     c3.publish("v1/devices/me/telemetry", b"{}", QoS::AtLeastOnce, Some(1));
@@ -279,4 +282,35 @@ fn the_anonymous_acl_is_configurable() {
     let two = [c.recv(), c.recv()];
     assert!(two.iter().any(|p| matches!(p, Some(Packet::PubAck(a)) if a.packet_id == 2 && a.reason == reason::SUCCESS)), "{two:?}");
     assert!(two.iter().any(|p| matches!(p, Some(Packet::Publish(m)) if m.topic == "public/x")), "{two:?}");
+}
+
+#[test]
+fn committed_device_telemetry_reaches_applications_on_canonical_topics() {
+    let server = Server::start();
+    let port = server.mqtt_port;
+    let jwt = server.login();
+    let cred = json!({"username": "app", "password": "pw", "subscribe": ["gridlinks/devices/+/telemetry"]});
+    assert_eq!(server.json("POST", "/api/mqtt/clients", &jwt, Some(cred)).0, 200);
+    let id = server.device(&jwt, "pump/1", "tok1");
+    let (mut app, _) = Raw::login(port, ProtocolVersion::V5, "app", "app", "pw");
+    assert_eq!(app.subscribe(1, &["gridlinks/devices/+/telemetry"]).return_codes, [1]);
+    let next = |c: &mut Raw| match c.recv() {
+        Some(Packet::Publish(p)) => (p.topic, serde_json::from_slice::<common::J>(&p.payload).unwrap()),
+        other => panic!("expected PUBLISH, got {other:?}"),
+    };
+
+    // MQTT ingest: the device's PUBACK, and the application's copy with the stored points.
+    let (mut dev, _) = Raw::connect(port, ProtocolVersion::V3_1_1, Some("tok1"), 60);
+    dev.publish("v1/devices/me/telemetry", br#"{"ts":5000,"values":{"t":21.5,"on":true}}"#, QoS::AtLeastOnce, Some(1));
+    assert!(matches!(dev.recv(), Some(Packet::PubAck(_))));
+    let (topic, body) = next(&mut app);
+    assert_eq!(topic, "gridlinks/devices/pump%2F1/telemetry", "'/' in a name is escaped");
+    assert_eq!(body, json!([{"ts": 5000, "values": {"t": 21.5, "on": true}}]));
+    assert!(server.stored_timestamps(&jwt, &id, "t").contains(&5000), "delivered after the commit");
+
+    // HTTP ingest too, with the server's timestamp.
+    assert_eq!(server.telemetry("tok1", r#"{"h":3}"#), 200);
+    let (_, body) = next(&mut app);
+    assert_eq!(body[0]["values"], json!({"h": 3}));
+    assert!(body[0]["ts"].as_i64().unwrap() > 1_600_000_000_000);
 }

@@ -167,6 +167,8 @@ impl OutWindow {
 
 /// The device API's topics, closed to pub/sub clients.
 const DEVICE_API_PREFIX: &str = "v1/";
+/// Topics only the server publishes to (canonical telemetry topics, …).
+const SERVER_PREFIX: &str = "gridlinks/";
 
 /// Why the connection ends.
 enum End {
@@ -587,10 +589,13 @@ impl Conn {
                 QoS::ExactlyOnce => Some(Packet::PubRec(r)),
             }
         };
-        if !is_valid_topic_name(&p.topic) || p.topic.starts_with(DEVICE_API_PREFIX) || !acl.may_publish(&p.topic) {
+        let reserved = p.topic.starts_with(DEVICE_API_PREFIX) || p.topic.starts_with(SERVER_PREFIX);
+        if !is_valid_topic_name(&p.topic) || reserved || !acl.may_publish(&p.topic) {
             self.st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
             let text = if p.topic.starts_with(DEVICE_API_PREFIX) {
                 format!("not authorized to publish to {:?}: the device API needs a device token", p.topic)
+            } else if reserved {
+                format!("not authorized to publish to {:?}: only the server publishes under {SERVER_PREFIX}", p.topic)
             } else {
                 format!("not authorized to publish to {:?}: outside this client's ACL", p.topic)
             };

@@ -19,6 +19,7 @@ use super::model;
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
 use crate::auth::{self, REFRESH_SCOPE};
+use crate::mqtt::telemetry_topics;
 
 type St = State<Arc<AppState>>;
 
@@ -478,17 +479,17 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
     // share group commits instead of paying one commit each.
     let now = Ts::now();
     let store = st.store.clone();
-    let ops = blocking(move || {
-        let mut ops = Vec::with_capacity(telemetry.len());
+    let batches = blocking(move || {
+        let mut batches = Vec::with_capacity(telemetry.len());
         for (name, values) in telemetry {
             if let Some(d) = store.device_by_name(&name)? {
-                ops.push(WriteOp::Telemetry { device: d.id, records: vec![TsRecord { ts: now, values }] });
+                batches.push((d.id, vec![TsRecord { ts: now, values }]));
             }
         }
-        Ok(ops)
+        Ok(batches)
     })
     .await?;
-    st.writer.submit_all(ops).await?;
+    telemetry_topics::commit(&st, batches).await?;
     out.errors.splice(0..0, errors);
     Ok(Json(json!({
         "created": out.created,
@@ -765,7 +766,7 @@ pub async fn post_timeseries(
 ) -> ApiResult<StatusCode> {
     let device = existing_device(&st, &et, &id).await?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(payload_error)?;
-    st.writer.submit(WriteOp::Telemetry { device, records }).await?;
+    telemetry_topics::commit(&st, vec![(device, records)]).await?;
     Ok(StatusCode::OK)
 }
 

@@ -16,6 +16,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
+use crate::mqtt::telemetry_topics;
 
 type St = State<Arc<AppState>>;
 
@@ -33,8 +34,12 @@ fn rejected(st: &AppState, e: PayloadError) -> ApiError {
 }
 
 async fn commit(st: &AppState, op: WriteOp) -> ApiResult<StatusCode> {
-    match st.writer.submit(op).await {
-        Ok(_) => Ok(StatusCode::OK),
+    committed(st.writer.submit(op).await.map(drop))
+}
+
+fn committed(r: Result<(), StoreError>) -> ApiResult<StatusCode> {
+    match r {
+        Ok(()) => Ok(StatusCode::OK),
         // Deleted between authentication and commit: its token no longer works.
         Err(StoreError::DeviceNotFound) => Err(bad_token()),
         Err(e) => Err(e.into()),
@@ -45,7 +50,7 @@ async fn commit(st: &AppState, op: WriteOp) -> ApiResult<StatusCode> {
 pub async fn post_telemetry(State(st): St, Path(token): Path<String>, Body(body): Body) -> ApiResult<StatusCode> {
     let device = authenticate(&st, &token)?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(|e| rejected(&st, e))?;
-    commit(&st, WriteOp::Telemetry { device, records }).await
+    committed(telemetry_topics::commit(&st, vec![(device, records)]).await)
 }
 
 /// `POST /api/v1/{token}/attributes` (client scope).

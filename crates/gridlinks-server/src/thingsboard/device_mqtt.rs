@@ -21,6 +21,7 @@ use serde_json::{json, Map, Value as J};
 
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
+use crate::mqtt::telemetry_topics;
 
 /// Topic devices subscribe to for shared-attribute updates.
 pub const ATTRIBUTES_TOPIC: &str = "v1/devices/me/attributes";
@@ -54,7 +55,7 @@ pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, bo
     match topic {
         "v1/devices/me/telemetry" => {
             let records = payload::parse_telemetry(&body, Ts::now(), lim)?;
-            st.writer.submit(WriteOp::Telemetry { device, records }).await?;
+            telemetry_topics::commit(&st, vec![(device, records)]).await?;
             Ok(None)
         }
         ATTRIBUTES_TOPIC => {
@@ -73,12 +74,11 @@ pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, bo
         }
         "v1/gateway/telemetry" => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
-            let mut ops = Vec::with_capacity(per_device.len());
+            let mut batches = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
-                let id = sub_device(&st, device, &name, None).await?;
-                ops.push(WriteOp::Telemetry { device: id, records });
+                batches.push((sub_device(&st, device, &name, None).await?, records));
             }
-            st.writer.submit_all(ops).await?;
+            telemetry_topics::commit(&st, batches).await?;
             Ok(None)
         }
         "v1/gateway/attributes" => {
