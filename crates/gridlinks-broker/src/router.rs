@@ -14,11 +14,15 @@
 //!   subscription, 2 never; shared subscriptions never receive retained messages;
 //! * `$share/{group}/{filter}`: each message goes to one member of the group, in turn;
 //! * wildcards at the first level never match `$` topics (e.g. `$SYS/...`);
-//! * a retained PUBLISH with an empty payload clears the topic's retained message.
+//! * a retained PUBLISH with an empty payload clears the topic's retained message;
+//! * an expired message (MQTT 5 Message Expiry Interval) is not sent to new subscribers.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
+use gridlinks_codec::mqtt::PublishProperties;
 
 use crate::topic::{filters_overlap, matches, validate_filter, FilterError};
 use crate::trie::SubscriptionTrie;
@@ -49,15 +53,33 @@ pub enum SubscribeError {
     Share,
 }
 
-/// A retained message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retained {
+/// A message as published: what every copy (and a retained copy) shares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
     /// Topic it was published to.
     pub topic: String,
-    /// Payload (never empty: an empty one clears).
+    /// Payload (for a retained message never empty: an empty one clears).
     pub payload: Bytes,
     /// QoS it was published with.
     pub qos: u8,
+    /// MQTT 5 properties passed on to subscribers (payload format, content type, response
+    /// topic, correlation data, user properties; never a topic alias or subscription
+    /// identifiers); `None` when there are none.
+    pub props: Option<Arc<PublishProperties>>,
+    /// When it expires (MQTT 5 Message Expiry Interval); `None` never.
+    pub expires: Option<Instant>,
+}
+
+impl Message {
+    /// A message without properties or expiry.
+    pub fn new(topic: &str, qos: u8, payload: Bytes) -> Self {
+        Self { topic: topic.to_owned(), payload, qos, props: None, expires: None }
+    }
+
+    /// Whether it has expired by `now`.
+    pub fn expired(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|e| e <= now)
+    }
 }
 
 /// One copy of a message for one client.
@@ -74,12 +96,12 @@ pub struct Delivery {
 }
 
 /// What a subscribe did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Subscribed {
     /// The client already had this subscription (its options were replaced).
     pub existed: bool,
     /// Retained messages to send now, each with the QoS to send it at.
-    pub retained: Vec<(Retained, u8)>,
+    pub retained: Vec<(Message, u8)>,
 }
 
 /// A subscriber in the trie: the client and, for a shared subscription, its group.
@@ -97,7 +119,7 @@ pub struct Router {
     subs: HashMap<String, HashMap<String, SubOptions>>,
     /// Next member of each shared group, by (group, filter).
     turn: HashMap<(String, String), usize>,
-    retained: BTreeMap<String, Retained>,
+    retained: BTreeMap<String, Message>,
     /// A filter some publisher wants to know it has subscribers for, and how many
     /// subscriptions overlap it (see [`Router::with_interest`]).
     interest: Option<(String, usize)>,
@@ -171,9 +193,10 @@ impl Router {
                 _ => false,
             };
         let retained = if send_retained {
+            let now = Instant::now();
             self.retained
                 .values()
-                .filter(|r| matches(filter, &r.topic))
+                .filter(|r| matches(filter, &r.topic) && !r.expired(now))
                 .map(|r| (r.clone(), r.qos.min(opts.qos)))
                 .collect()
         } else {
@@ -235,32 +258,19 @@ impl Router {
     }
 
     /// The retained message of `topic`, if any.
-    pub fn retained(&self, topic: &str) -> Option<&Retained> {
+    pub fn retained(&self, topic: &str) -> Option<&Message> {
         self.retained.get(topic)
     }
 
-    /// Routes a PUBLISH of `from` to `topic`: updates the retained store (for `retain`)
-    /// and returns one delivery per receiving client.
-    pub fn publish(
-        &mut self,
-        from: &str,
-        topic: &str,
-        qos: u8,
-        retain: bool,
-        payload: &Bytes,
-    ) -> Vec<Delivery> {
+    /// Routes `msg` published by `from`: updates the retained store (for `retain`) and
+    /// returns one delivery per receiving client.
+    pub fn publish(&mut self, from: &str, msg: &Message, retain: bool) -> Vec<Delivery> {
+        let (topic, qos) = (msg.topic.as_str(), msg.qos);
         if retain {
-            if payload.is_empty() {
+            if msg.payload.is_empty() {
                 self.retained.remove(topic);
             } else {
-                self.retained.insert(
-                    topic.to_owned(),
-                    Retained {
-                        topic: topic.to_owned(),
-                        payload: payload.clone(),
-                        qos,
-                    },
-                );
+                self.retained.insert(topic.to_owned(), msg.clone());
             }
         }
         // Trie hits: plain subscribers (once per client, whatever the number of its
@@ -366,16 +376,16 @@ mod tests {
         r.subscribe("app", "sensors/+/t", opts(0)).unwrap();
         r.subscribe("app", "sensors/#", opts(1)).unwrap();
         r.subscribe("other", "sensors/a/t", opts(2)).unwrap();
-        let d = r.publish("dev", "sensors/a/t", 1, false, &Bytes::from_static(b"1"));
+        let d = r.publish("dev", &Message::new("sensors/a/t", 1, Bytes::from_static(b"1")), false);
         assert_eq!(
             to(&d),
             [("app", 1), ("other", 1)],
             "delivered QoS = min(publish, granted)"
         );
-        let d = r.publish("dev", "sensors/a/t", 0, false, &Bytes::from_static(b"1"));
+        let d = r.publish("dev", &Message::new("sensors/a/t", 0, Bytes::from_static(b"1")), false);
         assert_eq!(to(&d), [("app", 0), ("other", 0)]);
         assert!(r
-            .publish("dev", "elsewhere", 1, false, &Bytes::new())
+            .publish("dev", &Message::new("elsewhere", 1, Bytes::new()), false)
             .is_empty());
     }
 
@@ -384,7 +394,7 @@ mod tests {
         let mut r = Router::new();
         r.subscribe("all", "#", opts(1)).unwrap();
         r.subscribe("sys", "$SYS/#", opts(1)).unwrap();
-        let d = r.publish("x", "$SYS/broker/load", 1, false, &Bytes::from_static(b"1"));
+        let d = r.publish("x", &Message::new("$SYS/broker/load", 1, Bytes::from_static(b"1")), false);
         assert_eq!(to(&d), [("sys", 1)]);
     }
 
@@ -404,11 +414,11 @@ mod tests {
             },
         )
         .unwrap();
-        let d = r.publish("me", "chat/room", 1, false, &Bytes::from_static(b"hi"));
+        let d = r.publish("me", &Message::new("chat/room", 1, Bytes::from_static(b"hi")), false);
         // The no-local subscription is skipped; the other one still matches.
         assert_eq!(to(&d), [("me", 0)]);
         assert_eq!(d[0].subscription_ids, [9]);
-        let d = r.publish("you", "chat/room", 1, false, &Bytes::from_static(b"hi"));
+        let d = r.publish("you", &Message::new("chat/room", 1, Bytes::from_static(b"hi")), false);
         let mut ids = d[0].subscription_ids.clone();
         ids.sort();
         assert_eq!((d.len(), d[0].qos, ids), (1, 1, vec![7, 9]));
@@ -417,8 +427,8 @@ mod tests {
     #[test]
     fn retained_messages_are_stored_cleared_and_sent_by_retain_handling() {
         let mut r = Router::new();
-        r.publish("d", "lamp/1", 1, true, &Bytes::from_static(b"on"));
-        r.publish("d", "lamp/2", 0, true, &Bytes::from_static(b"off"));
+        r.publish("d", &Message::new("lamp/1", 1, Bytes::from_static(b"on")), true);
+        r.publish("d", &Message::new("lamp/2", 0, Bytes::from_static(b"off")), true);
         let s = r.subscribe("a", "lamp/+", opts(1)).unwrap();
         assert!(!s.existed);
         let mut got: Vec<(String, u8)> = s
@@ -452,7 +462,7 @@ mod tests {
             .unwrap();
         assert!(never.retained.is_empty());
         // An empty retained payload clears; it is still forwarded to subscribers.
-        let d = r.publish("d", "lamp/1", 0, true, &Bytes::new());
+        let d = r.publish("d", &Message::new("lamp/1", 0, Bytes::new()), true);
         assert_eq!(d.len(), 2);
         assert!(r.retained("lamp/1").is_none());
         assert_eq!(
@@ -474,7 +484,7 @@ mod tests {
         )
         .unwrap();
         r.subscribe("clear", "t", opts(1)).unwrap();
-        let d = r.publish("p", "t", 1, true, &Bytes::from_static(b"x"));
+        let d = r.publish("p", &Message::new("t", 1, Bytes::from_static(b"x")), true);
         let flag = |c: &str| d.iter().find(|x| x.client == c).unwrap().retain;
         assert!(flag("keep"));
         assert!(!flag("clear"));
@@ -483,7 +493,7 @@ mod tests {
     #[test]
     fn shared_subscriptions_take_turns_and_get_no_retained() {
         let mut r = Router::new();
-        r.publish("d", "jobs/1", 1, true, &Bytes::from_static(b"r"));
+        r.publish("d", &Message::new("jobs/1", 1, Bytes::from_static(b"r")), true);
         for w in ["w1", "w2", "w3"] {
             let s = r.subscribe(w, "$share/workers/jobs/+", opts(1)).unwrap();
             assert!(s.retained.is_empty());
@@ -491,13 +501,7 @@ mod tests {
         r.subscribe("audit", "jobs/#", opts(0)).unwrap();
         let mut counts: HashMap<String, usize> = HashMap::new();
         for i in 0..30 {
-            let d = r.publish(
-                "d",
-                &format!("jobs/{i}"),
-                1,
-                false,
-                &Bytes::from_static(b"j"),
-            );
+            let d = r.publish("d", &Message::new(&format!("jobs/{i}"), 1, Bytes::from_static(b"j")), false);
             assert_eq!(d.len(), 2, "one worker and the audit subscriber");
             for x in d {
                 *counts.entry(x.client).or_default() += 1;
@@ -530,13 +534,13 @@ mod tests {
         assert!(r.unsubscribe("a", "x/#"));
         assert!(!r.unsubscribe("a", "x/#"));
         assert_eq!(
-            to(&r.publish("p", "x/y", 1, false, &Bytes::new())),
+            to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)),
             [("a", 1), ("b", 1)]
         );
         r.remove_client("a");
         assert!(r.subscriptions("a").is_empty());
         assert_eq!(
-            to(&r.publish("p", "x/y", 1, false, &Bytes::new())),
+            to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)),
             [("b", 1)]
         );
     }
@@ -588,7 +592,7 @@ mod tests {
                 _ => {
                     let topic = topics[next(topics.len())];
                     let qos = next(3) as u8;
-                    let d = r.publish(client, topic, qos, next(5) == 0, &Bytes::from_static(b"p"));
+                    let d = r.publish(client, &Message::new(topic, qos, Bytes::from_static(b"p")), next(5) == 0);
                     let mut copies: HashMap<&str, usize> = HashMap::new();
                     for x in &d {
                         assert!(x.qos <= qos);

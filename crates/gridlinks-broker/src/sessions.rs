@@ -17,7 +17,7 @@ use gridlinks_types::DeviceId;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
-use crate::router::{Retained, Router, SubOptions, SubscribeError};
+use crate::router::{Message, Router, SubOptions, SubscribeError};
 use crate::topic::matches;
 
 /// Identifies one live connection.
@@ -27,14 +27,21 @@ pub struct SessionId(pub u64);
 /// A message for one connection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outbound {
-    /// Topic to publish on.
-    pub topic: String,
-    /// Payload.
-    pub payload: Bytes,
-    /// Granted QoS of the matching subscription (0 or 1).
+    /// The message (topic, payload, properties, expiry).
+    pub msg: Message,
+    /// QoS of this copy: the lower of the published QoS and the subscription's (0 or 1).
     pub qos: u8,
     /// RETAIN flag (retain-as-published subscriptions).
     pub retain: bool,
+    /// Identifiers of the subscriptions that matched (MQTT 5).
+    pub subscription_ids: Vec<u32>,
+}
+
+impl Outbound {
+    /// A copy without retain flag or subscription identifiers.
+    pub fn plain(msg: Message, qos: u8) -> Self {
+        Self { msg, qos, retain: false, subscription_ids: Vec::new() }
+    }
 }
 
 /// A session's inbox: queued messages and the close flag, with one wake-up for both.
@@ -277,7 +284,7 @@ impl Sessions {
                 self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
                 e.inbox.close();
             } else {
-                queue.push_back(Outbound { topic: topic.to_owned(), payload: payload.clone(), qos, retain: false });
+                queue.push_back(Outbound::plain(Message::new(topic, qos, payload.clone()), qos));
                 drop(queue);
                 e.inbox.wake.notify_one();
                 delivered += 1;
@@ -337,7 +344,7 @@ impl Sessions {
     }
 
     /// Subscribes client `client_id`; the retained messages the subscription receives now.
-    pub fn subscribe_client(&self, client_id: &str, filter: &str, opts: SubOptions) -> Result<Vec<(Retained, u8)>, SubscribeError> {
+    pub fn subscribe_client(&self, client_id: &str, filter: &str, opts: SubOptions) -> Result<Vec<(Message, u8)>, SubscribeError> {
         Ok(self.with_router(|r| r.subscribe(client_id, filter, opts))?.retained)
     }
 
@@ -350,8 +357,8 @@ impl Sessions {
     /// as the retained message with `retain`). A QoS 0 copy for a full queue is dropped
     /// (counted); a QoS 1 copy for a full queue comes back in [`Routed::blocked`]: the
     /// publisher's acknowledgement waits for room (backpressure), see [`Blocked::wait`].
-    pub fn publish(&self, from: &str, topic: &str, qos: u8, retain: bool, payload: &Bytes) -> Routed {
-        let deliveries = self.router.lock().publish(from, topic, qos, retain, payload);
+    pub fn publish(&self, from: &str, msg: &Message, retain: bool) -> Routed {
+        let deliveries = self.router.lock().publish(from, msg, retain);
         let mut routed = Routed::default();
         if deliveries.is_empty() {
             return routed;
@@ -359,7 +366,7 @@ impl Sessions {
         let map = self.by_client.read();
         for d in deliveries {
             let Some(e) = map.get(&d.client) else { continue };
-            let out = Outbound { topic: topic.to_owned(), payload: payload.clone(), qos: d.qos, retain: d.retain };
+            let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids };
             match e.inbox.try_push(out, e.capacity) {
                 Ok(()) => routed.queued += 1,
                 Err(_) if d.qos == 0 => {
@@ -397,13 +404,13 @@ mod tests {
         assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/1", Bytes::from_static(b"{}")), 1);
         a.inbox.wake.notified().await;
         let m = a.inbox.drain().pop_front().unwrap();
-        assert_eq!((m.topic.as_str(), m.qos), ("v1/devices/me/rpc/request/1", 1));
+        assert_eq!((m.msg.topic.as_str(), m.qos), ("v1/devices/me/rpc/request/1", 1));
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"1")), 1);
         // b's queue (capacity 1) is now full: the next delivery closes it instead of dropping silently.
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"2")), 0);
         assert_eq!(s.closed_on_overflow(), 1);
         assert!(b.inbox.is_closed());
-        assert_eq!(b.inbox.drain().pop_front().unwrap().payload, Bytes::from_static(b"1"));
+        assert_eq!(b.inbox.drain().pop_front().unwrap().msg.payload, Bytes::from_static(b"1"));
         assert!(s.unsubscribe(d, a.id, "v1/devices/me/rpc/request/+"));
         assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/2", Bytes::new()), 0);
         assert_eq!(s.close_device(d), 2);
@@ -418,9 +425,9 @@ mod tests {
         let a = s.register_client("app", "u".into(), 10);
         let opts = SubOptions { qos: 1, ..Default::default() };
         assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
-        assert_eq!(s.publish("dev", "meters/1", 1, true, &Bytes::from_static(b"7")).queued, 1);
+        assert_eq!(s.publish("dev", &Message::new("meters/1", 1, Bytes::from_static(b"7")), true).queued, 1);
         let m = a.inbox.drain().pop_front().unwrap();
-        assert_eq!((m.topic.as_str(), m.qos, m.retain), ("meters/1", 1, false));
+        assert_eq!((m.msg.topic.as_str(), m.qos, m.retain), ("meters/1", 1, false));
         // The retained message waits for the next subscriber.
         let late = s.register_client("late", "".into(), 10);
         let retained = s.subscribe_client("late", "meters/#", opts).unwrap();
@@ -433,13 +440,13 @@ mod tests {
         assert!(!a2.inbox.is_closed());
         s.unregister_client("app", a.id); // the old connection ending changes nothing
         assert_eq!(s.count(), 2);
-        assert_eq!(s.publish("dev", "meters/2", 0, false, &Bytes::new()).queued, 1, "only 'late' is subscribed");
+        assert_eq!(s.publish("dev", &Message::new("meters/2", 0, Bytes::new()), false).queued, 1, "only 'late' is subscribed");
         assert_eq!(s.close_clients_of("u"), 1, "the credential 'u' changed");
         assert!(a2.inbox.is_closed() && !late.inbox.is_closed());
         s.unregister_client("late", late.id);
         s.unregister_client("app", a2.id);
         assert_eq!(s.count(), 0);
-        assert_eq!(s.publish("dev", "meters/3", 0, false, &Bytes::new()).queued, 0);
+        assert_eq!(s.publish("dev", &Message::new("meters/3", 0, Bytes::new()), false).queued, 0);
     }
 
     #[test]
@@ -466,9 +473,9 @@ mod tests {
     fn take_stops_at_the_window_and_keeps_order() {
         let inbox = Inbox::default();
         for (i, qos) in [1u8, 0, 1, 1, 0].into_iter().enumerate() {
-            inbox.queue.lock().push_back(Outbound { topic: i.to_string(), payload: Bytes::new(), qos, retain: false });
+            inbox.queue.lock().push_back(Outbound::plain(Message::new(&i.to_string(), qos, Bytes::new()), qos));
         }
-        let topics = |v: Vec<Outbound>| v.into_iter().map(|m| m.topic).collect::<Vec<_>>();
+        let topics = |v: Vec<Outbound>| v.into_iter().map(|m| m.msg.topic).collect::<Vec<_>>();
         assert_eq!(topics(inbox.take(2)), ["0", "1", "2"], "stops before the third QoS 1");
         assert!(inbox.has_queued());
         assert_eq!(topics(inbox.take(0)), Vec::<String>::new());
@@ -482,21 +489,21 @@ mod tests {
         let sub = s.register_client("slow", "".into(), 1);
         let opts = SubOptions { qos: 1, ..Default::default() };
         s.subscribe_client("slow", "t", opts).unwrap();
-        assert_eq!(s.publish("p", "t", 1, false, &Bytes::from_static(b"1")).queued, 1);
+        assert_eq!(s.publish("p", &Message::new("t", 1, Bytes::from_static(b"1")), false).queued, 1);
         // Full: QoS 0 is dropped and counted, QoS 1 waits.
-        assert_eq!(s.publish("p", "t", 0, false, &Bytes::from_static(b"x")).queued, 0);
+        assert_eq!(s.publish("p", &Message::new("t", 0, Bytes::from_static(b"x")), false).queued, 0);
         assert_eq!(s.dropped_qos0(), 1);
-        let mut routed = s.publish("p", "t", 1, false, &Bytes::from_static(b"2"));
+        let mut routed = s.publish("p", &Message::new("t", 1, Bytes::from_static(b"2")), false);
         assert_eq!((routed.queued, routed.blocked.len()), (0, 1));
         let waiting = tokio::spawn(routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)));
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "the publisher waits for room");
         assert_eq!(sub.inbox.take(10).len(), 1, "the subscriber takes message 1");
         assert!(waiting.await.unwrap(), "message 2 is queued once there is room");
-        assert_eq!(sub.inbox.take(10)[0].payload, Bytes::from_static(b"2"));
+        assert_eq!(sub.inbox.take(10)[0].msg.payload, Bytes::from_static(b"2"));
         // A receiver that never makes room is disconnected after the patience.
-        s.publish("p", "t", 1, false, &Bytes::from_static(b"3"));
-        let mut routed = s.publish("p", "t", 1, false, &Bytes::from_static(b"4"));
+        s.publish("p", &Message::new("t", 1, Bytes::from_static(b"3")), false);
+        let mut routed = s.publish("p", &Message::new("t", 1, Bytes::from_static(b"4")), false);
         assert!(!routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)).await);
         assert!(sub.inbox.is_closed());
     }

@@ -247,6 +247,8 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         clients: Credentials::load(&store).context("loading MQTT client credentials")?,
         anonymous_acl,
     });
+    let retained = crate::mqtt::retained::load(&store, &state.sessions).context("loading retained MQTT messages")?;
+    tracing::debug!(retained, "retained messages loaded");
     let app = router(state.clone());
     let (stop_mqtt, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);

@@ -14,21 +14,22 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use gridlinks_broker::acl::Acl;
-use gridlinks_broker::router::{Retained, SubOptions};
-use gridlinks_broker::sessions::{SessionId, SessionLink};
+use gridlinks_broker::router::{Message, SubOptions};
+use gridlinks_broker::sessions::{Outbound, SessionId, SessionLink};
 use gridlinks_broker::topic::validate_filter;
 use gridlinks_codec::mqtt::topic::is_valid_topic_name;
 use gridlinks_codec::mqtt::{
     decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
     PublishProperties, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
-use gridlinks_storage::StoreError;
+use gridlinks_storage::{StoreError, WriteOp};
 use gridlinks_types::DeviceId;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
+use super::retained;
 use crate::app::AppState;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 
@@ -71,7 +72,7 @@ struct Done {
     /// Close the connection after writing: (MQTT 5 DISCONNECT reason, reason string).
     close: Option<(u8, String)>,
     /// Retained messages to send after a SUBACK.
-    retained: Vec<Retained>,
+    retained: Vec<Outbound>,
 }
 
 type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -88,6 +89,8 @@ struct Conn {
     rbuf: BytesMut,
     wbuf: BytesMut,
     version: ProtocolVersion,
+    /// MQTT 5 topic aliases the client set (index = alias - 1); allocated on first use.
+    aliases: Vec<Option<String>>,
 }
 
 /// Who is connected.
@@ -110,6 +113,9 @@ enum Who {
 /// How long a publisher's QoS 1 message may wait for room in a full subscriber queue
 /// before that subscriber is disconnected as too slow.
 const SLOW_SUBSCRIBER_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Topic aliases a client may set (MQTT 5 Topic Alias Maximum in CONNACK).
+const TOPIC_ALIAS_MAX: u16 = 64;
 
 /// Most QoS 1 messages the server leaves unacknowledged with one client (lower when the
 /// client's MQTT 5 Receive Maximum says so).
@@ -180,7 +186,7 @@ enum End {
 
 pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1 };
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new() };
     let timeout = st.cfg.mqtt.connect_timeout.duration();
     let connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
         Ok(Some(c)) => c,
@@ -307,7 +313,8 @@ impl Conn {
             let pubsub = u8::from(matches!(who, Some(Who::Client { .. })));
             props.retain_available = Some(pubsub);
             props.shared_subscription_available = Some(pubsub);
-            props.subscription_identifiers_available = Some(0);
+            props.subscription_identifiers_available = Some(pubsub);
+            props.topic_alias_maximum = Some(TOPIC_ALIAS_MAX);
             props.wildcard_subscription_available = Some(1);
             props.assigned_client_identifier = assigned;
         }
@@ -448,20 +455,45 @@ impl Conn {
         }
     }
 
-    /// Queues what waits in the session's inbox, as far as the window allows.
+    /// Queues what waits in the session's inbox, as far as the window allows. Expired
+    /// messages (MQTT 5 message expiry) are dropped here, without using the window.
     fn send_queued(&mut self, link: &SessionLink, window: &mut OutWindow) {
-        for out in link.inbox.take(window.room()) {
-            let (qos, packet_id) = if out.qos >= 1 { (QoS::AtLeastOnce, Some(window.take_id())) } else { (QoS::AtMostOnce, None) };
-            self.queue(&Packet::Publish(Publish {
-                dup: false,
-                qos,
-                retain: out.retain,
-                topic: out.topic,
-                packet_id,
-                payload: out.payload,
-                properties: PublishProperties::default(),
-            }));
+        loop {
+            let batch = link.inbox.take(window.room());
+            if batch.is_empty() {
+                return;
+            }
+            let now = std::time::Instant::now();
+            for out in batch {
+                if out.msg.expired(now) {
+                    continue;
+                }
+                let packet_id = (out.qos >= 1).then(|| window.take_id());
+                self.queue(&self.outgoing(out, packet_id, now));
+            }
         }
+    }
+
+    /// The PUBLISH carrying `out` to this client: for MQTT 5 with the message's
+    /// properties, its remaining expiry and the matching subscription identifiers.
+    fn outgoing(&self, out: Outbound, packet_id: Option<u16>, now: std::time::Instant) -> Packet {
+        let mut properties = PublishProperties::default();
+        if self.version == ProtocolVersion::V5 {
+            if let Some(p) = out.msg.props {
+                properties = Arc::unwrap_or_clone(p);
+            }
+            properties.message_expiry_interval = out.msg.expires.map(|e| retained::remaining_secs(e, now));
+            properties.subscription_identifiers = out.subscription_ids;
+        }
+        Packet::Publish(Publish {
+            dup: false,
+            qos: if packet_id.is_some() { QoS::AtLeastOnce } else { QoS::AtMostOnce },
+            retain: out.retain,
+            topic: out.msg.topic,
+            packet_id,
+            payload: out.msg.payload,
+            properties,
+        })
     }
 
     /// Writes what a completed in-flight item produced; `Some` ends the connection.
@@ -485,18 +517,13 @@ impl Conn {
                 properties: PublishProperties::default(),
             }));
         }
-        // Retained messages of a new subscription, after its SUBACK. Sent at QoS 0: this
-        // connection does not track acknowledgements of its own publishes.
+        // Retained messages of a new subscription, after its SUBACK. Sent at QoS 0, outside
+        // the QoS 1 window (a subscription to `#` may match more than the window holds).
+        let now = std::time::Instant::now();
         for r in done.retained {
-            self.queue(&Packet::Publish(Publish {
-                dup: false,
-                qos: QoS::AtMostOnce,
-                retain: true,
-                topic: r.topic,
-                packet_id: None,
-                payload: r.payload,
-                properties: PublishProperties::default(),
-            }));
+            if !r.msg.expired(now) {
+                self.queue(&self.outgoing(r, None, now));
+            }
         }
         done.close.map(|(reason, text)| End::Disconnect(reason, text))
     }
@@ -525,9 +552,11 @@ impl Conn {
                         _ => Some(End::Disconnect(rc::MESSAGE_RATE_TOO_HIGH, text)),
                     };
                 }
-                if p.properties.topic_alias.is_some() {
-                    // We advertise Topic Alias Maximum 0.
-                    return Some(End::Disconnect(rc::TOPIC_ALIAS_INVALID, "topic aliases are not supported".into()));
+                let mut p = p;
+                if let Some(alias) = p.properties.topic_alias.take() {
+                    if let Err(end) = self.resolve_alias(alias, &mut p.topic) {
+                        return Some(end);
+                    }
                 }
                 if p.qos == QoS::ExactlyOnce {
                     if let Some(pid) = p.packet_id.filter(|pid| awaiting_rel.contains(pid)) {
@@ -577,18 +606,33 @@ impl Conn {
         None
     }
 
+    /// Applies MQTT 5 topic alias `alias` to a PUBLISH topic: an empty topic takes the
+    /// alias's, a non-empty one (re)defines it.
+    fn resolve_alias(&mut self, alias: u16, topic: &mut String) -> Result<(), End> {
+        if alias == 0 || alias > TOPIC_ALIAS_MAX {
+            return Err(End::Disconnect(rc::TOPIC_ALIAS_INVALID, format!("topic alias {alias} is outside 1..={TOPIC_ALIAS_MAX}")));
+        }
+        let slot = usize::from(alias - 1);
+        if topic.is_empty() {
+            match self.aliases.get(slot).cloned().flatten() {
+                Some(t) => *topic = t,
+                None => return Err(End::Disconnect(rc::PROTOCOL_ERROR, format!("topic alias {alias} was never set"))),
+            }
+        } else {
+            if self.aliases.is_empty() {
+                self.aliases = vec![None; usize::from(TOPIC_ALIAS_MAX)];
+            }
+            self.aliases[slot] = Some(topic.clone());
+        }
+        Ok(())
+    }
+
     /// A pub/sub client's PUBLISH: routed to the subscribed client sessions at once (no
     /// storage: these sessions are clean), then acknowledged. Topics outside the client's
     /// ACL, and the device API's, are refused.
     fn route(&mut self, client: &str, acl: &Acl, p: Publish, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
-        let ack = |reason: u8, text: Option<String>| {
-            let r = resp(p.packet_id?, reason, text);
-            match p.qos {
-                QoS::AtMostOnce => None,
-                QoS::AtLeastOnce => Some(Packet::PubAck(r)),
-                QoS::ExactlyOnce => Some(Packet::PubRec(r)),
-            }
-        };
+        let v5 = self.version == ProtocolVersion::V5;
+        let (qos, packet_id) = (p.qos, p.packet_id);
         let reserved = p.topic.starts_with(DEVICE_API_PREFIX) || p.topic.starts_with(SERVER_PREFIX);
         if !is_valid_topic_name(&p.topic) || reserved || !acl.may_publish(&p.topic) {
             self.st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
@@ -599,33 +643,47 @@ impl Conn {
             } else {
                 format!("not authorized to publish to {:?}: outside this client's ACL", p.topic)
             };
-            if self.version != ProtocolVersion::V5 {
+            if !v5 {
                 return Some(End::Disconnect(rc::NOT_AUTHORIZED, text));
             }
-            pending.push_back(ready(ack(rc::NOT_AUTHORIZED, Some(text))));
+            pending.push_back(ready(pub_ack(qos, packet_id, rc::NOT_AUTHORIZED, Some(text))));
             return None;
         }
-        let routed = self.st.sessions.publish(client, &p.topic, p.qos as u8, p.retain, &p.payload);
-        if routed.blocked.is_empty() {
-            // MQTT 5: 0x10 "no matching subscribers" is a success code.
-            let reason = if routed.queued == 0 && self.version == ProtocolVersion::V5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
-            pending.push_back(ready(ack(reason, None)));
+        let retain = p.retain;
+        let msg = message(p);
+        // A retained message is committed before the acknowledgement, so it survives a
+        // crash once acknowledged.
+        let persist = retain.then(|| retained::row(&msg));
+        let routed = self.st.sessions.publish(client, &msg, retain);
+        // MQTT 5: 0x10 "no matching subscribers" is a success code.
+        let reason = if routed.queued == 0 && routed.blocked.is_empty() && v5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
+        if routed.blocked.is_empty() && persist.is_none() {
+            pending.push_back(ready(pub_ack(qos, packet_id, reason, None)));
             return None;
         }
         // Backpressure: a subscriber's queue is full, so the acknowledgement (and with the
         // in-flight window, this publisher) waits until it has room, or until the
         // subscriber is disconnected as too slow.
-        let ack = ack(0, None);
+        let st = self.st.clone();
         pending.push_back(Box::pin(async move {
+            if let Some(row) = persist {
+                if let Err(e) = st.writer.submit(WriteOp::Broker(vec![row])).await {
+                    let text = format!("retained message not stored: {e}");
+                    if !v5 {
+                        return Done { ack: None, reply: None, close: Some((rc::UNSPECIFIED_ERROR, text)), retained: Vec::new() };
+                    }
+                    return Done { ack: pub_ack(qos, packet_id, rc::UNSPECIFIED_ERROR, Some(text)), reply: None, close: None, retained: Vec::new() };
+                }
+            }
             for blocked in routed.blocked {
                 blocked.wait(SLOW_SUBSCRIBER_PATIENCE).await;
             }
-            Done { ack, reply: None, close: None, retained: Vec::new() }
+            Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, retained: Vec::new() }
         }));
         None
     }
 
-    fn subscribe(&mut self, who: &Who, s: Subscribe) -> (Packet, Vec<Retained>) {
+    fn subscribe(&mut self, who: &Who, s: Subscribe) -> (Packet, Vec<Outbound>) {
         let v5 = self.version == ProtocolVersion::V5;
         let mut retained = Vec::new();
         let codes = s
@@ -654,11 +712,16 @@ impl Conn {
                             no_local: f.no_local,
                             retain_as_published: f.retain_as_published,
                             retain_handling: f.retain_handling,
-                            subscription_id: None,
+                            subscription_id: s.subscription_identifier,
                         };
                         match self.st.sessions.subscribe_client(client, &f.filter, opts) {
                             Ok(r) => {
-                                retained.extend(r.into_iter().map(|(m, _)| m));
+                                retained.extend(r.into_iter().map(|(msg, _)| Outbound {
+                                    msg,
+                                    qos: 0,
+                                    retain: true,
+                                    subscription_ids: s.subscription_identifier.into_iter().collect(),
+                                }));
                                 granted
                             }
                             Err(_) => if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE },
@@ -690,21 +753,34 @@ fn resp(packet_id: u16, reason: u8, reason_string: Option<String>) -> PubResp {
     PubResp { packet_id, reason, reason_string, user_properties: Vec::new() }
 }
 
+/// The acknowledgement of a PUBLISH: PUBACK (QoS 1), PUBREC (QoS 2), none (QoS 0).
+fn pub_ack(qos: QoS, packet_id: Option<u16>, reason: u8, text: Option<String>) -> Option<Packet> {
+    let r = resp(packet_id?, reason, text);
+    match qos {
+        QoS::AtMostOnce => None,
+        QoS::AtLeastOnce => Some(Packet::PubAck(r)),
+        QoS::ExactlyOnce => Some(Packet::PubRec(r)),
+    }
+}
+
+/// A client's PUBLISH as the message its subscribers get: the topic alias and
+/// subscription identifiers are the sender's business; the expiry becomes a deadline.
+fn message(p: Publish) -> Message {
+    let mut props = p.properties;
+    let expires = props.message_expiry_interval.take().map(|s| std::time::Instant::now() + Duration::from_secs(u64::from(s)));
+    props.topic_alias = None;
+    props.subscription_identifiers.clear();
+    let has_props = props != PublishProperties::default();
+    Message { topic: p.topic, payload: p.payload, qos: (p.qos as u8).min(1), props: has_props.then(|| Arc::new(props)), expires }
+}
+
 fn ready(ack: Option<Packet>) -> InFlight {
     Box::pin(std::future::ready(Done { ack, reply: None, close: None, retained: Vec::new() }))
 }
 
 /// Maps the result of a publish to what the client sees.
 fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<Reply>, TopicError>, version: ProtocolVersion, qos: QoS, packet_id: Option<u16>) -> Done {
-    let ack = |reason: u8, text: Option<String>| {
-        let pid = packet_id?;
-        let r = resp(pid, reason, text);
-        match qos {
-            QoS::AtMostOnce => None,
-            QoS::AtLeastOnce => Some(Packet::PubAck(r)),
-            QoS::ExactlyOnce => Some(Packet::PubRec(r)),
-        }
-    };
+    let ack = |reason: u8, text: Option<String>| pub_ack(qos, packet_id, reason, text);
     let err = match result {
         Ok(reply) => return Done { ack: ack(0, None), reply, close: None, retained: Vec::new() },
         Err(e) => e,

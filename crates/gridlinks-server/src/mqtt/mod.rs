@@ -6,6 +6,7 @@
 
 pub mod clients;
 mod connection;
+pub mod retained;
 pub mod telemetry_topics;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use gridlinks_broker::router::Message;
 use gridlinks_storage::{StoreError, WriteOp};
 use gridlinks_types::{DeviceId, TsRecord};
 use serde_json::{json, Map};
@@ -56,14 +57,14 @@ pub async fn commit(st: &AppState, batches: Vec<(DeviceId, Vec<TsRecord>)>) -> R
     if st.sessions.interested() {
         for (device, records) in &batches {
             if let Some(d) = st.store.device(*device)? {
-                messages.push((topic(&d.name), payload(records)));
+                messages.push(Message::new(&topic(&d.name), 1, payload(records)));
             }
         }
     }
     let ops = batches.into_iter().map(|(device, records)| WriteOp::Telemetry { device, records }).collect();
     st.writer.submit_all(ops).await?;
-    for (topic, payload) in messages {
-        let routed = st.sessions.publish("", &topic, 1, false, &payload);
+    for msg in messages {
+        let routed = st.sessions.publish("", &msg, false);
         for blocked in routed.blocked {
             blocked.wait(PATIENCE).await;
         }

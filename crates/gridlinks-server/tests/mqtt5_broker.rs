@@ -1,0 +1,174 @@
+//! MQTT 5 features of the broker for pub/sub clients, against the real binary with the raw
+//! test client: properties passed through, subscription identifiers, topic aliases,
+//! message expiry, and retained messages (with their properties) surviving `kill -9`.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::mqtt::*;
+use common::Server;
+
+fn anonymous_server() -> Server {
+    Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true")])
+}
+
+fn publish(topic: &str, payload: &[u8], packet_id: u16, retain: bool, properties: PublishProperties) -> Packet {
+    Packet::Publish(Publish {
+        dup: false,
+        qos: QoS::AtLeastOnce,
+        retain,
+        topic: topic.into(),
+        packet_id: Some(packet_id),
+        payload: Bytes::copy_from_slice(payload),
+        properties,
+    })
+}
+
+fn next_publish(c: &mut Raw) -> Publish {
+    loop {
+        match c.recv() {
+            Some(Packet::Publish(p)) => return p,
+            Some(Packet::PubAck(_)) => continue,
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+}
+
+fn subscribe_with_id(c: &mut Raw, packet_id: u16, filter: &str, id: u32) -> SubAck {
+    c.send(&Packet::Subscribe(Subscribe {
+        packet_id,
+        filters: vec![SubscriptionRequest { filter: filter.into(), qos: QoS::AtLeastOnce, no_local: false, retain_as_published: false, retain_handling: 0 }],
+        subscription_identifier: Some(id),
+        user_properties: Vec::new(),
+    }));
+    match c.recv() {
+        Some(Packet::SubAck(a)) => a,
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+}
+
+fn ack(c: &mut Raw, p: &Publish) {
+    c.send(&Packet::PubAck(PubResp { packet_id: p.packet_id.unwrap(), reason: 0, reason_string: None, user_properties: Vec::new() }));
+}
+
+fn rich_properties() -> PublishProperties {
+    PublishProperties {
+        payload_format_indicator: Some(1),
+        message_expiry_interval: Some(3600),
+        response_topic: Some("replies/1".into()),
+        correlation_data: Some(Bytes::from_static(b"\x01\x02")),
+        user_properties: vec![("site".into(), "north".into()), ("site".into(), "south".into())],
+        content_type: Some("application/json".into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn properties_pass_through_with_subscription_identifiers() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let (mut v5, ack5) = Raw::connect_as(port, ProtocolVersion::V5, "sub5", None);
+    assert_eq!(ack5.properties.subscription_identifiers_available, Some(1));
+    assert_eq!(subscribe_with_id(&mut v5, 1, "plant/#", 42).return_codes, [1]);
+    let (mut v3, _) = Raw::connect_as(port, ProtocolVersion::V3_1_1, "sub3", None);
+    assert_eq!(v3.subscribe(1, &["plant/#"]).return_codes, [1]);
+
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "pub", None);
+    p.send(&publish("plant/a", b"{\"t\":1}", 1, false, rich_properties()));
+    assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.reason == 0));
+
+    let got = next_publish(&mut v5);
+    let mut want = rich_properties();
+    want.subscription_identifiers = vec![42];
+    let expiry = got.properties.message_expiry_interval.unwrap();
+    assert!((3599..=3600).contains(&expiry), "remaining expiry {expiry}");
+    want.message_expiry_interval = Some(expiry);
+    assert_eq!(got.properties, want);
+    assert_eq!(&got.payload[..], b"{\"t\":1}");
+    // MQTT 3.1.1 has no properties: the payload alone.
+    let got3 = next_publish(&mut v3);
+    assert_eq!((got3.topic.as_str(), &got3.payload[..]), ("plant/a", &b"{\"t\":1}"[..]));
+}
+
+#[test]
+fn topic_aliases_from_the_client_are_resolved() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let (mut sub, _) = Raw::connect_as(port, ProtocolVersion::V5, "sub", None);
+    sub.subscribe(1, &["alias/#"]);
+    let (mut p, ack) = Raw::connect_as(port, ProtocolVersion::V5, "pub", None);
+    let max = ack.properties.topic_alias_maximum.unwrap();
+    assert!(max >= 1);
+    let aliased = |topic: &str, alias: u16, id: u16| publish(topic, b"x", id, false, PublishProperties { topic_alias: Some(alias), ..Default::default() });
+    p.send(&aliased("alias/long/topic/name", 1, 1));
+    p.send(&aliased("", 1, 2));
+    for _ in 0..2 {
+        let got = next_publish(&mut sub);
+        assert_eq!(got.topic, "alias/long/topic/name");
+        assert_eq!(got.properties.topic_alias, None, "the alias is the publisher's, not passed on");
+    }
+    // An alias never set, or beyond the maximum, is a protocol error.
+    p.send(&aliased("", 2, 3));
+    let codes: Vec<_> = std::iter::from_fn(|| p.recv()).filter_map(|p| if let Packet::Disconnect(d) = p { Some(d.reason) } else { None }).collect();
+    assert_eq!(codes, [reason::PROTOCOL_ERROR]);
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "pub2", None);
+    p.send(&aliased("alias/x", max + 1, 1));
+    assert_eq!(p.expect_close().0.map(|d| d.reason), Some(reason::TOPIC_ALIAS_INVALID));
+}
+
+#[test]
+fn expired_messages_are_not_delivered() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    // A subscriber that takes one QoS 1 message at a time and does not acknowledge yet.
+    let (mut sub, _) = Raw::connect_custom(port, ProtocolVersion::V5, |c| {
+        c.client_id = "slow".into();
+        c.properties.receive_maximum = Some(1);
+    });
+    sub.subscribe(1, &["exp/#"]);
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "pub", None);
+    let expiring = |secs| PublishProperties { message_expiry_interval: Some(secs), ..Default::default() };
+    p.send(&publish("exp/1", b"first", 1, false, PublishProperties::default()));
+    p.send(&publish("exp/2", b"short-lived", 2, false, expiring(1)));
+    p.send(&publish("exp/3", b"long-lived", 3, false, expiring(600)));
+    let first = next_publish(&mut sub);
+    assert_eq!(first.topic, "exp/1");
+    std::thread::sleep(Duration::from_millis(1500));
+    ack(&mut sub, &first);
+    // exp/2 expired while it waited in the queue: exp/3 comes next, with its time left.
+    let next = next_publish(&mut sub);
+    assert_eq!(next.topic, "exp/3");
+    assert!(next.properties.message_expiry_interval.is_some_and(|s| s <= 600 && s >= 598));
+}
+
+#[test]
+fn retained_messages_with_their_properties_survive_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let env = [("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true")];
+    let mut server = Server::start_on(&dir, &env);
+    let (mut p, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "pub", None);
+    p.send(&publish("lamp/1", b"on", 1, true, rich_properties()));
+    p.send(&publish("lamp/2", b"short", 2, true, PublishProperties { message_expiry_interval: Some(1), ..Default::default() }));
+    p.send(&publish("lamp/3", b"gone", 3, true, PublishProperties::default()));
+    p.send(&publish("lamp/3", b"", 4, true, PublishProperties::default()));
+    for _ in 0..4 {
+        assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.reason < 0x80));
+    }
+    // Acknowledged, so on disk: a crash right now loses none of it.
+    server.kill9();
+    std::thread::sleep(Duration::from_millis(1100));
+    let server = Server::start_on(&dir, &env);
+    let (mut sub, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "sub", None);
+    assert_eq!(sub.subscribe(1, &["lamp/#"]).return_codes, [1]);
+    let got = next_publish(&mut sub);
+    assert_eq!((got.topic.as_str(), &got.payload[..], got.retain), ("lamp/1", &b"on"[..], true));
+    assert_eq!(got.properties.user_properties, rich_properties().user_properties);
+    assert_eq!(got.properties.content_type.as_deref(), Some("application/json"));
+    assert!(got.properties.message_expiry_interval.is_some_and(|s| s < 3600 && s > 3500));
+    // lamp/2 expired meanwhile and lamp/3 was cleared: nothing else.
+    sub.stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    assert!(matches!(sub.try_recv(), Err(_) | Ok(None)), "only lamp/1 is retained");
+}
