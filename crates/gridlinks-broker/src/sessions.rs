@@ -9,7 +9,7 @@
 //! nothing for it (a channel would pre-allocate a block of slots per connection).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -44,11 +44,24 @@ impl Outbound {
     }
 }
 
+/// Why the server ends a session's connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseReason {
+    /// A new connection with the same client id took the session over.
+    TakenOver = 1,
+    /// Its queue stayed full: too slow to receive.
+    TooSlow = 2,
+    /// Its device was deleted, or its credential changed or was deleted.
+    Revoked = 3,
+}
+
 /// A session's inbox: queued messages and the close flag, with one wake-up for both.
 #[derive(Default)]
 pub struct Inbox {
     queue: Mutex<VecDeque<Outbound>>,
-    closed: AtomicBool,
+    /// 0 while open, else a [`CloseReason`].
+    closed: AtomicU8,
     /// Woken when a message is queued or the session must close.
     pub wake: Notify,
     /// Woken (all waiters) when messages leave the queue: room for blocked publishers.
@@ -96,23 +109,29 @@ impl Inbox {
         Ok(())
     }
 
-    /// Closes the session (its connection ends with a reason).
-    pub fn close_session(&self) {
-        self.close();
-    }
-
     /// True when messages wait in the queue.
     pub fn has_queued(&self) -> bool {
         !self.queue.lock().is_empty()
     }
 
-    /// True once the session must close (device deleted, queue overflow).
+    /// True once the session must close.
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.close_reason().is_some()
     }
 
-    fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+    /// Why the session must close, once it must.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        match self.closed.load(Ordering::Acquire) {
+            1 => Some(CloseReason::TakenOver),
+            2 => Some(CloseReason::TooSlow),
+            3 => Some(CloseReason::Revoked),
+            _ => None,
+        }
+    }
+
+    fn close(&self, reason: CloseReason) {
+        // The first reason stays.
+        let _ = self.closed.compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire);
         self.wake.notify_one();
     }
 }
@@ -160,7 +179,7 @@ impl Blocked {
                 Err(back) => out = back,
             }
             if tokio::time::timeout_at(deadline, space).await.is_err() {
-                self.inbox.close();
+                self.inbox.close(CloseReason::TooSlow);
                 return false;
             }
         }
@@ -282,7 +301,7 @@ impl Sessions {
             if queue.len() >= e.capacity {
                 drop(queue);
                 self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
-                e.inbox.close();
+                e.inbox.close(CloseReason::TooSlow);
             } else {
                 queue.push_back(Outbound::plain(Message::new(topic, qos, payload.clone()), qos));
                 drop(queue);
@@ -297,7 +316,7 @@ impl Sessions {
     pub fn close_device(&self, device: DeviceId) -> usize {
         let map = self.by_device.read();
         map.get(&device).map_or(0, |list| {
-            list.iter().for_each(|e| e.inbox.close());
+            list.iter().for_each(|e| e.inbox.close(CloseReason::Revoked));
             list.len()
         })
     }
@@ -318,7 +337,7 @@ impl Sessions {
             ClientEntry { id, owner, inbox: inbox.clone(), capacity: capacity.max(1) },
         );
         if let Some(old) = old {
-            old.inbox.close();
+            old.inbox.close(CloseReason::TakenOver);
             // A clean session starts without the old subscriptions.
             self.with_router(|r| r.remove_client(client_id));
         }
@@ -329,7 +348,7 @@ impl Sessions {
     /// deleted); returns how many.
     pub fn close_clients_of(&self, owner: &str) -> usize {
         let map = self.by_client.read();
-        map.values().filter(|e| &*e.owner == owner).map(|e| e.inbox.close()).count()
+        map.values().filter(|e| &*e.owner == owner).map(|e| e.inbox.close(CloseReason::Revoked)).count()
     }
 
     /// Ends session `id` of `client_id` and drops its subscriptions (clean session);
@@ -436,7 +455,7 @@ mod tests {
         assert_eq!(s.close_clients_of("nobody"), 0);
         // Same client id again: the old session is closed, its subscriptions gone.
         let a2 = s.register_client("app", "u".into(), 10);
-        assert!(a.inbox.is_closed());
+        assert_eq!(a.inbox.close_reason(), Some(CloseReason::TakenOver));
         assert!(!a2.inbox.is_closed());
         s.unregister_client("app", a.id); // the old connection ending changes nothing
         assert_eq!(s.count(), 2);

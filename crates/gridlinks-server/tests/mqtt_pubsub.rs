@@ -140,7 +140,7 @@ fn a_second_connection_with_the_same_client_id_takes_the_session_over() {
     first.subscribe(1, &["t"]);
     let (mut second, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "same", None);
     let (disconnect, _) = first.expect_close();
-    assert!(disconnect.is_some(), "MQTT 5 says why");
+    assert_eq!(disconnect.map(|d| d.reason), Some(reason::SESSION_TAKEN_OVER), "MQTT 5 says why");
     // The new session starts clean: no subscription carried over.
     let (mut publisher, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "pub", None);
     publisher.publish("t", b"x", QoS::AtLeastOnce, Some(1));
@@ -277,6 +277,9 @@ fn the_anonymous_acl_is_configurable() {
     assert_eq!(c.subscribe(1, &["public/+", "private/#", "gridlinks/devices/+/telemetry"]).return_codes, [1, reason::NOT_AUTHORIZED, 1]);
     c.publish("private/x", b"1", QoS::AtLeastOnce, Some(1));
     assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NOT_AUTHORIZED));
+    // A will is a publish too: outside the ACL, the CONNECT is refused.
+    let (_, ack) = Raw::connect_custom(server.mqtt_port, ProtocolVersion::V5, |c| c.will = Some(will("private/w")));
+    assert_eq!(ack.code, reason::NOT_AUTHORIZED);
     c.publish("public/x", b"1", QoS::AtLeastOnce, Some(2));
     // Its own message comes back (it subscribed public/+), before or after the PUBACK.
     let two = [c.recv(), c.recv()];
@@ -313,4 +316,59 @@ fn committed_device_telemetry_reaches_applications_on_canonical_topics() {
     let (_, body) = next(&mut app);
     assert_eq!(body[0]["values"], json!({"h": 3}));
     assert!(body[0]["ts"].as_i64().unwrap() > 1_600_000_000_000);
+}
+
+fn will(topic: &str) -> LastWill {
+    LastWill {
+        topic: topic.into(),
+        payload: bytes::Bytes::from_static(b"offline"),
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        properties: PublishProperties::default(),
+        delay_interval: None,
+    }
+}
+
+#[test]
+fn wills_are_published_when_clients_vanish_but_not_after_a_normal_disconnect() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let (mut watcher, _) = Raw::connect_as(port, ProtocolVersion::V5, "watcher", None);
+    assert_eq!(watcher.subscribe(1, &["status/#"]).return_codes, [1]);
+    let with_will = |id: &str, version, keep_alive| {
+        Raw::connect_custom(port, version, |c| {
+            c.client_id = id.into();
+            c.keep_alive = keep_alive;
+            c.will = Some(will(&format!("status/{id}")));
+        })
+        .0
+    };
+    let next = |c: &mut Raw| match c.recv() {
+        Some(Packet::Publish(p)) => {
+            c.send(&Packet::PubAck(PubResp { packet_id: p.packet_id.unwrap(), reason: 0, reason_string: None, user_properties: Vec::new() }));
+            format!("{} {}", p.topic, String::from_utf8_lossy(&p.payload))
+        }
+        other => panic!("expected PUBLISH, got {other:?}"),
+    };
+
+    // A normal DISCONNECT discards the will.
+    let mut polite = with_will("polite", ProtocolVersion::V3_1_1, 60);
+    polite.send(&Packet::Disconnect(Disconnect { reason: 0, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    polite.expect_close();
+    // A dropped socket publishes it.
+    drop(with_will("dropped", ProtocolVersion::V3_1_1, 60));
+    assert_eq!(next(&mut watcher), "status/dropped offline");
+    // MQTT 5 DISCONNECT 0x04 asks for it.
+    let mut asks = with_will("asks", ProtocolVersion::V5, 60);
+    asks.send(&Packet::Disconnect(Disconnect { reason: reason::DISCONNECT_WITH_WILL_MESSAGE, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    assert_eq!(next(&mut watcher), "status/asks offline");
+    // A keep-alive timeout (1 s, so 1.5 s of silence) publishes it.
+    let _silent = with_will("silent", ProtocolVersion::V3_1_1, 1);
+    assert_eq!(next(&mut watcher), "status/silent offline");
+    // Nothing from "polite"; the retained wills wait for later subscribers.
+    let mut late = mosquitto_sub(port, &["-t", "status/#", "-C", "3"]);
+    let mut got = received(3);
+    got.sort();
+    assert_eq!(got, ["status/asks offline", "status/dropped offline", "status/silent offline"]);
+    assert!(late.wait().unwrap().success());
 }

@@ -15,11 +15,11 @@ use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::router::{Message, SubOptions};
-use gridlinks_broker::sessions::{Outbound, SessionId, SessionLink};
+use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink};
 use gridlinks_broker::topic::validate_filter;
 use gridlinks_codec::mqtt::topic::is_valid_topic_name;
 use gridlinks_codec::mqtt::{
-    decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
+    decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, LastWill, Packet, ProtocolVersion, PubResp, Publish,
     PublishProperties, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 use gridlinks_storage::{StoreError, WriteOp};
@@ -178,6 +178,8 @@ const SERVER_PREFIX: &str = "gridlinks/";
 
 /// Why the connection ends.
 enum End {
+    /// The client sent DISCONNECT (normal disconnection): its will is discarded.
+    Normal,
     /// The peer closed or broke the socket, or the close was already handled.
     Gone,
     /// Send DISCONNECT (MQTT 5) with this reason, then close.
@@ -188,7 +190,7 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     let _ = stream.set_nodelay(true);
     let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new() };
     let timeout = st.cfg.mqtt.connect_timeout.duration();
-    let connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
+    let mut connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
         Ok(Some(c)) => c,
         _ => {
             st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
@@ -211,9 +213,16 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
     let keep_alive = connect.keep_alive;
     let window = OutWindow::new(connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)));
-    // Only the keep-alive outlives the handshake: an idle connection keeps no CONNECT.
+    // Devices' wills are not published: their topics are the device API's.
+    let will = match who {
+        Who::Client { .. } => connect.will.take().map(Box::new),
+        Who::Device(_) => None,
+    };
+    // Only the keep-alive and a will outlive the handshake.
     drop(connect);
     let end = conn.serve(who.clone(), keep_alive, link, window, shutdown).await;
+    let shutting_down = matches!(&end, End::Disconnect(rc::SERVER_SHUTTING_DOWN, _));
+    let publish_will = !matches!(end, End::Normal) && !shutting_down;
     if let End::Disconnect(reason, text) = end {
         conn.disconnect(reason, &text).await;
     }
@@ -221,7 +230,36 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
         Who::Device(device) => st.sessions.unregister(*device, session),
         Who::Client { id, .. } => st.sessions.unregister_client(id, session),
     }
+    if let (Some(will), Who::Client { id, .. }, true) = (will, &who, publish_will) {
+        tokio::spawn(publish_last_will(st.clone(), id.clone(), *will));
+    }
     st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Publishes a client's will (it went away without DISCONNECT, or with reason 0x04) as if
+/// the client had published it: retained wills are persisted, full subscriber queues are
+/// waited for as for any publish. The session has already ended (clean sessions), so a
+/// Will Delay Interval has nothing to wait for.
+async fn publish_last_will(st: Arc<AppState>, client: Arc<str>, will: LastWill) {
+    let retain = will.retain;
+    let msg = message(Publish {
+        dup: false,
+        qos: will.qos,
+        retain,
+        topic: will.topic,
+        packet_id: None,
+        payload: will.payload,
+        properties: will.properties,
+    });
+    if retain {
+        if let Err(e) = st.writer.submit(WriteOp::Broker(vec![retained::row(&msg)])).await {
+            tracing::warn!(client = %client, error = %e, "retained will not stored");
+        }
+    }
+    let routed = st.sessions.publish(&client, &msg, retain);
+    for blocked in routed.blocked {
+        blocked.wait(SLOW_SUBSCRIBER_PATIENCE).await;
+    }
 }
 
 impl Conn {
@@ -301,6 +339,12 @@ impl Conn {
                 Err(_) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
             },
         }
+        if let (Some(Who::Client { acl, .. }), Some(will)) = (&who, &c.will) {
+            if may_publish(acl, &will.topic).is_err() {
+                code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
+                who = None;
+            }
+        }
         if code == 0 && c.client_id.is_empty() && !v5 && (!c.clean_start || c.protocol == ProtocolVersion::V3_1) {
             code = rc::V3_IDENTIFIER_REJECTED;
             who = None;
@@ -379,8 +423,12 @@ impl Conn {
                     stopping = true;
                 }
                 _ = link.inbox.wake.notified() => {
-                    if link.inbox.is_closed() {
-                        return End::Disconnect(rc::NOT_AUTHORIZED, "session taken over, device deleted, or too slow to receive".into());
+                    if let Some(why) = link.inbox.close_reason() {
+                        return match why {
+                            CloseReason::TakenOver => End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into()),
+                            CloseReason::TooSlow => End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into()),
+                            CloseReason::Revoked => End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into()),
+                        };
                     }
                     self.send_queued(&link, &mut window);
                 }
@@ -593,7 +641,9 @@ impl Conn {
                 pending.push_back(ready(Some(ack)));
             }
             Packet::PingReq => self.queue(&Packet::PingResp),
-            Packet::Disconnect(_) => return Some(End::Gone),
+            // 0x04: "disconnect with will message".
+            Packet::Disconnect(d) if d.reason == rc::DISCONNECT_WITH_WILL_MESSAGE => return Some(End::Gone),
+            Packet::Disconnect(_) => return Some(End::Normal),
             Packet::Connect(_) => {
                 self.st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
                 return Some(End::Disconnect(rc::PROTOCOL_ERROR, "second CONNECT".into()));
@@ -633,16 +683,8 @@ impl Conn {
     fn route(&mut self, client: &str, acl: &Acl, p: Publish, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
         let (qos, packet_id) = (p.qos, p.packet_id);
-        let reserved = p.topic.starts_with(DEVICE_API_PREFIX) || p.topic.starts_with(SERVER_PREFIX);
-        if !is_valid_topic_name(&p.topic) || reserved || !acl.may_publish(&p.topic) {
+        if let Err(text) = may_publish(acl, &p.topic) {
             self.st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
-            let text = if p.topic.starts_with(DEVICE_API_PREFIX) {
-                format!("not authorized to publish to {:?}: the device API needs a device token", p.topic)
-            } else if reserved {
-                format!("not authorized to publish to {:?}: only the server publishes under {SERVER_PREFIX}", p.topic)
-            } else {
-                format!("not authorized to publish to {:?}: outside this client's ACL", p.topic)
-            };
             if !v5 {
                 return Some(End::Disconnect(rc::NOT_AUTHORIZED, text));
             }
@@ -751,6 +793,19 @@ impl Conn {
 
 fn resp(packet_id: u16, reason: u8, reason_string: Option<String>) -> PubResp {
     PubResp { packet_id, reason, reason_string, user_properties: Vec::new() }
+}
+
+/// May a pub/sub client with `acl` publish to `topic`? If not, why.
+fn may_publish(acl: &Acl, topic: &str) -> Result<(), String> {
+    if topic.starts_with(DEVICE_API_PREFIX) {
+        Err(format!("not authorized to publish to {topic:?}: the device API needs a device token"))
+    } else if topic.starts_with(SERVER_PREFIX) {
+        Err(format!("not authorized to publish to {topic:?}: only the server publishes under {SERVER_PREFIX}"))
+    } else if !is_valid_topic_name(topic) || !acl.may_publish(topic) {
+        Err(format!("not authorized to publish to {topic:?}: outside this client's ACL"))
+    } else {
+        Ok(())
+    }
 }
 
 /// The acknowledgement of a PUBLISH: PUBACK (QoS 1), PUBREC (QoS 2), none (QoS 0).
