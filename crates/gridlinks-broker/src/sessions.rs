@@ -35,12 +35,17 @@ pub struct Outbound {
     pub retain: bool,
     /// Identifiers of the subscriptions that matched (MQTT 5).
     pub subscription_ids: Vec<u32>,
+    /// Its row in the durable queue of a persistent session (QoS 1 copies only).
+    pub seq: Option<u64>,
+    /// The packet id it was sent with, once sent: an unacknowledged copy is sent again
+    /// with the same id and DUP set when the session resumes.
+    pub packet_id: Option<u16>,
 }
 
 impl Outbound {
     /// A copy without retain flag or subscription identifiers.
     pub fn plain(msg: Message, qos: u8) -> Self {
-        Self { msg, qos, retain: false, subscription_ids: Vec::new() }
+        Self { msg, qos, retain: false, subscription_ids: Vec::new(), seq: None, packet_id: None }
     }
 }
 
@@ -56,10 +61,14 @@ pub enum CloseReason {
     Revoked = 3,
 }
 
-/// A session's inbox: queued messages and the close flag, with one wake-up for both.
+/// A session's inbox: queued messages and the close flag, with one wake-up for both. A
+/// persistent session keeps its inbox across connections.
 #[derive(Default)]
 pub struct Inbox {
     queue: Mutex<VecDeque<Outbound>>,
+    /// Copies an earlier connection sent and the client did not acknowledge, to send again
+    /// (same packet id, DUP) before the queue.
+    unacked: Mutex<Vec<Outbound>>,
     /// 0 while open, else a [`CloseReason`].
     closed: AtomicU8,
     /// Woken when a message is queued or the session must close.
@@ -72,6 +81,28 @@ impl Inbox {
     /// Takes every queued message.
     pub fn drain(&self) -> VecDeque<Outbound> {
         std::mem::take(&mut *self.queue.lock())
+    }
+
+    /// Takes the copies an earlier connection left unacknowledged, in the order sent.
+    pub fn take_unacked(&self) -> Vec<Outbound> {
+        std::mem::take(&mut *self.unacked.lock())
+    }
+
+    /// Puts copies taken with [`Inbox::take_unacked`] but not sent back in front.
+    pub fn requeue_unacked(&self, rest: Vec<Outbound>) {
+        let mut held = self.unacked.lock();
+        let later = std::mem::replace(&mut *held, rest);
+        held.extend(later);
+    }
+
+    /// Messages waiting (queued or unacknowledged).
+    pub fn len(&self) -> usize {
+        self.queue.lock().len() + self.unacked.lock().len()
+    }
+
+    /// True when nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Takes messages from the front, in order, while at most `qos1_room` of them need
@@ -109,9 +140,9 @@ impl Inbox {
         Ok(())
     }
 
-    /// True when messages wait in the queue.
+    /// True when messages wait in the queue or to be sent again.
     pub fn has_queued(&self) -> bool {
-        !self.queue.lock().is_empty()
+        !self.queue.lock().is_empty() || !self.unacked.lock().is_empty()
     }
 
     /// True once the session must close.
@@ -142,6 +173,35 @@ pub struct SessionLink {
     pub id: SessionId,
     /// Messages for the client and the close flag.
     pub inbox: Arc<Inbox>,
+    /// Notified once, when a newer connection with the same client id takes over.
+    pub kick: Arc<Notify>,
+}
+
+/// What registering a client's connection found.
+pub struct Registered {
+    /// The connection's link.
+    pub link: SessionLink,
+    /// A persistent session was resumed (CONNACK session present).
+    pub present: bool,
+    /// A persistent session was discarded (clean start): its durable state must go.
+    pub discarded: bool,
+}
+
+/// What ending a client's connection left.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unregistered {
+    /// The session ended with the connection (clean session).
+    Ended,
+    /// A newer connection with the same client id has the session.
+    Superseded,
+    /// The persistent session stays, offline, for `expiry` seconds; `epoch` identifies
+    /// this offline period for [`Sessions::expire_client`].
+    Parked {
+        /// Session expiry interval, seconds.
+        expiry: u32,
+        /// Identifies this offline period.
+        epoch: SessionId,
+    },
 }
 
 /// Where a PUBLISH went: copies queued, and QoS 1 copies waiting for room.
@@ -151,6 +211,12 @@ pub struct Routed {
     pub queued: usize,
     /// QoS 1 copies whose receiver's queue is full.
     pub blocked: Vec<Blocked>,
+    /// (client id, seq) of the copies for persistent sessions: rows to write to their
+    /// durable queues before the publisher is acknowledged.
+    pub durable: Vec<(String, u64)>,
+    /// (client id, seq) of durable copies pushed out of full offline queues
+    /// (`drop_oldest`): rows to delete.
+    pub dropped: Vec<(String, u64)>,
 }
 
 /// A QoS 1 copy waiting for room in a slow receiver's queue.
@@ -158,6 +224,9 @@ pub struct Blocked {
     inbox: Arc<Inbox>,
     capacity: usize,
     out: Outbound,
+    /// The receiver's session is persistent: the copy is kept even if the receiver is
+    /// disconnected as too slow (its durable row exists already).
+    persistent: bool,
 }
 
 impl Blocked {
@@ -172,7 +241,7 @@ impl Blocked {
             tokio::pin!(space);
             space.as_mut().enable();
             if self.inbox.is_closed() {
-                return false;
+                return keep(&self.inbox, self.persistent, out);
             }
             match self.inbox.try_push(out, self.capacity) {
                 Ok(()) => return true,
@@ -180,19 +249,33 @@ impl Blocked {
             }
             if tokio::time::timeout_at(deadline, space).await.is_err() {
                 self.inbox.close(CloseReason::TooSlow);
-                return false;
+                return keep(&self.inbox, self.persistent, out);
             }
         }
     }
 }
 
+/// A persistent session keeps a blocked copy past its queue bound (bounded by the blocked
+/// publishers' in-flight windows) for its next connection.
+fn keep(inbox: &Inbox, persistent: bool, out: Outbound) -> bool {
+    if persistent {
+        inbox.queue.lock().push_back(out);
+    }
+    persistent
+}
+
 /// A client session (not a device).
 struct ClientEntry {
+    /// The connection that has it, or had it last (then `online` is false).
     id: SessionId,
     /// The credential's user name it logged in with ("" for anonymous clients).
     owner: Arc<str>,
     inbox: Arc<Inbox>,
+    kick: Arc<Notify>,
     capacity: usize,
+    online: bool,
+    /// Session expiry interval in seconds; 0: the session ends with its connection.
+    expiry: u32,
 }
 
 struct Entry {
@@ -213,6 +296,11 @@ pub struct Sessions {
     router: Mutex<Router>,
     by_device: RwLock<HashMap<DeviceId, Vec<Entry>>>,
     next: AtomicU64,
+    /// Next durable-queue sequence number.
+    seq: AtomicU64,
+    /// At the queue bound of an offline persistent session, drop the oldest copy (else the new one).
+    offline_drop_oldest: bool,
+    dropped_offline: AtomicU64,
     /// The router's count of subscriptions overlapping its interest filter, readable
     /// without its lock.
     interested: AtomicUsize,
@@ -243,7 +331,7 @@ impl Sessions {
 
     /// Registers a new session of `device` with an outbound queue of `capacity`.
     pub fn register(&self, device: DeviceId, capacity: usize) -> SessionLink {
-        let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed));
+        let id = self.next_id();
         let inbox = Arc::new(Inbox::default());
         self.by_device.write().entry(device).or_default().push(Entry {
             id,
@@ -251,7 +339,11 @@ impl Sessions {
             capacity: capacity.max(1),
             subs: Vec::new(),
         });
-        SessionLink { id, inbox }
+        SessionLink { id, inbox, kick: Arc::default() }
+    }
+
+    fn next_id(&self) -> SessionId {
+        SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// Removes a session (on disconnect).
@@ -326,22 +418,84 @@ impl Sessions {
         self.by_device.read().values().map(Vec::len).sum::<usize>() + self.by_client.read().len()
     }
 
-    /// Registers the session of client `client_id` (not a device), logged in as `owner`,
-    /// with an outbound queue of `capacity`. A live session of the same client id is
-    /// taken over: its inbox is closed, so its connection ends.
-    pub fn register_client(&self, client_id: &str, owner: Arc<str>, capacity: usize) -> SessionLink {
-        let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed));
-        let inbox = Arc::new(Inbox::default());
-        let old = self.by_client.write().insert(
+    /// Registers a connection of client `client_id` (not a device), logged in as `owner`,
+    /// with an outbound queue of `capacity` and session expiry `expiry` seconds (0: the
+    /// session ends with the connection). A live connection with the same client id is
+    /// taken over (kicked). A persistent session is resumed unless `clean_start`.
+    pub fn register_client(&self, client_id: &str, owner: Arc<str>, capacity: usize, clean_start: bool, expiry: u32) -> Registered {
+        let id = self.next_id();
+        let kick = Arc::new(Notify::new());
+        let mut map = self.by_client.write();
+        let old = map.remove(client_id);
+        let mut present = false;
+        let mut discarded = false;
+        let inbox = match old {
+            Some(old) => {
+                if old.online {
+                    old.kick.notify_one();
+                }
+                if !clean_start && old.expiry > 0 {
+                    present = true;
+                    old.inbox.closed.store(0, Ordering::Release);
+                    old.inbox.clone()
+                } else {
+                    discarded = old.expiry > 0;
+                    old.inbox.close(CloseReason::TakenOver);
+                    // A clean session starts without the old subscriptions.
+                    self.with_router(|r| r.remove_client(client_id));
+                    Arc::new(Inbox::default())
+                }
+            }
+            None => Arc::new(Inbox::default()),
+        };
+        map.insert(
             client_id.to_owned(),
-            ClientEntry { id, owner, inbox: inbox.clone(), capacity: capacity.max(1) },
+            ClientEntry { id, owner, inbox: inbox.clone(), kick: kick.clone(), capacity: capacity.max(1), online: true, expiry },
         );
-        if let Some(old) = old {
-            old.inbox.close(CloseReason::TakenOver);
-            // A clean session starts without the old subscriptions.
-            self.with_router(|r| r.remove_client(client_id));
+        Registered { link: SessionLink { id, inbox, kick }, present, discarded }
+    }
+
+    /// Restores a persistent session from storage, offline, with its subscriptions and
+    /// queued copies; returns the epoch to expire it with.
+    pub fn restore_client(&self, client_id: &str, owner: Arc<str>, capacity: usize, expiry: u32, subs: Vec<(String, SubOptions)>, queued: Vec<Outbound>) -> SessionId {
+        let id = self.next_id();
+        let inbox = Arc::new(Inbox::default());
+        *inbox.queue.lock() = queued.into();
+        self.with_router(|r| {
+            for (filter, opts) in subs {
+                // Stored filters were validated when first subscribed.
+                let _ = r.subscribe(client_id, &filter, opts);
+            }
+        });
+        self.by_client.write().insert(
+            client_id.to_owned(),
+            ClientEntry { id, owner, inbox, kick: Arc::default(), capacity: capacity.max(1), online: false, expiry },
+        );
+        id
+    }
+
+    /// Ends an offline persistent session whose expiry ran out, if it is still the
+    /// offline period `epoch`; whether it ended (its durable state must go then).
+    pub fn expire_client(&self, client_id: &str, epoch: SessionId) -> bool {
+        let mut map = self.by_client.write();
+        if !map.get(client_id).is_some_and(|e| e.id == epoch && !e.online) {
+            return false;
         }
-        SessionLink { id, inbox }
+        map.remove(client_id);
+        drop(map);
+        self.with_router(|r| r.remove_client(client_id));
+        true
+    }
+
+    /// Whether a connection took `client_id`'s session since its offline period `epoch`
+    /// began.
+    pub fn resumed_since(&self, client_id: &str, epoch: SessionId) -> bool {
+        self.by_client.read().get(client_id).is_some_and(|e| e.online || e.id != epoch)
+    }
+
+    /// The subscriptions of `client_id`, for persisting its session.
+    pub fn client_subscriptions(&self, client_id: &str) -> Vec<(String, SubOptions)> {
+        self.router.lock().subscriptions(client_id)
     }
 
     /// Closes every client session logged in as `owner` (its credential changed or was
@@ -351,14 +505,38 @@ impl Sessions {
         map.values().filter(|e| &*e.owner == owner).map(|e| e.inbox.close(CloseReason::Revoked)).count()
     }
 
-    /// Ends session `id` of `client_id` and drops its subscriptions (clean session);
-    /// nothing happens when a newer session took the client id over.
-    pub fn unregister_client(&self, client_id: &str, id: SessionId) {
+    /// Ends connection `link` of `client_id`. `unacked` are the copies it sent that the
+    /// client did not acknowledge: a persistent session keeps them (first in line for the
+    /// next connection); a clean session ends here with its subscriptions. Nothing else
+    /// happens when a newer connection took the client id over, except that a resumed
+    /// session gets the unacknowledged copies back.
+    pub fn unregister_client(&self, client_id: &str, link: &SessionLink, unacked: Vec<Outbound>) -> Unregistered {
         let mut map = self.by_client.write();
-        if map.get(client_id).is_some_and(|e| e.id == id) {
+        let Some(e) = map.get_mut(client_id) else { return Unregistered::Superseded };
+        if !Arc::ptr_eq(&e.inbox, &link.inbox) {
+            return Unregistered::Superseded;
+        }
+        if !unacked.is_empty() {
+            link.inbox.requeue_unacked(unacked);
+            link.inbox.wake.notify_one();
+        }
+        if e.id != link.id {
+            return Unregistered::Superseded;
+        }
+        if e.expiry == 0 {
             map.remove(client_id);
             drop(map);
             self.with_router(|r| r.remove_client(client_id));
+            return Unregistered::Ended;
+        }
+        e.online = false;
+        Unregistered::Parked { expiry: e.expiry, epoch: e.id }
+    }
+
+    /// Sets the session expiry of `client_id`'s session (MQTT 5 DISCONNECT may change it).
+    pub fn set_expiry(&self, client_id: &str, link: &SessionLink, expiry: u32) {
+        if let Some(e) = self.by_client.write().get_mut(client_id).filter(|e| e.id == link.id) {
+            e.expiry = expiry;
         }
     }
 
@@ -385,16 +563,57 @@ impl Sessions {
         let map = self.by_client.read();
         for d in deliveries {
             let Some(e) = map.get(&d.client) else { continue };
-            let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids };
+            let persistent = e.expiry > 0;
+            if !e.online && d.qos == 0 {
+                // An offline session gets QoS 1 copies only.
+                continue;
+            }
+            let seq = (persistent && d.qos >= 1).then(|| self.seq.fetch_add(1, Ordering::Relaxed));
+            let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None };
             match e.inbox.try_push(out, e.capacity) {
                 Ok(()) => routed.queued += 1,
                 Err(_) if d.qos == 0 => {
                     self.dropped_qos0.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
-                Err(out) => routed.blocked.push(Blocked { inbox: e.inbox.clone(), capacity: e.capacity, out }),
+                Err(out) if !e.online => {
+                    // Nobody can make room: the at-limit policy decides.
+                    if self.offline_drop_oldest {
+                        let mut queue = e.inbox.queue.lock();
+                        if let Some(old) = queue.pop_front() {
+                            routed.dropped.extend(old.seq.map(|s| (d.client.clone(), s)));
+                        }
+                        queue.push_back(out);
+                        routed.queued += 1;
+                    } else {
+                        self.dropped_offline.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
+                Err(out) => routed.blocked.push(Blocked { inbox: e.inbox.clone(), capacity: e.capacity, out, persistent }),
+            }
+            if let Some(seq) = seq {
+                routed.durable.push((d.client, seq));
             }
         }
         routed
+    }
+
+    /// Makes durable-queue sequence numbers start above `seq` (after loading stored rows).
+    pub fn seq_floor(&self, seq: u64) {
+        self.seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// At the queue bound of an offline persistent session, drop the oldest queued copy
+    /// instead of the new one.
+    pub fn drop_oldest_when_offline_queue_full(mut self, yes: bool) -> Self {
+        self.offline_drop_oldest = yes;
+        self
+    }
+
+    /// QoS 1 copies for offline persistent sessions dropped at their queue bound.
+    pub fn dropped_offline(&self) -> u64 {
+        self.dropped_offline.load(Ordering::Relaxed)
     }
 
     /// QoS 0 copies dropped because the receiver's queue was full.
@@ -441,29 +660,29 @@ mod tests {
     #[tokio::test]
     async fn client_sessions_route_take_over_and_drop_subscriptions_when_they_end() {
         let s = Sessions::default();
-        let a = s.register_client("app", "u".into(), 10);
+        let a = s.register_client("app", "u".into(), 10, true, 0).link;
         let opts = SubOptions { qos: 1, ..Default::default() };
         assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
         assert_eq!(s.publish("dev", &Message::new("meters/1", 1, Bytes::from_static(b"7")), true).queued, 1);
         let m = a.inbox.drain().pop_front().unwrap();
         assert_eq!((m.msg.topic.as_str(), m.qos, m.retain), ("meters/1", 1, false));
         // The retained message waits for the next subscriber.
-        let late = s.register_client("late", "".into(), 10);
+        let late = s.register_client("late", "".into(), 10, true, 0).link;
         let retained = s.subscribe_client("late", "meters/#", opts).unwrap();
         assert_eq!(retained.len(), 1);
         assert_eq!(retained[0].0.payload, Bytes::from_static(b"7"));
         assert_eq!(s.close_clients_of("nobody"), 0);
         // Same client id again: the old session is closed, its subscriptions gone.
-        let a2 = s.register_client("app", "u".into(), 10);
+        let a2 = s.register_client("app", "u".into(), 10, true, 0).link;
         assert_eq!(a.inbox.close_reason(), Some(CloseReason::TakenOver));
         assert!(!a2.inbox.is_closed());
-        s.unregister_client("app", a.id); // the old connection ending changes nothing
+        s.unregister_client("app", &a, Vec::new()); // the old connection ending changes nothing
         assert_eq!(s.count(), 2);
         assert_eq!(s.publish("dev", &Message::new("meters/2", 0, Bytes::new()), false).queued, 1, "only 'late' is subscribed");
         assert_eq!(s.close_clients_of("u"), 1, "the credential 'u' changed");
         assert!(a2.inbox.is_closed() && !late.inbox.is_closed());
-        s.unregister_client("late", late.id);
-        s.unregister_client("app", a2.id);
+        s.unregister_client("late", &late, Vec::new());
+        s.unregister_client("app", &a2, Vec::new());
         assert_eq!(s.count(), 0);
         assert_eq!(s.publish("dev", &Message::new("meters/3", 0, Bytes::new()), false).queued, 0);
     }
@@ -472,7 +691,7 @@ mod tests {
     fn interest_counts_overlapping_subscriptions() {
         let s = Sessions::with_interest("gridlinks/devices/+/telemetry");
         let opts = SubOptions::default();
-        s.register_client("a", "".into(), 10);
+        s.register_client("a", "".into(), 10, true, 0).link;
         assert!(!s.interested());
         s.subscribe_client("a", "other/#", opts).unwrap();
         assert!(!s.interested());
@@ -481,11 +700,64 @@ mod tests {
         assert!(s.interested());
         assert!(s.unsubscribe_client("a", "gridlinks/devices/d1/+"));
         assert!(s.interested(), "the shared '#' still overlaps");
-        let a2 = s.register_client("a", "".into(), 10);
+        let a2 = s.register_client("a", "".into(), 10, true, 0).link;
         assert!(!s.interested(), "a takeover starts clean");
         s.subscribe_client("a", "#", opts).unwrap();
-        s.unregister_client("a", a2.id);
+        s.unregister_client("a", &a2, Vec::new());
         assert!(!s.interested());
+    }
+
+    #[test]
+    fn persistent_sessions_queue_while_offline_resume_and_expire() {
+        let s = Sessions::default();
+        let opts = SubOptions { qos: 1, ..Default::default() };
+        let r = s.register_client("p", "".into(), 2, false, 60);
+        assert!(!r.present && !r.discarded);
+        s.subscribe_client("p", "t/#", opts).unwrap();
+        // Online: a QoS 1 copy gets a durable row.
+        let routed = s.publish("x", &Message::new("t/1", 1, Bytes::from_static(b"1")), false);
+        assert_eq!(routed.durable.len(), 1);
+        let mut sent = r.link.inbox.take(10);
+        sent[0].packet_id = Some(7);
+        // The connection ends with that copy unacknowledged: the session stays, offline.
+        let Unregistered::Parked { expiry: 60, epoch } = s.unregister_client("p", &r.link, sent) else { panic!("not parked") };
+        // Offline: QoS 0 is not queued, QoS 1 is (durably) up to the bound, then dropped.
+        assert_eq!(s.publish("x", &Message::new("t/2", 0, Bytes::new()), false).queued, 0);
+        assert_eq!(s.publish("x", &Message::new("t/3", 1, Bytes::new()), false).durable.len(), 1);
+        assert_eq!(s.publish("x", &Message::new("t/4", 1, Bytes::new()), false).durable.len(), 1);
+        assert!(s.publish("x", &Message::new("t/5", 1, Bytes::new()), false).durable.is_empty());
+        assert_eq!(s.dropped_offline(), 1);
+        // Resumed: the unacknowledged copy first (same packet id), then the queue.
+        let r2 = s.register_client("p", "".into(), 2, false, 60);
+        assert!(r2.present);
+        assert!(!s.expire_client("p", epoch), "resumed sessions do not expire");
+        let unacked = r2.link.inbox.take_unacked();
+        assert_eq!((unacked[0].msg.topic.as_str(), unacked[0].packet_id), ("t/1", Some(7)));
+        let topics: Vec<_> = r2.link.inbox.take(10).into_iter().map(|o| o.msg.topic).collect();
+        assert_eq!(topics, ["t/3", "t/4"]);
+        let Unregistered::Parked { epoch, .. } = s.unregister_client("p", &r2.link, Vec::new()) else { panic!() };
+        assert!(s.expire_client("p", epoch));
+        assert_eq!(s.count(), 0);
+        assert_eq!(s.publish("x", &Message::new("t/6", 1, Bytes::new()), false).queued, 0, "subscriptions gone");
+        // Clean start discards a persistent session.
+        s.register_client("q", "".into(), 2, false, 60);
+        s.subscribe_client("q", "t/#", opts).unwrap();
+        let r3 = s.register_client("q", "".into(), 2, true, 0);
+        assert!(!r3.present && r3.discarded);
+        assert_eq!(s.publish("x", &Message::new("t/7", 1, Bytes::new()), false).queued, 0);
+    }
+
+    #[test]
+    fn a_full_offline_queue_can_drop_the_oldest_instead() {
+        let s = Sessions::default().drop_oldest_when_offline_queue_full(true);
+        let r = s.register_client("p", "".into(), 1, false, 60);
+        s.subscribe_client("p", "t", SubOptions { qos: 1, ..Default::default() }).unwrap();
+        s.unregister_client("p", &r.link, Vec::new());
+        let first = s.publish("x", &Message::new("t", 1, Bytes::from_static(b"1")), false);
+        let second = s.publish("x", &Message::new("t", 1, Bytes::from_static(b"2")), false);
+        assert_eq!(second.dropped, first.durable, "the first copy's row goes");
+        let r = s.register_client("p", "".into(), 1, false, 60);
+        assert_eq!(r.link.inbox.take(10)[0].msg.payload, Bytes::from_static(b"2"));
     }
 
     #[test]
@@ -505,7 +777,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_holds_qos1_publishers_back_and_drops_qos0() {
         let s = Sessions::default();
-        let sub = s.register_client("slow", "".into(), 1);
+        let sub = s.register_client("slow", "".into(), 1, true, 0).link;
         let opts = SubOptions { qos: 1, ..Default::default() };
         s.subscribe_client("slow", "t", opts).unwrap();
         assert_eq!(s.publish("p", &Message::new("t", 1, Bytes::from_static(b"1")), false).queued, 1);

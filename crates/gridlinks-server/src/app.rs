@@ -228,6 +228,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         .await
         .with_context(|| format!("cannot listen on {mqtt_addr} (MQTT)"))?;
     let mqtt_local = mqtt_listener.local_addr()?;
+    let drop_oldest = cfg.mqtt.offline_queue_full == "drop_oldest";
     let anonymous_acl = Arc::new(Acl {
         publish: cfg.mqtt.anonymous_publish.clone(),
         subscribe: cfg.mqtt.anonymous_subscribe.clone(),
@@ -241,14 +242,16 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         tenant_id,
         ready: AtomicBool::new(false),
         metrics: Metrics::default(),
-        sessions: Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER),
+        sessions: Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
+            .drop_oldest_when_offline_queue_full(drop_oldest),
         rpc: RpcRegistry::default(),
         mqtt_metrics: MqttMetrics::default(),
         clients: Credentials::load(&store).context("loading MQTT client credentials")?,
         anonymous_acl,
     });
     let retained = crate::mqtt::retained::load(&store, &state.sessions).context("loading retained MQTT messages")?;
-    tracing::debug!(retained, "retained messages loaded");
+    let sessions = crate::mqtt::pubsub::load(&state).context("loading persistent MQTT sessions")?;
+    tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
     let app = router(state.clone());
     let (stop_mqtt, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);

@@ -84,6 +84,11 @@ pub struct MqttConfig {
     pub allow_anonymous: bool,
     /// Messages queued for one pub/sub client before it is closed as too slow.
     pub client_outbound_queue: usize,
+    /// Longest session expiry interval granted, seconds (MQTT 3.1.1 clean-session-0 clients
+    /// get this; 4294967295 = never expire).
+    pub max_session_expiry: u32,
+    /// At the queue bound of an offline persistent session: `drop_new` or `drop_oldest`.
+    pub offline_queue_full: String,
     /// Topic filters anonymous clients may publish to (never the device API's `v1/...`).
     pub anonymous_publish: Vec<String>,
     /// Topic filters anonymous clients may subscribe within.
@@ -191,6 +196,8 @@ impl Default for MqttConfig {
             rate_limit_messages: 0,
             allow_anonymous: false,
             client_outbound_queue: 10_000,
+            max_session_expiry: 7 * 24 * 3600,
+            offline_queue_full: "drop_new".into(),
             anonymous_publish: vec!["#".into()],
             anonymous_subscribe: vec!["#".into()],
         }
@@ -326,6 +333,9 @@ impl Config {
         }
         if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
             return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
+        }
+        if !matches!(self.mqtt.offline_queue_full.as_str(), "drop_new" | "drop_oldest") {
+            return bad(format!("mqtt.offline_queue_full must be drop_new or drop_oldest, not {:?}", self.mqtt.offline_queue_full));
         }
         for f in self.mqtt.anonymous_publish.iter().chain(&self.mqtt.anonymous_subscribe) {
             if gridlinks_broker::topic::validate_filter(f).is_err() {

@@ -132,6 +132,10 @@ pub enum BrokerTable {
     Retained = 1,
     /// Application credentials per user name.
     Credentials = 2,
+    /// Persistent MQTT sessions per client id (subscriptions, expiry).
+    Sessions = 3,
+    /// Durable queues of persistent sessions: client id ‖ 0 ‖ sequence number (8 B BE).
+    Queue = 4,
 }
 
 impl BrokerTable {
@@ -431,8 +435,13 @@ impl Store {
 
     /// Every row of a broker table, in key order.
     pub fn broker_rows(&self, table: BrokerTable) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        self.broker_prefix(table, &[])
+    }
+
+    /// The rows of a broker table whose keys start with `prefix`.
+    pub fn broker_prefix(&self, table: BrokerTable, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.inner.ks.broker.prefix([table as u8]) {
+        for kv in self.inner.ks.broker.prefix(table.key(prefix)) {
             let (k, v) = kv.into_inner()?;
             out.push((k[1..].to_vec(), v.to_vec()));
         }

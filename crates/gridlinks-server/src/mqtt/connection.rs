@@ -4,7 +4,7 @@
 //! keep-alive. Buffers are allocated only while there is something in them, so an idle
 //! connection holds no read or write buffer.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -15,21 +15,21 @@ use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::router::{Message, SubOptions};
-use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink};
+use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink, Unregistered};
 use gridlinks_broker::topic::validate_filter;
 use gridlinks_codec::mqtt::topic::is_valid_topic_name;
 use gridlinks_codec::mqtt::{
-    decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, LastWill, Packet, ProtocolVersion, PubResp, Publish,
+    decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
     PublishProperties, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
-use gridlinks_storage::{StoreError, WriteOp};
+use gridlinks_storage::{BrokerRow, BrokerTable, StoreError, WriteOp};
 use gridlinks_types::DeviceId;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
-use super::retained;
+use super::{pubsub, retained};
 use crate::app::AppState;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 
@@ -91,6 +91,14 @@ struct Conn {
     version: ProtocolVersion,
     /// MQTT 5 topic aliases the client set (index = alias - 1); allocated on first use.
     aliases: Vec<Option<String>>,
+    /// Session expiry interval in force (pub/sub clients; 0: ends with the connection).
+    expiry: u32,
+    /// The client's DISCONNECT asked for this session expiry (MQTT 5).
+    disconnect_expiry: Option<u32>,
+    /// Durable queue rows of copies the client acknowledged, to delete.
+    acked_rows: Vec<BrokerRow>,
+    /// A pub/sub client's id (its durable rows are keyed by it).
+    client_id: Option<Arc<str>>,
 }
 
 /// Who is connected.
@@ -110,10 +118,6 @@ enum Who {
     },
 }
 
-/// How long a publisher's QoS 1 message may wait for room in a full subscriber queue
-/// before that subscriber is disconnected as too slow.
-const SLOW_SUBSCRIBER_PATIENCE: Duration = Duration::from_secs(10);
-
 /// Topic aliases a client may set (MQTT 5 Topic Alias Maximum in CONNACK).
 const TOPIC_ALIAS_MAX: u16 = 64;
 
@@ -129,11 +133,54 @@ struct OutWindow {
     next_id: u16,
     /// Packet ids in flight, one bit each; allocated with the first QoS 1 message.
     used: Vec<u64>,
+    /// For a persistent session, the copies in flight in the order sent: what the next
+    /// connection sends again if this one ends before they are acknowledged.
+    kept: Option<VecDeque<(u16, Outbound)>>,
 }
 
 impl OutWindow {
-    fn new(max: u16) -> Self {
-        Self { max: max.max(1), in_flight: 0, next_id: 0, used: Vec::new() }
+    fn new(max: u16, keep: bool) -> Self {
+        Self { max: max.max(1), in_flight: 0, next_id: 0, used: Vec::new(), kept: keep.then(VecDeque::new) }
+    }
+
+    /// Marks `id` in flight if it is free (a copy sent again keeps its packet id).
+    fn reserve(&mut self, id: u16) -> bool {
+        if self.used.is_empty() {
+            self.used = vec![0; 65536 / 64];
+        }
+        let (word, bit) = (usize::from(id / 64), id % 64);
+        if id == 0 || self.used[word] & (1 << bit) != 0 {
+            return false;
+        }
+        self.used[word] |= 1 << bit;
+        self.in_flight += 1;
+        true
+    }
+
+    /// Remembers the copy sent as `id` (persistent sessions only).
+    fn keep(&mut self, id: u16, out: &Outbound) {
+        if let Some(kept) = &mut self.kept {
+            kept.push_back((id, out.clone()));
+        }
+    }
+
+    /// The kept copy acknowledged as `id`.
+    fn acked(&mut self, id: u16) -> Option<Outbound> {
+        let kept = self.kept.as_mut()?;
+        let i = kept.iter().position(|(k, _)| *k == id)?;
+        kept.remove(i).map(|(_, out)| out)
+    }
+
+    /// The kept copies still unacknowledged, in the order sent, with their packet ids.
+    fn unacked(&mut self) -> Vec<Outbound> {
+        self.kept.take().map_or_else(Vec::new, |k| {
+            k.into_iter()
+                .map(|(id, mut out)| {
+                    out.packet_id = Some(id);
+                    out
+                })
+                .collect()
+        })
     }
 
     /// QoS 1 messages that may be sent now.
@@ -188,7 +235,7 @@ enum End {
 
 pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new() };
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None };
     let timeout = st.cfg.mqtt.connect_timeout.duration();
     let mut connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
         Ok(Some(c)) => c,
@@ -198,21 +245,19 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
         }
     };
     conn.version = connect.protocol;
-    let Some(who) = conn.authenticate(&connect).await else {
+    let Some(Admitted { who, link, durable }) = conn.admit(&connect).await else {
         st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
         return;
     };
     st.mqtt_metrics.connects.fetch_add(1, Ordering::Relaxed);
     st.mqtt_metrics.connections.fetch_add(1, Ordering::Relaxed);
-    let link = match &who {
-        Who::Device(device) => st.sessions.register(*device, st.cfg.mqtt.outbound_queue),
-        Who::Client { id, owner, .. } => st.sessions.register_client(id, owner.clone(), st.cfg.mqtt.client_outbound_queue),
-    };
-    let session = link.id;
-    conn.session = session;
+    conn.session = link.id;
+    if let Who::Client { id, .. } = &who {
+        conn.client_id = Some(id.clone());
+    }
     conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
     let keep_alive = connect.keep_alive;
-    let window = OutWindow::new(connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)));
+    let mut window = OutWindow::new(connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)), durable);
     // Devices' wills are not published: their topics are the device API's.
     let will = match who {
         Who::Client { .. } => connect.will.take().map(Box::new),
@@ -220,46 +265,62 @@ pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver
     };
     // Only the keep-alive and a will outlive the handshake.
     drop(connect);
-    let end = conn.serve(who.clone(), keep_alive, link, window, shutdown).await;
+    let end = conn.serve(who.clone(), keep_alive, &link, &mut window, shutdown).await;
     let shutting_down = matches!(&end, End::Disconnect(rc::SERVER_SHUTTING_DOWN, _));
     let publish_will = !matches!(end, End::Normal) && !shutting_down;
+    // Hand the session back before saying goodbye, so a connection taking over gets
+    // the unacknowledged copies at once.
+    let left = match &who {
+        Who::Device(device) => {
+            st.sessions.unregister(*device, link.id);
+            Unregistered::Ended
+        }
+        Who::Client { id, .. } => {
+            if let Some(x) = conn.disconnect_expiry.filter(|_| conn.expiry > 0) {
+                conn.expiry = x.min(st.cfg.mqtt.max_session_expiry);
+                st.sessions.set_expiry(id, &link, conn.expiry);
+            }
+            st.sessions.unregister_client(id, &link, window.unacked())
+        }
+    };
+    conn.flush_acked_rows();
     if let End::Disconnect(reason, text) = end {
         conn.disconnect(reason, &text).await;
     }
-    match &who {
-        Who::Device(device) => st.sessions.unregister(*device, session),
-        Who::Client { id, .. } => st.sessions.unregister_client(id, session),
-    }
-    if let (Some(will), Who::Client { id, .. }, true) = (will, &who, publish_will) {
-        tokio::spawn(publish_last_will(st.clone(), id.clone(), *will));
+    if let Who::Client { id, owner, .. } = &who {
+        match left {
+            Unregistered::Parked { expiry, epoch } => {
+                let row = pubsub::session_row(&st.sessions, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
+                let writer = st.writer.clone();
+                tokio::spawn(async move { writer.submit(WriteOp::Broker(vec![row])).await });
+                pubsub::expire_later(st.clone(), id.clone(), epoch, expiry);
+            }
+            Unregistered::Ended if durable => {
+                let (st, id) = (st.clone(), id.clone());
+                tokio::spawn(async move { pubsub::forget(&st, &id).await });
+            }
+            Unregistered::Ended | Unregistered::Superseded => {}
+        }
+        if let (Some(will), true) = (will, publish_will) {
+            // The Will Delay Interval runs while the session waits offline; a session that
+            // ended (or was taken over) publishes at once, or not at all when resumed.
+            let delay = will.delay_interval.unwrap_or(0);
+            match left {
+                Unregistered::Parked { expiry, epoch } => pubsub::will_later(st.clone(), id.clone(), *will, delay.min(expiry), Some(epoch)),
+                Unregistered::Superseded if delay > 0 => {}
+                _ => pubsub::will_later(st.clone(), id.clone(), *will, 0, None),
+            }
+        }
     }
     st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Publishes a client's will (it went away without DISCONNECT, or with reason 0x04) as if
-/// the client had published it: retained wills are persisted, full subscriber queues are
-/// waited for as for any publish. The session has already ended (clean sessions), so a
-/// Will Delay Interval has nothing to wait for.
-async fn publish_last_will(st: Arc<AppState>, client: Arc<str>, will: LastWill) {
-    let retain = will.retain;
-    let msg = message(Publish {
-        dup: false,
-        qos: will.qos,
-        retain,
-        topic: will.topic,
-        packet_id: None,
-        payload: will.payload,
-        properties: will.properties,
-    });
-    if retain {
-        if let Err(e) = st.writer.submit(WriteOp::Broker(vec![retained::row(&msg)])).await {
-            tracing::warn!(client = %client, error = %e, "retained will not stored");
-        }
-    }
-    let routed = st.sessions.publish(&client, &msg, retain);
-    for blocked in routed.blocked {
-        blocked.wait(SLOW_SUBSCRIBER_PATIENCE).await;
-    }
+/// A connection whose CONNECT was accepted.
+struct Admitted {
+    who: Who,
+    link: SessionLink,
+    /// Its copies may have durable queue rows (a persistent session, now or resumed).
+    durable: bool,
 }
 
 impl Conn {
@@ -313,8 +374,9 @@ impl Conn {
 
     /// Checks an application's user name and password, or a device's access token (user
     /// name), or admits a client without one as a pub/sub client when
-    /// `mqtt.allow_anonymous` is on; answers CONNACK either way.
-    async fn authenticate(&mut self, c: &Connect) -> Option<Who> {
+    /// `mqtt.allow_anonymous` is on; registers the session (resuming a persistent one,
+    /// committing its stored state first); answers CONNACK either way.
+    async fn admit(&mut self, c: &Connect) -> Option<Admitted> {
         let v5 = self.version == ProtocolVersion::V5;
         let refuse = |v3: u8, v5code: u8| if v5 { v5code } else { v3 };
         let mut code = 0;
@@ -350,6 +412,17 @@ impl Conn {
             who = None;
         }
         let mut props = ConnAckProperties::default();
+        let mut registered = None;
+        if let (0, Some(who)) = (code, &who) {
+            match self.register(c, who).await {
+                Ok(r) => registered = Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot store an MQTT session");
+                    code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE);
+                }
+            }
+        }
+        let present = registered.as_ref().is_some_and(|(_, present, _)| *present);
         if v5 && code == 0 {
             props.receive_maximum = Some(self.st.cfg.mqtt.receive_maximum);
             props.maximum_packet_size = u32::try_from(self.st.cfg.mqtt.max_packet_size).ok();
@@ -361,12 +434,74 @@ impl Conn {
             props.topic_alias_maximum = Some(TOPIC_ALIAS_MAX);
             props.wildcard_subscription_available = Some(1);
             props.assigned_client_identifier = assigned;
+            let asked = c.properties.session_expiry_interval.unwrap_or(0);
+            // The server's own limit, when lower than asked, is said in CONNACK.
+            props.session_expiry_interval = (asked > self.expiry).then_some(self.expiry);
         }
-        self.queue(&Packet::ConnAck(ConnAck { session_present: false, code, properties: props }));
-        if self.flush().await.is_err() {
+        self.queue(&Packet::ConnAck(ConnAck { session_present: present, code, properties: props }));
+        let flushed = self.flush().await.is_ok();
+        let (link, _, durable) = registered?;
+        let admitted = Admitted { who: who?, link, durable };
+        if !flushed {
+            self.release(&admitted);
             return None;
         }
-        who
+        Some(admitted)
+    }
+
+    /// Registers an accepted connection's session: (session link, session present,
+    /// durable). A pub/sub client's persistent session is stored before CONNACK.
+    async fn register(&mut self, c: &Connect, who: &Who) -> Result<(SessionLink, bool, bool), StoreError> {
+        let st = self.st.clone();
+        let (id, owner) = match who {
+            Who::Device(device) => return Ok((st.sessions.register(*device, st.cfg.mqtt.outbound_queue), false, false)),
+            Who::Client { id, owner, .. } => (id, owner),
+        };
+        let max = st.cfg.mqtt.max_session_expiry;
+        self.expiry = match self.version {
+            ProtocolVersion::V5 => c.properties.session_expiry_interval.unwrap_or(0).min(max),
+            _ if !c.clean_start => max,
+            _ => 0,
+        };
+        // What a discarded persistent session left on disk (read before registering, so
+        // copies queued for the new session are not among them).
+        let old_rows = if c.clean_start { pubsub::forget_rows(&st.store, id)? } else { Vec::new() };
+        let r = st.sessions.register_client(id, owner.clone(), st.cfg.mqtt.client_outbound_queue, c.clean_start, self.expiry);
+        let mut rows = if r.discarded { old_rows } else { Vec::new() };
+        if self.expiry > 0 {
+            rows.push(pubsub::session_row(&st.sessions, id, owner, self.expiry, None));
+        } else if r.present {
+            // Resumed as a session that now ends with this connection.
+            rows.push(BrokerRow { table: BrokerTable::Sessions, key: id.as_bytes().to_vec(), value: None });
+        }
+        let durable = self.expiry > 0 || r.present;
+        if !rows.is_empty() {
+            if let Err(e) = st.writer.submit(WriteOp::Broker(rows)).await {
+                st.sessions.unregister_client(id, &r.link, Vec::new());
+                return Err(e);
+            }
+        }
+        Ok((r.link, r.present, durable))
+    }
+
+    /// Ends the session of a connection that failed right after CONNACK.
+    fn release(&self, a: &Admitted) {
+        match &a.who {
+            Who::Device(device) => self.st.sessions.unregister(*device, a.link.id),
+            Who::Client { id, .. } => {
+                self.st.sessions.unregister_client(id, &a.link, Vec::new());
+            }
+        }
+    }
+
+    /// Deletes (in the background) the durable rows of copies the client acknowledged.
+    fn flush_acked_rows(&mut self) {
+        if self.acked_rows.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.acked_rows);
+        let writer = self.st.writer.clone();
+        tokio::spawn(async move { writer.submit(WriteOp::Broker(rows)).await });
     }
 
     fn queue(&mut self, p: &Packet) {
@@ -399,7 +534,7 @@ impl Conn {
     }
 
     /// The connected phase.
-    async fn serve(&mut self, who: Who, keep_alive: u16, link: SessionLink, mut window: OutWindow, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn serve(&mut self, who: Who, keep_alive: u16, link: &SessionLink, window: &mut OutWindow, mut shutdown: watch::Receiver<bool>) -> End {
         let st = self.st.clone();
         let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
         let keep_alive = (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500));
@@ -412,6 +547,10 @@ impl Conn {
         // QoS 2 packet ids whose PUBREC went out and whose PUBREL has not arrived.
         let mut awaiting_rel: HashSet<u16> = HashSet::new();
         let mut stopping = false;
+        // A resumed session's queue and unacknowledged copies go first.
+        if link.inbox.has_queued() {
+            self.send_queued(link, window);
+        }
 
         loop {
             let in_flight = pending.as_ref().map_or(0, FuturesOrdered::len);
@@ -422,6 +561,9 @@ impl Conn {
                     // Stop reading; acknowledge what is in flight, then say goodbye.
                     stopping = true;
                 }
+                _ = link.kick.notified() => {
+                    return End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into());
+                }
                 _ = link.inbox.wake.notified() => {
                     if let Some(why) = link.inbox.close_reason() {
                         return match why {
@@ -430,7 +572,7 @@ impl Conn {
                             CloseReason::Revoked => End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into()),
                         };
                     }
-                    self.send_queued(&link, &mut window);
+                    self.send_queued(link, window);
                 }
                 Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
                     if let Some(end) = self.finish(done, &mut awaiting_rel) {
@@ -466,9 +608,14 @@ impl Conn {
                 match self.decode() {
                     Ok(None) => break,
                     Ok(Some(Packet::PubAck(a))) => {
-                        // Room in the window: send what waits in the inbox.
-                        if window.release(a.packet_id) && link.inbox.has_queued() {
-                            self.send_queued(&link, &mut window);
+                        if window.release(a.packet_id) {
+                            if let (Some(out), Who::Client { id, .. }) = (window.acked(a.packet_id), &who) {
+                                self.acked_rows.extend(pubsub::acked_row(id, &out));
+                            }
+                            // Room in the window: send what waits in the inbox.
+                            if link.inbox.has_queued() {
+                                self.send_queued(link, window);
+                            }
                         }
                     }
                     Ok(Some(p)) => {
@@ -488,6 +635,7 @@ impl Conn {
                     }
                 }
             }
+            self.flush_acked_rows();
             if self.flush().await.is_err() {
                 return End::Gone;
             }
@@ -503,28 +651,56 @@ impl Conn {
         }
     }
 
-    /// Queues what waits in the session's inbox, as far as the window allows. Expired
-    /// messages (MQTT 5 message expiry) are dropped here, without using the window.
+    /// Queues what waits in the session's inbox, as far as the window allows: first the
+    /// copies an earlier connection left unacknowledged (same packet id, DUP set), then the
+    /// queue. Expired messages (MQTT 5 message expiry) are dropped here, without using the
+    /// window.
     fn send_queued(&mut self, link: &SessionLink, window: &mut OutWindow) {
+        let now = std::time::Instant::now();
+        let mut unacked = link.inbox.take_unacked();
+        if !unacked.is_empty() {
+            let rest = unacked.split_off(unacked.len().min(window.room()));
+            link.inbox.requeue_unacked(rest);
+            for out in unacked {
+                if !self.expired(&out, now) {
+                    let id = out.packet_id.filter(|id| window.reserve(*id)).unwrap_or_else(|| window.take_id());
+                    window.keep(id, &out);
+                    self.queue(&self.outgoing(out, Some(id), true, now));
+                }
+            }
+        }
         loop {
             let batch = link.inbox.take(window.room());
             if batch.is_empty() {
                 return;
             }
-            let now = std::time::Instant::now();
             for out in batch {
-                if out.msg.expired(now) {
+                if self.expired(&out, now) {
                     continue;
                 }
                 let packet_id = (out.qos >= 1).then(|| window.take_id());
-                self.queue(&self.outgoing(out, packet_id, now));
+                if let Some(id) = packet_id {
+                    window.keep(id, &out);
+                }
+                self.queue(&self.outgoing(out, packet_id, false, now));
             }
         }
     }
 
+    /// Whether `out` expired; an expired durable copy's row is deleted.
+    fn expired(&mut self, out: &Outbound, now: std::time::Instant) -> bool {
+        if !out.msg.expired(now) {
+            return false;
+        }
+        if let Some(client) = self.client_id.clone() {
+            self.acked_rows.extend(pubsub::acked_row(&client, out));
+        }
+        true
+    }
+
     /// The PUBLISH carrying `out` to this client: for MQTT 5 with the message's
     /// properties, its remaining expiry and the matching subscription identifiers.
-    fn outgoing(&self, out: Outbound, packet_id: Option<u16>, now: std::time::Instant) -> Packet {
+    fn outgoing(&self, out: Outbound, packet_id: Option<u16>, dup: bool, now: std::time::Instant) -> Packet {
         let mut properties = PublishProperties::default();
         if self.version == ProtocolVersion::V5 {
             if let Some(p) = out.msg.props {
@@ -534,7 +710,7 @@ impl Conn {
             properties.subscription_identifiers = out.subscription_ids;
         }
         Packet::Publish(Publish {
-            dup: false,
+            dup,
             qos: if packet_id.is_some() { QoS::AtLeastOnce } else { QoS::AtMostOnce },
             retain: out.retain,
             topic: out.msg.topic,
@@ -570,7 +746,7 @@ impl Conn {
         let now = std::time::Instant::now();
         for r in done.retained {
             if !r.msg.expired(now) {
-                self.queue(&self.outgoing(r, None, now));
+                self.queue(&self.outgoing(r, None, false, now));
             }
         }
         done.close.map(|(reason, text)| End::Disconnect(reason, text))
@@ -634,16 +810,20 @@ impl Conn {
             Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
             Packet::Subscribe(s) => {
                 let (ack, retained) = self.subscribe(who, s);
-                pending.push_back(Box::pin(std::future::ready(Done { ack: Some(ack), reply: None, close: None, retained })));
+                let done = Done { ack: Some(ack), reply: None, close: None, retained };
+                pending.push_back(self.after_session_saved(who, done));
             }
             Packet::Unsubscribe(u) => {
                 let ack = self.unsubscribe(who, u);
-                pending.push_back(ready(Some(ack)));
+                let done = Done { ack: Some(ack), reply: None, close: None, retained: Vec::new() };
+                pending.push_back(self.after_session_saved(who, done));
             }
             Packet::PingReq => self.queue(&Packet::PingResp),
             // 0x04: "disconnect with will message".
-            Packet::Disconnect(d) if d.reason == rc::DISCONNECT_WITH_WILL_MESSAGE => return Some(End::Gone),
-            Packet::Disconnect(_) => return Some(End::Normal),
+            Packet::Disconnect(d) => {
+                self.disconnect_expiry = d.session_expiry_interval;
+                return Some(if d.reason == rc::DISCONNECT_WITH_WILL_MESSAGE { End::Gone } else { End::Normal });
+            }
             Packet::Connect(_) => {
                 self.st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
                 return Some(End::Disconnect(rc::PROTOCOL_ERROR, "second CONNECT".into()));
@@ -654,6 +834,25 @@ impl Conn {
             }
         }
         None
+    }
+
+    /// `done` once a persistent session's subscriptions are stored (SUBACK and UNSUBACK
+    /// wait for that); at once for other sessions.
+    fn after_session_saved(&self, who: &Who, done: Done) -> InFlight {
+        let Who::Client { id, owner, .. } = who else { return Box::pin(std::future::ready(done)) };
+        if self.expiry == 0 {
+            return Box::pin(std::future::ready(done));
+        }
+        let row = pubsub::session_row(&self.st.sessions, id, owner, self.expiry, None);
+        let st = self.st.clone();
+        let v5 = self.version == ProtocolVersion::V5;
+        Box::pin(async move {
+            match st.writer.submit(WriteOp::Broker(vec![row])).await {
+                Ok(_) => done,
+                // A SUBACK/UNSUBACK cannot say "not stored" for every case: close instead.
+                Err(e) => Done { ack: None, reply: None, close: Some((if v5 { rc::UNSPECIFIED_ERROR } else { 0 }, format!("session not stored: {e}"))), retained: Vec::new() },
+            }
+        })
     }
 
     /// Applies MQTT 5 topic alias `alias` to a PUBLISH topic: an empty topic takes the
@@ -693,34 +892,28 @@ impl Conn {
         }
         let retain = p.retain;
         let msg = message(p);
-        // A retained message is committed before the acknowledgement, so it survives a
-        // crash once acknowledged.
-        let persist = retain.then(|| retained::row(&msg));
-        let routed = self.st.sessions.publish(client, &msg, retain);
+        let routing = pubsub::route(&self.st, client, &msg, retain);
         // MQTT 5: 0x10 "no matching subscribers" is a success code.
-        let reason = if routed.queued == 0 && routed.blocked.is_empty() && v5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
-        if routed.blocked.is_empty() && persist.is_none() {
+        let reason = if !routing.matched && v5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
+        let Some(work) = routing.pending else {
             pending.push_back(ready(pub_ack(qos, packet_id, reason, None)));
             return None;
-        }
-        // Backpressure: a subscriber's queue is full, so the acknowledgement (and with the
-        // in-flight window, this publisher) waits until it has room, or until the
-        // subscriber is disconnected as too slow.
-        let st = self.st.clone();
+        };
+        // The acknowledgement waits until the retained message and the copies for
+        // persistent sessions are committed, and (backpressure) until full subscriber
+        // queues have room or those subscribers are disconnected as too slow.
         pending.push_back(Box::pin(async move {
-            if let Some(row) = persist {
-                if let Err(e) = st.writer.submit(WriteOp::Broker(vec![row])).await {
-                    let text = format!("retained message not stored: {e}");
-                    if !v5 {
-                        return Done { ack: None, reply: None, close: Some((rc::UNSPECIFIED_ERROR, text)), retained: Vec::new() };
+            match work.await {
+                Ok(()) => Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, retained: Vec::new() },
+                Err(e) => {
+                    let text = format!("message not stored: {e}");
+                    if v5 {
+                        Done { ack: pub_ack(qos, packet_id, rc::UNSPECIFIED_ERROR, Some(text)), reply: None, close: None, retained: Vec::new() }
+                    } else {
+                        Done { ack: None, reply: None, close: Some((rc::UNSPECIFIED_ERROR, text)), retained: Vec::new() }
                     }
-                    return Done { ack: pub_ack(qos, packet_id, rc::UNSPECIFIED_ERROR, Some(text)), reply: None, close: None, retained: Vec::new() };
                 }
             }
-            for blocked in routed.blocked {
-                blocked.wait(SLOW_SUBSCRIBER_PATIENCE).await;
-            }
-            Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, retained: Vec::new() }
         }));
         None
     }
@@ -759,10 +952,9 @@ impl Conn {
                         match self.st.sessions.subscribe_client(client, &f.filter, opts) {
                             Ok(r) => {
                                 retained.extend(r.into_iter().map(|(msg, _)| Outbound {
-                                    msg,
-                                    qos: 0,
                                     retain: true,
                                     subscription_ids: s.subscription_identifier.into_iter().collect(),
+                                    ..Outbound::plain(msg, 0)
                                 }));
                                 granted
                             }
@@ -820,7 +1012,7 @@ fn pub_ack(qos: QoS, packet_id: Option<u16>, reason: u8, text: Option<String>) -
 
 /// A client's PUBLISH as the message its subscribers get: the topic alias and
 /// subscription identifiers are the sender's business; the expiry becomes a deadline.
-fn message(p: Publish) -> Message {
+pub(crate) fn message(p: Publish) -> Message {
     let mut props = p.properties;
     let expires = props.message_expiry_interval.take().map(|s| std::time::Instant::now() + Duration::from_secs(u64::from(s)));
     props.topic_alias = None;
@@ -870,7 +1062,7 @@ mod tests {
 
     #[test]
     fn the_outbound_window_never_reuses_an_id_in_flight_even_across_the_wrap() {
-        let mut w = OutWindow::new(3);
+        let mut w = OutWindow::new(3, false);
         let first = w.take_id();
         assert_eq!(w.room(), 2);
         // Cycle through the whole id space twice with `first` still unacknowledged.

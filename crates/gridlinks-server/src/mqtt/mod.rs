@@ -6,6 +6,7 @@
 
 pub mod clients;
 mod connection;
+pub mod pubsub;
 pub mod retained;
 pub mod telemetry_topics;
 

@@ -1,4 +1,5 @@
-//! Retained messages on disk: one row per topic in the broker's `Retained` table, written
+//! Retained messages on disk (and the stored form of a message, which durable session
+//! queues use too): one row per topic in the broker's `Retained` table, written
 //! through the group-commit writer before the publisher's acknowledgement, and loaded into
 //! the router at start-up.
 //!
@@ -18,8 +19,13 @@ use gridlinks_types::Ts;
 
 /// The row that stores `msg` as its topic's retained message (an empty payload deletes it).
 pub fn row(msg: &Message) -> BrokerRow {
-    let value = (!msg.payload.is_empty()).then(|| encode_row(msg, Ts::now().0, Instant::now()));
+    let value = (!msg.payload.is_empty()).then(|| encode_message(msg));
     BrokerRow { table: BrokerTable::Retained, key: msg.topic.clone().into_bytes(), value }
+}
+
+/// `msg` as stored (retained messages, durable session queues).
+pub fn encode_message(msg: &Message) -> Vec<u8> {
+    encode_row(msg, Ts::now().0, Instant::now())
 }
 
 fn encode_row(msg: &Message, now_ms: i64, now: Instant) -> Vec<u8> {
@@ -48,6 +54,11 @@ pub fn remaining_secs(expires: Instant, now: Instant) -> u32 {
     u32::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0)).unwrap_or(u32::MAX)
 }
 
+/// A stored message; `None` when it expired meanwhile or does not decode.
+pub fn decode_message(v: &[u8]) -> Option<Message> {
+    decode_row(v, Ts::now().0, Instant::now())
+}
+
 fn decode_row(v: &[u8], now_ms: i64, now: Instant) -> Option<Message> {
     let stored_ms = i64::from_be_bytes(v.get(..8)?.try_into().ok()?);
     let mut buf = BytesMut::from(&v[8..]);
@@ -72,10 +83,9 @@ fn decode_row(v: &[u8], now_ms: i64, now: Instant) -> Option<Message> {
 /// Loads the stored retained messages into the router; returns how many (expired ones
 /// and rows that do not decode are skipped).
 pub fn load(store: &Store, sessions: &Sessions) -> Result<usize, StoreError> {
-    let (now_ms, now) = (Ts::now().0, Instant::now());
     let mut n = 0;
     for (key, v) in store.broker_rows(BrokerTable::Retained)? {
-        match decode_row(&v, now_ms, now) {
+        match decode_message(&v) {
             Some(msg) => {
                 sessions.publish("", &msg, true);
                 n += 1;

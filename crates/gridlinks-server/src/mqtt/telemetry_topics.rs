@@ -8,7 +8,7 @@
 //!
 //! Nothing is built while no client subscription overlaps the topics (one atomic read).
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use gridlinks_broker::router::Message;
@@ -20,10 +20,6 @@ use crate::app::AppState;
 
 /// The filter matching every canonical telemetry topic.
 pub const FILTER: &str = "gridlinks/devices/+/telemetry";
-
-/// How long a commit's notification may wait for room in a full subscriber queue before
-/// that subscriber is disconnected as too slow (as for client publishes).
-const PATIENCE: Duration = Duration::from_secs(10);
 
 /// The topic of device `name`.
 pub fn topic(name: &str) -> String {
@@ -52,7 +48,7 @@ fn payload(records: &[TsRecord]) -> Bytes {
 
 /// Commits the telemetry of each device (sharing group commits), then publishes it on the
 /// canonical topics. Fails when any commit failed; nothing is published then.
-pub async fn commit(st: &AppState, batches: Vec<(DeviceId, Vec<TsRecord>)>) -> Result<(), StoreError> {
+pub async fn commit(st: &Arc<AppState>, batches: Vec<(DeviceId, Vec<TsRecord>)>) -> Result<(), StoreError> {
     let mut messages = Vec::new();
     if st.sessions.interested() {
         for (device, records) in &batches {
@@ -64,10 +60,9 @@ pub async fn commit(st: &AppState, batches: Vec<(DeviceId, Vec<TsRecord>)>) -> R
     let ops = batches.into_iter().map(|(device, records)| WriteOp::Telemetry { device, records }).collect();
     st.writer.submit_all(ops).await?;
     for msg in messages {
-        let routed = st.sessions.publish("", &msg, false);
-        for blocked in routed.blocked {
-            blocked.wait(PATIENCE).await;
-        }
+        // Copies for persistent sessions are committed too; full queues are waited for
+        // as for client publishes.
+        super::pubsub::deliver(st, "", &msg, false).await?;
     }
     Ok(())
 }

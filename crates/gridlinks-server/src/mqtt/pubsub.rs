@@ -1,0 +1,259 @@
+//! Pub/sub between clients, where it meets storage: routing a message and committing
+//! what must be durable before the publisher hears back (the retained message, the
+//! copies queued for persistent sessions), persistent sessions on disk (subscriptions and
+//! expiry in the broker's `Sessions` table, queued QoS 1 copies in `Queue`), their
+//! expiry, and last wills.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gridlinks_broker::router::{Message, SubOptions};
+use gridlinks_broker::sessions::{Outbound, SessionId, Sessions};
+use gridlinks_codec::mqtt::{LastWill, Publish};
+use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp};
+use gridlinks_types::Ts;
+use serde::{Deserialize, Serialize};
+
+use super::retained;
+use crate::app::AppState;
+
+/// How long a publisher's QoS 1 message may wait for room in a full subscriber queue
+/// before that subscriber is disconnected as too slow.
+pub const SLOW_SUBSCRIBER_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Session expiry interval meaning "never" (MQTT 5).
+pub const NEVER: u32 = u32::MAX;
+
+/// What routing a message found.
+pub struct Routing {
+    /// At least one subscriber got a copy (or will, after backpressure).
+    pub matched: bool,
+    /// Work left before the publisher may be acknowledged: commit durable rows, wait for
+    /// room in full queues. `None` when there is nothing to wait for.
+    pub pending: Option<std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>>,
+}
+
+/// Routes `msg` from client `from` (keeping it as the retained message with `retain`).
+pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool) -> Routing {
+    let routed = st.sessions.publish(from, msg, retain);
+    let matched = routed.queued > 0 || !routed.blocked.is_empty();
+    let mut rows = Vec::new();
+    if retain {
+        rows.push(retained::row(msg));
+    }
+    if !routed.durable.is_empty() {
+        let stored = retained::encode_message(msg);
+        rows.extend(routed.durable.iter().map(|(client, seq)| BrokerRow {
+            table: BrokerTable::Queue,
+            key: queue_key(client, *seq),
+            value: Some(stored.clone()),
+        }));
+    }
+    rows.extend(routed.dropped.iter().map(|(client, seq)| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: None }));
+    if rows.is_empty() && routed.blocked.is_empty() {
+        return Routing { matched, pending: None };
+    }
+    let st = st.clone();
+    let pending = Box::pin(async move {
+        if !rows.is_empty() {
+            st.writer.submit(WriteOp::Broker(rows)).await?;
+        }
+        for blocked in routed.blocked {
+            blocked.wait(SLOW_SUBSCRIBER_PATIENCE).await;
+        }
+        Ok(())
+    });
+    Routing { matched, pending: Some(pending) }
+}
+
+/// Routes `msg` and waits until it is durable where it must be and queued everywhere.
+pub async fn deliver(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool) -> Result<(), StoreError> {
+    match route(st, from, msg, retain).pending {
+        Some(p) => p.await,
+        None => Ok(()),
+    }
+}
+
+/// The key of copy `seq` in `client`'s durable queue.
+pub fn queue_key(client: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(client.len() + 9);
+    k.extend_from_slice(client.as_bytes());
+    // Client ids are UTF-8 strings without U+0000 (MQTT 1.5.4), so 0 ends one.
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The row deleting copy `out` from `client`'s durable queue, if it has one.
+pub fn acked_row(client: &str, out: &Outbound) -> Option<BrokerRow> {
+    out.seq.map(|seq| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, seq), value: None })
+}
+
+/// A persistent session as stored.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionRecord {
+    owner: String,
+    expiry: u32,
+    subscriptions: Vec<SubscriptionRecord>,
+    /// When its last connection ended (ms since epoch); absent while connected.
+    disconnected_at: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SubscriptionRecord {
+    filter: String,
+    qos: u8,
+    no_local: bool,
+    retain_as_published: bool,
+    retain_handling: u8,
+    subscription_id: Option<u32>,
+}
+
+/// The row storing `client`'s persistent session as it is now.
+pub fn session_row(sessions: &Sessions, client: &str, owner: &str, expiry: u32, disconnected_at: Option<i64>) -> BrokerRow {
+    let subscriptions = sessions
+        .client_subscriptions(client)
+        .into_iter()
+        .map(|(filter, o)| SubscriptionRecord {
+            filter,
+            qos: o.qos,
+            no_local: o.no_local,
+            retain_as_published: o.retain_as_published,
+            retain_handling: o.retain_handling,
+            subscription_id: o.subscription_id,
+        })
+        .collect();
+    let rec = SessionRecord { owner: owner.to_owned(), expiry, subscriptions, disconnected_at };
+    // Serializing plain data cannot fail.
+    let value = serde_json::to_vec(&rec).unwrap_or_default();
+    BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: Some(value) }
+}
+
+/// Rows deleting everything stored for `client`'s session.
+pub fn forget_rows(store: &Store, client: &str) -> Result<Vec<BrokerRow>, StoreError> {
+    let mut rows = vec![BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: None }];
+    let mut prefix = client.as_bytes().to_vec();
+    prefix.push(0);
+    for (key, _) in store.broker_prefix(BrokerTable::Queue, &prefix)? {
+        rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
+    }
+    Ok(rows)
+}
+
+/// Deletes everything stored for `client`'s session.
+pub async fn forget(st: &AppState, client: &str) -> Result<(), StoreError> {
+    let rows = forget_rows(&st.store, client)?;
+    st.writer.submit(WriteOp::Broker(rows)).await.map(drop)
+}
+
+/// Ends `client`'s offline session `epoch` when its expiry runs out (unless it resumed
+/// meanwhile), deleting its stored state. The timer does not keep the server alive.
+pub fn expire_later(st: Arc<AppState>, client: Arc<str>, epoch: SessionId, expiry: u32) {
+    if expiry == NEVER {
+        return;
+    }
+    let st = Arc::downgrade(&st);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(u64::from(expiry))).await;
+        let Some(st) = st.upgrade() else { return };
+        if st.sessions.expire_client(&client, epoch) {
+            if let Err(e) = forget(&st, &client).await {
+                tracing::warn!(client = %client, error = %e, "cannot delete an expired session's stored state");
+            }
+        }
+    });
+}
+
+/// Loads the stored persistent sessions (offline, with their subscriptions and queued
+/// copies) and schedules their expiry; returns how many.
+pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
+    let now = Ts::now().0;
+    let mut queues: std::collections::HashMap<String, Vec<Outbound>> = std::collections::HashMap::new();
+    let mut max_seq = 0;
+    let mut expired_rows = Vec::new();
+    for (key, v) in st.store.broker_rows(BrokerTable::Queue)? {
+        let Some(split) = key.len().checked_sub(9).filter(|&i| key[i] == 0) else { continue };
+        let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else { continue };
+        let seq = u64::from_be_bytes(seq);
+        max_seq = max_seq.max(seq);
+        match retained::decode_message(&v) {
+            Some(msg) => {
+                let mut out = Outbound::plain(msg, 1);
+                out.seq = Some(seq);
+                queues.entry(client.to_owned()).or_default().push(out);
+            }
+            None => expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None }),
+        }
+    }
+    st.sessions.seq_floor(max_seq + 1);
+    let mut n = 0;
+    for (key, v) in st.store.broker_rows(BrokerTable::Sessions)? {
+        let (Ok(client), Ok(rec)) = (String::from_utf8(key), serde_json::from_slice::<SessionRecord>(&v)) else { continue };
+        // A session connected at a crash counts as disconnected now.
+        let offline_ms = now - rec.disconnected_at.unwrap_or(now);
+        let left = if rec.expiry == NEVER { NEVER } else { u32::try_from((i64::from(rec.expiry) - offline_ms / 1000).max(0)).unwrap_or(0) };
+        let queued = queues.remove(&client).unwrap_or_default();
+        if left == 0 {
+            expired_rows.extend(queued.iter().filter_map(|o| acked_row(&client, o)));
+            expired_rows.push(BrokerRow { table: BrokerTable::Sessions, key: client.into_bytes(), value: None });
+            continue;
+        }
+        let subs = rec
+            .subscriptions
+            .into_iter()
+            .map(|s| {
+                let opts = SubOptions { qos: s.qos, no_local: s.no_local, retain_as_published: s.retain_as_published, retain_handling: s.retain_handling, subscription_id: s.subscription_id };
+                (s.filter, opts)
+            })
+            .collect();
+        let epoch = st.sessions.restore_client(&client, rec.owner.into(), st.cfg.mqtt.client_outbound_queue, rec.expiry, subs, queued);
+        expire_later(st.clone(), client.into(), epoch, left);
+        n += 1;
+    }
+    // Queue rows of sessions that no longer exist.
+    for (client, queued) in queues {
+        expired_rows.extend(queued.iter().filter_map(|o| acked_row(&client, o)));
+    }
+    if !expired_rows.is_empty() {
+        let st = st.clone();
+        tokio::spawn(async move {
+            if let Err(e) = st.writer.submit(WriteOp::Broker(expired_rows)).await {
+                tracing::warn!(error = %e, "cannot delete expired session rows");
+            }
+        });
+    }
+    Ok(n)
+}
+
+/// Publishes a client's will as if the client had published it, after `delay` seconds
+/// unless the session resumed meanwhile (`epoch` is then no longer offline). A delayed
+/// will does not keep the server alive.
+pub fn will_later(st: Arc<AppState>, client: Arc<str>, will: LastWill, delay: u32, epoch: Option<SessionId>) {
+    let weak = Arc::downgrade(&st);
+    drop(st);
+    tokio::spawn(async move {
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_secs(u64::from(delay))).await;
+        }
+        let Some(st) = weak.upgrade() else { return };
+        if epoch.is_some_and(|e| st.sessions.resumed_since(&client, e)) {
+            return;
+        }
+        let retain = will.retain;
+        let msg = super::connection::message(Publish {
+            dup: false,
+            qos: will.qos,
+            retain,
+            topic: will.topic,
+            packet_id: None,
+            payload: will.payload,
+            properties: will.properties,
+        });
+        if let Err(e) = deliver(&st, &client, &msg, retain).await {
+            tracing::warn!(client = %client, error = %e, "will not delivered");
+        }
+    });
+}

@@ -1,0 +1,195 @@
+//! Persistent sessions of pub/sub clients against the real binary: subscriptions and
+//! queued QoS 1 copies survive disconnects, `kill -9` and restarts; unacknowledged copies
+//! come again with DUP and their packet id; session expiry; clean start; will delay.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::mqtt::*;
+use common::Server;
+
+const ENV: [(&str, &str); 1] = [("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true")];
+
+/// Connects `id` with clean start off (MQTT 5: with `expiry`; 3.1.1: a persistent session).
+fn resume(port: u16, version: ProtocolVersion, id: &str, expiry: u32) -> (Raw, ConnAck) {
+    Raw::connect_custom(port, version, |c| {
+        c.client_id = id.into();
+        c.clean_start = false;
+        if version == ProtocolVersion::V5 {
+            c.properties.session_expiry_interval = Some(expiry);
+        }
+    })
+}
+
+fn next_publish(c: &mut Raw) -> Publish {
+    match c.recv() {
+        Some(Packet::Publish(p)) => p,
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+}
+
+fn ack(c: &mut Raw, p: &Publish) {
+    c.send(&Packet::PubAck(PubResp { packet_id: p.packet_id.unwrap(), reason: 0, reason_string: None, user_properties: Vec::new() }));
+}
+
+fn disconnect(c: &mut Raw) {
+    c.send(&Packet::Disconnect(Disconnect { reason: 0, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    c.expect_close();
+}
+
+/// Publishes `n` QoS 1 messages `{prefix}{i}` to `topic`, each acknowledged.
+fn publish_acked(port: u16, topic: &str, prefix: &str, n: u16) {
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "publisher", None);
+    for i in 1..=n {
+        p.publish(topic, format!("{prefix}{i}").as_bytes(), QoS::AtLeastOnce, Some(i));
+        assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.packet_id == i && a.reason < 0x80));
+    }
+    disconnect(&mut p);
+}
+
+fn nothing_more(c: &mut Raw) {
+    c.stream.set_read_timeout(Some(Duration::from_millis(400))).unwrap();
+    assert!(matches!(c.try_recv(), Err(_) | Ok(None)), "unexpected packet");
+    c.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+}
+
+#[test]
+fn a_persistent_session_keeps_its_subscriptions_and_queues_while_offline() {
+    let server = Server::start_env(&ENV);
+    let port = server.mqtt_port;
+    let (mut sub, ack3) = resume(port, ProtocolVersion::V3_1_1, "keeper", 0);
+    assert!(!ack3.session_present);
+    assert_eq!(sub.subscribe(1, &["keep/#"]).return_codes, [1]);
+    disconnect(&mut sub);
+    publish_acked(port, "keep/a", "m", 3);
+    let (mut sub, ack3) = resume(port, ProtocolVersion::V3_1_1, "keeper", 0);
+    assert!(ack3.session_present);
+    let got: Vec<_> = (0..3).map(|_| next_publish(&mut sub)).collect();
+    let payloads: Vec<_> = got.iter().map(|p| String::from_utf8_lossy(&p.payload).into_owned()).collect();
+    assert_eq!(payloads, ["m1", "m2", "m3"], "in order, none lost");
+    got.iter().for_each(|p| ack(&mut sub, p));
+    // Still subscribed: live messages flow without a new SUBSCRIBE.
+    publish_acked(port, "keep/b", "live", 1);
+    assert_eq!(&next_publish(&mut sub).payload[..], b"live1");
+    // A clean start discards the session.
+    drop(sub);
+    let (_, ack) = Raw::connect_custom(port, ProtocolVersion::V3_1_1, |c| c.client_id = "keeper".into());
+    assert!(!ack.session_present);
+}
+
+#[test]
+fn unacknowledged_copies_come_again_with_dup_and_their_packet_id() {
+    let server = Server::start_env(&ENV);
+    let port = server.mqtt_port;
+    let (mut sub, _) = resume(port, ProtocolVersion::V5, "forgetful", 3600);
+    sub.subscribe(1, &["dup/#"]);
+    publish_acked(port, "dup/x", "d", 2);
+    let first = next_publish(&mut sub);
+    let second = next_publish(&mut sub);
+    assert!(!first.dup);
+    ack(&mut sub, &first);
+    // The connection drops before the second PUBACK.
+    std::thread::sleep(Duration::from_millis(200));
+    drop(sub);
+    let (mut sub, ack) = resume(port, ProtocolVersion::V5, "forgetful", 3600);
+    assert!(ack.session_present);
+    let again = next_publish(&mut sub);
+    assert_eq!((again.dup, again.packet_id, &again.payload[..]), (true, second.packet_id, &b"d2"[..]));
+    crate::ack(&mut sub, &again);
+    nothing_more(&mut sub);
+}
+
+#[test]
+fn queued_and_in_flight_copies_survive_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut server = Server::start_on(&dir, &ENV);
+    let port = server.mqtt_port;
+    // One subscriber offline, one online that receives without acknowledging.
+    let (mut away, _) = resume(port, ProtocolVersion::V3_1_1, "away", 0);
+    away.subscribe(1, &["crash/#"]);
+    disconnect(&mut away);
+    let (mut busy, _) = resume(port, ProtocolVersion::V5, "busy", 3600);
+    busy.subscribe(1, &["crash/#"]);
+    publish_acked(port, "crash/t", "c", 50);
+    for _ in 0..50 {
+        next_publish(&mut busy);
+    }
+    // Every PUBLISH was acknowledged, so every copy is on disk.
+    server.kill9();
+    let mut server = Server::start_on(&dir, &ENV);
+    let port = server.mqtt_port;
+    for (id, version) in [("away", ProtocolVersion::V3_1_1), ("busy", ProtocolVersion::V5)] {
+        let (mut c, ack) = resume(port, version, id, 3600);
+        assert!(ack.session_present, "{id}: session restored");
+        let mut got = BTreeSet::new();
+        for _ in 0..50 {
+            let p = next_publish(&mut c);
+            crate::ack(&mut c, &p);
+            got.insert(String::from_utf8_lossy(&p.payload).into_owned());
+        }
+        assert_eq!(got.len(), 50, "{id}: every acknowledged message, once");
+        nothing_more(&mut c);
+        disconnect(&mut c);
+    }
+    // Copies delivered and acknowledged are not delivered again after another restart.
+    server.sigterm();
+    let server = Server::start_on(&dir, &ENV);
+    for (id, version) in [("away", ProtocolVersion::V3_1_1), ("busy", ProtocolVersion::V5)] {
+        let (mut c, ack) = resume(server.mqtt_port, version, id, 3600);
+        assert!(ack.session_present);
+        nothing_more(&mut c);
+    }
+}
+
+#[test]
+fn an_expired_session_is_gone() {
+    let server = Server::start_env(&ENV);
+    let port = server.mqtt_port;
+    let (mut sub, _) = resume(port, ProtocolVersion::V5, "brief", 1);
+    sub.subscribe(1, &["brief/#"]);
+    disconnect(&mut sub);
+    std::thread::sleep(Duration::from_millis(1600));
+    publish_acked(port, "brief/x", "late", 1);
+    let (mut sub, ack) = resume(port, ProtocolVersion::V5, "brief", 1);
+    assert!(!ack.session_present);
+    nothing_more(&mut sub);
+    // The server caps what it grants and says so.
+    let (_, ack) = resume(port, ProtocolVersion::V5, "greedy", u32::MAX - 1);
+    assert_eq!(ack.properties.session_expiry_interval, Some(604_800));
+}
+
+#[test]
+fn a_will_delay_waits_and_a_resumed_session_cancels_it() {
+    let server = Server::start_env(&ENV);
+    let port = server.mqtt_port;
+    let (mut watcher, _) = Raw::connect_as(port, ProtocolVersion::V5, "watcher", None);
+    watcher.subscribe(1, &["wd/#"]);
+    let with_will = |id: &str| {
+        Raw::connect_custom(port, ProtocolVersion::V5, |c| {
+            c.client_id = id.into();
+            c.properties.session_expiry_interval = Some(60);
+            c.will = Some(LastWill {
+                topic: format!("wd/{id}"),
+                payload: bytes::Bytes::from_static(b"gone"),
+                qos: QoS::AtLeastOnce,
+                retain: false,
+                properties: PublishProperties::default(),
+                delay_interval: Some(1),
+            });
+        })
+        .0
+    };
+    drop(with_will("back"));
+    drop(with_will("lost"));
+    // "back" returns within the delay: its will is not published.
+    std::thread::sleep(Duration::from_millis(300));
+    let (_back, ack) = resume(port, ProtocolVersion::V5, "back", 60);
+    assert!(ack.session_present);
+    nothing_more(&mut watcher);
+    let p = next_publish(&mut watcher);
+    assert_eq!(p.topic, "wd/lost");
+    nothing_more(&mut watcher);
+}
