@@ -6,7 +6,7 @@ BIN=target/release/gridlinks
 TMP=$(mktemp -d); trap 'kill $PID 2>/dev/null && wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 GRIDLINKS_ADMIN_PASSWORD=bench GRIDLINKS_LOG=${GRIDLINKS_LOG:-warn} $BIN serve --data-dir "$TMP/data" \
-  --http-bind 127.0.0.1:$PORT --mqtt-bind 127.0.0.1:0 &
+  --http-bind 127.0.0.1:$PORT --mqtt-bind 127.0.0.1:0 --mqtt-ws-bind "" &
 PID=$!
 URL=http://127.0.0.1:$PORT
 until curl -sf $URL/healthz >/dev/null; do sleep 0.1; done

@@ -27,16 +27,17 @@ def free_port():
 @contextlib.contextmanager
 def gridlinks_server(tmp, admin_password, **env):
     """Runs gridlinks on free loopback ports with its data in `tmp`; yields
-    {"base": http url, "mqtt_port": int, "log": path}. On exit it sends SIGTERM and
+    {"base": http url, "mqtt_port": int, "ws_port": int, "log": path}. On exit it sends SIGTERM and
     asserts a clean exit (code 0 within 20 s)."""
     if not os.access(GRIDLINKS_BIN, os.X_OK):
         pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
-    port, mqtt_port = free_port(), free_port()
+    port, mqtt_port, ws_port = free_port(), free_port(), free_port()
     log_path = tmp / "server.log"
     log = open(log_path, "wb")
     proc = subprocess.Popen(
         [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
-         "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}"],
+         "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}",
+         "--mqtt-ws-bind", f"127.0.0.1:{ws_port}"],
         stdout=log, stderr=subprocess.STDOUT,
         env=dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=admin_password, **env),
     )
@@ -58,7 +59,7 @@ def gridlinks_server(tmp, admin_password, **env):
             pytest.fail(f"gridlinks not healthy within 60 s:\n{log_path.read_text(errors='replace')}")
         time.sleep(0.1)
 
-    yield {"base": base, "mqtt_port": mqtt_port, "log": log_path}
+    yield {"base": base, "mqtt_port": mqtt_port, "ws_port": ws_port, "log": log_path}
 
     proc.send_signal(signal.SIGTERM)
     try:

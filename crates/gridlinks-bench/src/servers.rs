@@ -209,6 +209,7 @@ impl ManagedServer {
                     .arg(dir.join("data"))
                     .args(["--http-bind", &format!("127.0.0.1:{http_port}")])
                     .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
+                    .args(["--mqtt-ws-bind", ""])
                     .env("GRIDLINKS_ADMIN_PASSWORD", &password)
                     // Pub/sub scenarios connect without credentials, as with the peers.
                     .env("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true");

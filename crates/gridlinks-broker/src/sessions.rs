@@ -88,6 +88,12 @@ impl Inbox {
         std::mem::take(&mut *self.unacked.lock())
     }
 
+    /// Queues `outs` whatever the bound (retained messages for a new subscription: as
+    /// many as the retained store holds for its filter).
+    pub fn push_all(&self, outs: Vec<Outbound>) {
+        self.queue.lock().extend(outs);
+    }
+
     /// Puts copies taken with [`Inbox::take_unacked`] but not sent back in front.
     pub fn requeue_unacked(&self, rest: Vec<Outbound>) {
         let mut held = self.unacked.lock();

@@ -228,6 +228,14 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         .await
         .with_context(|| format!("cannot listen on {mqtt_addr} (MQTT)"))?;
     let mqtt_local = mqtt_listener.local_addr()?;
+    let ws_listener = match cfg.mqtt.ws_bind.as_str() {
+        "" => None,
+        bind => {
+            let addr: SocketAddr = bind.parse().context("mqtt.ws_bind")?;
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (MQTT over WebSocket)"))?)
+        }
+    };
+    let ws_local = ws_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let drop_oldest = cfg.mqtt.offline_queue_full == "drop_oldest";
     let anonymous_acl = Arc::new(Acl {
         publish: cfg.mqtt.anonymous_publish.clone(),
@@ -255,9 +263,11 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
     let app = router(state.clone());
     let (stop_mqtt, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
-    let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx, alive));
+    let limit = Arc::new(tokio::sync::Semaphore::new(state.cfg.mqtt.max_connections));
+    let ws_task = ws_listener.map(|l| tokio::spawn(crate::mqtt::listen_ws(l, state.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
+    let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx, alive, limit));
     state.ready.store(true, Ordering::Release);
-    tracing::info!(http = %local, mqtt = %mqtt_local, data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
+    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
 
     use axum::serve::ListenerExt;
     let listener = listener.tap_io(|tcp| {
@@ -275,6 +285,9 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         })
         .await?;
     let _ = mqtt_task.await;
+    if let Some(t) = ws_task {
+        let _ = t.await;
+    }
     // Every MQTT connection task holds a sender; recv() returns None once all have ended.
     let _ = all_closed.recv().await;
 

@@ -67,6 +67,8 @@ pub struct HttpConfig {
 pub struct MqttConfig {
     /// Listen address.
     pub bind: String,
+    /// Listen address of MQTT over WebSocket (path `/mqtt`); empty: off.
+    pub ws_bind: String,
     /// Largest MQTT packet accepted, bytes (checked before the body is read).
     pub max_packet_size: usize,
     /// QoS 1/2 publishes a client may have unacknowledged (MQTT 5 Receive Maximum).
@@ -188,6 +190,7 @@ impl Default for MqttConfig {
     fn default() -> Self {
         Self {
             bind: "0.0.0.0:1883".into(),
+            ws_bind: "0.0.0.0:8083".into(),
             max_packet_size: 64 * 1024,
             receive_maximum: 64,
             max_connections: 50_000,
@@ -317,8 +320,8 @@ impl Config {
     /// Semantic checks the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Value(m));
-        for (name, addr) in [("http.bind", &self.http.bind), ("mqtt.bind", &self.mqtt.bind)] {
-            if addr.parse::<std::net::SocketAddr>().is_err() {
+        for (name, addr) in [("http.bind", &self.http.bind), ("mqtt.bind", &self.mqtt.bind), ("mqtt.ws_bind", &self.mqtt.ws_bind)] {
+            if addr.parse::<std::net::SocketAddr>().is_err() && !(name == "mqtt.ws_bind" && addr.is_empty()) {
                 return bad(format!("{name} = {addr:?} is not a socket address like 0.0.0.0:8080"));
             }
         }

@@ -34,6 +34,9 @@ enum Command {
         /// MQTT listen address (overrides `mqtt.bind`).
         #[arg(long)]
         mqtt_bind: Option<String>,
+        /// MQTT over WebSocket listen address (overrides `mqtt.ws_bind`; "" turns it off).
+        #[arg(long)]
+        mqtt_ws_bind: Option<String>,
     },
     /// Configuration helpers.
     Config {
@@ -70,7 +73,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Serve { config, data_dir, http_bind, mqtt_bind } => {
+        Command::Serve { config, data_dir, http_bind, mqtt_bind, mqtt_ws_bind } => {
             let mut cfg = match Config::load(config.as_deref(), std::env::vars()) {
                 Ok(c) => c,
                 Err(e) => {
@@ -86,6 +89,9 @@ fn main() -> ExitCode {
             }
             if let Some(b) = mqtt_bind {
                 cfg.mqtt.bind = b;
+            }
+            if let Some(b) = mqtt_ws_bind {
+                cfg.mqtt.ws_bind = b;
             }
             if let Err(e) = cfg.validate() {
                 eprintln!("gridlinks: {e}");

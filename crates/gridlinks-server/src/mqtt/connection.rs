@@ -24,17 +24,14 @@ use gridlinks_codec::mqtt::{
 };
 use gridlinks_storage::{BrokerRow, BrokerTable, StoreError, WriteOp};
 use gridlinks_types::DeviceId;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
+use super::transport::Transport;
 use super::{pubsub, retained};
 use crate::app::AppState;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 
-/// Bytes a read may add at a time.
-const READ_CHUNK: usize = 4096;
 /// A client that does not take our bytes for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -77,8 +74,8 @@ struct Done {
 
 type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
 
-struct Conn {
-    stream: TcpStream,
+struct Conn<T> {
+    stream: T,
     /// This connection's session in the broker (set once CONNECT is accepted).
     session: SessionId,
     /// An outgoing packet failed to encode: the client would wait forever, so close.
@@ -233,8 +230,7 @@ enum End {
     Disconnect(u8, String),
 }
 
-pub async fn run(stream: TcpStream, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
-    let _ = stream.set_nodelay(true);
+pub async fn run<T: Transport>(stream: T, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
     let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None };
     let timeout = st.cfg.mqtt.connect_timeout.duration();
     let mut connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
@@ -323,23 +319,10 @@ struct Admitted {
     durable: bool,
 }
 
-impl Conn {
+impl<T: Transport> Conn<T> {
     /// Reads bytes into the read buffer; false on EOF or error.
     async fn fill(&mut self) -> bool {
-        if self.stream.readable().await.is_err() {
-            return false;
-        }
-        self.try_fill()
-    }
-
-    fn try_fill(&mut self) -> bool {
-        self.rbuf.reserve(READ_CHUNK);
-        match self.stream.try_read_buf(&mut self.rbuf) {
-            Ok(0) => false,
-            Ok(_) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
-            Err(_) => false,
-        }
+        self.stream.fill(&mut self.rbuf).await
     }
 
     fn decode(&mut self) -> Result<Option<Packet>, DecodeError> {
@@ -530,7 +513,7 @@ impl Conn {
             self.queue(&Packet::Disconnect(Disconnect { reason, session_expiry_interval: None, reason_string, server_reference: None }));
             let _ = self.flush().await;
         }
-        let _ = self.stream.shutdown().await;
+        self.stream.shutdown().await;
     }
 
     /// The connected phase.
@@ -550,6 +533,9 @@ impl Conn {
         // A resumed session's queue and unacknowledged copies go first.
         if link.inbox.has_queued() {
             self.send_queued(link, window);
+            if self.flush().await.is_err() {
+                return End::Gone;
+            }
         }
 
         loop {
@@ -575,20 +561,20 @@ impl Conn {
                     self.send_queued(link, window);
                 }
                 Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
-                    if let Some(end) = self.finish(done, &mut awaiting_rel) {
+                    if let Some(end) = self.finish(done, &mut awaiting_rel, link, window) {
                         return end;
                     }
                     // Batch every other ack that is already complete into the same write.
                     if let Some(p) = pending.as_mut() {
                         while let Some(Some(done)) = futures_util::FutureExt::now_or_never(p.next()) {
-                            if let Some(end) = self.finish(done, &mut awaiting_rel) {
+                            if let Some(end) = self.finish(done, &mut awaiting_rel, link, window) {
                                 return end;
                             }
                         }
                     }
                 }
-                ready = self.stream.readable(), if can_read => {
-                    if ready.is_err() || !self.try_fill() {
+                filled = self.stream.fill(&mut self.rbuf), if can_read => {
+                    if !filled {
                         return End::Gone;
                     }
                     last_seen = Instant::now();
@@ -721,7 +707,7 @@ impl Conn {
     }
 
     /// Writes what a completed in-flight item produced; `Some` ends the connection.
-    fn finish(&mut self, done: Done, awaiting_rel: &mut HashSet<u16>) -> Option<End> {
+    fn finish(&mut self, done: Done, awaiting_rel: &mut HashSet<u16>, link: &SessionLink, window: &mut OutWindow) -> Option<End> {
         if let Some(ack) = &done.ack {
             if let Packet::PubRec(r) = ack {
                 if r.reason < 0x80 {
@@ -741,13 +727,11 @@ impl Conn {
                 properties: PublishProperties::default(),
             }));
         }
-        // Retained messages of a new subscription, after its SUBACK. Sent at QoS 0, outside
-        // the QoS 1 window (a subscription to `#` may match more than the window holds).
-        let now = std::time::Instant::now();
-        for r in done.retained {
-            if !r.msg.expired(now) {
-                self.queue(&self.outgoing(r, None, false, now));
-            }
+        // Retained messages of a new subscription, after its SUBACK, at the lower of their
+        // QoS and the subscription's: through the inbox, so QoS 1 ones respect the window.
+        if !done.retained.is_empty() {
+            link.inbox.push_all(done.retained);
+            self.send_queued(link, window);
         }
         done.close.map(|(reason, text)| End::Disconnect(reason, text))
     }
@@ -951,10 +935,10 @@ impl Conn {
                         };
                         match self.st.sessions.subscribe_client(client, &f.filter, opts) {
                             Ok(r) => {
-                                retained.extend(r.into_iter().map(|(msg, _)| Outbound {
+                                retained.extend(r.into_iter().map(|(msg, qos)| Outbound {
                                     retain: true,
                                     subscription_ids: s.subscription_identifier.into_iter().collect(),
-                                    ..Outbound::plain(msg, 0)
+                                    ..Outbound::plain(msg, qos)
                                 }));
                                 granted
                             }

@@ -9,6 +9,7 @@ mod connection;
 pub mod pubsub;
 pub mod retained;
 pub mod telemetry_topics;
+pub mod transport;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -67,8 +68,7 @@ impl MqttMetrics {
 
 /// Accepts MQTT connections until `shutdown` turns true. Every connection task holds a
 /// clone of `alive`; the caller waits for all of them by waiting for the channel to close.
-pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>) {
-    let limit = Arc::new(Semaphore::new(st.cfg.mqtt.max_connections));
+pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>, limit: Arc<Semaphore>) {
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -83,6 +83,7 @@ pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watc
                     let shutdown = shutdown.clone();
                     let alive = alive.clone();
                     tokio::spawn(async move {
+                        let _ = stream.set_nodelay(true);
                         connection::run(stream, st, shutdown).await;
                         drop(permit);
                         drop(alive);
@@ -96,4 +97,46 @@ pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watc
             }
         }
     }
+}
+
+/// What the WebSocket upgrade handler needs.
+struct WsContext {
+    st: Arc<AppState>,
+    shutdown: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+    limit: Arc<Semaphore>,
+}
+
+/// Serves MQTT over WebSocket (`GET /mqtt`, subprotocol `mqtt`) until `shutdown` turns
+/// true; connections count against the same `mqtt.max_connections` as TCP ones.
+pub async fn listen_ws(listener: TcpListener, st: Arc<AppState>, shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>, limit: Arc<Semaphore>) {
+    use axum::routing::get;
+    let mut stop = shutdown.clone();
+    let ctx = Arc::new(WsContext { st, shutdown, alive, limit });
+    let app = axum::Router::new().route("/mqtt", get(upgrade)).with_state(ctx);
+    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|stopping| *stopping).await;
+    });
+    if let Err(e) = served.await {
+        tracing::warn!(error = %e, "MQTT over WebSocket listener failed");
+    }
+}
+
+async fn upgrade(
+    axum::extract::State(ctx): axum::extract::State<Arc<WsContext>>,
+    ws: axum::extract::ws::WebSocketUpgrade,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let Ok(permit) = ctx.limit.clone().try_acquire_owned() else {
+        ctx.st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "mqtt.max_connections reached").into_response();
+    };
+    // One WebSocket message may hold several MQTT packets; none may exceed the limit.
+    let max = ctx.st.cfg.mqtt.max_packet_size.saturating_add(64 * 1024);
+    let (st, shutdown, alive) = (ctx.st.clone(), ctx.shutdown.clone(), ctx.alive.clone());
+    ws.protocols(["mqtt"]).max_message_size(max).max_frame_size(max).on_upgrade(move |socket| async move {
+        connection::run(transport::Ws(socket), st, shutdown).await;
+        drop(permit);
+        drop(alive);
+    })
 }

@@ -18,6 +18,8 @@ pub struct Server {
     pub base: String,
     /// MQTT port.
     pub mqtt_port: u16,
+    /// MQTT over WebSocket port.
+    pub ws_port: u16,
     pub data_dir: PathBuf,
     agent: ureq::Agent,
     _tmp: Option<tempfile::TempDir>,
@@ -46,11 +48,13 @@ impl Server {
     pub fn start_on(dir: &Path, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let mqtt_port = free_port();
+        let ws_port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridlinks"));
         cmd.args(["serve", "--data-dir"])
             .arg(dir)
             .args(["--http-bind", &format!("127.0.0.1:{port}")])
             .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
+            .args(["--mqtt-ws-bind", &format!("127.0.0.1:{ws_port}")])
             .env("GRIDLINKS_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env("GRIDLINKS_LOG", "warn")
             .stdout(Stdio::null())
@@ -63,6 +67,7 @@ impl Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
             mqtt_port,
+            ws_port,
             data_dir: dir.to_owned(),
             agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
             _tmp: None,

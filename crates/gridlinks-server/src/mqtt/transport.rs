@@ -1,0 +1,77 @@
+//! What an MQTT connection runs over: plain TCP, or a WebSocket (MQTT over WebSocket,
+//! subprotocol `mqtt`, binary messages carrying any slice of the MQTT byte stream).
+
+use std::future::Future;
+use std::io;
+
+use axum::extract::ws::{Message, WebSocket};
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Bytes a read may add at a time (TCP).
+const READ_CHUNK: usize = 4096;
+
+/// A byte stream to the client.
+pub trait Transport: Send + 'static {
+    /// Waits for bytes and appends them to `buf` (allocating only once some are ready);
+    /// false on end of stream or error. Cancel-safe.
+    fn fill(&mut self, buf: &mut BytesMut) -> impl Future<Output = bool> + Send;
+    /// Writes all of `data`.
+    fn write_all(&mut self, data: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
+    /// Closes the stream.
+    fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+impl Transport for TcpStream {
+    async fn fill(&mut self, buf: &mut BytesMut) -> bool {
+        loop {
+            if self.readable().await.is_err() {
+                return false;
+            }
+            buf.reserve(READ_CHUNK);
+            match self.try_read_buf(buf) {
+                Ok(0) => return false,
+                Ok(_) => return true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        AsyncWriteExt::write_all(self, data).await
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = AsyncWriteExt::shutdown(self).await;
+    }
+}
+
+/// MQTT over a WebSocket.
+pub struct Ws(pub WebSocket);
+
+impl Transport for Ws {
+    async fn fill(&mut self, buf: &mut BytesMut) -> bool {
+        loop {
+            match self.0.recv().await {
+                Some(Ok(Message::Binary(b))) => {
+                    buf.extend_from_slice(&b);
+                    return true;
+                }
+                // Pings are answered by the WebSocket layer.
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                // MQTT is binary: a text message is a protocol error, like a close.
+                _ => return false,
+            }
+        }
+    }
+
+    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.0.send(Message::Binary(bytes::Bytes::copy_from_slice(data))).await.map_err(io::Error::other)
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = self.0.send(Message::Close(None)).await;
+    }
+}
