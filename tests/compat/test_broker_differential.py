@@ -186,6 +186,24 @@ def test_dollar_topics_are_not_matched_by_leading_wildcards(brokers):
     assert both(brokers, scenario) == []
 
 
+def test_qos2_end_to_end_and_downgrade(brokers):
+    def scenario(ports, tag):
+        exact = Client(ports, f"exact-{tag}")
+        exact.subscribe((f"{tag}/q2", 2))
+        once = Client(ports, f"once-{tag}", version=V3)
+        once.subscribe((f"{tag}/q2", 1))
+        pub = Client(ports, f"pub-{tag}")
+        for i in range(5):
+            pub.publish(f"{tag}/q2", f"m{i}", qos=2)
+        got = exact.settle(5), once.settle(5)
+        for c in (exact, once, pub):
+            c.close()
+        return [[(p, q) for _, p, q, _, _ in g] for g in got]
+
+    exact, once = both(brokers, scenario)
+    assert exact == [(f"m{i}", 2) for i in range(5)] and once == [(f"m{i}", 1) for i in range(5)]
+
+
 def test_retained_messages_set_replace_and_clear(brokers):
     def scenario(ports, tag):
         pub = Client(ports, f"pub-{tag}", version=V3)

@@ -29,7 +29,7 @@ pub struct SessionId(pub u64);
 pub struct Outbound {
     /// The message (topic, payload, properties, expiry).
     pub msg: Message,
-    /// QoS of this copy: the lower of the published QoS and the subscription's (0 or 1).
+    /// QoS of this copy: the lower of the published QoS and the subscription's.
     pub qos: u8,
     /// RETAIN flag (retain-as-published subscriptions).
     pub retain: bool,
@@ -40,12 +40,14 @@ pub struct Outbound {
     /// The packet id it was sent with, once sent: an unacknowledged copy is sent again
     /// with the same id and DUP set when the session resumes.
     pub packet_id: Option<u16>,
+    /// QoS 2: the client sent PUBREC, so only the PUBREL is owed (sent again on resume).
+    pub released: bool,
 }
 
 impl Outbound {
     /// A copy without retain flag or subscription identifiers.
     pub fn plain(msg: Message, qos: u8) -> Self {
-        Self { msg, qos, retain: false, subscription_ids: Vec::new(), seq: None, packet_id: None }
+        Self { msg, qos, retain: false, subscription_ids: Vec::new(), seq: None, packet_id: None, released: false }
     }
 }
 
@@ -217,9 +219,9 @@ pub struct Routed {
     pub queued: usize,
     /// QoS 1 copies whose receiver's queue is full.
     pub blocked: Vec<Blocked>,
-    /// (client id, seq) of the copies for persistent sessions: rows to write to their
-    /// durable queues before the publisher is acknowledged.
-    pub durable: Vec<(String, u64)>,
+    /// (client id, seq, QoS of the copy) of the copies for persistent sessions: rows to
+    /// write to their durable queues before the publisher is acknowledged.
+    pub durable: Vec<(String, u64, u8)>,
     /// (client id, seq) of durable copies pushed out of full offline queues
     /// (`drop_oldest`): rows to delete.
     pub dropped: Vec<(String, u64)>,
@@ -575,7 +577,7 @@ impl Sessions {
                 continue;
             }
             let seq = (persistent && d.qos >= 1).then(|| self.seq.fetch_add(1, Ordering::Relaxed));
-            let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None };
+            let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
             match e.inbox.try_push(out, e.capacity) {
                 Ok(()) => routed.queued += 1,
                 Err(_) if d.qos == 0 => {
@@ -599,7 +601,7 @@ impl Sessions {
                 Err(out) => routed.blocked.push(Blocked { inbox: e.inbox.clone(), capacity: e.capacity, out, persistent }),
             }
             if let Some(seq) = seq {
-                routed.durable.push((d.client, seq));
+                routed.durable.push((d.client, seq, d.qos));
             }
         }
         routed
@@ -761,7 +763,7 @@ mod tests {
         s.unregister_client("p", &r.link, Vec::new());
         let first = s.publish("x", &Message::new("t", 1, Bytes::from_static(b"1")), false);
         let second = s.publish("x", &Message::new("t", 1, Bytes::from_static(b"2")), false);
-        assert_eq!(second.dropped, first.durable, "the first copy's row goes");
+        assert_eq!(second.dropped[0], (first.durable[0].0.clone(), first.durable[0].1), "the first copy's row goes");
         let r = s.register_client("p", "".into(), 1, false, 60);
         assert_eq!(r.link.inbox.take(10)[0].msg.payload, Bytes::from_static(b"2"));
     }

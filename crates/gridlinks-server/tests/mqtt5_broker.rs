@@ -172,3 +172,61 @@ fn retained_messages_with_their_properties_survive_kill_9() {
     sub.stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     assert!(matches!(sub.try_recv(), Err(_) | Ok(None)), "only lamp/1 is retained");
 }
+
+fn resp(packet_id: u16) -> PubResp {
+    PubResp { packet_id, reason: 0, reason_string: None, user_properties: Vec::new() }
+}
+
+#[test]
+fn qos2_towards_subscribers_is_exactly_once_and_holds_the_window_until_pubcomp() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let (mut sub, _) = Raw::connect_custom(port, ProtocolVersion::V5, |c| {
+        c.client_id = "q2".into();
+        c.clean_start = false;
+        c.properties.session_expiry_interval = Some(600);
+        c.properties.receive_maximum = Some(1);
+    });
+    sub.send(&Packet::Subscribe(Subscribe {
+        packet_id: 1,
+        filters: vec![SubscriptionRequest { filter: "q2/#".into(), qos: QoS::ExactlyOnce, no_local: false, retain_as_published: false, retain_handling: 0 }],
+        subscription_identifier: None,
+        user_properties: Vec::new(),
+    }));
+    assert!(matches!(sub.recv(), Some(Packet::SubAck(a)) if a.return_codes == [2]));
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "pub", None);
+    for i in 1..=2u16 {
+        p.publish(&format!("q2/{i}"), b"x", QoS::ExactlyOnce, Some(i));
+        assert!(matches!(p.recv(), Some(Packet::PubRec(r)) if r.packet_id == i));
+        p.send(&Packet::PubRel(resp(i)));
+        assert!(matches!(p.recv(), Some(Packet::PubComp(c)) if c.packet_id == i));
+    }
+    let first = next_publish(&mut sub);
+    assert_eq!((first.topic.as_str(), first.qos), ("q2/1", QoS::ExactlyOnce));
+    let id = first.packet_id.unwrap();
+    sub.send(&Packet::PubRec(resp(id)));
+    assert!(matches!(sub.recv(), Some(Packet::PubRel(r)) if r.packet_id == id && r.reason == 0));
+    // Receive Maximum 1: the second message waits for the PUBCOMP, not the PUBREC.
+    sub.stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(matches!(sub.try_recv(), Err(_) | Ok(None)), "a second QoS 2 message before PUBCOMP");
+    sub.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sub.send(&Packet::PubComp(resp(id)));
+    let second = next_publish(&mut sub);
+    assert_eq!(second.topic, "q2/2");
+    // PUBREC sent, then the connection drops: on resume only the PUBREL comes again.
+    let id2 = second.packet_id.unwrap();
+    sub.send(&Packet::PubRec(resp(id2)));
+    assert!(matches!(sub.recv(), Some(Packet::PubRel(r)) if r.packet_id == id2));
+    drop(sub);
+    std::thread::sleep(Duration::from_millis(200));
+    let (mut sub, ack) = Raw::connect_custom(port, ProtocolVersion::V5, |c| {
+        c.client_id = "q2".into();
+        c.clean_start = false;
+        c.properties.session_expiry_interval = Some(600);
+    });
+    assert!(ack.session_present);
+    assert!(matches!(sub.recv(), Some(Packet::PubRel(r)) if r.packet_id == id2), "the PUBREL is owed, not the message");
+    sub.send(&Packet::PubComp(resp(id2)));
+    sub.stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(matches!(sub.try_recv(), Err(_) | Ok(None)), "nothing else: exactly once");
+}

@@ -161,6 +161,23 @@ impl OutWindow {
         }
     }
 
+    /// Whether `id` is in flight.
+    fn in_flight(&self, id: u16) -> bool {
+        self.used.get(usize::from(id / 64)).is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+
+    /// QoS 2: the client received copy `id` (PUBREC); only the PUBREL is owed now. Whether
+    /// the kept copy (if any) was still owed as a message.
+    fn received(&mut self, id: u16) -> Option<Outbound> {
+        let kept = self.kept.as_mut()?;
+        let (_, out) = kept.iter_mut().find(|(k, _)| *k == id)?;
+        if out.released {
+            return None;
+        }
+        out.released = true;
+        Some(out.clone())
+    }
+
     /// The kept copy acknowledged as `id`.
     fn acked(&mut self, id: u16) -> Option<Outbound> {
         let kept = self.kept.as_mut()?;
@@ -593,15 +610,23 @@ impl<T: Transport> Conn<T> {
             while !stopping && pending.as_ref().map_or(0, FuturesOrdered::len) < max_in_flight {
                 match self.decode() {
                     Ok(None) => break,
-                    Ok(Some(Packet::PubAck(a))) => {
-                        if window.release(a.packet_id) {
-                            if let (Some(out), Who::Client { id, .. }) = (window.acked(a.packet_id), &who) {
-                                self.acked_rows.extend(pubsub::acked_row(id, &out));
+                    // Acknowledgements of the server's own QoS 1 and 2 publishes.
+                    Ok(Some(Packet::PubAck(PubResp { packet_id, .. }) | Packet::PubComp(PubResp { packet_id, .. }))) => {
+                        self.settle(packet_id, window, link);
+                    }
+                    Ok(Some(Packet::PubRec(r))) => {
+                        if r.reason >= 0x80 {
+                            // Refused by the client (MQTT 5): the exchange ends here.
+                            self.settle(r.packet_id, window, link);
+                        } else if window.in_flight(r.packet_id) {
+                            // Delivered: the durable copy can go; the PUBREL is owed.
+                            if let (Some(out), Some(client)) = (window.received(r.packet_id), self.client_id.clone()) {
+                                self.acked_rows.extend(pubsub::acked_row(&client, &out));
                             }
-                            // Room in the window: send what waits in the inbox.
-                            if link.inbox.has_queued() {
-                                self.send_queued(link, window);
-                            }
+                            self.queue(&Packet::PubRel(resp(r.packet_id, 0, None)));
+                        } else {
+                            let reason = if self.version == ProtocolVersion::V5 { rc::PACKET_IDENTIFIER_NOT_FOUND } else { 0 };
+                            self.queue(&Packet::PubRel(resp(r.packet_id, reason, None)));
                         }
                     }
                     Ok(Some(p)) => {
@@ -648,7 +673,13 @@ impl<T: Transport> Conn<T> {
             let rest = unacked.split_off(unacked.len().min(window.room()));
             link.inbox.requeue_unacked(rest);
             for out in unacked {
-                if !self.expired(&out, now) {
+                if out.released {
+                    // QoS 2 after PUBREC: only the PUBREL is owed, with the same id.
+                    if let Some(id) = out.packet_id.filter(|id| window.reserve(*id)) {
+                        window.keep(id, &out);
+                        self.queue(&Packet::PubRel(resp(id, 0, None)));
+                    }
+                } else if !self.expired(&out, now) {
                     let id = out.packet_id.filter(|id| window.reserve(*id)).unwrap_or_else(|| window.take_id());
                     window.keep(id, &out);
                     self.queue(&self.outgoing(out, Some(id), true, now));
@@ -670,6 +701,22 @@ impl<T: Transport> Conn<T> {
                 }
                 self.queue(&self.outgoing(out, packet_id, false, now));
             }
+        }
+    }
+
+    /// The client finished with the server's publish `id` (PUBACK, PUBCOMP, or a refusing
+    /// PUBREC): its window slot frees, its durable copy goes, waiting messages follow.
+    fn settle(&mut self, id: u16, window: &mut OutWindow, link: &SessionLink) {
+        if !window.release(id) {
+            return;
+        }
+        if let (Some(out), Some(client)) = (window.acked(id), self.client_id.clone()) {
+            if !out.released {
+                self.acked_rows.extend(pubsub::acked_row(&client, &out));
+            }
+        }
+        if link.inbox.has_queued() {
+            self.send_queued(link, window);
         }
     }
 
@@ -695,9 +742,14 @@ impl<T: Transport> Conn<T> {
             properties.message_expiry_interval = out.msg.expires.map(|e| retained::remaining_secs(e, now));
             properties.subscription_identifiers = out.subscription_ids;
         }
+        let qos = match (packet_id, out.qos) {
+            (None, _) => QoS::AtMostOnce,
+            (Some(_), 2) => QoS::ExactlyOnce,
+            (Some(_), _) => QoS::AtLeastOnce,
+        };
         Packet::Publish(Publish {
             dup,
-            qos: if packet_id.is_some() { QoS::AtLeastOnce } else { QoS::AtMostOnce },
+            qos,
             retain: out.retain,
             topic: out.msg.topic,
             packet_id,
@@ -789,8 +841,7 @@ impl<T: Transport> Conn<T> {
                 let reason = if v5 { reason } else { 0 };
                 pending.push_back(ready(Some(Packet::PubComp(resp(r.packet_id, reason, None)))));
             }
-            // PUBACKs are handled before (they open the outbound window); the server sends
-            // no QoS 2, so PUBREC/PUBCOMP have nothing to complete.
+            // Handled in the read loop (they open the outbound window).
             Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
             Packet::Subscribe(s) => {
                 let (ack, retained) = self.subscribe(who, s);
@@ -909,9 +960,11 @@ impl<T: Transport> Conn<T> {
             .filters
             .iter()
             .map(|f| {
-                let granted = (f.qos as u8).min(1);
+                let granted = f.qos as u8;
                 match who {
                     Who::Device(device) => {
+                        // Server-originated device messages go at QoS 0 or 1.
+                        let granted = granted.min(1);
                         if f.filter.starts_with("$share/") {
                             return if v5 { rc::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
@@ -1002,7 +1055,7 @@ pub(crate) fn message(p: Publish) -> Message {
     props.topic_alias = None;
     props.subscription_identifiers.clear();
     let has_props = props != PublishProperties::default();
-    Message { topic: p.topic, payload: p.payload, qos: (p.qos as u8).min(1), props: has_props.then(|| Arc::new(props)), expires }
+    Message { topic: p.topic, payload: p.payload, qos: p.qos as u8, props: has_props.then(|| Arc::new(props)), expires }
 }
 
 fn ready(ack: Option<Packet>) -> InFlight {

@@ -44,10 +44,12 @@ pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool) -> Rou
     }
     if !routed.durable.is_empty() {
         let stored = retained::encode_message(msg);
-        rows.extend(routed.durable.iter().map(|(client, seq)| BrokerRow {
-            table: BrokerTable::Queue,
-            key: queue_key(client, *seq),
-            value: Some(stored.clone()),
+        // A row is the copy's QoS (it may be lower than the message's) and the message.
+        rows.extend(routed.durable.iter().map(|(client, seq, qos)| {
+            let mut value = Vec::with_capacity(stored.len() + 1);
+            value.push(*qos);
+            value.extend_from_slice(&stored);
+            BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: Some(value) }
         }));
     }
     rows.extend(routed.dropped.iter().map(|(client, seq)| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: None }));
@@ -179,9 +181,9 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
         let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else { continue };
         let seq = u64::from_be_bytes(seq);
         max_seq = max_seq.max(seq);
-        match retained::decode_message(&v) {
-            Some(msg) => {
-                let mut out = Outbound::plain(msg, 1);
+        match v.split_first().and_then(|(qos, m)| Some((*qos, retained::decode_message(m)?))) {
+            Some((qos, msg)) => {
+                let mut out = Outbound::plain(msg, qos.clamp(1, 2));
                 out.seq = Some(seq);
                 queues.entry(client.to_owned()).or_default().push(out);
             }

@@ -33,7 +33,11 @@ fn encode_row(msg: &Message, now_ms: i64, now: Instant) -> Vec<u8> {
     properties.message_expiry_interval = msg.expires.map(|e| remaining_secs(e, now));
     let publish = Packet::Publish(Publish {
         dup: false,
-        qos: if msg.qos == 0 { QoS::AtMostOnce } else { QoS::AtLeastOnce },
+        qos: match msg.qos {
+            0 => QoS::AtMostOnce,
+            1 => QoS::AtLeastOnce,
+            _ => QoS::ExactlyOnce,
+        },
         retain: true,
         topic: msg.topic.clone(),
         packet_id: (msg.qos > 0).then_some(1),
