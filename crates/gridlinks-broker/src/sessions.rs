@@ -768,6 +768,101 @@ mod tests {
         assert_eq!(r.link.inbox.take(10)[0].msg.payload, Bytes::from_static(b"2"));
     }
 
+    /// Random operations of several clients on the session state machine (connect clean
+    /// or persistent, take over, disconnect with unacknowledged copies, expire, subscribe,
+    /// unsubscribe, publish, receive): no panic, no copy reaches a client that never
+    /// subscribed to a filter matching it in its current session, queues stay bounded.
+    #[test]
+    fn random_sessions_never_leak_messages_to_other_clients() {
+        let topics = ["a", "a/b", "a/b/c", "b/b", "$SYS/x"];
+        let filters = ["a/#", "+/b", "#", "a/+/c", "$SYS/#", "$share/g/a/#", "b/+"];
+        let clients = ["c0", "c1", "c2", "c3", "c4"];
+        let capacity = 8;
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _round in 0..200 {
+            let s = Sessions::default().drop_oldest_when_offline_queue_full(next(2) == 0);
+            // Per client: its live link, and every filter subscribed since its session began.
+            let mut links: HashMap<&str, SessionLink> = HashMap::new();
+            let mut allowed: HashMap<&str, Vec<&str>> = HashMap::new();
+            let mut parked: HashMap<&str, SessionId> = HashMap::new();
+            for _ in 0..300 {
+                let c = clients[next(clients.len())];
+                match next(9) {
+                    0 => {
+                        let clean = next(2) == 0;
+                        let r = s.register_client(c, "".into(), capacity, clean, if next(2) == 0 { 60 } else { 0 });
+                        if !r.present {
+                            allowed.insert(c, Vec::new());
+                        }
+                        parked.remove(c);
+                        links.insert(c, r.link);
+                    }
+                    1 => {
+                        if let Some(link) = links.remove(c) {
+                            let mut unacked = link.inbox.take(next(3));
+                            unacked.iter_mut().for_each(|o| o.packet_id = Some(1 + next(100) as u16));
+                            match s.unregister_client(c, &link, unacked) {
+                                Unregistered::Parked { epoch, .. } => {
+                                    parked.insert(c, epoch);
+                                }
+                                Unregistered::Ended => {
+                                    allowed.remove(c);
+                                }
+                                Unregistered::Superseded => {}
+                            }
+                        }
+                    }
+                    2 => {
+                        if let Some(epoch) = parked.remove(c) {
+                            if s.expire_client(c, epoch) {
+                                allowed.remove(c);
+                            }
+                        }
+                    }
+                    3 | 4 => {
+                        if links.contains_key(c) {
+                            let f = filters[next(filters.len())];
+                            let opts = SubOptions { qos: next(3) as u8, no_local: next(4) == 0, ..Default::default() };
+                            if s.subscribe_client(c, f, opts).is_ok() {
+                                allowed.entry(c).or_default().push(f);
+                            }
+                        }
+                    }
+                    5 => {
+                        if links.contains_key(c) {
+                            s.unsubscribe_client(c, filters[next(filters.len())]);
+                        }
+                    }
+                    6 | 7 => {
+                        let msg = Message::new(topics[next(topics.len())], next(3) as u8, Bytes::from_static(b"m"));
+                        s.publish(c, &msg, next(5) == 0);
+                    }
+                    _ => {
+                        let Some(link) = links.get(c) else { continue };
+                        let mut got = link.inbox.take_unacked();
+                        got.extend(link.inbox.take(next(4)));
+                        for out in got {
+                            let plain = |f: &str| f.strip_prefix("$share/g/").unwrap_or(f).to_owned();
+                            assert!(
+                                allowed.get(c).is_some_and(|fs| fs.iter().any(|f| matches(&plain(f), &out.msg.topic))),
+                                "{c} got {:?} without a matching subscription",
+                                out.msg.topic
+                            );
+                            assert!(out.qos <= out.msg.qos);
+                        }
+                        assert!(link.inbox.len() <= capacity + 8, "queue bound");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn take_stops_at_the_window_and_keeps_order() {
         let inbox = Inbox::default();
