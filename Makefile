@@ -62,9 +62,16 @@ bench-mqtt: bench-deps
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/connect-rate.json --html $(RESULTS)/connect-rate.html \
 	  connect --connections 10000 --hold 1s --sources $(SOURCES)
 
+# Issue 5's pub/sub shapes at QoS 1 and QoS 0: fan-in 1,000 -> 1, fan-out 1 -> 1,000, 500 pairs.
 bench-pubsub: bench-deps
-	$(BENCH) compare --servers $(PEERS) --json $(RESULTS)/fanin.json --html $(RESULTS)/fanin.html \
-	  pubsub --groups 1 --publishers 10 --subscribers 1 --duration 20s
+	for q in 1 0; do \
+	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanin-q$$q.json \
+	    pubsub --groups 1 --publishers 1000 --subscribers 1 --pub-qos $$q --sub-qos $$q --duration 20s && \
+	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanout-q$$q.json \
+	    pubsub --groups 1 --publishers 1 --subscribers 1000 --pub-qos $$q --sub-qos $$q --duration 20s && \
+	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/pairs-q$$q.json \
+	    pubsub --groups 500 --publishers 1 --subscribers 1 --pub-qos $$q --sub-qos $$q --duration 20s || exit 1; \
+	done
 
 bench-presets: bench-deps
 	$(BENCH) preset tb-2017 --against $(PEERS) --step-args "--sources $(SOURCES)" --json $(RESULTS)/tb-2017.json --html $(RESULTS)/tb-2017.html

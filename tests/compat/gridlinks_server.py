@@ -5,6 +5,7 @@ GRIDLINKS_BIN selects the binary (default: target/debug/gridlinks of this reposi
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,9 +20,16 @@ GRIDLINKS_BIN = os.environ.get(
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below Linux's ephemeral range (32768-60999): client sockets
+    of tests running meanwhile cannot take it before the server binds it."""
+    while True:
+        port = random.randint(10000, 31999)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @contextlib.contextmanager
@@ -31,33 +39,23 @@ def gridlinks_server(tmp, admin_password, **env):
     asserts a clean exit (code 0 within 20 s)."""
     if not os.access(GRIDLINKS_BIN, os.X_OK):
         pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
-    port, mqtt_port, ws_port = free_port(), free_port(), free_port()
     log_path = tmp / "server.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
-         "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}",
-         "--mqtt-ws-bind", f"127.0.0.1:{ws_port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-        env=dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=admin_password, **env),
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            log.close()
-            pytest.fail(f"gridlinks exited early with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
-        try:
-            if requests.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            log.close()
-            pytest.fail(f"gridlinks not healthy within 60 s:\n{log_path.read_text(errors='replace')}")
-        time.sleep(0.1)
+    for _ in range(5):
+        port, mqtt_port, ws_port = free_port(), free_port(), free_port()
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(
+            [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
+             "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}",
+             "--mqtt-ws-bind", f"127.0.0.1:{ws_port}"],
+            stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=admin_password, **env),
+        )
+        base = f"http://127.0.0.1:{port}"
+        if _wait_healthy(proc, base, log, log_path):
+            break
+        # A port was taken meanwhile (another test's server): try other ports.
+    else:
+        pytest.fail(f"gridlinks did not start in 5 attempts:\n{log_path.read_text(errors='replace')}")
 
     yield {"base": base, "mqtt_port": mqtt_port, "ws_port": ws_port, "log": log_path}
 
@@ -71,3 +69,26 @@ def gridlinks_server(tmp, admin_password, **env):
         pytest.fail("gridlinks did not stop within 20 s of SIGTERM")
     log.close()
     assert rc == 0, f"gridlinks exited with {rc} after SIGTERM:\n{log_path.read_text(errors='replace')}"
+
+
+def _wait_healthy(proc, base, log, log_path):
+    """True once /healthz answers 200; False if gridlinks exited because a port was taken."""
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            log.close()
+            text = log_path.read_text(errors='replace')
+            if "Address already in use" in text:
+                return False
+            pytest.fail(f"gridlinks exited early with {proc.returncode}:\n{text}")
+        try:
+            if requests.get(base + "/healthz", timeout=1).status_code == 200:
+                return True
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            log.close()
+            pytest.fail(f"gridlinks not healthy within 60 s:\n{log_path.read_text(errors='replace')}")
+        time.sleep(0.1)

@@ -436,6 +436,10 @@ pub struct PubsubArgs {
     /// split its messages (TBMQ's APPLICATION clients), instead of each getting all.
     #[arg(long)]
     pub shared: bool,
+    /// Subscribers keep persistent sessions (clean start off; MQTT 5: session expiry 1 h):
+    /// a broker that stores such sessions durably pays for that on every QoS 1 copy.
+    #[arg(long)]
+    pub persistent_subscribers: bool,
     /// Topic prefix.
     #[arg(long, default_value = "bench/pubsub")]
     pub topic_prefix: String,

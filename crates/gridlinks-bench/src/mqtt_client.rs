@@ -55,6 +55,8 @@ pub struct ClientOptions {
     pub version: ProtocolVersion,
     /// Time allowed for TCP connect plus CONNECT/CONNACK.
     pub connect_timeout: Duration,
+    /// A persistent session: clean start off and, in MQTT 5, this session expiry (s).
+    pub session_expiry: Option<u32>,
 }
 
 /// Why a connection could not be established. [`ConnectError::reason`] is the key the
@@ -220,11 +222,14 @@ impl MqttConnection {
             protocol: opts.version,
             client_id: opts.client_id.clone(),
             keep_alive: u16::try_from(opts.keep_alive.as_secs()).unwrap_or(u16::MAX),
-            clean_start: true,
+            clean_start: opts.session_expiry.is_none(),
             username: opts.username.clone(),
             password: opts.password.clone(),
             will: None,
-            properties: ConnectProperties::default(),
+            properties: ConnectProperties {
+                session_expiry_interval: opts.session_expiry.filter(|_| opts.version.is_v5()),
+                ..ConnectProperties::default()
+            },
         }));
         conn.queue(&connect)
             .map_err(|e| ConnectError::Protocol(format!("cannot encode CONNECT: {e}")))?;

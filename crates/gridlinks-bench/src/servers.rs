@@ -107,12 +107,20 @@ fn install_hint(kind: ServerKind) -> &'static str {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released).
+/// A free TCP port on 127.0.0.1 (bound and released), below Linux's ephemeral range
+/// (32768-60999): the generator's own client sockets, and those of anything else running,
+/// take ports from that range and could take it before the server binds it.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")
-        .context("binding a free port")?
-        .local_addr()?
-        .port())
+    use std::hash::{BuildHasher, Hasher};
+    for _ in 0..1000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        let port = 10_000 + (h.finish() % 22_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port found in 10000-31999 on 127.0.0.1")
 }
 
 /// Mosquitto's configuration: anonymous, in memory, no Nagle delay, queues large

@@ -85,7 +85,7 @@ fn random_packets_from_several_clients_never_crash_the_server_or_leak() {
                 let v5 = r.next(2) == 0;
                 let clean = r.next(2) == 0;
                 let version = if v5 { ProtocolVersion::V5 } else { ProtocolVersion::V3_1_1 };
-                let (mut raw, ack) = Raw::connect_custom(port, version, |k| {
+                let (raw, ack) = Raw::connect_custom(port, version, |k| {
                     k.client_id = c.into();
                     k.clean_start = clean;
                     if v5 && !clean {

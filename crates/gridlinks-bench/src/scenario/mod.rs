@@ -154,6 +154,7 @@ impl Target {
             keep_alive: self.keep_alive,
             version: self.version,
             connect_timeout: self.connect_timeout,
+            session_expiry: None,
         }
     }
 

@@ -137,6 +137,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
             (Arc::clone(&target), Arc::clone(&counters), Arc::clone(&e2e));
         let per_group = args.subscribers.max(1);
         let (prefix, shared, sub_qos) = (args.topic_prefix.clone(), args.shared, qos(args.sub_qos));
+        let persistent = args.persistent_subscribers;
         let rate = args.connect_rate;
         tokio::spawn(async move {
             let pacer = ConnectPacer::new(rate, target.max_pending);
@@ -153,6 +154,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
                     group,
                     filter,
                     qos: sub_qos,
+                    persistent,
                     target: Arc::clone(&target),
                     counters: Arc::clone(&counters),
                     latency: e2e.recorder(j),
@@ -299,6 +301,8 @@ struct Subscriber {
     group: usize,
     filter: String,
     qos: QoS,
+    /// Connect with a persistent session.
+    persistent: bool,
     target: Arc<Target>,
     counters: Arc<Counters>,
     latency: LatencyRecorder,
@@ -393,12 +397,11 @@ impl Subscriber {
 
     /// Connects and subscribes; a failure as the reason counted in the report.
     async fn subscribe(&self) -> Result<MqttConnection, String> {
-        let mut conn = MqttConnection::connect(
-            self.target.endpoint(self.index),
-            &self.target.client_options(self.index),
-        )
-        .await
-        .map_err(|e| e.reason())?;
+        let mut opts = self.target.client_options(self.index);
+        opts.session_expiry = self.persistent.then_some(3600);
+        let mut conn = MqttConnection::connect(self.target.endpoint(self.index), &opts)
+            .await
+            .map_err(|e| e.reason())?;
         let subscribe = Packet::Subscribe(Subscribe {
             packet_id: SUBSCRIBE_ID,
             filters: vec![SubscriptionRequest {

@@ -7,7 +7,6 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -41,13 +40,9 @@ pub fn server_bin() -> PathBuf {
     path
 }
 
-/// A free local port (bound and released; a race with other processes is unlikely).
+/// A free local port, outside the ephemeral range that client sockets use.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    gridlinks_bench::servers::free_port().unwrap()
 }
 
 /// A running `gridlinks serve` in its own data directory; killed on drop.

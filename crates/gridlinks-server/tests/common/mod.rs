@@ -25,8 +25,19 @@ pub struct Server {
     _tmp: Option<tempfile::TempDir>,
 }
 
+/// A free loopback port below Linux's ephemeral range (32768-60999), so that the many
+/// client sockets of tests running in parallel cannot take it between this check and the
+/// server's bind (port 0 would hand out exactly those ports).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::hash::{BuildHasher, Hasher};
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        let port = 10_000 + (h.finish() % 22_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl Server {
@@ -44,8 +55,18 @@ impl Server {
         s
     }
 
-    /// A server on `dir`, with extra environment variables.
+    /// A server on `dir`, with extra environment variables. Started again on other ports
+    /// if one was taken meanwhile by another test's server.
     pub fn start_on(dir: &Path, env: &[(&str, &str)]) -> Self {
+        for _ in 0..5 {
+            if let Some(s) = Self::try_start_on(dir, env) {
+                return s;
+            }
+        }
+        panic!("gridlinks did not start in 5 attempts");
+    }
+
+    fn try_start_on(dir: &Path, env: &[(&str, &str)]) -> Option<Self> {
         let port = free_port();
         let mqtt_port = free_port();
         let ws_port = free_port();
@@ -63,7 +84,7 @@ impl Server {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start gridlinks");
-        let s = Self {
+        let mut s = Self {
             child,
             base: format!("http://127.0.0.1:{port}"),
             mqtt_port,
@@ -72,16 +93,19 @@ impl Server {
             agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
             _tmp: None,
         };
-        s.wait_ready();
-        s
+        s.wait_ready().then_some(s)
     }
 
-    pub fn wait_ready(&self) {
+    /// Waits for /healthz; false if the server exited first (e.g. a port was taken).
+    pub fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
             if let Ok(r) = self.agent.get(&format!("{}/healthz", self.base)).call() {
                 if r.status() == 200 {
-                    return;
+                    return true;
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
