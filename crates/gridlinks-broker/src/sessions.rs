@@ -71,6 +71,11 @@ pub struct Inbox {
     /// Copies an earlier connection sent and the client did not acknowledge, to send again
     /// (same packet id, DUP) before the queue.
     unacked: Mutex<Vec<Outbound>>,
+    /// QoS 2 packet ids the client published whose PUBREC went out and whose PUBREL has not
+    /// arrived: a PUBLISH sent again with one of them is not routed a second time, also on
+    /// the next connection of a persistent session (a handful at most: the server's
+    /// Receive Maximum bounds them).
+    incoming: Mutex<Vec<u16>>,
     /// 0 while open, else a [`CloseReason`].
     closed: AtomicU8,
     /// Woken when a message is queued or the session must close.
@@ -80,6 +85,27 @@ pub struct Inbox {
 }
 
 impl Inbox {
+    /// Whether the client's QoS 2 message `id` was received and awaits its PUBREL.
+    pub fn awaiting_release(&self, id: u16) -> bool {
+        self.incoming.lock().contains(&id)
+    }
+
+    /// The client's QoS 2 message `id` was received (its PUBREC goes out now).
+    pub fn received(&self, id: u16) {
+        let mut ids = self.incoming.lock();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+
+    /// The client released its QoS 2 message `id` (PUBREL); whether it was awaited.
+    pub fn release(&self, id: u16) -> bool {
+        let mut ids = self.incoming.lock();
+        let before = ids.len();
+        ids.retain(|&i| i != id);
+        ids.len() != before
+    }
+
     /// Takes every queued message.
     pub fn drain(&self) -> VecDeque<Outbound> {
         std::mem::take(&mut *self.queue.lock())
@@ -137,6 +163,8 @@ impl Inbox {
     }
 
     /// Queues `out` if the queue holds fewer than `capacity` messages; gives it back if not.
+    // The copy comes back by value: boxing it would cost an allocation on every push.
+    #[allow(clippy::result_large_err)]
     pub fn try_push(&self, out: Outbound, capacity: usize) -> Result<(), Outbound> {
         let mut queue = self.queue.lock();
         if queue.len() >= capacity {
@@ -270,6 +298,20 @@ fn keep(inbox: &Inbox, persistent: bool, out: Outbound) -> bool {
         inbox.queue.lock().push_back(out);
     }
     persistent
+}
+
+/// A persistent session as loaded from storage.
+pub struct StoredSession {
+    /// The credential's user name it logged in with ("" for anonymous clients).
+    pub owner: Arc<str>,
+    /// Session expiry interval, seconds.
+    pub expiry: u32,
+    /// Its subscriptions.
+    pub subscriptions: Vec<(String, SubOptions)>,
+    /// Copies waiting for it, in order.
+    pub queued: Vec<Outbound>,
+    /// Packet ids of QoS 2 messages its client published and has not released.
+    pub incoming: Vec<u16>,
 }
 
 /// A client session (not a device).
@@ -463,14 +505,16 @@ impl Sessions {
         Registered { link: SessionLink { id, inbox, kick }, present, discarded }
     }
 
-    /// Restores a persistent session from storage, offline, with its subscriptions and
-    /// queued copies; returns the epoch to expire it with.
-    pub fn restore_client(&self, client_id: &str, owner: Arc<str>, capacity: usize, expiry: u32, subs: Vec<(String, SubOptions)>, queued: Vec<Outbound>) -> SessionId {
+    /// Restores a persistent session from storage, offline, with an outbound queue of
+    /// `capacity`; returns the epoch to expire it with.
+    pub fn restore_client(&self, client_id: &str, stored: StoredSession, capacity: usize) -> SessionId {
+        let StoredSession { owner, expiry, subscriptions, queued, incoming } = stored;
         let id = self.next_id();
         let inbox = Arc::new(Inbox::default());
         *inbox.queue.lock() = queued.into();
+        *inbox.incoming.lock() = incoming;
         self.with_router(|r| {
-            for (filter, opts) in subs {
+            for (filter, opts) in subscriptions {
                 // Stored filters were validated when first subscribed.
                 let _ = r.subscribe(client_id, &filter, opts);
             }
@@ -699,7 +743,7 @@ mod tests {
     fn interest_counts_overlapping_subscriptions() {
         let s = Sessions::with_interest("gridlinks/devices/+/telemetry");
         let opts = SubOptions::default();
-        s.register_client("a", "".into(), 10, true, 0).link;
+        let _a = s.register_client("a", "".into(), 10, true, 0);
         assert!(!s.interested());
         s.subscribe_client("a", "other/#", opts).unwrap();
         assert!(!s.interested());

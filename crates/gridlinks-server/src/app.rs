@@ -146,7 +146,10 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
          # TYPE gridlinks_storage_sync_seconds_total counter\ngridlinks_storage_sync_seconds_total {:.6}\n\
          # TYPE gridlinks_storage_overloaded_total counter\ngridlinks_storage_overloaded_total {}\n\
          # TYPE gridlinks_storage_queue_depth gauge\ngridlinks_storage_queue_depth {}\n\
-         # TYPE gridlinks_payload_rejected_total counter\ngridlinks_payload_rejected_total {}\n",
+         # TYPE gridlinks_payload_rejected_total counter\ngridlinks_payload_rejected_total {}\n\
+         # TYPE gridlinks_mqtt_sessions gauge\ngridlinks_mqtt_sessions {}\n\
+         # TYPE gridlinks_mqtt_dropped_qos0_total counter\ngridlinks_mqtt_dropped_qos0_total {}\n\
+         # TYPE gridlinks_mqtt_dropped_offline_total counter\ngridlinks_mqtt_dropped_offline_total {}\n",
         load(&w.commits),
         load(&w.ops),
         load(&w.records),
@@ -154,6 +157,9 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         load(&w.overloaded),
         st.writer.queued(),
         load(&st.metrics.payload_rejected),
+        st.sessions.count(),
+        st.sessions.dropped_qos0(),
+        st.sessions.dropped_offline(),
     ) + &st.mqtt_metrics.render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -1,6 +1,7 @@
 //! MQTT 5 features of the broker for pub/sub clients, against the real binary with the raw
 //! test client: properties passed through, subscription identifiers, topic aliases,
-//! message expiry, and retained messages (with their properties) surviving `kill -9`.
+//! message expiry, retained messages (with their properties) surviving `kill -9`, QoS 2
+//! towards subscribers, and the client's Maximum Packet Size.
 
 mod common;
 
@@ -140,7 +141,7 @@ fn expired_messages_are_not_delivered() {
     // exp/2 expired while it waited in the queue: exp/3 comes next, with its time left.
     let next = next_publish(&mut sub);
     assert_eq!(next.topic, "exp/3");
-    assert!(next.properties.message_expiry_interval.is_some_and(|s| s <= 600 && s >= 598));
+    assert!(next.properties.message_expiry_interval.is_some_and(|s| (598..=600).contains(&s)));
 }
 
 #[test]
@@ -229,4 +230,33 @@ fn qos2_towards_subscribers_is_exactly_once_and_holds_the_window_until_pubcomp()
     sub.send(&Packet::PubComp(resp(id2)));
     sub.stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
     assert!(matches!(sub.try_recv(), Err(_) | Ok(None)), "nothing else: exactly once");
+}
+
+#[test]
+fn nothing_larger_than_the_clients_maximum_packet_size_is_sent() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    // Receive Maximum 1: a discarded message must free its window slot, or nothing follows.
+    let (mut sub, _) = Raw::connect_custom(port, ProtocolVersion::V5, |c| {
+        c.client_id = "small".into();
+        c.properties.maximum_packet_size = Some(64);
+        c.properties.receive_maximum = Some(1);
+    });
+    assert_eq!(sub.subscribe(1, &["size/#"]).return_codes, [1]);
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "pub", None);
+    for (i, len) in [(1u16, 1000usize), (2, 10)] {
+        p.send(&publish("size/t", &vec![b'x'; len], i, false, PublishProperties::default()));
+        assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.packet_id == i && a.reason == 0));
+    }
+    let got = next_publish(&mut sub);
+    assert_eq!(got.payload.len(), 10, "the 1,000-byte message is not sent; the next one is");
+    ack(&mut sub, &got);
+    // A refusal whose reason string would not fit comes without it.
+    sub.send(&publish("v1/devices/me/telemetry", &[b'{'; 150], 9, false, PublishProperties::default()));
+    match sub.recv() {
+        Some(Packet::PubAck(a)) => assert_eq!((a.packet_id, a.reason, a.reason_string), (9, 0x87, None)),
+        other => panic!("expected PUBACK, got {other:?}"),
+    }
+    let (_, metrics) = server.req("GET", "/metrics", None, None);
+    assert!(metrics.contains("gridlinks_mqtt_too_large_discarded_total 1\n"), "{metrics}");
 }

@@ -1,6 +1,7 @@
 //! Persistent sessions of pub/sub clients against the real binary: subscriptions and
 //! queued QoS 1 copies survive disconnects, `kill -9` and restarts; unacknowledged copies
-//! come again with DUP and their packet id; session expiry; clean start; will delay.
+//! come again with DUP and their packet id; a publisher's unreleased QoS 2 messages are
+//! not routed twice; session expiry; clean start; will delay.
 
 mod common;
 
@@ -192,4 +193,63 @@ fn a_will_delay_waits_and_a_resumed_session_cancels_it() {
     let p = next_publish(&mut watcher);
     assert_eq!(p.topic, "wd/lost");
     nothing_more(&mut watcher);
+}
+
+fn resp(packet_id: u16) -> PubResp {
+    PubResp { packet_id, reason: 0, reason_string: None, user_properties: Vec::new() }
+}
+
+/// Sends QoS 2 PUBLISH `id` (DUP when `dup`) and expects its PUBREC.
+fn publish_qos2(c: &mut Raw, topic: &str, payload: &[u8], id: u16, dup: bool) {
+    c.send(&Packet::Publish(Publish { dup, qos: QoS::ExactlyOnce, retain: false, topic: topic.into(), packet_id: Some(id), payload: payload.to_vec().into(), properties: PublishProperties::default() }));
+    assert!(matches!(c.recv(), Some(Packet::PubRec(r)) if r.packet_id == id && r.reason < 0x80));
+}
+
+/// Sends PUBREL `id` and expects a PUBCOMP that knew it (reason 0).
+fn release(c: &mut Raw, id: u16) {
+    c.send(&Packet::PubRel(resp(id)));
+    assert!(matches!(c.recv(), Some(Packet::PubComp(r)) if r.packet_id == id && r.reason == 0), "PUBREL {id} not known");
+}
+
+/// The publisher's side of QoS 2 is session state too: a PUBLISH sent again after a
+/// reconnect, or after a server crash, with the id of a message already received (PUBREC
+/// sent, PUBREL not yet) is not delivered a second time.
+#[test]
+fn a_publishers_qos2_message_is_delivered_once_across_reconnects_and_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut server = Server::start_on(&dir, &ENV);
+    let (mut watch, _) = resume(server.mqtt_port, ProtocolVersion::V5, "watch", 3600);
+    watch.subscribe(1, &["once/#"]);
+    let (mut p, _) = resume(server.mqtt_port, ProtocolVersion::V5, "sender", 3600);
+    publish_qos2(&mut p, "once/a", b"a", 7, false);
+    // The PUBREC is lost with the connection; the client sends the PUBLISH again.
+    drop(p);
+    std::thread::sleep(Duration::from_millis(200));
+    let (mut p, ack) = resume(server.mqtt_port, ProtocolVersion::V5, "sender", 3600);
+    assert!(ack.session_present);
+    publish_qos2(&mut p, "once/a", b"a", 7, true);
+    release(&mut p, 7);
+    publish_qos2(&mut p, "once/b", b"b", 8, false);
+    // The server crashes before the PUBREL of message 8.
+    server.kill9();
+    let server = Server::start_on(&dir, &ENV);
+    let (mut p, ack) = resume(server.mqtt_port, ProtocolVersion::V5, "sender", 3600);
+    assert!(ack.session_present);
+    publish_qos2(&mut p, "once/b", b"b", 8, true);
+    release(&mut p, 8);
+    // Released: id 8 is free again and names a new message.
+    publish_qos2(&mut p, "once/c", b"c", 8, false);
+    release(&mut p, 8);
+    let (mut watch2, _) = resume(server.mqtt_port, ProtocolVersion::V5, "watch", 3600);
+    drop(watch);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let m = next_publish(&mut watch2);
+        crate::ack(&mut watch2, &m);
+        got.push(String::from_utf8_lossy(&m.payload).into_owned());
+    }
+    got.sort();
+    assert_eq!(got, ["a", "b", "c"]);
+    nothing_more(&mut watch2);
 }

@@ -124,6 +124,9 @@ pub struct AttributeEntry {
     pub value: Value,
 }
 
+/// A row's key and value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// The MQTT broker's tables in the `broker` keyspace (the byte is the key prefix).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -136,6 +139,9 @@ pub enum BrokerTable {
     Sessions = 3,
     /// Durable queues of persistent sessions: client id ‖ 0 ‖ sequence number (8 B BE).
     Queue = 4,
+    /// QoS 2 messages a persistent session's client published and has not released yet
+    /// (PUBREC sent, PUBREL awaited): client id ‖ 0 ‖ packet id (2 B BE), empty value.
+    Incoming = 5,
 }
 
 impl BrokerTable {
@@ -434,12 +440,12 @@ impl Store {
     }
 
     /// Every row of a broker table, in key order.
-    pub fn broker_rows(&self, table: BrokerTable) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn broker_rows(&self, table: BrokerTable) -> Result<Vec<KeyValue>, StoreError> {
         self.broker_prefix(table, &[])
     }
 
     /// The rows of a broker table whose keys start with `prefix`.
-    pub fn broker_prefix(&self, table: BrokerTable, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn broker_prefix(&self, table: BrokerTable, prefix: &[u8]) -> Result<Vec<KeyValue>, StoreError> {
         let mut out = Vec::new();
         for kv in self.inner.ks.broker.prefix(table.key(prefix)) {
             let (k, v) = kv.into_inner()?;

@@ -4,7 +4,7 @@
 //! keep-alive. Buffers are allocated only while there is something in them, so an idle
 //! connection holds no read or write buffer.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -96,6 +96,8 @@ struct Conn<T> {
     acked_rows: Vec<BrokerRow>,
     /// A pub/sub client's id (its durable rows are keyed by it).
     client_id: Option<Arc<str>>,
+    /// The client's Maximum Packet Size (MQTT 5 CONNECT); larger packets are not sent.
+    max_out: usize,
 }
 
 /// Who is connected.
@@ -248,7 +250,7 @@ enum End {
 }
 
 pub async fn run<T: Transport>(stream: T, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None };
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX };
     let timeout = st.cfg.mqtt.connect_timeout.duration();
     let mut connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
         Ok(Some(c)) => c,
@@ -258,6 +260,9 @@ pub async fn run<T: Transport>(stream: T, st: Arc<AppState>, shutdown: watch::Re
         }
     };
     conn.version = connect.protocol;
+    if let Some(max) = connect.properties.maximum_packet_size {
+        conn.max_out = usize::try_from(max).unwrap_or(usize::MAX);
+    }
     let Some(Admitted { who, link, durable }) = conn.admit(&connect).await else {
         st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
         return;
@@ -504,10 +509,26 @@ impl<T: Transport> Conn<T> {
         tokio::spawn(async move { writer.submit(WriteOp::Broker(rows)).await });
     }
 
-    fn queue(&mut self, p: &Packet) {
+    /// Encodes `p` into the write buffer; false when it was not queued. A packet larger
+    /// than the client's Maximum Packet Size goes without its reason string and user
+    /// properties if that makes it fit (MQTT 5 §3.1.2.11.4), else not at all (counted).
+    fn queue(&mut self, p: &Packet) -> bool {
+        let start = self.wbuf.len();
         if let Err(e) = encode(p, self.version, &mut self.wbuf) {
             tracing::error!(error = %e, packet = p.name(), "cannot encode MQTT packet; closing the connection");
             self.broken = true;
+            return false;
+        }
+        if self.wbuf.len() - start <= self.max_out {
+            return true;
+        }
+        self.wbuf.truncate(start);
+        match without_diagnostics(p) {
+            Some(lean) => self.queue(&lean),
+            None => {
+                self.st.mqtt_metrics.too_large.fetch_add(1, Ordering::Relaxed);
+                false
+            }
         }
     }
 
@@ -544,8 +565,6 @@ impl<T: Transport> Conn<T> {
         tokio::pin!(ka_timer);
         // Allocated only while something is in flight (an empty FuturesOrdered allocates).
         let mut pending: Option<FuturesOrdered<InFlight>> = None;
-        // QoS 2 packet ids whose PUBREC went out and whose PUBREL has not arrived.
-        let mut awaiting_rel: HashSet<u16> = HashSet::new();
         let mut stopping = false;
         // A resumed session's queue and unacknowledged copies go first.
         if link.inbox.has_queued() {
@@ -571,20 +590,23 @@ impl<T: Transport> Conn<T> {
                     if let Some(why) = link.inbox.close_reason() {
                         return match why {
                             CloseReason::TakenOver => End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into()),
-                            CloseReason::TooSlow => End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into()),
+                            CloseReason::TooSlow => {
+                                st.mqtt_metrics.too_slow.fetch_add(1, Ordering::Relaxed);
+                                End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into())
+                            }
                             CloseReason::Revoked => End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into()),
                         };
                     }
                     self.send_queued(link, window);
                 }
                 Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
-                    if let Some(end) = self.finish(done, &mut awaiting_rel, link, window) {
+                    if let Some(end) = self.finish(done, link, window) {
                         return end;
                     }
                     // Batch every other ack that is already complete into the same write.
                     if let Some(p) = pending.as_mut() {
                         while let Some(Some(done)) = futures_util::FutureExt::now_or_never(p.next()) {
-                            if let Some(end) = self.finish(done, &mut awaiting_rel, link, window) {
+                            if let Some(end) = self.finish(done, link, window) {
                                 return end;
                             }
                         }
@@ -631,7 +653,7 @@ impl<T: Transport> Conn<T> {
                     }
                     Ok(Some(p)) => {
                         let queue = pending.get_or_insert_with(FuturesOrdered::new);
-                        if let Some(end) = self.on_packet(p, &who, queue, &mut awaiting_rel) {
+                        if let Some(end) = self.on_packet(p, &who, link, queue) {
                             return end;
                         }
                     }
@@ -681,8 +703,7 @@ impl<T: Transport> Conn<T> {
                     }
                 } else if !self.expired(&out, now) {
                     let id = out.packet_id.filter(|id| window.reserve(*id)).unwrap_or_else(|| window.take_id());
-                    window.keep(id, &out);
-                    self.queue(&self.outgoing(out, Some(id), true, now));
+                    self.send(out, Some(id), true, now, window);
                 }
             }
         }
@@ -696,10 +717,25 @@ impl<T: Transport> Conn<T> {
                     continue;
                 }
                 let packet_id = (out.qos >= 1).then(|| window.take_id());
-                if let Some(id) = packet_id {
-                    window.keep(id, &out);
-                }
-                self.queue(&self.outgoing(out, packet_id, false, now));
+                self.send(out, packet_id, false, now, window);
+            }
+        }
+    }
+
+    /// Queues the PUBLISH of `out` (`packet_id` taken for QoS 1 and 2, DUP when sent
+    /// again). A message larger than the client's Maximum Packet Size is discarded as if
+    /// it had been delivered (MQTT 5 §3.1.2.11.4): its window slot frees, its durable copy
+    /// goes.
+    fn send(&mut self, out: Outbound, packet_id: Option<u16>, dup: bool, now: std::time::Instant, window: &mut OutWindow) {
+        if let Some(id) = packet_id {
+            window.keep(id, &out);
+        }
+        if self.queue(&self.outgoing(out, packet_id, dup, now)) {
+            return;
+        }
+        if let Some(id) = packet_id.filter(|&id| window.release(id)) {
+            if let (Some(out), Some(client)) = (window.acked(id), self.client_id.clone()) {
+                self.acked_rows.extend(pubsub::acked_row(&client, &out));
             }
         }
     }
@@ -759,11 +795,12 @@ impl<T: Transport> Conn<T> {
     }
 
     /// Writes what a completed in-flight item produced; `Some` ends the connection.
-    fn finish(&mut self, done: Done, awaiting_rel: &mut HashSet<u16>, link: &SessionLink, window: &mut OutWindow) -> Option<End> {
+    fn finish(&mut self, done: Done, link: &SessionLink, window: &mut OutWindow) -> Option<End> {
         if let Some(ack) = &done.ack {
             if let Packet::PubRec(r) = ack {
                 if r.reason < 0x80 {
-                    awaiting_rel.insert(r.packet_id);
+                    // Received: until its PUBREL, a copy sent again is not routed again.
+                    link.inbox.received(r.packet_id);
                 }
             }
             self.queue(ack);
@@ -788,7 +825,7 @@ impl<T: Transport> Conn<T> {
         done.close.map(|(reason, text)| End::Disconnect(reason, text))
     }
 
-    fn on_packet(&mut self, p: Packet, who: &Who, pending: &mut FuturesOrdered<InFlight>, awaiting_rel: &mut HashSet<u16>) -> Option<End> {
+    fn on_packet(&mut self, p: Packet, who: &Who, link: &SessionLink, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
         match p {
             Packet::Publish(p) => {
@@ -819,8 +856,9 @@ impl<T: Transport> Conn<T> {
                     }
                 }
                 if p.qos == QoS::ExactlyOnce {
-                    if let Some(pid) = p.packet_id.filter(|pid| awaiting_rel.contains(pid)) {
-                        // A redelivery of a QoS 2 message we already stored: PUBREC again.
+                    if let Some(pid) = p.packet_id.filter(|pid| link.inbox.awaiting_release(*pid)) {
+                        // A redelivery of a QoS 2 message already received (on this or an
+                        // earlier connection of the session): PUBREC again, nothing routed.
                         pending.push_back(ready(Some(Packet::PubRec(resp(pid, 0, None)))));
                         return None;
                     }
@@ -837,9 +875,19 @@ impl<T: Transport> Conn<T> {
                 }));
             }
             Packet::PubRel(r) => {
-                let reason = if awaiting_rel.remove(&r.packet_id) { 0 } else { rc::PACKET_IDENTIFIER_NOT_FOUND };
-                let reason = if v5 { reason } else { 0 };
-                pending.push_back(ready(Some(Packet::PubComp(resp(r.packet_id, reason, None)))));
+                let known = link.inbox.release(r.packet_id);
+                let reason = if known || !v5 { 0 } else { rc::PACKET_IDENTIFIER_NOT_FOUND };
+                let pubcomp = Done { ack: Some(Packet::PubComp(resp(r.packet_id, reason, None))), reply: None, close: None, retained: Vec::new() };
+                match (&self.client_id, known && self.expiry > 0) {
+                    // A persistent session stored the packet id: the PUBCOMP waits until it
+                    // is deleted, or a restart could take the client's next message with
+                    // that id for a copy sent again and drop it.
+                    (Some(client), true) => {
+                        let row = pubsub::incoming_row(client, r.packet_id, false);
+                        pending.push_back(self.after_stored(vec![row], pubcomp));
+                    }
+                    _ => pending.push_back(Box::pin(std::future::ready(pubcomp))),
+                }
             }
             // Handled in the read loop (they open the outbound window).
             Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
@@ -853,7 +901,9 @@ impl<T: Transport> Conn<T> {
                 let done = Done { ack: Some(ack), reply: None, close: None, retained: Vec::new() };
                 pending.push_back(self.after_session_saved(who, done));
             }
-            Packet::PingReq => self.queue(&Packet::PingResp),
+            Packet::PingReq => {
+                self.queue(&Packet::PingResp);
+            }
             // 0x04: "disconnect with will message".
             Packet::Disconnect(d) => {
                 self.disconnect_expiry = d.session_expiry_interval;
@@ -874,18 +924,24 @@ impl<T: Transport> Conn<T> {
     /// `done` once a persistent session's subscriptions are stored (SUBACK and UNSUBACK
     /// wait for that); at once for other sessions.
     fn after_session_saved(&self, who: &Who, done: Done) -> InFlight {
-        let Who::Client { id, owner, .. } = who else { return Box::pin(std::future::ready(done)) };
-        if self.expiry == 0 {
-            return Box::pin(std::future::ready(done));
+        match who {
+            Who::Client { id, owner, .. } if self.expiry > 0 => {
+                let row = pubsub::session_row(&self.st.sessions, id, owner, self.expiry, None);
+                self.after_stored(vec![row], done)
+            }
+            _ => Box::pin(std::future::ready(done)),
         }
-        let row = pubsub::session_row(&self.st.sessions, id, owner, self.expiry, None);
+    }
+
+    /// `done` once `rows` are committed; if they cannot be, the connection closes (an
+    /// acknowledgement cannot say "not stored" for every packet).
+    fn after_stored(&self, rows: Vec<BrokerRow>, done: Done) -> InFlight {
         let st = self.st.clone();
         let v5 = self.version == ProtocolVersion::V5;
         Box::pin(async move {
-            match st.writer.submit(WriteOp::Broker(vec![row])).await {
+            match st.writer.submit(WriteOp::Broker(rows)).await {
                 Ok(_) => done,
-                // A SUBACK/UNSUBACK cannot say "not stored" for every case: close instead.
-                Err(e) => Done { ack: None, reply: None, close: Some((if v5 { rc::UNSPECIFIED_ERROR } else { 0 }, format!("session not stored: {e}"))), retained: Vec::new() },
+                Err(e) => Done { ack: None, reply: None, close: Some((if v5 { rc::UNSPECIFIED_ERROR } else { 0 }, format!("session state not stored: {e}"))), retained: Vec::new() },
             }
         })
     }
@@ -911,8 +967,8 @@ impl<T: Transport> Conn<T> {
         Ok(())
     }
 
-    /// A pub/sub client's PUBLISH: routed to the subscribed client sessions at once (no
-    /// storage: these sessions are clean), then acknowledged. Topics outside the client's
+    /// A pub/sub client's PUBLISH: routed to the subscribed client sessions at once, then
+    /// acknowledged once what must be durable is committed. Topics outside the client's
     /// ACL, and the device API's, are refused.
     fn route(&mut self, client: &str, acl: &Acl, p: Publish, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
@@ -927,7 +983,10 @@ impl<T: Transport> Conn<T> {
         }
         let retain = p.retain;
         let msg = message(p);
-        let routing = pubsub::route(&self.st, client, &msg, retain);
+        // A persistent session remembers a QoS 2 message's packet id until its PUBREL, also
+        // across a restart: committed with the copies, before the PUBREC.
+        let remember = packet_id.filter(|_| qos == QoS::ExactlyOnce && self.expiry > 0).map(|id| pubsub::incoming_row(client, id, true));
+        let routing = pubsub::route(&self.st, client, &msg, retain, remember);
         // MQTT 5: 0x10 "no matching subscribers" is a success code.
         let reason = if !routing.matched && v5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
         let Some(work) = routing.pending else {
@@ -1017,6 +1076,21 @@ impl<T: Transport> Conn<T> {
             })
             .collect();
         Packet::UnsubAck(UnsubAck { packet_id: u.packet_id, reason_codes: codes, reason_string: None })
+    }
+}
+
+/// `p` without its reason string and user properties, if it has any.
+fn without_diagnostics(p: &Packet) -> Option<Packet> {
+    let lean = |r: &PubResp| (r.reason_string.is_some() || !r.user_properties.is_empty()).then(|| resp(r.packet_id, r.reason, None));
+    match p {
+        Packet::PubAck(r) => lean(r).map(Packet::PubAck),
+        Packet::PubRec(r) => lean(r).map(Packet::PubRec),
+        Packet::PubRel(r) => lean(r).map(Packet::PubRel),
+        Packet::PubComp(r) => lean(r).map(Packet::PubComp),
+        Packet::SubAck(a) if a.reason_string.is_some() => Some(Packet::SubAck(SubAck { reason_string: None, ..a.clone() })),
+        Packet::UnsubAck(a) if a.reason_string.is_some() => Some(Packet::UnsubAck(UnsubAck { reason_string: None, ..a.clone() })),
+        Packet::Disconnect(d) if d.reason_string.is_some() => Some(Packet::Disconnect(Disconnect { reason_string: None, ..d.clone() })),
+        _ => None,
     }
 }
 

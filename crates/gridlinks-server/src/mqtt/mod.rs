@@ -39,6 +39,10 @@ pub struct MqttMetrics {
     pub keepalive_timeouts: AtomicU64,
     /// Connections refused because `mqtt.max_connections` was reached.
     pub over_limit: AtomicU64,
+    /// Packets not sent because they exceeded the client's Maximum Packet Size.
+    pub too_large: AtomicU64,
+    /// Pub/sub connections closed because their outbound queue stayed full (too slow).
+    pub too_slow: AtomicU64,
 }
 
 impl MqttMetrics {
@@ -53,7 +57,9 @@ impl MqttMetrics {
              # TYPE gridlinks_mqtt_bad_publishes_total counter\ngridlinks_mqtt_bad_publishes_total {}\n\
              # TYPE gridlinks_mqtt_protocol_errors_total counter\ngridlinks_mqtt_protocol_errors_total {}\n\
              # TYPE gridlinks_mqtt_keepalive_timeouts_total counter\ngridlinks_mqtt_keepalive_timeouts_total {}\n\
-             # TYPE gridlinks_mqtt_over_limit_total counter\ngridlinks_mqtt_over_limit_total {}\n",
+             # TYPE gridlinks_mqtt_over_limit_total counter\ngridlinks_mqtt_over_limit_total {}\n\
+             # TYPE gridlinks_mqtt_too_large_discarded_total counter\ngridlinks_mqtt_too_large_discarded_total {}\n\
+             # TYPE gridlinks_mqtt_closed_too_slow_total counter\ngridlinks_mqtt_closed_too_slow_total {}\n",
             self.connections.load(Ordering::Relaxed),
             l(&self.connects),
             l(&self.connects_refused),
@@ -62,6 +68,8 @@ impl MqttMetrics {
             l(&self.protocol_errors),
             l(&self.keepalive_timeouts),
             l(&self.over_limit),
+            l(&self.too_large),
+            l(&self.too_slow),
         )
     }
 }

@@ -1,15 +1,15 @@
 //! Pub/sub between clients, where it meets storage: routing a message and committing
 //! what must be durable before the publisher hears back (the retained message, the
 //! copies queued for persistent sessions), persistent sessions on disk (subscriptions and
-//! expiry in the broker's `Sessions` table, queued QoS 1 copies in `Queue`), their
-//! expiry, and last wills.
+//! expiry in the broker's `Sessions` table, queued QoS 1/2 copies in `Queue`, the
+//! client's unreleased QoS 2 packet ids in `Incoming`), their expiry, and last wills.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gridlinks_broker::router::{Message, SubOptions};
-use gridlinks_broker::sessions::{Outbound, SessionId, Sessions};
+use gridlinks_broker::sessions::{Outbound, SessionId, Sessions, StoredSession};
 use gridlinks_codec::mqtt::{LastWill, Publish};
 use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp};
 use gridlinks_types::Ts;
@@ -31,14 +31,18 @@ pub struct Routing {
     pub matched: bool,
     /// Work left before the publisher may be acknowledged: commit durable rows, wait for
     /// room in full queues. `None` when there is nothing to wait for.
-    pub pending: Option<std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>>,
+    pub pending: Option<Work>,
 }
 
-/// Routes `msg` from client `from` (keeping it as the retained message with `retain`).
-pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool) -> Routing {
+/// Work to finish before a publisher is acknowledged.
+pub type Work = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
+/// Routes `msg` from client `from` (keeping it as the retained message with `retain`);
+/// `also` is committed with the copies.
+pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: Option<BrokerRow>) -> Routing {
     let routed = st.sessions.publish(from, msg, retain);
     let matched = routed.queued > 0 || !routed.blocked.is_empty();
-    let mut rows = Vec::new();
+    let mut rows: Vec<BrokerRow> = also.into_iter().collect();
     if retain {
         rows.push(retained::row(msg));
     }
@@ -71,7 +75,7 @@ pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool) -> Rou
 
 /// Routes `msg` and waits until it is durable where it must be and queued everywhere.
 pub async fn deliver(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool) -> Result<(), StoreError> {
-    match route(st, from, msg, retain).pending {
+    match route(st, from, msg, retain, None).pending {
         Some(p) => p.await,
         None => Ok(()),
     }
@@ -85,6 +89,16 @@ pub fn queue_key(client: &str, seq: u64) -> Vec<u8> {
     k.push(0);
     k.extend_from_slice(&seq.to_be_bytes());
     k
+}
+
+/// The row remembering (`present`) or forgetting that `client` published QoS 2 message
+/// `packet_id` and has not released it yet.
+pub fn incoming_row(client: &str, packet_id: u16, present: bool) -> BrokerRow {
+    let mut key = Vec::with_capacity(client.len() + 3);
+    key.extend_from_slice(client.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&packet_id.to_be_bytes());
+    BrokerRow { table: BrokerTable::Incoming, key, value: present.then(Vec::new) }
 }
 
 /// The row deleting copy `out` from `client`'s durable queue, if it has one.
@@ -134,13 +148,15 @@ pub fn session_row(sessions: &Sessions, client: &str, owner: &str, expiry: u32, 
     BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: Some(value) }
 }
 
-/// Rows deleting everything stored for `client`'s session.
+/// Rows deleting everything stored for `client`'s session (record, queue, QoS 2 ids).
 pub fn forget_rows(store: &Store, client: &str) -> Result<Vec<BrokerRow>, StoreError> {
     let mut rows = vec![BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: None }];
     let mut prefix = client.as_bytes().to_vec();
     prefix.push(0);
-    for (key, _) in store.broker_prefix(BrokerTable::Queue, &prefix)? {
-        rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
+    for table in [BrokerTable::Queue, BrokerTable::Incoming] {
+        for (key, _) in store.broker_prefix(table, &prefix)? {
+            rows.push(BrokerRow { table, key, value: None });
+        }
     }
     Ok(rows)
 }
@@ -191,6 +207,13 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
         }
     }
     st.sessions.seq_floor(max_seq + 1);
+    let mut incoming: std::collections::HashMap<String, Vec<u16>> = std::collections::HashMap::new();
+    for (key, _) in st.store.broker_rows(BrokerTable::Incoming)? {
+        let Some(split) = key.len().checked_sub(3).filter(|&i| key[i] == 0) else { continue };
+        if let Ok(client) = std::str::from_utf8(&key[..split]) {
+            incoming.entry(client.to_owned()).or_default().push(u16::from_be_bytes([key[split + 1], key[split + 2]]));
+        }
+    }
     let mut n = 0;
     for (key, v) in st.store.broker_rows(BrokerTable::Sessions)? {
         let (Ok(client), Ok(rec)) = (String::from_utf8(key), serde_json::from_slice::<SessionRecord>(&v)) else { continue };
@@ -198,12 +221,14 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
         let offline_ms = now - rec.disconnected_at.unwrap_or(now);
         let left = if rec.expiry == NEVER { NEVER } else { u32::try_from((i64::from(rec.expiry) - offline_ms / 1000).max(0)).unwrap_or(0) };
         let queued = queues.remove(&client).unwrap_or_default();
+        let released = incoming.remove(&client).unwrap_or_default();
         if left == 0 {
             expired_rows.extend(queued.iter().filter_map(|o| acked_row(&client, o)));
+            expired_rows.extend(released.iter().map(|&id| incoming_row(&client, id, false)));
             expired_rows.push(BrokerRow { table: BrokerTable::Sessions, key: client.into_bytes(), value: None });
             continue;
         }
-        let subs = rec
+        let subscriptions = rec
             .subscriptions
             .into_iter()
             .map(|s| {
@@ -211,13 +236,17 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
                 (s.filter, opts)
             })
             .collect();
-        let epoch = st.sessions.restore_client(&client, rec.owner.into(), st.cfg.mqtt.client_outbound_queue, rec.expiry, subs, queued);
+        let stored = StoredSession { owner: rec.owner.into(), expiry: rec.expiry, subscriptions, queued, incoming: released };
+        let epoch = st.sessions.restore_client(&client, stored, st.cfg.mqtt.client_outbound_queue);
         expire_later(st.clone(), client.into(), epoch, left);
         n += 1;
     }
-    // Queue rows of sessions that no longer exist.
+    // Rows of sessions that no longer exist.
     for (client, queued) in queues {
         expired_rows.extend(queued.iter().filter_map(|o| acked_row(&client, o)));
+    }
+    for (client, ids) in incoming {
+        expired_rows.extend(ids.iter().map(|&id| incoming_row(&client, id, false)));
     }
     if !expired_rows.is_empty() {
         let st = st.clone();
