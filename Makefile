@@ -5,20 +5,22 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps rust-test compat-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-presets
+.PHONY: run test deps rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-presets
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
 	$(CARGO) run --release -p gridlinks-server --bin gridlinks -- serve
 
-## The whole test suite: Rust unit + integration tests (real binary), then the
-## compatibility test with ThingsBoard's own Python REST client.
-test: deps rust-test compat-test
+## The whole test suite: Rust unit + integration tests (real binary), the compatibility
+## tests with ThingsBoard's own Python clients and paho against Mosquitto, then MQTT.js in
+## Node and in a real headless Chromium.
+test: deps rust-test compat-test js-test
 
-## Debian packages the tests use as real peers (Mosquitto's clients); installed when missing.
+## Debian packages the tests use as real peers (Mosquitto and its clients, Chromium for
+## the browser test); installed when missing.
 deps:
-	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients >/dev/null; }
+	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium >/dev/null; }
 
 rust-test:
 	$(CARGO) test --workspace
@@ -31,6 +33,14 @@ $(VENV)/.installed: tests/compat/requirements.txt
 compat-test: $(VENV)/.installed
 	$(CARGO) build -p gridlinks-server --bin gridlinks
 	GRIDLINKS_BIN=$(TARGET)/debug/gridlinks $(VENV)/bin/python -m pytest -q tests/compat
+
+tests/js/node_modules/.installed: tests/js/package-lock.json
+	cd tests/js && npm ci --no-audit --no-fund
+	touch $@
+
+js-test: tests/js/node_modules/.installed
+	$(CARGO) build -p gridlinks-server --bin gridlinks
+	cd tests/js && GRIDLINKS_BIN=$(TARGET)/debug/gridlinks npm test
 
 ## Benchmarks (not part of `make test`; see docs/benchmarks.md).
 bench-http:

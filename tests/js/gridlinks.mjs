@@ -1,0 +1,87 @@
+// Starts and stops a real gridlinks for the JavaScript tests (MQTT.js in Node and in a
+// real headless Chromium). GRIDLINKS_BIN selects the binary (default: target/debug/gridlinks
+// of this repository).
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, openSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const BIN = process.env.GRIDLINKS_BIN ?? join(here, '..', '..', 'target', 'debug', 'gridlinks');
+export const ADMIN_PASSWORD = 'js-test-password';
+
+/** A free loopback port below Linux's ephemeral range (client sockets cannot take it). */
+export async function freePort() {
+  for (;;) {
+    const port = 10000 + Math.floor(Math.random() * 22000);
+    const free = await new Promise((resolve) => {
+      const s = createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Runs gridlinks on free loopback ports in a fresh data directory with `env` added; resolves
+ * to { base, mqttPort, wsPort, stop() }. stop() sends SIGTERM and rejects unless it exits 0.
+ */
+export async function startGridlinks(env = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'gridlinks-js-'));
+  const logPath = join(dir, 'server.log');
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const [http, mqtt, ws] = [await freePort(), await freePort(), await freePort()];
+    const log = openSync(logPath, 'w');
+    const child = spawn(BIN, ['serve', '--data-dir', join(dir, 'data'),
+      '--http-bind', `127.0.0.1:${http}`, '--mqtt-bind', `127.0.0.1:${mqtt}`, '--mqtt-ws-bind', `127.0.0.1:${ws}`], {
+      env: { ...process.env, GRIDLINKS_ADMIN_PASSWORD: ADMIN_PASSWORD, GRIDLINKS_LOG: 'warn', ...env },
+      stdio: ['ignore', log, log],
+    });
+    let exited = null;
+    child.on('exit', (code) => { exited = code ?? -1; });
+    const base = `http://127.0.0.1:${http}`;
+    const deadline = Date.now() + 60_000;
+    while (exited === null && Date.now() < deadline) {
+      try {
+        if ((await fetch(`${base}/healthz`)).status === 200) {
+          return {
+            base, mqttPort: mqtt, wsPort: ws,
+            stop: () => new Promise((resolve, reject) => {
+              const done = (code) => {
+                rmSync(dir, { recursive: true, force: true });
+                code === 0 ? resolve() : reject(new Error(`gridlinks exited with ${code} after SIGTERM`));
+              };
+              if (exited !== null) return done(exited);
+              child.once('exit', (code) => done(code));
+              child.kill('SIGTERM');
+            }),
+          };
+        }
+      } catch { /* not listening yet */ }
+      await sleep(100);
+    }
+    const text = readFileSync(logPath, 'utf8');
+    if (exited === null) {
+      child.kill('SIGKILL');
+      throw new Error(`gridlinks not healthy within 60 s:\n${text}`);
+    }
+    if (!text.includes('Address already in use')) throw new Error(`gridlinks exited with ${exited}:\n${text}`);
+    // A port was taken meanwhile: try other ports.
+  }
+  throw new Error(`gridlinks did not start in 5 attempts:\n${readFileSync(logPath, 'utf8')}`);
+}
+
+/** Logs in as admin; the JWT. */
+export async function login(base) {
+  const r = await fetch(`${base}/api/auth/login`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username: 'admin', password: ADMIN_PASSWORD }),
+  });
+  if (r.status !== 200) throw new Error(`login: ${r.status}`);
+  return (await r.json()).token;
+}

@@ -1,0 +1,79 @@
+// MQTT.js in a real headless Chromium (Debian's chromium, driven by playwright-core) against
+// a real gridlinks over MQTT/WebSocket: what a browser dashboard does. The page connects to
+// ws://127.0.0.1:PORT/mqtt with the browser's own WebSocket, gets a retained message,
+// echoes what a Node client publishes at QoS 0, 1 and 2, and its will is published when
+// the tab closes without DISCONNECT.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { readFileSync, existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import mqtt from 'mqtt';
+import { chromium } from 'playwright-core';
+import { startGridlinks, freePort } from './gridlinks.mjs';
+
+const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+const bundle = readFileSync(createRequire(import.meta.url).resolve('mqtt/dist/mqtt.min'));
+
+let server, web, webPort, browser;
+before(async () => {
+  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing: make test installs Debian's chromium (or set CHROMIUM_BIN)`);
+  server = await startGridlinks({ GRIDLINKS_MQTT_ALLOW_ANONYMOUS: 'true' });
+  // The page and MQTT.js's browser bundle, served from another origin than the broker's.
+  webPort = await freePort();
+  web = createServer((req, res) => {
+    if (req.url === '/mqtt.min.js') {
+      res.writeHead(200, { 'content-type': 'text/javascript' }).end(bundle);
+    } else {
+      res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>dash</title><script src="/mqtt.min.js"></script>');
+    }
+  });
+  await new Promise((r) => web.listen(webPort, '127.0.0.1', r));
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+});
+after(async () => {
+  await browser?.close();
+  web?.close();
+  await server?.stop();
+});
+
+test('a browser dashboard subscribes, receives retained and live messages, publishes, and leaves a will', async () => {
+  const node = await mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPort}`, { protocolVersion: 5, clientId: 'node-side', reconnectPeriod: 0 });
+  await node.publishAsync('dash/status', 'retained-before-the-page', { qos: 1, retain: true });
+  const echoes = [];
+  let wills = 0;
+  node.on('message', (topic, payload) => (topic === 'dash/will' ? wills++ : echoes.push(payload.toString())));
+  await node.subscribeAsync(['dash/out', 'dash/will'], { qos: 2 });
+
+  const page = await browser.newPage();
+  await page.goto(`http://127.0.0.1:${webPort}/`);
+  const retained = await page.evaluate((url) => new Promise((resolve, reject) => {
+    // eslint-disable-next-line no-undef
+    const c = mqtt.connect(url, { protocolVersion: 5, clientId: 'browser-dash', reconnectPeriod: 0,
+      will: { topic: 'dash/will', payload: 'tab closed', qos: 1, retain: false } });
+    window.client = c;
+    c.on('error', (e) => reject(String(e)));
+    c.on('message', (topic, payload, packet) => {
+      if (topic === 'dash/status') resolve({ payload: payload.toString(), retain: packet.retain });
+      else c.publish('dash/out', `echo:${payload}:${packet.qos}`, { qos: packet.qos });
+    });
+    c.on('connect', () => c.subscribe(['dash/status', 'dash/in'], { qos: 2 }, (err) => err && reject(String(err))));
+    setTimeout(() => reject('no retained message within 10 s'), 10_000);
+  }), `ws://127.0.0.1:${server.wsPort}/mqtt`);
+  assert.deepEqual(retained, { payload: 'retained-before-the-page', retain: true });
+
+  for (const qos of [0, 1, 2]) await node.publishAsync('dash/in', `m${qos}`, { qos });
+  const deadline = Date.now() + 10_000;
+  while (echoes.length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(echoes.sort(), ['echo:m0:0', 'echo:m1:1', 'echo:m2:2']);
+
+  // The tab goes away without DISCONNECT: the broker publishes the will.
+  await page.close();
+  while (wills === 0 && Date.now() < deadline + 10_000) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(wills, 1);
+  await node.endAsync();
+});
