@@ -17,12 +17,13 @@
 //! * a retained PUBLISH with an empty payload clears the topic's retained message;
 //! * an expired message (MQTT 5 Message Expiry Interval) is not sent to new subscribers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use gridlinks_codec::mqtt::PublishProperties;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::topic::{filters_overlap, matches, validate_filter, FilterError};
 use crate::trie::SubscriptionTrie;
@@ -53,11 +54,12 @@ pub enum SubscribeError {
     Share,
 }
 
-/// A message as published: what every copy (and a retained copy) shares.
+/// A message as published: what every copy (and a retained copy) shares. Cloning it
+/// allocates nothing (a fan-out to thousands of clients clones it thousands of times).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {
     /// Topic it was published to.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// Payload (for a retained message never empty: an empty one clears).
     pub payload: Bytes,
     /// QoS it was published with.
@@ -73,7 +75,7 @@ pub struct Message {
 impl Message {
     /// A message without properties or expiry.
     pub fn new(topic: &str, qos: u8, payload: Bytes) -> Self {
-        Self { topic: topic.to_owned(), payload, qos, props: None, expires: None }
+        Self { topic: topic.into(), payload, qos, props: None, expires: None }
     }
 
     /// Whether it has expired by `now`.
@@ -86,7 +88,7 @@ impl Message {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     /// Receiving client.
-    pub client: String,
+    pub client: Arc<str>,
     /// QoS of this copy.
     pub qos: u8,
     /// RETAIN flag of this copy.
@@ -105,10 +107,12 @@ pub struct Subscribed {
 }
 
 /// A subscriber in the trie: the client and, for a shared subscription, its group.
+/// Cloning it allocates nothing: every subscription of a client holds the same `Arc` (the
+/// key of [`Router::subs`]), so members are compared and deduplicated by pointer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Member {
-    client: String,
-    group: Option<String>,
+    client: Arc<str>,
+    group: Option<Arc<str>>,
 }
 
 /// The routing table.
@@ -116,7 +120,7 @@ struct Member {
 pub struct Router {
     trie: SubscriptionTrie<Member>,
     /// Per client: full filter as subscribed (with any `$share/g/`) -> options.
-    subs: HashMap<String, HashMap<String, SubOptions>>,
+    subs: HashMap<Arc<str>, HashMap<String, SubOptions>>,
     /// Next member of each shared group, by (group, filter).
     turn: HashMap<(String, String), usize>,
     retained: BTreeMap<String, Message>,
@@ -172,13 +176,18 @@ impl Router {
         let share = split_share(full)?;
         let filter = share.map_or(full, |(_, f)| f);
         validate_filter(filter)?;
+        // One `Arc` per client, shared by all its subscriptions.
+        let client: Arc<str> = match self.subs.get_key_value(client) {
+            Some((k, _)) => k.clone(),
+            None => client.into(),
+        };
         let member = Member {
-            client: client.to_owned(),
-            group: share.map(|(g, _)| g.to_owned()),
+            client: client.clone(),
+            group: share.map(|(g, _)| g.into()),
         };
         let existed = self
             .subs
-            .entry(client.to_owned())
+            .entry(client)
             .or_default()
             .insert(full.to_owned(), opts)
             .is_some();
@@ -217,21 +226,21 @@ impl Router {
             self.subs.remove(client);
         }
         let (group, filter) = match split_share(full) {
-            Ok(Some((g, f))) => (Some(g.to_owned()), f),
+            Ok(Some((g, f))) => (Some(g), f),
             _ => (None, full),
         };
         let last_of_group = group.is_some() && !self.subs.values().any(|s| s.contains_key(full));
         if last_of_group {
-            if let Some(g) = &group {
-                self.turn.remove(&(g.clone(), filter.to_owned()));
+            if let Some(g) = group {
+                self.turn.remove(&(g.to_owned(), filter.to_owned()));
             }
         }
         self.count_interest(filter, -1);
         self.trie.remove(
             filter,
             &Member {
-                client: client.to_owned(),
-                group,
+                client: client.into(),
+                group: group.map(Arc::from),
             },
         );
         true
@@ -265,7 +274,7 @@ impl Router {
     /// Routes `msg` published by `from`: updates the retained store (for `retain`) and
     /// returns one delivery per receiving client.
     pub fn publish(&mut self, from: &str, msg: &Message, retain: bool) -> Vec<Delivery> {
-        let (topic, qos) = (msg.topic.as_str(), msg.qos);
+        let (topic, qos) = (&*msg.topic, msg.qos);
         if retain {
             if msg.payload.is_empty() {
                 self.retained.remove(topic);
@@ -275,25 +284,21 @@ impl Router {
         }
         // Trie hits: plain subscribers (once per client, whatever the number of its
         // matching filters) and shared groups with their members.
-        let mut plain: Vec<String> = Vec::new();
-        let mut shared: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        let mut plain: Vec<Arc<str>> = Vec::new();
+        let mut shared: BTreeMap<(String, String), Vec<Arc<str>>> = BTreeMap::new();
         for member in self.trie.matches(topic) {
-            let Some(subs) = self.subs.get(&member.client) else {
-                continue;
-            };
             match &member.group {
-                None => {
-                    if !plain.contains(&member.client) {
-                        plain.push(member.client);
-                    }
-                }
+                None => plain.push(member.client),
                 Some(group) => {
+                    let Some(subs) = self.subs.get(&member.client) else {
+                        continue;
+                    };
                     for full in subs.keys() {
                         if let Ok(Some((g, f))) = split_share(full) {
-                            if g == group && matches(f, topic) {
+                            if g == &**group && matches(f, topic) {
                                 let members =
                                     shared.entry((g.to_owned(), f.to_owned())).or_default();
-                                if !members.contains(&member.client) {
+                                if !members.iter().any(|m| Arc::ptr_eq(m, &member.client)) {
                                     members.push(member.client.clone());
                                 }
                             }
@@ -302,7 +307,12 @@ impl Router {
                 }
             }
         }
-        let mut direct: Vec<Delivery> = Vec::new();
+        // A client with several matching filters appears once per filter.
+        if plain.len() > 1 {
+            plain.sort_unstable_by_key(|c| Arc::as_ptr(c).cast::<u8>() as usize);
+            plain.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        }
+        let mut direct: Vec<Delivery> = Vec::with_capacity(plain.len());
         for client in plain {
             let Some(subs) = self.subs.get(&client) else {
                 continue;
@@ -312,7 +322,7 @@ impl Router {
                 .iter()
                 .filter(|(f, _)| !f.starts_with("$share/") && matches(f, topic));
             for (_, opts) in matching {
-                if opts.no_local && client == from {
+                if opts.no_local && &*client == from {
                     continue;
                 }
                 let d = copy.get_or_insert_with(|| Delivery {
@@ -364,7 +374,7 @@ mod tests {
     fn to(deliveries: &[Delivery]) -> Vec<(&str, u8)> {
         let mut v: Vec<(&str, u8)> = deliveries
             .iter()
-            .map(|d| (d.client.as_str(), d.qos))
+            .map(|d| (&*d.client, d.qos))
             .collect();
         v.sort();
         v
@@ -434,7 +444,7 @@ mod tests {
         let mut got: Vec<(String, u8)> = s
             .retained
             .iter()
-            .map(|(m, q)| (m.topic.clone(), *q))
+            .map(|(m, q)| (m.topic.to_string(), *q))
             .collect();
         got.sort();
         assert_eq!(got, [("lamp/1".to_string(), 1), ("lamp/2".to_string(), 0)]);
@@ -485,7 +495,7 @@ mod tests {
         .unwrap();
         r.subscribe("clear", "t", opts(1)).unwrap();
         let d = r.publish("p", &Message::new("t", 1, Bytes::from_static(b"x")), true);
-        let flag = |c: &str| d.iter().find(|x| x.client == c).unwrap().retain;
+        let flag = |c: &str| d.iter().find(|x| &*x.client == c).unwrap().retain;
         assert!(flag("keep"));
         assert!(!flag("clear"));
     }
@@ -499,12 +509,12 @@ mod tests {
             assert!(s.retained.is_empty());
         }
         r.subscribe("audit", "jobs/#", opts(0)).unwrap();
-        let mut counts: HashMap<String, usize> = HashMap::new();
+        let mut counts: HashMap<String, usize> = HashMap::default();
         for i in 0..30 {
             let d = r.publish("d", &Message::new(&format!("jobs/{i}"), 1, Bytes::from_static(b"j")), false);
             assert_eq!(d.len(), 2, "one worker and the audit subscriber");
             for x in d {
-                *counts.entry(x.client).or_default() += 1;
+                *counts.entry(x.client.to_string()).or_default() += 1;
             }
         }
         assert_eq!(counts["audit"], 30);
@@ -593,7 +603,7 @@ mod tests {
                     let topic = topics[next(topics.len())];
                     let qos = next(3) as u8;
                     let d = r.publish(client, &Message::new(topic, qos, Bytes::from_static(b"p")), next(5) == 0);
-                    let mut copies: HashMap<&str, usize> = HashMap::new();
+                    let mut copies: HashMap<&str, usize> = HashMap::default();
                     for x in &d {
                         assert!(x.qos <= qos);
                         let subs = r.subscriptions(&x.client);
@@ -607,7 +617,7 @@ mod tests {
                             "{} got {topic} without a matching subscription",
                             x.client
                         );
-                        *copies.entry(x.client.as_str()).or_default() += 1;
+                        *copies.entry(&*x.client).or_default() += 1;
                     }
                     // At most one plain copy per client plus one per matching shared group.
                     for (client, n) in copies {

@@ -8,14 +8,15 @@
 //! The queue is a `VecDeque` behind a mutex plus a `Notify`: an idle session allocates
 //! nothing for it (a channel would pre-allocate a block of slots per connection).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use gridlinks_types::DeviceId;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::Notify;
+use rustc_hash::FxHashMap as HashMap;
+use tokio::sync::{oneshot, Notify};
 
 use crate::router::{Message, Router, SubOptions, SubscribeError};
 use crate::topic::matches;
@@ -80,8 +81,18 @@ pub struct Inbox {
     closed: AtomicU8,
     /// Woken when a message is queued or the session must close.
     pub wake: Notify,
-    /// Woken (all waiters) when messages leave the queue: room for blocked publishers.
-    pub space: Notify,
+    /// Publishers whose copies went into the queue past its bound (locked after `queue`).
+    backlog: Mutex<Backlog>,
+}
+
+/// The publishers a full queue holds back, and how far the client has read.
+#[derive(Default)]
+struct Backlog {
+    /// Copies taken from the queue since the inbox was made.
+    taken: u64,
+    /// (value of `taken` at which the copy is within the bound, its publisher's release),
+    /// in increasing order: each release wakes exactly one publisher, when it is due.
+    waiting: VecDeque<(u64, oneshot::Sender<()>)>,
 }
 
 impl Inbox {
@@ -155,25 +166,49 @@ impl Inbox {
             n += 1;
         }
         let taken: Vec<Outbound> = queue.drain(..n).collect();
-        drop(queue);
         if !taken.is_empty() {
-            self.space.notify_waiters();
+            let mut backlog = self.backlog.lock();
+            backlog.taken += taken.len() as u64;
+            while backlog.waiting.front().is_some_and(|(due, _)| *due <= backlog.taken) {
+                if let Some((_, release)) = backlog.waiting.pop_front() {
+                    let _ = release.send(());
+                }
+            }
         }
         taken
     }
 
-    /// Queues `out` if the queue holds fewer than `capacity` messages; gives it back if not.
-    // The copy comes back by value: boxing it would cost an allocation on every push.
-    #[allow(clippy::result_large_err)]
-    pub fn try_push(&self, out: Outbound, capacity: usize) -> Result<(), Outbound> {
+    /// Queues `out`. Within `capacity` that is all. Past it a QoS 0 copy is given back
+    /// ([`Pushed::Full`]), and a QoS 1/2 copy is queued anyway with a receiver that fires
+    /// once the client has taken enough for it to be within `capacity`: its publisher's
+    /// acknowledgement waits for that (backpressure). At twice `capacity` nothing more
+    /// is queued ([`Pushed::Full`]).
+    pub fn push(&self, out: Outbound, capacity: usize) -> Pushed {
         let mut queue = self.queue.lock();
-        if queue.len() >= capacity {
-            return Err(out);
+        let full = queue.len() >= capacity;
+        if full && (out.qos == 0 || queue.len() >= 2 * capacity) {
+            return Pushed::Full(out);
         }
         queue.push_back(out);
+        let waiter = full.then(|| {
+            let (release, released) = oneshot::channel();
+            let mut backlog = self.backlog.lock();
+            let due = backlog.taken + (queue.len() - capacity) as u64;
+            backlog.waiting.push_back((due, release));
+            released
+        });
         drop(queue);
         self.wake.notify_one();
-        Ok(())
+        match waiter {
+            Some(released) => Pushed::Waiting(released),
+            None => Pushed::Queued,
+        }
+    }
+
+    /// Lets every waiting publisher go (the connection ended or must close): nobody will
+    /// take from the queue until the session resumes, if it does.
+    pub fn release_waiters(&self) {
+        self.backlog.lock().waiting.clear();
     }
 
     /// True when messages wait in the queue or to be sent again.
@@ -199,6 +234,7 @@ impl Inbox {
     fn close(&self, reason: CloseReason) {
         // The first reason stays.
         let _ = self.closed.compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire);
+        self.release_waiters();
         self.wake.notify_one();
     }
 }
@@ -211,6 +247,16 @@ pub struct SessionLink {
     pub inbox: Arc<Inbox>,
     /// Notified once, when a newer connection with the same client id takes over.
     pub kick: Arc<Notify>,
+}
+
+/// What [`Inbox::push`] did with a copy.
+pub enum Pushed {
+    /// Queued within the bound.
+    Queued,
+    /// Queued past the bound: the publisher waits for this.
+    Waiting(oneshot::Receiver<()>),
+    /// Not queued (a QoS 0 copy past the bound, any copy at twice the bound).
+    Full(Outbound),
 }
 
 /// What registering a client's connection found.
@@ -249,55 +295,34 @@ pub struct Routed {
     pub blocked: Vec<Blocked>,
     /// (client id, seq, QoS of the copy) of the copies for persistent sessions: rows to
     /// write to their durable queues before the publisher is acknowledged.
-    pub durable: Vec<(String, u64, u8)>,
+    pub durable: Vec<(Arc<str>, u64, u8)>,
+    /// QoS 0 copies dropped because their receiver's queue was full.
+    pub dropped_qos0: usize,
     /// (client id, seq) of durable copies pushed out of full offline queues
     /// (`drop_oldest`): rows to delete.
-    pub dropped: Vec<(String, u64)>,
+    pub dropped: Vec<(Arc<str>, u64)>,
 }
 
-/// A QoS 1 copy waiting for room in a slow receiver's queue.
+/// A QoS 1/2 copy queued past its receiver's bound, whose publisher waits.
 pub struct Blocked {
     inbox: Arc<Inbox>,
-    capacity: usize,
-    out: Outbound,
-    /// The receiver's session is persistent: the copy is kept even if the receiver is
-    /// disconnected as too slow (its durable row exists already).
-    persistent: bool,
+    released: oneshot::Receiver<()>,
 }
 
 impl Blocked {
-    /// Waits until the copy is queued, or the receiver is gone. A receiver that makes no
-    /// room within `patience` is disconnected (too slow): it cannot hold publishers back
-    /// longer than that. Returns whether the copy was queued.
+    /// Waits until the receiver has taken enough of its queue, or is gone. A receiver
+    /// that does not within `patience` is disconnected (too slow): it cannot hold
+    /// publishers back longer than that (a persistent session keeps the copy). Returns
+    /// whether the receiver took its share.
     pub async fn wait(self, patience: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + patience;
-        let mut out = self.out;
-        loop {
-            let space = self.inbox.space.notified();
-            tokio::pin!(space);
-            space.as_mut().enable();
-            if self.inbox.is_closed() {
-                return keep(&self.inbox, self.persistent, out);
-            }
-            match self.inbox.try_push(out, self.capacity) {
-                Ok(()) => return true,
-                Err(back) => out = back,
-            }
-            if tokio::time::timeout_at(deadline, space).await.is_err() {
+        match tokio::time::timeout(patience, self.released).await {
+            Ok(released) => released.is_ok(),
+            Err(_) => {
                 self.inbox.close(CloseReason::TooSlow);
-                return keep(&self.inbox, self.persistent, out);
+                false
             }
         }
     }
-}
-
-/// A persistent session keeps a blocked copy past its queue bound (bounded by the blocked
-/// publishers' in-flight windows) for its next connection.
-fn keep(inbox: &Inbox, persistent: bool, out: Outbound) -> bool {
-    if persistent {
-        inbox.queue.lock().push_back(out);
-    }
-    persistent
 }
 
 /// A persistent session as loaded from storage.
@@ -582,6 +607,8 @@ impl Sessions {
             return Unregistered::Ended;
         }
         e.online = false;
+        // Nobody takes from the queue while offline: its publishers need not wait.
+        link.inbox.release_waiters();
         Unregistered::Parked { expiry: e.expiry, epoch: e.id }
     }
 
@@ -604,8 +631,10 @@ impl Sessions {
 
     /// Routes a PUBLISH of client `from` to every subscribed client session (and keeps it
     /// as the retained message with `retain`). A QoS 0 copy for a full queue is dropped
-    /// (counted); a QoS 1 copy for a full queue comes back in [`Routed::blocked`]: the
-    /// publisher's acknowledgement waits for room (backpressure), see [`Blocked::wait`].
+    /// (counted); a QoS 1/2 copy for a full queue is queued and comes back in
+    /// [`Routed::blocked`]: the publisher's acknowledgement waits until the receiver has
+    /// caught up (backpressure), see [`Blocked::wait`]. An offline persistent session's
+    /// full queue drops a copy by the configured policy instead.
     pub fn publish(&self, from: &str, msg: &Message, retain: bool) -> Routed {
         let deliveries = self.router.lock().publish(from, msg, retain);
         let mut routed = Routed::default();
@@ -614,7 +643,7 @@ impl Sessions {
         }
         let map = self.by_client.read();
         for d in deliveries {
-            let Some(e) = map.get(&d.client) else { continue };
+            let Some(e) = map.get(&*d.client) else { continue };
             let persistent = e.expiry > 0;
             if !e.online && d.qos == 0 {
                 // An offline session gets QoS 1 copies only.
@@ -622,33 +651,56 @@ impl Sessions {
             }
             let seq = (persistent && d.qos >= 1).then(|| self.seq.fetch_add(1, Ordering::Relaxed));
             let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
-            match e.inbox.try_push(out, e.capacity) {
-                Ok(()) => routed.queued += 1,
-                Err(_) if d.qos == 0 => {
-                    self.dropped_qos0.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                Err(out) if !e.online => {
-                    // Nobody can make room: the at-limit policy decides.
-                    if self.offline_drop_oldest {
-                        let mut queue = e.inbox.queue.lock();
-                        if let Some(old) = queue.pop_front() {
-                            routed.dropped.extend(old.seq.map(|s| (d.client.clone(), s)));
-                        }
-                        queue.push_back(out);
-                        routed.queued += 1;
-                    } else {
-                        self.dropped_offline.fetch_add(1, Ordering::Relaxed);
-                        continue;
+            let queued = if e.online {
+                match e.inbox.push(out, e.capacity) {
+                    Pushed::Queued => true,
+                    Pushed::Waiting(released) => {
+                        routed.blocked.push(Blocked { inbox: e.inbox.clone(), released });
+                        true
+                    }
+                    Pushed::Full(_) if d.qos == 0 => {
+                        self.dropped_qos0.fetch_add(1, Ordering::Relaxed);
+                        routed.dropped_qos0 += 1;
+                        false
+                    }
+                    Pushed::Full(out) => {
+                        // The hard limit: the client is too slow. A clean session ends with
+                        // its queue; a persistent one keeps it, bounded by the policy.
+                        self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
+                        e.inbox.close(CloseReason::TooSlow);
+                        persistent && self.queue_at_bound(&e.inbox, out, 2 * e.capacity, &d.client, &mut routed)
                     }
                 }
-                Err(out) => routed.blocked.push(Blocked { inbox: e.inbox.clone(), capacity: e.capacity, out, persistent }),
+            } else {
+                self.queue_at_bound(&e.inbox, out, e.capacity, &d.client, &mut routed)
+            };
+            if !queued {
+                continue;
             }
+            routed.queued += 1;
             if let Some(seq) = seq {
                 routed.durable.push((d.client, seq, d.qos));
             }
         }
         routed
+    }
+
+    /// Queues `out` for a session nobody takes from now, whose queue may hold `bound`
+    /// copies: at the bound `mqtt.offline_queue_full` decides which copy goes (counted);
+    /// whether `out` was queued.
+    fn queue_at_bound(&self, inbox: &Inbox, out: Outbound, bound: usize, client: &Arc<str>, routed: &mut Routed) -> bool {
+        let mut queue = inbox.queue.lock();
+        if queue.len() >= bound {
+            self.dropped_offline.fetch_add(1, Ordering::Relaxed);
+            if !self.offline_drop_oldest {
+                return false;
+            }
+            if let Some(old) = queue.pop_front() {
+                routed.dropped.extend(old.seq.map(|s| (client.clone(), s)));
+            }
+        }
+        queue.push_back(out);
+        true
     }
 
     /// Makes durable-queue sequence numbers start above `seq` (after loading stored rows).
@@ -694,7 +746,7 @@ mod tests {
         assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/1", Bytes::from_static(b"{}")), 1);
         a.inbox.wake.notified().await;
         let m = a.inbox.drain().pop_front().unwrap();
-        assert_eq!((m.msg.topic.as_str(), m.qos), ("v1/devices/me/rpc/request/1", 1));
+        assert_eq!((&*m.msg.topic, m.qos), ("v1/devices/me/rpc/request/1", 1));
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"1")), 1);
         // b's queue (capacity 1) is now full: the next delivery closes it instead of dropping silently.
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"2")), 0);
@@ -717,7 +769,7 @@ mod tests {
         assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
         assert_eq!(s.publish("dev", &Message::new("meters/1", 1, Bytes::from_static(b"7")), true).queued, 1);
         let m = a.inbox.drain().pop_front().unwrap();
-        assert_eq!((m.msg.topic.as_str(), m.qos, m.retain), ("meters/1", 1, false));
+        assert_eq!((&*m.msg.topic, m.qos, m.retain), ("meters/1", 1, false));
         // The retained message waits for the next subscriber.
         let late = s.register_client("late", "".into(), 10, true, 0).link;
         let retained = s.subscribe_client("late", "meters/#", opts).unwrap();
@@ -784,8 +836,8 @@ mod tests {
         assert!(r2.present);
         assert!(!s.expire_client("p", epoch), "resumed sessions do not expire");
         let unacked = r2.link.inbox.take_unacked();
-        assert_eq!((unacked[0].msg.topic.as_str(), unacked[0].packet_id), ("t/1", Some(7)));
-        let topics: Vec<_> = r2.link.inbox.take(10).into_iter().map(|o| o.msg.topic).collect();
+        assert_eq!((&*unacked[0].msg.topic, unacked[0].packet_id), ("t/1", Some(7)));
+        let topics: Vec<_> = r2.link.inbox.take(10).into_iter().map(|o| o.msg.topic.to_string()).collect();
         assert_eq!(topics, ["t/3", "t/4"]);
         let Unregistered::Parked { epoch, .. } = s.unregister_client("p", &r2.link, Vec::new()) else { panic!() };
         assert!(s.expire_client("p", epoch));
@@ -832,9 +884,9 @@ mod tests {
         for _round in 0..200 {
             let s = Sessions::default().drop_oldest_when_offline_queue_full(next(2) == 0);
             // Per client: its live link, and every filter subscribed since its session began.
-            let mut links: HashMap<&str, SessionLink> = HashMap::new();
-            let mut allowed: HashMap<&str, Vec<&str>> = HashMap::new();
-            let mut parked: HashMap<&str, SessionId> = HashMap::new();
+            let mut links: HashMap<&str, SessionLink> = HashMap::default();
+            let mut allowed: HashMap<&str, Vec<&str>> = HashMap::default();
+            let mut parked: HashMap<&str, SessionId> = HashMap::default();
             for _ in 0..300 {
                 let c = clients[next(clients.len())];
                 match next(9) {
@@ -913,7 +965,7 @@ mod tests {
         for (i, qos) in [1u8, 0, 1, 1, 0].into_iter().enumerate() {
             inbox.queue.lock().push_back(Outbound::plain(Message::new(&i.to_string(), qos, Bytes::new()), qos));
         }
-        let topics = |v: Vec<Outbound>| v.into_iter().map(|m| m.msg.topic).collect::<Vec<_>>();
+        let topics = |v: Vec<Outbound>| v.into_iter().map(|m| m.msg.topic.to_string()).collect::<Vec<_>>();
         assert_eq!(topics(inbox.take(2)), ["0", "1", "2"], "stops before the third QoS 1");
         assert!(inbox.has_queued());
         assert_eq!(topics(inbox.take(0)), Vec::<String>::new());
@@ -924,25 +976,43 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_holds_qos1_publishers_back_and_drops_qos0() {
         let s = Sessions::default();
-        let sub = s.register_client("slow", "".into(), 1, true, 0).link;
+        let sub = s.register_client("slow", "".into(), 2, true, 0).link;
         let opts = SubOptions { qos: 1, ..Default::default() };
         s.subscribe_client("slow", "t", opts).unwrap();
-        assert_eq!(s.publish("p", &Message::new("t", 1, Bytes::from_static(b"1")), false).queued, 1);
-        // Full: QoS 0 is dropped and counted, QoS 1 waits.
-        assert_eq!(s.publish("p", &Message::new("t", 0, Bytes::from_static(b"x")), false).queued, 0);
+        let publish = |p: &'static [u8], qos: u8| s.publish("p", &Message::new("t", qos, Bytes::from_static(p)), false);
+        assert_eq!(publish(b"1", 1).queued + publish(b"2", 1).queued, 2);
+        // Full: QoS 0 is dropped and counted, QoS 1 is queued and its publisher waits.
+        assert_eq!(publish(b"x", 0).queued, 0);
         assert_eq!(s.dropped_qos0(), 1);
-        let mut routed = s.publish("p", &Message::new("t", 1, Bytes::from_static(b"2")), false);
-        assert_eq!((routed.queued, routed.blocked.len()), (0, 1));
-        let waiting = tokio::spawn(routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)));
+        let mut third = publish(b"3", 1);
+        assert_eq!((third.queued, third.blocked.len()), (1, 1));
+        let mut fourth = publish(b"4", 1);
+        let waiting3 = tokio::spawn(third.blocked.remove(0).wait(std::time::Duration::from_secs(5)));
+        let waiting4 = tokio::spawn(fourth.blocked.remove(0).wait(std::time::Duration::from_secs(5)));
         tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "the publisher waits for room");
-        assert_eq!(sub.inbox.take(10).len(), 1, "the subscriber takes message 1");
-        assert!(waiting.await.unwrap(), "message 2 is queued once there is room");
-        assert_eq!(sub.inbox.take(10)[0].msg.payload, Bytes::from_static(b"2"));
-        // A receiver that never makes room is disconnected after the patience.
-        s.publish("p", &Message::new("t", 1, Bytes::from_static(b"3")), false);
-        let mut routed = s.publish("p", &Message::new("t", 1, Bytes::from_static(b"4")), false);
+        assert!(!waiting3.is_finished(), "the publisher waits until the subscriber catches up");
+        // The subscriber takes message 1: message 3 is within the bound now, 4 is not.
+        assert_eq!(sub.inbox.take(1)[0].msg.payload, Bytes::from_static(b"1"));
+        assert!(waiting3.await.unwrap());
+        tokio::task::yield_now().await;
+        assert!(!waiting4.is_finished(), "one release per copy taken: no herd");
+        let rest: Vec<_> = sub.inbox.take(10).into_iter().map(|o| o.msg.payload).collect();
+        assert_eq!(rest, [&b"2"[..], b"3", b"4"], "in publish order");
+        assert!(waiting4.await.unwrap());
+        // A receiver that does not catch up is disconnected after the patience.
+        publish(b"5", 1);
+        publish(b"6", 1);
+        let mut routed = publish(b"7", 1);
         assert!(!routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)).await);
-        assert!(sub.inbox.is_closed());
+        assert_eq!(sub.inbox.close_reason(), Some(CloseReason::TooSlow));
+        // At twice the bound it is disconnected at once; a clean session loses the copy.
+        let fast = s.register_client("burst", "".into(), 1, true, 0).link;
+        s.subscribe_client("burst", "b", opts).unwrap();
+        let burst = |p: &'static [u8]| s.publish("p", &Message::new("b", 1, Bytes::from_static(p)), false);
+        assert_eq!((burst(b"1").blocked.len(), burst(b"2").blocked.len()), (0, 1));
+        assert!(!fast.inbox.is_closed());
+        assert_eq!(burst(b"3").queued, 0);
+        assert_eq!(fast.inbox.close_reason(), Some(CloseReason::TooSlow));
+        assert_eq!(s.closed_on_overflow(), 1);
     }
 }

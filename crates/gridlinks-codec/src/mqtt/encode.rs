@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use super::decode::kind;
 use super::error::EncodeError;
 use super::packet::{
-    Auth, ConnAck, Connect, Disconnect, Packet, PubResp, Publish, PublishProperties, SubAck,
+    Auth, ConnAck, Connect, Disconnect, Packet, PubResp, PublishProperties, PublishRef, SubAck,
     Subscribe, UnsubAck, Unsubscribe,
 };
 use super::properties::{
@@ -44,6 +44,29 @@ pub fn encode(
     out.write_u8(header);
     out.write_varint(remaining)?;
     write_body(packet, version, out)
+}
+
+/// Appends the encoding of PUBLISH `p` for `version` to `out`: the same bytes as
+/// [`encode`] of the equivalent [`Packet::Publish`]. On error `out` is left as it was.
+pub fn encode_publish(
+    p: &PublishRef<'_>,
+    version: ProtocolVersion,
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    let header = (kind::PUBLISH << 4)
+        | (u8::from(p.dup) << 3)
+        | ((p.qos as u8) << 1)
+        | u8::from(p.retain);
+    let mut counter = Counter::default();
+    write_publish(p, version, &mut counter)?;
+    let remaining = counter.0;
+    if remaining > MAX_REMAINING_LENGTH {
+        return Err(EncodeError::PayloadTooLarge);
+    }
+    out.reserve(1 + varint_len(remaining) + remaining);
+    out.write_u8(header);
+    out.write_varint(remaining)?;
+    write_publish(p, version, out)
 }
 
 fn fixed_header(packet: &Packet, version: ProtocolVersion) -> Result<u8, EncodeError> {
@@ -85,7 +108,7 @@ fn write_body<S: Sink>(
     match packet {
         Packet::Connect(c) => write_connect(c, s),
         Packet::ConnAck(c) => write_connack(c, version, s),
-        Packet::Publish(p) => write_publish(p, version, s),
+        Packet::Publish(p) => write_publish(&p.as_ref(), version, s),
         Packet::PubAck(r) | Packet::PubRec(r) => {
             write_pub_resp(r, version, "PUBACK/PUBREC", reason::valid_puback, s)
         }
@@ -189,7 +212,7 @@ fn write_connack<S: Sink>(
 }
 
 fn write_publish<S: Sink>(
-    p: &Publish,
+    p: &PublishRef<'_>,
     version: ProtocolVersion,
     s: &mut S,
 ) -> Result<(), EncodeError> {
@@ -214,17 +237,17 @@ fn write_publish<S: Sink>(
                 "empty topic name without topic alias",
             ));
         }
-    } else if topic::has_wildcard(&p.topic) {
+    } else if topic::has_wildcard(p.topic) {
         return Err(EncodeError::InvalidPacket("wildcard in PUBLISH topic name"));
     }
-    s.write_string(&p.topic)?;
+    s.write_string(p.topic)?;
     if let Some(id) = p.packet_id {
         write_packet_id(s, id)?;
     }
     if v5 {
-        write_block::<S, PublishProperties>(s, &p.properties)?;
+        write_block::<S, PublishProperties>(s, p.properties)?;
     }
-    s.write_slice(&p.payload);
+    s.write_slice(p.payload);
     Ok(())
 }
 

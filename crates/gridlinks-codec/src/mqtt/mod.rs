@@ -33,11 +33,11 @@ mod wire;
 mod tests;
 
 pub use decode::decode;
-pub use encode::encode;
+pub use encode::{encode, encode_publish};
 pub use error::{DecodeError, EncodeError, InvalidQoS};
 pub use packet::{
     Auth, ConnAck, ConnAckProperties, Connect, ConnectProperties, Disconnect, LastWill, Packet,
-    PubResp, Publish, PublishProperties, SubAck, Subscribe, SubscriptionRequest, UnsubAck,
+    PubResp, Publish, PublishProperties, PublishRef, SubAck, Subscribe, SubscriptionRequest, UnsubAck,
     Unsubscribe,
 };
 pub use wire::MAX_REMAINING_LENGTH;

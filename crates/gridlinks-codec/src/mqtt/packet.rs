@@ -245,6 +245,42 @@ pub struct Publish {
     pub properties: PublishProperties,
 }
 
+/// A PUBLISH by reference, for a server that sends one message to many clients: it is
+/// encoded ([`encode_publish`](super::encode_publish)) without building a [`Publish`] and
+/// cloning the topic and properties for every copy.
+#[derive(Clone, Copy)]
+pub struct PublishRef<'a> {
+    /// DUP flag: a redelivery. Always false at QoS 0.
+    pub dup: bool,
+    /// Delivery QoS.
+    pub qos: QoS,
+    /// RETAIN flag.
+    pub retain: bool,
+    /// Topic name (no wildcards). Empty only in MQTT 5 with a topic alias.
+    pub topic: &'a str,
+    /// Packet identifier: `Some(non-zero)` exactly when QoS > 0.
+    pub packet_id: Option<u16>,
+    /// Application payload.
+    pub payload: &'a [u8],
+    /// MQTT 5 PUBLISH properties (ignored in 3.x).
+    pub properties: &'a PublishProperties,
+}
+
+impl Publish {
+    /// This PUBLISH by reference.
+    pub fn as_ref(&self) -> PublishRef<'_> {
+        PublishRef {
+            dup: self.dup,
+            qos: self.qos,
+            retain: self.retain,
+            topic: &self.topic,
+            packet_id: self.packet_id,
+            payload: &self.payload,
+            properties: &self.properties,
+        }
+    }
+}
+
 impl fmt::Debug for Publish {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Publish")
@@ -279,6 +315,31 @@ pub struct PublishProperties {
     pub subscription_identifiers: Vec<u32>,
     /// Content Type (0x03).
     pub content_type: Option<String>,
+}
+
+impl PublishProperties {
+    /// True when no property is set.
+    pub fn is_empty(&self) -> bool {
+        // Destructured so that a new field cannot be forgotten here.
+        let Self {
+            payload_format_indicator,
+            message_expiry_interval,
+            topic_alias,
+            response_topic,
+            correlation_data,
+            user_properties,
+            subscription_identifiers,
+            content_type,
+        } = self;
+        payload_format_indicator.is_none()
+            && message_expiry_interval.is_none()
+            && topic_alias.is_none()
+            && response_topic.is_none()
+            && correlation_data.is_none()
+            && user_properties.is_empty()
+            && subscription_identifiers.is_empty()
+            && content_type.is_none()
+    }
 }
 
 /// PUBACK, PUBREC, PUBREL or PUBCOMP (which one is the [`Packet`] variant).

@@ -19,8 +19,8 @@ use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink, 
 use gridlinks_broker::topic::validate_filter;
 use gridlinks_codec::mqtt::topic::is_valid_topic_name;
 use gridlinks_codec::mqtt::{
-    decode, reason as rc, encode, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
-    PublishProperties, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+    decode, reason as rc, encode, encode_publish, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
+    PublishProperties, PublishRef, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 use gridlinks_storage::{BrokerRow, BrokerTable, StoreError, WriteOp};
 use gridlinks_types::DeviceId;
@@ -98,6 +98,9 @@ struct Conn<T> {
     client_id: Option<Arc<str>>,
     /// The client's Maximum Packet Size (MQTT 5 CONNECT); larger packets are not sent.
     max_out: usize,
+    /// A publish of this client met a full subscriber queue (its QoS 0 copy was dropped):
+    /// let other tasks, that subscriber's among them, run before reading more.
+    congested: bool,
 }
 
 /// Who is connected.
@@ -157,9 +160,9 @@ impl OutWindow {
     }
 
     /// Remembers the copy sent as `id` (persistent sessions only).
-    fn keep(&mut self, id: u16, out: &Outbound) {
+    fn keep(&mut self, id: u16, out: Outbound) {
         if let Some(kept) = &mut self.kept {
-            kept.push_back((id, out.clone()));
+            kept.push_back((id, out));
         }
     }
 
@@ -250,7 +253,7 @@ enum End {
 }
 
 pub async fn run<T: Transport>(stream: T, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX };
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX, congested: false };
     let timeout = st.cfg.mqtt.connect_timeout.duration();
     let mut connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
         Ok(Some(c)) => c,
@@ -672,6 +675,12 @@ impl<T: Transport> Conn<T> {
             if self.flush().await.is_err() {
                 return End::Gone;
             }
+            if std::mem::take(&mut self.congested) {
+                // Without this a publisher whose socket always has data keeps its worker
+                // busy for a whole scheduling budget, and the subscriber it floods runs
+                // too seldom to drain its queue: most QoS 0 copies would be dropped.
+                tokio::task::yield_now().await;
+            }
             if self.broken {
                 return End::Disconnect(rc::IMPLEMENTATION_SPECIFIC_ERROR, "internal encoding error".into());
             }
@@ -698,8 +707,8 @@ impl<T: Transport> Conn<T> {
                 if out.released {
                     // QoS 2 after PUBREC: only the PUBREL is owed, with the same id.
                     if let Some(id) = out.packet_id.filter(|id| window.reserve(*id)) {
-                        window.keep(id, &out);
                         self.queue(&Packet::PubRel(resp(id, 0, None)));
+                        window.keep(id, out);
                     }
                 } else if !self.expired(&out, now) {
                     let id = out.packet_id.filter(|id| window.reserve(*id)).unwrap_or_else(|| window.take_id());
@@ -727,14 +736,14 @@ impl<T: Transport> Conn<T> {
     /// it had been delivered (MQTT 5 §3.1.2.11.4): its window slot frees, its durable copy
     /// goes.
     fn send(&mut self, out: Outbound, packet_id: Option<u16>, dup: bool, now: std::time::Instant, window: &mut OutWindow) {
-        if let Some(id) = packet_id {
-            window.keep(id, &out);
-        }
-        if self.queue(&self.outgoing(out, packet_id, dup, now)) {
+        if self.queue_publish(&out, packet_id, dup, now) {
+            if let Some(id) = packet_id {
+                window.keep(id, out);
+            }
             return;
         }
-        if let Some(id) = packet_id.filter(|&id| window.release(id)) {
-            if let (Some(out), Some(client)) = (window.acked(id), self.client_id.clone()) {
+        if packet_id.is_some_and(|id| window.release(id)) {
+            if let Some(client) = self.client_id.clone() {
                 self.acked_rows.extend(pubsub::acked_row(&client, &out));
             }
         }
@@ -767,31 +776,45 @@ impl<T: Transport> Conn<T> {
         true
     }
 
-    /// The PUBLISH carrying `out` to this client: for MQTT 5 with the message's
-    /// properties, its remaining expiry and the matching subscription identifiers.
-    fn outgoing(&self, out: Outbound, packet_id: Option<u16>, dup: bool, now: std::time::Instant) -> Packet {
-        let mut properties = PublishProperties::default();
+    /// Encodes the PUBLISH carrying `out` to this client (for MQTT 5 with the message's
+    /// properties, its remaining expiry and the matching subscription identifiers) into the
+    /// write buffer, by reference: a copy of a fanned-out message costs no allocation
+    /// unless its MQTT 5 properties differ per copy. False when it was not queued: larger
+    /// than the client's Maximum Packet Size (counted), or not encodable.
+    fn queue_publish(&mut self, out: &Outbound, packet_id: Option<u16>, dup: bool, now: std::time::Instant) -> bool {
+        let none = PublishProperties::default();
+        let mut own;
+        let mut properties = &none;
         if self.version == ProtocolVersion::V5 {
-            if let Some(p) = out.msg.props {
-                properties = Arc::unwrap_or_clone(p);
-            }
-            properties.message_expiry_interval = out.msg.expires.map(|e| retained::remaining_secs(e, now));
-            properties.subscription_identifiers = out.subscription_ids;
+            let expiry = out.msg.expires.map(|e| retained::remaining_secs(e, now));
+            properties = match (&out.msg.props, expiry, out.subscription_ids.is_empty()) {
+                (Some(p), None, true) => p,
+                (p, expiry, _) => {
+                    own = p.as_deref().cloned().unwrap_or_default();
+                    own.message_expiry_interval = expiry;
+                    own.subscription_identifiers.clone_from(&out.subscription_ids);
+                    &own
+                }
+            };
         }
         let qos = match (packet_id, out.qos) {
             (None, _) => QoS::AtMostOnce,
             (Some(_), 2) => QoS::ExactlyOnce,
             (Some(_), _) => QoS::AtLeastOnce,
         };
-        Packet::Publish(Publish {
-            dup,
-            qos,
-            retain: out.retain,
-            topic: out.msg.topic,
-            packet_id,
-            payload: out.msg.payload,
-            properties,
-        })
+        let publish = PublishRef { dup, qos, retain: out.retain, topic: &out.msg.topic, packet_id, payload: &out.msg.payload, properties };
+        let start = self.wbuf.len();
+        if let Err(e) = encode_publish(&publish, self.version, &mut self.wbuf) {
+            tracing::error!(error = %e, "cannot encode MQTT PUBLISH; closing the connection");
+            self.broken = true;
+            return false;
+        }
+        if self.wbuf.len() - start > self.max_out {
+            self.wbuf.truncate(start);
+            self.st.mqtt_metrics.too_large.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Writes what a completed in-flight item produced; `Some` ends the connection.
@@ -987,6 +1010,7 @@ impl<T: Transport> Conn<T> {
         // across a restart: committed with the copies, before the PUBREC.
         let remember = packet_id.filter(|_| qos == QoS::ExactlyOnce && self.expiry > 0).map(|id| pubsub::incoming_row(client, id, true));
         let routing = pubsub::route(&self.st, client, &msg, retain, remember);
+        self.congested |= routing.congested;
         // MQTT 5: 0x10 "no matching subscribers" is a success code.
         let reason = if !routing.matched && v5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
         let Some(work) = routing.pending else {
@@ -1128,8 +1152,8 @@ pub(crate) fn message(p: Publish) -> Message {
     let expires = props.message_expiry_interval.take().map(|s| std::time::Instant::now() + Duration::from_secs(u64::from(s)));
     props.topic_alias = None;
     props.subscription_identifiers.clear();
-    let has_props = props != PublishProperties::default();
-    Message { topic: p.topic, payload: p.payload, qos: p.qos as u8, props: has_props.then(|| Arc::new(props)), expires }
+    let has_props = !props.is_empty();
+    Message { topic: p.topic.into(), payload: p.payload, qos: p.qos as u8, props: has_props.then(|| Arc::new(props)), expires }
 }
 
 fn ready(ack: Option<Packet>) -> InFlight {

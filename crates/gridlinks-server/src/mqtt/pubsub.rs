@@ -29,6 +29,8 @@ pub const NEVER: u32 = u32::MAX;
 pub struct Routing {
     /// At least one subscriber got a copy (or will, after backpressure).
     pub matched: bool,
+    /// A QoS 0 copy was dropped: a subscriber's queue is full.
+    pub congested: bool,
     /// Work left before the publisher may be acknowledged: commit durable rows, wait for
     /// room in full queues. `None` when there is nothing to wait for.
     pub pending: Option<Work>,
@@ -42,6 +44,7 @@ pub type Work = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + 
 pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: Option<BrokerRow>) -> Routing {
     let routed = st.sessions.publish(from, msg, retain);
     let matched = routed.queued > 0 || !routed.blocked.is_empty();
+    let congested = routed.dropped_qos0 > 0;
     let mut rows: Vec<BrokerRow> = also.into_iter().collect();
     if retain {
         rows.push(retained::row(msg));
@@ -58,7 +61,7 @@ pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: 
     }
     rows.extend(routed.dropped.iter().map(|(client, seq)| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: None }));
     if rows.is_empty() && routed.blocked.is_empty() {
-        return Routing { matched, pending: None };
+        return Routing { matched, congested, pending: None };
     }
     let st = st.clone();
     let pending = Box::pin(async move {
@@ -70,7 +73,7 @@ pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: 
         }
         Ok(())
     });
-    Routing { matched, pending: Some(pending) }
+    Routing { matched, congested, pending: Some(pending) }
 }
 
 /// Routes `msg` and waits until it is durable where it must be and queued everywhere.

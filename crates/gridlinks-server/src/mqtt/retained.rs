@@ -20,7 +20,7 @@ use gridlinks_types::Ts;
 /// The row that stores `msg` as its topic's retained message (an empty payload deletes it).
 pub fn row(msg: &Message) -> BrokerRow {
     let value = (!msg.payload.is_empty()).then(|| encode_message(msg));
-    BrokerRow { table: BrokerTable::Retained, key: msg.topic.clone().into_bytes(), value }
+    BrokerRow { table: BrokerTable::Retained, key: msg.topic.as_bytes().to_vec(), value }
 }
 
 /// `msg` as stored (retained messages, durable session queues).
@@ -39,7 +39,7 @@ fn encode_row(msg: &Message, now_ms: i64, now: Instant) -> Vec<u8> {
             _ => QoS::ExactlyOnce,
         },
         retain: true,
-        topic: msg.topic.clone(),
+        topic: msg.topic.to_string(),
         packet_id: (msg.qos > 0).then_some(1),
         payload: msg.payload.clone(),
         properties,
@@ -80,8 +80,8 @@ fn decode_row(v: &[u8], now_ms: i64, now: Instant) -> Option<Message> {
         }
         None => None,
     };
-    let has_props = props != Default::default();
-    Some(Message { topic: p.topic, payload: p.payload, qos: p.qos as u8, props: has_props.then(|| Arc::new(props)), expires })
+    let has_props = !props.is_empty();
+    Some(Message { topic: p.topic.into(), payload: p.payload, qos: p.qos as u8, props: has_props.then(|| Arc::new(props)), expires })
 }
 
 /// Loads the stored retained messages into the router; returns how many (expired ones
@@ -119,7 +119,7 @@ mod tests {
         let v = encode_row(&msg, 1_000_000, now);
         // Loaded 30 s later: 70 s left.
         let back = decode_row(&v, 1_030_000, now).unwrap();
-        assert_eq!((back.topic.as_str(), &back.payload[..], back.qos), ("a/b", &b"on"[..], 1));
+        assert_eq!((&*back.topic, &back.payload[..], back.qos), ("a/b", &b"on"[..], 1));
         assert_eq!(back.props, msg.props);
         assert_eq!(back.expires, Some(now + Duration::from_secs(70)));
         // Loaded after it expired: gone.

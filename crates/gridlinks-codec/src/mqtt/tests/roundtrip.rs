@@ -278,3 +278,21 @@ fn large_remaining_lengths_roundtrip() {
         }
     }
 }
+
+#[test]
+fn encode_publish_writes_the_same_bytes_as_encode() {
+    for (samples, version) in [(v3_samples(), ProtocolVersion::V3_1_1), (v5_samples(), ProtocolVersion::V5)] {
+        let publishes: Vec<_> = samples.iter().filter_map(|p| if let Packet::Publish(p) = p { Some(p) } else { None }).collect();
+        assert!(!publishes.is_empty());
+        for p in publishes {
+            let mut by_ref = BytesMut::new();
+            encode_publish(&p.as_ref(), version, &mut by_ref).unwrap();
+            assert_eq!(&by_ref[..], &encode_to_vec(&Packet::Publish(p.clone()), version)[..], "{version:?}");
+        }
+    }
+    // Invalid ones are refused the same way, leaving the buffer as it was.
+    let bad = Publish { dup: false, qos: QoS::AtLeastOnce, retain: false, topic: "a/+".into(), packet_id: Some(1), payload: Bytes::new(), properties: PublishProperties::default() };
+    let mut out = BytesMut::from(&b"kept"[..]);
+    assert!(encode_publish(&bad.as_ref(), ProtocolVersion::V5, &mut out).is_err());
+    assert_eq!(&out[..], b"kept");
+}
