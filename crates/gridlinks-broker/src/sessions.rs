@@ -181,12 +181,12 @@ impl Inbox {
     /// Queues `out`. Within `capacity` that is all. Past it a QoS 0 copy is given back
     /// ([`Pushed::Full`]), and a QoS 1/2 copy is queued anyway with a receiver that fires
     /// once the client has taken enough for it to be within `capacity`: its publisher's
-    /// acknowledgement waits for that (backpressure). At twice `capacity` nothing more
-    /// is queued ([`Pushed::Full`]).
-    pub fn push(&self, out: Outbound, capacity: usize) -> Pushed {
+    /// acknowledgement waits for that (backpressure). At `hard_limit` nothing more is
+    /// queued ([`Pushed::Full`]).
+    pub fn push(&self, out: Outbound, capacity: usize, hard_limit: usize) -> Pushed {
         let mut queue = self.queue.lock();
         let full = queue.len() >= capacity;
-        if full && (out.qos == 0 || queue.len() >= 2 * capacity) {
+        if full && (out.qos == 0 || queue.len() >= hard_limit) {
             return Pushed::Full(out);
         }
         queue.push_back(out);
@@ -255,7 +255,7 @@ pub enum Pushed {
     Queued,
     /// Queued past the bound: the publisher waits for this.
     Waiting(oneshot::Receiver<()>),
-    /// Not queued (a QoS 0 copy past the bound, any copy at twice the bound).
+    /// Not queued (a QoS 0 copy past the bound, any copy at the hard limit).
     Full(Outbound),
 }
 
@@ -375,6 +375,9 @@ pub struct Sessions {
     seq: AtomicU64,
     /// At the queue bound of an offline persistent session, drop the oldest copy (else the new one).
     offline_drop_oldest: bool,
+    /// Copies a client's queue may hold while publishers wait, before the client is
+    /// disconnected as too slow (0: unbounded, see [`Sessions::hard_limit`]).
+    hard_limit: usize,
     dropped_offline: AtomicU64,
     /// The router's count of subscriptions overlapping its interest filter, readable
     /// without its lock.
@@ -652,7 +655,8 @@ impl Sessions {
             let seq = (persistent && d.qos >= 1).then(|| self.seq.fetch_add(1, Ordering::Relaxed));
             let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
             let queued = if e.online {
-                match e.inbox.push(out, e.capacity) {
+                let hard_limit = if self.hard_limit == 0 { usize::MAX } else { self.hard_limit };
+                match e.inbox.push(out, e.capacity, hard_limit) {
                     Pushed::Queued => true,
                     Pushed::Waiting(released) => {
                         routed.blocked.push(Blocked { inbox: e.inbox.clone(), released });
@@ -668,7 +672,7 @@ impl Sessions {
                         // its queue; a persistent one keeps it, bounded by the policy.
                         self.closed_on_overflow.fetch_add(1, Ordering::Relaxed);
                         e.inbox.close(CloseReason::TooSlow);
-                        persistent && self.queue_at_bound(&e.inbox, out, 2 * e.capacity, &d.client, &mut routed)
+                        persistent && self.queue_at_bound(&e.inbox, out, hard_limit, &d.client, &mut routed)
                     }
                 }
             } else {
@@ -706,6 +710,13 @@ impl Sessions {
     /// Makes durable-queue sequence numbers start above `seq` (after loading stored rows).
     pub fn seq_floor(&self, seq: u64) {
         self.seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// A client whose queue reaches `copies` (publishers waiting on it) is disconnected as
+    /// too slow; a persistent session keeps that many.
+    pub fn hard_limit(mut self, copies: usize) -> Self {
+        self.hard_limit = copies;
+        self
     }
 
     /// At the queue bound of an offline persistent session, drop the oldest queued copy
@@ -882,7 +893,7 @@ mod tests {
             (seed % n as u64) as usize
         };
         for _round in 0..200 {
-            let s = Sessions::default().drop_oldest_when_offline_queue_full(next(2) == 0);
+            let s = Sessions::default().drop_oldest_when_offline_queue_full(next(2) == 0).hard_limit(2 * capacity);
             // Per client: its live link, and every filter subscribed since its session began.
             let mut links: HashMap<&str, SessionLink> = HashMap::default();
             let mut allowed: HashMap<&str, Vec<&str>> = HashMap::default();
@@ -952,7 +963,7 @@ mod tests {
                             );
                             assert!(out.qos <= out.msg.qos);
                         }
-                        assert!(link.inbox.len() <= capacity + 8, "queue bound");
+                        assert!(link.inbox.len() <= 2 * capacity + 8, "queue bound");
                     }
                 }
             }
@@ -975,7 +986,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_holds_qos1_publishers_back_and_drops_qos0() {
-        let s = Sessions::default();
+        let s = Sessions::default().hard_limit(4);
         let sub = s.register_client("slow", "".into(), 2, true, 0).link;
         let opts = SubOptions { qos: 1, ..Default::default() };
         s.subscribe_client("slow", "t", opts).unwrap();
@@ -1005,13 +1016,14 @@ mod tests {
         let mut routed = publish(b"7", 1);
         assert!(!routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)).await);
         assert_eq!(sub.inbox.close_reason(), Some(CloseReason::TooSlow));
-        // At twice the bound it is disconnected at once; a clean session loses the copy.
+        // At the hard limit it is disconnected at once; a clean session loses the copy.
         let fast = s.register_client("burst", "".into(), 1, true, 0).link;
         s.subscribe_client("burst", "b", opts).unwrap();
         let burst = |p: &'static [u8]| s.publish("p", &Message::new("b", 1, Bytes::from_static(p)), false);
         assert_eq!((burst(b"1").blocked.len(), burst(b"2").blocked.len()), (0, 1));
+        assert_eq!((burst(b"3").blocked.len(), burst(b"4").blocked.len()), (1, 1));
         assert!(!fast.inbox.is_closed());
-        assert_eq!(burst(b"3").queued, 0);
+        assert_eq!(burst(b"5").queued, 0);
         assert_eq!(fast.inbox.close_reason(), Some(CloseReason::TooSlow));
         assert_eq!(s.closed_on_overflow(), 1);
     }

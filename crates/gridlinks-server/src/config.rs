@@ -84,8 +84,13 @@ pub struct MqttConfig {
     /// Accept clients without credentials as pub/sub clients (not devices), outside the
     /// device-API topics.
     pub allow_anonymous: bool,
-    /// Messages queued for one pub/sub client before it is closed as too slow.
+    /// Messages queued for one pub/sub client before backpressure: past it, QoS 0 copies
+    /// are dropped and publishers of QoS 1/2 copies wait; also the queue bound of an
+    /// offline persistent session.
     pub client_outbound_queue: usize,
+    /// Messages queued for one pub/sub client (publishers waiting on it) at which it is
+    /// disconnected as too slow; at least `client_outbound_queue`.
+    pub client_queue_hard_limit: usize,
     /// Longest session expiry interval granted, seconds (MQTT 3.1.1 clean-session-0 clients
     /// get this; 4294967295 = never expire).
     pub max_session_expiry: u32,
@@ -198,7 +203,8 @@ impl Default for MqttConfig {
             outbound_queue: 64,
             rate_limit_messages: 0,
             allow_anonymous: false,
-            client_outbound_queue: 10_000,
+            client_outbound_queue: 1_000,
+            client_queue_hard_limit: 100_000,
             max_session_expiry: 7 * 24 * 3600,
             offline_queue_full: "drop_new".into(),
             anonymous_publish: vec!["#".into()],
@@ -336,6 +342,9 @@ impl Config {
         }
         if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
             return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
+        }
+        if self.mqtt.client_queue_hard_limit < self.mqtt.client_outbound_queue {
+            return bad("mqtt.client_queue_hard_limit must be at least mqtt.client_outbound_queue".into());
         }
         if !matches!(self.mqtt.offline_queue_full.as_str(), "drop_new" | "drop_oldest") {
             return bad(format!("mqtt.offline_queue_full must be drop_new or drop_oldest, not {:?}", self.mqtt.offline_queue_full));
