@@ -106,13 +106,21 @@ pub struct Subscribed {
     pub retained: Vec<(Message, u8)>,
 }
 
-/// A subscriber in the trie: the client and, for a shared subscription, its group.
+/// A subscriber in the trie: the client, for a shared subscription its group, and the
+/// subscription's options (so a publish needs no second lookup; equality ignores them).
 /// Cloning it allocates nothing: every subscription of a client holds the same `Arc` (the
-/// key of [`Router::subs`]), so members are compared and deduplicated by pointer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// key of [`Router::subs`]), so members are grouped by pointer.
+#[derive(Debug, Clone)]
 struct Member {
     client: Arc<str>,
     group: Option<Arc<str>>,
+    opts: SubOptions,
+}
+
+impl PartialEq for Member {
+    fn eq(&self, other: &Self) -> bool {
+        self.client == other.client && self.group == other.group
+    }
 }
 
 /// The routing table.
@@ -184,6 +192,7 @@ impl Router {
         let member = Member {
             client: client.clone(),
             group: share.map(|(g, _)| g.into()),
+            opts,
         };
         let existed = self
             .subs
@@ -191,8 +200,8 @@ impl Router {
             .or_default()
             .insert(full.to_owned(), opts)
             .is_some();
+        self.trie.insert(filter, member);
         if !existed {
-            self.trie.insert(filter, member);
             self.count_interest(filter, 1);
         }
         let send_retained = share.is_none()
@@ -241,6 +250,7 @@ impl Router {
             &Member {
                 client: client.into(),
                 group: group.map(Arc::from),
+                opts: SubOptions::default(),
             },
         );
         true
@@ -284,11 +294,11 @@ impl Router {
         }
         // Trie hits: plain subscribers (once per client, whatever the number of its
         // matching filters) and shared groups with their members.
-        let mut plain: Vec<Arc<str>> = Vec::new();
+        let mut plain: Vec<(Arc<str>, SubOptions)> = Vec::new();
         let mut shared: BTreeMap<(String, String), Vec<Arc<str>>> = BTreeMap::new();
         for member in self.trie.matches(topic) {
             match &member.group {
-                None => plain.push(member.client),
+                None => plain.push((member.client, member.opts)),
                 Some(group) => {
                     let Some(subs) = self.subs.get(&member.client) else {
                         continue;
@@ -307,35 +317,31 @@ impl Router {
                 }
             }
         }
-        // A client with several matching filters appears once per filter.
+        // A client with several matching filters appears once per filter: one copy, at
+        // the highest QoS, with every subscription identifier.
         if plain.len() > 1 {
-            plain.sort_unstable_by_key(|c| Arc::as_ptr(c).cast::<u8>() as usize);
-            plain.dedup_by(|a, b| Arc::ptr_eq(a, b));
+            plain.sort_unstable_by_key(|(c, _)| Arc::as_ptr(c).cast::<u8>() as usize);
         }
         let mut direct: Vec<Delivery> = Vec::with_capacity(plain.len());
-        for client in plain {
-            let Some(subs) = self.subs.get(&client) else {
+        for (client, opts) in plain {
+            if opts.no_local && &*client == from {
                 continue;
-            };
-            let mut copy: Option<Delivery> = None;
-            let matching = subs
-                .iter()
-                .filter(|(f, _)| !f.starts_with("$share/") && matches(f, topic));
-            for (_, opts) in matching {
-                if opts.no_local && &*client == from {
-                    continue;
-                }
-                let d = copy.get_or_insert_with(|| Delivery {
-                    client: client.clone(),
-                    qos: 0,
-                    retain: false,
-                    subscription_ids: Vec::new(),
-                });
-                d.qos = d.qos.max(qos.min(opts.qos));
-                d.retain |= retain && opts.retain_as_published;
-                d.subscription_ids.extend(opts.subscription_id);
             }
-            direct.extend(copy);
+            let copy_qos = qos.min(opts.qos);
+            let copy_retain = retain && opts.retain_as_published;
+            match direct.last_mut() {
+                Some(d) if Arc::ptr_eq(&d.client, &client) => {
+                    d.qos = d.qos.max(copy_qos);
+                    d.retain |= copy_retain;
+                    d.subscription_ids.extend(opts.subscription_id);
+                }
+                _ => direct.push(Delivery {
+                    client,
+                    qos: copy_qos,
+                    retain: copy_retain,
+                    subscription_ids: opts.subscription_id.into_iter().collect(),
+                }),
+            }
         }
         for ((group, filter), mut members) in shared {
             members.sort();

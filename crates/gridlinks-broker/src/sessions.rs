@@ -28,8 +28,9 @@ pub struct SessionId(pub u64);
 /// A message for one connection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outbound {
-    /// The message (topic, payload, properties, expiry).
-    pub msg: Message,
+    /// The message (topic, payload, properties, expiry), shared by all its copies: one
+    /// reference count per copy.
+    pub msg: Arc<Message>,
     /// QoS of this copy: the lower of the published QoS and the subscription's.
     pub qos: u8,
     /// RETAIN flag (retain-as-published subscriptions).
@@ -47,7 +48,8 @@ pub struct Outbound {
 
 impl Outbound {
     /// A copy without retain flag or subscription identifiers.
-    pub fn plain(msg: Message, qos: u8) -> Self {
+    pub fn plain(msg: impl Into<Arc<Message>>, qos: u8) -> Self {
+        let msg = msg.into();
         Self { msg, qos, retain: false, subscription_ids: Vec::new(), seq: None, packet_id: None, released: false }
     }
 }
@@ -644,6 +646,7 @@ impl Sessions {
         if deliveries.is_empty() {
             return routed;
         }
+        let shared = Arc::new(msg.clone());
         let map = self.by_client.read();
         for d in deliveries {
             let Some(e) = map.get(&*d.client) else { continue };
@@ -653,7 +656,7 @@ impl Sessions {
                 continue;
             }
             let seq = (persistent && d.qos >= 1).then(|| self.seq.fetch_add(1, Ordering::Relaxed));
-            let out = Outbound { msg: msg.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
+            let out = Outbound { msg: shared.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
             let queued = if e.online {
                 let hard_limit = if self.hard_limit == 0 { usize::MAX } else { self.hard_limit };
                 match e.inbox.push(out, e.capacity, hard_limit) {
@@ -1007,7 +1010,7 @@ mod tests {
         assert!(waiting3.await.unwrap());
         tokio::task::yield_now().await;
         assert!(!waiting4.is_finished(), "one release per copy taken: no herd");
-        let rest: Vec<_> = sub.inbox.take(10).into_iter().map(|o| o.msg.payload).collect();
+        let rest: Vec<_> = sub.inbox.take(10).into_iter().map(|o| o.msg.payload.clone()).collect();
         assert_eq!(rest, [&b"2"[..], b"3", b"4"], "in publish order");
         assert!(waiting4.await.unwrap());
         // A receiver that does not catch up is disconnected after the patience.

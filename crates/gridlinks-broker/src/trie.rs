@@ -29,15 +29,19 @@ impl<S> Default for SubscriptionTrie<S> {
 }
 
 impl<S: PartialEq + Clone> SubscriptionTrie<S> {
-    /// Adds `sub` under `filter` (no duplicate of an equal subscriber).
+    /// Adds `sub` under `filter`; an equal subscriber there is replaced (so a subscriber
+    /// may carry data that its equality ignores, such as options).
     pub fn insert(&mut self, filter: &str, sub: S) {
         let mut node = &mut self.root;
         for level in filter.split('/') {
             node = node.children.entry(level.to_owned()).or_default();
         }
-        if !node.subscribers.contains(&sub) {
-            node.subscribers.push(sub);
-            self.len += 1;
+        match node.subscribers.iter_mut().find(|s| **s == sub) {
+            Some(old) => *old = sub,
+            None => {
+                node.subscribers.push(sub);
+                self.len += 1;
+            }
         }
     }
 
