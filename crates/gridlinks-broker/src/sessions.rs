@@ -168,6 +168,11 @@ impl Inbox {
             n += 1;
         }
         let taken: Vec<Outbound> = queue.drain(..n).collect();
+        if queue.is_empty() && queue.capacity() > 0 {
+            // An idle session keeps no queue buffer (a few KiB each over thousands of
+            // connections); the next message allocates one again.
+            *queue = VecDeque::new();
+        }
         if !taken.is_empty() {
             let mut backlog = self.backlog.lock();
             backlog.taken += taken.len() as u64;
@@ -175,6 +180,9 @@ impl Inbox {
                 if let Some((_, release)) = backlog.waiting.pop_front() {
                     let _ = release.send(());
                 }
+            }
+            if backlog.waiting.is_empty() && backlog.waiting.capacity() > 0 {
+                backlog.waiting = VecDeque::new();
             }
         }
         taken
@@ -567,6 +575,11 @@ impl Sessions {
         drop(map);
         self.with_router(|r| r.remove_client(client_id));
         true
+    }
+
+    /// Whether `client_id` has a persistent session (online or offline).
+    pub fn is_persistent(&self, client_id: &str) -> bool {
+        self.by_client.read().get(client_id).is_some_and(|e| e.expiry > 0)
     }
 
     /// Whether a connection took `client_id`'s session since its offline period `epoch`

@@ -5,6 +5,8 @@
 //! connection holds no read or write buffer.
 
 use std::collections::VecDeque;
+
+use rustc_hash::FxHashSet as HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -133,8 +135,9 @@ struct OutWindow {
     max: u16,
     in_flight: u16,
     next_id: u16,
-    /// Packet ids in flight, one bit each; allocated with the first QoS 1 message.
-    used: Vec<u64>,
+    /// Packet ids in flight (at most `max`). Dropped when the window empties, so an idle
+    /// connection holds none of it (a bitmap of all 65,535 ids would be 8 KiB each).
+    used: HashSet<u16>,
     /// For a persistent session, the copies in flight in the order sent: what the next
     /// connection sends again if this one ends before they are acknowledged.
     kept: Option<VecDeque<(u16, Outbound)>>,
@@ -142,19 +145,14 @@ struct OutWindow {
 
 impl OutWindow {
     fn new(max: u16, keep: bool) -> Self {
-        Self { max: max.max(1), in_flight: 0, next_id: 0, used: Vec::new(), kept: keep.then(VecDeque::new) }
+        Self { max: max.max(1), in_flight: 0, next_id: 0, used: HashSet::default(), kept: keep.then(VecDeque::new) }
     }
 
     /// Marks `id` in flight if it is free (a copy sent again keeps its packet id).
     fn reserve(&mut self, id: u16) -> bool {
-        if self.used.is_empty() {
-            self.used = vec![0; 65536 / 64];
-        }
-        let (word, bit) = (usize::from(id / 64), id % 64);
-        if id == 0 || self.used[word] & (1 << bit) != 0 {
+        if id == 0 || !self.used.insert(id) {
             return false;
         }
-        self.used[word] |= 1 << bit;
         self.in_flight += 1;
         true
     }
@@ -168,7 +166,7 @@ impl OutWindow {
 
     /// Whether `id` is in flight.
     fn in_flight(&self, id: u16) -> bool {
-        self.used.get(usize::from(id / 64)).is_some_and(|w| w & (1 << (id % 64)) != 0)
+        self.used.contains(&id)
     }
 
     /// QoS 2: the client received copy `id` (PUBREC); only the PUBREL is owed now. Whether
@@ -209,14 +207,9 @@ impl OutWindow {
 
     /// A free packet id, marked in flight; only called with room left (so one is free).
     fn take_id(&mut self) -> u16 {
-        if self.used.is_empty() {
-            self.used = vec![0; 65536 / 64];
-        }
         loop {
             self.next_id = self.next_id.checked_add(1).unwrap_or(1);
-            let (word, bit) = (usize::from(self.next_id / 64), self.next_id % 64);
-            if self.used[word] & (1 << bit) == 0 {
-                self.used[word] |= 1 << bit;
+            if self.used.insert(self.next_id) {
                 self.in_flight += 1;
                 return self.next_id;
             }
@@ -225,15 +218,14 @@ impl OutWindow {
 
     /// The client acknowledged `id`; false when it was not in flight.
     fn release(&mut self, id: u16) -> bool {
-        let (word, bit) = (usize::from(id / 64), id % 64);
-        match self.used.get_mut(word) {
-            Some(w) if *w & (1 << bit) != 0 => {
-                *w &= !(1 << bit);
-                self.in_flight -= 1;
-                true
-            }
-            _ => false,
+        if !self.used.remove(&id) {
+            return false;
         }
+        self.in_flight -= 1;
+        if self.in_flight == 0 {
+            self.used = HashSet::default();
+        }
+        true
     }
 }
 
@@ -473,7 +465,9 @@ impl<T: Transport> Conn<T> {
         };
         // What a discarded persistent session left on disk (read before registering, so
         // copies queued for the new session are not among them).
-        let old_rows = if c.clean_start { pubsub::forget_rows(&st.store, id)? } else { Vec::new() };
+        // Every stored session is also in memory (loaded at start-up), so only a known
+        // persistent session costs a storage read here.
+        let old_rows = if c.clean_start && st.sessions.is_persistent(id) { pubsub::forget_rows(&st.store, id)? } else { Vec::new() };
         let r = st.sessions.register_client(id, owner.clone(), st.cfg.mqtt.client_outbound_queue, c.clean_start, self.expiry);
         let mut rows = if r.discarded { old_rows } else { Vec::new() };
         if self.expiry > 0 {

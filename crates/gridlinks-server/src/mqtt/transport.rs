@@ -33,7 +33,14 @@ impl Transport for TcpStream {
             match self.try_read_buf(buf) {
                 Ok(0) => return false,
                 Ok(_) => return true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Readiness was stale (it is after every read that did not drain the
+                    // socket): do not wait for the next bytes holding an empty 4 KiB buffer,
+                    // or every idle connection keeps one.
+                    if buf.is_empty() {
+                        *buf = BytesMut::new();
+                    }
+                }
                 Err(_) => return false,
             }
         }
