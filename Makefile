@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-presets
+.PHONY: run test deps rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -72,16 +72,30 @@ bench-mqtt: bench-deps
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/connect-rate.json --html $(RESULTS)/connect-rate.html \
 	  connect --connections 10000 --hold 1s --sources $(SOURCES)
 
-# Issue 5's pub/sub shapes at QoS 1 and QoS 0: fan-in 1,000 -> 1, fan-out 1 -> 1,000, 500 pairs.
+# Issue 5's pub/sub shapes at QoS 1 and QoS 0, as fast as acks (QoS 0: sockets) allow:
+# fan-in 1,000 -> 1, fan-out 1 -> 1,000, 500 pairs.
+PUBSUB_FANIN  := --groups 1 --publishers 1000 --subscribers 1
+PUBSUB_FANOUT := --groups 1 --publishers 1 --subscribers 1000
+PUBSUB_PAIRS  := --groups 500 --publishers 1 --subscribers 1
 bench-pubsub: bench-deps
 	for q in 1 0; do \
-	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanin-q$$q.json \
-	    pubsub --groups 1 --publishers 1000 --subscribers 1 --pub-qos $$q --sub-qos $$q --duration 20s && \
-	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanout-q$$q.json \
-	    pubsub --groups 1 --publishers 1 --subscribers 1000 --pub-qos $$q --sub-qos $$q --duration 20s && \
-	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/pairs-q$$q.json \
-	    pubsub --groups 500 --publishers 1 --subscribers 1 --pub-qos $$q --sub-qos $$q --duration 20s || exit 1; \
+	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanin-q$$q.json pubsub $(PUBSUB_FANIN) --pub-qos $$q --sub-qos $$q --duration 20s && \
+	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanout-q$$q.json pubsub $(PUBSUB_FANOUT) --pub-qos $$q --sub-qos $$q --duration 20s && \
+	  $(BENCH) compare --against $(PEERS) --json $(RESULTS)/pairs-q$$q.json pubsub $(PUBSUB_PAIRS) --pub-qos $$q --sub-qos $$q --duration 20s || exit 1; \
 	done
+
+# QoS 1 latency at fixed rates: half of GridLinks' saturating rate of each shape (from
+# docs/benchmarks.md; fan-out's rate is publishes, each to 1,000 subscribers) and a moderate
+# rate; then persistent subscribers (durable copies) and 5,000 nearly idle subscribers.
+bench-pubsub-latency: bench-deps
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanin-half.json pubsub $(PUBSUB_FANIN) --rate 140000 --duration 15s
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanout-half.json pubsub $(PUBSUB_FANOUT) --rate 315 --duration 15s
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/pairs-half.json pubsub $(PUBSUB_PAIRS) --rate 160000 --duration 15s
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanin-50k.json pubsub $(PUBSUB_FANIN) --rate 50000 --duration 15s
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanout-100k.json pubsub $(PUBSUB_FANOUT) --rate 100 --duration 15s
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/pairs-50k.json pubsub $(PUBSUB_PAIRS) --rate 50000 --duration 15s
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/fanin-persistent.json pubsub $(PUBSUB_FANIN) --persistent-subscribers --duration 15s
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/idle-5000.json pubsub --groups 1 --publishers 1 --subscribers 5000 --rate 1 --duration 10s
 
 bench-presets: bench-deps
 	$(BENCH) preset tb-2017 --against $(PEERS) --step-args "--sources $(SOURCES)" --json $(RESULTS)/tb-2017.json --html $(RESULTS)/tb-2017.html

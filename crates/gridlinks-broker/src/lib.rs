@@ -3,15 +3,16 @@
 //!
 //! * [`acl`] — which topics a pub/sub client may publish to and subscribe with.
 //! * [`topic`] — topic-name and topic-filter validation and matching (`+`, `#`, `$`-topics).
-//! * [`trie`] — a subscription trie mapping filters to subscribers, the routing table the
-//!   general pub/sub of a later issue builds on.
-//! * [`router`] — the routing table of general pub/sub (sans-IO): subscriptions with
-//!   their options, shared groups taking turns, retained messages; one PUBLISH in, the
-//!   deliveries per client out.
-//! * [`sessions`] — the live sessions of each device, with their subscriptions and a bounded
-//!   outbound queue, so server-originated messages (shared-attribute updates, RPC requests,
-//!   attribute responses) reach the connections of one device, and a deleted device's
-//!   connections can be closed.
+//! * [`trie`] — the subscription trie: filters to subscribers, walking only the branches
+//!   a topic can reach.
+//! * [`router`] — the routing table of pub/sub (sans-IO): subscriptions with their
+//!   options, shared groups taking turns, retained messages; one PUBLISH in, one delivery
+//!   per receiving client out.
+//! * [`sessions`] — live sessions: per device (server-originated messages: attribute
+//!   updates, RPC) and per pub/sub client (clean or persistent, with takeover, expiry, the
+//!   client's unreleased QoS 2 ids), each with a bounded outbound queue whose overflow
+//!   policy is backpressure for QoS 1/2 (publishers wait, released in order as the client
+//!   reads), drops for QoS 0, and a hard limit.
 
 pub mod acl;
 pub mod router;

@@ -516,10 +516,9 @@ impl<T: Transport> Conn<T> {
             self.broken = true;
             return false;
         }
-        if self.wbuf.len() - start <= self.max_out {
+        if self.fits(start) {
             return true;
         }
-        self.wbuf.truncate(start);
         match without_diagnostics(p) {
             Some(lean) => self.queue(&lean),
             None => {
@@ -810,12 +809,21 @@ impl<T: Transport> Conn<T> {
             self.broken = true;
             return false;
         }
-        if self.wbuf.len() - start > self.max_out {
-            self.wbuf.truncate(start);
+        if !self.fits(start) {
             self.st.mqtt_metrics.too_large.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         true
+    }
+
+    /// Whether the packet encoded into the write buffer from `start` on fits the client's
+    /// Maximum Packet Size; if not, it is taken out again.
+    fn fits(&mut self, start: usize) -> bool {
+        if self.wbuf.len() - start <= self.max_out {
+            return true;
+        }
+        self.wbuf.truncate(start);
+        false
     }
 
     /// Writes what a completed in-flight item produced; `Some` ends the connection.
