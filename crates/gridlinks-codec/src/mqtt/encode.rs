@@ -33,17 +33,7 @@ pub fn encode(
     version: ProtocolVersion,
     out: &mut BytesMut,
 ) -> Result<(), EncodeError> {
-    let header = fixed_header(packet, version)?;
-    let mut counter = Counter::default();
-    write_body(packet, version, &mut counter)?;
-    let remaining = counter.0;
-    if remaining > MAX_REMAINING_LENGTH {
-        return Err(EncodeError::PayloadTooLarge);
-    }
-    out.reserve(1 + varint_len(remaining) + remaining);
-    out.write_u8(header);
-    out.write_varint(remaining)?;
-    write_body(packet, version, out)
+    frame(fixed_header(packet, version)?, packet, version, out)
 }
 
 /// Appends the encoding of PUBLISH `p` for `version` to `out`: the same bytes as
@@ -53,12 +43,41 @@ pub fn encode_publish(
     version: ProtocolVersion,
     out: &mut BytesMut,
 ) -> Result<(), EncodeError> {
-    let header = (kind::PUBLISH << 4)
-        | (u8::from(p.dup) << 3)
-        | ((p.qos as u8) << 1)
-        | u8::from(p.retain);
+    frame((kind::PUBLISH << 4) | publish_flags(p), p, version, out)
+}
+
+/// The fixed-header flags of a PUBLISH: DUP, QoS, RETAIN.
+fn publish_flags(p: &PublishRef<'_>) -> u8 {
+    (u8::from(p.dup) << 3) | ((p.qos as u8) << 1) | u8::from(p.retain)
+}
+
+/// A packet body that can be written to any [`Sink`].
+trait Body {
+    fn write<S: Sink>(&self, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError>;
+}
+
+impl Body for Packet {
+    fn write<S: Sink>(&self, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
+        write_body(self, version, s)
+    }
+}
+
+impl Body for PublishRef<'_> {
+    fn write<S: Sink>(&self, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
+        write_publish(self, version, s)
+    }
+}
+
+/// Writes `header`, the remaining length and `body`, sized (and validated) first on a
+/// [`Counter`] so that nothing reaches `out` unless the whole packet is valid.
+fn frame<B: Body>(
+    header: u8,
+    body: &B,
+    version: ProtocolVersion,
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
     let mut counter = Counter::default();
-    write_publish(p, version, &mut counter)?;
+    body.write(version, &mut counter)?;
     let remaining = counter.0;
     if remaining > MAX_REMAINING_LENGTH {
         return Err(EncodeError::PayloadTooLarge);
@@ -66,17 +85,14 @@ pub fn encode_publish(
     out.reserve(1 + varint_len(remaining) + remaining);
     out.write_u8(header);
     out.write_varint(remaining)?;
-    write_publish(p, version, out)
+    body.write(version, out)
 }
 
 fn fixed_header(packet: &Packet, version: ProtocolVersion) -> Result<u8, EncodeError> {
     let (packet_type, flags) = match packet {
         Packet::Connect(_) => (kind::CONNECT, 0),
         Packet::ConnAck(_) => (kind::CONNACK, 0),
-        Packet::Publish(p) => (
-            kind::PUBLISH,
-            (u8::from(p.dup) << 3) | ((p.qos as u8) << 1) | u8::from(p.retain),
-        ),
+        Packet::Publish(p) => (kind::PUBLISH, publish_flags(&p.as_ref())),
         Packet::PubAck(_) => (kind::PUBACK, 0),
         Packet::PubRec(_) => (kind::PUBREC, 0),
         Packet::PubRel(_) => (kind::PUBREL, 0b0010),
