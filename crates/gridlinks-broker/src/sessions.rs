@@ -37,7 +37,8 @@ pub struct Outbound {
     pub retain: bool,
     /// Identifiers of the subscriptions that matched (MQTT 5).
     pub subscription_ids: Vec<u32>,
-    /// Its row in the durable queue of a persistent session (QoS 1 copies only).
+    /// Its row in the durable queue of a persistent session (QoS 1 and 2 copies only):
+    /// consecutive for the copies of one session, see [`Outbound::fixed_packet_id`].
     pub seq: Option<u64>,
     /// The packet id it was sent with, once sent: an unacknowledged copy is sent again
     /// with the same id and DUP set when the session resumes.
@@ -51,6 +52,15 @@ impl Outbound {
     pub fn plain(msg: impl Into<Arc<Message>>, qos: u8) -> Self {
         let msg = msg.into();
         Self { msg, qos, retain: false, subscription_ids: Vec::new(), seq: None, packet_id: None, released: false }
+    }
+
+    /// The packet id a durable copy is always sent with, derived from its row: after a
+    /// server crash it goes again with the id the client may have seen, so a QoS 2 client
+    /// recognises it. Consecutive copies of a session get consecutive ids, so two copies in
+    /// flight at once share one only if the older is 65,535 copies behind.
+    pub fn fixed_packet_id(&self) -> Option<u16> {
+        // The remainder is below 65,535, so it fits and the id is never 0.
+        self.seq.map(|seq| (seq % 65_535) as u16 + 1)
     }
 }
 
@@ -71,6 +81,8 @@ pub enum CloseReason {
 #[derive(Default)]
 pub struct Inbox {
     queue: Mutex<VecDeque<Outbound>>,
+    /// Sequence number of the next durable copy.
+    next_seq: AtomicU64,
     /// Copies an earlier connection sent and the client did not acknowledge, to send again
     /// (same packet id, DUP) before the queue.
     unacked: Mutex<Vec<Outbound>>,
@@ -98,6 +110,11 @@ struct Backlog {
 }
 
 impl Inbox {
+    /// An empty inbox whose durable copies are numbered from `seq`.
+    fn numbered_from(seq: u64) -> Self {
+        Self { next_seq: AtomicU64::new(seq), ..Self::default() }
+    }
+
     /// Whether the client's QoS 2 message `id` was received and awaits its PUBREL.
     pub fn awaiting_release(&self, id: u16) -> bool {
         self.incoming.lock().contains(&id)
@@ -153,14 +170,15 @@ impl Inbox {
     }
 
     /// Takes messages from the front, in order, while at most `qos1_room` of them need
-    /// an acknowledgement (QoS 1); the rest stay queued for [`Inbox::take`] after acks.
-    pub fn take(&self, qos1_room: usize) -> Vec<Outbound> {
+    /// an acknowledgement (QoS 1 and 2) and their fixed packet ids are free (`id_free`);
+    /// the rest stay queued for [`Inbox::take`] after acks.
+    pub fn take(&self, qos1_room: usize, id_free: impl Fn(u16) -> bool) -> Vec<Outbound> {
         let mut queue = self.queue.lock();
         let mut room = qos1_room;
         let mut n = 0;
         for m in queue.iter() {
             if m.qos >= 1 {
-                if room == 0 {
+                if room == 0 || m.fixed_packet_id().is_some_and(|id| !id_free(id)) {
                     break;
                 }
                 room -= 1;
@@ -343,7 +361,8 @@ pub struct StoredSession {
     pub expiry: u32,
     /// Its subscriptions.
     pub subscriptions: Vec<(String, SubOptions)>,
-    /// Copies waiting for it, in order.
+    /// Copies waiting for it, in order; those `released` (QoS 2 copies the client
+    /// received) are owed only their PUBREL, with their `packet_id`.
     pub queued: Vec<Outbound>,
     /// Packet ids of QoS 2 messages its client published and has not released.
     pub incoming: Vec<u16>,
@@ -381,7 +400,9 @@ pub struct Sessions {
     router: Mutex<Router>,
     by_device: RwLock<HashMap<DeviceId, Vec<Entry>>>,
     next: AtomicU64,
-    /// Next durable-queue sequence number.
+    /// Above every durable-queue sequence number given out: where a new session's
+    /// numbering starts, so that rows of a discarded session with the same client id,
+    /// perhaps still being deleted, are never reused.
     seq: AtomicU64,
     /// At the queue bound of an offline persistent session, drop the oldest copy (else the new one).
     offline_drop_oldest: bool,
@@ -531,10 +552,10 @@ impl Sessions {
                     old.inbox.close(CloseReason::TakenOver);
                     // A clean session starts without the old subscriptions.
                     self.with_router(|r| r.remove_client(client_id));
-                    Arc::new(Inbox::default())
+                    Arc::new(Inbox::numbered_from(self.seq.load(Ordering::Relaxed)))
                 }
             }
-            None => Arc::new(Inbox::default()),
+            None => Arc::new(Inbox::numbered_from(self.seq.load(Ordering::Relaxed))),
         };
         map.insert(
             client_id.to_owned(),
@@ -548,7 +569,11 @@ impl Sessions {
     pub fn restore_client(&self, client_id: &str, stored: StoredSession, capacity: usize) -> SessionId {
         let StoredSession { owner, expiry, subscriptions, queued, incoming } = stored;
         let id = self.next_id();
-        let inbox = Arc::new(Inbox::default());
+        let next = queued.iter().filter_map(|o| o.seq).max().map_or_else(|| self.seq.load(Ordering::Relaxed), |s| s + 1);
+        let inbox = Arc::new(Inbox::numbered_from(next));
+        // Copies the client received (QoS 2, PUBREC) are owed their PUBREL first.
+        let (released, queued): (Vec<_>, Vec<_>) = queued.into_iter().partition(|o| o.released);
+        *inbox.unacked.lock() = released;
         *inbox.queue.lock() = queued.into();
         *inbox.incoming.lock() = incoming;
         self.with_router(|r| {
@@ -668,7 +693,11 @@ impl Sessions {
                 // An offline session gets QoS 1 copies only.
                 continue;
             }
-            let seq = (persistent && d.qos >= 1).then(|| self.seq.fetch_add(1, Ordering::Relaxed));
+            let seq = (persistent && d.qos >= 1).then(|| {
+                let seq = e.inbox.next_seq.fetch_add(1, Ordering::Relaxed);
+                self.seq.fetch_max(seq + 1, Ordering::Relaxed);
+                seq
+            });
             let out = Outbound { msg: shared.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
             let queued = if e.online {
                 let hard_limit = if self.hard_limit == 0 { usize::MAX } else { self.hard_limit };
@@ -848,7 +877,7 @@ mod tests {
         // Online: a QoS 1 copy gets a durable row.
         let routed = s.publish("x", &Message::new("t/1", 1, Bytes::from_static(b"1")), false);
         assert_eq!(routed.durable.len(), 1);
-        let mut sent = r.link.inbox.take(10);
+        let mut sent = r.link.inbox.take(10, |_| true);
         sent[0].packet_id = Some(7);
         // The connection ends with that copy unacknowledged: the session stays, offline.
         let Unregistered::Parked { expiry: 60, epoch } = s.unregister_client("p", &r.link, sent) else { panic!("not parked") };
@@ -864,7 +893,7 @@ mod tests {
         assert!(!s.expire_client("p", epoch), "resumed sessions do not expire");
         let unacked = r2.link.inbox.take_unacked();
         assert_eq!((&*unacked[0].msg.topic, unacked[0].packet_id), ("t/1", Some(7)));
-        let topics: Vec<_> = r2.link.inbox.take(10).into_iter().map(|o| o.msg.topic.to_string()).collect();
+        let topics: Vec<_> = r2.link.inbox.take(10, |_| true).into_iter().map(|o| o.msg.topic.to_string()).collect();
         assert_eq!(topics, ["t/3", "t/4"]);
         let Unregistered::Parked { epoch, .. } = s.unregister_client("p", &r2.link, Vec::new()) else { panic!() };
         assert!(s.expire_client("p", epoch));
@@ -888,7 +917,7 @@ mod tests {
         let second = s.publish("x", &Message::new("t", 1, Bytes::from_static(b"2")), false);
         assert_eq!(second.dropped[0], (first.durable[0].0.clone(), first.durable[0].1), "the first copy's row goes");
         let r = s.register_client("p", "".into(), 1, false, 60);
-        assert_eq!(r.link.inbox.take(10)[0].msg.payload, Bytes::from_static(b"2"));
+        assert_eq!(r.link.inbox.take(10, |_| true)[0].msg.payload, Bytes::from_static(b"2"));
     }
 
     /// Random operations of several clients on the session state machine (connect clean
@@ -928,7 +957,7 @@ mod tests {
                     }
                     1 => {
                         if let Some(link) = links.remove(c) {
-                            let mut unacked = link.inbox.take(next(3));
+                            let mut unacked = link.inbox.take(next(3), |_| true);
                             unacked.iter_mut().for_each(|o| o.packet_id = Some(1 + next(100) as u16));
                             match s.unregister_client(c, &link, unacked) {
                                 Unregistered::Parked { epoch, .. } => {
@@ -969,7 +998,7 @@ mod tests {
                     _ => {
                         let Some(link) = links.get(c) else { continue };
                         let mut got = link.inbox.take_unacked();
-                        got.extend(link.inbox.take(next(4)));
+                        got.extend(link.inbox.take(next(4), |_| true));
                         for out in got {
                             let plain = |f: &str| f.strip_prefix("$share/g/").unwrap_or(f).to_owned();
                             assert!(
@@ -993,11 +1022,43 @@ mod tests {
             inbox.queue.lock().push_back(Outbound::plain(Message::new(&i.to_string(), qos, Bytes::new()), qos));
         }
         let topics = |v: Vec<Outbound>| v.into_iter().map(|m| m.msg.topic.to_string()).collect::<Vec<_>>();
-        assert_eq!(topics(inbox.take(2)), ["0", "1", "2"], "stops before the third QoS 1");
+        assert_eq!(topics(inbox.take(2, |_| true)), ["0", "1", "2"], "stops before the third QoS 1");
         assert!(inbox.has_queued());
-        assert_eq!(topics(inbox.take(0)), Vec::<String>::new());
-        assert_eq!(topics(inbox.take(5)), ["3", "4"]);
+        assert_eq!(topics(inbox.take(0, |_| true)), Vec::<String>::new());
+        assert_eq!(topics(inbox.take(5, |_| true)), ["3", "4"]);
         assert!(!inbox.has_queued());
+    }
+
+    #[test]
+    fn durable_copies_are_numbered_per_session_and_wait_for_their_fixed_packet_id() {
+        let s = Sessions::default();
+        let opts = SubOptions { qos: 2, ..Default::default() };
+        let a = s.register_client("a", "".into(), 100, true, 60).link;
+        let b = s.register_client("b", "".into(), 100, true, 60).link;
+        s.subscribe_client("a", "t", opts).unwrap();
+        s.subscribe_client("b", "t", opts).unwrap();
+        for _ in 0..3 {
+            assert_eq!(s.publish("p", &Message::new("t", 2, Bytes::new()), false).durable.len(), 2);
+        }
+        // Consecutive per session, whatever the other sessions get.
+        let ids: Vec<_> = a.inbox.queue.lock().iter().map(|o| (o.seq, o.fixed_packet_id())).collect();
+        assert_eq!(ids, [(Some(0), Some(1)), (Some(1), Some(2)), (Some(2), Some(3))]);
+        assert_eq!(b.inbox.queue.lock()[2].fixed_packet_id(), Some(3));
+        // A copy whose id is still in flight waits, and the copies behind it with it.
+        assert_eq!(a.inbox.take(10, |id| id != 2).len(), 1);
+        assert_eq!(a.inbox.take(10, |_| true).len(), 2);
+        // Ids wrap after 65,535 copies, never to 0.
+        let mut late = Outbound::plain(Message::new("t", 1, Bytes::new()), 1);
+        late.seq = Some(65_535 + 1);
+        assert_eq!(late.fixed_packet_id(), Some(2));
+        late.seq = Some(65_534);
+        assert_eq!(late.fixed_packet_id(), Some(65_535));
+        // A session started again after a clean start numbers above the one it replaces
+        // (whose rows may still be being deleted).
+        let a2 = s.register_client("a", "".into(), 100, true, 60).link;
+        s.subscribe_client("a", "t", opts).unwrap();
+        s.publish("p", &Message::new("t", 2, Bytes::new()), false);
+        assert_eq!(a2.inbox.queue.lock()[0].seq, Some(3));
     }
 
     #[tokio::test(start_paused = true)]
@@ -1019,11 +1080,11 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!waiting3.is_finished(), "the publisher waits until the subscriber catches up");
         // The subscriber takes message 1: message 3 is within the bound now, 4 is not.
-        assert_eq!(sub.inbox.take(1)[0].msg.payload, Bytes::from_static(b"1"));
+        assert_eq!(sub.inbox.take(1, |_| true)[0].msg.payload, Bytes::from_static(b"1"));
         assert!(waiting3.await.unwrap());
         tokio::task::yield_now().await;
         assert!(!waiting4.is_finished(), "one release per copy taken: no herd");
-        let rest: Vec<_> = sub.inbox.take(10).into_iter().map(|o| o.msg.payload.clone()).collect();
+        let rest: Vec<_> = sub.inbox.take(10, |_| true).into_iter().map(|o| o.msg.payload.clone()).collect();
         assert_eq!(rest, [&b"2"[..], b"3", b"4"], "in publish order");
         assert!(waiting4.await.unwrap());
         // A receiver that does not catch up is disconnected after the patience.

@@ -644,11 +644,20 @@ impl<T: Transport> Conn<T> {
                             // Refused by the client (MQTT 5): the exchange ends here.
                             self.settle(r.packet_id, window, link);
                         } else if window.in_flight(r.packet_id) {
-                            // Delivered: the durable copy can go; the PUBREL is owed.
-                            if let (Some(out), Some(client)) = (window.received(r.packet_id), self.client_id.clone()) {
-                                self.acked_rows.extend(pubsub::acked_row(&client, &out));
+                            // Delivered: only the PUBREL is owed now. A durable copy's row
+                            // says so before the PUBREL goes, so that after a crash the
+                            // client gets the PUBREL again, not the message.
+                            let pubrel = Packet::PubRel(resp(r.packet_id, 0, None));
+                            let row = window.received(r.packet_id).zip(self.client_id.as_ref()).and_then(|(out, client)| pubsub::released_row(client, &out));
+                            match row {
+                                Some(row) => {
+                                    let done = Done { ack: Some(pubrel), reply: None, close: None, retained: Vec::new() };
+                                    pending.get_or_insert_with(FuturesOrdered::new).push_back(self.after_stored(vec![row], done));
+                                }
+                                None => {
+                                    self.queue(&pubrel);
+                                }
                             }
-                            self.queue(&Packet::PubRel(resp(r.packet_id, 0, None)));
                         } else {
                             let reason = if self.version == ProtocolVersion::V5 { rc::PACKET_IDENTIFIER_NOT_FOUND } else { 0 };
                             self.queue(&Packet::PubRel(resp(r.packet_id, reason, None)));
@@ -717,7 +726,7 @@ impl<T: Transport> Conn<T> {
             }
         }
         loop {
-            let batch = link.inbox.take(window.room());
+            let batch = link.inbox.take(window.room(), |id| !window.in_flight(id));
             if batch.is_empty() {
                 return;
             }
@@ -725,7 +734,9 @@ impl<T: Transport> Conn<T> {
                 if self.expired(&out, now) {
                     continue;
                 }
-                let packet_id = (out.qos >= 1).then(|| window.take_id());
+                // A durable copy goes with its fixed id (free unless two in one batch share
+                // it, which takes 65,535 copies between them: then it gets another).
+                let packet_id = (out.qos >= 1).then(|| out.fixed_packet_id().filter(|&id| window.reserve(id)).unwrap_or_else(|| window.take_id()));
                 self.send(out, packet_id, false, now, window);
             }
         }
@@ -756,9 +767,7 @@ impl<T: Transport> Conn<T> {
             return;
         }
         if let (Some(out), Some(client)) = (window.acked(id), self.client_id.clone()) {
-            if !out.released {
-                self.acked_rows.extend(pubsub::acked_row(&client, &out));
-            }
+            self.acked_rows.extend(pubsub::acked_row(&client, &out));
         }
         if link.inbox.has_queued() {
             self.send_queued(link, window);
@@ -966,12 +975,14 @@ impl<T: Transport> Conn<T> {
     }
 
     /// `done` once `rows` are committed; if they cannot be, the connection closes (an
-    /// acknowledgement cannot say "not stored" for every packet).
+    /// acknowledgement cannot say "not stored" for every packet). The write goes ahead
+    /// if the connection ends first.
     fn after_stored(&self, rows: Vec<BrokerRow>, done: Done) -> InFlight {
-        let st = self.st.clone();
+        let writer = self.st.writer.clone();
+        let write = tokio::spawn(async move { writer.submit(WriteOp::Broker(rows)).await });
         let v5 = self.version == ProtocolVersion::V5;
         Box::pin(async move {
-            match st.writer.submit(WriteOp::Broker(rows)).await {
+            match write.await.unwrap_or(Err(StoreError::Closed)) {
                 Ok(_) => done,
                 Err(e) => Done { ack: None, reply: None, close: Some((if v5 { rc::UNSPECIFIED_ERROR } else { 0 }, format!("session state not stored: {e}"))), retained: Vec::new() },
             }

@@ -1,7 +1,8 @@
 //! Pub/sub between clients, where it meets storage: routing a message and committing
 //! what must be durable before the publisher hears back (the retained message, the
 //! copies queued for persistent sessions), persistent sessions on disk (subscriptions and
-//! expiry in the broker's `Sessions` table, queued QoS 1/2 copies in `Queue`, the
+//! expiry in the broker's `Sessions` table, queued QoS 1/2 copies in `Queue` — a QoS 2
+//! copy the client received stays there as a marker until its PUBCOMP —, the
 //! client's unreleased QoS 2 packet ids in `Incoming`), their expiry, and last wills.
 
 use std::future::Future;
@@ -109,6 +110,15 @@ pub fn acked_row(client: &str, out: &Outbound) -> Option<BrokerRow> {
     out.seq.map(|seq| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, seq), value: None })
 }
 
+/// The value of a durable QoS 2 copy's row once the client has received it (PUBREC):
+/// only its PUBREL is owed (a row value otherwise starts with the copy's QoS, 1 or 2).
+const RELEASED: [u8; 1] = [0x82];
+
+/// The row recording that the client received QoS 2 copy `out` (PUBREC), if it is durable.
+pub fn released_row(client: &str, out: &Outbound) -> Option<BrokerRow> {
+    out.seq.map(|seq| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, seq), value: Some(RELEASED.to_vec()) })
+}
+
 /// A persistent session as stored.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -200,6 +210,14 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
         let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else { continue };
         let seq = u64::from_be_bytes(seq);
         max_seq = max_seq.max(seq);
+        if v == RELEASED {
+            let mut out = Outbound::plain(Message::new("", 2, bytes::Bytes::new()), 2);
+            out.seq = Some(seq);
+            out.packet_id = out.fixed_packet_id();
+            out.released = true;
+            queues.entry(client.to_owned()).or_default().push(out);
+            continue;
+        }
         match v.split_first().and_then(|(qos, m)| Some((*qos, retained::decode_message(m)?))) {
             Some((qos, msg)) => {
                 let mut out = Outbound::plain(msg, qos.clamp(1, 2));

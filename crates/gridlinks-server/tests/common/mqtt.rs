@@ -153,12 +153,17 @@ impl Raw {
         self.send(&publish_packet(topic, payload, qos, packet_id));
     }
 
+    /// Subscribes `filters` at QoS 1.
     pub fn subscribe(&mut self, packet_id: u16, filters: &[&str]) -> SubAck {
+        self.subscribe_qos(packet_id, filters, QoS::AtLeastOnce)
+    }
+
+    pub fn subscribe_qos(&mut self, packet_id: u16, filters: &[&str], qos: QoS) -> SubAck {
         self.send(&Packet::Subscribe(Subscribe {
             packet_id,
             filters: filters
                 .iter()
-                .map(|f| SubscriptionRequest { filter: f.to_string(), qos: QoS::AtLeastOnce, no_local: false, retain_as_published: false, retain_handling: 0 })
+                .map(|f| SubscriptionRequest { filter: f.to_string(), qos, no_local: false, retain_as_published: false, retain_handling: 0 })
                 .collect(),
             subscription_identifier: None,
             user_properties: Vec::new(),
