@@ -302,3 +302,39 @@ fn a_qos2_subscribers_exchanges_survive_kill_9_with_their_packet_ids() {
     sub.send(&Packet::PubComp(resp(id(2))));
     nothing_more(&mut sub);
 }
+
+/// A persistent session's queue longer than the packet id space (TBMQ once skipped stored
+/// messages at the wrap): all 70,000 come, in order, ids wrapping from 65,535 to 1, none
+/// skipped.
+#[test]
+fn a_queue_longer_than_the_packet_id_space_is_delivered_whole_and_in_order() {
+    const N: u32 = 70_000;
+    let server = Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_MQTT_CLIENT_OUTBOUND_QUEUE", "70000")]);
+    let port = server.mqtt_port;
+    let (mut sub, _) = resume(port, ProtocolVersion::V5, "long", 3600);
+    sub.subscribe(1, &["long/#"]);
+    disconnect(&mut sub);
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "long-publisher", None);
+    // Pipelined in windows of 500 (the server's Receive Maximum is larger).
+    for chunk in (1..=N).collect::<Vec<_>>().chunks(500) {
+        for &i in chunk {
+            p.publish("long/t", i.to_string().as_bytes(), QoS::AtLeastOnce, Some(u16::try_from(i % 60_000 + 1).unwrap()));
+        }
+        for _ in chunk {
+            assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.reason < 0x80));
+        }
+    }
+    let (mut sub, connack) = resume(port, ProtocolVersion::V5, "long", 3600);
+    assert!(connack.session_present);
+    let mut ids = Vec::new();
+    for i in 1..=N {
+        let m = next_publish(&mut sub);
+        assert_eq!(std::str::from_utf8(&m.payload).unwrap(), i.to_string(), "message {i} in order, none skipped");
+        ids.push(m.packet_id.unwrap());
+        ack(&mut sub, &m);
+    }
+    // Consecutive ids, wrapping from 65,535 to 1 once on the way.
+    assert!(ids.windows(2).all(|w| w[1] == w[0] % 65_535 + 1), "consecutive packet ids");
+    assert_eq!(ids.windows(2).filter(|w| w[1] < w[0]).count(), 1);
+    nothing_more(&mut sub);
+}
