@@ -19,3 +19,14 @@ pub mod router;
 pub mod sessions;
 pub mod topic;
 pub mod trie;
+
+/// A deterministic pseudo-random `n -> 0..n` (xorshift) for the randomized tests.
+#[cfg(test)]
+fn test_rng(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}

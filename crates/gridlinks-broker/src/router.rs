@@ -579,13 +579,7 @@ mod tests {
         ];
         let clients = ["c0", "c1", "c2", "c3"];
         let mut r = Router::new();
-        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::test_rng(0x2545_F491_4F6C_DD1D);
         for _ in 0..5_000 {
             let client = clients[next(clients.len())];
             match next(4) {

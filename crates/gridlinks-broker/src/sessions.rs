@@ -752,7 +752,8 @@ impl Sessions {
         true
     }
 
-    /// Makes durable-queue sequence numbers start above `seq` (after loading stored rows).
+    /// Makes new sessions number their durable copies from `seq` on (after loading stored
+    /// rows: one above the highest).
     pub fn seq_floor(&self, seq: u64) {
         self.seq.fetch_max(seq, Ordering::Relaxed);
     }
@@ -930,13 +931,7 @@ mod tests {
         let filters = ["a/#", "+/b", "#", "a/+/c", "$SYS/#", "$share/g/a/#", "b/+"];
         let clients = ["c0", "c1", "c2", "c3", "c4"];
         let capacity = 8;
-        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::test_rng(0x9E37_79B9_7F4A_7C15);
         for _round in 0..200 {
             let s = Sessions::default().drop_oldest_when_offline_queue_full(next(2) == 0).hard_limit(2 * capacity);
             // Per client: its live link, and every filter subscribed since its session began.

@@ -203,13 +203,13 @@ pub fn expire_later(st: Arc<AppState>, client: Arc<str>, epoch: SessionId, expir
 pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
     let now = Ts::now().0;
     let mut queues: std::collections::HashMap<String, Vec<Outbound>> = std::collections::HashMap::new();
-    let mut max_seq = 0;
+    let mut next_seq = 0;
     let mut expired_rows = Vec::new();
     for (key, v) in st.store.broker_rows(BrokerTable::Queue)? {
         let Some(split) = key.len().checked_sub(9).filter(|&i| key[i] == 0) else { continue };
         let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else { continue };
         let seq = u64::from_be_bytes(seq);
-        max_seq = max_seq.max(seq);
+        next_seq = next_seq.max(seq + 1);
         if v == RELEASED {
             let mut out = Outbound::plain(Message::new("", 2, bytes::Bytes::new()), 2);
             out.seq = Some(seq);
@@ -227,7 +227,7 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
             None => expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None }),
         }
     }
-    st.sessions.seq_floor(max_seq + 1);
+    st.sessions.seq_floor(next_seq);
     let mut incoming: std::collections::HashMap<String, Vec<u16>> = std::collections::HashMap::new();
     for (key, _) in st.store.broker_rows(BrokerTable::Incoming)? {
         let Some(split) = key.len().checked_sub(3).filter(|&i| key[i] == 0) else { continue };
