@@ -9,7 +9,7 @@
 //! nothing for it (a channel would pre-allocate a block of slots per connection).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -74,6 +74,8 @@ pub enum CloseReason {
     TooSlow = 2,
     /// Its device was deleted, or its credential changed or was deleted.
     Revoked = 3,
+    /// The server is shutting down: stop reading, finish what is in flight, then close.
+    ShuttingDown = 4,
 }
 
 /// A session's inbox: queued messages and the close flag, with one wake-up for both. A
@@ -93,6 +95,9 @@ pub struct Inbox {
     incoming: Mutex<Vec<u16>>,
     /// 0 while open, else a [`CloseReason`].
     closed: AtomicU8,
+    /// The connection that has the session now (a [`SessionId`]): one that finds another
+    /// here was taken over.
+    owner: AtomicU64,
     /// Woken when a message is queued or the session must close.
     pub wake: Notify,
     /// Publishers whose copies went into the queue past its bound (locked after `queue`).
@@ -255,6 +260,7 @@ impl Inbox {
             1 => Some(CloseReason::TakenOver),
             2 => Some(CloseReason::TooSlow),
             3 => Some(CloseReason::Revoked),
+            4 => Some(CloseReason::ShuttingDown),
             _ => None,
         }
     }
@@ -271,10 +277,25 @@ impl Inbox {
 pub struct SessionLink {
     /// Its id.
     pub id: SessionId,
-    /// Messages for the client and the close flag.
+    /// Messages for the client and the close flag; woken also when a newer connection
+    /// with the same client id takes the session over.
     pub inbox: Arc<Inbox>,
-    /// Notified once, when a newer connection with the same client id takes over.
-    pub kick: Arc<Notify>,
+}
+
+impl SessionLink {
+    fn new(id: SessionId, inbox: Arc<Inbox>) -> Self {
+        inbox.owner.store(id.0, Ordering::Release);
+        Self { id, inbox }
+    }
+
+    /// Why this connection must close, once it must: also when another connection resumed
+    /// its session (the inbox stays open for that one).
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        if self.inbox.owner.load(Ordering::Acquire) != self.id.0 {
+            return Some(CloseReason::TakenOver);
+        }
+        self.inbox.close_reason()
+    }
 }
 
 /// What [`Inbox::push`] did with a copy.
@@ -375,7 +396,6 @@ struct ClientEntry {
     /// The credential's user name it logged in with ("" for anonymous clients).
     owner: Arc<str>,
     inbox: Arc<Inbox>,
-    kick: Arc<Notify>,
     capacity: usize,
     online: bool,
     /// Session expiry interval in seconds; 0: the session ends with its connection.
@@ -415,6 +435,8 @@ pub struct Sessions {
     interested: AtomicUsize,
     closed_on_overflow: AtomicU64,
     dropped_qos0: AtomicU64,
+    /// Set by [`Sessions::shut_down`]: sessions registered from then on close at once.
+    shutting_down: AtomicBool,
 }
 
 impl Sessions {
@@ -448,7 +470,28 @@ impl Sessions {
             capacity: capacity.max(1),
             subs: Vec::new(),
         });
-        SessionLink { id, inbox, kick: Arc::default() }
+        self.link(id, inbox)
+    }
+
+    /// Tells every connection, and every one that registers from now on, that the server
+    /// is shutting down ([`CloseReason::ShuttingDown`]).
+    pub fn shut_down(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        for e in self.by_device.read().values().flatten() {
+            e.inbox.close(CloseReason::ShuttingDown);
+        }
+        for e in self.by_client.read().values().filter(|e| e.online) {
+            e.inbox.close(CloseReason::ShuttingDown);
+        }
+    }
+
+    /// A link for connection `id` to `inbox`, which was registered (is visible to
+    /// [`Sessions::shut_down`]) first.
+    fn link(&self, id: SessionId, inbox: Arc<Inbox>) -> SessionLink {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            inbox.close(CloseReason::ShuttingDown);
+        }
+        SessionLink::new(id, inbox)
     }
 
     fn next_id(&self) -> SessionId {
@@ -533,16 +576,12 @@ impl Sessions {
     /// taken over (kicked). A persistent session is resumed unless `clean_start`.
     pub fn register_client(&self, client_id: &str, owner: Arc<str>, capacity: usize, clean_start: bool, expiry: u32) -> Registered {
         let id = self.next_id();
-        let kick = Arc::new(Notify::new());
         let mut map = self.by_client.write();
         let old = map.remove(client_id);
         let mut present = false;
         let mut discarded = false;
         let inbox = match old {
             Some(old) => {
-                if old.online {
-                    old.kick.notify_one();
-                }
                 if !clean_start && old.expiry > 0 {
                     present = true;
                     old.inbox.closed.store(0, Ordering::Release);
@@ -559,9 +598,12 @@ impl Sessions {
         };
         map.insert(
             client_id.to_owned(),
-            ClientEntry { id, owner, inbox: inbox.clone(), kick: kick.clone(), capacity: capacity.max(1), online: true, expiry },
+            ClientEntry { id, owner, inbox: inbox.clone(), capacity: capacity.max(1), online: true, expiry },
         );
-        Registered { link: SessionLink { id, inbox, kick }, present, discarded }
+        let link = self.link(id, inbox);
+        // A connection that had the resumed session sees it is no longer the owner.
+        link.inbox.wake.notify_waiters();
+        Registered { link, present, discarded }
     }
 
     /// Restores a persistent session from storage, offline, with an outbound queue of
@@ -584,7 +626,7 @@ impl Sessions {
         });
         self.by_client.write().insert(
             client_id.to_owned(),
-            ClientEntry { id, owner, inbox, kick: Arc::default(), capacity: capacity.max(1), online: false, expiry },
+            ClientEntry { id, owner, inbox, capacity: capacity.max(1), online: false, expiry },
         );
         id
     }

@@ -288,8 +288,9 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
             shutdown.await;
             st.ready.store(false, Ordering::Release);
             tracing::info!("shutting down: no new connections, finishing in-flight requests");
-            // MQTT connections stop reading, acknowledge what is in flight, then close.
             let _ = stop_mqtt.send(true);
+            // MQTT connections stop reading, acknowledge what is in flight, then close.
+            st.sessions.shut_down();
         })
         .await?;
     let _ = mqtt_task.await;

@@ -338,3 +338,27 @@ fn a_queue_longer_than_the_packet_id_space_is_delivered_whole_and_in_order() {
     assert_eq!(ids.windows(2).filter(|w| w[1] < w[0]).count(), 1);
     nothing_more(&mut sub);
 }
+
+/// A connection resuming a persistent session that is still connected takes it over: the
+/// old connection is told why and closed, and what it sent without acknowledgement comes
+/// again on the new one (DUP, same ids), before live messages.
+#[test]
+fn resuming_a_connected_persistent_session_takes_it_over_with_its_unacknowledged_copies() {
+    let server = Server::start_env(&ENV);
+    let port = server.mqtt_port;
+    let (mut first, _) = resume(port, ProtocolVersion::V5, "twin", 3600);
+    first.subscribe(1, &["twin/#"]);
+    publish_acked(port, "twin/a", "t", 2);
+    let sent: Vec<Publish> = (0..2).map(|_| next_publish(&mut first)).collect();
+    let (mut second, connack) = resume(port, ProtocolVersion::V5, "twin", 3600);
+    assert!(connack.session_present);
+    let (disconnect, _) = first.expect_close();
+    assert_eq!(disconnect.map(|d| d.reason), Some(reason::SESSION_TAKEN_OVER));
+    for old in &sent {
+        let again = next_publish(&mut second);
+        assert_eq!((again.dup, again.packet_id, &again.payload), (true, old.packet_id, &old.payload));
+        ack(&mut second, &again);
+    }
+    publish_acked(port, "twin/b", "live", 1);
+    assert_eq!(&next_publish(&mut second).payload[..], b"live1");
+}

@@ -26,7 +26,6 @@ use gridlinks_codec::mqtt::{
 };
 use gridlinks_storage::{BrokerRow, BrokerTable, StoreError, WriteOp};
 use gridlinks_types::DeviceId;
-use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use super::transport::Transport;
@@ -244,88 +243,100 @@ enum End {
     Disconnect(u8, String),
 }
 
-pub async fn run<T: Transport>(stream: T, st: Arc<AppState>, shutdown: watch::Receiver<bool>) {
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st: st.clone(), rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX, congested: false };
-    let timeout = st.cfg.mqtt.connect_timeout.duration();
-    let mut connect = match tokio::time::timeout(timeout, conn.read_connect()).await {
-        Ok(Some(c)) => c,
-        _ => {
+/// Serves one connection, from CONNECT to close, holding `guard` until then. Not an
+/// `async fn`, and to be spawned as it is: its future then holds the stream once, in the
+/// connection, not also as an argument or in a wrapping future (every byte counts once per
+/// connection).
+pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard: G) -> impl Future<Output = ()> + Send {
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st, rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX, congested: false };
+    // `conn` and `guard` are used in place, as captured: a `let` binding (or an `async fn`
+    // argument) would give each a second slot in the future.
+    async move {
+        let _hold = &guard;
+        let st = conn.st.clone();
+        let timeout = st.cfg.mqtt.connect_timeout.duration();
+        let mut connect = match Box::pin(tokio::time::timeout(timeout, conn.read_connect())).await {
+            Ok(Some(c)) => c,
+            _ => {
+                st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        conn.version = connect.protocol;
+        if let Some(max) = connect.properties.maximum_packet_size {
+            conn.max_out = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        // Boxed, as reading the CONNECT above: the handshake's state (timer, storage and
+        // credential checks) would otherwise size every connection's task for its whole life.
+        let Some(Admitted { who, link, durable }) = Box::pin(conn.admit(&connect)).await else {
             st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
             return;
+        };
+        st.mqtt_metrics.connects.fetch_add(1, Ordering::Relaxed);
+        st.mqtt_metrics.connections.fetch_add(1, Ordering::Relaxed);
+        conn.session = link.id;
+        if let Who::Client { id, .. } = &who {
+            conn.client_id = Some(id.clone());
         }
-    };
-    conn.version = connect.protocol;
-    if let Some(max) = connect.properties.maximum_packet_size {
-        conn.max_out = usize::try_from(max).unwrap_or(usize::MAX);
-    }
-    let Some(Admitted { who, link, durable }) = conn.admit(&connect).await else {
-        st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    st.mqtt_metrics.connects.fetch_add(1, Ordering::Relaxed);
-    st.mqtt_metrics.connections.fetch_add(1, Ordering::Relaxed);
-    conn.session = link.id;
-    if let Who::Client { id, .. } = &who {
-        conn.client_id = Some(id.clone());
-    }
-    conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
-    let keep_alive = connect.keep_alive;
-    let mut window = OutWindow::new(connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)), durable);
-    // Devices' wills are not published: their topics are the device API's.
-    let will = match who {
-        Who::Client { .. } => connect.will.take().map(Box::new),
-        Who::Device(_) => None,
-    };
-    // Only the keep-alive and a will outlive the handshake.
-    drop(connect);
-    let end = conn.serve(who.clone(), keep_alive, &link, &mut window, shutdown).await;
-    let shutting_down = matches!(&end, End::Disconnect(rc::SERVER_SHUTTING_DOWN, _));
-    let publish_will = !matches!(end, End::Normal) && !shutting_down;
-    // Hand the session back before saying goodbye, so a connection taking over gets
-    // the unacknowledged copies at once.
-    let left = match &who {
-        Who::Device(device) => {
-            st.sessions.unregister(*device, link.id);
-            Unregistered::Ended
-        }
-        Who::Client { id, .. } => {
-            if let Some(x) = conn.disconnect_expiry.filter(|_| conn.expiry > 0) {
-                conn.expiry = x.min(st.cfg.mqtt.max_session_expiry);
-                st.sessions.set_expiry(id, &link, conn.expiry);
+        conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
+        let keep_alive = connect.keep_alive;
+        let mut window = OutWindow::new(connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)), durable);
+        // Devices' wills are not published: their topics are the device API's.
+        let will = match who {
+            Who::Client { .. } => connect.will.take().map(Box::new),
+            Who::Device(_) => None,
+        };
+        // Only the keep-alive and a will outlive the handshake.
+        drop(connect);
+        let end = conn.serve(&who, keep_alive, &link, &mut window).await;
+        let shutting_down = matches!(&end, End::Disconnect(rc::SERVER_SHUTTING_DOWN, _));
+        let publish_will = !matches!(end, End::Normal) && !shutting_down;
+        // Hand the session back before saying goodbye, so a connection taking over gets
+        // the unacknowledged copies at once.
+        let left = match &who {
+            Who::Device(device) => {
+                st.sessions.unregister(*device, link.id);
+                Unregistered::Ended
             }
-            st.sessions.unregister_client(id, &link, window.unacked())
-        }
-    };
-    conn.flush_acked_rows();
-    if let End::Disconnect(reason, text) = end {
-        conn.disconnect(reason, &text).await;
-    }
-    if let Who::Client { id, owner, .. } = &who {
-        match left {
-            Unregistered::Parked { expiry, epoch } => {
-                let row = pubsub::session_row(&st.sessions, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
-                let writer = st.writer.clone();
-                tokio::spawn(async move { writer.submit(WriteOp::Broker(vec![row])).await });
-                pubsub::expire_later(st.clone(), id.clone(), epoch, expiry);
+            Who::Client { id, .. } => {
+                if let Some(x) = conn.disconnect_expiry.filter(|_| conn.expiry > 0) {
+                    conn.expiry = x.min(st.cfg.mqtt.max_session_expiry);
+                    st.sessions.set_expiry(id, &link, conn.expiry);
+                }
+                st.sessions.unregister_client(id, &link, window.unacked())
             }
-            Unregistered::Ended if durable => {
-                let (st, id) = (st.clone(), id.clone());
-                tokio::spawn(async move { pubsub::forget(&st, &id).await });
-            }
-            Unregistered::Ended | Unregistered::Superseded => {}
+        };
+        conn.flush_acked_rows();
+        if let End::Disconnect(reason, text) = end {
+            conn.disconnect(reason, &text).await;
         }
-        if let (Some(will), true) = (will, publish_will) {
-            // The Will Delay Interval runs while the session waits offline; a session that
-            // ended (or was taken over) publishes at once, or not at all when resumed.
-            let delay = will.delay_interval.unwrap_or(0);
+        if let Who::Client { id, owner, .. } = &who {
             match left {
-                Unregistered::Parked { expiry, epoch } => pubsub::will_later(st.clone(), id.clone(), *will, delay.min(expiry), Some(epoch)),
-                Unregistered::Superseded if delay > 0 => {}
-                _ => pubsub::will_later(st.clone(), id.clone(), *will, 0, None),
+                Unregistered::Parked { expiry, epoch } => {
+                    let row = pubsub::session_row(&st.sessions, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
+                    let writer = st.writer.clone();
+                    tokio::spawn(async move { writer.submit(WriteOp::Broker(vec![row])).await });
+                    pubsub::expire_later(st.clone(), id.clone(), epoch, expiry);
+                }
+                Unregistered::Ended if durable => {
+                    let (st, id) = (st.clone(), id.clone());
+                    tokio::spawn(async move { pubsub::forget(&st, &id).await });
+                }
+                Unregistered::Ended | Unregistered::Superseded => {}
+            }
+            if let (Some(will), true) = (will, publish_will) {
+                // The Will Delay Interval runs while the session waits offline; a session that
+                // ended (or was taken over) publishes at once, or not at all when resumed.
+                let delay = will.delay_interval.unwrap_or(0);
+                match left {
+                    Unregistered::Parked { expiry, epoch } => pubsub::will_later(st.clone(), id.clone(), *will, delay.min(expiry), Some(epoch)),
+                    Unregistered::Superseded if delay > 0 => {}
+                    _ => pubsub::will_later(st.clone(), id.clone(), *will, 0, None),
+                }
             }
         }
+        st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
     }
-    st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// A connection whose CONNECT was accepted.
@@ -532,9 +543,15 @@ impl<T: Transport> Conn<T> {
         if self.wbuf.is_empty() {
             return Ok(());
         }
-        let r = match tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.wbuf)).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+        // Most writes go at once. Only the rest waits, with a timer, in a boxed future: that
+        // state would otherwise size every connection's task (~200 bytes each).
+        let r = match self.stream.try_write(&self.wbuf) {
+            Ok(n) if n == self.wbuf.len() => Ok(()),
+            Ok(n) => match Box::pin(tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.wbuf[n..]))).await {
+                Ok(r) => r,
+                Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+            },
+            Err(e) => Err(e),
         };
         // Idle connections keep no write buffer.
         self.wbuf = BytesMut::new();
@@ -551,7 +568,7 @@ impl<T: Transport> Conn<T> {
     }
 
     /// The connected phase.
-    async fn serve(&mut self, who: Who, keep_alive: u16, link: &SessionLink, window: &mut OutWindow, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn serve(&mut self, who: &Who, keep_alive: u16, link: &SessionLink, window: &mut OutWindow) -> End {
         let st = self.st.clone();
         let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
         let keep_alive = (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500));
@@ -559,15 +576,14 @@ impl<T: Transport> Conn<T> {
         let far = Duration::from_secs(365 * 24 * 3600);
         let ka_timer = sleep_until(last_seen + keep_alive.unwrap_or(far));
         tokio::pin!(ka_timer);
-        // Allocated only while something is in flight (an empty FuturesOrdered allocates).
-        let mut pending: Option<FuturesOrdered<InFlight>> = None;
+        // Allocated only while something is in flight (an empty FuturesOrdered allocates), and
+        // boxed: not to size the task of every idle connection for it.
+        let mut pending: Option<Box<FuturesOrdered<InFlight>>> = None;
         let mut stopping = false;
         // Made once, not on every turn of the loop: registering with a Notify takes its
         // lock, which showed up in profiles at a few percent of the server's CPU.
-        let stop = shutdown.changed();
-        let kicked = link.kick.notified();
         let woken = link.inbox.wake.notified();
-        tokio::pin!(stop, kicked, woken);
+        tokio::pin!(woken);
         // A resumed session's queue and unacknowledged copies go first.
         if link.inbox.has_queued() {
             self.send_queued(link, window);
@@ -577,30 +593,23 @@ impl<T: Transport> Conn<T> {
         }
 
         loop {
-            let in_flight = pending.as_ref().map_or(0, FuturesOrdered::len);
+            let in_flight = pending.as_ref().map_or(0, |p| p.len());
             let can_read = !stopping && in_flight < max_in_flight;
             tokio::select! {
                 biased;
-                _ = &mut stop, if !stopping => {
-                    // Stop reading; acknowledge what is in flight, then say goodbye.
-                    stopping = true;
-                }
-                _ = &mut kicked => {
-                    return End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into());
-                }
                 _ = &mut woken => {
                     woken.set(link.inbox.wake.notified());
-                    if let Some(why) = link.inbox.close_reason() {
-                        return match why {
-                            CloseReason::TakenOver => End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into()),
-                            CloseReason::TooSlow => {
-                                st.mqtt_metrics.too_slow.fetch_add(1, Ordering::Relaxed);
-                                End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into())
-                            }
-                            CloseReason::Revoked => End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into()),
-                        };
+                    match link.close_reason() {
+                        None => self.send_queued(link, window),
+                        // Stop reading; acknowledge what is in flight, then say goodbye.
+                        Some(CloseReason::ShuttingDown) => stopping = true,
+                        Some(CloseReason::TakenOver) => return End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into()),
+                        Some(CloseReason::TooSlow) => {
+                            st.mqtt_metrics.too_slow.fetch_add(1, Ordering::Relaxed);
+                            return End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into());
+                        }
+                        Some(CloseReason::Revoked) => return End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into()),
                     }
-                    self.send_queued(link, window);
                 }
                 Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
                     if let Some(end) = self.finish(done, link, window) {
@@ -632,7 +641,7 @@ impl<T: Transport> Conn<T> {
             }
             // Decode what is buffered, up to the in-flight limit. This runs after acks drain
             // too: packets left in the buffer by backpressure must not wait for new bytes.
-            while !stopping && pending.as_ref().map_or(0, FuturesOrdered::len) < max_in_flight {
+            while !stopping && pending.as_ref().map_or(0, |p| p.len()) < max_in_flight {
                 match self.decode() {
                     Ok(None) => break,
                     // Acknowledgements of the server's own QoS 1 and 2 publishes.
@@ -652,7 +661,7 @@ impl<T: Transport> Conn<T> {
                             match row {
                                 Some(row) => {
                                     let done = Done { ack: Some(pubrel), reply: None, close: None, retained: Vec::new() };
-                                    pending.get_or_insert_with(FuturesOrdered::new).push_back(self.after_stored(vec![row], done));
+                                    pending.get_or_insert_default().push_back(self.after_stored(vec![row], done));
                                 }
                                 None => {
                                     self.queue(&pubrel);
@@ -664,8 +673,8 @@ impl<T: Transport> Conn<T> {
                         }
                     }
                     Ok(Some(p)) => {
-                        let queue = pending.get_or_insert_with(FuturesOrdered::new);
-                        if let Some(end) = self.on_packet(p, &who, link, queue) {
+                        let queue = pending.get_or_insert_default();
+                        if let Some(end) = self.on_packet(p, who, link, queue) {
                             return end;
                         }
                     }
@@ -693,7 +702,7 @@ impl<T: Transport> Conn<T> {
             if self.broken {
                 return End::Disconnect(rc::IMPLEMENTATION_SPECIFIC_ERROR, "internal encoding error".into());
             }
-            if pending.as_ref().is_some_and(FuturesOrdered::is_empty) {
+            if pending.as_ref().is_some_and(|p| p.is_empty()) {
                 pending = None;
             }
             if stopping && pending.is_none() {

@@ -88,14 +88,8 @@ pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watc
                         continue;
                     };
                     let st = st.clone();
-                    let shutdown = shutdown.clone();
-                    let alive = alive.clone();
-                    tokio::spawn(async move {
-                        let _ = stream.set_nodelay(true);
-                        connection::run(stream, st, shutdown).await;
-                        drop(permit);
-                        drop(alive);
-                    });
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(connection::run(stream, st, (permit, alive.clone())));
                 }
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
@@ -110,7 +104,6 @@ pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watc
 /// What the WebSocket upgrade handler needs.
 struct WsContext {
     st: Arc<AppState>,
-    shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
     limit: Arc<Semaphore>,
 }
@@ -119,8 +112,8 @@ struct WsContext {
 /// true; connections count against the same `mqtt.max_connections` as TCP ones.
 pub async fn listen_ws(listener: TcpListener, st: Arc<AppState>, shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>, limit: Arc<Semaphore>) {
     use axum::routing::get;
-    let mut stop = shutdown.clone();
-    let ctx = Arc::new(WsContext { st, shutdown, alive, limit });
+    let mut stop = shutdown;
+    let ctx = Arc::new(WsContext { st, alive, limit });
     let app = axum::Router::new().route("/mqtt", get(upgrade)).with_state(ctx);
     let served = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = stop.wait_for(|stopping| *stopping).await;
@@ -141,10 +134,6 @@ async fn upgrade(
     };
     // One WebSocket message may hold several MQTT packets; none may exceed the limit.
     let max = ctx.st.cfg.mqtt.max_packet_size.saturating_add(64 * 1024);
-    let (st, shutdown, alive) = (ctx.st.clone(), ctx.shutdown.clone(), ctx.alive.clone());
-    ws.protocols(["mqtt"]).max_message_size(max).max_frame_size(max).on_upgrade(move |socket| async move {
-        connection::run(transport::Ws(socket), st, shutdown).await;
-        drop(permit);
-        drop(alive);
-    })
+    let (st, alive) = (ctx.st.clone(), ctx.alive.clone());
+    ws.protocols(["mqtt"]).max_message_size(max).max_frame_size(max).on_upgrade(move |socket| connection::run(transport::Ws(socket), st, (permit, alive)))
 }

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::io;
+use std::task::Poll;
 
 use axum::extract::ws::{Message, WebSocket};
 use bytes::BytesMut;
@@ -17,6 +18,9 @@ pub trait Transport: Send + 'static {
     /// Waits for bytes and appends them to `buf` (allocating only once some are ready);
     /// false on end of stream or error. Cancel-safe.
     fn fill(&mut self, buf: &mut BytesMut) -> impl Future<Output = bool> + Send;
+    /// Writes as much of `data` as can go without waiting; how much (0 when it would
+    /// block, or when the transport cannot tell).
+    fn try_write(&mut self, data: &[u8]) -> io::Result<usize>;
     /// Writes all of `data`.
     fn write_all(&mut self, data: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
     /// Closes the stream.
@@ -24,25 +28,37 @@ pub trait Transport: Send + 'static {
 }
 
 impl Transport for TcpStream {
-    async fn fill(&mut self, buf: &mut BytesMut) -> bool {
-        loop {
-            if self.readable().await.is_err() {
-                return false;
+    // By polling (`poll_read_ready`, the socket's own waker slot) rather than awaiting
+    // `readable()`: the future holds two references instead of a waiter node, and it is
+    // alive in every idle connection's task (~180 bytes each).
+    fn fill(&mut self, buf: &mut BytesMut) -> impl Future<Output = bool> + Send {
+        std::future::poll_fn(move |cx| loop {
+            match self.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(false),
+                Poll::Ready(Ok(())) => {}
             }
             buf.reserve(READ_CHUNK);
             match self.try_read_buf(buf) {
-                Ok(0) => return false,
-                Ok(_) => return true,
+                Ok(0) => return Poll::Ready(false),
+                Ok(_) => return Poll::Ready(true),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // Readiness was stale (it is after every read that did not drain the
-                    // socket): do not wait for the next bytes holding an empty 4 KiB buffer,
-                    // or every idle connection keeps one.
+                    // socket; the failed read cleared it): do not wait for the next bytes
+                    // holding an empty 4 KiB buffer, or every idle connection keeps one.
                     if buf.is_empty() {
                         *buf = BytesMut::new();
                     }
                 }
-                Err(_) => return false,
+                Err(_) => return Poll::Ready(false),
             }
+        })
+    }
+
+    fn try_write(&mut self, data: &[u8]) -> io::Result<usize> {
+        match TcpStream::try_write(self, data) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            r => r,
         }
     }
 
@@ -72,6 +88,11 @@ impl Transport for Ws {
                 _ => return false,
             }
         }
+    }
+
+    fn try_write(&mut self, _data: &[u8]) -> io::Result<usize> {
+        // A message is sent whole, by `write_all`.
+        Ok(0)
     }
 
     async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
