@@ -727,6 +727,7 @@ impl Sessions {
             return routed;
         }
         let shared = Arc::new(msg.clone());
+        let hard_limit = if self.hard_limit == 0 { usize::MAX } else { self.hard_limit };
         let map = self.by_client.read();
         for d in deliveries {
             let Some(e) = map.get(&*d.client) else { continue };
@@ -742,7 +743,6 @@ impl Sessions {
             });
             let out = Outbound { msg: shared.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
             let queued = if e.online {
-                let hard_limit = if self.hard_limit == 0 { usize::MAX } else { self.hard_limit };
                 match e.inbox.push(out, e.capacity, hard_limit) {
                     Pushed::Queued => true,
                     Pushed::Waiting(released) => {

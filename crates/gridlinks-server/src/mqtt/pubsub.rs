@@ -210,22 +210,25 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
         let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else { continue };
         let seq = u64::from_be_bytes(seq);
         next_seq = next_seq.max(seq + 1);
-        if v == RELEASED {
+        let mut out = if v == RELEASED {
+            // Only the PUBREL is owed, with the copy's fixed packet id.
             let mut out = Outbound::plain(Message::new("", 2, bytes::Bytes::new()), 2);
-            out.seq = Some(seq);
-            out.packet_id = out.fixed_packet_id();
             out.released = true;
-            queues.entry(client.to_owned()).or_default().push(out);
-            continue;
-        }
-        match v.split_first().and_then(|(qos, m)| Some((*qos, retained::decode_message(m)?))) {
-            Some((qos, msg)) => {
-                let mut out = Outbound::plain(msg, qos.clamp(1, 2));
-                out.seq = Some(seq);
-                queues.entry(client.to_owned()).or_default().push(out);
+            out
+        } else {
+            match v.split_first().and_then(|(qos, m)| Some((*qos, retained::decode_message(m)?))) {
+                Some((qos, msg)) => Outbound::plain(msg, qos.clamp(1, 2)),
+                None => {
+                    expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
+                    continue;
+                }
             }
-            None => expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None }),
+        };
+        out.seq = Some(seq);
+        if out.released {
+            out.packet_id = out.fixed_packet_id();
         }
+        queues.entry(client.to_owned()).or_default().push(out);
     }
     st.sessions.seq_floor(next_seq);
     let mut incoming: std::collections::HashMap<String, Vec<u16>> = std::collections::HashMap::new();
