@@ -81,6 +81,9 @@ struct Conn<T> {
     session: SessionId,
     /// An outgoing packet failed to encode: the client would wait forever, so close.
     broken: bool,
+    /// A write failed or timed out: nothing more is written (an ending connection must not
+    /// wait for a dead peer once per remaining acknowledgement).
+    write_failed: bool,
     /// `mqtt.rate_limit_messages`, if set (allocated only when configured).
     rate: Option<Box<RateLimit>>,
     st: Arc<AppState>,
@@ -248,7 +251,7 @@ enum End {
 /// connection, not also as an argument or in a wrapping future (every byte counts once per
 /// connection).
 pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard: G) -> impl Future<Output = ()> + Send {
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, st, rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX, congested: false };
+    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, write_failed: false, st, rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX, congested: false };
     // `conn` and `guard` are used in place, as captured: a `let` binding (or an `async fn`
     // argument) would give each a second slot in the future.
     async move {
@@ -540,6 +543,10 @@ impl<T: Transport> Conn<T> {
     }
 
     async fn flush(&mut self) -> std::io::Result<()> {
+        if self.write_failed {
+            self.wbuf = BytesMut::new();
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
         if self.wbuf.is_empty() {
             return Ok(());
         }
@@ -555,6 +562,7 @@ impl<T: Transport> Conn<T> {
         };
         // Idle connections keep no write buffer.
         self.wbuf = BytesMut::new();
+        self.write_failed = r.is_err();
         r
     }
 
@@ -567,7 +575,11 @@ impl<T: Transport> Conn<T> {
         self.stream.shutdown().await;
     }
 
-    /// The connected phase.
+    /// The connected phase. Packets that came in the same read as the CONNECT are handled
+    /// before the first wait. Once the connection is ending (DISCONNECT, end of stream, a
+    /// protocol error, takeover, shutdown) nothing more is read, but every packet received
+    /// before that point is processed in order and everything in flight is finished
+    /// (committed, and acknowledged while the socket takes bytes) before `serve` returns.
     async fn serve(&mut self, who: &Who, keep_alive: u16, link: &SessionLink, window: &mut OutWindow) -> End {
         let st = self.st.clone();
         let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
@@ -579,7 +591,10 @@ impl<T: Transport> Conn<T> {
         // Allocated only while something is in flight (an empty FuturesOrdered allocates), and
         // boxed: not to size the task of every idle connection for it.
         let mut pending: Option<Box<FuturesOrdered<InFlight>>> = None;
-        let mut stopping = false;
+        // How the connection ends, once that is known; from then on nothing is read.
+        let mut ending: Option<End> = None;
+        // The peer closed its side: what is buffered is still processed, then it ends.
+        let mut eof = false;
         // Made once, not on every turn of the loop: registering with a Notify takes its
         // lock, which showed up in profiles at a few percent of the server's CPU.
         let woken = link.inbox.wake.notified();
@@ -593,90 +608,24 @@ impl<T: Transport> Conn<T> {
         }
 
         loop {
-            let in_flight = pending.as_ref().map_or(0, |p| p.len());
-            let can_read = !stopping && in_flight < max_in_flight;
-            tokio::select! {
-                biased;
-                _ = &mut woken => {
-                    woken.set(link.inbox.wake.notified());
-                    match link.close_reason() {
-                        None => self.send_queued(link, window),
-                        // Stop reading; acknowledge what is in flight, then say goodbye.
-                        Some(CloseReason::ShuttingDown) => stopping = true,
-                        Some(CloseReason::TakenOver) => return End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into()),
-                        Some(CloseReason::TooSlow) => {
-                            st.mqtt_metrics.too_slow.fetch_add(1, Ordering::Relaxed);
-                            return End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into());
-                        }
-                        Some(CloseReason::Revoked) => return End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into()),
-                    }
-                }
-                Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
-                    if let Some(end) = self.finish(done, link, window) {
-                        return end;
-                    }
-                    // Batch every other ack that is already complete into the same write.
-                    if let Some(p) = pending.as_mut() {
-                        while let Some(Some(done)) = futures_util::FutureExt::now_or_never(p.next()) {
-                            if let Some(end) = self.finish(done, link, window) {
-                                return end;
-                            }
-                        }
-                    }
-                }
-                filled = self.stream.fill(&mut self.rbuf), if can_read => {
-                    if !filled {
-                        return End::Gone;
-                    }
-                    last_seen = Instant::now();
-                }
-                _ = &mut ka_timer, if keep_alive.is_some() => {
-                    let ka = keep_alive.unwrap_or(far);
-                    if last_seen.elapsed() >= ka {
-                        st.mqtt_metrics.keepalive_timeouts.fetch_add(1, Ordering::Relaxed);
-                        return End::Disconnect(rc::KEEP_ALIVE_TIMEOUT, "keep alive timeout".into());
-                    }
-                    ka_timer.as_mut().reset(last_seen + ka);
-                }
-            }
-            // Decode what is buffered, up to the in-flight limit. This runs after acks drain
-            // too: packets left in the buffer by backpressure must not wait for new bytes.
-            while !stopping && pending.as_ref().map_or(0, |p| p.len()) < max_in_flight {
+            // Decode what is buffered, up to the in-flight limit: packets that came with the
+            // CONNECT, or were left in the buffer by backpressure, must not wait for new bytes.
+            while ending.is_none() && pending.as_ref().map_or(0, |p| p.len()) < max_in_flight {
                 match self.decode() {
-                    Ok(None) => break,
+                    Ok(None) => {
+                        if eof {
+                            ending = Some(End::Gone);
+                        }
+                        break;
+                    }
                     // Acknowledgements of the server's own QoS 1 and 2 publishes.
                     Ok(Some(Packet::PubAck(PubResp { packet_id, .. }) | Packet::PubComp(PubResp { packet_id, .. }))) => {
                         self.settle(packet_id, window, link);
                     }
-                    Ok(Some(Packet::PubRec(r))) => {
-                        if r.reason >= 0x80 {
-                            // Refused by the client (MQTT 5): the exchange ends here.
-                            self.settle(r.packet_id, window, link);
-                        } else if window.in_flight(r.packet_id) {
-                            // Delivered: only the PUBREL is owed now. A durable copy's row
-                            // says so before the PUBREL goes, so that after a crash the
-                            // client gets the PUBREL again, not the message.
-                            let pubrel = Packet::PubRel(resp(r.packet_id, 0, None));
-                            let row = window.received(r.packet_id).zip(self.client_id.as_ref()).and_then(|(out, client)| pubsub::released_row(client, &out));
-                            match row {
-                                Some(row) => {
-                                    let done = Done { ack: Some(pubrel), reply: None, close: None, retained: Vec::new() };
-                                    pending.get_or_insert_default().push_back(self.after_stored(vec![row], done));
-                                }
-                                None => {
-                                    self.queue(&pubrel);
-                                }
-                            }
-                        } else {
-                            let reason = if self.version == ProtocolVersion::V5 { rc::PACKET_IDENTIFIER_NOT_FOUND } else { 0 };
-                            self.queue(&Packet::PubRel(resp(r.packet_id, reason, None)));
-                        }
-                    }
+                    Ok(Some(Packet::PubRec(r))) => self.on_pubrec(r, window, link, &mut pending),
                     Ok(Some(p)) => {
                         let queue = pending.get_or_insert_default();
-                        if let Some(end) = self.on_packet(p, who, link, queue) {
-                            return end;
-                        }
+                        ending = self.on_packet(p, who, link, queue);
                     }
                     Err(e) => {
                         st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
@@ -685,13 +634,13 @@ impl<T: Transport> Conn<T> {
                             DecodeError::Protocol(_) => rc::PROTOCOL_ERROR,
                             _ => rc::MALFORMED_PACKET,
                         };
-                        return End::Disconnect(reason, e.to_string());
+                        ending = Some(End::Disconnect(reason, e.to_string()));
                     }
                 }
             }
             self.flush_acked_rows();
-            if self.flush().await.is_err() {
-                return End::Gone;
+            if self.flush().await.is_err() && ending.is_none() {
+                ending = Some(End::Gone);
             }
             if std::mem::take(&mut self.congested) {
                 // Without this a publisher whose socket always has data keeps its worker
@@ -699,15 +648,93 @@ impl<T: Transport> Conn<T> {
                 // too seldom to drain its queue: most QoS 0 copies would be dropped.
                 tokio::task::yield_now().await;
             }
-            if self.broken {
-                return End::Disconnect(rc::IMPLEMENTATION_SPECIFIC_ERROR, "internal encoding error".into());
+            if self.broken && ending.is_none() {
+                ending = Some(End::Disconnect(rc::IMPLEMENTATION_SPECIFIC_ERROR, "internal encoding error".into()));
             }
             if pending.as_ref().is_some_and(|p| p.is_empty()) {
                 pending = None;
             }
-            if stopping && pending.is_none() {
-                return End::Disconnect(rc::SERVER_SHUTTING_DOWN, "server shutting down".into());
+            if pending.is_none() {
+                if let Some(end) = ending {
+                    return end;
+                }
             }
+            let in_flight = pending.as_ref().map_or(0, |p| p.len());
+            let can_read = ending.is_none() && !eof && in_flight < max_in_flight;
+            tokio::select! {
+                biased;
+                _ = &mut woken, if ending.is_none() => {
+                    woken.set(link.inbox.wake.notified());
+                    ending = match link.close_reason() {
+                        None => {
+                            self.send_queued(link, window);
+                            None
+                        }
+                        // Stop reading; acknowledge what is in flight, then say goodbye.
+                        Some(CloseReason::ShuttingDown) => Some(End::Disconnect(rc::SERVER_SHUTTING_DOWN, "server shutting down".into())),
+                        Some(CloseReason::TakenOver) => Some(End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into())),
+                        Some(CloseReason::TooSlow) => {
+                            st.mqtt_metrics.too_slow.fetch_add(1, Ordering::Relaxed);
+                            Some(End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into()))
+                        }
+                        Some(CloseReason::Revoked) => Some(End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into())),
+                    };
+                }
+                Some(done) = async { pending.as_mut()?.next().await }, if in_flight > 0 => {
+                    let mut end = self.finish(done, link, window);
+                    // Batch every other ack that is already complete into the same write.
+                    if let Some(p) = pending.as_mut() {
+                        while let Some(Some(done)) = futures_util::FutureExt::now_or_never(p.next()) {
+                            end = end.or(self.finish(done, link, window));
+                        }
+                    }
+                    if ending.is_none() {
+                        ending = end;
+                    }
+                }
+                filled = self.stream.fill(&mut self.rbuf), if can_read => {
+                    if filled {
+                        last_seen = Instant::now();
+                    } else {
+                        eof = true;
+                    }
+                }
+                _ = &mut ka_timer, if keep_alive.is_some() && ending.is_none() && !eof => {
+                    let ka = keep_alive.unwrap_or(far);
+                    if last_seen.elapsed() >= ka {
+                        st.mqtt_metrics.keepalive_timeouts.fetch_add(1, Ordering::Relaxed);
+                        ending = Some(End::Disconnect(rc::KEEP_ALIVE_TIMEOUT, "keep alive timeout".into()));
+                    } else {
+                        ka_timer.as_mut().reset(last_seen + ka);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A PUBREC for one of the server's QoS 2 publishes.
+    fn on_pubrec(&mut self, r: PubResp, window: &mut OutWindow, link: &SessionLink, pending: &mut Option<Box<FuturesOrdered<InFlight>>>) {
+        if r.reason >= 0x80 {
+            // Refused by the client (MQTT 5): the exchange ends here.
+            self.settle(r.packet_id, window, link);
+        } else if window.in_flight(r.packet_id) {
+            // Delivered: only the PUBREL is owed now. A durable copy's row says so before
+            // the PUBREL goes, so that after a crash the client gets the PUBREL again, not
+            // the message.
+            let pubrel = Packet::PubRel(resp(r.packet_id, 0, None));
+            let row = window.received(r.packet_id).zip(self.client_id.as_ref()).and_then(|(out, client)| pubsub::released_row(client, &out));
+            match row {
+                Some(row) => {
+                    let done = Done { ack: Some(pubrel), reply: None, close: None, retained: Vec::new() };
+                    pending.get_or_insert_default().push_back(self.after_stored(vec![row], done));
+                }
+                None => {
+                    self.queue(&pubrel);
+                }
+            }
+        } else {
+            let reason = if self.version == ProtocolVersion::V5 { rc::PACKET_IDENTIFIER_NOT_FOUND } else { 0 };
+            self.queue(&Packet::PubRel(resp(r.packet_id, reason, None)));
         }
     }
 

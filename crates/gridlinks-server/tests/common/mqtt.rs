@@ -174,3 +174,50 @@ impl Raw {
         }
     }
 }
+
+/// Encodes packets back to back, as one write would carry them.
+pub fn bytes_of(version: ProtocolVersion, packets: &[Packet]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    for p in packets {
+        encode(p, version, &mut out).unwrap();
+    }
+    out.to_vec()
+}
+
+/// A raw MQTT client over WebSocket (`ws://127.0.0.1:port/mqtt`, subprotocol `mqtt`):
+/// each `send_raw` is one binary WebSocket message.
+pub struct WsRaw {
+    ws: tungstenite::WebSocket<std::net::TcpStream>,
+    version: ProtocolVersion,
+    buf: BytesMut,
+}
+
+impl WsRaw {
+    pub fn open(port: u16, version: ProtocolVersion) -> Self {
+        use tungstenite::client::IntoClientRequest;
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut req = format!("ws://127.0.0.1:{port}/mqtt").into_client_request().unwrap();
+        req.headers_mut().insert("Sec-WebSocket-Protocol", "mqtt".parse().unwrap());
+        let (ws, _) = tungstenite::client(req, stream).unwrap();
+        Self { ws, version, buf: BytesMut::new() }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.ws.send(tungstenite::Message::Binary(bytes.to_vec().into())).unwrap();
+    }
+
+    /// The next packet, or None when the server closed the connection.
+    pub fn recv(&mut self) -> Option<Packet> {
+        loop {
+            if let Some(p) = decode(&mut self.buf, self.version, 1 << 24).unwrap() {
+                return Some(p);
+            }
+            match self.ws.read() {
+                Ok(tungstenite::Message::Binary(b)) => self.buf.extend_from_slice(&b),
+                Ok(tungstenite::Message::Close(_)) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+}
