@@ -22,7 +22,7 @@ use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::MqttMetrics;
 use gridlinks_broker::acl::Acl;
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, device_api, payload::PayloadLimits};
+use crate::thingsboard::{api, device_api, payload::PayloadLimits, relations};
 use gridlinks_broker::sessions::Sessions;
 
 /// Counters not owned by the storage writer.
@@ -101,6 +101,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)),
         )
         .route("/api/tenant/devices", get(api::list_devices))
+        .route("/api/relation", post(relations::save).delete(relations::delete))
+        .route("/api/relations", get(relations::list))
         .route(&format!("{tel}/values/timeseries"), get(api::get_timeseries))
         .route(&format!("{tel}/values/timeseries/history"), get(api::get_timeseries_history))
         .route(&format!("{tel}/keys/timeseries"), get(api::ts_keys))

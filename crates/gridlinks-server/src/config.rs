@@ -163,6 +163,8 @@ pub struct LimitsConfig {
     pub max_key_len: usize,
     /// Most values in one request.
     pub max_values_per_request: usize,
+    /// Most devices one gateway may create (and own) through the gateway API.
+    pub max_devices_per_gateway: usize,
 }
 
 impl Default for Config {
@@ -260,6 +262,7 @@ impl Default for LimitsConfig {
         Self {
             max_key_len: 255,
             max_values_per_request: 10_000,
+            max_devices_per_gateway: 10_000,
         }
     }
 }

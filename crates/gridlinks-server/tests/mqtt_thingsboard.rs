@@ -136,7 +136,7 @@ fn rumqttc_telemetry_attributes_push_request_and_rpc() {
 fn gateway_creates_sub_devices_and_stores_their_data() {
     let s = Server::start();
     let jwt = s.login();
-    s.device(&jwt, "gateway-1", "GW");
+    s.gateway(&jwt, "gateway-1", "GW");
     let (client, rx) = rumqttc_client(s.mqtt_port, "GW", "gw");
     wait_for(&rx, |i| matches!(i, Incoming::ConnAck(_)).then_some(()));
     client.publish("v1/gateway/connect", QoS::AtLeastOnce, false, r#"{"device":"Sensor A","type":"thermo"}"#).unwrap();

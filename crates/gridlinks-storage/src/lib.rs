@@ -8,6 +8,7 @@
 //! |-----------|------------------------------|-----------------------------------------|
 //! | `devices` | device id (16 B)             | [`DeviceRecord`] as JSON                |
 //! | `names`   | device name                  | device id                               |
+//! | `gateways`| gateway id ‖ device id       | empty: the device belongs to the gateway |
 //! | `tokens`  | access token                 | device id                               |
 //! | `ts`      | device id ‖ ts (BE, 8 B)     | every (key, value) reported at that ts  |
 //! | `latest`  | device id                    | (key, ts, value) for every key          |
@@ -78,6 +79,12 @@ pub enum StoreError {
     /// The device does not exist (or was deleted).
     #[error("device not found")]
     DeviceNotFound,
+    /// A gateway wrote to a device it neither created nor was assigned.
+    #[error("device '{0}' does not belong to this gateway")]
+    ForeignDevice(String),
+    /// A device used as a gateway is not one (`additionalInfo.gateway` is not true).
+    #[error("device is not a gateway (additionalInfo.gateway is not true)")]
+    NotGateway,
     /// The write queue stayed full for longer than the enqueue timeout.
     #[error("storage is overloaded, retry later")]
     Overloaded,
@@ -109,6 +116,22 @@ pub struct DeviceRecord {
     pub token: String,
     /// Arbitrary JSON kept for the user (ThingsBoard's `additionalInfo`).
     pub additional_info: Option<serde_json::Value>,
+    /// The gateway that created this device, or that an administrator assigned it to
+    /// (ThingsBoard's "Created" relation): the only gateway that may write to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<DeviceId>,
+}
+
+impl DeviceRecord {
+    /// Whether the device is a gateway (ThingsBoard's `additionalInfo.gateway: true`), so
+    /// that it may use the gateway API.
+    pub fn is_gateway(&self) -> bool {
+        self.additional_info
+            .as_ref()
+            .and_then(|i| i.get("gateway"))
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    }
 }
 
 /// An attribute as read back.
@@ -178,6 +201,7 @@ pub(crate) struct Keyspaces {
     pub meta: Keyspace,
     pub devices: Keyspace,
     pub names: Keyspace,
+    pub gateways: Keyspace,
     pub tokens: Keyspace,
     pub ts: Keyspace,
     pub latest: Keyspace,
@@ -230,6 +254,7 @@ impl Store {
             meta: ks("meta", small)?,
             devices: ks("devices", small)?,
             names: ks("names", small)?,
+            gateways: ks("gateways", small)?,
             tokens: ks("tokens", small)?,
             ts: ks("ts", opts.memtable_bytes)?,
             latest: ks("latest", small)?,
@@ -345,6 +370,15 @@ impl Store {
             if let Some(d) = self.device(id_from(&id)?)? {
                 out.push(d);
             }
+        }
+        Ok(out)
+    }
+
+    /// The devices that belong to `gateway` (created by it or assigned to it).
+    pub fn gateway_devices(&self, gateway: DeviceId) -> Result<Vec<DeviceId>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.inner.ks.gateways.prefix(gateway.as_bytes()) {
+            out.push(id_from(&kv.key()?[16..])?);
         }
         Ok(out)
     }

@@ -88,6 +88,26 @@ pub enum WriteOp {
     SaveDevice(SaveDevice),
     /// Deletes a device with all its data; its token stops working.
     DeleteDevice(DeviceId),
+    /// The device named `name` for a gateway to write to: an existing one it owns, or a
+    /// new one it then owns (at most `max_devices` per gateway). Refused when the device
+    /// belongs to no or another gateway, or `gateway` is not a gateway.
+    GatewayDevice {
+        /// The gateway (must be one, `additionalInfo.gateway: true`).
+        gateway: DeviceId,
+        /// The sub-device's name.
+        name: String,
+        /// Its type when it is created (`default` when `None`).
+        device_type: Option<String>,
+        /// Most devices one gateway may own.
+        max_devices: usize,
+    },
+    /// Assigns a device to a gateway (`Some`, which must be a gateway) or to none.
+    AssignGateway {
+        /// The device.
+        device: DeviceId,
+        /// Its gateway from now on.
+        gateway: Option<DeviceId>,
+    },
     /// Rows of the MQTT broker's tables, committed with the telemetry of the same round.
     Broker(Vec<BrokerRow>),
     /// Creates or updates many devices in one commit.
@@ -291,6 +311,8 @@ struct Writer {
     stats: Arc<WriterStats>,
     /// Decoded latest rows by device; the source of truth stays on disk.
     latest: HashMap<DeviceId, Vec<(KeyId, Ts, Value)>>,
+    /// Devices owned per gateway, counted on first use (dropped on deletes and assignments).
+    gateway_counts: HashMap<DeviceId, usize>,
 }
 
 /// Telemetry and attribute writes of one round, merged before they hit the database.
@@ -315,6 +337,7 @@ impl Writer {
             cfg,
             stats,
             latest: HashMap::default(),
+            gateway_counts: HashMap::default(),
         }
     }
 
@@ -592,11 +615,29 @@ impl Writer {
             WriteOp::DeleteTelemetry(d) => self.delete_telemetry(d),
             WriteOp::SaveDevice(s) => {
                 let mut txn = DeviceTxn::new(&self.store);
-                let rec = txn.save(s)?;
+                let rec = txn.save(s, None)?;
                 txn.commit()?;
                 Ok(WriteOutcome::Device(rec))
             }
-            WriteOp::DeleteDevice(id) => self.delete_device(id),
+            WriteOp::DeleteDevice(id) => {
+                self.gateway_counts.clear();
+                self.delete_device(id)
+            }
+            WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => self.gateway_device(gateway, name, device_type, max_devices),
+            WriteOp::AssignGateway { device, gateway } => {
+                self.gateway_counts.clear();
+                let mut txn = DeviceTxn::new(&self.store);
+                let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
+                if let Some(g) = gateway {
+                    if !txn.record(g)?.ok_or(StoreError::DeviceNotFound)?.is_gateway() {
+                        return Err(StoreError::NotGateway);
+                    }
+                }
+                let new = DeviceRecord { gateway, ..old.clone() };
+                txn.put(new.clone(), Some(&old))?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(new))
+            }
             WriteOp::Import { rows, update } => {
                 let mut txn = DeviceTxn::new(&self.store);
                 let out = txn.import(rows, update)?;
@@ -610,6 +651,42 @@ impl Writer {
         }
     }
 
+    /// [`WriteOp::GatewayDevice`].
+    fn gateway_device(&mut self, gateway: DeviceId, name: String, device_type: Option<String>, max_devices: usize) -> Result<WriteOutcome, StoreError> {
+        let mut txn = DeviceTxn::new(&self.store);
+        if !txn.record(gateway)?.ok_or(StoreError::DeviceNotFound)?.is_gateway() {
+            return Err(StoreError::NotGateway);
+        }
+        if let Some(id) = txn.name_owner(&name)? {
+            let rec = txn.record(id)?.ok_or(StoreError::DeviceNotFound)?;
+            return match rec.gateway {
+                Some(g) if g == gateway => Ok(WriteOutcome::Device(rec)),
+                _ => Err(StoreError::ForeignDevice(name)),
+            };
+        }
+        let owned = match self.gateway_counts.get(&gateway) {
+            Some(n) => *n,
+            None => self.store.gateway_devices(gateway)?.len(),
+        };
+        if owned >= max_devices {
+            self.gateway_counts.insert(gateway, owned);
+            return Err(StoreError::Limit(format!(
+                "this gateway owns {owned} devices, the limit (limits.max_devices_per_gateway); device '{name}' was not created"
+            )));
+        }
+        let rec = txn.save(SaveDevice {
+            id: None,
+            name,
+            device_type: device_type.unwrap_or_default(),
+            label: None,
+            token: None,
+            additional_info: Some(serde_json::json!({"gateway": false, "lastConnectedGateway": gateway.to_string()})),
+        }, Some(gateway))?;
+        txn.commit()?;
+        self.gateway_counts.insert(gateway, owned + 1);
+        Ok(WriteOutcome::Device(rec))
+    }
+
     fn delete_device(&mut self, id: DeviceId) -> Result<WriteOutcome, StoreError> {
         let ks = &self.store.inner.ks;
         let Some(rec) = self.store.device(id)? else {
@@ -620,6 +697,17 @@ impl Writer {
         batch.remove(&ks.names, rec.name.into_bytes());
         batch.remove(&ks.tokens, rec.token.clone().into_bytes());
         batch.remove(&ks.latest, id.as_bytes().to_vec());
+        if let Some(g) = rec.gateway {
+            batch.remove(&ks.gateways, gateway_key(g, id));
+        }
+        // A deleted gateway's devices belong to no gateway any more.
+        for child in self.store.gateway_devices(id)? {
+            batch.remove(&ks.gateways, gateway_key(id, child));
+            if let Some(c) = self.store.device(child)? {
+                let c = DeviceRecord { gateway: None, ..c };
+                batch.insert(&ks.devices, child.as_bytes().to_vec(), serde_json::to_vec(&c).map_err(|_| StoreError::Corrupt("device encode"))?);
+            }
+        }
         for kv in ks.attrs.prefix(id.as_bytes()) {
             batch.remove(&ks.attrs, kv.key()?);
         }
@@ -719,6 +807,14 @@ impl Writer {
     }
 }
 
+/// Key of the `gateways` index: gateway ‖ device.
+fn gateway_key(gateway: DeviceId, device: DeviceId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(32);
+    k.extend_from_slice(gateway.as_bytes());
+    k.extend_from_slice(device.as_bytes());
+    k
+}
+
 fn write_latest(batch: &mut OwnedWriteBatch, store: &Store, device: DeviceId, row: &[(KeyId, Ts, Value)]) {
     let ks = &store.inner.ks.latest;
     if row.is_empty() {
@@ -788,6 +884,12 @@ impl<'a> DeviceTxn<'a> {
                 self.batch.remove(&ks.tokens, old.token.clone().into_bytes());
                 self.tokens.insert(old.token.clone(), None);
             }
+            if let Some(g) = old.gateway.filter(|_| old.gateway != new.gateway) {
+                self.batch.remove(&ks.gateways, gateway_key(g, old.id));
+            }
+        }
+        if let Some(g) = new.gateway {
+            self.batch.insert(&ks.gateways, gateway_key(g, new.id), Vec::new());
         }
         let id = new.id.as_bytes().to_vec();
         let json = serde_json::to_vec(&new).map_err(|_| StoreError::Corrupt("device encode"))?;
@@ -809,7 +911,9 @@ impl<'a> DeviceTxn<'a> {
         }
     }
 
-    fn save(&mut self, s: SaveDevice) -> Result<DeviceRecord, StoreError> {
+    /// Stages a create or update; a created device belongs to `gateway`, an updated one
+    /// keeps its gateway.
+    fn save(&mut self, s: SaveDevice, gateway: Option<DeviceId>) -> Result<DeviceRecord, StoreError> {
         let old = match s.id {
             Some(id) => Some(self.record(id)?.ok_or(StoreError::DeviceNotFound)?),
             None => None,
@@ -840,6 +944,7 @@ impl<'a> DeviceTxn<'a> {
             label: s.label,
             token,
             additional_info: s.additional_info,
+            gateway: old.as_ref().map_or(gateway, |o| o.gateway),
         };
         self.put(rec.clone(), old.as_ref())?;
         Ok(rec)
@@ -877,7 +982,7 @@ impl<'a> DeviceTxn<'a> {
                 token: row.token,
                 additional_info: Some(info).filter(|i| i.as_object().is_none_or(|o| !o.is_empty())),
             };
-            match self.save(save) {
+            match self.save(save, None) {
                 Ok(rec) => {
                     let write_attrs = update || existing.is_none();
                     let attrs = row

@@ -315,3 +315,58 @@ async fn broker_rows_last_write_wins_per_round_and_survive_reopen() {
     let rows = store.broker_rows(BrokerTable::Retained).unwrap();
     assert_eq!(rows, vec![(b"a/b".to_vec(), b"2".to_vec())], "tables do not mix; the later write won");
 }
+
+async fn save(h: &WriterHandle, name: &str, info: Option<serde_json::Value>) -> DeviceId {
+    let op = WriteOp::SaveDevice(SaveDevice { id: None, name: name.into(), device_type: String::new(), label: None, token: None, additional_info: info });
+    match h.submit(op).await.unwrap() {
+        WriteOutcome::Device(d) => d.id,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn for_gateway(h: &WriterHandle, gateway: DeviceId, name: &str) -> Result<DeviceId, StoreError> {
+    let op = WriteOp::GatewayDevice { gateway, name: name.into(), device_type: None, max_devices: 2 };
+    h.submit(op).await.map(|o| match o {
+        WriteOutcome::Device(d) => d.id,
+        other => panic!("unexpected {other:?}"),
+    })
+}
+
+#[tokio::test]
+async fn gateways_own_the_devices_they_create_or_are_assigned_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, j) = open(dir.path());
+    let gw = save(&h, "gw", Some(serde_json::json!({"gateway": true}))).await;
+    let other_gw = save(&h, "gw2", Some(serde_json::json!({"gateway": true}))).await;
+    let plain = save(&h, "plain", None).await;
+    // Only a gateway may create or use sub-devices.
+    assert!(matches!(for_gateway(&h, plain, "x").await, Err(StoreError::NotGateway)));
+    // Created on first use, the same device afterwards.
+    let child = for_gateway(&h, gw, "child").await.unwrap();
+    assert_eq!(for_gateway(&h, gw, "child").await.unwrap(), child);
+    assert_eq!(store.device(child).unwrap().unwrap().gateway, Some(gw));
+    // Another gateway's device and a device of no gateway are refused.
+    assert!(matches!(for_gateway(&h, other_gw, "child").await, Err(StoreError::ForeignDevice(n)) if n == "child"));
+    assert!(matches!(for_gateway(&h, gw, "plain").await, Err(StoreError::ForeignDevice(_))));
+    // The per-gateway bound: a second device, then no third.
+    for_gateway(&h, gw, "child2").await.unwrap();
+    assert!(matches!(for_gateway(&h, gw, "child3").await, Err(StoreError::Limit(_))));
+    assert!(store.device_by_name("child3").unwrap().is_none());
+    // An administrator assigns a device; it then counts against that gateway.
+    h.submit(WriteOp::AssignGateway { device: plain, gateway: Some(other_gw) }).await.unwrap();
+    assert_eq!(for_gateway(&h, other_gw, "plain").await.unwrap(), plain);
+    assert!(matches!(h.submit(WriteOp::AssignGateway { device: child, gateway: Some(plain) }).await, Err(StoreError::NotGateway)));
+    // A deleted gateway's devices belong to no gateway; ownership survives a reopen.
+    h.submit(WriteOp::DeleteDevice(other_gw)).await.unwrap();
+    assert_eq!(store.device(plain).unwrap().unwrap().gateway, None);
+    assert!(store.gateway_devices(other_gw).unwrap().is_empty());
+    drop(h);
+    j.join().unwrap();
+    drop(store);
+    let (store, _h, _j) = open(dir.path());
+    let mut owned = store.gateway_devices(gw).unwrap();
+    owned.sort();
+    let mut expected = vec![child, store.device_by_name("child2").unwrap().unwrap().id];
+    expected.sort();
+    assert_eq!(owned, expected);
+}

@@ -1226,6 +1226,7 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
     let (reason, text) = match &err {
         TopicError::BadPayload(e) => (rc::PAYLOAD_FORMAT_INVALID, format!("payload format invalid: {e}")),
         TopicError::UnknownTopic => (rc::TOPIC_NAME_INVALID, format!("unknown topic {topic:?}: not a ThingsBoard device topic")),
+        TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_) | StoreError::NotGateway) => (rc::NOT_AUTHORIZED, err.to_string()),
         TopicError::Store(StoreError::DeviceNotFound) => {
             return Done { ack: None, reply: None, close: Some((rc::NOT_AUTHORIZED, "device deleted".into())), retained: Vec::new() };
         }
@@ -1233,7 +1234,7 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
         TopicError::Store(StoreError::Limit(m)) => (rc::QUOTA_EXCEEDED, m.clone()),
         TopicError::Store(e) => (rc::UNSPECIFIED_ERROR, format!("storage failure: {e}")),
     };
-    if matches!(err, TopicError::BadPayload(_) | TopicError::UnknownTopic) {
+    if matches!(err, TopicError::BadPayload(_) | TopicError::UnknownTopic | TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_))) {
         st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
         // One line per rejected message, never with the payload.
         tracing::warn!(%device, topic, error = %text, "rejected MQTT publish");

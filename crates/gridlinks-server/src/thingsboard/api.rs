@@ -24,7 +24,7 @@ use crate::mqtt::telemetry_topics;
 type St = State<Arc<AppState>>;
 
 /// Runs a storage read off the async runtime.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, gridlinks_storage::StoreError> + Send + 'static,
 ) -> ApiResult<T> {
     tokio::task::spawn_blocking(f)
@@ -33,7 +33,7 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
 }
 
@@ -85,7 +85,7 @@ pub async fn refresh(State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
 
 // ---- devices --------------------------------------------------------------------
 
-fn device_id(s: &str) -> ApiResult<DeviceId> {
+pub(crate) fn device_id(s: &str) -> ApiResult<DeviceId> {
     DeviceId::from_str(s).map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {s}")))
 }
 

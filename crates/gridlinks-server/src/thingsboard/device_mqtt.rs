@@ -11,11 +11,16 @@
 //! | `v1/devices/me/rpc/request/{id}` | client-side RPC: `getSessionLimits` answered with the limits, anything else "not supported", on `…/rpc/response/{id}` |
 //! | `v1/gateway/connect`, `v1/gateway/disconnect` | `{"device":"Name","type":"…"}`; sub-devices are created on first use |
 //! | `v1/gateway/telemetry`, `v1/gateway/attributes` | `{"Device A": <telemetry or attributes>}` |
+//!
+//! The gateway topics are for gateways only (`additionalInfo.gateway: true`), and a gateway
+//! writes only to the devices it created (at most `limits.max_devices_per_gateway`) or was
+//! assigned (a "Created" relation from the gateway, `POST /api/relation`). A message naming
+//! any other device is refused whole: nothing of it is stored.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use gridlinks_storage::{SaveDevice, StoreError, WriteOp, WriteOutcome};
+use gridlinks_storage::{StoreError, WriteOp, WriteOutcome};
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use serde_json::{json, Map, Value as J};
 
@@ -35,6 +40,9 @@ pub enum TopicError {
     /// Not a ThingsBoard device topic.
     #[error("unknown topic")]
     UnknownTopic,
+    /// A gateway topic from a device that is not a gateway.
+    #[error("only gateways (additionalInfo.gateway = true) may publish on v1/gateway/*")]
+    NotGateway,
     /// Storage refused or failed (overload, shutdown, device deleted meanwhile).
     #[error("{0}")]
     Store(#[from] StoreError),
@@ -63,14 +71,18 @@ pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, bo
             st.writer.submit(WriteOp::Attributes { device, scope: AttributeScope::Client, values }).await?;
             Ok(None)
         }
+        _ if topic.starts_with("v1/gateway/") && !is_gateway(&st, device)? => Err(TopicError::NotGateway),
         "v1/gateway/connect" => {
             let (name, device_type) = payload::parse_gateway_device(&body)?;
             sub_device(&st, device, &name, device_type).await?;
             Ok(None)
         }
         "v1/gateway/disconnect" => {
-            payload::parse_gateway_device(&body)?;
-            Ok(None)
+            let (name, _) = payload::parse_gateway_device(&body)?;
+            match st.store.device_by_name(&name)? {
+                Some(d) if d.gateway == Some(device) => Ok(None),
+                _ => Err(StoreError::ForeignDevice(name).into()),
+            }
         }
         "v1/gateway/telemetry" => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
@@ -134,34 +146,25 @@ fn suffix_id<'a>(topic: &'a str, prefix: &str) -> Option<&'a str> {
     topic.strip_prefix(prefix).filter(|id| !id.is_empty() && !id.contains('/'))
 }
 
-/// The id of a gateway's sub-device, created (type `default` unless given) on first use.
+/// Whether `device` is a gateway (read at each gateway publish, so that a change over REST
+/// applies at once).
+fn is_gateway(st: &AppState, device: DeviceId) -> Result<bool, StoreError> {
+    Ok(st.store.device(device)?.is_some_and(|d| d.is_gateway()))
+}
+
+/// The id of a gateway's sub-device: one it owns, or created for it on first use (type
+/// `default` unless given). Another gateway's device, or one of no gateway, is refused.
 async fn sub_device(st: &Arc<AppState>, gateway: DeviceId, name: &str, device_type: Option<String>) -> Result<DeviceId, StoreError> {
-    let lookup = |st: &Arc<AppState>| {
-        let store = st.store.clone();
-        let name = name.to_owned();
-        async move {
-            tokio::task::spawn_blocking(move || store.device_by_name(&name))
-                .await
-                .map_err(|_| StoreError::Closed)?
-        }
-    };
-    if let Some(d) = lookup(st).await? {
-        return Ok(d.id);
+    let store = st.store.clone();
+    let owned = name.to_owned();
+    let found = tokio::task::spawn_blocking(move || store.device_by_name(&owned)).await.map_err(|_| StoreError::Closed)??;
+    if let Some(d) = found {
+        return if d.gateway == Some(gateway) { Ok(d.id) } else { Err(StoreError::ForeignDevice(name.to_owned())) };
     }
-    let op = WriteOp::SaveDevice(SaveDevice {
-        id: None,
-        name: name.to_owned(),
-        device_type: device_type.unwrap_or_default(),
-        label: None,
-        token: None,
-        additional_info: Some(json!({"gateway": false, "lastConnectedGateway": gateway.to_string()})),
-    });
-    match st.writer.submit(op).await {
-        Ok(WriteOutcome::Device(d)) => Ok(d.id),
-        // Created concurrently by another message: use that one.
-        Err(StoreError::NameTaken(_)) => lookup(st).await?.map(|d| d.id).ok_or(StoreError::DeviceNotFound),
-        Ok(_) => Err(StoreError::Corrupt("unexpected write outcome")),
-        Err(e) => Err(e),
+    let op = WriteOp::GatewayDevice { gateway, name: name.to_owned(), device_type, max_devices: st.cfg.limits.max_devices_per_gateway };
+    match st.writer.submit(op).await? {
+        WriteOutcome::Device(d) => Ok(d.id),
+        _ => Err(StoreError::Corrupt("unexpected write outcome")),
     }
 }
 

@@ -69,6 +69,7 @@ impl From<StoreError> for ApiError {
                 Self::bad_request("Device credentials are already assigned to another device!")
             }
             StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
+            e @ (StoreError::ForeignDevice(_) | StoreError::NotGateway) => Self::bad_request(e.to_string()),
             StoreError::Limit(m) => Self::bad_request(m),
             StoreError::Overloaded => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -12,4 +12,5 @@ pub mod error;
 pub mod extract;
 pub mod model;
 pub mod payload;
+pub mod relations;
 pub mod rpc;

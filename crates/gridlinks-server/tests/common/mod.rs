@@ -155,6 +155,14 @@ impl Server {
         d["id"]["id"].as_str().unwrap().to_owned()
     }
 
+    /// Creates a gateway device (`additionalInfo.gateway: true`) with the given token; returns its id.
+    pub fn gateway(&self, jwt: &str, name: &str, token: &str) -> String {
+        let body = json!({"name": name, "type": "gateway", "additionalInfo": {"gateway": true}});
+        let (s, d) = self.json("POST", &format!("/api/device?accessToken={token}"), jwt, Some(body));
+        assert_eq!(s, 200, "{d}");
+        d["id"]["id"].as_str().unwrap().to_owned()
+    }
+
     /// Every stored timestamp of `key` of device `id` (up to 100,000).
     pub fn stored_timestamps(&self, jwt: &str, id: &str, key: &str) -> std::collections::HashSet<i64> {
         let (st, v) = self.json(

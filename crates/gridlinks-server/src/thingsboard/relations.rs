@@ -1,0 +1,143 @@
+//! ThingsBoard's relation API, for the one relation GridLinks keeps: "Created", from a
+//! gateway to the devices it may write to over the gateway API. A gateway gets it when it
+//! creates a device; an administrator adds or removes it here.
+//!
+//! | call | meaning |
+//! |---|---|
+//! | `POST /api/relation` `{"from":{gateway},"to":{device},"type":"Created"}` | assign the device to the gateway |
+//! | `DELETE /api/relation?fromId=&fromType=DEVICE&relationType=Created&toId=&toType=DEVICE` | unassign it |
+//! | `GET /api/relations?fromId=&fromType=DEVICE` / `?toId=&toType=DEVICE` | a gateway's devices / a device's gateway |
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_storage::WriteOp;
+use gridlinks_types::DeviceId;
+use serde::Deserialize;
+use serde_json::{json, Value as J};
+
+use super::api::{blocking, device_id, parse_json};
+use super::error::{ApiError, ApiResult};
+use super::extract::{Admin, Body, Q};
+use crate::app::AppState;
+
+type St = State<Arc<AppState>>;
+
+/// The relation type of a gateway and its devices (as ThingsBoard's gateway API creates it).
+const CREATED: &str = "Created";
+
+#[derive(Deserialize)]
+struct EntityRef {
+    #[serde(rename = "entityType")]
+    entity_type: String,
+    id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RelationBody {
+    from: EntityRef,
+    to: EntityRef,
+    #[serde(rename = "type")]
+    relation_type: String,
+}
+
+fn device_ref(e: &EntityRef) -> ApiResult<DeviceId> {
+    if e.entity_type != "DEVICE" {
+        return Err(ApiError::bad_request(format!("entity type '{}' is not supported: GridLinks relates DEVICE entities", e.entity_type)));
+    }
+    device_id(&e.id)
+}
+
+fn created_only(relation_type: &str) -> ApiResult<()> {
+    if relation_type == CREATED {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "relation type '{relation_type}' is not supported: GridLinks keeps one relation, 'Created' from a gateway to its devices"
+        )))
+    }
+}
+
+fn relation(gateway: DeviceId, device: DeviceId) -> J {
+    json!({
+        "from": {"entityType": "DEVICE", "id": gateway},
+        "to": {"entityType": "DEVICE", "id": device},
+        "type": CREATED,
+        "typeGroup": "COMMON",
+        "additionalInfo": null,
+    })
+}
+
+async fn assign(st: &AppState, device: DeviceId, gateway: Option<DeviceId>) -> ApiResult<()> {
+    st.writer.submit(WriteOp::AssignGateway { device, gateway }).await?;
+    Ok(())
+}
+
+/// `POST /api/relation`: assigns `to` to gateway `from`.
+pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<StatusCode> {
+    let r: RelationBody = parse_json(&body)?;
+    created_only(&r.relation_type)?;
+    let (gateway, device) = (device_ref(&r.from)?, device_ref(&r.to)?);
+    if gateway == device {
+        return Err(ApiError::bad_request("a device cannot be its own gateway"));
+    }
+    assign(&st, device, Some(gateway)).await?;
+    Ok(StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RelationParams {
+    from_id: Option<String>,
+    from_type: Option<String>,
+    relation_type: Option<String>,
+    relation_type_group: Option<String>,
+    to_id: Option<String>,
+    to_type: Option<String>,
+}
+
+fn param_ref(id: Option<String>, entity_type: Option<String>) -> ApiResult<Option<DeviceId>> {
+    match id {
+        None => Ok(None),
+        Some(id) => device_ref(&EntityRef { entity_type: entity_type.unwrap_or_else(|| "DEVICE".into()), id }).map(Some),
+    }
+}
+
+/// `DELETE /api/relation?fromId=&fromType=&relationType=Created&toId=&toType=`.
+pub async fn delete(_: Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<StatusCode> {
+    created_only(p.relation_type.as_deref().unwrap_or_default())?;
+    let (Some(gateway), Some(device)) = (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) else {
+        return Err(ApiError::bad_request("fromId and toId are required"));
+    };
+    let store = st.store.clone();
+    let current = blocking(move || store.device(device)).await?.ok_or_else(|| ApiError::not_found("Device with requested id wasn't found!"))?;
+    if current.gateway != Some(gateway) {
+        return Err(ApiError::not_found("Requested item wasn't found!"));
+    }
+    assign(&st, device, None).await?;
+    Ok(StatusCode::OK)
+}
+
+/// `GET /api/relations?fromId=&fromType=` (a gateway's devices) or `?toId=&toType=` (a
+/// device's gateway).
+pub async fn list(_: Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
+    let _ = p.relation_type_group;
+    if p.relation_type.as_deref().is_some_and(|t| t != CREATED) {
+        return Ok(Json(json!([])));
+    }
+    let store = st.store.clone();
+    match (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) {
+        (Some(gateway), None) => {
+            let devices = blocking(move || store.gateway_devices(gateway)).await?;
+            Ok(Json(J::Array(devices.into_iter().map(|d| relation(gateway, d)).collect())))
+        }
+        (None, Some(device)) => {
+            let gateway = blocking(move || store.device(device)).await?.and_then(|d| d.gateway);
+            Ok(Json(J::Array(gateway.map(|g| relation(g, device)).into_iter().collect())))
+        }
+        _ => Err(ApiError::bad_request("give either fromId and fromType, or toId and toType")),
+    }
+}
