@@ -30,6 +30,8 @@ use gridlinks_broker::sessions::Sessions;
 pub struct Metrics {
     /// Device payloads refused as malformed or over limits.
     pub payload_rejected: AtomicU64,
+    /// HTTP connections refused because `http.max_connections` was reached.
+    pub http_over_limit: AtomicU64,
 }
 
 /// State shared by every request handler.
@@ -60,6 +62,8 @@ pub struct AppState {
     pub clients: Credentials,
     /// What anonymous MQTT clients may do (`mqtt.anonymous_publish` / `anonymous_subscribe`).
     pub anonymous_acl: Arc<Acl>,
+    /// Live MQTT connections per credential (`mqtt.max_connections_per_credential`).
+    pub credential_counts: Arc<crate::mqtt::CredentialCounts>,
 }
 
 impl AppState {
@@ -149,6 +153,7 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
          # TYPE gridlinks_storage_overloaded_total counter\ngridlinks_storage_overloaded_total {}\n\
          # TYPE gridlinks_storage_queue_depth gauge\ngridlinks_storage_queue_depth {}\n\
          # TYPE gridlinks_payload_rejected_total counter\ngridlinks_payload_rejected_total {}\n\
+         # TYPE gridlinks_http_over_limit_total counter\ngridlinks_http_over_limit_total {}\n\
          # TYPE gridlinks_mqtt_sessions gauge\ngridlinks_mqtt_sessions {}\n\
          # TYPE gridlinks_mqtt_dropped_qos0_total counter\ngridlinks_mqtt_dropped_qos0_total {}\n\
          # TYPE gridlinks_mqtt_dropped_offline_total counter\ngridlinks_mqtt_dropped_offline_total {}\n",
@@ -159,6 +164,7 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         load(&w.overloaded),
         st.writer.queued(),
         load(&st.metrics.payload_rejected),
+        load(&st.metrics.http_over_limit),
         st.sessions.count(),
         st.sessions.dropped_qos0(),
         st.sessions.dropped_offline(),
@@ -266,35 +272,38 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         mqtt_metrics: MqttMetrics::default(),
         clients: Credentials::load(&store).context("loading MQTT client credentials")?,
         anonymous_acl,
+        credential_counts: Arc::default(),
     });
     let retained = crate::mqtt::retained::load(&store, &state.sessions).context("loading retained MQTT messages")?;
     let sessions = crate::mqtt::pubsub::load(&state).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
     let app = router(state.clone());
-    let (stop_mqtt, stop_rx) = tokio::sync::watch::channel(false);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
-    let limit = Arc::new(tokio::sync::Semaphore::new(state.cfg.mqtt.max_connections));
+    let limit = Arc::new(tokio::sync::Semaphore::new(state.cfg.mqtt_max_connections()));
     let ws_task = ws_listener.map(|l| tokio::spawn(crate::mqtt::listen_ws(l, state.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
-    let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx, alive, limit));
-    state.ready.store(true, Ordering::Release);
-    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
-
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        // Acks must not wait for Nagle's algorithm.
-        let _ = tcp.set_nodelay(true);
-    });
+    let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx.clone(), alive, limit));
+    let limits = crate::listener::HttpLimits {
+        header_read_timeout: state.cfg.http.header_read_timeout.duration(),
+        max_connections: state.cfg.http.max_connections,
+        keepalive_idle: state.cfg.tcp_keepalive_idle.duration(),
+    };
     let st = state.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            st.ready.store(false, Ordering::Release);
-            tracing::info!("shutting down: no new connections, finishing in-flight requests");
-            let _ = stop_mqtt.send(true);
-            // MQTT connections stop reading, acknowledge what is in flight, then close.
-            st.sessions.shut_down();
-        })
-        .await?;
+    let over_limit = move || {
+        st.metrics.http_over_limit.fetch_add(1, Ordering::Relaxed);
+        crate::logging::warn_limited!("HTTP connection refused: http.max_connections reached");
+    };
+    let http_task = tokio::spawn(crate::listener::serve_http(listener, app, limits, stop_rx, over_limit));
+    state.ready.store(true, Ordering::Release);
+    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, mqtt_max_connections = state.cfg.mqtt_max_connections(), data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
+
+    shutdown.await;
+    state.ready.store(false, Ordering::Release);
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    let _ = stop.send(true);
+    // MQTT connections stop reading, acknowledge what is in flight, then close.
+    state.sessions.shut_down();
+    let _ = http_task.await;
     let _ = mqtt_task.await;
     if let Some(t) = ws_task {
         let _ = t.await;

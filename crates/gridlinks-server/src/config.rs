@@ -25,12 +25,26 @@ impl Millis {
 #[serde(transparent)]
 pub struct Seconds(pub u64);
 
+impl Seconds {
+    /// As a std duration.
+    pub fn duration(self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.0)
+    }
+}
+
+/// File descriptors kept for storage, listeners, logging and administration when the MQTT
+/// connection limit is derived from the open-files limit.
+pub const FD_RESERVE: usize = 512;
+
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Directory holding all stored data.
     pub data_dir: PathBuf,
+    /// Seconds of silence after which TCP keepalive probes a peer, on every listener
+    /// (then every 10 s, 3 times); 0 turns TCP keepalive off.
+    pub tcp_keepalive_idle: Seconds,
     /// HTTP listener (REST API and HTTP device API).
     pub http: HttpConfig,
     /// MQTT listener.
@@ -59,6 +73,13 @@ pub struct HttpConfig {
     pub max_import_bytes: usize,
     /// Largest `pageSize` accepted by paged listings.
     pub max_page_size: usize,
+    /// Longest wait for a complete request header, and for the next request on an idle
+    /// keep-alive connection; the connection is closed after it.
+    pub header_read_timeout: Millis,
+    /// Longest time to receive a request body (408 after it).
+    pub body_read_timeout: Millis,
+    /// Most simultaneous HTTP connections; more are answered 503 and closed.
+    pub max_connections: usize,
 }
 
 /// MQTT listener settings.
@@ -73,8 +94,11 @@ pub struct MqttConfig {
     pub max_packet_size: usize,
     /// QoS 1/2 publishes a client may have unacknowledged (MQTT 5 Receive Maximum).
     pub receive_maximum: u16,
-    /// Most simultaneous MQTT connections.
+    /// Most simultaneous MQTT connections (TCP and WebSocket together); 0: the process's
+    /// open-files limit less a reserve for storage, HTTP and administration.
     pub max_connections: usize,
+    /// Most simultaneous connections with one device token or application user name.
+    pub max_connections_per_credential: usize,
     /// Time a new connection has to send CONNECT.
     pub connect_timeout: Millis,
     /// Messages queued for one connection (attribute updates, RPC) before it is closed as too slow.
@@ -171,6 +195,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("./data"),
+            tcp_keepalive_idle: Seconds(60),
             http: HttpConfig::default(),
             mqtt: MqttConfig::default(),
             rpc: RpcConfig::default(),
@@ -189,6 +214,9 @@ impl Default for HttpConfig {
             max_body_bytes: 64 * 1024,
             max_import_bytes: 64 * 1024 * 1024,
             max_page_size: 10_000,
+            header_read_timeout: Millis(30_000),
+            body_read_timeout: Millis(30_000),
+            max_connections: 512,
         }
     }
 }
@@ -200,7 +228,8 @@ impl Default for MqttConfig {
             ws_bind: "0.0.0.0:8083".into(),
             max_packet_size: 64 * 1024,
             receive_maximum: 64,
-            max_connections: 50_000,
+            max_connections: 0,
+            max_connections_per_credential: 16,
             connect_timeout: Millis(10_000),
             outbound_queue: 64,
             rate_limit_messages: 0,
@@ -326,6 +355,15 @@ impl Config {
         Ok(cfg)
     }
 
+    /// The MQTT connection limit in force: `mqtt.max_connections`, or when that is 0 the
+    /// open-files limit less `http.max_connections` and [`FD_RESERVE`] (at least 1).
+    pub fn mqtt_max_connections(&self) -> usize {
+        if self.mqtt.max_connections > 0 {
+            return self.mqtt.max_connections;
+        }
+        open_files_limit().saturating_sub(self.http.max_connections + FD_RESERVE).max(1)
+    }
+
     /// Semantic checks the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Value(m));
@@ -343,8 +381,11 @@ impl Config {
         if self.http.max_page_size == 0 {
             return bad("http.max_page_size must be at least 1".into());
         }
-        if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
-            return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
+        if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections_per_credential == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
+            return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections_per_credential, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
+        }
+        if self.http.max_connections == 0 || self.http.header_read_timeout.0 == 0 || self.http.body_read_timeout.0 == 0 {
+            return bad("http.max_connections, http.header_read_timeout and http.body_read_timeout must be at least 1".into());
         }
         if self.mqtt.client_queue_hard_limit < self.mqtt.client_outbound_queue {
             return bad("mqtt.client_queue_hard_limit must be at least mqtt.client_outbound_queue".into());
@@ -368,6 +409,16 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The process's soft open-files limit (RLIMIT_NOFILE); 1,024 if it cannot be read.
+pub fn open_files_limit() -> usize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we pass and reads nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
 }
 
 fn to_table(cfg: &Config) -> Result<toml::Table, ConfigError> {

@@ -5,10 +5,13 @@
 //!
 //! Layout: `config` (typed config tree), `auth` (admin password, JWT),
 //! `thingsboard/` (the wire contract: REST, HTTP and MQTT device APIs, RPC), `mqtt` (the
-//! MQTT transport), `app` (start-up, router, shutdown).
+//! MQTT transport), `listener` (accept loops, socket options, connection limits, HTTP
+//! timeouts), `logging` (rate-limited log lines), `app` (start-up, router, shutdown).
 
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod listener;
+pub(crate) mod logging;
 pub mod mqtt;
 pub mod thingsboard;

@@ -271,7 +271,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
         }
         // Boxed, as reading the CONNECT above: the handshake's state (timer, storage and
         // credential checks) would otherwise size every connection's task for its whole life.
-        let Some(Admitted { who, link, durable }) = Box::pin(conn.admit(&connect)).await else {
+        let Some(Admitted { who, link, durable, _slot }) = Box::pin(conn.admit(&connect)).await else {
             st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -348,6 +348,8 @@ struct Admitted {
     link: SessionLink,
     /// Its copies may have durable queue rows (a persistent session, now or resumed).
     durable: bool,
+    /// Its place in `mqtt.max_connections_per_credential`, held until it closes.
+    _slot: Option<super::CredentialSlot>,
 }
 
 impl<T: Transport> Conn<T> {
@@ -426,12 +428,28 @@ impl<T: Transport> Conn<T> {
             who = None;
         }
         let mut props = ConnAckProperties::default();
+        // Each device token and application user name has a bounded number of connections.
+        let credential = match (&who, c.username.as_deref()) {
+            (Some(Who::Device(_)), Some(token)) => Some(token),
+            (Some(Who::Client { owner, .. }), _) if !owner.is_empty() => Some(&**owner),
+            _ => None,
+        };
+        let mut slot = None;
+        if let Some(key) = credential.filter(|_| code == 0) {
+            slot = self.st.credential_counts.acquire(key, self.st.cfg.mqtt.max_connections_per_credential);
+            if slot.is_none() {
+                self.st.mqtt_metrics.over_credential_limit.fetch_add(1, Ordering::Relaxed);
+                code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::QUOTA_EXCEEDED);
+                props.reason_string = v5.then(|| "too many connections with this credential (mqtt.max_connections_per_credential)".to_owned());
+                who = None;
+            }
+        }
         let mut registered = None;
         if let (0, Some(who)) = (code, &who) {
             match self.register(c, who).await {
                 Ok(r) => registered = Some(r),
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot store an MQTT session");
+                    crate::logging::warn_limited!(error = %e, "cannot store an MQTT session");
                     code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE);
                 }
             }
@@ -455,7 +473,7 @@ impl<T: Transport> Conn<T> {
         self.queue(&Packet::ConnAck(ConnAck { session_present: present, code, properties: props }));
         let flushed = self.flush().await.is_ok();
         let (link, _, durable) = registered?;
-        let admitted = Admitted { who: who?, link, durable };
+        let admitted = Admitted { who: who?, link, durable, _slot: slot };
         if !flushed {
             self.release(&admitted);
             return None;
@@ -526,7 +544,7 @@ impl<T: Transport> Conn<T> {
     fn queue(&mut self, p: &Packet) -> bool {
         let start = self.wbuf.len();
         if let Err(e) = encode(p, self.version, &mut self.wbuf) {
-            tracing::error!(error = %e, packet = p.name(), "cannot encode MQTT packet; closing the connection");
+            crate::logging::error_limited!(error = %e, packet = p.name(), "cannot encode MQTT packet; closing the connection");
             self.broken = true;
             return false;
         }
@@ -850,7 +868,7 @@ impl<T: Transport> Conn<T> {
         let publish = PublishRef { dup, qos, retain: out.retain, topic: &out.msg.topic, packet_id, payload: &out.msg.payload, properties };
         let start = self.wbuf.len();
         if let Err(e) = encode_publish(&publish, self.version, &mut self.wbuf) {
-            tracing::error!(error = %e, "cannot encode MQTT PUBLISH; closing the connection");
+            crate::logging::error_limited!(error = %e, "cannot encode MQTT PUBLISH; closing the connection");
             self.broken = true;
             return false;
         }
@@ -1237,7 +1255,7 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
     if matches!(err, TopicError::BadPayload(_) | TopicError::UnknownTopic | TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_))) {
         st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
         // One line per rejected message, never with the payload.
-        tracing::warn!(%device, topic, error = %text, "rejected MQTT publish");
+        crate::logging::warn_limited!(%device, topic, error = %text, "rejected MQTT publish");
     }
     if version == ProtocolVersion::V5 {
         // MQTT 5 can say what was wrong and keep the connection (QoS 0 cannot be answered).

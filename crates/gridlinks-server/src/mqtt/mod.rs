@@ -39,6 +39,8 @@ pub struct MqttMetrics {
     pub keepalive_timeouts: AtomicU64,
     /// Connections refused because `mqtt.max_connections` was reached.
     pub over_limit: AtomicU64,
+    /// CONNECTs refused because their credential had `mqtt.max_connections_per_credential`.
+    pub over_credential_limit: AtomicU64,
     /// Packets not sent because they exceeded the client's Maximum Packet Size.
     pub too_large: AtomicU64,
     /// Pub/sub connections closed because their outbound queue stayed full (too slow).
@@ -58,6 +60,7 @@ impl MqttMetrics {
              # TYPE gridlinks_mqtt_protocol_errors_total counter\ngridlinks_mqtt_protocol_errors_total {}\n\
              # TYPE gridlinks_mqtt_keepalive_timeouts_total counter\ngridlinks_mqtt_keepalive_timeouts_total {}\n\
              # TYPE gridlinks_mqtt_over_limit_total counter\ngridlinks_mqtt_over_limit_total {}\n\
+             # TYPE gridlinks_mqtt_over_credential_limit_total counter\ngridlinks_mqtt_over_credential_limit_total {}\n\
              # TYPE gridlinks_mqtt_too_large_discarded_total counter\ngridlinks_mqtt_too_large_discarded_total {}\n\
              # TYPE gridlinks_mqtt_closed_too_slow_total counter\ngridlinks_mqtt_closed_too_slow_total {}\n",
             self.connections.load(Ordering::Relaxed),
@@ -68,34 +71,114 @@ impl MqttMetrics {
             l(&self.protocol_errors),
             l(&self.keepalive_timeouts),
             l(&self.over_limit),
+            l(&self.over_credential_limit),
             l(&self.too_large),
             l(&self.too_slow),
         )
     }
 }
 
+/// Over-limit connections answered at once (each holds a descriptor for up to
+/// [`REFUSAL_WAIT`]); more are closed without a word.
+const MAX_REFUSALS: usize = 64;
+/// How long an over-limit connection may take to send its CONNECT before it is closed.
+const REFUSAL_WAIT: Duration = Duration::from_secs(2);
+
 /// Accepts MQTT connections until `shutdown` turns true. Every connection task holds a
 /// clone of `alive`; the caller waits for all of them by waiting for the channel to close.
+/// Past `limit`, a client gets a CONNACK saying why (MQTT 5: 0x97 quota exceeded, 3.1.1:
+/// server unavailable) and is closed.
 pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>, limit: Arc<Semaphore>) {
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
+    let keepalive = st.cfg.tcp_keepalive_idle.duration();
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
+                    crate::listener::tune(&stream, keepalive);
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
                         st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
-                        drop(stream);
+                        crate::logging::warn_limited!(limit = st.cfg.mqtt_max_connections(), "MQTT connection refused: mqtt.max_connections reached");
+                        if let Ok(slot) = refusals.clone().try_acquire_owned() {
+                            tokio::spawn(refuse_over_limit(stream, slot, st.cfg.mqtt.max_packet_size));
+                        }
                         continue;
                     };
                     let st = st.clone();
-                    let _ = stream.set_nodelay(true);
                     tokio::spawn(connection::run(stream, st, (permit, alive.clone())));
                 }
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "mqtt accept failed");
+                    crate::logging::warn_limited!(error = %e, "MQTT accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+            }
+        }
+    }
+}
+
+/// Reads the CONNECT of a connection over `mqtt.max_connections` and answers it with a
+/// refusing CONNACK in the client's protocol version.
+async fn refuse_over_limit(mut stream: tokio::net::TcpStream, _slot: tokio::sync::OwnedSemaphorePermit, max_packet_size: usize) {
+    use gridlinks_codec::mqtt::{decode, encode, reason as rc, ConnAck, ConnAckProperties, Packet, ProtocolVersion};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let read = async {
+        let mut buf = bytes::BytesMut::with_capacity(512);
+        loop {
+            match decode(&mut buf, ProtocolVersion::V3_1_1, max_packet_size) {
+                Ok(Some(Packet::Connect(c))) => return Some(c.protocol),
+                Ok(None) if buf.len() < max_packet_size => {}
+                _ => return None,
+            }
+            if stream.read_buf(&mut buf).await.ok()? == 0 {
+                return None;
+            }
+        }
+    };
+    let Ok(Some(version)) = tokio::time::timeout(REFUSAL_WAIT, read).await else { return };
+    let v5 = version == ProtocolVersion::V5;
+    let properties = ConnAckProperties { reason_string: v5.then(|| "too many connections (mqtt.max_connections); retry later".to_owned()), ..ConnAckProperties::default() };
+    let code = if v5 { rc::QUOTA_EXCEEDED } else { rc::V3_SERVER_UNAVAILABLE };
+    let mut out = bytes::BytesMut::new();
+    if encode(&Packet::ConnAck(ConnAck { session_present: false, code, properties }), version, &mut out).is_ok() {
+        let _ = tokio::time::timeout(REFUSAL_WAIT, stream.write_all(&out)).await;
+    }
+}
+
+/// Connections per credential (device token or application user name), for
+/// `mqtt.max_connections_per_credential`.
+#[derive(Default)]
+pub struct CredentialCounts {
+    map: parking_lot::Mutex<rustc_hash::FxHashMap<Box<str>, u32>>,
+}
+
+/// One connection counted against a credential until dropped.
+pub struct CredentialSlot {
+    counts: Arc<CredentialCounts>,
+    key: Box<str>,
+}
+
+impl CredentialCounts {
+    /// Counts a connection of `key`; `None` when it has `max` already.
+    pub fn acquire(self: &Arc<Self>, key: &str, max: usize) -> Option<CredentialSlot> {
+        let mut map = self.map.lock();
+        let n = map.entry(key.into()).or_insert(0);
+        if usize::try_from(*n).unwrap_or(usize::MAX) >= max {
+            return None;
+        }
+        *n += 1;
+        Some(CredentialSlot { counts: self.clone(), key: key.into() })
+    }
+}
+
+impl Drop for CredentialSlot {
+    fn drop(&mut self) {
+        let mut map = self.counts.map.lock();
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
             }
         }
     }
@@ -112,15 +195,20 @@ struct WsContext {
 /// true; connections count against the same `mqtt.max_connections` as TCP ones.
 pub async fn listen_ws(listener: TcpListener, st: Arc<AppState>, shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>, limit: Arc<Semaphore>) {
     use axum::routing::get;
-    let mut stop = shutdown;
-    let ctx = Arc::new(WsContext { st, alive, limit });
+    // The upgrade request must come within the CONNECT timeout; upgraded connections count
+    // against `mqtt.max_connections` (in `upgrade`), the HTTP exchange before against this.
+    let limits = crate::listener::HttpLimits {
+        header_read_timeout: st.cfg.mqtt.connect_timeout.duration(),
+        max_connections: st.cfg.http.max_connections,
+        keepalive_idle: st.cfg.tcp_keepalive_idle.duration(),
+    };
+    let ctx = Arc::new(WsContext { st: st.clone(), alive, limit });
     let app = axum::Router::new().route("/mqtt", get(upgrade)).with_state(ctx);
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|stopping| *stopping).await;
-    });
-    if let Err(e) = served.await {
-        tracing::warn!(error = %e, "MQTT over WebSocket listener failed");
-    }
+    let over_limit = move || {
+        st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
+        crate::logging::warn_limited!("MQTT over WebSocket connection refused: http.max_connections upgrades in progress");
+    };
+    crate::listener::serve_http(listener, app, limits, shutdown, over_limit).await;
 }
 
 async fn upgrade(

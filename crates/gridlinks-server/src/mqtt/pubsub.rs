@@ -192,7 +192,7 @@ pub fn expire_later(st: Arc<AppState>, client: Arc<str>, epoch: SessionId, expir
         let Some(st) = st.upgrade() else { return };
         if st.sessions.expire_client(&client, epoch) {
             if let Err(e) = forget(&st, &client).await {
-                tracing::warn!(client = %client, error = %e, "cannot delete an expired session's stored state");
+                crate::logging::warn_limited!(client = %client, error = %e, "cannot delete an expired session's stored state");
             }
         }
     });
@@ -276,7 +276,7 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
         let st = st.clone();
         tokio::spawn(async move {
             if let Err(e) = st.writer.submit(WriteOp::Broker(expired_rows)).await {
-                tracing::warn!(error = %e, "cannot delete expired session rows");
+                crate::logging::warn_limited!(error = %e, "cannot delete expired session rows");
             }
         });
     }
@@ -308,7 +308,7 @@ pub fn will_later(st: Arc<AppState>, client: Arc<str>, will: LastWill, delay: u3
             properties: will.properties,
         });
         if let Err(e) = deliver(&st, &client, &msg, retain).await {
-            tracing::warn!(client = %client, error = %e, "will not delivered");
+            crate::logging::warn_limited!(client = %client, error = %e, "will not delivered");
         }
     });
 }

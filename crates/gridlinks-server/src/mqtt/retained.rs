@@ -47,7 +47,7 @@ fn encode_row(msg: &Message, now_ms: i64, now: Instant) -> Vec<u8> {
     let mut out = BytesMut::from(&now_ms.to_be_bytes()[..]);
     // Cannot fail: the message was decoded from a valid PUBLISH.
     if encode(&publish, ProtocolVersion::V5, &mut out).is_err() {
-        tracing::error!(topic = %msg.topic, "cannot encode a retained message");
+        crate::logging::error_limited!(topic = %msg.topic, "cannot encode a retained message");
     }
     out.to_vec()
 }

@@ -82,7 +82,7 @@ impl From<StoreError> for ApiError {
                 "Server is shutting down or storage has failed; the data was not stored.",
             ),
             other => {
-                tracing::error!(error = %other, "storage error");
+                crate::logging::error_limited!(error = %other, "storage error");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     ErrorCode::General,
@@ -102,7 +102,7 @@ impl IntoResponse for ApiError {
             "timestamp": Ts::now().0,
         });
         let mut resp = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE || self.status == StatusCode::REQUEST_TIMEOUT {
             // The rest of the body is never read, so this connection cannot be reused.
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }

@@ -28,14 +28,23 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
     }
 }
 
-/// The raw request body, bounded by the route's body limit (413 beyond it).
+/// The raw request body, bounded by the route's body limit (413 beyond it) and by
+/// `http.body_read_timeout` (408: a client that trickles its body holds nothing for long).
 pub struct Body(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for Body {
+impl FromRequest<Arc<AppState>> for Body {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        Bytes::from_request(req, state).await.map(Body).map_err(|e: BytesRejection| {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let read = Bytes::from_request(req, state);
+        let Ok(read) = tokio::time::timeout(state.cfg.http.body_read_timeout.duration(), read).await else {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorCode::BadRequestParams,
+                "Request body was not received within http.body_read_timeout",
+            ));
+        };
+        read.map(Body).map_err(|e: BytesRejection| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,

@@ -58,19 +58,40 @@ impl Server {
     /// A server on `dir`, with extra environment variables. Started again on other ports
     /// if one was taken meanwhile by another test's server.
     pub fn start_on(dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::start_on_limited(dir, env, None)
+    }
+
+    /// A server on a fresh data directory whose process may open at most `nofile` files
+    /// (RLIMIT_NOFILE, set with `prlimit`).
+    pub fn start_with_nofile(env: &[(&str, &str)], nofile: u64) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = Self::start_on_limited(&tmp.path().join("data"), env, Some(nofile));
+        s._tmp = Some(tmp);
+        s
+    }
+
+    fn start_on_limited(dir: &Path, env: &[(&str, &str)], nofile: Option<u64>) -> Self {
         for _ in 0..5 {
-            if let Some(s) = Self::try_start_on(dir, env) {
+            if let Some(s) = Self::try_start_on(dir, env, nofile) {
                 return s;
             }
         }
         panic!("gridlinks did not start in 5 attempts");
     }
 
-    fn try_start_on(dir: &Path, env: &[(&str, &str)]) -> Option<Self> {
+    fn try_start_on(dir: &Path, env: &[(&str, &str)], nofile: Option<u64>) -> Option<Self> {
         let port = free_port();
         let mqtt_port = free_port();
         let ws_port = free_port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridlinks"));
+        let mut cmd = match nofile {
+            // prlimit execs the server, so the child's pid is the server's.
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}")).arg("--").arg(env!("CARGO_BIN_EXE_gridlinks"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_gridlinks")),
+        };
         cmd.args(["serve", "--data-dir"])
             .arg(dir)
             .args(["--http-bind", &format!("127.0.0.1:{port}")])
