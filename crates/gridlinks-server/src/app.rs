@@ -3,6 +3,7 @@
 //! in-flight requests → drain the write queue → final sync).
 
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -13,10 +14,10 @@ use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 use axum::Router;
 use gridlinks_storage::{Store, StoreOptions, WriterConfig, WriterHandle};
-use serde_json::{json, Value as J};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::auth::{self, Jwt, ACCESS_SCOPE, REFRESH_SCOPE};
+use crate::auth::{self, Auth};
 use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::MqttMetrics;
@@ -42,10 +43,8 @@ pub struct AppState {
     pub store: Store,
     /// Writes (group commit).
     pub writer: WriterHandle,
-    /// Token signer.
-    pub jwt: Jwt,
-    /// argon2 hash of the admin password.
-    pub admin_hash: String,
+    /// The administrator's login, tokens and the password-check defences.
+    pub auth: Auth,
     /// This installation's tenant id (GridLinks has one tenant).
     pub tenant_id: Uuid,
     /// False until start-up completes and again during shutdown.
@@ -75,13 +74,6 @@ impl AppState {
         }
     }
 
-    /// A fresh access/refresh token pair.
-    pub fn token_pair(&self, user: &str) -> J {
-        json!({
-            "token": self.jwt.issue(user, ACCESS_SCOPE, self.cfg.auth.token_ttl.0),
-            "refreshToken": self.jwt.issue(user, REFRESH_SCOPE, self.cfg.auth.refresh_ttl.0),
-        })
-    }
 }
 
 /// The HTTP routes.
@@ -94,6 +86,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/auth/login", post(api::login))
         .route("/api/auth/token", post(api::refresh))
+        .route("/api/auth/logout", post(api::logout))
         .route("/api/auth/user", get(api::current_user))
         .route("/api/deviceProfileInfo/default", get(api::default_profile_info))
         .route("/api/deviceProfileInfos", get(api::profile_infos))
@@ -182,10 +175,74 @@ fn stored_secret(store: &Store, name: &str, make: impl FnOnce() -> anyhow::Resul
     Ok((v, true))
 }
 
+/// Makes `dir` and everything in it private to the server's user: directories 0700, files
+/// 0600 (the store holds device tokens, password hashes and sessions). How many entries had
+/// to be changed.
+fn private_tree(dir: &std::path::Path) -> std::io::Result<usize> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut changed = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&d)?;
+        if meta.permissions().mode() & 0o777 != 0o700 {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700))?;
+            changed += 1;
+        }
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+                changed += 1;
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// Re-reads the JWT secret file every few seconds; a new secret (`gridlinks admin
+/// rotate-secret`) takes effect at once and logs every session out.
+async fn watch_secret(st: Arc<AppState>, path: std::path::PathBuf, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut current = auth::secret::read(&path).ok();
+    let mut tick = tokio::time::interval(auth::secret::WATCH_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            // Ends with the server: it holds the state, so the writer's last handle.
+            _ = stop.changed() => return,
+        }
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || auth::secret::read(&path)).await
+        };
+        match read {
+            Ok(Ok(secret)) if current.as_ref() != Some(&secret) => {
+                current = Some(secret.clone());
+                match st.auth.set_secret(secret).await {
+                    Ok(()) => tracing::info!(file = %path.display(), "JWT secret changed: every session is logged out"),
+                    Err(e) => tracing::error!(error = %e, "JWT secret changed, but the ended logins could not be stored"),
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => crate::logging::warn_limited!(error = %e, file = %path.display(), "cannot read the JWT secret file; keeping the current secret"),
+            Err(_) => return,
+        }
+    }
+}
+
 /// Runs the server until `shutdown` resolves; returns after the final sync.
 pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&cfg.data_dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&cfg.data_dir)
         .with_context(|| format!("cannot create data directory {}", cfg.data_dir.display()))?;
+    let tightened = private_tree(&cfg.data_dir).with_context(|| format!("cannot restrict the permissions of {}", cfg.data_dir.display()))?;
+    if tightened > 0 {
+        tracing::warn!(files = tightened, data_dir = %cfg.data_dir.display(), "data directory was readable by other users; restricted it to the server's user (0700 directories, 0600 files)");
+    }
     let store = Store::open(&cfg.data_dir, &StoreOptions {
         cache_bytes: cfg.storage.cache_mb * 1024 * 1024,
         memtable_bytes: cfg.storage.memtable_mb * 1024 * 1024,
@@ -214,10 +271,18 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
     } else {
         auth::hash_password(&cfg.admin.password)?
     };
-    let jwt_secret = if cfg.auth.jwt_secret.is_empty() {
-        stored_secret(&store, "jwt_secret", || Ok(format!("{}{}", gridlinks_storage::generate_token(), gridlinks_storage::generate_token())))?.0
-    } else {
-        cfg.auth.jwt_secret.clone()
+    let secret_file = cfg.auth.jwt_secret.is_empty().then(|| auth::secret::path(&cfg));
+    let jwt_secret = match &secret_file {
+        None => cfg.auth.jwt_secret.clone().into_bytes(),
+        Some(path) => {
+            // Versions before 0.1 kept the secret in the store; it moves to the file.
+            let legacy = store.meta_get("jwt_secret")?;
+            let secret = auth::secret::load_or_create(path, legacy.clone()).with_context(|| format!("JWT secret file {}", path.display()))?;
+            if legacy.is_some() {
+                store.meta_delete("jwt_secret")?;
+            }
+            secret
+        }
     };
     let tenant_id: Uuid = stored_secret(&store, "tenant_id", || Ok(Uuid::new_v4().to_string()))?
         .0
@@ -256,12 +321,12 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         publish: cfg.mqtt.anonymous_publish.clone(),
         subscribe: cfg.mqtt.anonymous_subscribe.clone(),
     });
+    let auth = Auth::new(&cfg, &store, jwt_secret, admin_hash)?;
     let state = Arc::new(AppState {
         cfg,
         store: store.clone(),
         writer,
-        jwt: Jwt::new(jwt_secret.into_bytes()),
-        admin_hash,
+        auth,
         tenant_id,
         ready: AtomicBool::new(false),
         metrics: Metrics::default(),
@@ -281,6 +346,9 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
     let limit = Arc::new(tokio::sync::Semaphore::new(state.cfg.mqtt_max_connections()));
+    if let Some(path) = secret_file {
+        tokio::spawn(watch_secret(state.clone(), path, stop_rx.clone()));
+    }
     let ws_task = ws_listener.map(|l| tokio::spawn(crate::mqtt::listen_ws(l, state.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
     let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx.clone(), alive, limit));
     let limits = crate::listener::HttpLimits {

@@ -151,8 +151,17 @@ pub struct AdminConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
-    /// HMAC secret for tokens; empty means a random one kept in the data directory.
+    /// HMAC secret for tokens given inline; empty (the default) means the secret file.
     pub jwt_secret: String,
+    /// File holding the HMAC secret (created 0600 with a random secret if missing; rotate it
+    /// with `gridlinks admin rotate-secret`); empty means `{data_dir}/jwt.secret`.
+    pub jwt_secret_file: PathBuf,
+    /// Threads that check and hash passwords (argon2), at low priority.
+    pub password_threads: usize,
+    /// Failed logins (per source address and per user name) before delays start.
+    pub login_free_attempts: u32,
+    /// Longest delay imposed after failed logins (it doubles from 1 s).
+    pub login_max_delay: Seconds,
     /// Lifetime of an access token.
     pub token_ttl: Seconds,
     /// Lifetime of a refresh token.
@@ -266,6 +275,10 @@ impl Default for AuthConfig {
     fn default() -> Self {
         Self {
             jwt_secret: String::new(),
+            jwt_secret_file: PathBuf::new(),
+            password_threads: 1,
+            login_free_attempts: 5,
+            login_max_delay: Seconds(300),
             token_ttl: Seconds(9000),
             refresh_ttl: Seconds(604_800),
         }
@@ -383,6 +396,12 @@ impl Config {
         }
         if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections_per_credential == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
             return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections_per_credential, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
+        }
+        if self.auth.password_threads == 0 || self.auth.login_max_delay.0 == 0 {
+            return bad("auth.password_threads and auth.login_max_delay must be at least 1".into());
+        }
+        if !self.auth.jwt_secret.is_empty() && self.auth.jwt_secret.len() < 16 {
+            return bad("auth.jwt_secret must be at least 16 bytes (or empty, to use the secret file)".into());
         }
         if self.http.max_connections == 0 || self.http.header_read_timeout.0 == 0 || self.http.body_read_timeout.0 == 0 {
             return bad("http.max_connections, http.header_read_timeout and http.body_read_timeout must be at least 1".into());

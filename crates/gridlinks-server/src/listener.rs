@@ -10,7 +10,6 @@
 //! waits for the next request). A slow body is bounded by `http.body_read_timeout` in the
 //! body extractor (408).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,9 +109,4 @@ pub async fn serve_http(listener: TcpListener, app: Router, limits: HttpLimits, 
 /// Resolves once `stop` turns true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
-}
-
-/// The peer of an HTTP request (a request served otherwise has none).
-pub fn peer(connect_info: Option<ConnectInfo<SocketAddr>>) -> Option<SocketAddr> {
-    connect_info.map(|ConnectInfo(a)| a)
 }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 /// thread-local free lists fit the many small, short-lived allocations of the data path.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use gridlinks_server::auth::secret;
 use gridlinks_server::config::{Config, DEFAULT_TOML};
 
 #[derive(Parser)]
@@ -43,6 +44,26 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Administration of a data directory.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Writes a new random JWT signing secret to the secret file (`auth.jwt_secret_file`,
+    /// default `{data_dir}/jwt.secret`). A running server reads it within 2 s: every
+    /// session is logged out.
+    RotateSecret {
+        /// Configuration file (TOML), as given to `serve`.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Data directory (overrides `data_dir`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -57,8 +78,45 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    // Everything the server creates (data files, the secret file, directories) is private to
+    // its user: 0600 files, 0700 directories.
+    // SAFETY: umask only sets this process's file-creation mask.
+    unsafe {
+        libc::umask(0o077);
+    }
     let cli = Cli::parse();
     match cli.command {
+        Command::Admin { command: AdminCommand::RotateSecret { config, data_dir } } => {
+            let mut cfg = match Config::load(config.as_deref(), std::env::vars()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("gridlinks: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Some(d) = data_dir {
+                cfg.data_dir = d;
+            }
+            if !cfg.auth.jwt_secret.is_empty() {
+                eprintln!("gridlinks: the JWT secret is given inline (auth.jwt_secret / GRIDLINKS_AUTH_JWT_SECRET); change it there");
+                return ExitCode::FAILURE;
+            }
+            let path = secret::path(&cfg);
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                eprintln!("gridlinks: {} does not exist", dir.display());
+                return ExitCode::FAILURE;
+            }
+            match secret::write(&path, &secret::generate()) {
+                Ok(()) => {
+                    println!("New JWT secret written to {}. A running server logs every session out within 2 s.", path.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("gridlinks: cannot write {}: {e}", path.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Config { command: ConfigCommand::Default } => {
             print!("{DEFAULT_TOML}");
             ExitCode::SUCCESS

@@ -261,8 +261,8 @@ fn applications_log_in_with_credentials_managed_over_rest_and_stay_within_their_
     assert_eq!(ack.code, 0);
     assert_eq!(server.req("DELETE", "/api/mqtt/clients/dash", Some(&jwt), None).0, 200);
     c.expect_close();
-    // An unknown user name is taken for a device token, which no device has.
-    assert_eq!(Raw::login(server.mqtt_port, ProtocolVersion::V3_1_1, "dash-raw", "dash", "pw1").1.code, reason::V3_NOT_AUTHORIZED);
+    // A deleted user name with a password is refused like a wrong password (no enumeration).
+    assert_eq!(Raw::login(server.mqtt_port, ProtocolVersion::V3_1_1, "dash-raw", "dash", "pw1").1.code, reason::V3_BAD_USERNAME_OR_PASSWORD);
     assert_eq!(server.json("GET", "/api/mqtt/clients/dash", &jwt, None).0, 404);
 }
 

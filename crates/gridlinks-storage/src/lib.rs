@@ -82,6 +82,10 @@ pub enum StoreError {
     /// A gateway wrote to a device it neither created nor was assigned.
     #[error("device '{0}' does not belong to this gateway")]
     ForeignDevice(String),
+    /// A device access token and an MQTT application user name would be equal: the broker
+    /// could not tell a device from an application.
+    #[error("{0}")]
+    CredentialClash(String),
     /// A device used as a gateway is not one (`additionalInfo.gateway` is not true).
     #[error("device is not a gateway (additionalInfo.gateway is not true)")]
     NotGateway,
@@ -304,6 +308,23 @@ impl Store {
         self.inner.ks.meta.insert(name, value.to_vec())?;
         self.inner.db.persist(fjall::PersistMode::SyncAll)?;
         Ok(())
+    }
+
+    /// Removes a setting from `meta` and syncs.
+    pub fn meta_delete(&self, name: &str) -> Result<(), StoreError> {
+        self.inner.ks.meta.remove(name)?;
+        self.inner.db.persist(fjall::PersistMode::SyncAll)?;
+        Ok(())
+    }
+
+    /// Every `meta` setting whose name starts with `prefix`: (name, value).
+    pub fn meta_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.inner.ks.meta.prefix(prefix) {
+            let (k, v) = kv.into_inner()?;
+            out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("meta key"))?, v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// The device an access token belongs to.

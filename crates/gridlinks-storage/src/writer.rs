@@ -418,10 +418,18 @@ impl Writer {
                     seg.members.push(i);
                 }
                 WriteOp::Broker(rows) => {
-                    for r in rows {
-                        seg.broker.insert(r.table.key(&r.key), r.value);
+                    // An application user name may not be a device's access token.
+                    let clash = rows.iter().find(|r| r.table == BrokerTable::Credentials && r.value.is_some()).map(|r| self.store.inner.ks.tokens.contains_key(&r.key));
+                    match clash {
+                        Some(Err(e)) => results[i] = Err(e.into()),
+                        Some(Ok(true)) => results[i] = Err(StoreError::CredentialClash("user name is a device access token; choose another".into())),
+                        _ => {
+                            for r in rows {
+                                seg.broker.insert(r.table.key(&r.key), r.value);
+                            }
+                            seg.members.push(i);
+                        }
                     }
-                    seg.members.push(i);
                 }
                 heavy => {
                     self.commit_segment(&mut seg, &mut results);
@@ -858,6 +866,14 @@ impl<'a> DeviceTxn<'a> {
         }
     }
 
+    /// A device token may not be an MQTT application's user name.
+    fn check_not_a_user_name(&self, token: &str) -> Result<(), StoreError> {
+        if self.store.inner.ks.broker.contains_key(BrokerTable::Credentials.key(token.as_bytes()))? {
+            return Err(StoreError::CredentialClash("access token is an MQTT application user name; choose another".into()));
+        }
+        Ok(())
+    }
+
     fn token_owner(&self, token: &str) -> Result<Option<DeviceId>, StoreError> {
         match self.tokens.get(token) {
             Some(o) => Ok(*o),
@@ -905,7 +921,7 @@ impl<'a> DeviceTxn<'a> {
     fn fresh_token(&self) -> Result<String, StoreError> {
         loop {
             let t = crate::generate_token();
-            if self.token_owner(&t)?.is_none() {
+            if self.token_owner(&t)?.is_none() && self.check_not_a_user_name(&t).is_ok() {
                 return Ok(t);
             }
         }
@@ -927,6 +943,7 @@ impl<'a> DeviceTxn<'a> {
                 if self.token_owner(t)?.is_some_and(|o| o != id) {
                     return Err(StoreError::TokenTaken);
                 }
+                self.check_not_a_user_name(t)?;
                 t.clone()
             }
             (None, Some(o)) => o.token.clone(),

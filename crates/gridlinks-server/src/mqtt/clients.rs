@@ -2,11 +2,16 @@
 //! password (stored argon2-hashed in the broker's `Credentials` table) and get an
 //! [`Acl`] of topic filters. Managed over REST at `/api/mqtt/clients`.
 //!
-//! Checking a password costs an argon2 verification (tens of milliseconds), so the last
-//! password that verified is remembered as an HMAC under a per-process key: a reconnect
-//! storm of the same application costs one argon2 per user, not one per connection.
+//! Checking a password costs an argon2 verification (tens of milliseconds, on the password
+//! pool of `crate::auth`), so the last password that verified is remembered as an HMAC under
+//! a per-process key: a reconnect storm of the same application costs one argon2 per user,
+//! not one per connection. Logins are throttled like the REST login.
+//!
+//! A user name never equals a device access token (the store refuses either when the other
+//! exists), so a credential cannot lock a device out of MQTT.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -22,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::app::AppState;
-use crate::auth;
+use crate::auth::{Auth, AuthError};
 use crate::thingsboard::error::{ApiError, ApiResult};
 use crate::thingsboard::extract::{Admin, Body};
 
@@ -69,13 +74,6 @@ struct Entry {
     verified: Mutex<Option<Vec<u8>>>,
 }
 
-/// Why a login was refused.
-#[derive(Debug, PartialEq, Eq)]
-pub enum LoginError {
-    /// Wrong password, or a client id the credential does not allow.
-    NotAuthorized,
-}
-
 /// Every credential, in memory (the table is small), kept in step with storage by the
 /// REST handlers.
 pub struct Credentials {
@@ -100,29 +98,26 @@ impl Credentials {
         self.map.read().contains_key(username)
     }
 
-    /// Checks an application login; its ACL when the password (and client id) fit.
-    pub async fn login(&self, username: &str, password: &[u8], client_id: &str) -> Result<Arc<Acl>, LoginError> {
-        let Some(e) = self.map.read().get(username).cloned() else {
-            return Err(LoginError::NotAuthorized);
-        };
-        if e.cred.client_id.as_deref().is_some_and(|c| c != client_id) {
-            return Err(LoginError::NotAuthorized);
-        }
+    /// Checks an application login from `peer`: its ACL when the password (and the client
+    /// id, if the credential fixes one) fit. Throttled like the REST login, checked on the
+    /// password pool, and an unknown user name costs what a wrong password costs.
+    pub async fn login(&self, auth: &Auth, peer: IpAddr, username: &str, password: &[u8], client_id: &str) -> Result<Arc<Acl>, AuthError> {
+        auth.throttle.check(peer, username).map_err(AuthError::Throttled)?;
+        let entry = self.map.read().get(username).cloned();
         let mac = self.mac(password);
-        if e.verified.lock().as_deref() == Some(mac.as_slice()) {
-            return Ok(e.acl.clone());
+        let cached = entry.as_ref().is_some_and(|e| e.verified.lock().as_deref() == Some(mac.as_slice()));
+        let ok = cached || auth.passwords.verify(password, entry.as_ref().map(|e| e.cred.password_hash.as_str())).await?;
+        match entry.filter(|e| ok && e.cred.client_id.as_deref().is_none_or(|c| c == client_id)) {
+            Some(e) => {
+                auth.throttle.succeeded(peer, username);
+                *e.verified.lock() = Some(mac);
+                Ok(e.acl.clone())
+            }
+            None => {
+                auth.throttle.failed(peer, username);
+                Err(AuthError::BadCredentials)
+            }
         }
-        let (pw, hash) = (password.to_vec(), e.cred.password_hash.clone());
-        let ok = tokio::task::spawn_blocking(move || {
-            std::str::from_utf8(&pw).is_ok_and(|pw| auth::verify_password(pw, &hash).is_ok())
-        })
-        .await
-        .unwrap_or(false);
-        if !ok {
-            return Err(LoginError::NotAuthorized);
-        }
-        *e.verified.lock() = Some(mac);
-        Ok(e.acl.clone())
     }
 
     fn mac(&self, password: &[u8]) -> Vec<u8> {
@@ -185,10 +180,7 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<s
     check_filters("subscribe", &req.subscribe)?;
     let old = st.clients.get(&req.username);
     let password_hash = match (req.password, &old) {
-        (Some(pw), _) if !pw.is_empty() => tokio::task::spawn_blocking(move || auth::hash_password(&pw))
-            .await
-            .map_err(|e| ApiError::internal(format!("hashing failed: {e}")))?
-            .map_err(|e| ApiError::internal(e.to_string()))?,
+        (Some(pw), _) if !pw.is_empty() => st.auth.passwords.hash(pw).await.map_err(crate::thingsboard::api::auth_error)?,
         (None, Some(old)) => old.password_hash.clone(),
         _ => return Err(ApiError::bad_request("password is required (and may not be empty) for a new credential")),
     };

@@ -31,6 +31,7 @@ use tokio::time::{sleep_until, Instant};
 use super::transport::Transport;
 use super::{pubsub, retained};
 use crate::app::AppState;
+use crate::auth::AuthError;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 
 /// A client that does not take our bytes for this long is dropped.
@@ -397,25 +398,42 @@ impl<T: Transport> Conn<T> {
         let refuse = |v3: u8, v5code: u8| if v5 { v5code } else { v3 };
         let mut code = 0;
         let mut who = None;
+        // Why, for an MQTT 5 CONNACK's reason string.
+        let mut refusal = None;
         let assigned = c.client_id.is_empty().then(|| format!("gridlinks-{}", uuid::Uuid::new_v4().simple()));
         let client_id: Arc<str> = assigned.as_deref().unwrap_or(&c.client_id).into();
+        let password = c.password.as_deref().filter(|p| !p.is_empty());
         match c.username.as_deref() {
             None | Some("") if self.st.cfg.mqtt.allow_anonymous => {
                 who = Some(Who::Client { id: client_id, owner: "".into(), acl: self.st.anonymous_acl.clone() });
             }
-            Some(user) if self.st.clients.contains(user) => {
-                let password = c.password.as_deref().unwrap_or_default();
-                match self.st.clients.login(user, password, &client_id).await {
-                    Ok(acl) => who = Some(Who::Client { id: client_id, owner: user.into(), acl }),
-                    Err(_) => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+            None | Some("") => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+            Some(user) => {
+                // A name is a device token unless it comes with a password and is an
+                // application's (names and tokens are kept apart; this settles older data).
+                let app = password.is_some() && self.st.clients.contains(user);
+                let device = if app { Ok(None) } else { self.st.store.device_id_by_token(user) };
+                match (device, password) {
+                    (Ok(Some(d)), _) => who = Some(Who::Device(d)),
+                    (Err(_), _) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
+                    (Ok(None), None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
+                    // An application's login; an unknown name costs what a wrong password costs.
+                    (Ok(None), Some(password)) => {
+                        let peer = self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+                        match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
+                            Ok(acl) => who = Some(Who::Client { id: client_id, owner: user.into(), acl }),
+                            Err(e) => {
+                                code = match e {
+                                    AuthError::Throttled(_) => refuse(rc::V3_SERVER_UNAVAILABLE, rc::CONNECTION_RATE_EXCEEDED),
+                                    AuthError::Busy => refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_BUSY),
+                                    _ => refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+                                };
+                                refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
+                            }
+                        }
+                    }
                 }
             }
-            None | Some("") => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
-            Some(token) => match self.st.store.device_id_by_token(token) {
-                Ok(Some(d)) => who = Some(Who::Device(d)),
-                Ok(None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
-                Err(_) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
-            },
         }
         if let (Some(Who::Client { acl, .. }), Some(will)) = (&who, &c.will) {
             if may_publish(acl, &will.topic).is_err() {
@@ -440,7 +458,7 @@ impl<T: Transport> Conn<T> {
             if slot.is_none() {
                 self.st.mqtt_metrics.over_credential_limit.fetch_add(1, Ordering::Relaxed);
                 code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::QUOTA_EXCEEDED);
-                props.reason_string = v5.then(|| "too many connections with this credential (mqtt.max_connections_per_credential)".to_owned());
+                refusal = v5.then(|| "too many connections with this credential (mqtt.max_connections_per_credential)".to_owned());
                 who = None;
             }
         }
@@ -454,6 +472,7 @@ impl<T: Transport> Conn<T> {
                 }
             }
         }
+        props.reason_string = refusal;
         let present = registered.as_ref().is_some_and(|(_, present, _)| *present);
         if v5 && code == 0 {
             props.receive_maximum = Some(self.st.cfg.mqtt.receive_maximum);

@@ -213,8 +213,10 @@ pub async fn listen_ws(listener: TcpListener, st: Arc<AppState>, shutdown: watch
 
 async fn upgrade(
     axum::extract::State(ctx): axum::extract::State<Arc<WsContext>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
     ws: axum::extract::ws::WebSocketUpgrade,
 ) -> axum::response::Response {
+    let peer = Some(peer.ip());
     use axum::response::IntoResponse;
     let Ok(permit) = ctx.limit.clone().try_acquire_owned() else {
         ctx.st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
@@ -223,5 +225,5 @@ async fn upgrade(
     // One WebSocket message may hold several MQTT packets; none may exceed the limit.
     let max = ctx.st.cfg.mqtt.max_packet_size.saturating_add(64 * 1024);
     let (st, alive) = (ctx.st.clone(), ctx.alive.clone());
-    ws.protocols(["mqtt"]).max_message_size(max).max_frame_size(max).on_upgrade(move |socket| connection::run(transport::Ws(socket), st, (permit, alive)))
+    ws.protocols(["mqtt"]).max_message_size(max).max_frame_size(max).on_upgrade(move |socket| connection::run(transport::Ws(socket, peer), st, (permit, alive)))
 }

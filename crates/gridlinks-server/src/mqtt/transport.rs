@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::task::Poll;
 
 use axum::extract::ws::{Message, WebSocket};
@@ -25,6 +26,8 @@ pub trait Transport: Send + 'static {
     fn write_all(&mut self, data: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
     /// Closes the stream.
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
+    /// The client's address, if known.
+    fn peer_ip(&self) -> Option<IpAddr>;
 }
 
 impl Transport for TcpStream {
@@ -69,10 +72,14 @@ impl Transport for TcpStream {
     async fn shutdown(&mut self) {
         let _ = AsyncWriteExt::shutdown(self).await;
     }
+
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.peer_addr().ok().map(|a| a.ip())
+    }
 }
 
-/// MQTT over a WebSocket.
-pub struct Ws(pub WebSocket);
+/// MQTT over a WebSocket, and the client's address.
+pub struct Ws(pub WebSocket, pub Option<IpAddr>);
 
 impl Transport for Ws {
     async fn fill(&mut self, buf: &mut BytesMut) -> bool {
@@ -101,5 +108,9 @@ impl Transport for Ws {
 
     async fn shutdown(&mut self) {
         let _ = self.0.send(Message::Close(None)).await;
+    }
+
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.1
     }
 }

@@ -3,7 +3,9 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,7 +20,7 @@ use super::extract::{lenient_bool, Admin, Body, Q};
 use super::model;
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
-use crate::auth::{self, REFRESH_SCOPE};
+use crate::auth;
 use crate::mqtt::telemetry_topics;
 
 type St = State<Arc<AppState>>;
@@ -49,18 +51,25 @@ struct LoginRequest {
     password: String,
 }
 
-/// `POST /api/auth/login`.
-pub async fn login(State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+/// `POST /api/auth/login`: throttled per source address and user name (429 with
+/// Retry-After while a wait is running), 503 when password checking is saturated.
+pub async fn login(State(st): St, ConnectInfo(peer): ConnectInfo<SocketAddr>, Body(body): Body) -> ApiResult<Json<J>> {
     let req: LoginRequest = serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
-    let hash = st.admin_hash.clone();
-    let ok = req.username == st.cfg.admin.user
-        && tokio::task::spawn_blocking(move || auth::verify_password(&req.password, &hash).is_ok())
-            .await
-            .unwrap_or(false);
-    if !ok {
-        return Err(ApiError::unauthorized("Invalid username or password"));
+    let pair = st.auth.login(peer.ip(), &req.username, &req.password).await.map_err(auth_error)?;
+    Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
+}
+
+/// The REST answer to an authentication failure.
+pub(crate) fn auth_error(e: auth::AuthError) -> ApiError {
+    use super::error::ErrorCode;
+    match e {
+        auth::AuthError::Expired => ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"),
+        auth::AuthError::BadCredentials => ApiError::unauthorized("Invalid username or password"),
+        auth::AuthError::BadToken => ApiError::unauthorized("Invalid JWT token"),
+        e @ auth::AuthError::Throttled(wait) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyRequests, e.to_string()).retry_after(wait.as_secs().max(1)),
+        e @ auth::AuthError::Busy => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyRequests, e.to_string()),
+        e @ (auth::AuthError::Hash(_) | auth::AuthError::Store(_)) => ApiError::internal(e.to_string()),
     }
-    Ok(Json(st.token_pair(&st.cfg.admin.user)))
 }
 
 #[derive(Deserialize)]
@@ -69,18 +78,19 @@ struct RefreshRequest {
     refresh_token: String,
 }
 
-/// `POST /api/auth/token`.
+/// `POST /api/auth/token`: a new pair; the refresh token used stops working, and using it
+/// again ends its login.
 pub async fn refresh(State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
     let req: RefreshRequest = serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
-    match st.jwt.verify(&req.refresh_token, REFRESH_SCOPE) {
-        Ok(c) if c.sub == st.cfg.admin.user => Ok(Json(st.token_pair(&c.sub))),
-        Err(auth::AuthError::Expired) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            super::error::ErrorCode::JwtExpired,
-            "Token has expired",
-        )),
-        _ => Err(ApiError::unauthorized("Invalid JWT token")),
-    }
+    let pair = st.auth.refresh(&req.refresh_token).await.map_err(auth_error)?;
+    Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
+}
+
+/// `POST /api/auth/logout`: ends the login of the access token (its refresh token too).
+pub async fn logout(_: Admin, State(st): St, headers: axum::http::HeaderMap) -> ApiResult<StatusCode> {
+    let token = super::extract::bearer(&headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+    st.auth.logout(token).await.map_err(auth_error)?;
+    Ok(StatusCode::OK)
 }
 
 // ---- devices --------------------------------------------------------------------

@@ -32,12 +32,19 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// Human-readable message.
     pub message: String,
+    /// Seconds for a `Retry-After` header (429 and 503 get 1 when unset).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     /// An error with an explicit status.
     pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self { status, code, message: message.into(), retry_after: None }
+    }
+
+    /// With a `Retry-After` of `secs`.
+    pub fn retry_after(self, secs: u64) -> Self {
+        Self { retry_after: Some(secs), ..self }
     }
 
     /// 400 with errorCode 31.
@@ -69,7 +76,7 @@ impl From<StoreError> for ApiError {
                 Self::bad_request("Device credentials are already assigned to another device!")
             }
             StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
-            e @ (StoreError::ForeignDevice(_) | StoreError::NotGateway) => Self::bad_request(e.to_string()),
+            e @ (StoreError::ForeignDevice(_) | StoreError::NotGateway | StoreError::CredentialClash(_)) => Self::bad_request(e.to_string()),
             StoreError::Limit(m) => Self::bad_request(m),
             StoreError::Overloaded => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -106,7 +113,9 @@ impl IntoResponse for ApiError {
             // The rest of the body is never read, so this connection cannot be reused.
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::{ApiError, ErrorCode};
 use crate::app::AppState;
-use crate::auth::{AuthError, ACCESS_SCOPE};
+use crate::auth::AuthError;
 
 /// Query parameters; unknown parameters are rejected by the target type.
 pub struct Q<T>(pub T);
@@ -58,27 +58,28 @@ impl FromRequest<Arc<AppState>> for Body {
     }
 }
 
-/// A request carrying a valid admin access token (`X-Authorization: Bearer …`).
+/// The token of an `X-Authorization: Bearer …` (or `Authorization`) header.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get("x-authorization")
+        .or_else(|| headers.get(axum::http::header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+/// A request carrying a valid admin access token (`X-Authorization: Bearer …`) of a login
+/// in force.
 pub struct Admin;
 
 impl FromRequestParts<Arc<AppState>> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get("x-authorization")
-            .or_else(|| parts.headers.get(axum::http::header::AUTHORIZATION))
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-        let token = header
-            .strip_prefix("Bearer ")
-            .ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-        match state.jwt.verify(token.trim(), ACCESS_SCOPE) {
+        let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+        match state.auth.access(token) {
             Ok(_) => Ok(Admin),
-            Err(AuthError::Expired) => {
-                Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
-            }
+            Err(AuthError::Expired) => Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired")),
             Err(_) => Err(ApiError::unauthorized("Invalid JWT token")),
         }
     }
