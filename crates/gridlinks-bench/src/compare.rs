@@ -79,6 +79,16 @@ impl Scenario {
         }
     }
 
+    /// The `--json`/`--html` given after the scenario's name (`compare mqtt-telemetry
+    /// ... --json F`): the comparison writes them when it was given none of its own.
+    pub fn output(&self) -> &OutputArgs {
+        match self {
+            Scenario::MqttTelemetry(a) => &a.target.output,
+            Scenario::Pubsub(a) => &a.target.output,
+            Scenario::Connect(a) => &a.target.output,
+        }
+    }
+
     /// The subcommand name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -342,7 +352,11 @@ fn page_parts(title: &str, runs: &[Run]) -> (Vec<Table>, Vec<crate::html::Chart>
                 .map(|o| (r.kind.label(), o.result().timeline()))
         })
         .collect();
-    let mut charts = figures::charts(&timelines);
+    let ack = runs
+        .iter()
+        .find_map(|r| r.outcome.as_ref().ok())
+        .map_or("PUBACK", |o| o.result().ack_name());
+    let mut charts = figures::charts(&timelines, ack);
     for c in &mut charts {
         c.title = format!("{title}: {}", c.title);
     }

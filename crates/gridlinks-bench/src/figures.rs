@@ -117,6 +117,8 @@ pub trait RunResult {
     fn figures(&self) -> Vec<Figure>;
     /// The per-second samples.
     fn timeline(&self) -> &Timeline;
+    /// What the acknowledgement latency measures: `PUBACK`, `CONNACK`, `HTTP 200`.
+    fn ack_name(&self) -> &'static str;
     /// The human summary.
     fn human(&self) -> String;
     /// The JSON result.
@@ -213,6 +215,10 @@ impl RunResult for TelemetryReport {
         &self.timeline
     }
 
+    fn ack_name(&self) -> &'static str {
+        self.ack_name()
+    }
+
     fn human(&self) -> String {
         self.human()
     }
@@ -301,6 +307,10 @@ impl RunResult for PubsubReport {
         &self.timeline
     }
 
+    fn ack_name(&self) -> &'static str {
+        "PUBACK"
+    }
+
     fn human(&self) -> String {
         self.human()
     }
@@ -376,6 +386,10 @@ impl RunResult for ConnectReport {
         &self.timeline
     }
 
+    fn ack_name(&self) -> &'static str {
+        "CONNACK"
+    }
+
     fn human(&self) -> String {
         self.human()
     }
@@ -435,7 +449,7 @@ pub fn run_page(result: &dyn RunResult) -> Page {
                 .map(|f| vec![f.name.clone(), f.formatted()])
                 .collect(),
         }],
-        charts: charts(&[("", result.timeline())]),
+        charts: charts(&[("", result.timeline())], result.ack_name()),
         raw_json: None,
     }
 }
@@ -485,9 +499,11 @@ pub fn comparison_table(title: &str, runs: &[(&str, &dyn RunResult)]) -> Table {
     }
 }
 
-/// Charts over time of one or several runs (overlaid; each run's name prefixes its
-/// series labels).
-pub fn charts(runs: &[(&str, &Timeline)]) -> Vec<Chart> {
+/// Charts over time of one or several runs, overlaid: each run's name prefixes its
+/// series labels and is their group (one line style per server, a legend toggle per
+/// server, see [`crate::html`]). `ack` names what the acknowledgement latency
+/// measures (`PUBACK`, `CONNACK`, `HTTP 200`).
+pub fn charts(runs: &[(&str, &Timeline)], ack: &str) -> Vec<Chart> {
     let label = |run: &str, what: &str| {
         if run.is_empty() {
             what.to_string()
@@ -500,6 +516,7 @@ pub fn charts(runs: &[(&str, &Timeline)]) -> Vec<Chart> {
             .map(|(run, t)| Series {
                 label: label(run, what),
                 points: t.points(figure),
+                group: (!run.is_empty()).then(|| run.to_string()),
             })
             .filter(|s| s.points.iter().any(|&(_, v)| v != 0.0))
             .collect()
@@ -517,13 +534,10 @@ pub fn charts(runs: &[(&str, &Timeline)]) -> Vec<Chart> {
     e2e.extend(series("max", &|s| ms(&s.e2e_latency, |l| l.max_us)));
     let mut connections = series("connected", &|s| Some(s.connected as f64));
     connections.extend(series("failed", &|s| Some(s.connect_failed as f64)));
+    let ack_title = format!("Acknowledgement latency per second ({ack})");
     let all = [
         ("Throughput per second", "msgs/s", throughput),
-        (
-            "Acknowledgement latency per second (PUBACK / HTTP response)",
-            "ms",
-            ack_latency,
-        ),
+        (ack_title.as_str(), "ms", ack_latency),
         ("End-to-end latency per second", "ms", e2e),
         ("Connections (connect curve)", "connections", connections),
         (
@@ -614,7 +628,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let charts = charts(&[("a", &timeline), ("b", &timeline)]);
+        let charts = charts(&[("a", &timeline), ("b", &timeline)], "PUBACK");
         let titles: Vec<&str> = charts.iter().map(|c| c.title.as_str()).collect();
         assert_eq!(
             titles,
@@ -622,6 +636,41 @@ mod tests {
         );
         assert_eq!(charts[0].series.len(), 2);
         assert_eq!(charts[0].series[1].label, "b acked/s");
+        assert_eq!(charts[0].series[1].group.as_deref(), Some("b"));
         assert_eq!(charts[0].series[0].points.len(), 5);
+        let single = super::charts(&[("", &timeline)], "PUBACK");
+        assert!(
+            single[0].series[0].group.is_none(),
+            "a single run has no groups"
+        );
+    }
+
+    #[test]
+    fn every_second_with_latency_is_a_point_and_the_title_names_the_ack() {
+        let timeline = Timeline {
+            samples: (1..=5)
+                .map(|t| Sample {
+                    t: t as f64,
+                    ack_latency: Some(LatencySummary {
+                        count: 10,
+                        p50_us: 1000 * t,
+                        p99_us: 2000 * t,
+                        max_us: 3000 * t,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let charts = charts(&[("a", &timeline)], "CONNACK");
+        let latency = charts
+            .iter()
+            .find(|c| c.title == "Acknowledgement latency per second (CONNACK)")
+            .expect("latency chart");
+        assert_eq!(latency.series[0].label, "a p50");
+        assert_eq!(
+            latency.series[0].points,
+            [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0), (5.0, 5.0)]
+        );
     }
 }

@@ -31,11 +31,13 @@
 //!                      deliveries expected vs received
 //! template.rs          `--payload-template` placeholders
 //! stats.rs             live counters shared by connection tasks, sharded latency histograms
-//! timeline.rs          one sample a second of a run (JSON `timeline`, HTML charts)
+//! timeline.rs          one sample a second of a run (JSON `timeline`, HTML charts),
+//!                      merged across worker processes
 //! proc_stats.rs        server CPU seconds and memory from /proc/PID/{stat,status}; fd limit
 //! report.rs            the results of each scenario: human summary, JSON, output files
 //! figures.rs           headline figures of each result, comparison tables, charts
-//! html.rs              the self-contained HTML page (inline SVG charts)
+//! html.rs              the self-contained HTML page (inline SVG charts, CSS-only
+//!                      legend toggles, a line style per server)
 //! rest_api.rs          the ThingsBoard REST calls: login, bulk import (`--provision`),
 //!                      device lookup, timeseries read and delete (blocking, `ureq`)
 //! loss_check.rs        `--verify` and `verify`: acknowledged timestamps against stored
@@ -89,6 +91,13 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
 
 /// `compare`: one scenario, several servers.
 async fn compare_cmd(args: cli::CompareArgs) -> anyhow::Result<std::process::ExitCode> {
+    // `--json`/`--html` after the scenario name would otherwise be dropped silently
+    // (each server's run writes no file of its own).
+    let given = args.scenario.output();
+    let output = cli::OutputArgs {
+        json: args.output.json.clone().or_else(|| given.json.clone()),
+        html: args.output.html.clone().or_else(|| given.html.clone()),
+    };
     let servers = args.servers.list();
     let runs = compare::compare(&servers, &args.scenario, &args.servers.binaries()).await?;
     let title = "gridlinks-bench compare";
@@ -100,7 +109,7 @@ async fn compare_cmd(args: cli::CompareArgs) -> anyhow::Result<std::process::Exi
             format!("{} ({})", args.scenario.name(), names.join(" vs ")),
             runs,
         )],
-        &args.output,
+        &output,
     )
 }
 

@@ -18,7 +18,7 @@ use crate::storage_lag::StorageLag;
 use crate::timeline::Timeline;
 
 /// Percentiles of a latency histogram, microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct LatencySummary {
     /// Recorded values.
     pub count: u64,

@@ -10,8 +10,11 @@
 //! prints `done` at the end of its window (before disconnecting) and waits; the parent
 //! reads the server again and answers `bye`; each then prints its result as one JSON
 //! line. The parent adds the counts, merges the latency histograms and runs the loss
-//! check over all workers' acknowledgements. Only the first worker prints progress; the
-//! merged result has no per-second timeline.
+//! check over all workers' acknowledgements. Only the first worker prints progress.
+//! Each worker's result carries its per-second timeline with each second's latency
+//! histogram, and the parent merges them into the run's timeline
+//! ([`Timeline::merge`]); the server's CPU and memory per second are not in it (the
+//! workers do not watch the server).
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -31,7 +33,8 @@ use crate::report::{
     ConnectReport, LatencySummary, Reasons, ServerCost, ServerMemory, TelemetryReport,
 };
 use crate::scenario::{self, telemetry};
-use crate::stats::new_histogram;
+use crate::stats::{buckets, new_histogram, Buckets};
+use crate::timeline::Timeline;
 
 /// A worker's job.
 #[derive(Debug, Serialize, Deserialize)]
@@ -56,7 +59,9 @@ pub struct WorkerResult {
     pings: u64,
     generator_cpu_seconds: f64,
     /// Latency histogram (PUBACK or CONNACK) as (µs, count) pairs.
-    latency: Vec<(u64, u64)>,
+    latency: Buckets,
+    /// One sample a second, with each second's latency buckets.
+    timeline: Timeline,
 }
 
 /// (offset, count) of each of `workers` slices of `total` connections; empty slices
@@ -93,7 +98,12 @@ pub async fn worker_main() -> anyhow::Result<std::process::ExitCode> {
                 dropped: r.dropped,
                 pings: 0,
                 generator_cpu_seconds: r.generator_cpu_seconds,
-                latency: buckets(r.latency_histogram.as_ref()),
+                latency: r
+                    .latency_histogram
+                    .as_ref()
+                    .map(buckets)
+                    .unwrap_or_default(),
+                timeline: r.timeline,
             }
         }
         Job::Connect(args) => {
@@ -109,7 +119,12 @@ pub async fn worker_main() -> anyhow::Result<std::process::ExitCode> {
                 window_seconds: r.hold_seconds,
                 dropped: r.dropped,
                 pings: r.pings,
-                latency: buckets(r.connack_histogram.as_ref()),
+                latency: r
+                    .connack_histogram
+                    .as_ref()
+                    .map(buckets)
+                    .unwrap_or_default(),
+                timeline: r.timeline,
                 ..Default::default()
             }
         }
@@ -138,16 +153,6 @@ async fn read_line() -> anyhow::Result<String> {
         Ok(line.trim_end().to_string())
     })
     .await?
-}
-
-/// A histogram as (value, count) pairs.
-fn buckets(h: Option<&Histogram<u64>>) -> Vec<(u64, u64)> {
-    h.map(|h| {
-        h.iter_recorded()
-            .map(|v| (v.value_iterated_to(), v.count_at_value()))
-            .collect()
-    })
-    .unwrap_or_default()
 }
 
 /// The workers of a run, in step.
@@ -265,11 +270,14 @@ fn worker_target(target: &TargetArgs, offset: usize) -> TargetArgs {
     t
 }
 
-/// The workers' results added up (`latency` left empty), and their merged latency.
+/// The workers' results added up (`latency` left empty, `timeline` merged second by
+/// second), and their merged latency.
 fn merge(results: Vec<WorkerResult>) -> anyhow::Result<(WorkerResult, LatencySummary)> {
     let mut h = new_histogram();
     let mut m = WorkerResult::default();
+    let mut timelines = Vec::with_capacity(results.len());
     for r in results {
+        timelines.push(r.timeline);
         m.connected += r.connected;
         m.connect_seconds = m.connect_seconds.max(r.connect_seconds);
         m.window_seconds = m.window_seconds.max(r.window_seconds);
@@ -289,6 +297,7 @@ fn merge(results: Vec<WorkerResult>) -> anyhow::Result<(WorkerResult, LatencySum
                 .context("worker latency out of range")?;
         }
     }
+    m.timeline = Timeline::merge(&timelines);
     Ok((m, LatencySummary::from_histogram(&h)))
 }
 
@@ -378,6 +387,7 @@ async fn telemetry_in(
         puback: (args.qos == 1).then_some(latency),
         server_cost: ServerCost::between(server.as_ref(), before, after, Some(rss_peak)),
         generator_cpu_seconds: m.generator_cpu_seconds,
+        timeline: m.timeline,
         ..Default::default()
     };
     if checking {
@@ -476,6 +486,7 @@ async fn connect_in(args: &ConnectArgs, dir: &std::path::Path) -> anyhow::Result
         pings: m.pings,
         dropped: m.dropped,
         server_memory,
+        timeline: m.timeline,
         ..Default::default()
     })
 }

@@ -13,7 +13,6 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
@@ -27,10 +26,24 @@ use crate::cli::ConnectArgs;
 use crate::figures;
 use crate::mqtt_client::MqttConnection;
 use crate::report::{ConnectReport, LatencySummary, Reasons, ServerMemory};
-use crate::stats::{new_histogram, Counters};
+use crate::stats::{Counters, LatencyShards};
 
 /// Connect outcomes buffered between connection tasks and the collector.
 const OUTCOME_CHANNEL: usize = 1024;
+
+/// CONNACK latency shards (see [`LatencyShards`]): one lock per connection.
+const CONNACK_SHARDS: usize = 8;
+
+/// What every connection task of a run shares.
+struct Shared {
+    target: Arc<Target>,
+    counters: Arc<Counters>,
+    /// PINGREQs sent during the hold.
+    pings: Arc<AtomicU64>,
+    /// CONNACK latencies, recorded by each connection before it counts as connected,
+    /// so a timeline sample that sees a connection also sees its latency.
+    connack: Arc<LatencyShards>,
+}
 
 /// How one held connection ended.
 struct HoldResult {
@@ -59,39 +72,40 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
     let target = Arc::new(target);
     let counters = Arc::new(Counters::default());
     let pings = Arc::new(AtomicU64::new(0));
+    let connack = LatencyShards::new(CONNACK_SHARDS);
     let progress = Progress::start(
         ProgressKind::Connect,
         ProgressSources {
             counters: Arc::clone(&counters),
             server: target.server_stats.clone(),
-            ack_latency: None,
+            ack_latency: Some(Arc::clone(&connack)),
             e2e_latency: None,
+            keep_buckets: args.target.worker_offset.is_some(),
         },
         "connecting",
     );
     let server_before = target.server_sample()?;
 
     // Phase 1: connect.
-    let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<Duration, String>>(OUTCOME_CHANNEL);
+    let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<(), String>>(OUTCOME_CHANNEL);
     let (hold_tx, hold_rx) = watch::channel::<Option<Instant>>(None);
     let started = Instant::now();
     let spawner = {
-        let (target, counters, pings) = (
-            Arc::clone(&target),
-            Arc::clone(&counters),
-            Arc::clone(&pings),
-        );
+        let shared = Arc::new(Shared {
+            target: Arc::clone(&target),
+            counters: Arc::clone(&counters),
+            pings: Arc::clone(&pings),
+            connack: Arc::clone(&connack),
+        });
         let (rate, count) = (args.rate, args.connections);
         tokio::spawn(async move {
-            let pacer = ConnectPacer::new(rate, target.max_pending);
+            let pacer = ConnectPacer::new(rate, shared.target.max_pending);
             let mut tasks = Vec::with_capacity(count);
             for index in 0..count {
                 let permit = pacer.slot(index).await;
                 tasks.push(tokio::spawn(hold_one(
                     index,
-                    Arc::clone(&target),
-                    Arc::clone(&counters),
-                    Arc::clone(&pings),
+                    Arc::clone(&shared),
                     permit,
                     outcome_tx.clone(),
                     hold_rx.clone(),
@@ -101,18 +115,15 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
         })
     };
     let mut failures = Reasons::new();
-    let mut connack = new_histogram();
     for _ in 0..args.connections {
         match outcome_rx.recv().await {
-            Some(Ok(latency)) => {
-                let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-                connack.saturating_record(micros.max(1));
-            }
+            Some(Ok(())) => {}
             Some(Err(reason)) => *failures.entry(reason).or_default() += 1,
             None => break,
         }
     }
     let connect_seconds = started.elapsed().as_secs_f64();
+    let connack = connack.merged();
     let tasks = spawner.await?;
     crate::workers::sync(&args.target, "ready").await?;
     let server_connected = target.server_sample()?;
@@ -183,21 +194,26 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
 /// Connects connection `index`, reports the outcome, then idles until the hold ends.
 async fn hold_one(
     index: usize,
-    target: Arc<Target>,
-    counters: Arc<Counters>,
-    pings: Arc<AtomicU64>,
+    shared: Arc<Shared>,
     permit: OwnedSemaphorePermit,
-    outcome: mpsc::Sender<Result<Duration, String>>,
+    outcome: mpsc::Sender<Result<(), String>>,
     mut hold_rx: watch::Receiver<Option<Instant>>,
 ) -> HoldResult {
+    let Shared {
+        target,
+        counters,
+        pings,
+        connack,
+    } = &*shared;
     let started = Instant::now();
     let connected =
         MqttConnection::connect(target.endpoint(index), &target.client_options(index)).await;
     drop(permit);
     let mut conn = match connected {
         Ok(conn) => {
+            connack.record(index, started.elapsed());
             Counters::add(&counters.connected, 1);
-            let _ = outcome.send(Ok(started.elapsed())).await;
+            let _ = outcome.send(Ok(())).await;
             conn
         }
         Err(e) => {
@@ -215,7 +231,7 @@ async fn hold_one(
             tokio::time::sleep_until(end).await;
         }
     };
-    match idle_until(&mut conn, hold_over, target.ping_interval(), &pings).await {
+    match idle_until(&mut conn, hold_over, target.ping_interval(), pings).await {
         Ok(()) => HoldResult {
             lost: None,
             conn: Some(conn),

@@ -135,6 +135,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
             server: server_stats.clone(),
             ack_latency: Some(Arc::clone(&latency)),
             e2e_latency: None,
+            keep_buckets: false,
         },
         "connecting",
     );
@@ -371,9 +372,9 @@ impl Device {
             };
             let received = Instant::now();
             if response.status == 200 {
-                Counters::add(&self.counters.acked, 1);
                 self.latency
                     .record(received.saturating_duration_since(sent_at));
+                Counters::add(&self.counters.acked, 1);
                 result.last_ack = Some(received);
                 if plan.record_acks {
                     result.acks.push(last_ts, unix_millis());

@@ -7,6 +7,7 @@ pub mod http_telemetry;
 pub mod pubsub;
 pub mod telemetry;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +26,7 @@ use crate::cli::TargetArgs;
 use crate::mqtt_client::{ClientOptions, ConnectionError, Endpoint, MqttConnection};
 use crate::proc_stats::{self, ProcessStats};
 use crate::report::{mib, per_second, thousands, LatencySummary};
-use crate::stats::{new_histogram, Counters, LatencyShards};
+use crate::stats::{buckets, new_histogram, Buckets, Counters, LatencyShards};
 use crate::timeline::{Sample, Timeline};
 
 /// Set in worker processes other than the first: no progress line (the first worker's
@@ -395,10 +396,14 @@ pub struct ProgressSources {
     pub counters: Arc<Counters>,
     /// The server process, with `--server-pid`.
     pub server: Option<ProcessStats>,
-    /// Acknowledgement latencies (PUBACK, HTTP response), for per-second percentiles.
+    /// Acknowledgement latencies (PUBACK, CONNACK, HTTP response), for per-second
+    /// percentiles.
     pub ack_latency: Option<Arc<LatencyShards>>,
     /// End-to-end latencies (publish to delivery), for per-second percentiles.
     pub e2e_latency: Option<Arc<LatencyShards>>,
+    /// Keep each second's latency histogram in the timeline too (a worker process:
+    /// its parent merges them with the other workers').
+    pub keep_buckets: bool,
 }
 
 /// The per-second progress line on stderr and the timeline it samples, until
@@ -484,13 +489,28 @@ impl IntervalLatency {
         }
     }
 
-    fn next(&mut self) -> LatencySummary {
+    /// The values recorded since the last call.
+    fn next(&mut self) -> Histogram<u64> {
         let now = self.shards.merged();
         let mut delta = now.clone();
         // `previous` is a snapshot of the same, only growing, counts.
         let _ = delta.subtract(&self.previous);
         self.previous = now;
-        LatencySummary::from_histogram(&delta)
+        delta
+    }
+}
+
+/// The summary of one interval's latencies and, when kept, its buckets.
+fn interval(
+    latency: Option<&mut IntervalLatency>,
+    keep_buckets: bool,
+) -> (Option<LatencySummary>, Option<Buckets>) {
+    match latency.map(IntervalLatency::next) {
+        Some(h) => (
+            Some(LatencySummary::from_histogram(&h)),
+            keep_buckets.then(|| buckets(&h)),
+        ),
+        None => (None, None),
     }
 }
 
@@ -514,23 +534,34 @@ async fn sample_every_second(
         tick.tick().await;
         let now = Instant::now();
         let dt = (now - last.0).as_secs_f64();
+        // Counters before latencies: the scenarios record a latency before they count
+        // its event, so a sample has the latency of every event it counts, apart from
+        // values still in a connection's batch (at most `stats::FLUSH_EVERY` old).
         let acked = Counters::get(&counters.acked);
         let received = Counters::get(&counters.received);
+        let connected = Counters::get(&counters.connected);
+        let connect_failed = Counters::get(&counters.connect_failed);
+        let sent = Counters::get(&counters.sent);
+        let failed = Counters::get(&counters.failed);
+        let (ack, ack_buckets) = interval(ack_latency.as_mut(), sources.keep_buckets);
+        let (e2e, e2e_buckets) = interval(e2e_latency.as_mut(), sources.keep_buckets);
         let mut sample = Sample {
             t: (now - started).as_secs_f64(),
-            phase: *phase.borrow(),
-            connected: Counters::get(&counters.connected),
-            connect_failed: Counters::get(&counters.connect_failed),
-            sent: Counters::get(&counters.sent),
+            phase: Cow::Borrowed(*phase.borrow()),
+            connected,
+            connect_failed,
+            sent,
             acked,
-            failed: Counters::get(&counters.failed),
+            failed,
             received,
             acked_per_second: per_second(acked.saturating_sub(last.1) as f64, dt),
             received_per_second: per_second(received.saturating_sub(last.2) as f64, dt),
-            ack_latency: ack_latency.as_mut().map(IntervalLatency::next),
-            e2e_latency: e2e_latency.as_mut().map(IntervalLatency::next),
+            ack_latency: ack,
+            e2e_latency: e2e,
             server_cpu_percent: None,
             server_rss_kib: None,
+            ack_buckets,
+            e2e_buckets,
         };
         let mut line = format!(
             "[{:>4}s] {:<13} conns {} ok {} failed {} lost",

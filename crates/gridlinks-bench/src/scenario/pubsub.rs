@@ -123,6 +123,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
             server: target.server_stats.clone(),
             ack_latency: Some(Arc::clone(&puback)),
             e2e_latency: Some(Arc::clone(&e2e)),
+            keep_buckets: false,
         },
         "subscribing",
     );

@@ -377,6 +377,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
             server: target.server_stats.clone(),
             ack_latency: Some(Arc::clone(&latency)),
             e2e_latency: None,
+            keep_buckets: args.target.worker_offset.is_some(),
         },
         "connecting",
     );
