@@ -13,7 +13,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 use axum::Router;
-use gridlinks_storage::{Store, StoreOptions, WriterConfig, WriterHandle};
+use gridlinks_storage::{Health, Store, StoreOptions, WriterConfig, WriterHandle};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -127,11 +127,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// `GET /healthz`: 200 while the server takes data; 503 before it is ready, while shutting
+/// down, and while storage refuses writes (disk full, or reopening after a failure) — reads
+/// keep working then.
 async fn healthz(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    if st.ready.load(Ordering::Acquire) && !st.store.is_poisoned() {
-        (StatusCode::OK, axum::Json(json!({"status": "UP"})))
+    let storage = match st.store.health() {
+        Health::Ok => "OK",
+        Health::DiskFull => "DISK_FULL",
+        Health::Failed => "FAILED",
+    };
+    if st.ready.load(Ordering::Acquire) && st.store.health() == Health::Ok {
+        (StatusCode::OK, axum::Json(json!({"status": "UP", "storage": storage})))
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "DOWN"})))
+        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "DOWN", "storage": storage})))
     }
 }
 
@@ -145,6 +153,9 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
          # TYPE gridlinks_storage_sync_seconds_total counter\ngridlinks_storage_sync_seconds_total {:.6}\n\
          # TYPE gridlinks_storage_overloaded_total counter\ngridlinks_storage_overloaded_total {}\n\
          # TYPE gridlinks_storage_queue_depth gauge\ngridlinks_storage_queue_depth {}\n\
+         # TYPE gridlinks_storage_refused_unhealthy_total counter\ngridlinks_storage_refused_unhealthy_total {}\n\
+         # TYPE gridlinks_storage_reopens_total counter\ngridlinks_storage_reopens_total {}\n\
+         # TYPE gridlinks_storage_health gauge\ngridlinks_storage_health {}\n\
          # TYPE gridlinks_payload_rejected_total counter\ngridlinks_payload_rejected_total {}\n\
          # TYPE gridlinks_http_over_limit_total counter\ngridlinks_http_over_limit_total {}\n\
          # TYPE gridlinks_mqtt_sessions gauge\ngridlinks_mqtt_sessions {}\n\
@@ -156,6 +167,9 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
         load(&w.sync_nanos) as f64 / 1e9,
         load(&w.overloaded),
         st.writer.queued(),
+        load(&w.refused_unhealthy),
+        load(&w.reopens),
+        st.store.health() as u8,
         load(&st.metrics.payload_rejected),
         load(&st.metrics.http_over_limit),
         st.sessions.count(),
@@ -295,6 +309,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         fsync: cfg.storage.fsync,
         enqueue_timeout: cfg.storage.enqueue_timeout.duration(),
         max_keys: cfg.storage.max_keys,
+        min_free_bytes: cfg.storage.min_free_mb * 1024 * 1024,
     })?;
 
     let addr: SocketAddr = cfg.http.bind.parse().context("http.bind")?;

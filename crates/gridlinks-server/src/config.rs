@@ -186,6 +186,9 @@ pub struct StorageConfig {
     pub enqueue_timeout: Millis,
     /// Most distinct telemetry key names.
     pub max_keys: usize,
+    /// MiB the data directory's file system must keep free: below it, writes are refused
+    /// (disk full) before the store runs out of space; 0 turns the check off.
+    pub min_free_mb: u64,
 }
 
 /// Bounds on device input.
@@ -295,6 +298,7 @@ impl Default for StorageConfig {
             max_batch_ops: 4096,
             enqueue_timeout: Millis(5000),
             max_keys: 1_000_000,
+            min_free_mb: 64,
         }
     }
 }

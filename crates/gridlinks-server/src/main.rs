@@ -12,6 +12,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use gridlinks_server::auth::secret;
 use gridlinks_server::config::{Config, DEFAULT_TOML};
 
+/// The log filter without `GRIDLINKS_LOG`: the storage engine's own INFO lines (one per
+/// keyspace at every start) are noise to an operator.
+const DEFAULT_LOG: &str = "info,fjall=warn,lsm_tree=warn";
+
 #[derive(Parser)]
 #[command(name = "gridlinks", version, about = "GridLinks IoT data-collection server")]
 struct Cli {
@@ -158,7 +162,7 @@ fn main() -> ExitCode {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_env("GRIDLINKS_LOG")
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
                 )
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

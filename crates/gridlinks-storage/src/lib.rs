@@ -31,10 +31,11 @@
 pub mod codec;
 mod keydict;
 pub mod query;
+mod space;
 pub mod writer;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -95,12 +96,42 @@ pub enum StoreError {
     /// The writer has stopped (shutdown or a fatal storage failure).
     #[error("storage writer is not running")]
     Closed,
+    /// The store is being reopened after a failure; retry shortly.
+    #[error("storage is being reopened after a failure; retry shortly")]
+    Unavailable,
+    /// The data directory's file system is (nearly) full: writes are refused until space
+    /// is freed; reads go on.
+    #[error("disk full: {0}")]
+    DiskFull(String),
     /// A commit or fsync failed; the data of this request is not durable.
     #[error("commit failed: {0}")]
     CommitFailed(String),
     /// A request asked for more than the configured bounds allow.
     #[error("{0}")]
     Limit(String),
+}
+
+impl StoreError {
+    /// The same error for another request (an engine error becomes its text).
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            Self::Db(e) => Self::CommitFailed(e.to_string()),
+            Self::Corrupt(m) => Self::Corrupt(m),
+            Self::Format { found } => Self::Format { found: *found },
+            Self::NameTaken(n) => Self::NameTaken(n.clone()),
+            Self::TokenTaken => Self::TokenTaken,
+            Self::DeviceNotFound => Self::DeviceNotFound,
+            Self::ForeignDevice(n) => Self::ForeignDevice(n.clone()),
+            Self::CredentialClash(m) => Self::CredentialClash(m.clone()),
+            Self::NotGateway => Self::NotGateway,
+            Self::Overloaded => Self::Overloaded,
+            Self::Closed => Self::Closed,
+            Self::Unavailable => Self::Unavailable,
+            Self::DiskFull(m) => Self::DiskFull(m.clone()),
+            Self::CommitFailed(m) => Self::CommitFailed(m.clone()),
+            Self::Limit(m) => Self::Limit(m.clone()),
+        }
+    }
 }
 
 /// A device as stored.
@@ -224,15 +255,38 @@ pub(crate) struct TokenCache {
     generation: AtomicU64,
 }
 
-pub(crate) struct Inner {
+/// The open database and its keyspaces: replaced as a whole when the store is reopened.
+pub(crate) struct Engine {
     pub db: Database,
     pub ks: Keyspaces,
+}
+
+/// Whether the store takes writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Health {
+    /// Reads and writes.
+    Ok = 0,
+    /// The data directory's file system has less than the configured headroom free: writes
+    /// (but deletes) are refused, before the engine runs out of space; reads go on.
+    DiskFull = 1,
+    /// A write or sync failed (the engine refuses writes from then on): writes are refused
+    /// until the writer has reopened the store; reads go on.
+    Failed = 2,
+}
+
+pub(crate) struct Inner {
+    /// The engine in use; `None` only while it is being reopened.
+    engine: RwLock<Option<Arc<Engine>>>,
     /// Access token → device, so device authentication costs no storage read.
     pub tokens: TokenCache,
-    /// Set once a commit or sync failed; fjall refuses writes from then on.
-    pub failed: std::sync::atomic::AtomicBool,
+    /// A [`Health`], set by the writer.
+    pub health: std::sync::atomic::AtomicU8,
     /// Key-name dictionary shared by the writer (which interns) and readers (which resolve).
     pub keys: RwLock<KeyDict>,
+    /// Where the store lives and how it was opened, for reopening.
+    pub dir: PathBuf,
+    opts: StoreOptions,
 }
 
 /// Handle to the open store; cheap to clone, usable from any thread.
@@ -241,86 +295,128 @@ pub struct Store {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// Opens the database in `dir`, creating keyspaces and the format marker as needed.
+fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
+    let db = Database::builder(dir)
+        .cache_size(opts.cache_bytes)
+        .manual_journal_persist(true)
+        .open()?;
+    // fjall's default memtable is 64 MiB per keyspace; a sealed one waiting for its flush
+    // doubles that. Smaller memtables keep the server's memory bounded and modest.
+    let ks = |name: &str, memtable: u64| {
+        db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
+    };
+    let small = SMALL_MEMTABLE_BYTES;
+    let ks = Keyspaces {
+        meta: ks("meta", small)?,
+        devices: ks("devices", small)?,
+        names: ks("names", small)?,
+        gateways: ks("gateways", small)?,
+        tokens: ks("tokens", small)?,
+        ts: ks("ts", opts.memtable_bytes)?,
+        latest: ks("latest", small)?,
+        attrs: ks("attrs", small)?,
+        keys: ks("keys", small)?,
+        broker: ks("broker", small)?,
+    };
+    match ks.meta.get(FORMAT_KEY)? {
+        None => {
+            ks.meta.insert(FORMAT_KEY, FORMAT_VERSION.to_be_bytes().to_vec())?;
+            db.persist(fjall::PersistMode::SyncAll)?;
+        }
+        Some(v) => {
+            let found = <[u8; 4]>::try_from(&*v)
+                .map(u32::from_be_bytes)
+                .map_err(|_| StoreError::Corrupt("format version"))?;
+            if found != FORMAT_VERSION {
+                return Err(StoreError::Format { found });
+            }
+        }
+    }
+    Ok(Engine { db, ks })
+}
+
 impl Store {
     /// Opens (or creates) the store in `dir`, recovering the journal after a crash.
     pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Self, StoreError> {
-        let db = Database::builder(dir)
-            .cache_size(opts.cache_bytes)
-            .manual_journal_persist(true)
-            .open()?;
-        // fjall's default memtable is 64 MiB per keyspace; a sealed one waiting for its flush
-        // doubles that. Smaller memtables keep the server's memory bounded and modest.
-        let ks = |name: &str, memtable: u64| {
-            db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
-        };
-        let small = SMALL_MEMTABLE_BYTES;
-        let ks = Keyspaces {
-            meta: ks("meta", small)?,
-            devices: ks("devices", small)?,
-            names: ks("names", small)?,
-            gateways: ks("gateways", small)?,
-            tokens: ks("tokens", small)?,
-            ts: ks("ts", opts.memtable_bytes)?,
-            latest: ks("latest", small)?,
-            attrs: ks("attrs", small)?,
-            keys: ks("keys", small)?,
-            broker: ks("broker", small)?,
-        };
-        match ks.meta.get(FORMAT_KEY)? {
-            None => {
-                ks.meta
-                    .insert(FORMAT_KEY, FORMAT_VERSION.to_be_bytes().to_vec())?;
-                db.persist(fjall::PersistMode::SyncAll)?;
-            }
-            Some(v) => {
-                let found = <[u8; 4]>::try_from(&*v)
-                    .map(u32::from_be_bytes)
-                    .map_err(|_| StoreError::Corrupt("format version"))?;
-                if found != FORMAT_VERSION {
-                    return Err(StoreError::Format { found });
-                }
-            }
-        }
-        let keys = KeyDict::load(&ks.keys)?;
+        let engine = open_engine(dir, opts)?;
+        let keys = KeyDict::load(&engine.ks.keys)?;
         Ok(Self {
             inner: Arc::new(Inner {
-                db,
-                ks,
+                engine: RwLock::new(Some(Arc::new(engine))),
                 keys: RwLock::new(keys),
                 tokens: TokenCache::default(),
-                failed: std::sync::atomic::AtomicBool::new(false),
+                health: std::sync::atomic::AtomicU8::new(Health::Ok as u8),
+                dir: dir.to_owned(),
+                opts: opts.clone(),
             }),
         })
     }
 
-    /// True once a write has failed in a way that makes further writes unsafe.
-    pub fn is_poisoned(&self) -> bool {
-        self.inner.failed.load(Ordering::Acquire)
+    /// The engine in use (`Unavailable` for the moment it is being reopened).
+    pub(crate) fn engine(&self) -> Result<Arc<Engine>, StoreError> {
+        self.inner.engine.read().clone().ok_or(StoreError::Unavailable)
+    }
+
+    /// Closes the engine and opens it again from disk (recovering its journal): the way
+    /// back from a failed write, since the engine refuses writes for good after one. Only
+    /// the writer thread calls this. Readers get `Unavailable` meanwhile.
+    pub(crate) fn reopen(&self) -> Result<(), StoreError> {
+        let old = self.inner.engine.write().take();
+        if let Some(old) = old {
+            // Readers finish with the old engine first: it must be closed (its lock file
+            // released) before it can be opened again.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while Arc::strong_count(&old) > 1 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            drop(old);
+        }
+        let engine = open_engine(&self.inner.dir, &self.inner.opts)?;
+        *self.inner.keys.write() = KeyDict::load(&engine.ks.keys)?;
+        let mut tokens = self.inner.tokens.map.write();
+        tokens.clear();
+        self.inner.tokens.generation.fetch_add(1, Ordering::AcqRel);
+        *self.inner.engine.write() = Some(Arc::new(engine));
+        Ok(())
+    }
+
+    /// Whether the store takes writes now.
+    pub fn health(&self) -> Health {
+        match self.inner.health.load(Ordering::Acquire) {
+            0 => Health::Ok,
+            1 => Health::DiskFull,
+            _ => Health::Failed,
+        }
+    }
+
+    pub(crate) fn set_health(&self, h: Health) {
+        self.inner.health.store(h as u8, Ordering::Release);
     }
 
     /// Reads a small setting from `meta`.
     pub fn meta_get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.inner.ks.meta.get(name)?.map(|v| v.to_vec()))
+        Ok(self.engine()?.ks.meta.get(name)?.map(|v| v.to_vec()))
     }
 
     /// Writes a small setting to `meta` and syncs it (used at start-up only).
     pub fn meta_put(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.inner.ks.meta.insert(name, value.to_vec())?;
-        self.inner.db.persist(fjall::PersistMode::SyncAll)?;
+        self.engine()?.ks.meta.insert(name, value.to_vec())?;
+        self.engine()?.db.persist(fjall::PersistMode::SyncAll)?;
         Ok(())
     }
 
     /// Removes a setting from `meta` and syncs.
     pub fn meta_delete(&self, name: &str) -> Result<(), StoreError> {
-        self.inner.ks.meta.remove(name)?;
-        self.inner.db.persist(fjall::PersistMode::SyncAll)?;
+        self.engine()?.ks.meta.remove(name)?;
+        self.engine()?.db.persist(fjall::PersistMode::SyncAll)?;
         Ok(())
     }
 
     /// Every `meta` setting whose name starts with `prefix`: (name, value).
     pub fn meta_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.inner.ks.meta.prefix(prefix) {
+        for kv in self.engine()?.ks.meta.prefix(prefix) {
             let (k, v) = kv.into_inner()?;
             out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("meta key"))?, v.to_vec()));
         }
@@ -334,7 +430,7 @@ impl Store {
             return Ok(Some(*id));
         }
         let generation = cache.generation.load(Ordering::Acquire);
-        let found = self.inner.ks.tokens.get(token)?.map(|v| id_from(&v)).transpose()?;
+        let found = self.engine()?.ks.tokens.get(token)?.map(|v| id_from(&v)).transpose()?;
         if let Some(id) = found {
             let mut map = cache.map.write();
             // A token change committed since our read may have made `found` stale.
@@ -367,7 +463,7 @@ impl Store {
 
     /// A device by id.
     pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
-        self.inner
+        self.engine()?
             .ks
             .devices
             .get(id.as_bytes())?
@@ -377,7 +473,7 @@ impl Store {
 
     /// A device by its unique name.
     pub fn device_by_name(&self, name: &str) -> Result<Option<DeviceRecord>, StoreError> {
-        match self.inner.ks.names.get(name)? {
+        match self.engine()?.ks.names.get(name)? {
             Some(id) => self.device(id_from(&id)?),
             None => Ok(None),
         }
@@ -386,7 +482,7 @@ impl Store {
     /// Every device, in name order.
     pub fn devices(&self) -> Result<Vec<DeviceRecord>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.inner.ks.names.iter() {
+        for kv in self.engine()?.ks.names.iter() {
             let (_, id) = kv.into_inner()?;
             if let Some(d) = self.device(id_from(&id)?)? {
                 out.push(d);
@@ -398,7 +494,7 @@ impl Store {
     /// The devices that belong to `gateway` (created by it or assigned to it).
     pub fn gateway_devices(&self, gateway: DeviceId) -> Result<Vec<DeviceId>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.inner.ks.gateways.prefix(gateway.as_bytes()) {
+        for kv in self.engine()?.ks.gateways.prefix(gateway.as_bytes()) {
             out.push(id_from(&kv.key()?[16..])?);
         }
         Ok(out)
@@ -406,7 +502,7 @@ impl Store {
 
     /// Number of devices (an estimate is not good enough for paging, so this counts).
     pub fn device_count(&self) -> Result<usize, StoreError> {
-        Ok(self.inner.ks.devices.len()?)
+        Ok(self.engine()?.ks.devices.len()?)
     }
 
     /// Latest value of each requested key (all keys when `keys` is `None`), in key order.
@@ -415,7 +511,7 @@ impl Store {
         device: DeviceId,
         keys: Option<&[String]>,
     ) -> Result<Vec<(String, Ts, Value)>, StoreError> {
-        let Some(row) = self.inner.ks.latest.get(device.as_bytes())? else {
+        let Some(row) = self.engine()?.ks.latest.get(device.as_bytes())? else {
             return Ok(Vec::new());
         };
         let dict = self.inner.keys.read();
@@ -462,7 +558,7 @@ impl Store {
                 Some(keys) => {
                     for key in keys {
                         let k = codec::attr_key(device, scope.tag(), key);
-                        if let Some(v) = self.inner.ks.attrs.get(&k)? {
+                        if let Some(v) = self.engine()?.ks.attrs.get(&k)? {
                             let (ts, value) = codec::decode_attr(&v)?;
                             out.push(AttributeEntry {
                                 scope,
@@ -475,7 +571,7 @@ impl Store {
                 }
                 None => {
                     let prefix = codec::attr_key(device, scope.tag(), "");
-                    for kv in self.inner.ks.attrs.prefix(&prefix) {
+                    for kv in self.engine()?.ks.attrs.prefix(&prefix) {
                         let (k, v) = kv.into_inner()?;
                         let key = std::str::from_utf8(&k[prefix.len()..])
                             .map_err(|_| StoreError::Corrupt("attribute key utf-8"))?
@@ -502,7 +598,7 @@ impl Store {
     /// The rows of a broker table whose keys start with `prefix`.
     pub fn broker_prefix(&self, table: BrokerTable, prefix: &[u8]) -> Result<Vec<KeyValue>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.inner.ks.broker.prefix(table.key(prefix)) {
+        for kv in self.engine()?.ks.broker.prefix(table.key(prefix)) {
             let (k, v) = kv.into_inner()?;
             out.push((k[1..].to_vec(), v.to_vec()));
         }
@@ -511,12 +607,12 @@ impl Store {
 
     /// One row of a broker table.
     pub fn broker_row(&self, table: BrokerTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.inner.ks.broker.get(table.key(key))?.map(|v| v.to_vec()))
+        Ok(self.engine()?.ks.broker.get(table.key(key))?.map(|v| v.to_vec()))
     }
 
     /// Syncs everything to disk (used at shutdown).
     pub fn sync(&self) -> Result<(), StoreError> {
-        self.inner.db.persist(fjall::PersistMode::SyncAll)?;
+        self.engine()?.db.persist(fjall::PersistMode::SyncAll)?;
         Ok(())
     }
 }

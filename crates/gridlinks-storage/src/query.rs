@@ -130,7 +130,8 @@ impl Store {
         }
         let lo = codec::ts_key(device, q.start);
         let hi = codec::ts_key(device, q.end);
-        let iter = self.inner.ks.ts.range(lo..hi);
+        let engine = self.engine()?;
+        let iter = engine.ks.ts.range(lo..hi);
         if q.agg == Agg::None {
             return self.raw(iter, &keys, q);
         }

@@ -22,7 +22,8 @@ use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::{self, KeyId};
-use crate::{id_from, BrokerTable, DeviceRecord, Store, StoreError};
+use crate::space::Space;
+use crate::{id_from, BrokerTable, DeviceRecord, Engine, Health, Store, StoreError};
 
 /// How many devices' latest rows the writer keeps decoded in memory.
 const LATEST_CACHE_DEVICES: usize = 200_000;
@@ -40,6 +41,10 @@ pub struct WriterConfig {
     pub enqueue_timeout: Duration,
     /// Most distinct telemetry key names the store accepts.
     pub max_keys: usize,
+    /// Free bytes the data directory's file system must keep: below it, writes (but
+    /// deletes) are refused with [`StoreError::DiskFull`] before the engine runs out of
+    /// space, leaving it room to flush, compact and recover. 0 turns the check off.
+    pub min_free_bytes: u64,
 }
 
 impl Default for WriterConfig {
@@ -50,6 +55,7 @@ impl Default for WriterConfig {
             fsync: true,
             enqueue_timeout: Duration::from_secs(5),
             max_keys: 1_000_000,
+            min_free_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -221,6 +227,10 @@ pub struct WriterStats {
     pub sync_nanos: AtomicU64,
     /// Requests refused with `Overloaded`.
     pub overloaded: AtomicU64,
+    /// Requests refused because the disk was (nearly) full or the store had failed.
+    pub refused_unhealthy: AtomicU64,
+    /// Times the store was reopened after a failure.
+    pub reopens: AtomicU64,
 }
 
 struct Request {
@@ -298,17 +308,27 @@ impl Store {
             stats: stats.clone(),
         };
         let store = self.clone();
+        let engine = self.engine().map_err(std::io::Error::other)?;
         let join = std::thread::Builder::new()
             .name("gridlinks-writer".into())
-            .spawn(move || Writer::new(store, cfg, stats).run(rx))?;
+            .spawn(move || Writer::new(store, engine, cfg, stats).run(rx))?;
         Ok((handle, join))
     }
 }
 
 struct Writer {
     store: Store,
+    /// The engine this writer writes to (replaced when the store is reopened; `None` from
+    /// the start of a reopen until one succeeds).
+    engine: Option<Arc<Engine>>,
     cfg: WriterConfig,
     stats: Arc<WriterStats>,
+    /// Free space of the data directory's file system.
+    space: Space,
+    /// No reopen is tried before this (once a second while the store has failed).
+    next_reopen: Instant,
+    /// The last failure was the file system running out of space.
+    no_space: bool,
     /// Decoded latest rows by device; the source of truth stays on disk.
     latest: HashMap<DeviceId, Vec<(KeyId, Ts, Value)>>,
     /// Devices owned per gateway, counted on first use (dropped on deletes and assignments).
@@ -330,12 +350,54 @@ struct Segment {
     records: u64,
 }
 
+/// What the writer may do this round.
+enum Admission {
+    /// Everything.
+    All,
+    /// Deletes only (the disk is nearly full); the rest gets this error.
+    DeletesOnly(StoreError),
+    /// Nothing (the store failed and is not reopened yet).
+    Nothing(StoreError),
+}
+
+impl WriteOp {
+    /// Whether the op only removes data (allowed while the disk is nearly full, so space can
+    /// be freed through the API).
+    fn is_delete(&self) -> bool {
+        matches!(self, WriteOp::DeleteAttributes { .. } | WriteOp::DeleteTelemetry(_) | WriteOp::DeleteDevice(_))
+    }
+}
+
+/// How often an unhealthy writer with nothing to do checks whether it can recover.
+const RECOVERY_POLL: Duration = Duration::from_millis(200);
+/// Free bytes needed before a store that ran out of space is reopened (when
+/// `min_free_bytes` asks for less).
+const RECOVERY_MIN_FREE: u64 = 4 * 1024 * 1024;
+
+/// Whether `e` is the file system running out of space.
+fn is_no_space(e: &StoreError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull) {
+            return true;
+        }
+        cause = c.source();
+    }
+    // Engine errors do not always expose their cause; their text names it.
+    let text = format!("{e:?}");
+    text.contains("StorageFull") || text.contains("No space left")
+}
+
 impl Writer {
-    fn new(store: Store, cfg: WriterConfig, stats: Arc<WriterStats>) -> Self {
+    fn new(store: Store, engine: Arc<Engine>, cfg: WriterConfig, stats: Arc<WriterStats>) -> Self {
         Self {
+            space: Space::new(&store.inner.dir),
             store,
+            engine: Some(engine),
             cfg,
             stats,
+            next_reopen: Instant::now(),
+            no_space: false,
             latest: HashMap::default(),
             gateway_counts: HashMap::default(),
         }
@@ -344,7 +406,25 @@ impl Writer {
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut ops = Vec::new();
         let mut replies = Vec::new();
-        while let Some(first) = rx.blocking_recv() {
+        // Only to wait for a request with a timeout while unhealthy.
+        let timer = tokio::runtime::Builder::new_current_thread().enable_time().build();
+        loop {
+            // Healthy: wait for work. Unhealthy: also look every RECOVERY_POLL whether the
+            // disk has room again, so the store recovers without waiting for a write.
+            let first = match (&timer, self.store.health()) {
+                (Ok(timer), Health::DiskFull | Health::Failed) => match timer.block_on(async { tokio::time::timeout(RECOVERY_POLL, rx.recv()).await }) {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(_) => {
+                        self.admission();
+                        continue;
+                    }
+                },
+                _ => match rx.blocking_recv() {
+                    Some(r) => r,
+                    None => break,
+                },
+            };
             let mut next = Some(first);
             while let Some(Request { op, reply }) = next.take() {
                 ops.push(op);
@@ -353,7 +433,11 @@ impl Writer {
                     next = rx.try_recv().ok();
                 }
             }
-            let mut results = self.round(ops.drain(..));
+            let mut results = match self.admission() {
+                Admission::All => self.round(ops.drain(..), None),
+                Admission::DeletesOnly(refusal) => self.round(ops.drain(..), Some(refusal)),
+                Admission::Nothing(refusal) => ops.drain(..).map(|_| Err(refusal.duplicate())).collect(),
+            };
             if results.iter().any(Result::is_ok) {
                 let started = Instant::now();
                 let mode = if self.cfg.fsync {
@@ -361,12 +445,10 @@ impl Writer {
                 } else {
                     PersistMode::Buffer
                 };
-                if let Err(e) = self.store.inner.db.persist(mode) {
-                    tracing::error!(error = %e, "journal sync failed; refusing further writes");
-                    self.store.inner.failed.store(true, Ordering::Release);
-                    self.latest.clear();
+                if let Err(e) = self.engine().and_then(|engine| Ok(engine.db.persist(mode)?)) {
+                    let e = self.fail(&e);
                     for r in &mut results {
-                        *r = Err(StoreError::CommitFailed(e.to_string()));
+                        *r = Err(e.duplicate());
                     }
                 }
                 self.stats
@@ -377,21 +459,108 @@ impl Writer {
             self.stats
                 .ops
                 .fetch_add(replies.len() as u64, Ordering::Relaxed);
+            let refused = results.iter().filter(|r| matches!(r, Err(StoreError::DiskFull(_) | StoreError::Unavailable))).count();
+            self.stats.refused_unhealthy.fetch_add(refused as u64, Ordering::Relaxed);
             for (reply, res) in replies.drain(..).zip(results) {
                 // A requester that went away no longer needs the answer.
                 let _ = reply.send(res);
             }
         }
-        if let Err(e) = self.store.inner.db.persist(PersistMode::SyncAll) {
-            tracing::error!(error = %e, "final sync failed");
+        if self.store.health() != Health::Failed {
+            if let Err(e) = self.engine().and_then(|engine| Ok(engine.db.persist(PersistMode::SyncAll)?)) {
+                tracing::error!(error = %e, "final sync failed");
+            }
         }
         tracing::debug!("writer stopped");
     }
 
+    /// The engine to write to.
+    fn engine(&self) -> Result<Arc<Engine>, StoreError> {
+        self.engine.clone().ok_or(StoreError::Unavailable)
+    }
+
+    /// Decides what this round may do, from the store's health and the free space; reopens
+    /// a failed store once there is room again (at most once a second).
+    fn admission(&mut self) -> Admission {
+        let min_free = self.cfg.min_free_bytes;
+        let free = self.space.free();
+        let roomy = min_free == 0 || free.is_none_or(|f| f >= min_free);
+        if self.store.health() == Health::Failed {
+            // After running out of space, wait for some room before trying again.
+            let room_to_recover = !self.no_space || free.is_none_or(|f| f >= min_free.max(RECOVERY_MIN_FREE));
+            if !roomy || !room_to_recover || Instant::now() < self.next_reopen {
+                return Admission::Nothing(self.refusal(free));
+            }
+            self.next_reopen = Instant::now() + Duration::from_secs(1);
+            // The old engine must be closed before it can be opened again: let go of ours.
+            self.engine = None;
+            match self.store.reopen().and_then(|()| self.store.engine()) {
+                Ok(engine) => {
+                    self.engine = Some(engine);
+                    self.no_space = false;
+                    self.stats.reopens.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(data_dir = %self.store.inner.dir.display(), "storage reopened after a failure; writes are taken again");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot reopen storage yet; retrying every second");
+                    return Admission::Nothing(self.refusal(free));
+                }
+            }
+        }
+        if roomy {
+            if self.store.health() != Health::Ok {
+                tracing::warn!(free_mib = free.map(|f| f >> 20), "disk space available again; writes are taken again");
+                self.store.set_health(Health::Ok);
+            }
+            Admission::All
+        } else {
+            if self.store.health() == Health::Ok {
+                tracing::error!(free_mib = free.map(|f| f >> 20), min_free_mib = min_free >> 20, data_dir = %self.store.inner.dir.display(), "disk nearly full: refusing writes until space is freed (reads go on)");
+                self.store.set_health(Health::DiskFull);
+            }
+            Admission::DeletesOnly(self.refusal(free))
+        }
+    }
+
+    /// The error for a write refused while the store is unhealthy.
+    fn refusal(&self, free: Option<u64>) -> StoreError {
+        let min = self.cfg.min_free_bytes;
+        match free {
+            Some(f) if min > 0 && f < min => StoreError::DiskFull(format!(
+                "{} MiB free in the data directory's file system, less than storage.min_free_mb = {} MiB; writes are refused until space is freed",
+                f >> 20,
+                min >> 20
+            )),
+            _ if self.no_space => StoreError::DiskFull("no space left in the data directory's file system; writes are refused until space is freed".into()),
+            _ => StoreError::Unavailable,
+        }
+    }
+
+    /// A write to the engine failed: the engine refuses writes from now on, so the store
+    /// is marked failed (reopened once there is room) and cached state is dropped. The
+    /// error for the requests of this round.
+    fn fail(&mut self, e: &StoreError) -> StoreError {
+        if self.store.health() != Health::Failed {
+            tracing::error!(error = %e, "storage write failed; refusing writes until the store is reopened (reads go on)");
+        }
+        self.store.set_health(Health::Failed);
+        self.no_space |= is_no_space(e);
+        self.latest.clear();
+        self.gateway_counts.clear();
+        self.space.invalidate();
+        let free = self.space.free();
+        match self.refusal(free) {
+            StoreError::Unavailable => StoreError::CommitFailed(e.to_string()),
+            full => full,
+        }
+    }
+
     /// Applies one round of requests; returns one result per request.
+    /// With `refusal`, only deletes are applied and every other op gets that error.
     fn round(
         &mut self,
         ops: impl ExactSizeIterator<Item = WriteOp>,
+        refusal: Option<StoreError>,
     ) -> Vec<Result<WriteOutcome, StoreError>> {
         if self.latest.len() > LATEST_CACHE_DEVICES {
             self.latest.clear();
@@ -400,6 +569,10 @@ impl Writer {
             (0..ops.len()).map(|_| Ok(WriteOutcome::Done)).collect();
         let mut seg = Segment::default();
         for (i, op) in ops.enumerate() {
+            if let Some(refusal) = refusal.as_ref().filter(|_| !op.is_delete()) {
+                results[i] = Err(refusal.duplicate());
+                continue;
+            }
             match op {
                 WriteOp::Telemetry { device, records } => {
                     results[i] = self.telemetry(&mut seg, device, records);
@@ -419,9 +592,12 @@ impl Writer {
                 }
                 WriteOp::Broker(rows) => {
                     // An application user name may not be a device's access token.
-                    let clash = rows.iter().find(|r| r.table == BrokerTable::Credentials && r.value.is_some()).map(|r| self.store.inner.ks.tokens.contains_key(&r.key));
+                    let clash = rows
+                        .iter()
+                        .find(|r| r.table == BrokerTable::Credentials && r.value.is_some())
+                        .map(|r| self.engine().and_then(|e| Ok(e.ks.tokens.contains_key(&r.key)?)));
                     match clash {
-                        Some(Err(e)) => results[i] = Err(e.into()),
+                        Some(Err(e)) => results[i] = Err(e),
                         Some(Ok(true)) => results[i] = Err(StoreError::CredentialClash("user name is a device access token; choose another".into())),
                         _ => {
                             for r in rows {
@@ -433,12 +609,16 @@ impl Writer {
                 }
                 heavy => {
                     self.commit_segment(&mut seg, &mut results);
+                    if self.store.health() == Health::Failed {
+                        results[i] = Err(StoreError::Unavailable);
+                        continue;
+                    }
                     results[i] = self.heavy(heavy);
                     if let Err(e) = &results[i] {
                         // Whatever it half-did is not committed; forget cached state.
                         self.latest.clear();
                         if matches!(e, StoreError::Db(_)) {
-                            self.store.inner.failed.store(true, Ordering::Release);
+                            results[i] = Err(self.fail(e));
                         }
                     }
                 }
@@ -457,14 +637,14 @@ impl Writer {
         if let Some(a) = seg.alive.get(&device) {
             return Ok(*a);
         }
-        let a = self.store.inner.ks.devices.contains_key(device.as_bytes())?;
+        let a = self.engine()?.ks.devices.contains_key(device.as_bytes())?;
         seg.alive.insert(device, a);
         Ok(a)
     }
 
     fn load_latest(&mut self, device: DeviceId) -> Result<&mut Vec<(KeyId, Ts, Value)>, StoreError> {
         if !self.latest.contains_key(&device) {
-            let row = match self.store.inner.ks.latest.get(device.as_bytes())? {
+            let row = match self.engine()?.ks.latest.get(device.as_bytes())? {
                 Some(v) => codec::decode_latest_row(&v)?,
                 None => Vec::new(),
             };
@@ -508,7 +688,7 @@ impl Writer {
             }
             interned.push((rec.ts, vals));
         }
-        let ks_ts = self.store.inner.ks.ts.clone();
+        let ks_ts = self.engine()?.ks.ts.clone();
         let latest = self.load_latest(device)?;
         // No stored row can be newer than the newest latest value of the device.
         let mut max_ts = latest.iter().map(|e| e.1).max().unwrap_or(Ts(i64::MIN));
@@ -577,8 +757,18 @@ impl Writer {
         if seg.members.is_empty() {
             return;
         }
-        let ks = &self.store.inner.ks;
-        let mut batch = self.store.inner.db.batch();
+        let engine = match self.engine() {
+            Ok(e) => e,
+            Err(e) => {
+                for &i in &seg.members {
+                    results[i] = Err(e.duplicate());
+                }
+                seg.members.clear();
+                return;
+            }
+        };
+        let ks = &engine.ks;
+        let mut batch = engine.db.batch();
         for (name, id) in seg.new_keys.drain(..) {
             batch.insert(&ks.keys, name.into_bytes(), id.to_be_bytes().to_vec());
         }
@@ -607,11 +797,9 @@ impl Writer {
             .records
             .fetch_add(std::mem::take(&mut seg.records), Ordering::Relaxed);
         if let Err(e) = outcome {
-            tracing::error!(error = %e, "batch commit failed");
-            self.store.inner.failed.store(true, Ordering::Release);
-            self.latest.clear();
+            let e = self.fail(&e.into());
             for &i in &seg.members {
-                results[i] = Err(StoreError::CommitFailed(e.to_string()));
+                results[i] = Err(e.duplicate());
             }
         }
         seg.members.clear();
@@ -622,7 +810,8 @@ impl Writer {
         match op {
             WriteOp::DeleteTelemetry(d) => self.delete_telemetry(d),
             WriteOp::SaveDevice(s) => {
-                let mut txn = DeviceTxn::new(&self.store);
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
                 let rec = txn.save(s, None)?;
                 txn.commit()?;
                 Ok(WriteOutcome::Device(rec))
@@ -634,7 +823,8 @@ impl Writer {
             WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => self.gateway_device(gateway, name, device_type, max_devices),
             WriteOp::AssignGateway { device, gateway } => {
                 self.gateway_counts.clear();
-                let mut txn = DeviceTxn::new(&self.store);
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
                 let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
                 if let Some(g) = gateway {
                     if !txn.record(g)?.ok_or(StoreError::DeviceNotFound)?.is_gateway() {
@@ -647,7 +837,8 @@ impl Writer {
                 Ok(WriteOutcome::Device(new))
             }
             WriteOp::Import { rows, update } => {
-                let mut txn = DeviceTxn::new(&self.store);
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
                 let out = txn.import(rows, update)?;
                 txn.commit()?;
                 Ok(WriteOutcome::Import(out))
@@ -661,7 +852,8 @@ impl Writer {
 
     /// [`WriteOp::GatewayDevice`].
     fn gateway_device(&mut self, gateway: DeviceId, name: String, device_type: Option<String>, max_devices: usize) -> Result<WriteOutcome, StoreError> {
-        let mut txn = DeviceTxn::new(&self.store);
+        let engine = self.engine()?;
+        let mut txn = DeviceTxn::new(&self.store, &engine);
         if !txn.record(gateway)?.ok_or(StoreError::DeviceNotFound)?.is_gateway() {
             return Err(StoreError::NotGateway);
         }
@@ -696,11 +888,12 @@ impl Writer {
     }
 
     fn delete_device(&mut self, id: DeviceId) -> Result<WriteOutcome, StoreError> {
-        let ks = &self.store.inner.ks;
+        let engine = self.engine()?;
+        let ks = &engine.ks;
         let Some(rec) = self.store.device(id)? else {
             return Err(StoreError::DeviceNotFound);
         };
-        let mut batch = self.store.inner.db.batch();
+        let mut batch = engine.db.batch();
         batch.remove(&ks.devices, id.as_bytes().to_vec());
         batch.remove(&ks.names, rec.name.into_bytes());
         batch.remove(&ks.tokens, rec.token.clone().into_bytes());
@@ -728,7 +921,7 @@ impl Writer {
     }
 
     fn delete_telemetry(&mut self, d: DeleteTelemetry) -> Result<WriteOutcome, StoreError> {
-        let ks = self.store.inner.ks.ts.clone();
+        let ks = self.engine()?.ks.ts.clone();
         let ids: Vec<KeyId> = self
             .store
             .key_ids(&d.keys)
@@ -746,7 +939,7 @@ impl Writer {
             ),
         };
         let in_range = |ts: Ts| d.range.is_none_or(|(s, e)| ts >= s && ts < e);
-        let mut batch = self.store.inner.db.batch();
+        let mut batch = self.engine()?.db.batch();
         for kv in ks.range(lo..hi) {
             let (k, v) = kv.into_inner()?;
             let mut row = codec::decode_ts_row(&v)?;
@@ -795,8 +988,9 @@ impl Writer {
             }
         }
         if changed {
-            let mut batch = self.store.inner.db.batch();
-            write_latest(&mut batch, &self.store, d.device, &kept);
+            let engine = self.engine()?;
+            let mut batch = engine.db.batch();
+            write_latest(&mut batch, &engine, d.device, &kept);
             batch.commit()?;
             self.latest.insert(d.device, kept);
         }
@@ -805,7 +999,7 @@ impl Writer {
 
     /// The newest stored point of one key of a device.
     fn newest_point(&self, device: DeviceId, key: KeyId) -> Result<Option<(Ts, Value)>, StoreError> {
-        for kv in self.store.inner.ks.ts.prefix(device.as_bytes()).rev() {
+        for kv in self.engine()?.ks.ts.prefix(device.as_bytes()).rev() {
             let (k, v) = kv.into_inner()?;
             if let Some((_, val)) = codec::decode_ts_row(&v)?.into_iter().find(|e| e.0 == key) {
                 return Ok(Some((codec::ts_of_key(&k)?, val)));
@@ -823,8 +1017,8 @@ fn gateway_key(gateway: DeviceId, device: DeviceId) -> Vec<u8> {
     k
 }
 
-fn write_latest(batch: &mut OwnedWriteBatch, store: &Store, device: DeviceId, row: &[(KeyId, Ts, Value)]) {
-    let ks = &store.inner.ks.latest;
+fn write_latest(batch: &mut OwnedWriteBatch, engine: &Engine, device: DeviceId, row: &[(KeyId, Ts, Value)]) {
+    let ks = &engine.ks.latest;
     if row.is_empty() {
         batch.remove(ks, device.as_bytes().to_vec());
     } else {
@@ -836,6 +1030,7 @@ fn write_latest(batch: &mut OwnedWriteBatch, store: &Store, device: DeviceId, ro
 /// same import see earlier ones.
 struct DeviceTxn<'a> {
     store: &'a Store,
+    engine: &'a Engine,
     batch: OwnedWriteBatch,
     /// name → owner as of this transaction (`None`: freed).
     names: HashMap<String, Option<DeviceId>>,
@@ -844,10 +1039,11 @@ struct DeviceTxn<'a> {
 }
 
 impl<'a> DeviceTxn<'a> {
-    fn new(store: &'a Store) -> Self {
+    fn new(store: &'a Store, engine: &'a Engine) -> Self {
         Self {
             store,
-            batch: store.inner.db.batch(),
+            engine,
+            batch: engine.db.batch(),
             names: HashMap::default(),
             tokens: HashMap::default(),
             records: HashMap::default(),
@@ -862,13 +1058,13 @@ impl<'a> DeviceTxn<'a> {
     fn name_owner(&self, name: &str) -> Result<Option<DeviceId>, StoreError> {
         match self.names.get(name) {
             Some(o) => Ok(*o),
-            None => self.store.inner.ks.names.get(name)?.map(|v| id_from(&v)).transpose(),
+            None => self.engine.ks.names.get(name)?.map(|v| id_from(&v)).transpose(),
         }
     }
 
     /// A device token may not be an MQTT application's user name.
     fn check_not_a_user_name(&self, token: &str) -> Result<(), StoreError> {
-        if self.store.inner.ks.broker.contains_key(BrokerTable::Credentials.key(token.as_bytes()))? {
+        if self.engine.ks.broker.contains_key(BrokerTable::Credentials.key(token.as_bytes()))? {
             return Err(StoreError::CredentialClash("access token is an MQTT application user name; choose another".into()));
         }
         Ok(())
@@ -890,7 +1086,7 @@ impl<'a> DeviceTxn<'a> {
 
     /// Stages `new`, replacing `old` (same id) if given.
     fn put(&mut self, new: DeviceRecord, old: Option<&DeviceRecord>) -> Result<(), StoreError> {
-        let ks = &self.store.inner.ks;
+        let ks = &self.engine.ks;
         if let Some(old) = old {
             if old.name != new.name {
                 self.batch.remove(&ks.names, old.name.clone().into_bytes());
@@ -1009,7 +1205,7 @@ impl<'a> DeviceTxn<'a> {
                         .chain(row.server.into_iter().map(|kv| (AttributeScope::Server, kv)));
                     for (scope, (k, v)) in attrs.filter(|_| write_attrs) {
                         self.batch.insert(
-                            &self.store.inner.ks.attrs,
+                            &self.engine.ks.attrs,
                             codec::attr_key(rec.id, scope.tag(), &k),
                             codec::encode_attr(now, &v),
                         );

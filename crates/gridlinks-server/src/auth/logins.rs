@@ -5,7 +5,9 @@
 //! login are refused too.
 //!
 //! Logins are kept in the store's `meta` (`login/{sessionId}` → `{"jti","exp"}`), so a
-//! refresh token used before a restart cannot be used again after it.
+//! refresh token used before a restart cannot be used again after it. When the store
+//! refuses writes (disk full), logins go on in memory (so administrators can still log in
+//! and read), and are forgotten by a restart.
 
 use std::collections::HashMap;
 
@@ -137,11 +139,24 @@ impl Logins {
     async fn save(&self, session_id: &str, login: &Login) -> Result<(), StoreError> {
         let (store, key) = (self.store.clone(), format!("{PREFIX}{session_id}"));
         let value = serde_json::to_vec(login).map_err(|_| StoreError::Corrupt("login encode"))?;
-        tokio::task::spawn_blocking(move || store.meta_put(&key, &value)).await.map_err(|_| StoreError::Closed)?
+        let r = tokio::task::spawn_blocking(move || store.meta_put(&key, &value)).await.map_err(|_| StoreError::Closed)?;
+        Self::in_memory_if_unwritable(r)
     }
 
     async fn forget(&self, session_id: String) -> Result<(), StoreError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.meta_delete(&format!("{PREFIX}{session_id}"))).await.map_err(|_| StoreError::Closed)?
+        let r = tokio::task::spawn_blocking(move || store.meta_delete(&format!("{PREFIX}{session_id}"))).await.map_err(|_| StoreError::Closed)?;
+        Self::in_memory_if_unwritable(r)
+    }
+
+    /// A login that cannot be stored because the store refuses writes lives in memory.
+    fn in_memory_if_unwritable(r: Result<(), StoreError>) -> Result<(), StoreError> {
+        match r {
+            Err(e @ (StoreError::Db(_) | StoreError::Unavailable)) => {
+                crate::logging::warn_limited!(error = %e, "login not stored (storage refuses writes): it lasts until a restart");
+                Ok(())
+            }
+            r => r,
+        }
     }
 }

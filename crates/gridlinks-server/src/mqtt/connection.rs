@@ -1118,8 +1118,9 @@ impl<T: Transport> Conn<T> {
                 Ok(()) => Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, retained: Vec::new() },
                 Err(e) => {
                     let text = format!("message not stored: {e}");
+                    let reason = if matches!(e, StoreError::DiskFull(_) | StoreError::Overloaded) { rc::QUOTA_EXCEEDED } else { rc::UNSPECIFIED_ERROR };
                     if v5 {
-                        Done { ack: pub_ack(qos, packet_id, rc::UNSPECIFIED_ERROR, Some(text)), reply: None, close: None, retained: Vec::new() }
+                        Done { ack: pub_ack(qos, packet_id, reason, Some(text)), reply: None, close: None, retained: Vec::new() }
                     } else {
                         Done { ack: None, reply: None, close: Some((rc::UNSPECIFIED_ERROR, text)), retained: Vec::new() }
                     }
@@ -1269,6 +1270,7 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
         }
         TopicError::Store(StoreError::Overloaded) => (rc::QUOTA_EXCEEDED, "storage overloaded: retry later".into()),
         TopicError::Store(StoreError::Limit(m)) => (rc::QUOTA_EXCEEDED, m.clone()),
+        TopicError::Store(e @ StoreError::DiskFull(_)) => (rc::QUOTA_EXCEEDED, e.to_string()),
         TopicError::Store(e) => (rc::UNSPECIFIED_ERROR, format!("storage failure: {e}")),
     };
     if matches!(err, TopicError::BadPayload(_) | TopicError::UnknownTopic | TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_))) {

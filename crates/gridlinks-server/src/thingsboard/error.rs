@@ -83,6 +83,12 @@ impl From<StoreError> for ApiError {
                 ErrorCode::TooManyRequests,
                 "Server is overloaded: the storage queue is full. Retry later.",
             ),
+            StoreError::DiskFull(m) => Self::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::General, format!("Disk full: {m}; the data was not stored.")),
+            StoreError::Unavailable => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::General,
+                "Storage is recovering from a failure; the data was not stored. Retry shortly.",
+            ),
             StoreError::Closed => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::General,

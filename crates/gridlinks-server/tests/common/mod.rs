@@ -71,15 +71,24 @@ impl Server {
     }
 
     fn start_on_limited(dir: &Path, env: &[(&str, &str)], nofile: Option<u64>) -> Self {
+        Self::start_with(dir, env, nofile, None)
+    }
+
+    /// A server on `dir` whose log (stderr) goes to `log`.
+    pub fn start_logged(dir: &Path, env: &[(&str, &str)], log: &Path) -> Self {
+        Self::start_with(dir, env, None, Some(log))
+    }
+
+    fn start_with(dir: &Path, env: &[(&str, &str)], nofile: Option<u64>, log: Option<&Path>) -> Self {
         for _ in 0..5 {
-            if let Some(s) = Self::try_start_on(dir, env, nofile) {
+            if let Some(s) = Self::try_start_on(dir, env, nofile, log) {
                 return s;
             }
         }
         panic!("gridlinks did not start in 5 attempts");
     }
 
-    fn try_start_on(dir: &Path, env: &[(&str, &str)], nofile: Option<u64>) -> Option<Self> {
+    fn try_start_on(dir: &Path, env: &[(&str, &str)], nofile: Option<u64>, log: Option<&Path>) -> Option<Self> {
         let port = free_port();
         let mqtt_port = free_port();
         let ws_port = free_port();
@@ -100,7 +109,10 @@ impl Server {
             .env("GRIDLINKS_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env("GRIDLINKS_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(match log {
+                Some(path) => Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap()),
+                None => Stdio::inherit(),
+            });
         for (k, v) in env {
             cmd.env(k, v);
         }
