@@ -52,6 +52,9 @@ pub enum SubscribeError {
     /// `$share/` without a valid group name and filter.
     #[error("shared subscription must be $share/{{group}}/{{filter}} with a group free of '+', '#' and '/'")]
     Share,
+    /// The client has as many subscriptions as it may.
+    #[error("too many subscriptions: at most {0} per client")]
+    TooMany(usize),
 }
 
 /// A message as published: what every copy (and a retained copy) shares. Cloning it
@@ -175,15 +178,24 @@ impl Router {
     }
 
     /// Subscribes `client` to `full` (a filter or `$share/{group}/{filter}`).
-    pub fn subscribe(
+    pub fn subscribe(&mut self, client: &str, full: &str, opts: SubOptions) -> Result<Subscribed, SubscribeError> {
+        self.subscribe_at_most(client, full, opts, usize::MAX)
+    }
+
+    /// [`Router::subscribe`], refusing a new filter when the client has `max` already.
+    pub fn subscribe_at_most(
         &mut self,
         client: &str,
         full: &str,
         opts: SubOptions,
+        max: usize,
     ) -> Result<Subscribed, SubscribeError> {
         let share = split_share(full)?;
         let filter = share.map_or(full, |(_, f)| f);
         validate_filter(filter)?;
+        if self.subs.get(client).is_some_and(|s| s.len() >= max && !s.contains_key(full)) {
+            return Err(SubscribeError::TooMany(max));
+        }
         // One `Arc` per client, shared by all its subscriptions.
         let client: Arc<str> = match self.subs.get_key_value(client) {
             Some((k, _)) => k.clone(),
@@ -233,6 +245,9 @@ impl Router {
         }
         if subs.is_empty() {
             self.subs.remove(client);
+            crate::trie::shrink(&mut self.subs);
+        } else {
+            crate::trie::shrink(subs);
         }
         let (group, filter) = match split_share(full) {
             Ok(Some((g, f))) => (Some(g), f),

@@ -437,6 +437,8 @@ pub struct Sessions {
     dropped_qos0: AtomicU64,
     /// Set by [`Sessions::shut_down`]: sessions registered from then on close at once.
     shutting_down: AtomicBool,
+    /// Most subscriptions per session (device or client); 0: unbounded.
+    max_subscriptions: usize,
 }
 
 impl Sessions {
@@ -509,13 +511,23 @@ impl Sessions {
         }
     }
 
-    /// Adds or replaces a subscription of a session.
-    pub fn subscribe(&self, device: DeviceId, id: SessionId, filter: &str, qos: u8) {
+    /// Adds or replaces a subscription of a session; a new filter is refused when the
+    /// session has [`Sessions::max_subscriptions`] already.
+    pub fn subscribe(&self, device: DeviceId, id: SessionId, filter: &str, qos: u8) -> Result<(), SubscribeError> {
         let mut map = self.by_device.write();
         if let Some(e) = map.get_mut(&device).and_then(|l| l.iter_mut().find(|e| e.id == id)) {
-            e.subs.retain(|(f, _)| f != filter);
-            e.subs.push((filter.to_owned(), qos));
+            let full = e.subs.len() >= self.subscription_limit();
+            match e.subs.iter_mut().find(|(f, _)| f == filter) {
+                Some(existing) => existing.1 = qos,
+                None if full => return Err(SubscribeError::TooMany(self.max_subscriptions)),
+                None => e.subs.push((filter.to_owned(), qos)),
+            }
         }
+        Ok(())
+    }
+
+    fn subscription_limit(&self) -> usize {
+        if self.max_subscriptions == 0 { usize::MAX } else { self.max_subscriptions }
     }
 
     /// Removes a subscription; returns whether it existed.
@@ -525,6 +537,9 @@ impl Sessions {
             Some(e) => {
                 let before = e.subs.len();
                 e.subs.retain(|(f, _)| f != filter);
+                if e.subs.capacity() > 2 * e.subs.len() + 4 {
+                    e.subs.shrink_to_fit();
+                }
                 e.subs.len() != before
             }
             None => false,
@@ -706,7 +721,8 @@ impl Sessions {
 
     /// Subscribes client `client_id`; the retained messages the subscription receives now.
     pub fn subscribe_client(&self, client_id: &str, filter: &str, opts: SubOptions) -> Result<Vec<(Message, u8)>, SubscribeError> {
-        Ok(self.with_router(|r| r.subscribe(client_id, filter, opts))?.retained)
+        let max = self.subscription_limit();
+        Ok(self.with_router(|r| r.subscribe_at_most(client_id, filter, opts, max))?.retained)
     }
 
     /// Unsubscribes client `client_id`; whether the subscription existed.
@@ -800,6 +816,13 @@ impl Sessions {
         self.seq.fetch_max(seq, Ordering::Relaxed);
     }
 
+    /// A session (device or client) may hold at most `per_session` subscriptions (0:
+    /// unbounded); a SUBSCRIBE for another filter is refused ([`SubscribeError::TooMany`]).
+    pub fn max_subscriptions(mut self, per_session: usize) -> Self {
+        self.max_subscriptions = per_session;
+        self
+    }
+
     /// A client whose queue reaches `copies` (publishers waiting on it) is disconnected as
     /// too slow; a persistent session keeps that many.
     pub fn hard_limit(mut self, copies: usize) -> Self {
@@ -840,8 +863,8 @@ mod tests {
         let d = DeviceId::new_random();
         let a = s.register(d, 1);
         let b = s.register(d, 1);
-        s.subscribe(d, a.id, "v1/devices/me/rpc/request/+", 1);
-        s.subscribe(d, b.id, "v1/devices/me/attributes", 0);
+        s.subscribe(d, a.id, "v1/devices/me/rpc/request/+", 1).unwrap();
+        s.subscribe(d, b.id, "v1/devices/me/attributes", 0).unwrap();
         assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/1", Bytes::from_static(b"{}")), 1);
         a.inbox.wake.notified().await;
         let m = a.inbox.drain().pop_front().unwrap();
@@ -1140,5 +1163,26 @@ mod tests {
         assert_eq!(burst(b"5").queued, 0);
         assert_eq!(fast.inbox.close_reason(), Some(CloseReason::TooSlow));
         assert_eq!(s.closed_on_overflow(), 1);
+    }
+
+    #[test]
+    fn subscriptions_per_session_are_bounded() {
+        let s = Sessions::default().max_subscriptions(2);
+        let opts = SubOptions { qos: 1, ..SubOptions::default() };
+        let link = s.register_client("c", "".into(), 10, true, 0).link;
+        s.subscribe_client("c", "a", opts).unwrap();
+        s.subscribe_client("c", "b", opts).unwrap();
+        assert!(matches!(s.subscribe_client("c", "c", opts), Err(SubscribeError::TooMany(2))));
+        // Subscribing again to a filter it has is a replacement, not one more.
+        s.subscribe_client("c", "a", opts).unwrap();
+        assert!(s.unsubscribe_client("c", "a"));
+        s.subscribe_client("c", "c", opts).unwrap();
+        let d = DeviceId::new_random();
+        let dev = s.register(d, 10);
+        s.subscribe(d, dev.id, "x", 1).unwrap();
+        s.subscribe(d, dev.id, "y", 1).unwrap();
+        assert!(matches!(s.subscribe(d, dev.id, "z", 1), Err(SubscribeError::TooMany(2))));
+        s.subscribe(d, dev.id, "x", 0).unwrap();
+        let _ = link;
     }
 }

@@ -332,6 +332,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
     let ws_local = ws_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let drop_oldest = cfg.mqtt.offline_queue_full == "drop_oldest";
     let hard_limit = cfg.mqtt.client_queue_hard_limit;
+    let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
     let anonymous_acl = Arc::new(Acl {
         publish: cfg.mqtt.anonymous_publish.clone(),
         subscribe: cfg.mqtt.anonymous_subscribe.clone(),
@@ -347,7 +348,8 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         metrics: Metrics::default(),
         sessions: Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
             .drop_oldest_when_offline_queue_full(drop_oldest)
-            .hard_limit(hard_limit),
+            .hard_limit(hard_limit)
+            .max_subscriptions(max_subscriptions),
         rpc: RpcRegistry::default(),
         mqtt_metrics: MqttMetrics::default(),
         clients: Credentials::load(&store).context("loading MQTT client credentials")?,

@@ -99,6 +99,8 @@ pub struct MqttConfig {
     pub max_connections: usize,
     /// Most simultaneous connections with one device token or application user name.
     pub max_connections_per_credential: usize,
+    /// Most subscriptions one session (device or client) may hold; 0: unbounded.
+    pub max_subscriptions_per_client: usize,
     /// Time a new connection has to send CONNECT.
     pub connect_timeout: Millis,
     /// Messages queued for one connection (attribute updates, RPC) before it is closed as too slow.
@@ -242,6 +244,7 @@ impl Default for MqttConfig {
             receive_maximum: 64,
             max_connections: 0,
             max_connections_per_credential: 16,
+            max_subscriptions_per_client: 1_000,
             connect_timeout: Millis(10_000),
             outbound_queue: 64,
             rate_limit_messages: 0,

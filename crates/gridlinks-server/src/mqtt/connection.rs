@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use gridlinks_broker::acl::Acl;
-use gridlinks_broker::router::{Message, SubOptions};
+use gridlinks_broker::router::{Message, SubOptions, SubscribeError};
 use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink, Unregistered};
 use gridlinks_broker::topic::validate_filter;
 use gridlinks_codec::mqtt::topic::is_valid_topic_name;
@@ -1133,7 +1133,7 @@ impl<T: Transport> Conn<T> {
     fn subscribe(&mut self, who: &Who, s: Subscribe) -> (Packet, Vec<Outbound>) {
         let v5 = self.version == ProtocolVersion::V5;
         let mut retained = Vec::new();
-        let codes = s
+        let codes: Vec<u8> = s
             .filters
             .iter()
             .map(|f| {
@@ -1148,8 +1148,10 @@ impl<T: Transport> Conn<T> {
                         if validate_filter(&f.filter).is_err() {
                             return if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
-                        self.st.sessions.subscribe(*device, self.session, &f.filter, granted);
-                        granted
+                        match self.st.sessions.subscribe(*device, self.session, &f.filter, granted) {
+                            Ok(()) => granted,
+                            Err(_) => if v5 { rc::QUOTA_EXCEEDED } else { rc::V3_SUBSCRIPTION_FAILURE },
+                        }
                     }
                     Who::Client { id: client, acl, .. } => {
                         let plain = f.filter.strip_prefix("$share/").and_then(|r| r.split_once('/')).map_or(f.filter.as_str(), |(_, p)| p);
@@ -1172,13 +1174,17 @@ impl<T: Transport> Conn<T> {
                                 }));
                                 granted
                             }
+                            Err(SubscribeError::TooMany(_)) => if v5 { rc::QUOTA_EXCEEDED } else { rc::V3_SUBSCRIPTION_FAILURE },
                             Err(_) => if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE },
                         }
                     }
                 }
             })
             .collect();
-        (Packet::SubAck(SubAck { packet_id: s.packet_id, return_codes: codes, reason_string: None }), retained)
+        let reason_string = (v5 && codes.contains(&rc::QUOTA_EXCEEDED)).then(|| {
+            format!("too many subscriptions: at most {} per session (mqtt.max_subscriptions_per_client)", self.st.cfg.mqtt.max_subscriptions_per_client)
+        });
+        (Packet::SubAck(SubAck { packet_id: s.packet_id, return_codes: codes, reason_string }), retained)
     }
 
     fn unsubscribe(&mut self, who: &Who, u: Unsubscribe) -> Packet {
