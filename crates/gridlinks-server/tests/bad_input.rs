@@ -93,3 +93,33 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
     assert!(m.lines().any(|l| l.starts_with("gridlinks_payload_rejected_total ") && !l.ends_with(" 0")), "{m}");
 }
 
+
+/// Integers beyond 64 bits keep every digit (stored as strings, as ThingsBoard does), over
+/// HTTP, MQTT and the REST telemetry and attribute posts.
+#[test]
+fn integers_beyond_64_bits_are_kept_exactly_on_every_transport() {
+    use common::mqtt::*;
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "big", "BIG");
+    let big = "123456789012345678901234567890";
+    let neg = "-98765432109876543210987654321";
+    assert_eq!(s.telemetry("BIG", &format!(r#"{{"ts":1,"values":{{"bigpos":{big}}}}}"#)), 200);
+    let (mut c, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("BIG"), 60);
+    c.publish("v1/devices/me/telemetry", format!(r#"{{"ts":2,"values":{{"bigpos":{neg}}}}}"#).as_bytes(), QoS::AtLeastOnce, Some(1));
+    assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == 0));
+    let base = format!("/api/plugins/telemetry/DEVICE/{id}");
+    // (Raw bodies: the test's own JSON library would round the number.)
+    let rest = format!(r#"{{"ts":3,"values":{{"bigpos":{big}1}}}}"#);
+    assert_eq!(s.req("POST", &format!("{base}/timeseries/ANY"), Some(&jwt), Some(&rest)).0, 200);
+    for strict in ["false", "true"] {
+        let (_, v) = s.req("GET", &format!("{base}/values/timeseries?keys=bigpos&startTs=0&endTs=10&orderBy=ASC&useStrictDataTypes={strict}"), Some(&jwt), None);
+        for exact in [big.to_owned(), neg.to_owned(), format!("{big}1")] {
+            assert!(v.contains(&format!("\"{exact}\"")), "strict={strict}: {exact} missing in {v}");
+        }
+    }
+    // Attributes over HTTP and MQTT.
+    assert_eq!(s.req("POST", "/api/v1/BIG/attributes", None, Some(&format!(r#"{{"fw":{big}}}"#))).0, 200);
+    let (_, a) = s.req("GET", &format!("{base}/values/attributes/CLIENT_SCOPE?keys=fw"), Some(&jwt), None);
+    assert!(a.contains(&format!("\"{big}\"")), "{a}");
+}

@@ -5,12 +5,14 @@
 //! Accepted telemetry forms: `{"k":v}`, `{"ts":ms,"values":{…}}`, and arrays of either.
 //! Values are typed as ThingsBoard's `JsonConverter` types them (with its default
 //! `type_cast_enabled`): booleans, integers that fit a long, other numbers as doubles,
-//! integers too large for a long as strings, numeric strings such as `"42"` cast to
-//! numbers, objects and arrays kept as JSON text. `null` values are skipped on the
-//! device API, as ThingsBoard does.
+//! integers too large for a long as strings of their exact digits, numeric strings such as
+//! `"42"` cast to numbers, objects and arrays kept as their JSON text (as sent, without
+//! whitespace). `null` values are skipped on the device API, as ThingsBoard does.
+
+use std::collections::BTreeMap;
 
 use gridlinks_types::{Ts, TsRecord, Value};
-use serde_json::{Map, Value as J};
+use serde_json::value::RawValue;
 
 /// Bounds applied while decoding.
 #[derive(Clone, Copy, Debug)]
@@ -39,36 +41,61 @@ fn shape(msg: impl Into<String>) -> PayloadError {
     PayloadError::Shape(msg.into())
 }
 
-/// Decodes a telemetry payload; points without a `ts` get `now`.
-pub fn parse_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<TsRecord>, PayloadError> {
-    let json: J = serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
-    let mut count = 0usize;
-    telemetry_from_json(json, now, lim, &mut count)
+fn json_error(e: serde_json::Error) -> PayloadError {
+    PayloadError::Json(e.to_string())
 }
 
-fn telemetry_from_json(json: J, now: Ts, lim: PayloadLimits, count: &mut usize) -> Result<Vec<TsRecord>, PayloadError> {
+// Payloads are decoded in two steps: serde_json checks the JSON and hands out each value's
+// exact text (`RawValue`, borrowed from the body, no copy); each value is then typed from
+// its text. Integers beyond 64 bits thus keep their digits (serde_json would round them to
+// a double), and nested JSON keeps exactly what the device sent.
+
+/// A JSON object: its entries by key (a repeated key: the last one counts), in key order.
+type Object<'a> = BTreeMap<String, &'a RawValue>;
+
+/// A JSON value, by its outermost shape.
+enum Json<'a> {
+    Object(Object<'a>),
+    Array(Vec<&'a RawValue>),
+    Scalar(&'a RawValue),
+}
+
+fn decode(v: &RawValue) -> Result<Json<'_>, PayloadError> {
+    Ok(match v.get().as_bytes().first() {
+        Some(b'{') => Json::Object(serde_json::from_str(v.get()).map_err(json_error)?),
+        Some(b'[') => Json::Array(serde_json::from_str(v.get()).map_err(json_error)?),
+        _ => Json::Scalar(v),
+    })
+}
+
+fn parse(body: &[u8]) -> Result<Json<'_>, PayloadError> {
+    // Straight into the outer shape: one pass over the body, not two.
+    Ok(match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Json::Object(serde_json::from_slice(body).map_err(json_error)?),
+        Some(b'[') => Json::Array(serde_json::from_slice(body).map_err(json_error)?),
+        _ => Json::Scalar(serde_json::from_slice(body).map_err(json_error)?),
+    })
+}
+
+/// Decodes a telemetry payload; points without a `ts` get `now`.
+pub fn parse_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<TsRecord>, PayloadError> {
+    let mut count = 0usize;
+    telemetry_from_json(parse(body)?, now, lim, &mut count)
+}
+
+fn telemetry_from_json(json: Json<'_>, now: Ts, lim: PayloadLimits, count: &mut usize) -> Result<Vec<TsRecord>, PayloadError> {
     let mut out = Vec::new();
     match json {
-        J::Array(items) => {
+        Json::Array(items) => {
             for (i, item) in items.into_iter().enumerate() {
-                match item {
-                    J::Object(m) => out.push(record(m, now, lim, count)?),
-                    other => {
-                        return Err(shape(format!(
-                            "array element {i} must be an object, got {}",
-                            kind(&other)
-                        )))
-                    }
+                match decode(item)? {
+                    Json::Object(m) => out.push(record(m, now, lim, count)?),
+                    _ => return Err(shape(format!("array element {i} must be an object, got {}", kind(item)))),
                 }
             }
         }
-        J::Object(m) => out.push(record(m, now, lim, count)?),
-        other => {
-            return Err(shape(format!(
-                "telemetry must be a JSON object or an array of objects, got {}",
-                kind(&other)
-            )))
-        }
+        Json::Object(m) => out.push(record(m, now, lim, count)?),
+        Json::Scalar(v) => return Err(shape(format!("telemetry must be a JSON object or an array of objects, got {}", kind(v)))),
     }
     out.retain(|r| !r.values.is_empty());
     if out.is_empty() {
@@ -83,7 +110,10 @@ pub fn parse_gateway_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Resu
     let mut count = 0usize;
     gateway_object(body)?
         .into_iter()
-        .map(|(name, v)| Ok((name.clone(), telemetry_from_json(v, now, lim, &mut count).map_err(|e| in_device(&name, e))?)))
+        .map(|(name, v)| {
+            let records = telemetry_from_json(decode(v)?, now, lim, &mut count).map_err(|e| in_device(&name, e))?;
+            Ok((name, records))
+        })
         .collect()
 }
 
@@ -95,34 +125,44 @@ pub fn parse_gateway_attributes(body: &[u8], lim: PayloadLimits) -> Result<Vec<D
     let mut count = 0usize;
     gateway_object(body)?
         .into_iter()
-        .map(|(name, v)| match v {
-            J::Object(m) => Ok((name.clone(), values(m, lim, &mut count, true).map_err(|e| in_device(&name, e))?)),
-            other => Err(shape(format!("attributes of device {name:?} must be an object, got {}", kind(&other)))),
+        .map(|(name, v)| match decode(v)? {
+            Json::Object(m) => {
+                let values = values(m, lim, &mut count, true).map_err(|e| in_device(&name, e))?;
+                Ok((name, values))
+            }
+            _ => Err(shape(format!("attributes of device {name:?} must be an object, got {}", kind(v)))),
         })
         .collect()
 }
 
 /// Decodes `{"device":"Name","type":"…"}` of `v1/gateway/connect` / `disconnect`: (name, type).
 pub fn parse_gateway_device(body: &[u8]) -> Result<(String, Option<String>), PayloadError> {
-    let json: J = serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
-    let name = json
-        .get("device")
-        .and_then(J::as_str)
-        .filter(|n| !n.trim().is_empty() && n.len() <= 255)
-        .ok_or_else(|| shape("\"device\" must be a non-empty device name of at most 255 bytes"))?;
-    Ok((name.to_owned(), json.get("type").and_then(J::as_str).map(String::from)))
+    let Json::Object(m) = parse(body)? else {
+        return Err(shape("\"device\" must be a non-empty device name of at most 255 bytes"));
+    };
+    let text = |key: &str| m.get(key).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    let name = text("device")
+        .filter(|n| valid_name(n))
+        .ok_or_else(|| shape("\"device\" must be a non-empty device name of at most 255 bytes, without control characters"))?;
+    Ok((name, text("type")))
 }
 
-fn gateway_object(body: &[u8]) -> Result<Map<String, J>, PayloadError> {
-    match serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))? {
-        J::Object(m) if !m.is_empty() => {
-            if let Some(bad) = m.keys().find(|k| k.trim().is_empty() || k.len() > 255) {
+/// A device name a gateway may use: not blank, at most 255 bytes, no control characters.
+fn valid_name(name: &str) -> bool {
+    !name.trim().is_empty() && name.len() <= 255 && !name.chars().any(char::is_control)
+}
+
+fn gateway_object(body: &[u8]) -> Result<Object<'_>, PayloadError> {
+    match parse(body)? {
+        Json::Object(m) if !m.is_empty() => {
+            if let Some(bad) = m.keys().find(|k| !valid_name(k)) {
                 return Err(shape(format!("invalid device name {bad:?}")));
             }
             Ok(m)
         }
-        J::Object(_) => Err(shape("no devices found in the payload")),
-        other => Err(shape(format!("gateway payload must be an object keyed by device name, got {}", kind(&other)))),
+        Json::Object(_) => Err(shape("no devices found in the payload")),
+        Json::Array(_) => Err(shape("gateway payload must be an object keyed by device name, got an array")),
+        Json::Scalar(v) => Err(shape(format!("gateway payload must be an object keyed by device name, got {}", kind(v)))),
     }
 }
 
@@ -135,9 +175,10 @@ fn in_device(name: &str, e: PayloadError) -> PayloadError {
 
 /// Decodes an attributes payload (a flat JSON object).
 pub fn parse_attributes(body: &[u8], lim: PayloadLimits, skip_nulls: bool) -> Result<Vec<(String, Value)>, PayloadError> {
-    let json: J = serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
-    let J::Object(m) = json else {
-        return Err(shape(format!("attributes must be a JSON object, got {}", kind(&json))));
+    let m = match parse(body)? {
+        Json::Object(m) => m,
+        Json::Array(_) => return Err(shape("attributes must be a JSON object, got an array")),
+        Json::Scalar(v) => return Err(shape(format!("attributes must be a JSON object, got {}", kind(v)))),
     };
     let mut count = 0;
     let values = values(m, lim, &mut count, skip_nulls)?;
@@ -147,18 +188,20 @@ pub fn parse_attributes(body: &[u8], lim: PayloadLimits, skip_nulls: bool) -> Re
     Ok(values)
 }
 
-fn record(mut m: Map<String, J>, now: Ts, lim: PayloadLimits, count: &mut usize) -> Result<TsRecord, PayloadError> {
+fn record(mut m: Object<'_>, now: Ts, lim: PayloadLimits, count: &mut usize) -> Result<TsRecord, PayloadError> {
     if m.contains_key("ts") && m.contains_key("values") {
-        let ts = match m.remove("ts") {
-            Some(J::Number(n)) => n.as_i64(),
-            Some(J::String(s)) => s.trim().parse().ok(),
-            _ => None,
-        }
-        .ok_or_else(|| shape("\"ts\" must be an integer number of milliseconds"))?;
-        let vals = match m.remove("values") {
-            Some(J::Object(v)) => v,
-            Some(other) => return Err(shape(format!("\"values\" must be an object, got {}", kind(&other)))),
-            None => Map::new(),
+        let ts = m
+            .remove("ts")
+            .and_then(|v| match v.get().as_bytes().first() {
+                Some(b'"') => serde_json::from_str::<String>(v.get()).ok()?.trim().parse().ok(),
+                _ => v.get().parse::<i64>().ok(),
+            })
+            .ok_or_else(|| shape("\"ts\" must be an integer number of milliseconds"))?;
+        let vals = match m.remove("values").map(decode).transpose()? {
+            Some(Json::Object(v)) => v,
+            Some(Json::Array(_)) => return Err(shape("\"values\" must be an object, got an array")),
+            Some(Json::Scalar(v)) => return Err(shape(format!("\"values\" must be an object, got {}", kind(v)))),
+            None => Object::new(),
         };
         if let Some(extra) = m.keys().next() {
             return Err(shape(format!("unexpected field {extra:?} beside \"ts\" and \"values\"")));
@@ -168,24 +211,20 @@ fn record(mut m: Map<String, J>, now: Ts, lim: PayloadLimits, count: &mut usize)
     Ok(TsRecord { ts: now, values: values(m, lim, count, true)? })
 }
 
-fn values(m: Map<String, J>, lim: PayloadLimits, count: &mut usize, skip_nulls: bool) -> Result<Vec<(String, Value)>, PayloadError> {
+fn values(m: Object<'_>, lim: PayloadLimits, count: &mut usize, skip_nulls: bool) -> Result<Vec<(String, Value)>, PayloadError> {
     let mut out = Vec::with_capacity(m.len());
     for (k, v) in m {
         if k.trim().is_empty() {
             return Err(shape("key must not be blank"));
         }
         if k.len() > lim.max_key_len {
-            return Err(shape(format!(
-                "key of {} bytes is longer than the limit of {} bytes",
-                k.len(),
-                lim.max_key_len
-            )));
+            return Err(shape(format!("key of {} bytes is longer than the limit of {} bytes", k.len(), lim.max_key_len)));
         }
         *count += 1;
         if *count > lim.max_values {
             return Err(PayloadError::TooMany(format!("more than {} values", lim.max_values)));
         }
-        match typed(&v) {
+        match typed(v)? {
             Some(val) => out.push((k, val)),
             None if skip_nulls => {}
             None => return Err(shape(format!("value of {k:?} is null"))),
@@ -194,25 +233,50 @@ fn values(m: Map<String, J>, lim: PayloadLimits, count: &mut usize, skip_nulls: 
     Ok(out)
 }
 
-/// Types one JSON value as ThingsBoard does; `None` for `null`.
-pub fn typed(v: &J) -> Option<Value> {
-    Some(match v {
-        J::Null => return None,
-        J::Bool(b) => Value::Bool(*b),
-        J::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Value::Long(i)
-            } else if n.is_u64() {
-                // Integers beyond a long are kept exactly, as strings.
-                Value::Str(n.to_string())
-            } else {
-                // serde_json refuses non-finite literals, so this is a finite double.
-                Value::Double(n.as_f64().unwrap_or_default())
+/// Types one JSON value, from its text, as ThingsBoard does; `None` for `null`. Integers
+/// that fit a long are longs, larger ones keep their exact digits as a string; other
+/// numbers are doubles; numeric strings such as `"42"` are cast to numbers; objects and
+/// arrays are kept as their JSON text (whitespace removed, otherwise as sent).
+fn typed(v: &RawValue) -> Result<Option<Value>, PayloadError> {
+    let text = v.get();
+    Ok(Some(match text.as_bytes().first() {
+        Some(b'n') => return Ok(None),
+        Some(b't') => Value::Bool(true),
+        Some(b'f') => Value::Bool(false),
+        Some(b'"') => cast_string(&serde_json::from_str::<String>(text).map_err(json_error)?),
+        Some(b'{' | b'[') => Value::Json(minify(text)),
+        _ if text.bytes().all(|b| b.is_ascii_digit() || b == b'-') => match text.parse::<i64>() {
+            Ok(i) => Value::Long(i),
+            // Beyond a long: the digits, exactly (JSON's grammar makes them a valid integer).
+            Err(_) => Value::Str(text.to_owned()),
+        },
+        _ => match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => Value::Double(f),
+            _ => return Err(PayloadError::Json(format!("number {text} is out of range"))),
+        },
+    }))
+}
+
+/// JSON text without the whitespace between tokens (strings are left as they are).
+fn minify(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
             }
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            in_string = c == '"';
+            out.push(c);
         }
-        J::String(s) => cast_string(s),
-        J::Array(_) | J::Object(_) => Value::Json(v.to_string()),
-    })
+    }
+    out
 }
 
 /// `"42"` → 42, `"4.2"` → 4.2, anything else stays a string (ThingsBoard's type cast).
@@ -232,14 +296,14 @@ pub fn cast_string(s: &str) -> Value {
     }
 }
 
-fn kind(v: &J) -> &'static str {
-    match v {
-        J::Null => "null",
-        J::Bool(_) => "a boolean",
-        J::Number(_) => "a number",
-        J::String(_) => "a string",
-        J::Array(_) => "an array",
-        J::Object(_) => "an object",
+fn kind(v: &RawValue) -> &'static str {
+    match v.get().as_bytes().first() {
+        Some(b'n') => "null",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'"') => "a string",
+        Some(b'[') => "an array",
+        Some(b'{') => "an object",
+        _ => "a number",
     }
 }
 
@@ -284,10 +348,33 @@ mod tests {
         assert_eq!(cast_string("1e5"), Value::Str("1e5".into()));
         assert_eq!(cast_string("99999999999999999999"), Value::Str("99999999999999999999".into()));
         assert_eq!(cast_string("4."), Value::Str("4.".into()));
-        assert_eq!(typed(&serde_json::json!(42.0)), Some(Value::Double(42.0)));
-        assert_eq!(typed(&serde_json::json!(u64::MAX)), Some(Value::Str(u64::MAX.to_string())));
-        assert_eq!(typed(&serde_json::json!(null)), None);
+        let ty = |s: &str| typed(&serde_json::from_str::<Box<RawValue>>(s).unwrap()).unwrap();
+        assert_eq!(ty("42.0"), Some(Value::Double(42.0)));
+        assert_eq!(ty("-7"), Some(Value::Long(-7)));
+        assert_eq!(ty(&u64::MAX.to_string()), Some(Value::Str(u64::MAX.to_string())));
+        assert_eq!(ty("null"), None);
+        assert_eq!(ty(r#""4\u0032""#), Some(Value::Long(42)));
         assert_eq!(tel(r#"{"a":null,"b":1}"#).unwrap()[0].values, vec![("b".into(), Value::Long(1))]);
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_keep_every_digit() {
+        let r = tel(r#"{"bigpos":123456789012345678901234567890,"bigneg":-98765432109876543210987654321,"small":9223372036854775807}"#).unwrap();
+        assert_eq!(
+            r[0].values,
+            vec![
+                ("bigneg".into(), Value::Str("-98765432109876543210987654321".into())),
+                ("bigpos".into(), Value::Str("123456789012345678901234567890".into())),
+                ("small".into(), Value::Long(i64::MAX)),
+            ]
+        );
+        // Inside nested JSON, and in attributes and gateway payloads too.
+        let r = tel(r#"{"j": {"n": 123456789012345678901234567890, "s": "a \" b"} }"#).unwrap();
+        assert_eq!(r[0].values[0].1, Value::Json(r#"{"n":123456789012345678901234567890,"s":"a \" b"}"#.into()));
+        let a = parse_attributes(br#"{"big":123456789012345678901234567890}"#, LIM, true).unwrap();
+        assert_eq!(a[0].1, Value::Str("123456789012345678901234567890".into()));
+        let g = parse_gateway_telemetry(br#"{"A":{"big":123456789012345678901234567890}}"#, NOW, LIM).unwrap();
+        assert_eq!(g[0].1[0].values[0].1, Value::Str("123456789012345678901234567890".into()));
     }
 
     #[test]
