@@ -56,3 +56,40 @@ fn import_creates_updates_and_reports_lines() {
     assert_eq!(s.json("POST", "/api/device/bulk_import", &jwt, Some(bad)).0, 400);
     assert_eq!(s.req("POST", "/api/device/bulk_import", Some(&jwt), Some("{}")).0, 400);
 }
+
+/// Broken quoting is an error for its line, never a device whose name swallowed the
+/// delimiters (or the lines after it); control characters in names are refused wherever a
+/// name is accepted.
+#[test]
+fn malformed_lines_and_control_characters_are_refused_per_line() {
+    let s = Server::start();
+    let jwt = s.login();
+    let mapping = json!({"columns": [{"type": "NAME"}, {"type": "TYPE"}, {"type": "ACCESS_TOKEN"}], "delimiter": ",", "update": false, "header": false});
+    let csv = "ok1,t,tokok1\n\
+               \"bq1,t,tokbq1\n\
+               \"bq2\"x,t,tokbq2\n\
+               bq\"3,t,tokbq3\n\
+               \"quoted, fine\",t,tokok2\n\
+               nul\u{0}name,t,toknul\n\
+               ok3,t,tok\u{1b}esc\n\
+               ok4,t,tokok4\r\n";
+    let (st, r) = s.json("POST", "/api/device/bulk_import", &jwt, Some(json!({"file": csv, "mapping": mapping})));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!((r["created"].as_i64(), r["errors"].as_i64()), (Some(3), Some(5)), "{r}");
+    let errors: Vec<&str> = r["errorsList"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    for (line, what) in [(2, "unclosed quote"), (3, "after the closing quote"), (4, "quote inside"), (6, "control characters"), (7, "control characters")] {
+        assert!(errors.iter().any(|e| e.starts_with(&format!("Line {line}:")) && e.contains(what)), "line {line}: {errors:?}");
+    }
+    let (_, list) = s.json("GET", "/api/tenant/devices?pageSize=100&page=0", &jwt, None);
+    let mut names: Vec<&str> = list["data"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["ok1", "ok4", "quoted, fine"]);
+    // The same rule over REST and the gateway API.
+    let (st, b) = s.json("POST", "/api/device", &jwt, Some(json!({"name": "bad\u{0}name"})));
+    assert_eq!(st, 400, "{b}");
+    assert!(b["message"].as_str().unwrap().contains("control characters"), "{b}");
+    assert_eq!(s.json("POST", "/api/device", &jwt, Some(json!({"name": "ok", "label": "two\nlines"}))).0, 400);
+    assert_eq!(s.telemetry("tokok1", "{\"bad\\u0007key\":1}"), 400);
+    let cred = json!({"username": "app\u{0}", "password": "pw"});
+    assert_eq!(s.json("POST", "/api/mqtt/clients", &jwt, Some(cred)).0, 400);
+}

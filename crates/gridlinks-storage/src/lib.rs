@@ -109,6 +109,9 @@ pub enum StoreError {
     /// A request asked for more than the configured bounds allow.
     #[error("{0}")]
     Limit(String),
+    /// A device field is not acceptable (blank or too long name, control characters).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl StoreError {
@@ -130,6 +133,7 @@ impl StoreError {
             Self::DiskFull(m) => Self::DiskFull(m.clone()),
             Self::CommitFailed(m) => Self::CommitFailed(m.clone()),
             Self::Limit(m) => Self::Limit(m.clone()),
+            Self::Invalid(m) => Self::Invalid(m.clone()),
         }
     }
 }

@@ -169,6 +169,38 @@ pub struct SaveDevice {
     pub additional_info: Option<serde_json::Value>,
 }
 
+impl SaveDevice {
+    /// Checks the fields every way in must respect: a name that is not blank, at most 255
+    /// characters for name, type and label, an access token of 1 to 255 characters without
+    /// spaces, and no control characters (NUL, newlines, escapes…) anywhere.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let field = |what: &str, v: &str| -> Result<(), StoreError> {
+            if v.chars().count() > 255 {
+                return Err(StoreError::Invalid(format!("{what} length must be equal or less than 255")));
+            }
+            if v.chars().any(char::is_control) {
+                return Err(StoreError::Invalid(format!("{what} must not contain control characters")));
+            }
+            Ok(())
+        };
+        if self.name.trim().is_empty() {
+            return Err(StoreError::Invalid("Device name should be specified!".into()));
+        }
+        field("device name", &self.name)?;
+        field("device type", &self.device_type)?;
+        if let Some(l) = &self.label {
+            field("device label", l)?;
+        }
+        if let Some(t) = &self.token {
+            field("access token", t)?;
+            if t.is_empty() || t.contains(char::is_whitespace) {
+                return Err(StoreError::Invalid("access token must be 1 to 255 characters without spaces".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One CSV row of a bulk import.
 #[derive(Debug, Clone)]
 pub struct ImportRow {
@@ -1126,6 +1158,7 @@ impl<'a> DeviceTxn<'a> {
     /// Stages a create or update; a created device belongs to `gateway`, an updated one
     /// keeps its gateway.
     fn save(&mut self, s: SaveDevice, gateway: Option<DeviceId>) -> Result<DeviceRecord, StoreError> {
+        s.validate()?;
         let old = match s.id {
             Some(id) => Some(self.record(id)?.ok_or(StoreError::DeviceNotFound)?),
             None => None,

@@ -170,11 +170,11 @@ fn check_filters(what: &str, filters: &[String]) -> ApiResult<()> {
 /// it are closed, so they reconnect under the new rules.
 pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
     let req: SaveRequest = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
-    if req.username.is_empty() || req.username.len() > MAX_FIELD {
-        return Err(ApiError::bad_request(format!("username must be 1 to {MAX_FIELD} bytes")));
+    if req.username.is_empty() || req.username.len() > MAX_FIELD || req.username.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!("username must be 1 to {MAX_FIELD} bytes, without control characters")));
     }
-    if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_FIELD) {
-        return Err(ApiError::bad_request(format!("clientId must be 1 to {MAX_FIELD} bytes when given")));
+    if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_FIELD || c.chars().any(char::is_control)) {
+        return Err(ApiError::bad_request(format!("clientId must be 1 to {MAX_FIELD} bytes, without control characters, when given")));
     }
     check_filters("publish", &req.publish)?;
     check_filters("subscribe", &req.subscribe)?;

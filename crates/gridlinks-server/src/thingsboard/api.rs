@@ -130,13 +130,6 @@ struct EntityId {
     id: String,
 }
 
-fn check_len(what: &str, s: &str) -> ApiResult<()> {
-    if s.chars().count() > 255 {
-        return Err(ApiError::bad_request(format!("{what} length must be equal or less than 255")));
-    }
-    Ok(())
-}
-
 /// `POST /api/device[?accessToken=]`: create, or update when the body has an id.
 pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Body(body): Body) -> ApiResult<Json<J>> {
     if p.name_conflict_policy.as_deref().is_some_and(|v| v != "FAIL") {
@@ -144,7 +137,6 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
     }
     let b: DeviceBody = parse_json(&body)?;
     let name = b.name.filter(|n| !n.trim().is_empty()).ok_or_else(|| ApiError::bad_request("Device name should be specified!"))?;
-    check_len("name", &name)?;
     let device_type = match (b.device_type.filter(|t| !t.is_empty()), b.device_profile_id) {
         (Some(t), _) => t,
         // Clients that only know a profile id (tb-rest-client 4.3) get that profile's type.
@@ -157,27 +149,21 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
         }
         (None, None) => String::new(),
     };
-    check_len("type", &device_type)?;
-    if let Some(l) = &b.label {
-        check_len("label", l)?;
-    }
-    if let Some(t) = &p.access_token {
-        if t.is_empty() || t.len() > 255 || t.contains(char::is_whitespace) {
-            return Err(ApiError::bad_request("accessToken must be 1 to 255 characters without spaces"));
-        }
-    }
     let id = match b.id {
         Some(e) => Some(device_id(&e.id)?),
         None => None,
     };
-    let op = WriteOp::SaveDevice(SaveDevice {
+    let save = SaveDevice {
         id,
         name,
         device_type,
         label: b.label,
         token: p.access_token,
         additional_info: b.additional_info.filter(|v| !v.is_null()),
-    });
+    };
+    // Refused here already (400) rather than only by the store.
+    save.validate()?;
+    let op = WriteOp::SaveDevice(save);
     match st.writer.submit(op).await {
         Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&d, st.tenant_id))),
         Ok(_) => Err(ApiError::internal("unexpected write outcome")),
@@ -404,21 +390,15 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
             }
         }
     }
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delimiter)
-        .from_reader(req.file.as_bytes());
+    let delimiter = char::from(delimiter);
     let mut rows = Vec::new();
     let mut telemetry: Vec<(String, Vec<(String, Value)>)> = Vec::new();
     let mut errors = Vec::new();
-    let mut line = 0usize;
-    for (i, record) in reader.records().enumerate() {
-        line += 1;
+    for (i, (line, text)) in super::csv::lines(&req.file).enumerate() {
         if i == 0 && req.mapping.header {
             continue;
         }
-        let record = match record {
+        let record = match super::csv::split_line(text, delimiter) {
             Ok(r) => r,
             Err(e) => {
                 errors.push(format!("Line {line}: malformed CSV: {e}"));
@@ -467,12 +447,17 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
             errors.push(format!("Line {line}: Device name should be specified!"));
             continue;
         }
-        if let Some(bad) = [Some(&row.name), row.device_type.as_ref(), row.label.as_ref(), row.token.as_ref()]
-            .into_iter()
-            .flatten()
-            .find(|s| s.chars().count() > 255)
-        {
-            errors.push(format!("Line {line}: value longer than 255 characters: {:.40}…", bad));
+        let checked = SaveDevice {
+            id: None,
+            name: row.name.clone(),
+            device_type: row.device_type.clone().unwrap_or_default(),
+            label: row.label.clone(),
+            token: row.token.clone(),
+            additional_info: None,
+        }
+        .validate();
+        if let Err(e) = checked {
+            errors.push(format!("Line {line}: {e}"));
             continue;
         }
         if !ts_values.is_empty() {

@@ -77,7 +77,7 @@ impl From<StoreError> for ApiError {
             }
             StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
             e @ (StoreError::ForeignDevice(_) | StoreError::NotGateway | StoreError::CredentialClash(_)) => Self::bad_request(e.to_string()),
-            StoreError::Limit(m) => Self::bad_request(m),
+            StoreError::Limit(m) | StoreError::Invalid(m) => Self::bad_request(m),
             StoreError::Overloaded => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::TooManyRequests,

@@ -6,6 +6,7 @@
 //! handler says so.
 
 pub mod api;
+pub mod csv;
 pub mod device_api;
 pub mod device_mqtt;
 pub mod error;

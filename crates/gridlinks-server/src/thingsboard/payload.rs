@@ -144,7 +144,11 @@ pub fn parse_gateway_device(body: &[u8]) -> Result<(String, Option<String>), Pay
     let name = text("device")
         .filter(|n| valid_name(n))
         .ok_or_else(|| shape("\"device\" must be a non-empty device name of at most 255 bytes, without control characters"))?;
-    Ok((name, text("type")))
+    let device_type = text("type").filter(|t| !t.is_empty());
+    if device_type.as_ref().is_some_and(|t| t.len() > 255 || t.chars().any(char::is_control)) {
+        return Err(shape("\"type\" must be at most 255 bytes, without control characters"));
+    }
+    Ok((name, device_type))
 }
 
 /// A device name a gateway may use: not blank, at most 255 bytes, no control characters.
@@ -216,6 +220,9 @@ fn values(m: Object<'_>, lim: PayloadLimits, count: &mut usize, skip_nulls: bool
     for (k, v) in m {
         if k.trim().is_empty() {
             return Err(shape("key must not be blank"));
+        }
+        if k.chars().any(char::is_control) {
+            return Err(shape(format!("key {k:?} must not contain control characters")));
         }
         if k.len() > lim.max_key_len {
             return Err(shape(format!("key of {} bytes is longer than the limit of {} bytes", k.len(), lim.max_key_len)));
@@ -403,6 +410,9 @@ mod tests {
         assert!(matches!(tel(r#"{"ts":1,"values":5}"#), Err(PayloadError::Shape(m)) if m.contains("values")));
         assert!(matches!(tel(r#"{"aaaaaaaaaaaaaaaaaaaaaa":1}"#), Err(PayloadError::Shape(m)) if m.contains("limit")));
         assert!(matches!(tel(r#"{"":1}"#), Err(PayloadError::Shape(_))));
+        assert!(matches!(tel(r#"{"a\u0000b":1}"#), Err(PayloadError::Shape(m)) if m.contains("control")));
+        assert!(parse_gateway_telemetry(br#"{"dev\u0000":{"t":1}}"#, NOW, LIM).is_err());
+        assert!(parse_gateway_device(br#"{"device":"a\nb"}"#).is_err());
         assert!(matches!(tel(r#"{"a":1e400}"#), Err(PayloadError::Json(_))));
         assert!(matches!(tel(r#"{"a":NaN}"#), Err(PayloadError::Json(_))));
         let many = format!("{{{}}}", (0..9).map(|i| format!("\"k{i}\":1")).collect::<Vec<_>>().join(","));
