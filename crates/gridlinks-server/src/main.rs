@@ -167,7 +167,7 @@ fn main() -> ExitCode {
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().on_thread_park(release_idle_memory).build() {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("gridlinks: cannot start runtime: {e}");
@@ -183,6 +183,23 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Called when a runtime worker goes idle: at most once a second per worker, mimalloc gives
+/// the pages freed since back to the OS. Without it, memory freed in a burst (a client
+/// with many subscriptions leaving, a load peak) stays resident until that worker
+/// allocates again, which an idle server may never do.
+fn release_idle_memory() {
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+    thread_local!(static LAST: Cell<Option<Instant>> = const { Cell::new(None) });
+    LAST.with(|last| {
+        if last.get().is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            last.set(Some(Instant::now()));
+            // SAFETY: mi_collect only tidies the calling thread's heap; any thread may call it.
+            unsafe { libmimalloc_sys::mi_collect(false) };
+        }
+    });
 }
 
 async fn shutdown_signal() {

@@ -73,5 +73,6 @@ fn the_routing_table_gives_its_memory_back_when_the_client_leaves() {
         std::thread::sleep(Duration::from_millis(200));
         now = rss_kib(pid);
     }
+    eprintln!("RSS {baseline} KiB -> {peak} KiB with {n} subscriptions -> {now} KiB after the client left");
     assert!(now <= baseline + grown / 4, "RSS {baseline} KiB -> {peak} KiB with {n} subscriptions -> {now} KiB after the client left");
 }
