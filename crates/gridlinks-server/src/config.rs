@@ -158,7 +158,7 @@ pub struct AuthConfig {
     /// File holding the HMAC secret (created 0600 with a random secret if missing; rotate it
     /// with `gridlinks admin rotate-secret`); empty means `{data_dir}/jwt.secret`.
     pub jwt_secret_file: PathBuf,
-    /// Threads that check and hash passwords (argon2), at low priority.
+    /// Threads that check and hash passwords (argon2), at idle CPU priority.
     pub password_threads: usize,
     /// Failed logins (per source address and per user name) before delays start.
     pub login_free_attempts: u32,

@@ -44,7 +44,7 @@ fn statvfs_free(path: &CString) -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
         return None;
     }
-    Some(u64::from(st.f_bavail).saturating_mul(st.f_frsize))
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 #[cfg(test)]

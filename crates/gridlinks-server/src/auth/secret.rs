@@ -25,7 +25,9 @@ pub fn path(cfg: &Config) -> PathBuf {
 
 /// A fresh random secret (248 random bits as 48 alphanumeric characters).
 pub fn generate() -> Vec<u8> {
-    (0..3).map(|_| gridlinks_storage::generate_token()).collect::<Vec<_>>().concat()[..48].as_bytes().to_vec()
+    let mut secret: Vec<u8> = (0..3).flat_map(|_| gridlinks_storage::generate_token().into_bytes()).collect();
+    secret.truncate(48);
+    secret
 }
 
 /// Reads the secret file.
