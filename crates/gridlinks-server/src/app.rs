@@ -131,12 +131,13 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// down, and while storage refuses writes (disk full, or reopening after a failure) — reads
 /// keep working then.
 async fn healthz(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    let storage = match st.store.health() {
+    let health = st.store.health();
+    let storage = match health {
         Health::Ok => "OK",
         Health::DiskFull => "DISK_FULL",
         Health::Failed => "FAILED",
     };
-    if st.ready.load(Ordering::Acquire) && st.store.health() == Health::Ok {
+    if st.ready.load(Ordering::Acquire) && health == Health::Ok {
         (StatusCode::OK, axum::Json(json!({"status": "UP", "storage": storage})))
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "DOWN", "storage": storage})))

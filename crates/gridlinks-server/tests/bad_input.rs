@@ -123,3 +123,25 @@ fn integers_beyond_64_bits_are_kept_exactly_on_every_transport() {
     let (_, a) = s.req("GET", &format!("{base}/values/attributes/CLIENT_SCOPE?keys=fw"), Some(&jwt), None);
     assert!(a.contains(&format!("\"{big}\"")), "{a}");
 }
+
+/// A flood of bad publishes costs a few log lines, not one per message.
+#[test]
+fn a_flood_of_bad_publishes_does_not_flood_the_log() {
+    use common::mqtt::*;
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("server.log");
+    let s = Server::start_logged(&tmp.path().join("data"), &[], &log);
+    let jwt = s.login();
+    s.device(&jwt, "noisy", "NOISY");
+    let (mut c, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("NOISY"), 60);
+    let n = 2000u16;
+    let packets: Vec<Packet> = (1..=n).map(|i| publish_packet("v1/devices/me/telemetry", b"{not json", QoS::AtLeastOnce, Some(i))).collect();
+    c.send_raw(&bytes_of(ProtocolVersion::V5, &packets)).unwrap();
+    for _ in 0..n {
+        assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::PAYLOAD_FORMAT_INVALID));
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let warns = text.lines().filter(|l| l.contains("rejected MQTT publish")).count();
+    assert!((1..=5).contains(&warns), "{warns} lines for {n} rejected publishes:\n{text}");
+    assert!(text.contains("suppressed="), "{text}");
+}
