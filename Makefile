@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets
+.PHONY: run test deps rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -104,3 +104,16 @@ bench-presets: bench-deps
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync
+
+# Durability under kill -9 (docs/bench-tool.md, crash-loop): 12 cycles per transport, each
+# killed 3-8 s into a saturating load, then every acknowledged point must be stored (exit
+# code 2 if not). MQTT: 1,000 devices x 10 publishes in flight (~200k acks/s on 2 cores);
+# HTTP: 500 keep-alive devices, under GridLinks' http.max_connections (512). No peers needed.
+CRASH_SEED ?= 20261123
+bench-crash:
+	$(CARGO) build --release -q -p gridlinks-server -p gridlinks-bench
+	mkdir -p $(RESULTS)
+	$(BENCH) crash-loop --transport mqtt --cycles 12 --devices 1000 --window 10 --kill-after 3s..8s \
+	  --seed $(CRASH_SEED) --json $(RESULTS)/crash-mqtt.json
+	$(BENCH) crash-loop --transport http --cycles 12 --devices 500 --kill-after 3s..8s \
+	  --seed $(CRASH_SEED) --json $(RESULTS)/crash-http.json

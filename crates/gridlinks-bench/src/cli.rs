@@ -44,6 +44,85 @@ pub enum Command {
     /// Only the loss check: compare an acks file (`mqtt-telemetry --save-acks`) with
     /// what the server stored. Exit code 2 when acknowledged points are missing.
     Verify(VerifyArgs),
+    /// Durability proof: start GridLinks, kill -9 it under MQTT or HTTP load and start it
+    /// again on the same data, N times; then every acknowledged point must be stored.
+    /// Exit code 2 when any is missing.
+    CrashLoop(CrashLoopArgs),
+}
+
+/// How `crash-loop` devices send their points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// MQTT QoS 1, a window of unacknowledged publishes per device; a PUBACK is the ack.
+    Mqtt,
+    /// HTTP/1.1 keep-alive `POST /api/v1/{token}/telemetry`; a 200 is the ack.
+    Http,
+}
+
+/// Options of `crash-loop`.
+#[derive(Debug, Args)]
+pub struct CrashLoopArgs {
+    /// How devices send: mqtt or http.
+    #[arg(long, value_enum, default_value_t = Transport::Mqtt)]
+    pub transport: Transport,
+    /// Kill-and-restart cycles.
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
+    pub cycles: u32,
+    /// Devices, each with its own connection and token (provisioned once).
+    #[arg(long, default_value_t = 100, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub devices: usize,
+    /// When the server is killed, counted from the start of each cycle's load: a
+    /// random delay in MIN..MAX (e.g. 2s..6s, drawn from --seed), or a fixed one (4s).
+    #[arg(long, value_parser = parse_duration_range, default_value = "2s..6s")]
+    pub kill_after: DurationRange,
+    /// MQTT: most unacknowledged QoS 1 publishes per device (default 10).
+    #[arg(long, alias = "inflight", value_parser = clap::value_parser!(u16).range(1..))]
+    pub window: Option<u16>,
+    /// Seed of the kill delays (default: random; the report prints it, so a run's
+    /// delays can be repeated).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// GridLinks' data directory, the same for every cycle; must be empty or absent and
+    /// is kept afterwards. Default: a temporary directory, removed after a passed run.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// MQTT: local source addresses to spread connections over, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sources: Vec<IpAddr>,
+    /// MQTT protocol version spoken.
+    #[arg(long, value_enum, default_value_t = MqttVersion::V311)]
+    pub mqtt_version: MqttVersion,
+    /// Payload size in bytes (telemetry JSON with "ts", padded).
+    #[arg(long, default_value_t = 100)]
+    pub payload_bytes: usize,
+    /// New connections per second when the devices (re)connect in each cycle (0: unpaced).
+    #[arg(long, default_value_t = 2000.0)]
+    pub connect_rate: f64,
+    /// The gridlinks binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    pub gridlinks_bin: Option<PathBuf>,
+    /// REST calls of the final loss check in flight at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub verify_threads: u16,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// A range of durations, `MIN..MAX` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationRange {
+    /// Shortest.
+    pub min: Duration,
+    /// Longest.
+    pub max: Duration,
+}
+
+impl DurationRange {
+    /// The point `fraction` (0..1) of the way from `min` to `max`.
+    pub fn at(&self, fraction: f64) -> Duration {
+        self.min + (self.max - self.min).mul_f64(fraction.clamp(0.0, 1.0))
+    }
 }
 
 /// The server's ThingsBoard REST API, for `--provision` and the loss check.
@@ -523,6 +602,27 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(value * scale))
 }
 
+/// Parses "2s..6s" (see [`parse_duration`] for each end) or one duration ("4s", a
+/// range of one value).
+pub fn parse_duration_range(s: &str) -> Result<DurationRange, String> {
+    let (min, max) = match s.split_once("..") {
+        Some((min, max)) => (parse_duration(min)?, parse_duration(max)?),
+        None => {
+            let d = parse_duration(s)?;
+            (d, d)
+        }
+    };
+    if min > max {
+        return Err(format!(
+            "{s:?}: the first duration is longer than the second"
+        ));
+    }
+    if min.is_zero() {
+        return Err(format!("{s:?}: the load needs some time before the kill"));
+    }
+    Ok(DurationRange { min, max })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,6 +635,36 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("-1").is_err());
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn duration_ranges_parse_and_interpolate() {
+        let r = parse_duration_range("2s..6s").unwrap();
+        assert_eq!(
+            (r.min, r.max),
+            (Duration::from_secs(2), Duration::from_secs(6))
+        );
+        assert_eq!(r.at(0.5), Duration::from_secs(4));
+        assert_eq!(r.at(2.0), Duration::from_secs(6));
+        let fixed = parse_duration_range("1500ms").unwrap();
+        assert_eq!(
+            (fixed.min, fixed.max),
+            (Duration::from_millis(1500), Duration::from_millis(1500))
+        );
+        assert!(parse_duration_range("6s..2s").is_err());
+        assert!(parse_duration_range("0s..2s").is_err());
+        assert!(parse_duration_range("2s..").is_err());
+        let cli =
+            Cli::try_parse_from(["gridlinks-bench", "crash-loop", "--transport", "http"]).unwrap();
+        let Command::CrashLoop(c) = cli.command else {
+            panic!("wrong subcommand")
+        };
+        assert_eq!(
+            (c.transport, c.cycles, c.window),
+            (Transport::Http, 12, None)
+        );
+        assert_eq!(c.kill_after, parse_duration_range("2s..6s").unwrap());
+        assert!(Cli::try_parse_from(["gridlinks-bench", "crash-loop", "--cycles", "0"]).is_err());
     }
 
     #[test]

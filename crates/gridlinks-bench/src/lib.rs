@@ -46,11 +46,14 @@
 //! servers.rs           GridLinks, Mosquitto and rumqttd started on free loopback ports
 //! compare.rs           `compare` and `preset`: one scenario against several servers,
 //!                      side by side; the presets
+//! crash_loop.rs        `crash-loop`: kill -9 GridLinks under MQTT or HTTP load and restart
+//!                      it on the same data, N cycles; every acknowledged point checked
 //! workers.rs           `--workers N`: one run over N generator processes, in step
 //! ```
 
 pub mod cli;
 pub mod compare;
+pub mod crash_loop;
 pub mod figures;
 pub mod html;
 pub mod loss_check;
@@ -85,6 +88,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::Preset(args) => preset_cmd(args).await,
             cli::Command::Worker => workers::worker_main().await,
             cli::Command::Verify(args) => verify(args).await,
+            cli::Command::CrashLoop(args) => crash_loop::run(args).await,
         }
     })
 }

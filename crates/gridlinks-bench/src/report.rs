@@ -762,7 +762,8 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
-fn round3(x: f64) -> f64 {
+/// `x` rounded to three decimals (for JSON).
+pub fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 

@@ -1,6 +1,8 @@
-//! The servers `compare` starts: GridLinks and peer brokers, each on free loopback
-//! ports with a fresh temporary directory (data, config, log), stopped with SIGTERM
-//! (SIGKILL after 10 s) when done, killed if dropped.
+//! The servers `compare` and `crash-loop` start: GridLinks and peer brokers, each on
+//! free loopback ports with a fresh temporary directory (data, config, log), stopped with
+//! SIGTERM (SIGKILL after 10 s) when done, killed if dropped. `crash-loop` also kills
+//! GridLinks with SIGKILL on purpose and starts it again on the same data
+//! ([`ManagedServer::kill`], [`ManagedServer::start_again`]).
 //!
 //! To add a broker: a [`ServerKind`] variant, its binary in [`Binaries`], and a branch in
 //! [`ManagedServer::start`] that writes its config for the given port and returns the
@@ -23,6 +25,10 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Log lines quoted when a server fails to start.
 const LOG_TAIL: usize = 20;
+
+/// How often a starting server is asked whether it is ready: also the resolution of the
+/// restart-to-ready times `crash-loop` reports.
+const READY_POLL: Duration = Duration::from_millis(10);
 
 /// Temporary directories made by this process.
 static DIRS: AtomicUsize = AtomicUsize::new(0);
@@ -181,11 +187,23 @@ pub struct ManagedServer {
     mqtt_port: u16,
     api: Option<(String, String)>,
     version: String,
+    /// Keep `dir` when dropped (see [`ManagedServer::keep_dir`]).
+    keep_dir: bool,
 }
 
 impl ManagedServer {
     /// Starts `kind` on free loopback ports and waits until it accepts connections.
     pub async fn start(kind: ServerKind, bins: &Binaries) -> anyhow::Result<Self> {
+        Self::start_on(kind, bins, None).await
+    }
+
+    /// [`start`](Self::start), with GridLinks' data in `data_dir` instead of the
+    /// temporary directory (peers keep no data; a given `data_dir` is never removed).
+    pub async fn start_on(
+        kind: ServerKind,
+        bins: &Binaries,
+        data_dir: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let bin = bins.of(kind);
         if !bin.is_file() {
             bail!(
@@ -214,7 +232,7 @@ impl ManagedServer {
                 command
                     .arg("serve")
                     .arg("--data-dir")
-                    .arg(dir.join("data"))
+                    .arg(data_dir.map_or_else(|| dir.join("data"), Path::to_path_buf))
                     .args(["--http-bind", &format!("127.0.0.1:{http_port}")])
                     .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
                     .args(["--mqtt-ws-bind", ""])
@@ -246,6 +264,7 @@ impl ManagedServer {
             mqtt_port,
             api,
             version: version_of(kind, bin).await,
+            keep_dir: false,
         };
         server.wait_ready().await?;
         Ok(server)
@@ -255,10 +274,37 @@ impl ManagedServer {
     /// provisioning, so the run measures a server that did not just bulk-import).
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.terminate().await?;
+        self.start_again().await.map(drop)
+    }
+
+    /// SIGKILL (`kill -9`): the server gets no chance to flush, sync or close anything.
+    /// Fails when it had already exited by itself.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} had exited by itself with {status} before the kill:\n{}",
+                self.kind.label(),
+                self.log_tail()
+            );
+        }
+        self.child.start_kill().context("sending SIGKILL")?;
+        self.child
+            .wait()
+            .await
+            .context("reaping the killed server")?;
+        Ok(())
+    }
+
+    /// Starts the server again after it exited or was killed, with the same command
+    /// line (ports, data); how long it took from the spawn until it was ready
+    /// (to [`READY_POLL`]).
+    pub async fn start_again(&mut self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
         let (child, pid) = spawn(&mut self.command, &self.log)?;
         self.child = child;
         self.pid = pid;
-        self.wait_ready().await
+        self.wait_ready().await?;
+        Ok(started.elapsed())
     }
 
     /// SIGTERM, then SIGKILL after 10 s.
@@ -307,7 +353,7 @@ impl ManagedServer {
                     self.log_tail()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(READY_POLL).await;
         }
     }
 
@@ -354,12 +400,17 @@ impl ManagedServer {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// Keeps the temporary directory when dropped (for a look at its data and log).
+    pub fn keep_dir(&mut self) {
+        self.keep_dir = true;
+    }
 }
 
 impl Drop for ManagedServer {
     fn drop(&mut self) {
         // `kill_on_drop` ends a process still running.
-        if std::env::var_os("GRIDLINKS_BENCH_KEEP_SERVER_DIRS").is_none() {
+        if !self.keep_dir && std::env::var_os("GRIDLINKS_BENCH_KEEP_SERVER_DIRS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
             eprintln!("kept {}", self.dir.display());

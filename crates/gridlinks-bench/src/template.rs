@@ -140,11 +140,12 @@ fn placeholder(body: &str) -> Option<Result<Part, String>> {
     }
 }
 
-/// splitmix64: a small, fast, well-mixed generator.
-struct Rng(u64);
+/// splitmix64: a small, fast, well-mixed generator (also `crash-loop`'s kill delays).
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
+    /// A generator whose sequence depends only on `seed`.
+    pub(crate) fn new(seed: u64) -> Self {
         Rng(seed)
     }
 
@@ -157,7 +158,7 @@ impl Rng {
     }
 
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

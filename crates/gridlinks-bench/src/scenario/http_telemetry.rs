@@ -48,18 +48,27 @@ pub async fn run(args: HttpTelemetryArgs) -> anyhow::Result<std::process::ExitCo
 }
 
 /// What every device does.
-struct Plan {
+pub(crate) struct Plan {
     /// Devices (spreads the send schedules).
-    devices: usize,
+    pub devices: usize,
     /// `host:port` for the Host header.
-    host: String,
-    server: SocketAddr,
-    payload: PayloadSpec,
-    interval: Option<Duration>,
-    messages_per_device: Option<u64>,
-    timeout: Duration,
-    record_acks: bool,
-    lag_slots: Option<Arc<LagSlots>>,
+    pub host: String,
+    /// Where devices connect.
+    pub server: SocketAddr,
+    /// Payload layout.
+    pub payload: PayloadSpec,
+    /// Time between two requests of one device; `None`: as fast as responses allow.
+    pub interval: Option<Duration>,
+    /// Stop after this many requests per device.
+    pub messages_per_device: Option<u64>,
+    /// A request without response after this long ends its device.
+    pub timeout: Duration,
+    /// Record the acknowledged points of each device.
+    pub record_acks: bool,
+    /// Where devices leave their latest acknowledged point (`--storage-lag`).
+    pub lag_slots: Option<Arc<LagSlots>>,
+    /// Every request is stamped at least this (ms; see the MQTT plan's `first_ts`).
+    pub first_ts: u64,
 }
 
 /// How one device's run ended.
@@ -69,6 +78,115 @@ struct DeviceResult {
     lost: Option<String>,
     acks: AckLog,
     refused: Reasons,
+    /// The highest stamp sent (answered or not).
+    last_ts: u64,
+}
+
+/// The start and optional end of the posting window, announced to every device at once.
+type Window = (Instant, Option<Instant>);
+
+/// The keep-alive connections of a run, connected and waiting for the start signal.
+pub(crate) struct HttpFleet {
+    /// One task per device.
+    devices: Vec<tokio::task::JoinHandle<DeviceResult>>,
+    /// Announces the window.
+    window_tx: watch::Sender<Option<Window>>,
+    /// Failed connection attempts by reason.
+    pub connect_failures: Reasons,
+    /// Seconds from the first attempt to the last outcome.
+    pub connect_seconds: f64,
+}
+
+/// What the devices did in their window.
+pub(crate) struct HttpFleetResult {
+    /// When the window started.
+    pub start: Instant,
+    /// The last 200 (the window's end).
+    pub last_ack: Instant,
+    /// Devices that ended early, by reason.
+    pub lost: Reasons,
+    /// Requests answered with another status than 200, by status.
+    pub refused: Reasons,
+    /// Acknowledged points per device (with `Plan::record_acks`).
+    pub acks: Vec<AckLog>,
+    /// The highest stamp any device sent (answered or not).
+    pub last_ts: u64,
+}
+
+impl HttpFleet {
+    /// Opens one connection per token (device `i` posts with `tokens[i]`) at
+    /// `connect_rate` per second and waits until each attempt has its outcome.
+    pub async fn connect(
+        plan: &Arc<Plan>,
+        tokens: Vec<String>,
+        counters: &Arc<Counters>,
+        latency: &Arc<LatencyShards>,
+        connect_rate: f64,
+    ) -> HttpFleet {
+        let started = Instant::now();
+        let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<(), String>>(1024);
+        let (window_tx, window_rx) = watch::channel::<Option<Window>>(None);
+        let pacer = ConnectPacer::new(connect_rate, 64);
+        let mut devices = Vec::with_capacity(plan.devices);
+        for (index, token) in tokens.into_iter().take(plan.devices).enumerate() {
+            let permit = pacer.slot(index).await;
+            let device = Device {
+                index,
+                path: format!("/api/v1/{token}/telemetry"),
+                plan: Arc::clone(plan),
+                counters: Arc::clone(counters),
+                latency: latency.recorder(index),
+            };
+            let (outcome_tx, window_rx) = (outcome_tx.clone(), window_rx.clone());
+            devices.push(tokio::spawn(async move {
+                let stream = connect(device.plan.server).await;
+                drop(permit);
+                device.run(stream, outcome_tx, window_rx).await
+            }));
+        }
+        drop(outcome_tx);
+        let mut connect_failures = Reasons::new();
+        while let Some(outcome) = outcome_rx.recv().await {
+            if let Err(reason) = outcome {
+                *connect_failures.entry(reason).or_default() += 1;
+            }
+        }
+        HttpFleet {
+            devices,
+            window_tx,
+            connect_failures,
+            connect_seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Starts the window on every device at once and waits until each has its last
+    /// response (or lost its connection).
+    pub async fn post(self, duration: Option<Duration>) -> anyhow::Result<HttpFleetResult> {
+        let start = Instant::now();
+        self.window_tx
+            .send_replace(Some((start, duration.map(|d| start + d))));
+        let mut out = HttpFleetResult {
+            start,
+            last_ack: start,
+            lost: Reasons::new(),
+            refused: Reasons::new(),
+            acks: Vec::with_capacity(self.devices.len()),
+            last_ts: 0,
+        };
+        for device in self.devices {
+            let result = device.await.context("device task panicked")?;
+            if let Some(reason) = result.lost {
+                *out.lost.entry(reason).or_default() += 1;
+            }
+            for (reason, n) in result.refused {
+                *out.refused.entry(reason).or_default() += n;
+            }
+            out.last_ack = out.last_ack.max(result.last_ack.unwrap_or(start));
+            out.last_ts = out.last_ts.max(result.last_ts);
+            out.acks.push(result.acks);
+        }
+        Ok(out)
+    }
 }
 
 /// Runs the scenario.
@@ -123,6 +241,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         timeout: args.timeout,
         record_acks: names.is_some(),
         lag_slots: args.storage_lag.then(|| Arc::clone(&lag_slots)),
+        first_ts: 0,
     });
     let duration = super::window_duration(args.duration, args.messages_per_device);
     let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
@@ -141,35 +260,9 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
     );
 
     // Phase 1: connect.
-    let started = Instant::now();
-    let (outcome_tx, mut outcome_rx) = mpsc::channel::<Result<(), String>>(1024);
-    let (window_tx, window_rx) = watch::channel::<Option<(Instant, Option<Instant>)>>(None);
-    let pacer = ConnectPacer::new(args.connect_rate, 64);
-    let mut devices = Vec::with_capacity(args.devices);
-    for (index, token) in tokens.into_iter().take(args.devices).enumerate() {
-        let permit = pacer.slot(index).await;
-        let device = Device {
-            index,
-            path: format!("/api/v1/{token}/telemetry"),
-            plan: Arc::clone(&plan),
-            counters: Arc::clone(&counters),
-            latency: latency.recorder(index),
-        };
-        let (outcome_tx, window_rx) = (outcome_tx.clone(), window_rx.clone());
-        devices.push(tokio::spawn(async move {
-            let stream = connect(device.plan.server).await;
-            drop(permit);
-            device.run(stream, outcome_tx, window_rx).await
-        }));
-    }
-    drop(outcome_tx);
-    let mut connect_failures = Reasons::new();
-    while let Some(outcome) = outcome_rx.recv().await {
-        if let Err(reason) = outcome {
-            *connect_failures.entry(reason).or_default() += 1;
-        }
-    }
-    let connect_seconds = started.elapsed().as_secs_f64();
+    let fleet = HttpFleet::connect(&plan, tokens, &counters, &latency, args.connect_rate).await;
+    let (connect_failures, connect_seconds) =
+        (fleet.connect_failures.clone(), fleet.connect_seconds);
 
     // Phase 2: post.
     let server_before = match &server_stats {
@@ -189,23 +282,14 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         )),
         _ => None,
     };
-    let start = Instant::now();
-    window_tx.send_replace(Some((start, duration.map(|d| start + d))));
-    let mut lost = Reasons::new();
-    let mut refused = Reasons::new();
-    let mut last_ack = start;
-    let mut acks = Vec::with_capacity(devices.len());
-    for device in devices {
-        let result = device.await.context("device task panicked")?;
-        if let Some(reason) = result.lost {
-            *lost.entry(reason).or_default() += 1;
-        }
-        for (reason, n) in result.refused {
-            *refused.entry(reason).or_default() += n;
-        }
-        last_ack = last_ack.max(result.last_ack.unwrap_or(start));
-        acks.push(result.acks);
-    }
+    let HttpFleetResult {
+        start,
+        last_ack,
+        mut lost,
+        refused,
+        acks,
+        ..
+    } = fleet.post(duration).await?;
     let server_after = match &server_stats {
         Some(s) => Some(s.sample()?),
         None => None,
@@ -292,7 +376,7 @@ impl Device {
         mut self,
         stream: io::Result<TcpStream>,
         outcome: mpsc::Sender<Result<(), String>>,
-        mut window_rx: watch::Receiver<Option<(Instant, Option<Instant>)>>,
+        mut window_rx: watch::Receiver<Option<Window>>,
     ) -> DeviceResult {
         let mut result = DeviceResult::default();
         let mut stream = match stream {
@@ -317,7 +401,8 @@ impl Device {
         let mut rbuf = BytesMut::with_capacity(1024);
         let mut wbuf = BytesMut::with_capacity(512);
         let mut payload_buf = BytesMut::new();
-        let (mut sent, mut last_ts) = (0u64, 0u64);
+        let mut sent = 0u64;
+        let mut last_ts = plan.first_ts.saturating_sub(1);
         loop {
             let now = Instant::now();
             if stop_at.is_some_and(|stop| now >= stop)
@@ -395,6 +480,7 @@ impl Device {
                 break;
             }
         }
+        result.last_ts = last_ts;
         self.latency.flush();
         result
     }

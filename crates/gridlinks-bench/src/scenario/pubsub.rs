@@ -110,6 +110,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         record_acks: false,
         lag_slots: None,
         ramp_up: Duration::ZERO,
+        first_ts: 0,
     });
     let duration = super::window_duration(args.duration, args.messages_per_publisher);
     let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;

@@ -84,6 +84,9 @@ pub(crate) struct Plan {
     pub lag_slots: Option<Arc<LagSlots>>,
     /// Devices start publishing spread over this long (`--ramp-up`).
     pub ramp_up: Duration,
+    /// Every publish is stamped at least this (ms; `crash-loop`: past every stamp sent in
+    /// earlier cycles, so a point stays identified by device and `ts` across restarts).
+    pub first_ts: u64,
 }
 
 /// The measurement window, announced to every connection at once.
@@ -108,6 +111,8 @@ struct DeviceResult {
     conn: Option<MqttConnection>,
     /// Acknowledged publishes, when recorded.
     acks: AckLog,
+    /// The highest stamp sent (acknowledged or not).
+    last_ts: u64,
 }
 
 /// Names of provisioned devices: `bench-<i>`.
@@ -190,6 +195,8 @@ pub(crate) struct FleetResult {
     pub acks: Vec<AckLog>,
     /// Connections still open, for DISCONNECT.
     pub open: Vec<MqttConnection>,
+    /// The highest stamp any device sent (acknowledged or not).
+    pub last_ts: u64,
 }
 
 impl Fleet {
@@ -226,6 +233,7 @@ impl Fleet {
                         latency: latency.recorder(index),
                         acks: AckLog::default(),
                         acked: 0,
+                        last_ts: plan.first_ts.saturating_sub(1),
                     };
                     let outcome_tx = outcome_tx.clone();
                     let window_rx = window_rx.clone();
@@ -269,6 +277,7 @@ impl Fleet {
             acked: Vec::with_capacity(self.devices.len()),
             acks: Vec::with_capacity(self.devices.len()),
             open: Vec::with_capacity(self.devices.len()),
+            last_ts: 0,
         };
         for device in self.devices {
             let result = device.await.context("device task panicked")?;
@@ -278,6 +287,7 @@ impl Fleet {
                 *out.lost.entry(reason).or_default() += 1;
             }
             out.last_ack = out.last_ack.max(result.last_ack.unwrap_or(start));
+            out.last_ts = out.last_ts.max(result.last_ts);
             out.open.extend(result.conn);
         }
         Ok(out)
@@ -365,6 +375,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         record_acks: names.is_some(),
         lag_slots: args.storage_lag.then(|| Arc::clone(&lag_slots)),
         ramp_up: args.ramp_up,
+        first_ts: 0,
     });
     let duration = super::window_duration(args.duration, args.messages_per_device);
     let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
@@ -528,6 +539,8 @@ struct Device {
     acks: AckLog,
     /// How many publishes were acknowledged.
     acked: u64,
+    /// The stamp of the latest publish (the next one gets a higher one).
+    last_ts: u64,
 }
 
 impl Device {
@@ -604,6 +617,7 @@ impl Device {
                 lost: None,
                 conn: Some(conn),
                 acks: self.acks,
+                last_ts: self.last_ts,
             },
             Err((last_ack, reason)) => {
                 Counters::add(&self.counters.dropped, 1);
@@ -613,6 +627,7 @@ impl Device {
                     lost: Some(reason),
                     conn: None,
                     acks: self.acks,
+                    last_ts: self.last_ts,
                 }
             }
         }
@@ -663,7 +678,6 @@ impl Device {
         let mut packet = self.publish_template();
         let mut payload_buf = BytesMut::new();
         let mut sent = 0u64;
-        let mut last_ts = 0u64;
         let mut last_ack = None;
         let is_v5 = conn.version().is_v5();
         // The ack timeout counts from the last send or ack. Its timer is re-armed lazily
@@ -688,12 +702,12 @@ impl Device {
                     .map_or(now, |s| now.min(s.advance() + TIMER_SLACK));
                 // Every message of a device gets its own timestamp: a storage keyed by
                 // (device, key, ts) would otherwise merge a burst into one point.
-                last_ts = now_stamp.max(last_ts + 1);
-                self.fill(&mut packet, &mut payload_buf, Some(id), sent, last_ts);
+                self.last_ts = now_stamp.max(self.last_ts + 1);
+                self.fill(&mut packet, &mut payload_buf, Some(id), sent, self.last_ts);
                 conn.queue(&packet)
                     .expect("telemetry PUBLISH always encodes");
                 due_at[usize::from(id)] = Some(due);
-                ts_of[usize::from(id)] = last_ts;
+                ts_of[usize::from(id)] = self.last_ts;
                 sent += 1;
                 batch += 1;
             }
@@ -807,7 +821,6 @@ impl Device {
         let mut packet = self.publish_template();
         let mut payload_buf = BytesMut::new();
         let mut sent = 0u64;
-        let mut last_ts = 0u64;
         let mut last_write = None;
         loop {
             let now = Instant::now();
@@ -820,8 +833,8 @@ impl Device {
                 if let Some(s) = schedule.as_mut() {
                     s.advance();
                 }
-                last_ts = now_stamp.max(last_ts + 1);
-                self.fill(&mut packet, &mut payload_buf, None, sent, last_ts);
+                self.last_ts = now_stamp.max(self.last_ts + 1);
+                self.fill(&mut packet, &mut payload_buf, None, sent, self.last_ts);
                 conn.queue(&packet)
                     .expect("telemetry PUBLISH always encodes");
                 sent += 1;

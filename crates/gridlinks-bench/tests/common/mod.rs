@@ -153,6 +153,14 @@ pub fn run_bench(args: &[&str]) -> Output {
     output(cmd, args)
 }
 
+/// Runs the bench binary with `args` and its temporary directory (where it starts
+/// servers) set to `tmp`.
+pub fn run_bench_in(tmp: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BENCH);
+    cmd.args(args).env("TMPDIR", tmp).stdin(Stdio::null());
+    output(cmd, args)
+}
+
 /// Runs `cmd` (the bench binary with `args`) and shows its output in the test log.
 fn output(mut cmd: Command, args: &[&str]) -> Output {
     let out = cmd.output().unwrap();
