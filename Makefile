@@ -5,16 +5,21 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash
+.PHONY: run test deps lint rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
 	$(CARGO) run --release -p gridlinks-server --bin gridlinks -- serve
 
-## The whole test suite: Rust unit + integration tests (real binary), the compatibility
-## tests with ThingsBoard's own Python clients and paho against Mosquitto, then MQTT.js in
-## Node and in a real headless Chromium.
-test: deps rust-test compat-test js-test
+## The whole test suite: formatting and lints, Rust unit + integration tests (real binary),
+## the compatibility tests with ThingsBoard's own Python clients and paho against Mosquitto,
+## then MQTT.js in Node and in a real headless Chromium.
+test: deps lint rust-test compat-test js-test
+
+## rustfmt (rustfmt.toml) and clippy with warnings as errors.
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -q -- -D warnings
 
 ## Debian packages the tests use as real peers (Mosquitto and its clients, Chromium for
 ## the browser test); installed when missing.
@@ -68,7 +73,7 @@ bench-mqtt: bench-deps
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/telemetry-20k.json --html $(RESULTS)/telemetry-20k.html \
 	  mqtt-telemetry --devices 10000 --rate 20000 --duration 20s --sources $(SOURCES) --verify --storage-lag
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/idle.json --html $(RESULTS)/idle.html \
-	  connect --connections 19000 --rate 2000 --hold 10s --sources $(SOURCES)
+	  connect --connections 18000 --rate 2000 --hold 10s --sources $(SOURCES)
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/connect-rate.json --html $(RESULTS)/connect-rate.html \
 	  connect --connections 10000 --hold 1s --sources $(SOURCES)
 

@@ -146,15 +146,9 @@ impl ApiArgs {
     /// The API target; fails when --api or --api-password is missing.
     pub fn target(&self, needed_for: &str) -> anyhow::Result<crate::rest_api::ApiTarget> {
         let (Some(base), Some(password)) = (&self.api, &self.api_password) else {
-            anyhow::bail!(
-                "{needed_for} needs --api URL and --api-password (or GRIDLINKS_BENCH_API_PASSWORD)"
-            );
+            anyhow::bail!("{needed_for} needs --api URL and --api-password (or GRIDLINKS_BENCH_API_PASSWORD)");
         };
-        Ok(crate::rest_api::ApiTarget {
-            base: base.clone(),
-            user: self.api_user.clone(),
-            password: password.clone(),
-        })
+        Ok(crate::rest_api::ApiTarget { base: base.clone(), user: self.api_user.clone(), password: password.clone() })
     }
 }
 
@@ -374,9 +368,7 @@ impl ServersArgs {
         let mut list = if !self.servers.is_empty() {
             self.servers.clone()
         } else if !self.against.is_empty() {
-            std::iter::once(ServerKind::Gridlinks)
-                .chain(self.against.iter().copied())
-                .collect()
+            std::iter::once(ServerKind::Gridlinks).chain(self.against.iter().copied()).collect()
         } else {
             vec![ServerKind::Gridlinks, ServerKind::Mosquitto]
         };
@@ -592,10 +584,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (s, 1.0)
     };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("not a duration: {s:?} (use e.g. 10s, 500ms, 2m)"))?;
+    let value: f64 = number.trim().parse().map_err(|_| format!("not a duration: {s:?} (use e.g. 10s, 500ms, 2m)"))?;
     if !value.is_finite() || value < 0.0 {
         return Err(format!("not a duration: {s:?}"));
     }
@@ -613,9 +602,7 @@ pub fn parse_duration_range(s: &str) -> Result<DurationRange, String> {
         }
     };
     if min > max {
-        return Err(format!(
-            "{s:?}: the first duration is longer than the second"
-        ));
+        return Err(format!("{s:?}: the first duration is longer than the second"));
     }
     if min.is_zero() {
         return Err(format!("{s:?}: the load needs some time before the kill"));
@@ -640,43 +627,24 @@ mod tests {
     #[test]
     fn duration_ranges_parse_and_interpolate() {
         let r = parse_duration_range("2s..6s").unwrap();
-        assert_eq!(
-            (r.min, r.max),
-            (Duration::from_secs(2), Duration::from_secs(6))
-        );
+        assert_eq!((r.min, r.max), (Duration::from_secs(2), Duration::from_secs(6)));
         assert_eq!(r.at(0.5), Duration::from_secs(4));
         assert_eq!(r.at(2.0), Duration::from_secs(6));
         let fixed = parse_duration_range("1500ms").unwrap();
-        assert_eq!(
-            (fixed.min, fixed.max),
-            (Duration::from_millis(1500), Duration::from_millis(1500))
-        );
+        assert_eq!((fixed.min, fixed.max), (Duration::from_millis(1500), Duration::from_millis(1500)));
         assert!(parse_duration_range("6s..2s").is_err());
         assert!(parse_duration_range("0s..2s").is_err());
         assert!(parse_duration_range("2s..").is_err());
-        let cli =
-            Cli::try_parse_from(["gridlinks-bench", "crash-loop", "--transport", "http"]).unwrap();
-        let Command::CrashLoop(c) = cli.command else {
-            panic!("wrong subcommand")
-        };
-        assert_eq!(
-            (c.transport, c.cycles, c.window),
-            (Transport::Http, 12, None)
-        );
+        let cli = Cli::try_parse_from(["gridlinks-bench", "crash-loop", "--transport", "http"]).unwrap();
+        let Command::CrashLoop(c) = cli.command else { panic!("wrong subcommand") };
+        assert_eq!((c.transport, c.cycles, c.window), (Transport::Http, 12, None));
         assert_eq!(c.kill_after, parse_duration_range("2s..6s").unwrap());
         assert!(Cli::try_parse_from(["gridlinks-bench", "crash-loop", "--cycles", "0"]).is_err());
     }
 
     #[test]
     fn tokens_file_and_username_exclude_each_other() {
-        let r = Cli::try_parse_from([
-            "gridlinks-bench",
-            "connect",
-            "--tokens-file",
-            "t",
-            "--username",
-            "u",
-        ]);
+        let r = Cli::try_parse_from(["gridlinks-bench", "connect", "--tokens-file", "t", "--username", "u"]);
         assert!(r.is_err());
         let cli = Cli::try_parse_from([
             "gridlinks-bench",
@@ -687,42 +655,26 @@ mod tests {
             "3s",
         ])
         .unwrap();
-        let Command::MqttTelemetry(t) = cli.command else {
-            panic!("wrong subcommand")
-        };
+        let Command::MqttTelemetry(t) = cli.command else { panic!("wrong subcommand") };
         assert_eq!(t.target.sources.len(), 2);
         assert_eq!(t.duration, Some(Duration::from_secs(3)));
     }
 
     #[test]
     fn provision_replaces_tokens_and_names_need_tokens() {
-        let parse = |args: &[&str]| {
-            Cli::try_parse_from(["gridlinks-bench", "mqtt-telemetry"].iter().chain(args))
-        };
+        let parse = |args: &[&str]| Cli::try_parse_from(["gridlinks-bench", "mqtt-telemetry"].iter().chain(args));
         assert!(parse(&["--provision", "--tokens-file", "t"]).is_err());
         assert!(parse(&["--provision", "--username", "u"]).is_err());
         assert!(parse(&["--device-names-file", "n"]).is_err());
         assert!(parse(&["--verify", "--no-ts"]).is_err());
-        let cli = parse(&[
-            "--provision",
-            "--verify",
-            "--api",
-            "http://h:1",
-            "--api-password",
-            "pw",
-        ])
-        .unwrap();
-        let Command::MqttTelemetry(t) = cli.command else {
-            panic!("wrong subcommand")
-        };
+        let cli = parse(&["--provision", "--verify", "--api", "http://h:1", "--api-password", "pw"]).unwrap();
+        let Command::MqttTelemetry(t) = cli.command else { panic!("wrong subcommand") };
         assert!(t.provision && t.verify);
         assert_eq!(t.api.api_user, "admin");
         let api = t.api.target("--verify").unwrap();
         assert!(format!("{api:?}").contains("<REDACTED>"));
         let cli = Cli::try_parse_from(["gridlinks-bench", "verify", "--acks", "a.json"]).unwrap();
-        let Command::Verify(v) = cli.command else {
-            panic!("wrong subcommand")
-        };
+        let Command::Verify(v) = cli.command else { panic!("wrong subcommand") };
         assert!(v.api.target("verify").is_err(), "no --api given");
     }
 }

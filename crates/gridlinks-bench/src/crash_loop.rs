@@ -170,11 +170,7 @@ pub struct CrashLoopReport {
 impl CrashLoopReport {
     /// Cycles that acknowledged nothing (a setup failure: they prove nothing).
     pub fn cycles_without_acks(&self) -> Vec<u32> {
-        self.cycles
-            .iter()
-            .filter(|c| c.acked == 0)
-            .map(|c| c.cycle)
-            .collect()
+        self.cycles.iter().filter(|c| c.acked == 0).map(|c| c.cycle).collect()
     }
 
     /// True when no acknowledged point is missing and every cycle acknowledged some.
@@ -198,25 +194,17 @@ impl CrashLoopReport {
         let Some(first) = times.clone().next() else {
             return (0.0, 0.0, 0.0);
         };
-        let (min, max) = times
-            .clone()
-            .fold((first, first), |(lo, hi), t| (lo.min(t), hi.max(t)));
+        let (min, max) = times.clone().fold((first, first), |(lo, hi), t| (lo.min(t), hi.max(t)));
         (min, times.sum::<f64>() / self.cycles.len() as f64, max)
     }
 
     /// The human summary: settings, a line per cycle, totals, the loss check's verdict.
     pub fn human(&self) -> String {
-        let (min, max) = (
-            self.kill_after.min.as_secs_f64(),
-            self.kill_after.max.as_secs_f64(),
-        );
+        let (min, max) = (self.kill_after.min.as_secs_f64(), self.kill_after.max.as_secs_f64());
         let delays = if min == max {
             format!("{min:.2} s of load")
         } else {
-            format!(
-                "{min:.2}-{max:.2} s of load (--seed {} repeats these delays)",
-                self.seed
-            )
+            format!("{min:.2}-{max:.2} s of load (--seed {} repeats these delays)", self.seed)
         };
         let mut s = format!(
             "crash-loop     kill -9 under {} load: {} cycles, {} devices, {}\n\
@@ -228,9 +216,7 @@ impl CrashLoopReport {
             self.server,
             self.data_dir.display(),
         );
-        s.push_str(
-            "cycle  connected  load s      acked    acked/s  ack p99 ms  restart->ready s\n",
-        );
+        s.push_str("cycle  connected  load s      acked    acked/s  ack p99 ms  restart->ready s\n");
         for c in &self.cycles {
             let _ = writeln!(
                 s,
@@ -259,10 +245,7 @@ impl CrashLoopReport {
         s.push_str(&self.loss_check.human());
         let idle = self.cycles_without_acks();
         if !idle.is_empty() {
-            let _ = writeln!(
-                s,
-                "CRASH LOOP FAILED: cycles {idle:?} acknowledged nothing (the setup proves nothing)"
-            );
+            let _ = writeln!(s, "CRASH LOOP FAILED: cycles {idle:?} acknowledged nothing (the setup proves nothing)");
         }
         s
     }
@@ -337,19 +320,15 @@ pub async fn run(args: CrashLoopArgs) -> anyhow::Result<std::process::ExitCode> 
     if let Some(bin) = &args.gridlinks_bin {
         bins.gridlinks = bin.clone();
     }
-    let mut server =
-        ManagedServer::start_on(ServerKind::Gridlinks, &bins, args.data_dir.as_deref())
-            .await
-            .context("starting gridlinks")?;
+    let mut server = ManagedServer::start_on(ServerKind::Gridlinks, &bins, args.data_dir.as_deref())
+        .await
+        .context("starting gridlinks")?;
     let outcome = crash_loop(&args, seed, &mut server).await;
     let report = match outcome {
         Ok(report) => report,
         Err(e) => {
             server.keep_dir();
-            return Err(e.context(format!(
-                "crash loop stopped (server log kept in {})",
-                server.dir().display()
-            )));
+            return Err(e.context(format!("crash loop stopped (server log kept in {})", server.dir().display())));
         }
     };
     print!("{}", report.human());
@@ -358,11 +337,7 @@ pub async fn run(args: CrashLoopArgs) -> anyhow::Result<std::process::ExitCode> 
     }
     if !report.passed() {
         server.keep_dir();
-        eprintln!(
-            "kept the server's log and data: {} (data in {})",
-            server.dir().display(),
-            report.data_dir.display()
-        );
+        eprintln!("kept the server's log and data: {} (data in {})", server.dir().display(), report.data_dir.display());
     }
     server.stop().await?;
     let idle = report.cycles_without_acks();
@@ -377,10 +352,7 @@ fn check_empty(dir: &Path) -> anyhow::Result<()> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
-                bail!(
-                    "--data-dir {} is not empty: crash-loop starts from an empty store",
-                    dir.display()
-                );
+                bail!("--data-dir {} is not empty: crash-loop starts from an empty store", dir.display());
             }
             Ok(())
         }
@@ -398,17 +370,9 @@ fn random_seed() -> u64 {
 }
 
 /// Provisioning, the cycles and the final check on the started `server`.
-async fn crash_loop(
-    args: &CrashLoopArgs,
-    seed: u64,
-    server: &mut ManagedServer,
-) -> anyhow::Result<CrashLoopReport> {
+async fn crash_loop(args: &CrashLoopArgs, seed: u64, server: &mut ManagedServer) -> anyhow::Result<CrashLoopReport> {
     let (base, password) = server.api().context("gridlinks has a REST API")?;
-    let api = ApiTarget {
-        base,
-        user: "admin".into(),
-        password,
-    };
+    let api = ApiTarget { base, user: "admin".into(), password };
     let names: Vec<String> = (0..args.devices).map(provisioned_name).collect();
     let tokens = provision(api.clone(), names.clone()).await?;
     let window = args.window.unwrap_or(DEFAULT_WINDOW);
@@ -419,11 +383,7 @@ async fn crash_loop(
         mqtt_version: args.mqtt_version,
         sources: args.sources.clone(),
         connect_rate: args.connect_rate,
-        payload: PayloadSpec {
-            target_len: args.payload_bytes,
-            kind: PayloadKind::Telemetry,
-            template: None,
-        },
+        payload: PayloadSpec { target_len: args.payload_bytes, kind: PayloadKind::Telemetry, template: None },
         tokens,
     };
     let mut rng = Rng::new(seed);
@@ -433,19 +393,13 @@ async fn crash_loop(
     let mut first_ts = 0u64;
     for cycle in 1..=args.cycles {
         let delay = args.kill_after.at(rng.unit());
-        eprintln!(
-            "cycle {cycle}/{}: load, kill -9 after {:.2} s",
-            args.cycles,
-            delay.as_secs_f64()
-        );
+        eprintln!("cycle {cycle}/{}: load, kill -9 after {:.2} s", args.cycles, delay.as_secs_f64());
         let load = match setup.transport {
             Transport::Mqtt => mqtt_cycle(&setup, server, first_ts, delay).await?,
             Transport::Http => http_cycle(&setup, server, first_ts, delay).await?,
         };
-        let restart_to_ready = server
-            .start_again()
-            .await
-            .with_context(|| format!("restarting after the kill of cycle {cycle}"))?;
+        let restart_to_ready =
+            server.start_again().await.with_context(|| format!("restarting after the kill of cycle {cycle}"))?;
         eprintln!(
             "cycle {cycle}/{}: {} points acknowledged in {:.2} s; ready {:.3} s after the restart",
             args.cycles,
@@ -474,18 +428,10 @@ async fn crash_loop(
             restart_to_ready: restart_to_ready.as_secs_f64(),
         });
     }
-    let devices: Vec<DeviceAcks> = names
-        .into_iter()
-        .zip(acks)
-        .map(|(name, acks)| DeviceAcks { name, acks })
-        .collect();
-    eprintln!(
-        "checking {} devices for lost points",
-        thousands(devices.len() as u64)
-    );
+    let devices: Vec<DeviceAcks> = names.into_iter().zip(acks).map(|(name, acks)| DeviceAcks { name, acks }).collect();
+    eprintln!("checking {} devices for lost points", thousands(devices.len() as u64));
     let threads = usize::from(args.verify_threads);
-    let loss_check =
-        tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
+    let loss_check = tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
     Ok(CrashLoopReport {
         transport: match args.transport {
             Transport::Mqtt => "mqtt",
@@ -499,14 +445,10 @@ async fn crash_loop(
         },
         server: server.version().to_string(),
         devices: args.devices,
-        payload_bytes: telemetry::render_payload(&mut bytes::BytesMut::new(), &setup.payload, 0, 0)
-            .len(),
+        payload_bytes: telemetry::render_payload(&mut bytes::BytesMut::new(), &setup.payload, 0, 0).len(),
         kill_after: args.kill_after,
         seed,
-        data_dir: args
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| server.dir().join("data")),
+        data_dir: args.data_dir.clone().unwrap_or_else(|| server.dir().join("data")),
         cycles,
         loss_check,
     })
@@ -604,15 +546,9 @@ async fn mqtt_cycle(
     let latency = LatencyShards::new(LATENCY_SHARDS);
     let progress = progress(&counters, &latency, server.pid());
     let fleet = Fleet::connect(&target, &plan, &counters, &latency, setup.connect_rate).await?;
-    let (connect_failures, connect_seconds) =
-        (fleet.connect_failures.clone(), fleet.connect_seconds);
+    let (connect_failures, connect_seconds) = (fleet.connect_failures.clone(), fleet.connect_seconds);
     progress.set_phase("publishing");
-    let (result, killed_at) = under_kill(
-        server,
-        delay,
-        fleet.publish(Some(delay + LOAD_LIMIT_AFTER_KILL)),
-    )
-    .await?;
+    let (result, killed_at) = under_kill(server, delay, fleet.publish(Some(delay + LOAD_LIMIT_AFTER_KILL))).await?;
     progress.finish();
     // Only devices whose window ended before the kill could still be connected.
     disconnect_all(result.open).await;
@@ -620,9 +556,7 @@ async fn mqtt_cycle(
         connected: Counters::get(&counters.connected),
         connect_failures,
         connect_seconds,
-        load_seconds: killed_at
-            .saturating_duration_since(result.start)
-            .as_secs_f64(),
+        load_seconds: killed_at.saturating_duration_since(result.start).as_secs_f64(),
         sent: Counters::get(&counters.sent),
         ack_latency: LatencySummary::from_histogram(&latency.merged()),
         ended: result.lost,
@@ -641,9 +575,7 @@ async fn http_cycle(
 ) -> anyhow::Result<CycleLoad> {
     let (base, _) = server.api().context("gridlinks has a REST API")?;
     let host = base.trim_start_matches("http://").to_string();
-    let address: SocketAddr = host
-        .parse()
-        .with_context(|| format!("the API address {host} is not IP:PORT"))?;
+    let address: SocketAddr = host.parse().with_context(|| format!("the API address {host} is not IP:PORT"))?;
     let plan = Arc::new(http_telemetry::Plan {
         devices: setup.devices,
         host,
@@ -659,31 +591,16 @@ async fn http_cycle(
     let counters = Arc::new(Counters::default());
     let latency = LatencyShards::new(LATENCY_SHARDS);
     let progress = progress(&counters, &latency, server.pid());
-    let fleet = HttpFleet::connect(
-        &plan,
-        setup.tokens.clone(),
-        &counters,
-        &latency,
-        setup.connect_rate,
-    )
-    .await;
-    let (connect_failures, connect_seconds) =
-        (fleet.connect_failures.clone(), fleet.connect_seconds);
+    let fleet = HttpFleet::connect(&plan, setup.tokens.clone(), &counters, &latency, setup.connect_rate).await;
+    let (connect_failures, connect_seconds) = (fleet.connect_failures.clone(), fleet.connect_seconds);
     progress.set_phase("posting");
-    let (result, killed_at) = under_kill(
-        server,
-        delay,
-        fleet.post(Some(delay + LOAD_LIMIT_AFTER_KILL)),
-    )
-    .await?;
+    let (result, killed_at) = under_kill(server, delay, fleet.post(Some(delay + LOAD_LIMIT_AFTER_KILL))).await?;
     progress.finish();
     Ok(CycleLoad {
         connected: Counters::get(&counters.connected),
         connect_failures,
         connect_seconds,
-        load_seconds: killed_at
-            .saturating_duration_since(result.start)
-            .as_secs_f64(),
+        load_seconds: killed_at.saturating_duration_since(result.start).as_secs_f64(),
         sent: Counters::get(&counters.sent),
         ack_latency: LatencySummary::from_histogram(&latency.merged()),
         ended: result.lost,
@@ -721,17 +638,11 @@ mod tests {
             server: "gridlinks 0.1.0".into(),
             devices: 10,
             payload_bytes: 100,
-            kill_after: DurationRange {
-                min: Duration::from_secs(1),
-                max: Duration::from_secs(2),
-            },
+            kill_after: DurationRange { min: Duration::from_secs(1), max: Duration::from_secs(2) },
             seed: 7,
             data_dir: PathBuf::from("/tmp/d"),
             cycles,
-            loss_check: LossReport {
-                missing,
-                ..Default::default()
-            },
+            loss_check: LossReport { missing, ..Default::default() },
         }
     }
 
@@ -763,10 +674,7 @@ mod tests {
 
     #[test]
     fn kill_delays_repeat_with_the_seed() {
-        let range = DurationRange {
-            min: Duration::from_secs(2),
-            max: Duration::from_secs(6),
-        };
+        let range = DurationRange { min: Duration::from_secs(2), max: Duration::from_secs(6) };
         let draw = |seed| {
             let mut rng = Rng::new(seed);
             (0..12).map(|_| range.at(rng.unit())).collect::<Vec<_>>()

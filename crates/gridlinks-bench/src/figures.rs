@@ -3,9 +3,7 @@
 
 use crate::cli::OutputArgs;
 use crate::html::{Chart, Page, Series, Table};
-use crate::report::{
-    per_second, thousands, ConnectReport, LatencySummary, PubsubReport, TelemetryReport,
-};
+use crate::report::{per_second, thousands, ConnectReport, LatencySummary, PubsubReport, TelemetryReport};
 use crate::timeline::{Sample, Timeline};
 
 /// What a figure counts, for formatting.
@@ -53,12 +51,7 @@ pub struct Figure {
 
 impl Figure {
     fn new(name: impl Into<String>, value: Option<f64>, unit: Unit, better: Better) -> Self {
-        Figure {
-            name: name.into(),
-            value,
-            unit,
-            better,
-        }
+        Figure { name: name.into(), value, unit, better }
     }
 
     /// The value for people: `12,345`, `0.812 ms`, `42.1 MiB`, `-` when not measured.
@@ -96,14 +89,7 @@ fn latency(what: &str, l: Option<&LatencySummary>) -> Vec<Figure> {
         ("max", l.map(|l| l.max_us)),
     ]
     .into_iter()
-    .map(|(p, v)| {
-        Figure::new(
-            format!("{what} {p}"),
-            v.map(|v| v as f64),
-            Unit::Millis,
-            Better::Lower,
-        )
-    })
+    .map(|(p, v)| Figure::new(format!("{what} {p}"), v.map(|v| v as f64), Unit::Millis, Better::Lower))
     .collect()
 }
 
@@ -129,13 +115,8 @@ pub trait RunResult {
 
 /// Prints a run's summary, writes its `--json`/`--html`, and gives the exit code: 2 when
 /// a check failed.
-pub fn finish(
-    output: &OutputArgs,
-    result: &dyn RunResult,
-) -> anyhow::Result<std::process::ExitCode> {
-    crate::report::emit(output, &result.human(), &result.to_json(), || {
-        run_page(result)
-    })?;
+pub fn finish(output: &OutputArgs, result: &dyn RunResult) -> anyhow::Result<std::process::ExitCode> {
+    crate::report::emit(output, &result.human(), &result.to_json(), || run_page(result))?;
     Ok(crate::exit_code(result.passed()))
 }
 
@@ -152,12 +133,7 @@ impl RunResult for TelemetryReport {
         use Better::*;
         let cost = self.server_cost.as_ref();
         let mut f = vec![
-            Figure::new(
-                "connections",
-                Some(self.connected as f64),
-                Unit::Count,
-                Neither,
-            ),
+            Figure::new("connections", Some(self.connected as f64), Unit::Count, Neither),
             Figure::new(
                 "connects/s",
                 Some(per_second(self.connected as f64, self.connect_seconds)),
@@ -166,12 +142,7 @@ impl RunResult for TelemetryReport {
             ),
             Figure::new("msgs acked", Some(self.acked as f64), Unit::Count, Neither),
             Figure::new("msgs failed", Some(self.failed as f64), Unit::Count, Lower),
-            Figure::new(
-                "msgs/s",
-                Some(self.msgs_per_second()),
-                Unit::PerSecond,
-                Higher,
-            ),
+            Figure::new("msgs/s", Some(self.msgs_per_second()), Unit::PerSecond, Higher),
         ];
         f.extend(latency(self.ack_name(), self.puback.as_ref()));
         f.extend(server_figures(
@@ -187,26 +158,11 @@ impl RunResult for TelemetryReport {
             Neither,
         ));
         if let Some(lag) = &self.storage_lag {
-            f.push(Figure::new(
-                "storage lag p50",
-                Some(lag.lag.p50_us as f64),
-                Unit::Millis,
-                Lower,
-            ));
-            f.push(Figure::new(
-                "storage lag p99",
-                Some(lag.lag.p99_us as f64),
-                Unit::Millis,
-                Lower,
-            ));
+            f.push(Figure::new("storage lag p50", Some(lag.lag.p50_us as f64), Unit::Millis, Lower));
+            f.push(Figure::new("storage lag p99", Some(lag.lag.p99_us as f64), Unit::Millis, Lower));
         }
         if let Some(loss) = &self.loss_check {
-            f.push(Figure::new(
-                "acked points missing",
-                Some(loss.missing as f64),
-                Unit::Count,
-                Lower,
-            ));
+            f.push(Figure::new("acked points missing", Some(loss.missing as f64), Unit::Count, Lower));
         }
         f
     }
@@ -245,49 +201,20 @@ impl RunResult for PubsubReport {
         use Better::*;
         let cost = self.server_cost.as_ref();
         let mut f = vec![
-            Figure::new(
-                "connections",
-                Some(self.connected as f64),
-                Unit::Count,
-                Neither,
-            ),
+            Figure::new("connections", Some(self.connected as f64), Unit::Count, Neither),
             Figure::new(
                 "published msgs/s",
                 Some(per_second(self.acked as f64, self.publish_seconds)),
                 Unit::PerSecond,
                 Higher,
             ),
-            Figure::new(
-                "deliveries expected",
-                Some(self.expected as f64),
-                Unit::Count,
-                Neither,
-            ),
-            Figure::new(
-                "deliveries received",
-                Some(self.received as f64),
-                Unit::Count,
-                Neither,
-            ),
-            Figure::new(
-                "deliveries missing",
-                Some(self.missing() as f64),
-                Unit::Count,
-                Lower,
-            ),
-            Figure::new(
-                "delivered msgs/s",
-                Some(self.delivered_per_second()),
-                Unit::PerSecond,
-                Higher,
-            ),
+            Figure::new("deliveries expected", Some(self.expected as f64), Unit::Count, Neither),
+            Figure::new("deliveries received", Some(self.received as f64), Unit::Count, Neither),
+            Figure::new("deliveries missing", Some(self.missing() as f64), Unit::Count, Lower),
+            Figure::new("delivered msgs/s", Some(self.delivered_per_second()), Unit::PerSecond, Higher),
         ];
         f.extend(latency("end-to-end", Some(&self.e2e)));
-        f.extend(
-            latency("PUBACK", self.puback.as_ref())
-                .into_iter()
-                .step_by(2),
-        );
+        f.extend(latency("PUBACK", self.puback.as_ref()).into_iter().step_by(2));
         f.extend(server_figures(
             cost.map(|c| c.cpu_seconds),
             self.delivered_per_server_cpu_second(),
@@ -337,24 +264,9 @@ impl RunResult for ConnectReport {
         use Better::*;
         let memory = self.server_memory.as_ref();
         let mut f = vec![
-            Figure::new(
-                "connections",
-                Some(self.connected as f64),
-                Unit::Count,
-                Neither,
-            ),
-            Figure::new(
-                "success",
-                Some(100.0 * self.success_ratio()),
-                Unit::Percent,
-                Higher,
-            ),
-            Figure::new(
-                "connects/s",
-                Some(self.connects_per_second()),
-                Unit::PerSecond,
-                Higher,
-            ),
+            Figure::new("connections", Some(self.connected as f64), Unit::Count, Neither),
+            Figure::new("success", Some(100.0 * self.success_ratio()), Unit::Percent, Higher),
+            Figure::new("connects/s", Some(self.connects_per_second()), Unit::PerSecond, Higher),
             Figure::new(
                 "connects per server CPU-second",
                 self.connects_per_server_cpu_second(),
@@ -362,23 +274,9 @@ impl RunResult for ConnectReport {
                 Higher,
             ),
         ];
-        f.extend(
-            latency("CONNACK", Some(&self.connack))
-                .into_iter()
-                .step_by(2),
-        );
-        f.push(Figure::new(
-            "server memory per connection",
-            self.kib_per_connection(),
-            Unit::KiB,
-            Lower,
-        ));
-        f.push(Figure::new(
-            "server RSS while holding",
-            memory.map(|m| m.rss_hold_max_kib as f64),
-            Unit::MiB,
-            Lower,
-        ));
+        f.extend(latency("CONNACK", Some(&self.connack)).into_iter().step_by(2));
+        f.push(Figure::new("server memory per connection", self.kib_per_connection(), Unit::KiB, Lower));
+        f.push(Figure::new("server RSS while holding", memory.map(|m| m.rss_hold_max_kib as f64), Unit::MiB, Lower));
         f
     }
 
@@ -411,28 +309,14 @@ fn server_figures(
     rss_peak_kib: Option<u64>,
 ) -> Vec<Figure> {
     vec![
-        Figure::new(
-            "server CPU-seconds",
-            cpu_seconds,
-            Unit::Seconds,
-            Better::Lower,
-        ),
+        Figure::new("server CPU-seconds", cpu_seconds, Unit::Seconds, Better::Lower),
         Figure::new(per_cpu_name, per_cpu, Unit::PerSecond, Better::Higher),
-        Figure::new(
-            "server RSS peak",
-            rss_peak_kib.map(|k| k as f64),
-            Unit::MiB,
-            Better::Lower,
-        ),
+        Figure::new("server RSS peak", rss_peak_kib.map(|k| k as f64), Unit::MiB, Better::Lower),
     ]
 }
 
 fn first_line(text: &str) -> String {
-    text.lines()
-        .next()
-        .unwrap_or_default()
-        .trim_matches(|c| c == '=' || c == ' ')
-        .to_owned()
+    text.lines().next().unwrap_or_default().trim_matches(|c| c == '=' || c == ' ').to_owned()
 }
 
 /// The report of one run.
@@ -443,11 +327,7 @@ pub fn run_page(result: &dyn RunResult) -> Page {
         tables: vec![Table {
             title: "Results".into(),
             header: vec!["figure".into(), "value".into()],
-            rows: result
-                .figures()
-                .into_iter()
-                .map(|f| vec![f.name.clone(), f.formatted()])
-                .collect(),
+            rows: result.figures().into_iter().map(|f| vec![f.name.clone(), f.formatted()]).collect(),
         }],
         charts: charts(&[("", result.timeline())], result.ack_name()),
         raw_json: None,
@@ -460,11 +340,7 @@ pub fn comparison_table(title: &str, runs: &[(&str, &dyn RunResult)]) -> Table {
     let mut header = vec!["figure".to_string()];
     header.extend(runs.iter().map(|(name, _)| name.to_string()));
     if let Some((first, _)) = runs.first() {
-        header.extend(
-            runs.iter()
-                .skip(1)
-                .map(|(name, _)| format!("{first} / {name}")),
-        );
+        header.extend(runs.iter().skip(1).map(|(name, _)| format!("{first} / {name}")));
     }
     let figures: Vec<Vec<Figure>> = runs.iter().map(|(_, r)| r.figures()).collect();
     let rows = figures
@@ -476,27 +352,14 @@ pub fn comparison_table(title: &str, runs: &[(&str, &dyn RunResult)]) -> Table {
                 .map(|(i, f)| {
                     let value = |run: &Vec<Figure>| run.get(i).and_then(|g| g.value);
                     let mut row = vec![f.name.clone()];
-                    row.extend(
-                        figures
-                            .iter()
-                            .map(|run| run.get(i).map_or("-".into(), Figure::formatted)),
-                    );
-                    row.extend(
-                        figures
-                            .iter()
-                            .skip(1)
-                            .map(|run| ratio(value(first), value(run))),
-                    );
+                    row.extend(figures.iter().map(|run| run.get(i).map_or("-".into(), Figure::formatted)));
+                    row.extend(figures.iter().skip(1).map(|run| ratio(value(first), value(run))));
                     row
                 })
                 .collect()
         })
         .unwrap_or_default();
-    Table {
-        title: title.into(),
-        header,
-        rows,
-    }
+    Table { title: title.into(), header, rows }
 }
 
 /// Charts over time of one or several runs, overlaid: each run's name prefixes its
@@ -540,24 +403,12 @@ pub fn charts(runs: &[(&str, &Timeline)], ack: &str) -> Vec<Chart> {
         (ack_title.as_str(), "ms", ack_latency),
         ("End-to-end latency per second", "ms", e2e),
         ("Connections (connect curve)", "connections", connections),
-        (
-            "Server CPU",
-            "% of one core",
-            series("CPU %", &|s| s.server_cpu_percent),
-        ),
-        (
-            "Server memory",
-            "RSS MiB",
-            series("RSS", &|s| s.server_rss_kib.map(|k| k as f64 / 1024.0)),
-        ),
+        ("Server CPU", "% of one core", series("CPU %", &|s| s.server_cpu_percent)),
+        ("Server memory", "RSS MiB", series("RSS", &|s| s.server_rss_kib.map(|k| k as f64 / 1024.0))),
     ];
     all.into_iter()
         .filter(|(_, _, series)| !series.is_empty())
-        .map(|(title, y_label, series)| Chart {
-            title: title.into(),
-            y_label: y_label.into(),
-            series,
-        })
+        .map(|(title, y_label, series)| Chart { title: title.into(), y_label: y_label.into(), series })
         .collect()
 }
 
@@ -570,10 +421,7 @@ mod tests {
         TelemetryReport {
             acked,
             window_seconds: 10.0,
-            server_cost: Some(ServerCost {
-                cpu_seconds: cpu,
-                ..Default::default()
-            }),
+            server_cost: Some(ServerCost { cpu_seconds: cpu, ..Default::default() }),
             ..Default::default()
         }
     }
@@ -585,10 +433,7 @@ mod tests {
         assert_eq!(f(812.0, Unit::Millis), "0.812 ms");
         assert_eq!(f(2048.0, Unit::MiB), "2.0 MiB");
         assert_eq!(f(99.25, Unit::Percent), "99.2%");
-        assert_eq!(
-            Figure::new("x", None, Unit::Count, Better::Neither).formatted(),
-            "-"
-        );
+        assert_eq!(Figure::new("x", None, Unit::Count, Better::Neither).formatted(), "-");
         assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50x");
         assert_eq!(ratio(Some(3.0), Some(0.0)), "-");
     }
@@ -597,52 +442,29 @@ mod tests {
     fn comparison_puts_servers_side_by_side_with_ratios() {
         let (a, b) = (telemetry(200_000, 2.0), telemetry(100_000, 4.0));
         let table = comparison_table("t", &[("gridlinks", &a), ("mosquitto", &b)]);
-        assert_eq!(
-            table.header,
-            ["figure", "gridlinks", "mosquitto", "gridlinks / mosquitto"]
-        );
-        let row = |name: &str| {
-            table
-                .rows
-                .iter()
-                .find(|r| r[0] == name)
-                .unwrap_or_else(|| panic!("no row {name}"))
-                .clone()
-        };
+        assert_eq!(table.header, ["figure", "gridlinks", "mosquitto", "gridlinks / mosquitto"]);
+        let row =
+            |name: &str| table.rows.iter().find(|r| r[0] == name).unwrap_or_else(|| panic!("no row {name}")).clone();
         assert_eq!(row("msgs/s"), ["msgs/s", "20,000", "10,000", "2.00x"]);
-        assert_eq!(
-            row("msgs per server CPU-second"),
-            ["msgs per server CPU-second", "100,000", "25,000", "4.00x"]
-        );
+        assert_eq!(row("msgs per server CPU-second"), ["msgs per server CPU-second", "100,000", "25,000", "4.00x"]);
     }
 
     #[test]
     fn charts_leave_out_what_was_not_measured() {
         let timeline = Timeline {
             samples: (1..=5)
-                .map(|t| Sample {
-                    t: t as f64,
-                    connected: 10,
-                    acked_per_second: 1000.0,
-                    ..Default::default()
-                })
+                .map(|t| Sample { t: t as f64, connected: 10, acked_per_second: 1000.0, ..Default::default() })
                 .collect(),
         };
         let charts = charts(&[("a", &timeline), ("b", &timeline)], "PUBACK");
         let titles: Vec<&str> = charts.iter().map(|c| c.title.as_str()).collect();
-        assert_eq!(
-            titles,
-            ["Throughput per second", "Connections (connect curve)"]
-        );
+        assert_eq!(titles, ["Throughput per second", "Connections (connect curve)"]);
         assert_eq!(charts[0].series.len(), 2);
         assert_eq!(charts[0].series[1].label, "b acked/s");
         assert_eq!(charts[0].series[1].group.as_deref(), Some("b"));
         assert_eq!(charts[0].series[0].points.len(), 5);
         let single = super::charts(&[("", &timeline)], "PUBACK");
-        assert!(
-            single[0].series[0].group.is_none(),
-            "a single run has no groups"
-        );
+        assert!(single[0].series[0].group.is_none(), "a single run has no groups");
     }
 
     #[test]
@@ -663,14 +485,9 @@ mod tests {
                 .collect(),
         };
         let charts = charts(&[("a", &timeline)], "CONNACK");
-        let latency = charts
-            .iter()
-            .find(|c| c.title == "Acknowledgement latency per second (CONNACK)")
-            .expect("latency chart");
+        let latency =
+            charts.iter().find(|c| c.title == "Acknowledgement latency per second (CONNACK)").expect("latency chart");
         assert_eq!(latency.series[0].label, "a p50");
-        assert_eq!(
-            latency.series[0].points,
-            [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0), (5.0, 5.0)]
-        );
+        assert_eq!(latency.series[0].points, [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0), (5.0, 5.0)]);
     }
 }

@@ -134,11 +134,7 @@ footer{color:#8a93a0;font-size:12px}
 ";
 
 fn write_page(out: &mut String, page: &Page) -> fmt::Result {
-    let title = if page.title.trim().is_empty() {
-        "gridlinks-bench report"
-    } else {
-        page.title.as_str()
-    };
+    let title = if page.title.trim().is_empty() { "gridlinks-bench report" } else { page.title.as_str() };
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     // The report is a file that must work offline: forbid every fetch.
@@ -147,11 +143,7 @@ fn write_page(out: &mut String, page: &Page) -> fmt::Result {
          content=\"default-src 'none'; style-src 'unsafe-inline'\">\n",
     );
     writeln!(out, "<title>{}</title>", escape(title))?;
-    writeln!(
-        out,
-        "<style>\n{STYLE}{}</style>\n</head>\n<body>\n<main>",
-        toggle_style(page)
-    )?;
+    writeln!(out, "<style>\n{STYLE}{}</style>\n</head>\n<body>\n<main>", toggle_style(page))?;
     writeln!(out, "<h1>{}</h1>", escape(title))?;
     if !page.subtitle.is_empty() {
         writeln!(out, "<p class=\"subtitle\">{}</p>", escape(&page.subtitle))?;
@@ -209,8 +201,8 @@ fn escape(text: &str) -> String {
 /// Units a numeric cell may end with. Longer units come before the shorter units
 /// they end with (`ms` before `s`).
 const UNITS: [&str; 21] = [
-    "msgs/s", "/s", "TiB", "GiB", "MiB", "KiB", "GB", "MB", "kB", "KB", "B", "ms", "µs", "us",
-    "ns", "s", "%", "x", "×", "k", "M",
+    "msgs/s", "/s", "TiB", "GiB", "MiB", "KiB", "GB", "MB", "kB", "KB", "B", "ms", "µs", "us", "ns", "s", "%", "x",
+    "×", "k", "M",
 ];
 
 /// Whether a cell reads as a number: digits with optional sign, decimal point,
@@ -224,8 +216,7 @@ fn is_numeric(cell: &str) -> bool {
     let s: String = s.chars().filter(|&c| c != ',').collect();
     // f64::from_str also takes "inf" and "NaN"; a number here is made of digits.
     s.bytes().any(|b| b.is_ascii_digit())
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'+' | b'-' | b'e' | b'E'))
+        && s.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'+' | b'-' | b'e' | b'E'))
         && s.parse::<f64>().is_ok()
 }
 
@@ -236,23 +227,10 @@ fn aligns_right(cell: &str) -> bool {
 }
 
 fn write_table(out: &mut String, table: &Table) -> fmt::Result {
-    let width = table
-        .rows
-        .iter()
-        .map(Vec::len)
-        .chain([table.header.len()])
-        .max()
-        .unwrap_or(0);
+    let width = table.rows.iter().map(Vec::len).chain([table.header.len()]).max().unwrap_or(0);
     // A column's header is right-aligned when its cells are numbers.
-    let numeric_column: Vec<bool> = (0..width)
-        .map(|j| {
-            j > 0
-                && table
-                    .rows
-                    .iter()
-                    .any(|r| r.get(j).is_some_and(|c| is_numeric(c)))
-        })
-        .collect();
+    let numeric_column: Vec<bool> =
+        (0..width).map(|j| j > 0 && table.rows.iter().any(|r| r.get(j).is_some_and(|c| is_numeric(c)))).collect();
     out.push_str("<section class=\"card\">\n");
     if !table.title.is_empty() {
         writeln!(out, "<h2>{}</h2>", escape(&table.title))?;
@@ -261,22 +239,14 @@ fn write_table(out: &mut String, table: &Table) -> fmt::Result {
     if !table.header.is_empty() {
         out.push_str("<thead><tr>");
         for (j, name) in table.header.iter().enumerate() {
-            let class = if numeric_column.get(j).copied().unwrap_or(false) {
-                " class=\"num\""
-            } else {
-                ""
-            };
+            let class = if numeric_column.get(j).copied().unwrap_or(false) { " class=\"num\"" } else { "" };
             write!(out, "<th scope=\"col\"{class}>{}</th>", escape(name))?;
         }
         out.push_str("</tr></thead>\n");
     }
     out.push_str("<tbody>\n");
     if table.rows.is_empty() {
-        writeln!(
-            out,
-            "<tr><td class=\"empty\" colspan=\"{}\">No rows</td></tr>",
-            width.max(1)
-        )?;
+        writeln!(out, "<tr><td class=\"empty\" colspan=\"{}\">No rows</td></tr>", width.max(1))?;
     }
     for row in &table.rows {
         out.push_str("<tr>");
@@ -311,9 +281,7 @@ const PLOT_BOTTOM: f64 = 222.0;
 
 /// Series colours, distinguishable on white; after eight series they repeat
 /// with a dash pattern.
-const PALETTE: [&str; 8] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#8c564b", "#e377c2",
-];
+const PALETTE: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#8c564b", "#e377c2"];
 const DASHES: [&str; 3] = ["", "7 4", "2 3"];
 
 /// Above this many points a series is thinned per pixel column.
@@ -333,12 +301,8 @@ fn dash(i: usize) -> &'static str {
 
 /// The finite points of a series, sorted by x.
 fn finite_points(series: &Series) -> Vec<(f64, f64)> {
-    let mut points: Vec<(f64, f64)> = series
-        .points
-        .iter()
-        .copied()
-        .filter(|(x, y)| x.is_finite() && y.is_finite())
-        .collect();
+    let mut points: Vec<(f64, f64)> =
+        series.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
     points
 }
@@ -391,14 +355,7 @@ impl Axes {
             [a, b, ..] => b - a,
             _ => 1.0,
         };
-        Some(Axes {
-            x_lo,
-            x_hi,
-            x_ticks,
-            x_step,
-            y_ticks,
-            y_step,
-        })
+        Some(Axes { x_lo, x_hi, x_ticks, x_step, y_ticks, y_step })
     }
 
     fn y_lo(&self) -> f64 {
@@ -452,11 +409,7 @@ fn nice_step(raw: f64) -> f64 {
     }
     let e = raw.log10().floor() as i32;
     let base = pow10(e);
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * base)
-        .find(|&s| s >= raw * (1.0 - 1e-9))
-        .unwrap_or(10.0 * base)
+    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * base).find(|&s| s >= raw * (1.0 - 1e-9)).unwrap_or(10.0 * base)
 }
 
 /// Ticks of a value axis: 4 to 6 multiples of a 1/2/5 × 10^n step covering
@@ -491,29 +444,20 @@ fn nice_ticks(min: f64, max: f64) -> Vec<f64> {
 /// Ticks of the time axis within `lo..=hi` (seconds) and their step: a 1/2/5 step
 /// below 10 s, then steps that read well as time (15 s, 30 s, 1 min, 5 min...).
 fn time_ticks(lo: f64, hi: f64) -> (Vec<f64>, f64) {
-    const STEPS: [f64; 13] = [
-        10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0, 7200.0,
-    ];
+    const STEPS: [f64; 13] = [10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0, 7200.0];
     let raw = (hi * 0.5 - lo * 0.5) / 2.5;
     let step = if !(raw.is_finite() && raw > 0.0) {
         1.0
     } else if raw <= 10.0 {
         nice_step(raw)
     } else {
-        STEPS
-            .iter()
-            .copied()
-            .find(|&s| s >= raw)
-            .unwrap_or_else(|| nice_step(raw / 3600.0) * 3600.0)
+        STEPS.iter().copied().find(|&s| s >= raw).unwrap_or_else(|| nice_step(raw / 3600.0) * 3600.0)
     };
     let k0 = (lo / step - 1e-9).ceil();
     let k1 = (hi / step + 1e-9).floor();
     let ticks = if step.is_finite() && k0.is_finite() && k1.is_finite() && k1 >= k0 {
         let n = (k1 - k0).min(50.0) as usize;
-        (0..=n)
-            .map(|i| (k0 + i as f64) * step)
-            .filter(|t| t.is_finite())
-            .collect()
+        (0..=n).map(|i| (k0 + i as f64) * step).filter(|t| t.is_finite()).collect()
     } else {
         Vec::new()
     };
@@ -600,16 +544,8 @@ struct C(f64);
 impl fmt::Display for C {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tenths = (self.0 * 10.0).round();
-        let tenths = if tenths.is_finite() {
-            tenths.clamp(-1e7, 1e7) as i64
-        } else {
-            0
-        };
-        let (sign, a) = if tenths < 0 {
-            ("-", -tenths)
-        } else {
-            ("", tenths)
-        };
+        let tenths = if tenths.is_finite() { tenths.clamp(-1e7, 1e7) as i64 } else { 0 };
+        let (sign, a) = if tenths < 0 { ("-", -tenths) } else { ("", tenths) };
         if a % 10 == 0 {
             write!(f, "{sign}{}", a / 10)
         } else {
@@ -685,21 +621,9 @@ fn groups(chart: &Chart) -> Vec<&str> {
 /// Rules that hide a line whose legend checkbox is cleared and grey out its legend
 /// entry, for as many series and groups as the page's charts have.
 fn toggle_style(page: &Page) -> String {
-    let series = page
-        .charts
-        .iter()
-        .map(|c| c.series.len())
-        .max()
-        .unwrap_or(0);
-    let groups = page
-        .charts
-        .iter()
-        .map(|c| groups(c).len())
-        .max()
-        .unwrap_or(0);
-    let toggles = (0..series)
-        .map(|i| format!("s{i}"))
-        .chain((0..groups).map(|j| format!("g{j}")));
+    let series = page.charts.iter().map(|c| c.series.len()).max().unwrap_or(0);
+    let groups = page.charts.iter().map(|c| groups(c).len()).max().unwrap_or(0);
+    let toggles = (0..series).map(|i| format!("s{i}")).chain((0..groups).map(|j| format!("g{j}")));
     let (mut hide, mut grey, mut focus) = (Vec::new(), Vec::new(), Vec::new());
     for t in toggles {
         hide.push(format!(".tog.{t}:not(:checked)~svg .series.{t}"));
@@ -761,21 +685,12 @@ fn line_styles(chart: &Chart) -> Vec<LineStyle> {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let group = s
-                .group
-                .as_deref()
-                .and_then(|g| groups.iter().position(|&x| x == g))
-                .filter(|_| groups.len() > 1);
+            let group =
+                s.group.as_deref().and_then(|g| groups.iter().position(|&x| x == g)).filter(|_| groups.len() > 1);
             match group {
                 Some(j) => {
                     let (width, dash, marker) = GROUP_STYLES[j % GROUP_STYLES.len()];
-                    LineStyle {
-                        colour: colour(i),
-                        width,
-                        dash,
-                        marker,
-                        group: Some(j),
-                    }
+                    LineStyle { colour: colour(i), width, dash, marker, group: Some(j) }
                 }
                 None => LineStyle {
                     colour: colour(i),
@@ -891,13 +806,7 @@ fn write_legend(
         out.push_str("<ul class=\"legend groups\"><li>Show:</li>");
         for (j, g) in groups.iter().enumerate() {
             let (width, dash, marker) = GROUP_STYLES[j % GROUP_STYLES.len()];
-            let style = LineStyle {
-                colour: "#5b6472",
-                width,
-                dash,
-                marker,
-                group: Some(j),
-            };
+            let style = LineStyle { colour: "#5b6472", width, dash, marker, group: Some(j) };
             write!(
                 out,
                 "<li><label class=\"g{j}\" for=\"c{n}g{j}\" data-group=\"{g}\" \
@@ -922,12 +831,7 @@ fn write_legend(
             toggle_classes(i, style),
         )?;
         write_swatch(out, style)?;
-        write!(
-            out,
-            "{}{}</label></li>",
-            label,
-            if none { " (no data)" } else { "" }
-        )?;
+        write!(out, "{}{}</label></li>", label, if none { " (no data)" } else { "" })?;
     }
     out.push_str("</ul>\n");
     Ok(())
@@ -939,12 +843,7 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
         writeln!(out, "<h2>{}</h2>", escape(&chart.title))?;
     }
     let points: Vec<Vec<(f64, f64)>> = chart.series.iter().map(finite_points).collect();
-    let labels: Vec<String> = chart
-        .series
-        .iter()
-        .enumerate()
-        .map(|(i, s)| escape(&series_label(s, i)))
-        .collect();
+    let labels: Vec<String> = chart.series.iter().enumerate().map(|(i, s)| escape(&series_label(s, i))).collect();
     let Some(axes) = Axes::new(&points) else {
         out.push_str("<p class=\"nodata\">No data</p>\n</section>\n");
         return Ok(());
@@ -962,25 +861,11 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
     out.push_str("<g stroke=\"#e8eaef\" stroke-width=\"1\">");
     for &y in &axes.y_ticks {
         let py = axes.py(y);
-        write!(
-            out,
-            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>",
-            C(PLOT_LEFT),
-            C(py),
-            C(PLOT_RIGHT),
-            C(py)
-        )?;
+        write!(out, "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", C(PLOT_LEFT), C(py), C(PLOT_RIGHT), C(py))?;
     }
     for &x in &axes.x_ticks {
         let px = axes.px(x);
-        write!(
-            out,
-            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>",
-            C(px),
-            C(PLOT_TOP),
-            C(px),
-            C(PLOT_BOTTOM)
-        )?;
+        write!(out, "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", C(px), C(PLOT_TOP), C(px), C(PLOT_BOTTOM))?;
     }
     out.push_str("</g>\n<g text-anchor=\"end\">");
     for &y in &axes.y_ticks {
@@ -1002,12 +887,7 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
             escape(&fixed(x, step_decimals(axes.x_step)))
         )?;
     }
-    writeln!(
-        out,
-        "<text x=\"{}\" y=\"{}\">time (s)</text>",
-        C((PLOT_LEFT + PLOT_RIGHT) / 2.0),
-        C(VIEW_H - 4.0)
-    )?;
+    writeln!(out, "<text x=\"{}\" y=\"{}\">time (s)</text>", C((PLOT_LEFT + PLOT_RIGHT) / 2.0), C(VIEW_H - 4.0))?;
     writeln!(
         out,
         "<text transform=\"rotate(-90)\" x=\"{}\" y=\"16\">{}</text></g>",
@@ -1037,16 +917,8 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
             continue;
         }
         let label = labels.get(i).map_or("", String::as_str);
-        let px: Vec<(f64, f64)> = series
-            .iter()
-            .map(|&(x, y)| (axes.px(x), axes.py(y)))
-            .collect();
-        write!(
-            out,
-            "<g class=\"series {}\" fill=\"{}\"",
-            toggle_classes(i, style),
-            style.colour
-        )?;
+        let px: Vec<(f64, f64)> = series.iter().map(|&(x, y)| (axes.px(x), axes.py(y))).collect();
+        write!(out, "<g class=\"series {}\" fill=\"{}\"", toggle_classes(i, style), style.colour)?;
         if let Some(group) = chart.series.get(i).and_then(|s| s.group.as_deref()) {
             write!(out, " data-group=\"{}\"", escape(group))?;
         }
@@ -1101,12 +973,7 @@ fn dash_of(dash: &str) -> String {
 
 /// Transparent vertical bands over the plot whose tooltips list every series'
 /// value at that time.
-fn write_hover_bands(
-    out: &mut String,
-    axes: &Axes,
-    points: &[Vec<(f64, f64)>],
-    labels: &[String],
-) -> fmt::Result {
+fn write_hover_bands(out: &mut String, axes: &Axes, points: &[Vec<(f64, f64)>], labels: &[String]) -> fmt::Result {
     let longest = points.iter().map(Vec::len).max().unwrap_or(0);
     let (mut x_min, mut x_max) = (f64::INFINITY, f64::NEG_INFINITY);
     for &(x, _) in points.iter().flatten() {
@@ -1144,10 +1011,7 @@ fn write_hover_bands(
             continue;
         };
         let (left, right) = if half.is_finite() {
-            (
-                axes.px(centre - half).max(PLOT_LEFT),
-                axes.px(centre + half).min(PLOT_RIGHT),
-            )
+            (axes.px(centre - half).max(PLOT_LEFT), axes.px(centre + half).min(PLOT_RIGHT))
         } else {
             (PLOT_LEFT, PLOT_RIGHT)
         };
@@ -1170,19 +1034,11 @@ mod tests {
     use super::*;
 
     fn series(label: &str, points: Vec<(f64, f64)>) -> Series {
-        Series {
-            label: label.into(),
-            points,
-            group: None,
-        }
+        Series { label: label.into(), points, group: None }
     }
 
     fn chart(series: Vec<Series>) -> Chart {
-        Chart {
-            title: "Throughput".into(),
-            y_label: "msgs/s".into(),
-            series,
-        }
+        Chart { title: "Throughput".into(), y_label: "msgs/s".into(), series }
     }
 
     fn ramp(n: usize, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
@@ -1190,11 +1046,7 @@ mod tests {
     }
 
     fn page_with(charts: Vec<Chart>) -> Page {
-        Page {
-            title: "t".into(),
-            charts,
-            ..Default::default()
-        }
+        Page { title: "t".into(), charts, ..Default::default() }
     }
 
     fn count(haystack: &str, needle: &str) -> usize {
@@ -1221,10 +1073,7 @@ mod tests {
 
     #[test]
     fn escapes_the_five_special_characters() {
-        assert_eq!(
-            escape(r#"a & b < c > d "e" 'f'"#),
-            "a &amp; b &lt; c &gt; d &quot;e&quot; &#39;f&#39;"
-        );
+        assert_eq!(escape(r#"a & b < c > d "e" 'f'"#), "a &amp; b &lt; c &gt; d &quot;e&quot; &#39;f&#39;");
         assert_eq!(escape("plain µs ✓"), "plain µs ✓");
     }
 
@@ -1240,15 +1089,8 @@ mod tests {
                 rows: vec![vec![evil.into(), evil.into()]],
             }],
             charts: vec![
-                Chart {
-                    title: evil.into(),
-                    y_label: evil.into(),
-                    series: vec![series(evil, ramp(5, |x| x))],
-                },
-                Chart {
-                    title: evil.into(),
-                    ..Default::default()
-                },
+                Chart { title: evil.into(), y_label: evil.into(), series: vec![series(evil, ramp(5, |x| x))] },
+                Chart { title: evil.into(), ..Default::default() },
             ],
             raw_json: Some(format!("{{\"a\": \"{evil}\"}}")),
         };
@@ -1282,10 +1124,7 @@ mod tests {
     }
 
     fn grouped(label: &str, group: &str, points: Vec<(f64, f64)>) -> Series {
-        Series {
-            group: Some(group.into()),
-            ..series(label, points)
-        }
+        Series { group: Some(group.into()), ..series(label, points) }
     }
 
     #[test]
@@ -1296,12 +1135,8 @@ mod tests {
         ])]));
         // One line each, the first wide and solid, drawn first; the second thin,
         // dashed, with another marker, on top.
-        let gl = html
-            .find("<g class=\"series s0 g0\"")
-            .expect("first group's line");
-        let mq = html
-            .find("<g class=\"series s1 g1\"")
-            .expect("second group's line");
+        let gl = html.find("<g class=\"series s0 g0\"").expect("first group's line");
+        let mq = html.find("<g class=\"series s1 g1\"").expect("second group's line");
         assert!(gl < mq);
         let (gl, mq) = (&html[gl..mq], &html[mq..]);
         assert!(gl.contains("data-group=\"gridlinks\"") && gl.contains("stroke-width=\"3.4\""));
@@ -1332,10 +1167,7 @@ mod tests {
             grouped("p50", "only", ramp(5, |x| x)),
             series("p99", ramp(5, |x| 2.0 * x)),
         ])]));
-        assert!(
-            !html.contains("legend groups"),
-            "one group: nothing to isolate"
-        );
+        assert!(!html.contains("legend groups"), "one group: nothing to isolate");
         assert!(html.contains("<g class=\"series s0\" fill"));
         assert!(html.contains("<g class=\"series s1\" fill"));
         assert_eq!(count(&html, "stroke-width=\"1.8\" stroke-linejoin"), 2);
@@ -1348,10 +1180,7 @@ mod tests {
         for empty in [
             chart(vec![]),
             chart(vec![series("a", vec![]), series("b", vec![])]),
-            chart(vec![series(
-                "nan",
-                vec![(f64::NAN, 1.0), (1.0, f64::INFINITY)],
-            )]),
+            chart(vec![series("nan", vec![(f64::NAN, 1.0), (1.0, f64::INFINITY)])]),
         ] {
             let html = render(&page_with(vec![empty]));
             assert!(html.contains("<p class=\"nodata\">No data</p>"), "{html}");
@@ -1396,10 +1225,7 @@ mod tests {
 
     #[test]
     fn a_single_point_is_a_dot() {
-        let html = render(&page_with(vec![chart(vec![series(
-            "one",
-            vec![(5.0, 42.0)],
-        )])]));
+        let html = render(&page_with(vec![chart(vec![series("one", vec![(5.0, 42.0)])])]));
         assert!(!html.contains("<polyline"));
         assert_eq!(count(&html, "<circle"), 1);
         assert!(html.contains("r=\"3.5\""));
@@ -1408,10 +1234,7 @@ mod tests {
 
     #[test]
     fn empty_series_beside_others_keeps_its_legend_entry() {
-        let html = render(&page_with(vec![chart(vec![
-            series("measured", ramp(3, |x| x)),
-            series("missing", vec![]),
-        ])]));
+        let html = render(&page_with(vec![chart(vec![series("measured", ramp(3, |x| x)), series("missing", vec![])])]));
         assert_eq!(count(&html, "<polyline"), 1);
         assert!(html.contains("missing (no data)"));
     }
@@ -1419,10 +1242,7 @@ mod tests {
     #[test]
     fn nice_ticks_use_1_2_5_steps_from_zero() {
         assert_eq!(nice_ticks(0.0, 93.0), [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
-        assert_eq!(
-            nice_ticks(12.0, 100.0),
-            [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]
-        );
+        assert_eq!(nice_ticks(12.0, 100.0), [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
         assert_eq!(nice_ticks(0.0, 35_000.0), [0.0, 10e3, 20e3, 30e3, 40e3]);
         assert_eq!(nice_ticks(-35.0, 80.0), [-50.0, 0.0, 50.0, 100.0]);
         assert_eq!(nice_ticks(-7.0, -3.0), [-8.0, -6.0, -4.0, -2.0, 0.0]);
@@ -1435,16 +1255,10 @@ mod tests {
             let ticks = nice_ticks(0.0, max);
             assert!((4..=6).contains(&ticks.len()), "{max}: {ticks:?}");
             assert_eq!(ticks[0], 0.0);
-            assert!(
-                ticks[ticks.len() - 1] >= max * (1.0 - 1e-9),
-                "{max}: {ticks:?}"
-            );
+            assert!(ticks[ticks.len() - 1] >= max * (1.0 - 1e-9), "{max}: {ticks:?}");
             let step = ticks[1] - ticks[0];
             let mantissa = step / pow10(step.log10().floor() as i32);
-            assert!(
-                [1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 1e-6),
-                "{max}: {ticks:?}"
-            );
+            assert!([1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 1e-6), "{max}: {ticks:?}");
             max *= 1.37;
         }
     }
@@ -1455,20 +1269,15 @@ mod tests {
             let ticks = nice_ticks(-f64::MAX, max);
             assert!(ticks.len() >= 2 && ticks.iter().all(|t| t.is_finite()));
         }
-        let html = render(&page_with(vec![chart(vec![series(
-            "big",
-            vec![(0.0, f64::MAX), (1.0, -f64::MAX), (2.0, 1e300)],
-        )])]));
+        let html =
+            render(&page_with(vec![chart(vec![series("big", vec![(0.0, f64::MAX), (1.0, -f64::MAX), (2.0, 1e300)])])]));
         assert_eq!(polylines(&html)[0].len(), 3);
         assert!(!html.contains("inf") && !html.contains("NaN"));
     }
 
     #[test]
     fn all_zero_values_get_a_0_to_1_axis() {
-        let html = render(&page_with(vec![chart(vec![series(
-            "idle",
-            ramp(5, |_| 0.0),
-        )])]));
+        let html = render(&page_with(vec![chart(vec![series("idle", ramp(5, |_| 0.0))])]));
         let line = &polylines(&html)[0];
         assert!(line.iter().all(|&(_, y)| y == PLOT_BOTTOM));
         assert!(html.contains(">0.2</text>") && html.contains(">1</text>"));
@@ -1497,10 +1306,7 @@ mod tests {
 
     #[test]
     fn time_ticks_read_as_seconds_and_minutes() {
-        assert_eq!(
-            time_ticks(0.0, 60.0),
-            (vec![0.0, 15.0, 30.0, 45.0, 60.0], 15.0)
-        );
+        assert_eq!(time_ticks(0.0, 60.0), (vec![0.0, 15.0, 30.0, 45.0, 60.0], 15.0));
         assert_eq!(time_ticks(0.0, 10.0).0, [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         let (ticks, step) = time_ticks(0.0, 3600.0);
         assert_eq!(step, 900.0);
@@ -1535,21 +1341,7 @@ mod tests {
         ] {
             assert!(is_numeric(cell), "{cell}");
         }
-        for cell in [
-            "",
-            "-",
-            "x",
-            "%",
-            "ms",
-            "inf",
-            "NaN",
-            "p99",
-            "v1.2",
-            "abc",
-            "0x1F",
-            "1 2",
-            "gridlinks",
-        ] {
+        for cell in ["", "-", "x", "%", "ms", "inf", "NaN", "p99", "v1.2", "abc", "0x1F", "1 2", "gridlinks"] {
             assert!(!is_numeric(cell), "{cell}");
         }
     }
@@ -1559,26 +1351,15 @@ mod tests {
         let table = Table {
             title: "Results".into(),
             header: vec!["figure".into(), "gridlinks".into(), "note".into()],
-            rows: vec![
-                vec!["msgs/s".into(), "20,000".into(), "steady".into()],
-                vec!["p99".into(), "-".into()],
-            ],
+            rows: vec![vec!["msgs/s".into(), "20,000".into(), "steady".into()], vec!["p99".into(), "-".into()]],
         };
-        let html = render(&Page {
-            tables: vec![table],
-            ..Default::default()
-        });
-        assert!(html
-            .contains("<th scope=\"row\">msgs/s</th><td class=\"num\">20,000</td><td>steady</td>"));
+        let html = render(&Page { tables: vec![table], ..Default::default() });
+        assert!(html.contains("<th scope=\"row\">msgs/s</th><td class=\"num\">20,000</td><td>steady</td>"));
         // Short rows are padded; "-" aligns with the numbers.
         assert!(html.contains("<th scope=\"row\">p99</th><td class=\"num\">-</td><td></td>"));
-        assert!(html
-            .contains("<th scope=\"col\" class=\"num\">gridlinks</th><th scope=\"col\">note</th>"));
+        assert!(html.contains("<th scope=\"col\" class=\"num\">gridlinks</th><th scope=\"col\">note</th>"));
         assert!(html.contains("<h2>Results</h2>"));
-        let empty = render(&Page {
-            tables: vec![Table::default()],
-            ..Default::default()
-        });
+        let empty = render(&Page { tables: vec![Table::default()], ..Default::default() });
         assert!(empty.contains("No rows"));
     }
 
@@ -1599,9 +1380,7 @@ mod tests {
         assert!(html.contains("<meta charset=\"utf-8\">"));
         assert!(html.contains("<style>"));
         assert!(html.trim_end().ends_with("</html>"));
-        for external in [
-            "http://", "https://", "<script", "src=", "url(", "@import", "<link",
-        ] {
+        for external in ["http://", "https://", "<script", "src=", "url(", "@import", "<link"] {
             assert!(!html.contains(external), "{external}");
         }
         assert!(html.contains("<details class=\"card\">"));
@@ -1626,19 +1405,10 @@ mod tests {
         // 600 points in 150 bands: each band names the sample it shows.
         let html = render(&page_with(vec![chart(vec![
             series("a", ramp(600, |x| x)),
-            series(
-                "b",
-                ramp(600, |x| x)
-                    .iter()
-                    .map(|&(x, y)| (x + 0.5, y))
-                    .collect(),
-            ),
+            series("b", ramp(600, |x| x).iter().map(|&(x, y)| (x + 0.5, y)).collect()),
         ])]));
         assert_eq!(count(&html, "<rect"), MAX_BANDS);
-        assert!(
-            html.contains("<title>t = 0 s\na: 0\nb: 0 (t = 0.5 s)</title>"),
-            "{html}"
-        );
+        assert!(html.contains("<title>t = 0 s\na: 0\nb: 0 (t = 0.5 s)</title>"), "{html}");
         assert!(html.contains("<title>t = 599 s\na: 599\nb: 599 (t = 599.5 s)</title>"));
         assert!(!html.contains("t = 4.02 s"));
     }
@@ -1665,9 +1435,7 @@ mod tests {
         // A million points still render in bounded size.
         let html = render(&page_with(vec![chart(vec![series(
             "m",
-            (0..1_000_000)
-                .map(|i| (i as f64 / 1000.0, (i % 7) as f64))
-                .collect(),
+            (0..1_000_000).map(|i| (i as f64 / 1000.0, (i % 7) as f64)).collect(),
         )])]));
         assert!(html.len() < 200_000, "{} bytes", html.len());
     }

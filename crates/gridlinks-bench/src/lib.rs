@@ -109,10 +109,7 @@ async fn compare_cmd(args: cli::CompareArgs) -> anyhow::Result<std::process::Exi
     compare::finish(
         title,
         &format!("{} against {}", args.scenario.name(), names.join(", ")),
-        &[(
-            format!("{} ({})", args.scenario.name(), names.join(" vs ")),
-            runs,
-        )],
+        &[(format!("{} ({})", args.scenario.name(), names.join(" vs ")), runs)],
         &output,
     )
 }
@@ -129,11 +126,7 @@ async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitC
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let preset = compare::preset(&args.name)?;
-    let extra: Vec<&str> = args
-        .step_args
-        .as_deref()
-        .map(|s| s.split_whitespace().collect())
-        .unwrap_or_default();
+    let extra: Vec<&str> = args.step_args.as_deref().map(|s| s.split_whitespace().collect()).unwrap_or_default();
     let servers = args.servers.list();
     let bins = args.servers.binaries();
     let mut steps = Vec::new();
@@ -148,10 +141,7 @@ async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitC
             scenario.set_duration(d);
         }
         eprintln!("=== {title}");
-        steps.push((
-            title.to_string(),
-            compare::compare(&servers, &scenario, &bins).await?,
-        ));
+        steps.push((title.to_string(), compare::compare(&servers, &scenario, &bins).await?));
     }
     compare::finish(
         &format!("gridlinks-bench preset {}", preset.name),
@@ -166,8 +156,7 @@ async fn verify(args: cli::VerifyArgs) -> anyhow::Result<std::process::ExitCode>
     let api = args.api.target("verify")?;
     let devices = loss_check::load(&args.acks)?;
     let threads = usize::from(args.api.verify_threads);
-    let report =
-        tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
+    let report = tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
     print!("{}", report.human());
     if let Some(path) = &args.json {
         let mut doc = serde_json::json!({"scenario": "verify"});

@@ -80,15 +80,10 @@ pub fn save(path: &Path, devices: &[DeviceAcks]) -> anyhow::Result<()> {
 
 /// Reads an acks file written by [`save`].
 pub fn load(path: &Path) -> anyhow::Result<Vec<DeviceAcks>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading acks file {}", path.display()))?;
-    let doc: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading acks file {}", path.display()))?;
+    let doc: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     if doc["format"] != ACKS_FORMAT || doc["version"] != ACKS_VERSION {
-        bail!(
-            "{} is not a version {ACKS_VERSION} {ACKS_FORMAT} file",
-            path.display()
-        );
+        bail!("{} is not a version {ACKS_VERSION} {ACKS_FORMAT} file", path.display());
     }
     let numbers = |v: &Value, what: &str| -> anyhow::Result<Vec<u64>> {
         v.as_array()
@@ -101,19 +96,13 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<DeviceAcks>> {
     devices
         .iter()
         .map(|d| {
-            let name = d["name"]
-                .as_str()
-                .context("device without name")?
-                .to_string();
+            let name = d["name"].as_str().context("device without name")?.to_string();
             let ts = numbers(&d["acked_ts"], "acked_ts")?;
             let ack_ms = numbers(&d["ack_ms"], "ack_ms")?;
             if ts.len() != ack_ms.len() {
                 bail!("device {name}: acked_ts and ack_ms differ in length");
             }
-            Ok(DeviceAcks {
-                name,
-                acks: AckLog { ts, ack_ms },
-            })
+            Ok(DeviceAcks { name, acks: AckLog { ts, ack_ms } })
         })
         .collect()
 }
@@ -156,10 +145,7 @@ impl LossReport {
         if self.passed() {
             "LOSS CHECK PASSED".into()
         } else {
-            format!(
-                "LOSS CHECK FAILED: {} acknowledged points missing",
-                self.missing
-            )
+            format!("LOSS CHECK FAILED: {} acknowledged points missing", self.missing)
         }
     }
 
@@ -191,19 +177,11 @@ impl LossReport {
             ));
         }
         if !self.missing_examples.is_empty() {
-            let listed: Vec<String> = self
-                .missing_examples
-                .iter()
-                .map(|(d, ts)| format!("{d}/{ts}"))
-                .collect();
+            let listed: Vec<String> = self.missing_examples.iter().map(|(d, ts)| format!("{d}/{ts}")).collect();
             s.push_str(&format!(
                 "missing        {}{}\n",
                 listed.join(" "),
-                if self.missing > listed.len() as u64 {
-                    " ..."
-                } else {
-                    ""
-                }
+                if self.missing > listed.len() as u64 { " ..." } else { "" }
             ));
         }
         s.push_str(&self.verdict());
@@ -288,11 +266,7 @@ pub fn compare(acked: &[u64], stored: &[u64]) -> (u64, u64, u64, Vec<u64>) {
 /// Runs the check for `devices` with `threads` REST calls in flight. Blocking: call
 /// it from a plain thread (or `spawn_blocking`). An error means the check could not
 /// run (REST API unreachable, login refused), not that points are missing.
-pub fn check(
-    api: &ApiTarget,
-    devices: &[DeviceAcks],
-    threads: usize,
-) -> anyhow::Result<LossReport> {
+pub fn check(api: &ApiTarget, devices: &[DeviceAcks], threads: usize) -> anyhow::Result<LossReport> {
     let started = Instant::now();
     let started_ms = unix_millis();
     let client = RestClient::login(api)?;
@@ -311,10 +285,7 @@ pub fn check(
                             // Stop the other workers early.
                             next.store(devices.len(), Ordering::Relaxed);
                         })?;
-                        outcomes
-                            .lock()
-                            .expect("no worker panics holding it")
-                            .push(outcome);
+                        outcomes.lock().expect("no worker panics holding it").push(outcome);
                     }
                 })
             })
@@ -358,19 +329,11 @@ pub fn check(
 }
 
 /// Compares one device.
-fn check_device(
-    client: &RestClient,
-    index: usize,
-    device: &DeviceAcks,
-) -> anyhow::Result<DeviceOutcome> {
+fn check_device(client: &RestClient, index: usize, device: &DeviceAcks) -> anyhow::Result<DeviceOutcome> {
     let mut acked = device.acks.ts.clone();
     acked.sort_unstable();
     acked.dedup();
-    let mut outcome = DeviceOutcome {
-        index,
-        acked: acked.len() as u64,
-        ..Default::default()
-    };
+    let mut outcome = DeviceOutcome { index, acked: acked.len() as u64, ..Default::default() };
     let (Some(&first), Some(&last)) = (acked.first(), acked.last()) else {
         return Ok(outcome); // nothing acknowledged, nothing to look for
     };
@@ -396,9 +359,7 @@ pub fn unix_millis() -> u64 {
 
 /// Microseconds since the Unix epoch.
 pub fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 #[cfg(test)]
@@ -408,10 +369,7 @@ mod tests {
     #[test]
     fn compare_counts_found_missing_and_extra() {
         assert_eq!(compare(&[1, 2, 3], &[1, 2, 3]), (3, 0, 0, vec![]));
-        assert_eq!(
-            compare(&[1, 2, 3, 5], &[0, 2, 4, 5, 6]),
-            (2, 2, 3, vec![1, 3])
-        );
+        assert_eq!(compare(&[1, 2, 3, 5], &[0, 2, 4, 5, 6]), (2, 2, 3, vec![1, 3]));
         assert_eq!(compare(&[1, 2], &[]), (0, 2, 0, vec![1, 2]));
         assert_eq!(compare(&[], &[7]), (0, 0, 1, vec![]));
         let many: Vec<u64> = (0..50).collect();
@@ -425,17 +383,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("acks.json");
         let devices = vec![
-            DeviceAcks {
-                name: "bench-0".into(),
-                acks: AckLog {
-                    ts: vec![10, 11],
-                    ack_ms: vec![12, 13],
-                },
-            },
-            DeviceAcks {
-                name: "bench-1".into(),
-                acks: AckLog::default(),
-            },
+            DeviceAcks { name: "bench-0".into(), acks: AckLog { ts: vec![10, 11], ack_ms: vec![12, 13] } },
+            DeviceAcks { name: "bench-1".into(), acks: AckLog::default() },
         ];
         save(&path, &devices).unwrap();
         assert_eq!(load(&path).unwrap(), devices);
@@ -450,9 +399,7 @@ mod tests {
         assert!(r.human().ends_with("LOSS CHECK PASSED\n"));
         r.missing = 3;
         r.missing_examples = vec![("bench-0".into(), 5)];
-        assert!(r
-            .human()
-            .ends_with("LOSS CHECK FAILED: 3 acknowledged points missing\n"));
+        assert!(r.human().ends_with("LOSS CHECK FAILED: 3 acknowledged points missing\n"));
         assert_eq!(r.to_json()["passed"], false);
     }
 }

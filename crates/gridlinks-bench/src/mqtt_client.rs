@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use gridlinks_codec::mqtt::{
-    decode, encode, reason, ConnAck, Connect, ConnectProperties, DecodeError, Disconnect,
-    EncodeError, Packet, ProtocolVersion,
+    decode, encode, reason, ConnAck, Connect, ConnectProperties, DecodeError, Disconnect, EncodeError, Packet,
+    ProtocolVersion,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -212,11 +212,7 @@ impl MqttConnection {
             rbuf: BytesMut::with_capacity(READ_BUFFER_START),
             wbuf: BytesMut::new(),
             version: opts.version,
-            connack: ConnAck {
-                session_present: false,
-                code: 0,
-                properties: Default::default(),
-            },
+            connack: ConnAck { session_present: false, code: 0, properties: Default::default() },
         };
         let connect = Packet::Connect(Box::new(Connect {
             protocol: opts.version,
@@ -231,8 +227,7 @@ impl MqttConnection {
                 ..ConnectProperties::default()
             },
         }));
-        conn.queue(&connect)
-            .map_err(|e| ConnectError::Protocol(format!("cannot encode CONNECT: {e}")))?;
+        conn.queue(&connect).map_err(|e| ConnectError::Protocol(format!("cannot encode CONNECT: {e}")))?;
         conn.flush().await.map_err(ConnectError::Handshake)?;
         match conn.read_packet().await {
             Ok(Packet::ConnAck(ack)) => {
@@ -242,18 +237,12 @@ impl MqttConnection {
                     ack.code == reason::V3_CONNECTION_ACCEPTED
                 };
                 if !accepted {
-                    return Err(ConnectError::Refused {
-                        code: ack.code,
-                        version: opts.version,
-                    });
+                    return Err(ConnectError::Refused { code: ack.code, version: opts.version });
                 }
                 conn.connack = ack;
                 Ok(conn)
             }
-            Ok(other) => Err(ConnectError::Protocol(format!(
-                "{} instead of CONNACK",
-                other.name()
-            ))),
+            Ok(other) => Err(ConnectError::Protocol(format!("{} instead of CONNACK", other.name()))),
             Err(ConnectionError::Closed) => Err(ConnectError::ClosedBeforeConnAck),
             Err(ConnectionError::Io(e)) => Err(ConnectError::Handshake(e)),
             Err(ConnectionError::Decode(e)) => Err(ConnectError::Protocol(e.to_string())),
@@ -316,10 +305,7 @@ impl MqttConnection {
         if self.queue(&disconnect).is_err() || self.flush().await.is_err() {
             return;
         }
-        let _ = tokio::time::timeout(CLOSE_WAIT, async {
-            while self.read_packet().await.is_ok() {}
-        })
-        .await;
+        let _ = tokio::time::timeout(CLOSE_WAIT, async { while self.read_packet().await.is_ok() {} }).await;
     }
 }
 

@@ -34,10 +34,7 @@ pub struct Memory {
 impl ProcessStats {
     /// Observes `pid`; fails if the process does not exist or /proc is unreadable.
     pub fn new(pid: u32) -> io::Result<Self> {
-        let stats = ProcessStats {
-            pid,
-            ticks_per_second: clock_ticks_per_second(),
-        };
+        let stats = ProcessStats { pid, ticks_per_second: clock_ticks_per_second() };
         stats.cpu_seconds()?;
         Ok(stats)
     }
@@ -50,9 +47,8 @@ impl ProcessStats {
     /// User plus system CPU seconds used so far by all threads of the process.
     pub fn cpu_seconds(&self) -> io::Result<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
-        let ticks = parse_stat_cpu_ticks(&stat).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat")
-        })?;
+        let ticks = parse_stat_cpu_ticks(&stat)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))?;
         Ok(ticks as f64 / self.ticks_per_second as f64)
     }
 
@@ -60,22 +56,15 @@ impl ProcessStats {
     pub fn memory(&self) -> io::Result<Memory> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
         let field = |key| {
-            parse_status_kib(&status, key).ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("no {key} in status"))
-            })
+            parse_status_kib(&status, key)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no {key} in status")))
         };
-        Ok(Memory {
-            rss_kib: field("VmRSS")?,
-            hwm_kib: field("VmHWM")?,
-        })
+        Ok(Memory { rss_kib: field("VmRSS")?, hwm_kib: field("VmHWM")? })
     }
 
     /// One reading of both, for before/after comparisons.
     pub fn sample(&self) -> io::Result<Sample> {
-        Ok(Sample {
-            cpu_seconds: self.cpu_seconds()?,
-            memory: self.memory()?,
-        })
+        Ok(Sample { cpu_seconds: self.cpu_seconds()?, memory: self.memory()? })
     }
 }
 
@@ -126,11 +115,7 @@ pub fn parse_status_kib(status: &str, key: &str) -> Option<u64> {
 pub fn open_files_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line["Max open files".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    line["Max open files".len()..].split_whitespace().next()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -139,10 +139,7 @@ impl ServerCost {
 
 /// The generator's CPU over a window of `seconds`.
 fn generator_line(cpu_seconds: f64, seconds: f64) -> String {
-    format!(
-        "generator      CPU {cpu_seconds:.2} s ({:.0}% of one core)\n",
-        100.0 * per_second(cpu_seconds, seconds)
-    )
+    format!("generator      CPU {cpu_seconds:.2} s ({:.0}% of one core)\n", 100.0 * per_second(cpu_seconds, seconds))
 }
 
 /// Result of `mqtt-telemetry` and `http-telemetry`.
@@ -204,9 +201,7 @@ impl TelemetryReport {
 
     /// Acknowledged messages per server CPU-second, with `--server-pid`.
     pub fn msgs_per_server_cpu_second(&self) -> Option<f64> {
-        self.server_cost
-            .as_ref()
-            .map(|c| per_second(self.acked as f64, c.cpu_seconds))
+        self.server_cost.as_ref().map(|c| per_second(self.acked as f64, c.cpu_seconds))
     }
 
     /// What acknowledges a message: `PUBACK` or `HTTP 200`.
@@ -263,11 +258,7 @@ impl TelemetryReport {
             s,
             "throughput     {} msg/s {}",
             thousands(self.msgs_per_second() as u64),
-            if self.qos == 0 {
-                "written (QoS 0)"
-            } else {
-                "acknowledged"
-            },
+            if self.qos == 0 { "written (QoS 0)" } else { "acknowledged" },
         );
         if let Some(p) = &self.puback {
             let _ = writeln!(s, "{:<14} {}", self.ack_name(), p.line());
@@ -275,10 +266,7 @@ impl TelemetryReport {
         if let Some(c) = &self.server_cost {
             s.push_str(&c.lines(self.acked, "msgs", self.window_seconds));
         }
-        s.push_str(&generator_line(
-            self.generator_cpu_seconds,
-            self.window_seconds,
-        ));
+        s.push_str(&generator_line(self.generator_cpu_seconds, self.window_seconds));
         if let Some(lag) = &self.storage_lag {
             s.push_str(&lag.line());
         }
@@ -402,9 +390,7 @@ impl PubsubReport {
 
     /// Deliveries per server CPU-second, with `--server-pid`.
     pub fn delivered_per_server_cpu_second(&self) -> Option<f64> {
-        self.server_cost
-            .as_ref()
-            .map(|c| per_second(self.received as f64, c.cpu_seconds))
+        self.server_cost.as_ref().map(|c| per_second(self.received as f64, c.cpu_seconds))
     }
 
     /// The human summary.
@@ -466,16 +452,9 @@ impl PubsubReport {
         if let Some(c) = &self.server_cost {
             s.push_str(&c.lines(self.received, "deliveries", self.delivery_seconds));
         }
-        s.push_str(&generator_line(
-            self.generator_cpu_seconds,
-            self.delivery_seconds,
-        ));
+        s.push_str(&generator_line(self.generator_cpu_seconds, self.delivery_seconds));
         if !self.passed() {
-            let _ = writeln!(
-                s,
-                "DELIVERY CHECK FAILED: {} acknowledged QoS 1 deliveries missing",
-                self.missing()
-            );
+            let _ = writeln!(s, "DELIVERY CHECK FAILED: {} acknowledged QoS 1 deliveries missing", self.missing());
         } else if self.pub_qos == 1 && self.sub_qos == 1 {
             let _ = writeln!(s, "DELIVERY CHECK PASSED");
         }
@@ -613,11 +592,7 @@ impl ConnectReport {
     /// The human summary.
     pub fn human(&self) -> String {
         let mut s = String::new();
-        let rate = if self.rate > 0.0 {
-            format!("{}/s", self.rate)
-        } else {
-            "unpaced".into()
-        };
+        let rate = if self.rate > 0.0 { format!("{}/s", self.rate) } else { "unpaced".into() };
         let _ = writeln!(
             s,
             "== connect: {} (MQTT {}), {} connections, rate {rate} ==",
@@ -705,12 +680,7 @@ impl ConnectReport {
 
 /// Prints the human summary and writes the JSON (`--json`) and HTML (`--html`)
 /// results the target asks for; `page` is only built when needed.
-pub fn emit(
-    output: &OutputArgs,
-    human: &str,
-    json: &Value,
-    page: impl FnOnce() -> html::Page,
-) -> anyhow::Result<()> {
+pub fn emit(output: &OutputArgs, human: &str, json: &Value, page: impl FnOnce() -> html::Page) -> anyhow::Result<()> {
     print!("{human}");
     if let Some(path) = &output.json {
         write_json(path, json)?;
@@ -718,8 +688,7 @@ pub fn emit(
     if let Some(path) = &output.html {
         let mut page = page();
         page.raw_json = serde_json::to_string_pretty(json).ok();
-        std::fs::write(path, html::render(&page))
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, html::render(&page)).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -822,10 +791,7 @@ mod tests {
         let r = TelemetryReport {
             acked: 100_000,
             window_seconds: 10.0,
-            server_cost: Some(ServerCost {
-                cpu_seconds: 4.0,
-                ..Default::default()
-            }),
+            server_cost: Some(ServerCost { cpu_seconds: 4.0, ..Default::default() }),
             ..Default::default()
         };
         assert_eq!(r.msgs_per_second(), 10_000.0);

@@ -55,10 +55,7 @@ pub struct RestClient {
 impl RestClient {
     /// Logs in as the administrator.
     pub fn login(target: &ApiTarget) -> anyhow::Result<Self> {
-        let agent = ureq::AgentBuilder::new()
-            .timeout(CALL_TIMEOUT)
-            .max_idle_connections_per_host(64)
-            .build();
+        let agent = ureq::AgentBuilder::new().timeout(CALL_TIMEOUT).max_idle_connections_per_host(64).build();
         let base = target.base.trim_end_matches('/').to_string();
         let reply: Value = agent
             .post(&format!("{base}/api/auth/login"))
@@ -66,14 +63,8 @@ impl RestClient {
             .map_err(describe)
             .with_context(|| format!("logging in to {base} as {}", target.user))?
             .into_json()?;
-        let token = reply["token"]
-            .as_str()
-            .context("login reply has no token")?;
-        Ok(RestClient {
-            agent,
-            base,
-            bearer: format!("Bearer {token}"),
-        })
+        let token = reply["token"].as_str().context("login reply has no token")?;
+        Ok(RestClient { agent, base, bearer: format!("Bearer {token}") })
     }
 
     /// Creates (or, when they exist, updates) devices `names[i]` with access token
@@ -81,11 +72,7 @@ impl RestClient {
     pub fn bulk_import(&self, names: &[String], tokens: &[String]) -> anyhow::Result<()> {
         assert_eq!(names.len(), tokens.len(), "one token per device name");
         for (names, tokens) in names.chunks(IMPORT_CHUNK).zip(tokens.chunks(IMPORT_CHUNK)) {
-            let file: String = names
-                .iter()
-                .zip(tokens)
-                .map(|(n, t)| format!("{n},{t}\n"))
-                .collect();
+            let file: String = names.iter().zip(tokens).map(|(n, t)| format!("{n},{t}\n")).collect();
             let reply: Value = self
                 .agent
                 .post(&format!("{}/api/device/bulk_import", self.base))
@@ -127,13 +114,7 @@ impl RestClient {
 
     /// Every stored timestamp of `key` of device `id` in `[start, end)`, ascending;
     /// read in pages of [`MAX_POINTS_PER_QUERY`].
-    pub fn timestamps(
-        &self,
-        id: &str,
-        key: &str,
-        start: u64,
-        end: u64,
-    ) -> anyhow::Result<Vec<u64>> {
+    pub fn timestamps(&self, id: &str, key: &str, start: u64, end: u64) -> anyhow::Result<Vec<u64>> {
         let mut out = Vec::new();
         let mut from = start;
         while from < end {
@@ -167,10 +148,7 @@ impl RestClient {
     /// A timeseries read of `key` of device `id` (latest value unless a range is added).
     fn timeseries(&self, id: &str, key: &str) -> ureq::Request {
         self.agent
-            .get(&format!(
-                "{}/api/plugins/telemetry/DEVICE/{id}/values/timeseries",
-                self.base
-            ))
+            .get(&format!("{}/api/plugins/telemetry/DEVICE/{id}/values/timeseries", self.base))
             .set("X-Authorization", &self.bearer)
             .query("keys", key)
     }
@@ -187,18 +165,9 @@ impl RestClient {
     }
 
     /// Deletes the points of `key` of device `id` between `start` and `end`.
-    pub fn delete_timeseries(
-        &self,
-        id: &str,
-        key: &str,
-        start: u64,
-        end: u64,
-    ) -> anyhow::Result<()> {
+    pub fn delete_timeseries(&self, id: &str, key: &str, start: u64, end: u64) -> anyhow::Result<()> {
         self.agent
-            .delete(&format!(
-                "{}/api/plugins/telemetry/DEVICE/{id}/timeseries/delete",
-                self.base
-            ))
+            .delete(&format!("{}/api/plugins/telemetry/DEVICE/{id}/timeseries/delete", self.base))
             .set("X-Authorization", &self.bearer)
             .query("keys", key)
             .query("startTs", &start.to_string())
@@ -225,9 +194,7 @@ fn describe(e: ureq::Error) -> anyhow::Error {
 /// `n` random access tokens (`bench-` and 24 hex digits from /dev/urandom).
 pub fn random_tokens(n: usize) -> anyhow::Result<Vec<String>> {
     let mut bytes = vec![0u8; n * 12];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("reading /dev/urandom")?;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).context("reading /dev/urandom")?;
     Ok(bytes
         .chunks(12)
         .map(|c| {

@@ -78,9 +78,7 @@ impl Binaries {
             .map(|h| PathBuf::from(h).join(".cargo/bin/rumqttd"))
             .unwrap_or_else(|| PathBuf::from("rumqttd"));
         Binaries {
-            gridlinks: beside_me
-                .or_else(|| on_path("gridlinks"))
-                .unwrap_or_else(|| PathBuf::from("gridlinks")),
+            gridlinks: beside_me.or_else(|| on_path("gridlinks")).unwrap_or_else(|| PathBuf::from("gridlinks")),
             mosquitto: on_path("mosquitto").unwrap_or_else(|| PathBuf::from("/usr/sbin/mosquitto")),
             rumqttd: on_path("rumqttd").unwrap_or(home_cargo),
         }
@@ -97,17 +95,13 @@ impl Binaries {
 
 /// `name` in a directory of PATH.
 fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(name)).find(|p| p.is_file())
 }
 
 /// What to install when a binary is missing.
 fn install_hint(kind: ServerKind) -> &'static str {
     match kind {
-        ServerKind::Gridlinks => {
-            "build it (cargo build --release -p gridlinks-server) or pass --gridlinks-bin"
-        }
+        ServerKind::Gridlinks => "build it (cargo build --release -p gridlinks-server) or pass --gridlinks-bin",
         ServerKind::Mosquitto => "apt-get install mosquitto, or pass --mosquitto-bin",
         ServerKind::Rumqttd => "cargo install rumqttd, or pass --rumqttd-bin",
     }
@@ -199,19 +193,10 @@ impl ManagedServer {
 
     /// [`start`](Self::start), with GridLinks' data in `data_dir` instead of the
     /// temporary directory (peers keep no data; a given `data_dir` is never removed).
-    pub async fn start_on(
-        kind: ServerKind,
-        bins: &Binaries,
-        data_dir: Option<&Path>,
-    ) -> anyhow::Result<Self> {
+    pub async fn start_on(kind: ServerKind, bins: &Binaries, data_dir: Option<&Path>) -> anyhow::Result<Self> {
         let bin = bins.of(kind);
         if !bin.is_file() {
-            bail!(
-                "{} not found at {}: {}",
-                kind.label(),
-                bin.display(),
-                install_hint(kind)
-            );
+            bail!("{} not found at {}: {}", kind.label(), bin.display(), install_hint(kind));
         }
         let dir = std::env::temp_dir().join(format!(
             "gridlinks-bench-{}-{}-{}",
@@ -281,17 +266,10 @@ impl ManagedServer {
     /// Fails when it had already exited by itself.
     pub async fn kill(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "{} had exited by itself with {status} before the kill:\n{}",
-                self.kind.label(),
-                self.log_tail()
-            );
+            bail!("{} had exited by itself with {status} before the kill:\n{}", self.kind.label(), self.log_tail());
         }
         self.child.start_kill().context("sending SIGKILL")?;
-        self.child
-            .wait()
-            .await
-            .context("reaping the killed server")?;
+        self.child.wait().await.context("reaping the killed server")?;
         Ok(())
     }
 
@@ -309,13 +287,8 @@ impl ManagedServer {
 
     /// SIGTERM, then SIGKILL after 10 s.
     async fn terminate(&mut self) -> anyhow::Result<()> {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status();
-        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
-            .await
-            .is_err()
-        {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.pid.to_string()]).status();
+        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await.is_err() {
             self.child.kill().await?;
         }
         Ok(())
@@ -326,15 +299,9 @@ impl ManagedServer {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "{} exited with {status} while starting:\n{}",
-                    self.kind.label(),
-                    self.log_tail()
-                );
+                bail!("{} exited with {status} while starting:\n{}", self.kind.label(), self.log_tail());
             }
-            let mqtt_up = tokio::net::TcpStream::connect(("127.0.0.1", self.mqtt_port))
-                .await
-                .is_ok();
+            let mqtt_up = tokio::net::TcpStream::connect(("127.0.0.1", self.mqtt_port)).await.is_ok();
             let api_up = match &self.api {
                 Some((base, _)) => {
                     let url = format!("{base}/healthz");
@@ -346,12 +313,7 @@ impl ManagedServer {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!(
-                    "{} not ready within {} s:\n{}",
-                    self.kind.label(),
-                    START_TIMEOUT.as_secs(),
-                    self.log_tail()
-                );
+                bail!("{} not ready within {} s:\n{}", self.kind.label(), START_TIMEOUT.as_secs(), self.log_tail());
             }
             tokio::time::sleep(READY_POLL).await;
         }
@@ -443,11 +405,7 @@ async fn version_of(kind: ServerKind, bin: &Path) -> String {
         ServerKind::Mosquitto => "-h",
         ServerKind::Gridlinks | ServerKind::Rumqttd => "--version",
     };
-    let out = Command::new(bin)
-        .arg(flag)
-        .stdin(Stdio::null())
-        .output()
-        .await;
+    let out = Command::new(bin).arg(flag).stdin(Stdio::null()).output().await;
     let text = out
         .map(|o| {
             let mut t = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -456,9 +414,8 @@ async fn version_of(kind: ServerKind, bin: &Path) -> String {
         })
         .unwrap_or_default();
     // "mosquitto version 2.0.11", "gridlinks 0.1.0", "rumqttd 0.20.0"
-    let version = text
-        .split_whitespace()
-        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'));
+    let version =
+        text.split_whitespace().find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'));
     match version {
         Some(v) => format!("{} {v}", kind.label()),
         None => format!("{} (unknown version)", kind.label()),

@@ -31,8 +31,7 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// A histogram of microseconds from 1 µs to [`MAX_TRACKED_MICROS`].
 pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_TRACKED_MICROS, SIGNIFICANT_DIGITS)
-        .expect("static histogram bounds are valid")
+    Histogram::new_with_bounds(1, MAX_TRACKED_MICROS, SIGNIFICANT_DIGITS).expect("static histogram bounds are valid")
 }
 
 /// A histogram as (µs, count) pairs: compact enough to keep one a second and to send
@@ -41,9 +40,7 @@ pub type Buckets = Vec<(u64, u64)>;
 
 /// The recorded values of `h` as [`Buckets`].
 pub fn buckets(h: &Histogram<u64>) -> Buckets {
-    h.iter_recorded()
-        .map(|v| (v.value_iterated_to(), v.count_at_value()))
-        .collect()
+    h.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect()
 }
 
 /// A histogram of [`new_histogram`]'s bounds holding `buckets` (values out of range
@@ -98,11 +95,7 @@ pub struct LatencyShards {
 impl LatencyShards {
     /// `count` empty shards (at least one).
     pub fn new(count: usize) -> Arc<Self> {
-        Arc::new(LatencyShards {
-            shards: (0..count.max(1))
-                .map(|_| Mutex::new(new_histogram()))
-                .collect(),
-        })
+        Arc::new(LatencyShards { shards: (0..count.max(1)).map(|_| Mutex::new(new_histogram())).collect() })
     }
 
     /// A recorder for connection `index`.
@@ -118,9 +111,7 @@ impl LatencyShards {
     /// Records one latency straight into shard `index % shards`, for callers that
     /// record rarely (one CONNACK per connection) and need no batching.
     pub fn record(&self, index: usize, latency: Duration) {
-        let mut shard = self.shards[index % self.shards.len()]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shard = self.shards[index % self.shards.len()].lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         shard.saturating_record(micros(latency));
     }
 
@@ -128,9 +119,7 @@ impl LatencyShards {
     pub fn merged(&self) -> Histogram<u64> {
         let mut all = new_histogram();
         for shard in self.shards.iter() {
-            let shard = shard
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let shard = shard.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             all.add(&*shard).expect("histograms share their bounds");
         }
         all
@@ -139,9 +128,7 @@ impl LatencyShards {
 
 /// A latency as histogram microseconds, clamped to the tracked range.
 fn micros(latency: Duration) -> u64 {
-    u64::try_from(latency.as_micros())
-        .unwrap_or(u64::MAX)
-        .clamp(1, MAX_TRACKED_MICROS)
+    u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).clamp(1, MAX_TRACKED_MICROS)
 }
 
 /// One connection's handle for recording latencies; buffers a batch (at most
@@ -164,9 +151,7 @@ impl LatencyRecorder {
             self.pending.reserve_exact(RECORD_BATCH);
         }
         self.pending.push(micros(latency));
-        if self.pending.len() >= RECORD_BATCH
-            || self.flushed.is_none_or(|t| t.elapsed() >= FLUSH_EVERY)
-        {
+        if self.pending.len() >= RECORD_BATCH || self.flushed.is_none_or(|t| t.elapsed() >= FLUSH_EVERY) {
             self.flush();
         }
     }
@@ -177,9 +162,7 @@ impl LatencyRecorder {
         if self.pending.is_empty() {
             return;
         }
-        let mut shard = self.shards.shards[self.shard]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shard = self.shards.shards[self.shard].lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for &v in &self.pending {
             shard.saturating_record(v);
         }

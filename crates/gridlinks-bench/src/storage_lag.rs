@@ -132,12 +132,7 @@ impl LagSampler {
 }
 
 /// The sampler loop.
-fn sample(
-    api: &ApiTarget,
-    names: &[String],
-    slots: &LagSlots,
-    stop: &AtomicBool,
-) -> anyhow::Result<StorageLag> {
+fn sample(api: &ApiTarget, names: &[String], slots: &LagSlots, stop: &AtomicBool) -> anyhow::Result<StorageLag> {
     let client = RestClient::login(api)?;
     let mut ids: Vec<Option<String>> = vec![None; slots.len()];
     let (mut lag, mut query) = (new_histogram(), new_histogram());
@@ -164,9 +159,8 @@ fn sample(
         let id = match &ids[index] {
             Some(id) => id.clone(),
             None => {
-                let id = client
-                    .device_id(&names[index])?
-                    .with_context(|| format!("device {} not found", names[index]))?;
+                let id =
+                    client.device_id(&names[index])?.with_context(|| format!("device {} not found", names[index]))?;
                 ids[index] = Some(id.clone());
                 id
             }
@@ -176,14 +170,8 @@ fn sample(
             let latest = client.latest_ts(&id, SEQ_KEY)?;
             let answered_us = crate::loss_check::unix_micros();
             if latest.is_some_and(|l| l >= ts) {
-                lag.saturating_record(
-                    answered_us
-                        .saturating_sub(ack_us)
-                        .clamp(1, MAX_TRACKED_MICROS),
-                );
-                query.saturating_record(
-                    (asked.elapsed().as_micros() as u64).clamp(1, MAX_TRACKED_MICROS),
-                );
+                lag.saturating_record(answered_us.saturating_sub(ack_us).clamp(1, MAX_TRACKED_MICROS));
+                query.saturating_record((asked.elapsed().as_micros() as u64).clamp(1, MAX_TRACKED_MICROS));
                 break;
             }
             if answered_us.saturating_sub(ack_us) > GIVE_UP_AFTER.as_micros() as u64 {

@@ -46,10 +46,7 @@ impl Template {
         while let Some(open) = rest.find('{') {
             literal.push_str(&rest[..open]);
             let after = &rest[open + 1..];
-            match after
-                .find('}')
-                .and_then(|close| placeholder(&after[..close]).map(|p| p.map(|p| (p, close))))
-            {
+            match after.find('}').and_then(|close| placeholder(&after[..close]).map(|p| p.map(|p| (p, close)))) {
                 Some(Ok((part, close))) => {
                     if !literal.is_empty() {
                         parts.push(Part::Literal(std::mem::take(&mut literal)));
@@ -89,17 +86,12 @@ impl Template {
                 Part::Seq => write!(buf, "{seq}"),
                 Part::Rand(lo, hi) => {
                     let span = hi.abs_diff(*lo).saturating_add(1);
-                    let offset = if span == 0 {
-                        rng.next()
-                    } else {
-                        rng.next() % span
-                    };
+                    let offset = if span == 0 { rng.next() } else { rng.next() % span };
                     write!(buf, "{}", lo.wrapping_add_unsigned(offset))
                 }
                 Part::RandF(lo, hi) => write!(buf, "{:.2}", lo + (hi - lo) * rng.unit()),
                 Part::Str(n) => {
-                    const ALPHABET: &[u8] =
-                        b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+                    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
                     for _ in 0..*n {
                         let i = (rng.next() % ALPHABET.len() as u64) as usize;
                         buf.extend_from_slice(&ALPHABET[i..=i]);
@@ -126,9 +118,7 @@ fn placeholder(body: &str) -> Option<Result<Part, String>> {
             _ => bad("needs integers MIN <= MAX"),
         },
         ("randf", [lo, hi]) => match (lo.parse::<f64>(), hi.parse::<f64>()) {
-            (Ok(lo), Ok(hi)) if lo <= hi && lo.is_finite() && hi.is_finite() => {
-                Some(Ok(Part::RandF(lo, hi)))
-            }
+            (Ok(lo), Ok(hi)) if lo <= hi && lo.is_finite() && hi.is_finite() => Some(Ok(Part::RandF(lo, hi))),
             _ => bad("needs numbers MIN <= MAX"),
         },
         ("str", [n]) => match n.parse::<usize>() {

@@ -64,9 +64,8 @@ impl Timeline {
     /// The samples as a JSON array of compact objects.
     pub fn to_json(&self) -> Value {
         let lat = |l: &Option<LatencySummary>| {
-            l.filter(|l| l.count > 0).map(|l| {
-                json!({"count": l.count, "p50_us": l.p50_us, "p99_us": l.p99_us, "max_us": l.max_us})
-            })
+            l.filter(|l| l.count > 0)
+                .map(|l| json!({"count": l.count, "p50_us": l.p50_us, "p99_us": l.p99_us, "max_us": l.max_us}))
         };
         Value::Array(
             self.samples
@@ -95,10 +94,7 @@ impl Timeline {
 
     /// (t, value) points of one figure, skipping samples where it is absent.
     pub fn points(&self, figure: impl Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
-        self.samples
-            .iter()
-            .filter_map(|s| figure(s).map(|v| (s.t, v)))
-            .collect()
+        self.samples.iter().filter_map(|s| figure(s).map(|v| (s.t, v))).collect()
     }
 
     /// The timelines of the worker processes of one run as one: sample `i` of each
@@ -115,10 +111,7 @@ impl Timeline {
                 let (mut any_ack, mut any_e2e) = (false, false);
                 let mut timed = false;
                 for part in parts {
-                    let Some(last) = part
-                        .samples
-                        .get(i.min(part.samples.len().saturating_sub(1)))
-                    else {
+                    let Some(last) = part.samples.get(i.min(part.samples.len().saturating_sub(1))) else {
                         continue;
                     };
                     m.connected += last.connected;
@@ -145,9 +138,8 @@ impl Timeline {
                         e2e.extend_from_slice(b);
                     }
                 }
-                let summary = |any: bool, b: &[(u64, u64)]| {
-                    any.then(|| LatencySummary::from_histogram(&from_buckets(b)))
-                };
+                let summary =
+                    |any: bool, b: &[(u64, u64)]| any.then(|| LatencySummary::from_histogram(&from_buckets(b)));
                 m.ack_latency = summary(any_ack, &ack);
                 m.e2e_latency = summary(any_e2e, &e2e);
                 m
@@ -184,9 +176,7 @@ mod tests {
         let s = &merged.samples[1];
         assert_eq!((s.t, s.connected, s.acked), (2.0, 20, 200 + 600));
         assert_eq!(s.acked_per_second, 400.0);
-        let l = s
-            .ack_latency
-            .expect("per-second latency survives the merge");
+        let l = s.ack_latency.expect("per-second latency survives the merge");
         assert_eq!(l.count, 400);
         assert!((2990..=3010).contains(&l.p50_us), "{l:?}");
         // The second worker ended: its total stays, its rate and latency are gone.
@@ -200,17 +190,10 @@ mod tests {
     #[test]
     fn json_latency_objects_carry_their_count() {
         let mut t = worker(1, 5, 700);
-        t.samples[0].ack_latency = Some(LatencySummary {
-            count: 5,
-            p50_us: 700,
-            ..Default::default()
-        });
+        t.samples[0].ack_latency = Some(LatencySummary { count: 5, p50_us: 700, ..Default::default() });
         let json = t.to_json();
         assert_eq!(json[0]["ack_latency"]["count"], 5);
         assert!(json[0]["e2e_latency"].is_null());
-        assert!(
-            json[0].get("ack_buckets").is_none(),
-            "buckets stay internal"
-        );
+        assert!(json[0].get("ack_buckets").is_none(), "buckets stay internal");
     }
 }

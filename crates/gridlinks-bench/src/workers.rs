@@ -29,9 +29,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use crate::cli::{ConnectArgs, OutputArgs, TargetArgs, TelemetryArgs};
 use crate::loss_check::{self, DeviceAcks};
 use crate::proc_stats::{ProcessStats, Sample};
-use crate::report::{
-    ConnectReport, LatencySummary, Reasons, ServerCost, ServerMemory, TelemetryReport,
-};
+use crate::report::{ConnectReport, LatencySummary, Reasons, ServerCost, ServerMemory, TelemetryReport};
 use crate::scenario::{self, telemetry};
 use crate::stats::{buckets, new_histogram, Buckets};
 use crate::timeline::Timeline;
@@ -82,10 +80,7 @@ pub async fn worker_main() -> anyhow::Result<std::process::ExitCode> {
     let job: Job = serde_json::from_str(&read_line().await?).context("reading the job")?;
     let result = match job {
         Job::Telemetry(args) => {
-            scenario::QUIET.store(
-                args.target.worker_offset.unwrap_or(0) > 0,
-                Ordering::Relaxed,
-            );
+            scenario::QUIET.store(args.target.worker_offset.unwrap_or(0) > 0, Ordering::Relaxed);
             let r = telemetry::measure(&args).await?;
             WorkerResult {
                 connected: r.connected,
@@ -98,19 +93,12 @@ pub async fn worker_main() -> anyhow::Result<std::process::ExitCode> {
                 dropped: r.dropped,
                 pings: 0,
                 generator_cpu_seconds: r.generator_cpu_seconds,
-                latency: r
-                    .latency_histogram
-                    .as_ref()
-                    .map(buckets)
-                    .unwrap_or_default(),
+                latency: r.latency_histogram.as_ref().map(buckets).unwrap_or_default(),
                 timeline: r.timeline,
             }
         }
         Job::Connect(args) => {
-            scenario::QUIET.store(
-                args.target.worker_offset.unwrap_or(0) > 0,
-                Ordering::Relaxed,
-            );
+            scenario::QUIET.store(args.target.worker_offset.unwrap_or(0) > 0, Ordering::Relaxed);
             let r = scenario::connect::measure(&args).await?;
             WorkerResult {
                 connected: r.connected,
@@ -119,11 +107,7 @@ pub async fn worker_main() -> anyhow::Result<std::process::ExitCode> {
                 window_seconds: r.hold_seconds,
                 dropped: r.dropped,
                 pings: r.pings,
-                latency: r
-                    .connack_histogram
-                    .as_ref()
-                    .map(buckets)
-                    .unwrap_or_default(),
+                latency: r.connack_histogram.as_ref().map(buckets).unwrap_or_default(),
                 timeline: r.timeline,
                 ..Default::default()
             }
@@ -209,10 +193,7 @@ impl Workers {
         let mut out = Vec::with_capacity(self.children.len());
         for (i, (mut child, stdin, mut lines)) in self.children.into_iter().enumerate() {
             drop(stdin);
-            let line = lines
-                .next_line()
-                .await?
-                .with_context(|| format!("worker {i} ended without a result"))?;
+            let line = lines.next_line().await?.with_context(|| format!("worker {i} ended without a result"))?;
             out.push(serde_json::from_str(&line).context("reading a worker's result")?);
             let status = child.wait().await?;
             if !status.success() {
@@ -254,10 +235,7 @@ impl RssPeak {
 }
 
 fn sample(server: &Option<ProcessStats>) -> anyhow::Result<Option<Sample>> {
-    server
-        .as_ref()
-        .map(|s| s.sample().context("reading server /proc"))
-        .transpose()
+    server.as_ref().map(|s| s.sample().context("reading server /proc")).transpose()
 }
 
 /// The options every worker shares: one process's worth, no output files, no server.
@@ -293,8 +271,7 @@ fn merge(results: Vec<WorkerResult>) -> anyhow::Result<(WorkerResult, LatencySum
             *m.dropped.entry(reason).or_default() += n;
         }
         for (value, count) in r.latency {
-            h.record_n(value, count)
-                .context("worker latency out of range")?;
+            h.record_n(value, count).context("worker latency out of range")?;
         }
     }
     m.timeline = Timeline::merge(&timelines);
@@ -395,11 +372,7 @@ async fn telemetry_in(
         for i in 0..slices.len() {
             devices.extend(loss_check::load(&acks_file(i))?);
         }
-        let api = if args.verify {
-            Some(args.api.target("--verify")?)
-        } else {
-            None
-        };
+        let api = if args.verify { Some(args.api.target("--verify")?) } else { None };
         report.loss_check = telemetry::check_losses_of(
             &args.api,
             args.verify,
@@ -425,9 +398,7 @@ pub async fn connect(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
 async fn connect_in(args: &ConnectArgs, dir: &std::path::Path) -> anyhow::Result<ConnectReport> {
     let mut base = args.clone();
     if args.provision {
-        let names = (0..args.connections)
-            .map(telemetry::provisioned_name)
-            .collect();
+        let names = (0..args.connections).map(telemetry::provisioned_name).collect();
         let tokens = telemetry::provision(args.api.target("--provision")?, names).await?;
         let tokens_file = dir.join("tokens");
         std::fs::write(&tokens_file, tokens.join("\n"))?;
@@ -517,9 +488,6 @@ mod tests {
         assert_eq!((m.connected, m.acked, m.sent), (10, 40, 40));
         assert_eq!(m.window_seconds, 30.0);
         assert_eq!(latency.count, 40);
-        assert!(
-            latency.p50_us >= 2990 && latency.p50_us <= 3010,
-            "{latency:?}"
-        );
+        assert!(latency.p50_us >= 2990 && latency.p50_us <= 3010, "{latency:?}");
     }
 }

@@ -56,21 +56,13 @@ fn two_cycles(transport: &str, extra: &[&str]) -> Value {
         assert!((1.0..=1.5).contains(&kill_after), "{c}");
         // The load ran until the kill, which ended every device's connection.
         assert!(f(&c["load_seconds"]) >= kill_after - 0.01, "{c}");
-        assert_eq!(
-            c["ended"].as_object().unwrap().values().map(n).sum::<u64>(),
-            4,
-            "{c}"
-        );
+        assert_eq!(c["ended"].as_object().unwrap().values().map(n).sum::<u64>(), 4, "{c}");
         assert!(f(&c["restart_to_ready_s"]) > 0.0, "{c}");
         acked += n(&c["acked"]);
     }
     let check = &r["loss_check"];
     assert_eq!(n(&r["totals"]["acked"]), acked);
-    assert_eq!(
-        n(&check["points_acked"]),
-        acked,
-        "every ack is a distinct point"
-    );
+    assert_eq!(n(&check["points_acked"]), acked, "every ack is a distinct point");
     assert_eq!(n(&check["points_found"]), acked);
     assert_eq!(n(&check["missing"]), 0);
     assert_eq!(n(&check["devices_not_found"]), 0);
@@ -81,10 +73,7 @@ fn two_cycles(transport: &str, extra: &[&str]) -> Value {
 fn mqtt_points_acknowledged_before_each_kill_survive_it() {
     let dir = scratch("crash-loop-mqtt-data");
     let data = dir.join("data");
-    let r = two_cycles(
-        "mqtt",
-        &["--window", "5", "--data-dir", data.to_str().unwrap()],
-    );
+    let r = two_cycles("mqtt", &["--window", "5", "--data-dir", data.to_str().unwrap()]);
     assert!(r["protocol"].as_str().unwrap().contains("window 5"));
     // A given data directory is the one used, and kept.
     assert_eq!(r["data_dir"], data.to_str().unwrap());

@@ -52,10 +52,7 @@ fn deleted_points_fail_the_check() {
         acks.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(
-        !stdout(&out).contains("LOSS CHECK"),
-        "no check without --verify"
-    );
+    assert!(!stdout(&out).contains("LOSS CHECK"), "no check without --verify");
 
     // Nothing deleted yet: the saved acks verify clean.
     let out = server.bench(&["verify", "--acks", acks.to_str().unwrap()]);
@@ -69,37 +66,20 @@ fn deleted_points_fail_the_check() {
     let mut deleted = 0;
     for (device, (from, to)) in [(1usize, (10usize, 17usize)), (3, (0, 4))] {
         let ts = &devices[device].acks.ts;
-        assert!(
-            ts.len() > to,
-            "device {device} acked only {} points",
-            ts.len()
-        );
+        assert!(ts.len() > to, "device {device} acked only {} points", ts.len());
         let id = client.device_id(&devices[device].name).unwrap().unwrap();
         let (first, end) = (ts[0], ts[ts.len() - 1] + 1);
         let before = client.timestamps(&id, SEQ_KEY, first, end).unwrap().len();
-        client
-            .delete_timeseries(&id, SEQ_KEY, ts[from], ts[to])
-            .unwrap();
+        client.delete_timeseries(&id, SEQ_KEY, ts[from], ts[to]).unwrap();
         let after = client.timestamps(&id, SEQ_KEY, first, end).unwrap().len();
-        assert!(
-            after < before,
-            "the delete removed nothing from device {device}"
-        );
+        assert!(after < before, "the delete removed nothing from device {device}");
         deleted += (before - after) as u64;
     }
 
     let json = server.dir.join("verify.json");
-    let out = server.bench(&[
-        "verify",
-        "--acks",
-        acks.to_str().unwrap(),
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let out = server.bench(&["verify", "--acks", acks.to_str().unwrap(), "--json", json.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "missing points exit with 2");
-    assert!(stdout(&out).contains(&format!(
-        "LOSS CHECK FAILED: {deleted} acknowledged points missing"
-    )));
+    assert!(stdout(&out).contains(&format!("LOSS CHECK FAILED: {deleted} acknowledged points missing")));
     let check = &read_json(&json)["loss_check"];
     assert_eq!(check["passed"], false);
     assert_eq!(check["missing"], deleted);

@@ -20,9 +20,7 @@ fn n(v: &Value) -> u64 {
 
 /// The timeline of a result.
 fn timeline(result: &Value) -> &Vec<Value> {
-    result["timeline"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no timeline: {result}"))
+    result["timeline"].as_array().unwrap_or_else(|| panic!("no timeline: {result}"))
 }
 
 /// The results of the first step of a compare JSON, by server name.
@@ -58,27 +56,13 @@ fn assert_latency_every_second(
         if s[rate].as_f64().unwrap_or(0.0) >= 1.0 {
             seconds += 1;
             let count = s[latency]["count"].as_u64().unwrap_or(0);
-            assert!(
-                count > 0,
-                "{what}: {latency} missing at t = {} ({rate} {}): {samples:#?}",
-                s["t"],
-                s[rate]
-            );
-            assert!(
-                s[latency]["p50_us"].as_u64().unwrap_or(0) > 0,
-                "{what}: {s}"
-            );
+            assert!(count > 0, "{what}: {latency} missing at t = {} ({rate} {}): {samples:#?}", s["t"], s[rate]);
+            assert!(s[latency]["p50_us"].as_u64().unwrap_or(0) > 0, "{what}: {s}");
         }
         total += s[latency]["count"].as_u64().unwrap_or(0);
     }
-    assert!(
-        seconds >= min_seconds,
-        "{what}: {seconds} seconds with {rate}: {samples:#?}"
-    );
-    assert!(
-        total >= min_total,
-        "{what}: the timeline holds {total} {latency} values, expected at least {min_total}"
-    );
+    assert!(seconds >= min_seconds, "{what}: {seconds} seconds with {rate}: {samples:#?}");
+    assert!(total >= min_total, "{what}: the timeline holds {total} {latency} values, expected at least {min_total}");
 }
 
 #[test]
@@ -101,14 +85,7 @@ fn mqtt_telemetry_records_puback_latency_every_second() {
     let result = read_json(&json);
     let acked = n(&result["acked"]);
     assert!(acked >= 60, "{result}");
-    assert_latency_every_second(
-        "mqtt-telemetry",
-        &result,
-        "acked_per_second",
-        "ack_latency",
-        3,
-        acked / 2,
-    );
+    assert_latency_every_second("mqtt-telemetry", &result, "acked_per_second", "ack_latency", 3, acked / 2);
 }
 
 #[test]
@@ -132,25 +109,12 @@ fn mqtt_telemetry_from_two_workers_merges_their_per_second_latency() {
     assert_eq!(out.status.code(), Some(0));
     let result = read_json(&json);
     let acked = n(&result["acked"]);
-    assert_latency_every_second(
-        "mqtt-telemetry --workers 2",
-        &result,
-        "acked_per_second",
-        "ack_latency",
-        3,
-        acked / 2,
-    );
+    assert_latency_every_second("mqtt-telemetry --workers 2", &result, "acked_per_second", "ack_latency", 3, acked / 2);
     // Both workers' devices are in the merged samples: 20 connected, ~20 acks/s.
     let samples = timeline(&result);
-    assert!(
-        samples.iter().all(|s| n(&s["connected"]) == 20),
-        "{samples:#?}"
-    );
+    assert!(samples.iter().all(|s| n(&s["connected"]) == 20), "{samples:#?}");
     let middle = &samples[samples.len() / 2];
-    assert!(
-        (15.0..=25.0).contains(&middle["acked_per_second"].as_f64().unwrap()),
-        "{middle}"
-    );
+    assert!((15.0..=25.0).contains(&middle["acked_per_second"].as_f64().unwrap()), "{middle}");
     assert!(n(&middle["ack_latency"]["count"]) >= 15, "{middle}");
 }
 
@@ -174,14 +138,7 @@ fn http_telemetry_records_response_latency_every_second() {
     let result = read_json(&json);
     let acked = n(&result["acked"]);
     assert!(acked >= 30, "{result}");
-    assert_latency_every_second(
-        "http-telemetry",
-        &result,
-        "acked_per_second",
-        "ack_latency",
-        3,
-        acked / 2,
-    );
+    assert_latency_every_second("http-telemetry", &result, "acked_per_second", "ack_latency", 3, acked / 2);
 }
 
 #[test]
@@ -214,22 +171,8 @@ fn pubsub_records_puback_and_end_to_end_latency_every_second_on_both_servers() {
     for (server, result) in &runs {
         let what = format!("pubsub on {server}");
         let (acked, received) = (n(&result["acked"]), n(&result["received"]));
-        assert_latency_every_second(
-            &what,
-            result,
-            "acked_per_second",
-            "ack_latency",
-            3,
-            acked / 2,
-        );
-        assert_latency_every_second(
-            &what,
-            result,
-            "received_per_second",
-            "e2e_latency",
-            3,
-            received / 2,
-        );
+        assert_latency_every_second(&what, result, "acked_per_second", "ack_latency", 3, acked / 2);
+        assert_latency_every_second(&what, result, "received_per_second", "e2e_latency", 3, received / 2);
     }
 }
 
@@ -288,11 +231,7 @@ fn connect_from_two_workers_records_connack_latency_every_connecting_second() {
 fn chart<'a>(html: &'a str, title: &str) -> &'a str {
     html.split("<section class=\"card chart\">")
         .skip(1)
-        .find(|card| {
-            card.split("</h2>")
-                .next()
-                .is_some_and(|heading| heading.contains(title))
-        })
+        .find(|card| card.split("</h2>").next().is_some_and(|heading| heading.contains(title)))
         .map(|card| card.split("</section>").next().unwrap_or(card))
         .unwrap_or_else(|| panic!("no chart {title:?} in the report"))
 }
@@ -371,15 +310,10 @@ fn compare_report_shows_each_servers_lines_distinguishably_and_latency_all_along
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(!page.contains("<script"), "the report stays script-free");
 
-    for title in [
-        "Throughput per second",
-        "Connections",
-        "Acknowledgement latency",
-    ] {
+    for title in ["Throughput per second", "Connections", "Acknowledgement latency"] {
         let card = chart(&page, title);
         let lines = lines(card);
-        let of =
-            |server: &str| -> Vec<&Line> { lines.iter().filter(|l| l.group == server).collect() };
+        let of = |server: &str| -> Vec<&Line> { lines.iter().filter(|l| l.group == server).collect() };
         let (gl, mq) = (of("gridlinks"), of("mosquitto"));
         assert!(!gl.is_empty() && !mq.is_empty(), "{title}: {lines:#?}");
         assert_eq!(gl.len() + mq.len(), lines.len(), "{title}: {lines:#?}");
@@ -390,10 +324,7 @@ fn compare_report_shows_each_servers_lines_distinguishably_and_latency_all_along
             assert_ne!(a.dash, b.dash, "{title}: {a:?} {b:?}");
             assert_ne!(a.marker, b.marker, "{title}: {a:?} {b:?}");
         }
-        assert!(
-            gl.iter().all(|l| style(l) == style(gl[0])),
-            "{title}: one style per server"
-        );
+        assert!(gl.iter().all(|l| style(l) == style(gl[0])), "{title}: one style per server");
         // The first server's wide line is drawn first, under the dashed one.
         let first_mq = lines.iter().position(|l| l.group == "mosquitto");
         let last_gl = lines.iter().rposition(|l| l.group == "gridlinks");
@@ -404,10 +335,7 @@ fn compare_report_shows_each_servers_lines_distinguishably_and_latency_all_along
             let series = line
                 .class
                 .split(' ')
-                .find(|c| {
-                    c.strip_prefix('s')
-                        .is_some_and(|i| i.parse::<usize>().is_ok())
-                })
+                .find(|c| c.strip_prefix('s').is_some_and(|i| i.parse::<usize>().is_ok()))
                 .unwrap_or_else(|| panic!("{title}: {line:?}"));
             let class = format!("tog {series}");
             let input = card
@@ -418,40 +346,25 @@ fn compare_report_shows_each_servers_lines_distinguishably_and_latency_all_along
                 .unwrap_or_else(|| panic!("{title}: no checkbox for {line:?}"));
             let id = attr(&input, "id").unwrap_or("");
             assert!(input.contains("checked"), "{title}: shown at first");
-            assert!(
-                card.contains(&format!("for=\"{id}\"")),
-                "{title}: no label for {id}"
-            );
+            assert!(card.contains(&format!("for=\"{id}\"")), "{title}: no label for {id}");
         }
         for server in ["gridlinks", "mosquitto"] {
             assert!(
-                card.contains(&format!(
-                    "data-group=\"{server}\" title=\"Click to hide or show"
-                )),
+                card.contains(&format!("data-group=\"{server}\" title=\"Click to hide or show")),
                 "{title}: no toggle for {server}"
             );
         }
     }
     // The toggles work without script: a rule hides a line whose box is cleared.
-    assert!(
-        page.contains(".tog.g0:not(:checked)~svg .series.g0"),
-        "{page}"
-    );
+    assert!(page.contains(".tog.g0:not(:checked)~svg .series.g0"), "{page}");
     assert!(page.contains(".tog.s1:not(:checked)~svg .series.s1"));
 
     // The latency chart spans the run: each server's p50 has a point per second
     // of publishing, not one dot at the end.
     let latency = lines(chart(&page, "Acknowledgement latency per second (PUBACK)"));
     for server in ["gridlinks", "mosquitto"] {
-        let p50 = latency
-            .iter()
-            .find(|l| l.group == server)
-            .unwrap_or_else(|| panic!("{server}: {latency:#?}"));
+        let p50 = latency.iter().find(|l| l.group == server).unwrap_or_else(|| panic!("{server}: {latency:#?}"));
         assert!(p50.points >= 4, "{server}: {p50:?}");
     }
-    assert_eq!(
-        runs(&read_json(&json)).len(),
-        2,
-        "--json after the scenario"
-    );
+    assert_eq!(runs(&read_json(&json)).len(), 2, "--json after the scenario");
 }

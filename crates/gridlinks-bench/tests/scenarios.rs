@@ -25,10 +25,7 @@ fn n(v: &Value) -> u64 {
 fn assert_publish_counts(result: &Value, connections: u64) {
     assert_eq!(n(&result["connected"]), connections, "{result}");
     assert!(n(&result["acked"]) > 0, "{result}");
-    assert_eq!(
-        n(&result["sent"]),
-        n(&result["acked"]) + n(&result["failed"])
-    );
+    assert_eq!(n(&result["sent"]), n(&result["acked"]) + n(&result["failed"]));
     assert_eq!(n(&result["failed"]), 0, "{result}");
 }
 
@@ -59,17 +56,11 @@ fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
     assert_eq!(out.status.code(), Some(0));
     let doc = read_json(&json);
     let runs = runs(&doc, 0);
-    assert_eq!(
-        runs.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(),
-        ["gridlinks", "mosquitto"]
-    );
+    assert_eq!(runs.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), ["gridlinks", "mosquitto"]);
     for (server, run) in &runs {
         let result = &run["result"];
         assert_publish_counts(result, 10);
-        assert!(
-            result["server"]["cpu_seconds"].as_f64().unwrap() > 0.0,
-            "{server}: {result}"
-        );
+        assert!(result["server"]["cpu_seconds"].as_f64().unwrap() > 0.0, "{server}: {result}");
         let acked = n(&result["acked"]);
         assert_eq!(n(&result["ack_latency"]["count"]), acked, "{server}");
     }
@@ -77,20 +68,14 @@ fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
     let gl = &runs[0].1["result"];
     assert_eq!(gl["loss_check"]["passed"], true);
     assert_eq!(gl["loss_check"]["points_found"], gl["acked"]);
-    assert!(
-        n(&gl["storage_lag"]["ack_to_queryable"]["count"]) > 0,
-        "{gl}"
-    );
+    assert!(n(&gl["storage_lag"]["ack_to_queryable"]["count"]) > 0, "{gl}");
     assert!(runs[1].1["result"]["loss_check"].is_null());
     // The side-by-side table names both servers and the ratio.
     let text = stdout(&out);
     assert!(text.contains("gridlinks / mosquitto"), "{text}");
     assert!(text.contains("msgs per server CPU-second"), "{text}");
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(
-        page.contains("<svg") && page.contains("mosquitto"),
-        "charts in the report"
-    );
+    assert!(page.contains("<svg") && page.contains("mosquitto"), "charts in the report");
 }
 
 #[test]
@@ -122,11 +107,7 @@ fn pubsub_on_gridlinks_and_mosquitto_delivers_every_message_to_every_subscriber(
         let result = &run["result"];
         assert_publish_counts(result, 2 * 3 + 2 * 2);
         let acked = n(&result["acked"]);
-        assert_eq!(
-            n(&result["expected"]),
-            2 * acked,
-            "{server}: each group's 2 subscribers get all"
-        );
+        assert_eq!(n(&result["expected"]), 2 * acked, "{server}: each group's 2 subscribers get all");
         assert_eq!(n(&result["received"]), n(&result["expected"]), "{server}");
         assert_eq!(n(&result["e2e_latency"]["count"]), n(&result["received"]));
         assert_eq!(result["passed"], true, "{server}");
@@ -183,10 +164,7 @@ fn connect_from_two_worker_processes_holds_every_connection_on_gridlinks_and_mos
         let result = &run["result"];
         assert_eq!(n(&result["connected"]), 200, "{server}: {result}");
         assert_eq!(result["success_ratio"], 1.0, "{server}");
-        assert!(result["dropped_connections"]
-            .as_object()
-            .unwrap()
-            .is_empty());
+        assert!(result["dropped_connections"].as_object().unwrap().is_empty());
     }
 }
 
@@ -253,11 +231,7 @@ fn devices_from_a_name_token_csv_are_driven_and_checked_by_name() {
     let tokens: Vec<String> = (0..4).map(|i| format!("csv-token-{i}")).collect();
     server.client().bulk_import(&names, &tokens).unwrap();
     let csv = server.dir.join("devices.csv");
-    let rows: Vec<String> = names
-        .iter()
-        .zip(&tokens)
-        .map(|(n, t)| format!("{n},{t}"))
-        .collect();
+    let rows: Vec<String> = names.iter().zip(&tokens).map(|(n, t)| format!("{n},{t}")).collect();
     std::fs::write(&csv, format!("name,token\n{}\n", rows.join("\n"))).unwrap();
     let json = server.dir.join("csv.json");
     let out = server.bench(&[

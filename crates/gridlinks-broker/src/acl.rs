@@ -75,7 +75,10 @@ mod tests {
 
     #[test]
     fn publish_and_subscribe_rules() {
-        let acl = Acl { publish: vec!["apps/me/#".into()], subscribe: vec!["gridlinks/devices/+/telemetry".into(), "apps/#".into()] };
+        let acl = Acl {
+            publish: vec!["apps/me/#".into()],
+            subscribe: vec!["gridlinks/devices/+/telemetry".into(), "apps/#".into()],
+        };
         assert!(acl.may_publish("apps/me/x"));
         assert!(!acl.may_publish("apps/other/x"));
         assert!(acl.may_subscribe("gridlinks/devices/+/telemetry"));

@@ -201,17 +201,8 @@ impl Router {
             Some((k, _)) => k.clone(),
             None => client.into(),
         };
-        let member = Member {
-            client: client.clone(),
-            group: share.map(|(g, _)| g.into()),
-            opts,
-        };
-        let existed = self
-            .subs
-            .entry(client)
-            .or_default()
-            .insert(full.to_owned(), opts)
-            .is_some();
+        let member = Member { client: client.clone(), group: share.map(|(g, _)| g.into()), opts };
+        let existed = self.subs.entry(client).or_default().insert(full.to_owned(), opts).is_some();
         self.trie.insert(filter, member);
         if !existed {
             self.count_interest(filter, 1);
@@ -262,22 +253,14 @@ impl Router {
         self.count_interest(filter, -1);
         self.trie.remove(
             filter,
-            &Member {
-                client: client.into(),
-                group: group.map(Arc::from),
-                opts: SubOptions::default(),
-            },
+            &Member { client: client.into(), group: group.map(Arc::from), opts: SubOptions::default() },
         );
         true
     }
 
     /// Removes every subscription of `client` (its session ended).
     pub fn remove_client(&mut self, client: &str) {
-        let filters: Vec<String> = self
-            .subs
-            .get(client)
-            .map(|s| s.keys().cloned().collect())
-            .unwrap_or_default();
+        let filters: Vec<String> = self.subs.get(client).map(|s| s.keys().cloned().collect()).unwrap_or_default();
         for full in filters {
             self.unsubscribe(client, &full);
         }
@@ -285,10 +268,7 @@ impl Router {
 
     /// `client`'s subscriptions, for persisting a session.
     pub fn subscriptions(&self, client: &str) -> Vec<(String, SubOptions)> {
-        self.subs
-            .get(client)
-            .map(|s| s.iter().map(|(f, o)| (f.clone(), *o)).collect())
-            .unwrap_or_default()
+        self.subs.get(client).map(|s| s.iter().map(|(f, o)| (f.clone(), *o)).collect()).unwrap_or_default()
     }
 
     /// The retained message of `topic`, if any.
@@ -321,8 +301,7 @@ impl Router {
                     for full in subs.keys() {
                         if let Ok(Some((g, f))) = split_share(full) {
                             if g == &**group && matches(f, topic) {
-                                let members =
-                                    shared.entry((g.to_owned(), f.to_owned())).or_default();
+                                let members = shared.entry((g.to_owned(), f.to_owned())).or_default();
                                 if !members.iter().any(|m| Arc::ptr_eq(m, &member.client)) {
                                     members.push(member.client.clone());
                                 }
@@ -360,10 +339,7 @@ impl Router {
         }
         for ((group, filter), mut members) in shared {
             members.sort();
-            let turn = self
-                .turn
-                .entry((group.clone(), filter.clone()))
-                .or_insert(0);
+            let turn = self.turn.entry((group.clone(), filter.clone())).or_insert(0);
             let client = members[*turn % members.len()].clone();
             *turn = turn.wrapping_add(1);
             let full = format!("$share/{group}/{filter}");
@@ -386,17 +362,11 @@ mod tests {
     use super::*;
 
     fn opts(qos: u8) -> SubOptions {
-        SubOptions {
-            qos,
-            ..Default::default()
-        }
+        SubOptions { qos, ..Default::default() }
     }
 
     fn to(deliveries: &[Delivery]) -> Vec<(&str, u8)> {
-        let mut v: Vec<(&str, u8)> = deliveries
-            .iter()
-            .map(|d| (&*d.client, d.qos))
-            .collect();
+        let mut v: Vec<(&str, u8)> = deliveries.iter().map(|d| (&*d.client, d.qos)).collect();
         v.sort();
         v
     }
@@ -408,16 +378,10 @@ mod tests {
         r.subscribe("app", "sensors/#", opts(1)).unwrap();
         r.subscribe("other", "sensors/a/t", opts(2)).unwrap();
         let d = r.publish("dev", &Message::new("sensors/a/t", 1, Bytes::from_static(b"1")), false);
-        assert_eq!(
-            to(&d),
-            [("app", 1), ("other", 1)],
-            "delivered QoS = min(publish, granted)"
-        );
+        assert_eq!(to(&d), [("app", 1), ("other", 1)], "delivered QoS = min(publish, granted)");
         let d = r.publish("dev", &Message::new("sensors/a/t", 0, Bytes::from_static(b"1")), false);
         assert_eq!(to(&d), [("app", 0), ("other", 0)]);
-        assert!(r
-            .publish("dev", &Message::new("elsewhere", 1, Bytes::new()), false)
-            .is_empty());
+        assert!(r.publish("dev", &Message::new("elsewhere", 1, Bytes::new()), false).is_empty());
     }
 
     #[test]
@@ -436,15 +400,7 @@ mod tests {
         o.no_local = true;
         o.subscription_id = Some(7);
         r.subscribe("me", "chat/#", o).unwrap();
-        r.subscribe(
-            "me",
-            "chat/room",
-            SubOptions {
-                subscription_id: Some(9),
-                ..opts(0)
-            },
-        )
-        .unwrap();
+        r.subscribe("me", "chat/room", SubOptions { subscription_id: Some(9), ..opts(0) }).unwrap();
         let d = r.publish("me", &Message::new("chat/room", 1, Bytes::from_static(b"hi")), false);
         // The no-local subscription is skipped; the other one still matches.
         assert_eq!(to(&d), [("me", 0)]);
@@ -462,58 +418,25 @@ mod tests {
         r.publish("d", &Message::new("lamp/2", 0, Bytes::from_static(b"off")), true);
         let s = r.subscribe("a", "lamp/+", opts(1)).unwrap();
         assert!(!s.existed);
-        let mut got: Vec<(String, u8)> = s
-            .retained
-            .iter()
-            .map(|(m, q)| (m.topic.to_string(), *q))
-            .collect();
+        let mut got: Vec<(String, u8)> = s.retained.iter().map(|(m, q)| (m.topic.to_string(), *q)).collect();
         got.sort();
         assert_eq!(got, [("lamp/1".to_string(), 1), ("lamp/2".to_string(), 0)]);
         // Handling 1: only for a new subscription; 2: never.
-        let again = r
-            .subscribe(
-                "a",
-                "lamp/+",
-                SubOptions {
-                    retain_handling: 1,
-                    ..opts(1)
-                },
-            )
-            .unwrap();
+        let again = r.subscribe("a", "lamp/+", SubOptions { retain_handling: 1, ..opts(1) }).unwrap();
         assert!(again.existed && again.retained.is_empty());
-        let never = r
-            .subscribe(
-                "b",
-                "lamp/+",
-                SubOptions {
-                    retain_handling: 2,
-                    ..opts(1)
-                },
-            )
-            .unwrap();
+        let never = r.subscribe("b", "lamp/+", SubOptions { retain_handling: 2, ..opts(1) }).unwrap();
         assert!(never.retained.is_empty());
         // An empty retained payload clears; it is still forwarded to subscribers.
         let d = r.publish("d", &Message::new("lamp/1", 0, Bytes::new()), true);
         assert_eq!(d.len(), 2);
         assert!(r.retained("lamp/1").is_none());
-        assert_eq!(
-            r.subscribe("c", "lamp/#", opts(1)).unwrap().retained.len(),
-            1
-        );
+        assert_eq!(r.subscribe("c", "lamp/#", opts(1)).unwrap().retained.len(), 1);
     }
 
     #[test]
     fn retain_flag_is_kept_only_with_retain_as_published() {
         let mut r = Router::new();
-        r.subscribe(
-            "keep",
-            "t",
-            SubOptions {
-                retain_as_published: true,
-                ..opts(1)
-            },
-        )
-        .unwrap();
+        r.subscribe("keep", "t", SubOptions { retain_as_published: true, ..opts(1) }).unwrap();
         r.subscribe("clear", "t", opts(1)).unwrap();
         let d = r.publish("p", &Message::new("t", 1, Bytes::from_static(b"x")), true);
         let flag = |c: &str| d.iter().find(|x| &*x.client == c).unwrap().retain;
@@ -542,18 +465,9 @@ mod tests {
         for w in ["w1", "w2", "w3"] {
             assert_eq!(counts[w], 10, "round robin");
         }
-        assert_eq!(
-            r.subscribe("x", "$share/bad+/t", opts(0)),
-            Err(SubscribeError::Share)
-        );
-        assert_eq!(
-            r.subscribe("x", "$share/g", opts(0)),
-            Err(SubscribeError::Share)
-        );
-        assert!(matches!(
-            r.subscribe("x", "$share/g/a/#/b", opts(0)),
-            Err(SubscribeError::Filter(_))
-        ));
+        assert_eq!(r.subscribe("x", "$share/bad+/t", opts(0)), Err(SubscribeError::Share));
+        assert_eq!(r.subscribe("x", "$share/g", opts(0)), Err(SubscribeError::Share));
+        assert!(matches!(r.subscribe("x", "$share/g/a/#/b", opts(0)), Err(SubscribeError::Filter(_))));
     }
 
     #[test]
@@ -564,16 +478,10 @@ mod tests {
         r.subscribe("b", "x/y", opts(1)).unwrap();
         assert!(r.unsubscribe("a", "x/#"));
         assert!(!r.unsubscribe("a", "x/#"));
-        assert_eq!(
-            to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)),
-            [("a", 1), ("b", 1)]
-        );
+        assert_eq!(to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)), [("a", 1), ("b", 1)]);
         r.remove_client("a");
         assert!(r.subscriptions("a").is_empty());
-        assert_eq!(
-            to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)),
-            [("b", 1)]
-        );
+        assert_eq!(to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)), [("b", 1)]);
     }
 
     /// Random operations from several clients: no panic, and every delivery goes to a
@@ -581,17 +489,7 @@ mod tests {
     #[test]
     fn random_operations_keep_deliveries_consistent() {
         let topics = ["a", "a/b", "a/b/c", "$SYS/x", "b/b", "/"];
-        let filters = [
-            "a/#",
-            "+/b",
-            "#",
-            "a/+/c",
-            "$SYS/#",
-            "$share/g/a/#",
-            "$share/h/+/b",
-            "/",
-            "b/+",
-        ];
+        let filters = ["a/#", "+/b", "#", "a/+/c", "$SYS/#", "$share/g/a/#", "$share/h/+/b", "/", "b/+"];
         let clients = ["c0", "c1", "c2", "c3"];
         let mut r = Router::new();
         let mut next = crate::test_rng(0x2545_F491_4F6C_DD1D);
@@ -600,15 +498,7 @@ mod tests {
             match next(4) {
                 0 => {
                     let f = filters[next(filters.len())];
-                    r.subscribe(
-                        client,
-                        f,
-                        SubOptions {
-                            no_local: next(2) == 0,
-                            ..opts(next(3) as u8)
-                        },
-                    )
-                    .unwrap();
+                    r.subscribe(client, f, SubOptions { no_local: next(2) == 0, ..opts(next(3) as u8) }).unwrap();
                 }
                 1 => {
                     r.unsubscribe(client, filters[next(filters.len())]);
@@ -623,15 +513,10 @@ mod tests {
                         assert!(x.qos <= qos);
                         let subs = r.subscriptions(&x.client);
                         let holds = subs.iter().any(|(f, _)| {
-                            let plain =
-                                split_share(f).ok().flatten().map_or(f.as_str(), |(_, p)| p);
+                            let plain = split_share(f).ok().flatten().map_or(f.as_str(), |(_, p)| p);
                             matches(plain, topic)
                         });
-                        assert!(
-                            holds,
-                            "{} got {topic} without a matching subscription",
-                            x.client
-                        );
+                        assert!(holds, "{} got {topic} without a matching subscription", x.client);
                         *copies.entry(&*x.client).or_default() += 1;
                     }
                     // At most one plain copy per client plus one per matching shared group.
@@ -639,12 +524,7 @@ mod tests {
                         let groups = r
                             .subscriptions(client)
                             .iter()
-                            .filter(|(f, _)| {
-                                split_share(f)
-                                    .ok()
-                                    .flatten()
-                                    .is_some_and(|(_, p)| matches(p, topic))
-                            })
+                            .filter(|(f, _)| split_share(f).ok().flatten().is_some_and(|(_, p)| matches(p, topic)))
                             .count();
                         assert!(n <= 1 + groups, "{client} got {n} copies of {topic}");
                     }

@@ -527,7 +527,11 @@ impl Sessions {
     }
 
     fn subscription_limit(&self) -> usize {
-        if self.max_subscriptions == 0 { usize::MAX } else { self.max_subscriptions }
+        if self.max_subscriptions == 0 {
+            usize::MAX
+        } else {
+            self.max_subscriptions
+        }
     }
 
     /// Removes a subscription; returns whether it existed.
@@ -589,7 +593,14 @@ impl Sessions {
     /// with an outbound queue of `capacity` and session expiry `expiry` seconds (0: the
     /// session ends with the connection). A live connection with the same client id is
     /// taken over (kicked). A persistent session is resumed unless `clean_start`.
-    pub fn register_client(&self, client_id: &str, owner: Arc<str>, capacity: usize, clean_start: bool, expiry: u32) -> Registered {
+    pub fn register_client(
+        &self,
+        client_id: &str,
+        owner: Arc<str>,
+        capacity: usize,
+        clean_start: bool,
+        expiry: u32,
+    ) -> Registered {
         let id = self.next_id();
         let mut map = self.by_client.write();
         let old = map.remove(client_id);
@@ -626,7 +637,8 @@ impl Sessions {
     pub fn restore_client(&self, client_id: &str, stored: StoredSession, capacity: usize) -> SessionId {
         let StoredSession { owner, expiry, subscriptions, queued, incoming } = stored;
         let id = self.next_id();
-        let next = queued.iter().filter_map(|o| o.seq).max().map_or_else(|| self.seq.load(Ordering::Relaxed), |s| s + 1);
+        let next =
+            queued.iter().filter_map(|o| o.seq).max().map_or_else(|| self.seq.load(Ordering::Relaxed), |s| s + 1);
         let inbox = Arc::new(Inbox::numbered_from(next));
         // Copies the client received (QoS 2, PUBREC) are owed their PUBREL first.
         let (released, queued): (Vec<_>, Vec<_>) = queued.into_iter().partition(|o| o.released);
@@ -720,7 +732,12 @@ impl Sessions {
     }
 
     /// Subscribes client `client_id`; the retained messages the subscription receives now.
-    pub fn subscribe_client(&self, client_id: &str, filter: &str, opts: SubOptions) -> Result<Vec<(Message, u8)>, SubscribeError> {
+    pub fn subscribe_client(
+        &self,
+        client_id: &str,
+        filter: &str,
+        opts: SubOptions,
+    ) -> Result<Vec<(Message, u8)>, SubscribeError> {
         let max = self.subscription_limit();
         Ok(self.with_router(|r| r.subscribe_at_most(client_id, filter, opts, max))?.retained)
     }
@@ -757,7 +774,15 @@ impl Sessions {
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
                 seq
             });
-            let out = Outbound { msg: shared.clone(), qos: d.qos, retain: d.retain, subscription_ids: d.subscription_ids, seq, packet_id: None, released: false };
+            let out = Outbound {
+                msg: shared.clone(),
+                qos: d.qos,
+                retain: d.retain,
+                subscription_ids: d.subscription_ids,
+                seq,
+                packet_id: None,
+                released: false,
+            };
             let queued = if e.online {
                 match e.inbox.push(out, e.capacity, hard_limit) {
                     Pushed::Queued => true,
@@ -795,7 +820,14 @@ impl Sessions {
     /// Queues `out` for a session nobody takes from now, whose queue may hold `bound`
     /// copies: at the bound `mqtt.offline_queue_full` decides which copy goes (counted);
     /// whether `out` was queued.
-    fn queue_at_bound(&self, inbox: &Inbox, out: Outbound, bound: usize, client: &Arc<str>, routed: &mut Routed) -> bool {
+    fn queue_at_bound(
+        &self,
+        inbox: &Inbox,
+        out: Outbound,
+        bound: usize,
+        client: &Arc<str>,
+        routed: &mut Routed,
+    ) -> bool {
         let mut queue = inbox.queue.lock();
         if queue.len() >= bound {
             self.dropped_offline.fetch_add(1, Ordering::Relaxed);
@@ -904,7 +936,11 @@ mod tests {
         assert!(!a2.inbox.is_closed());
         s.unregister_client("app", &a, Vec::new()); // the old connection ending changes nothing
         assert_eq!(s.count(), 2);
-        assert_eq!(s.publish("dev", &Message::new("meters/2", 0, Bytes::new()), false).queued, 1, "only 'late' is subscribed");
+        assert_eq!(
+            s.publish("dev", &Message::new("meters/2", 0, Bytes::new()), false).queued,
+            1,
+            "only 'late' is subscribed"
+        );
         assert_eq!(s.close_clients_of("u"), 1, "the credential 'u' changed");
         assert!(a2.inbox.is_closed() && !late.inbox.is_closed());
         s.unregister_client("late", &late, Vec::new());
@@ -946,7 +982,9 @@ mod tests {
         let mut sent = r.link.inbox.take(10, |_| true);
         sent[0].packet_id = Some(7);
         // The connection ends with that copy unacknowledged: the session stays, offline.
-        let Unregistered::Parked { expiry: 60, epoch } = s.unregister_client("p", &r.link, sent) else { panic!("not parked") };
+        let Unregistered::Parked { expiry: 60, epoch } = s.unregister_client("p", &r.link, sent) else {
+            panic!("not parked")
+        };
         // Offline: QoS 0 is not queued, QoS 1 is (durably) up to the bound, then dropped.
         assert_eq!(s.publish("x", &Message::new("t/2", 0, Bytes::new()), false).queued, 0);
         assert_eq!(s.publish("x", &Message::new("t/3", 1, Bytes::new()), false).durable.len(), 1);

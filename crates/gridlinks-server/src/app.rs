@@ -21,9 +21,9 @@ use crate::auth::{self, Auth};
 use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::MqttMetrics;
-use gridlinks_broker::acl::Acl;
 use crate::thingsboard::rpc::{self, RpcRegistry};
 use crate::thingsboard::{api, device_api, payload::PayloadLimits, relations};
+use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 
 /// Counters not owned by the storage writer.
@@ -68,12 +68,8 @@ pub struct AppState {
 impl AppState {
     /// Payload bounds from the configuration.
     pub fn payload_limits(&self) -> PayloadLimits {
-        PayloadLimits {
-            max_key_len: self.cfg.limits.max_key_len,
-            max_values: self.cfg.limits.max_values_per_request,
-        }
+        PayloadLimits { max_key_len: self.cfg.limits.max_key_len, max_values: self.cfg.limits.max_values_per_request }
     }
-
 }
 
 /// The HTTP routes.
@@ -93,10 +89,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/device", post(api::save_device))
         .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
         .route("/api/device/{id}/credentials", get(api::get_credentials))
-        .route(
-            "/api/device/bulk_import",
-            post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)),
-        )
+        .route("/api/device/bulk_import", post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
         .route("/api/tenant/devices", get(api::list_devices))
         .route("/api/relation", post(relations::save).delete(relations::delete))
         .route("/api/relations", get(relations::list))
@@ -118,10 +111,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/mqtt/clients", post(clients::save).get(clients::list))
         .route("/api/mqtt/clients/{username}", get(clients::get).delete(clients::delete))
         .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
-        .route(
-            "/api/v1/{token}/attributes",
-            post(device_api::post_attributes).get(device_api::get_attributes),
-        )
+        .route("/api/v1/{token}/attributes", post(device_api::post_attributes).get(device_api::get_attributes))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
@@ -181,7 +171,11 @@ async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
 }
 
 /// Reads a secret from `meta`, creating it with `make` on first start.
-fn stored_secret(store: &Store, name: &str, make: impl FnOnce() -> anyhow::Result<String>) -> anyhow::Result<(String, bool)> {
+fn stored_secret(
+    store: &Store,
+    name: &str,
+    make: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<(String, bool)> {
     if let Some(v) = store.meta_get(name)? {
         return Ok((String::from_utf8(v).context("stored secret is not UTF-8")?, false));
     }
@@ -237,32 +231,44 @@ async fn watch_secret(st: Arc<AppState>, path: std::path::PathBuf, mut stop: tok
                 current = Some(secret.clone());
                 match st.auth.set_secret(secret).await {
                     Ok(()) => tracing::info!(file = %path.display(), "JWT secret changed: every session is logged out"),
-                    Err(e) => tracing::error!(error = %e, "JWT secret changed, but the ended logins could not be stored"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "JWT secret changed, but the ended logins could not be stored")
+                    }
                 }
             }
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => crate::logging::warn_limited!(error = %e, file = %path.display(), "cannot read the JWT secret file; keeping the current secret"),
+            Ok(Err(e)) => {
+                crate::logging::warn_limited!(error = %e, file = %path.display(), "cannot read the JWT secret file; keeping the current secret")
+            }
             Err(_) => return,
         }
     }
 }
 
 /// Runs the server until `shutdown` resolves; returns after the final sync.
-pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+pub async fn serve(
+    cfg: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&cfg.data_dir)
         .with_context(|| format!("cannot create data directory {}", cfg.data_dir.display()))?;
-    let tightened = private_tree(&cfg.data_dir).with_context(|| format!("cannot restrict the permissions of {}", cfg.data_dir.display()))?;
+    let tightened = private_tree(&cfg.data_dir)
+        .with_context(|| format!("cannot restrict the permissions of {}", cfg.data_dir.display()))?;
     if tightened > 0 {
         tracing::warn!(files = tightened, data_dir = %cfg.data_dir.display(), "data directory was readable by other users; restricted it to the server's user (0700 directories, 0600 files)");
     }
-    let store = Store::open(&cfg.data_dir, &StoreOptions {
-        cache_bytes: cfg.storage.cache_mb * 1024 * 1024,
-        memtable_bytes: cfg.storage.memtable_mb * 1024 * 1024,
-    })
-        .with_context(|| format!("cannot open storage in {}", cfg.data_dir.display()))?;
+    let store = Store::open(
+        &cfg.data_dir,
+        &StoreOptions {
+            cache_bytes: cfg.storage.cache_mb * 1024 * 1024,
+            memtable_bytes: cfg.storage.memtable_mb * 1024 * 1024,
+            max_open_files: cfg.storage.max_open_files,
+        },
+    )
+    .with_context(|| format!("cannot open storage in {}", cfg.data_dir.display()))?;
 
     let admin_hash = if cfg.admin.password.is_empty() {
         let mut generated = None;
@@ -292,17 +298,16 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         Some(path) => {
             // Versions before 0.1 kept the secret in the store; it moves to the file.
             let legacy = store.meta_get("jwt_secret")?;
-            let secret = auth::secret::load_or_create(path, legacy.clone()).with_context(|| format!("JWT secret file {}", path.display()))?;
+            let secret = auth::secret::load_or_create(path, legacy.clone())
+                .with_context(|| format!("JWT secret file {}", path.display()))?;
             if legacy.is_some() {
                 store.meta_delete("jwt_secret")?;
             }
             secret
         }
     };
-    let tenant_id: Uuid = stored_secret(&store, "tenant_id", || Ok(Uuid::new_v4().to_string()))?
-        .0
-        .parse()
-        .context("stored tenant id")?;
+    let tenant_id: Uuid =
+        stored_secret(&store, "tenant_id", || Ok(Uuid::new_v4().to_string()))?.0.parse().context("stored tenant id")?;
 
     let (writer, writer_thread) = store.start_writer(WriterConfig {
         queue_capacity: cfg.storage.queue_capacity,
@@ -314,9 +319,7 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
     })?;
 
     let addr: SocketAddr = cfg.http.bind.parse().context("http.bind")?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     let mqtt_addr: SocketAddr = cfg.mqtt.bind.parse().context("mqtt.bind")?;
     let mqtt_listener = tokio::net::TcpListener::bind(mqtt_addr)
@@ -327,17 +330,19 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
         "" => None,
         bind => {
             let addr: SocketAddr = bind.parse().context("mqtt.ws_bind")?;
-            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (MQTT over WebSocket)"))?)
+            Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (MQTT over WebSocket)"))?,
+            )
         }
     };
     let ws_local = ws_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let drop_oldest = cfg.mqtt.offline_queue_full == "drop_oldest";
     let hard_limit = cfg.mqtt.client_queue_hard_limit;
     let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
-    let anonymous_acl = Arc::new(Acl {
-        publish: cfg.mqtt.anonymous_publish.clone(),
-        subscribe: cfg.mqtt.anonymous_subscribe.clone(),
-    });
+    let anonymous_acl =
+        Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
     let auth = Auth::new(&cfg, &store, jwt_secret, admin_hash)?;
     let state = Arc::new(AppState {
         cfg,
@@ -367,7 +372,8 @@ pub async fn serve(cfg: Config, shutdown: impl std::future::Future<Output = ()> 
     if let Some(path) = secret_file {
         tokio::spawn(watch_secret(state.clone(), path, stop_rx.clone()));
     }
-    let ws_task = ws_listener.map(|l| tokio::spawn(crate::mqtt::listen_ws(l, state.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
+    let ws_task = ws_listener
+        .map(|l| tokio::spawn(crate::mqtt::listen_ws(l, state.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
     let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx.clone(), alive, limit));
     let limits = crate::listener::HttpLimits {
         header_read_timeout: state.cfg.http.header_read_timeout.duration(),

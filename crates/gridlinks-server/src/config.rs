@@ -32,9 +32,10 @@ impl Seconds {
     }
 }
 
-/// File descriptors kept for storage, listeners, logging and administration when the MQTT
-/// connection limit is derived from the open-files limit.
-pub const FD_RESERVE: usize = 512;
+/// File descriptors kept for listeners, journals, logging and administration (besides
+/// `storage.max_open_files` and `http.max_connections`) when the MQTT connection limit is
+/// derived from the open-files limit.
+pub const FD_RESERVE: usize = 256;
 
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -188,6 +189,8 @@ pub struct StorageConfig {
     pub enqueue_timeout: Millis,
     /// Most distinct telemetry key names.
     pub max_keys: usize,
+    /// Most table files the store keeps open at once (counts against the open-files limit).
+    pub max_open_files: usize,
     /// MiB the data directory's file system must keep free: below it, writes are refused
     /// (disk full) before the store runs out of space; 0 turns the check off.
     pub min_free_mb: u64,
@@ -261,19 +264,13 @@ impl Default for MqttConfig {
 
 impl Default for RpcConfig {
     fn default() -> Self {
-        Self {
-            default_timeout: Millis(10_000),
-            min_timeout: Millis(5_000),
-        }
+        Self { default_timeout: Millis(10_000), min_timeout: Millis(5_000) }
     }
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self {
-            user: "admin".into(),
-            password: String::new(),
-        }
+        Self { user: "admin".into(), password: String::new() }
     }
 }
 
@@ -301,6 +298,7 @@ impl Default for StorageConfig {
             max_batch_ops: 4096,
             enqueue_timeout: Millis(5000),
             max_keys: 1_000_000,
+            max_open_files: 256,
             min_free_mb: 64,
         }
     }
@@ -308,11 +306,7 @@ impl Default for StorageConfig {
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self {
-            max_key_len: 255,
-            max_values_per_request: 10_000,
-            max_devices_per_gateway: 10_000,
-        }
+        Self { max_key_len: 255, max_values_per_request: 10_000, max_devices_per_gateway: 10_000 }
     }
 }
 
@@ -345,16 +339,11 @@ pub enum ConfigError {
 
 impl Config {
     /// Loads defaults ← `file` ← environment (`vars`), and validates the result.
-    pub fn load(
-        file: Option<&Path>,
-        vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
+    pub fn load(file: Option<&Path>, vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let mut table = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.to_owned(),
-                    source,
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
                 // Parse into the typed tree first so unknown fields are reported against the file.
                 let typed: Config = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
                     where_: format!(" in {}", path.display()),
@@ -376,18 +365,21 @@ impl Config {
     }
 
     /// The MQTT connection limit in force: `mqtt.max_connections`, or when that is 0 the
-    /// open-files limit less `http.max_connections` and [`FD_RESERVE`] (at least 1).
+    /// open-files limit less `http.max_connections`, `storage.max_open_files` and
+    /// [`FD_RESERVE`] (at least 1).
     pub fn mqtt_max_connections(&self) -> usize {
         if self.mqtt.max_connections > 0 {
             return self.mqtt.max_connections;
         }
-        open_files_limit().saturating_sub(self.http.max_connections + FD_RESERVE).max(1)
+        open_files_limit().saturating_sub(self.http.max_connections + self.storage.max_open_files + FD_RESERVE).max(1)
     }
 
     /// Semantic checks the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Value(m));
-        for (name, addr) in [("http.bind", &self.http.bind), ("mqtt.bind", &self.mqtt.bind), ("mqtt.ws_bind", &self.mqtt.ws_bind)] {
+        for (name, addr) in
+            [("http.bind", &self.http.bind), ("mqtt.bind", &self.mqtt.bind), ("mqtt.ws_bind", &self.mqtt.ws_bind)]
+        {
             if addr.parse::<std::net::SocketAddr>().is_err() && !(name == "mqtt.ws_bind" && addr.is_empty()) {
                 return bad(format!("{name} = {addr:?} is not a socket address like 0.0.0.0:8080"));
             }
@@ -401,7 +393,12 @@ impl Config {
         if self.http.max_page_size == 0 {
             return bad("http.max_page_size must be at least 1".into());
         }
-        if self.mqtt.max_packet_size < 64 || self.mqtt.receive_maximum == 0 || self.mqtt.max_connections_per_credential == 0 || self.mqtt.outbound_queue == 0 || self.mqtt.client_outbound_queue == 0 {
+        if self.mqtt.max_packet_size < 64
+            || self.mqtt.receive_maximum == 0
+            || self.mqtt.max_connections_per_credential == 0
+            || self.mqtt.outbound_queue == 0
+            || self.mqtt.client_outbound_queue == 0
+        {
             return bad("mqtt.max_packet_size must be at least 64 and mqtt.receive_maximum, mqtt.max_connections_per_credential, mqtt.outbound_queue, mqtt.client_outbound_queue at least 1".into());
         }
         if self.auth.password_threads == 0 || self.auth.login_max_delay.0 == 0 {
@@ -410,14 +407,20 @@ impl Config {
         if !self.auth.jwt_secret.is_empty() && self.auth.jwt_secret.len() < 16 {
             return bad("auth.jwt_secret must be at least 16 bytes (or empty, to use the secret file)".into());
         }
-        if self.http.max_connections == 0 || self.http.header_read_timeout.0 == 0 || self.http.body_read_timeout.0 == 0 {
-            return bad("http.max_connections, http.header_read_timeout and http.body_read_timeout must be at least 1".into());
+        if self.http.max_connections == 0 || self.http.header_read_timeout.0 == 0 || self.http.body_read_timeout.0 == 0
+        {
+            return bad(
+                "http.max_connections, http.header_read_timeout and http.body_read_timeout must be at least 1".into()
+            );
         }
         if self.mqtt.client_queue_hard_limit < self.mqtt.client_outbound_queue {
             return bad("mqtt.client_queue_hard_limit must be at least mqtt.client_outbound_queue".into());
         }
         if !matches!(self.mqtt.offline_queue_full.as_str(), "drop_new" | "drop_oldest") {
-            return bad(format!("mqtt.offline_queue_full must be drop_new or drop_oldest, not {:?}", self.mqtt.offline_queue_full));
+            return bad(format!(
+                "mqtt.offline_queue_full must be drop_new or drop_oldest, not {:?}",
+                self.mqtt.offline_queue_full
+            ));
         }
         for f in self.mqtt.anonymous_publish.iter().chain(&self.mqtt.anonymous_subscribe) {
             if gridlinks_broker::topic::validate_filter(f).is_err() {
@@ -474,18 +477,16 @@ fn apply_env(
         };
         let value = match default {
             toml::Value::String(_) => toml::Value::String(raw.clone()),
-            toml::Value::Integer(_) => {
-                toml::Value::Integer(raw.trim().parse().map_err(|_| invalid("an integer"))?)
-            }
-            toml::Value::Boolean(_) => {
-                toml::Value::Boolean(raw.trim().parse().map_err(|_| invalid("true or false"))?)
-            }
-            toml::Value::Float(_) => {
-                toml::Value::Float(raw.trim().parse().map_err(|_| invalid("a number"))?)
-            }
+            toml::Value::Integer(_) => toml::Value::Integer(raw.trim().parse().map_err(|_| invalid("an integer"))?),
+            toml::Value::Boolean(_) => toml::Value::Boolean(raw.trim().parse().map_err(|_| invalid("true or false"))?),
+            toml::Value::Float(_) => toml::Value::Float(raw.trim().parse().map_err(|_| invalid("a number"))?),
             // A list of strings, comma-separated.
             toml::Value::Array(_) => toml::Value::Array(
-                raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| toml::Value::String(s.to_owned())).collect(),
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| toml::Value::String(s.to_owned()))
+                    .collect(),
             ),
             _ => return Err(invalid("supported for this setting")),
         };
@@ -529,12 +530,8 @@ mod tests {
 
     #[test]
     fn env_overrides_and_errors() {
-        let env = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<Vec<_>>()
-        };
+        let env =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
         let c = Config::load(
             None,
             env(&[

@@ -30,7 +30,10 @@ const KEEPALIVE_PROBES: u32 = 3;
 pub fn tune(stream: &TcpStream, keepalive_idle: Duration) {
     let _ = stream.set_nodelay(true);
     if !keepalive_idle.is_zero() {
-        let ka = socket2::TcpKeepalive::new().with_time(keepalive_idle).with_interval(KEEPALIVE_INTERVAL).with_retries(KEEPALIVE_PROBES);
+        let ka = socket2::TcpKeepalive::new()
+            .with_time(keepalive_idle)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_PROBES);
         let _ = socket2::SockRef::from(stream).set_tcp_keepalive(&ka);
     }
 }
@@ -59,7 +62,13 @@ fn over_limit_response() -> &'static [u8] {
 /// Serves `app` on `listener` until `shutdown` turns true, then lets open connections
 /// finish their requests (`graceful_shutdown`) and returns once all have closed. Handlers
 /// see the peer's address as `ConnectInfo<SocketAddr>`.
-pub async fn serve_http(listener: TcpListener, app: Router, limits: HttpLimits, mut shutdown: watch::Receiver<bool>, on_over_limit: impl Fn() + Send + Sync + 'static) {
+pub async fn serve_http(
+    listener: TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    mut shutdown: watch::Receiver<bool>,
+    on_over_limit: impl Fn() + Send + Sync + 'static,
+) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let (alive, mut all_closed) = mpsc::channel::<()>(1);
     let mut builder = hyper::server::conn::http1::Builder::new();

@@ -112,7 +112,10 @@ fn main() -> ExitCode {
             }
             match secret::write(&path, &secret::generate()) {
                 Ok(()) => {
-                    println!("New JWT secret written to {}. A running server logs every session out within 2 s.", path.display());
+                    println!(
+                        "New JWT secret written to {}. A running server logs every session out within 2 s.",
+                        path.display()
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -125,7 +128,8 @@ fn main() -> ExitCode {
             print!("{DEFAULT_TOML}");
             ExitCode::SUCCESS
         }
-        Command::Config { command: ConfigCommand::Check { file } } => match Config::load(Some(&file), std::env::vars()) {
+        Command::Config { command: ConfigCommand::Check { file } } => match Config::load(Some(&file), std::env::vars())
+        {
             Ok(_) => {
                 println!("{}: OK", file.display());
                 ExitCode::SUCCESS
@@ -167,7 +171,11 @@ fn main() -> ExitCode {
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().on_thread_park(release_idle_memory).build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .on_thread_park(release_idle_memory)
+                .build()
+            {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("gridlinks: cannot start runtime: {e}");

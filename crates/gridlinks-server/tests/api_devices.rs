@@ -8,7 +8,12 @@ fn login_refresh_and_auth_required() {
     let s = Server::start();
     let (st, _) = s.req("POST", "/api/auth/login", None, Some(r#"{"username":"admin","password":"nope"}"#));
     assert_eq!(st, 401);
-    let (st, b) = s.req("POST", "/api/auth/login", None, Some(&json!({"username":"admin","password":ADMIN_PASSWORD}).to_string()));
+    let (st, b) = s.req(
+        "POST",
+        "/api/auth/login",
+        None,
+        Some(&json!({"username":"admin","password":ADMIN_PASSWORD}).to_string()),
+    );
     assert_eq!(st, 200);
     let pair: J = serde_json::from_str(&b).unwrap();
     let refresh = pair["refreshToken"].as_str().unwrap();
@@ -30,7 +35,8 @@ fn login_refresh_and_auth_required() {
 fn device_lifecycle_matches_thingsboard_shapes() {
     let s = Server::start();
     let jwt = s.login();
-    let (st, d) = s.json("POST", "/api/device", &jwt, Some(json!({"name":"Boiler 1","type":"boiler","label":"Cellar"})));
+    let (st, d) =
+        s.json("POST", "/api/device", &jwt, Some(json!({"name":"Boiler 1","type":"boiler","label":"Cellar"})));
     assert_eq!(st, 200, "{d}");
     assert_eq!(d["id"]["entityType"], "DEVICE");
     assert_eq!(d["name"], "Boiler 1");

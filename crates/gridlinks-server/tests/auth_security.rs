@@ -41,7 +41,8 @@ fn assert_private(dir: &Path) {
 }
 
 fn login_as(s: &Server, user: &str, password: &str) -> (u16, J) {
-    let (st, b) = s.req("POST", "/api/auth/login", None, Some(&json!({"username": user, "password": password}).to_string()));
+    let (st, b) =
+        s.req("POST", "/api/auth/login", None, Some(&json!({"username": user, "password": password}).to_string()));
     (st, serde_json::from_str(&b).unwrap_or(J::Null))
 }
 
@@ -86,7 +87,11 @@ fn rotating_the_secret_logs_every_session_out() {
     let (token, refresh_token) = (pair["token"].as_str().unwrap(), pair["refreshToken"].as_str().unwrap());
     assert_eq!(authorized(&s, token), 200);
     let before = std::fs::read(s.data_dir.join("jwt.secret")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gridlinks")).args(["admin", "rotate-secret", "--data-dir"]).arg(&s.data_dir).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gridlinks"))
+        .args(["admin", "rotate-secret", "--data-dir"])
+        .arg(&s.data_dir)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let after = std::fs::read(s.data_dir.join("jwt.secret")).unwrap();
     assert_ne!(before, after);
@@ -208,7 +213,8 @@ fn application_user_names_and_device_tokens_never_collide() {
     assert_eq!(st, 400, "{body}");
     assert!(body["message"].as_str().unwrap().contains("application user name"), "{body}");
     let mapping = json!({"columns": [{"type": "NAME"}, {"type": "ACCESS_TOKEN"}], "delimiter": ",", "update": false, "header": false});
-    let (st, r) = s.json("POST", "/api/device/bulk_import", &jwt, Some(json!({"file": "dev3,appuser\n", "mapping": mapping})));
+    let (st, r) =
+        s.json("POST", "/api/device/bulk_import", &jwt, Some(json!({"file": "dev3,appuser\n", "mapping": mapping})));
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["created"], 0);
     assert!(r["errorsList"][0].as_str().unwrap().contains("application user name"), "{r}");

@@ -11,7 +11,8 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
     assert_eq!(s.telemetry("GOOD", r#"{"ts":1000,"values":{"t":1}}"#), 200);
     let base = format!("/api/plugins/telemetry/DEVICE/{id}");
     let snapshot = |s: &Server| {
-        let (_, h) = s.json("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=9999999999999"), &jwt, None);
+        let (_, h) =
+            s.json("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=9999999999999"), &jwt, None);
         let (_, k) = s.json("GET", &format!("{base}/keys/timeseries"), &jwt, None);
         let (_, a) = s.json("GET", &format!("{base}/values/attributes"), &jwt, None);
         let (_, d) = s.json("GET", "/api/tenant/devices?pageSize=100&page=0", &jwt, None);
@@ -47,7 +48,10 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
     // reset) before it reads the 413; that is refused too. Either way nothing is stored
     // (the snapshot comparison below).
     let huge = format!(r#"{{"t":"{}"}}"#, "x".repeat(200_000));
-    match ureq::post(&format!("{}/api/v1/GOOD/telemetry", s.base)).set("Content-Type", "application/json").send_string(&huge) {
+    match ureq::post(&format!("{}/api/v1/GOOD/telemetry", s.base))
+        .set("Content-Type", "application/json")
+        .send_string(&huge)
+    {
         Err(ureq::Error::Status(413, _)) | Err(ureq::Error::Transport(_)) => {}
         Ok(r) => panic!("a 200 KB body was accepted with {}", r.status()),
         Err(ureq::Error::Status(code, _)) => panic!("a 200 KB body got {code}, not 413"),
@@ -66,10 +70,31 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
     assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=99999999999999999999&page=0", Some(&jwt), None).0, 400);
     assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=10&page=-1", Some(&jwt), None).0, 400);
     assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=10&page=0&sortOrder=SIDEWAYS", Some(&jwt), None).0, 400);
-    assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=10&agg=MEDIAN&interval=1"), Some(&jwt), None).0, 400);
-    assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=9999999999999&agg=AVG&interval=1"), Some(&jwt), None).0, 400);
+    assert_eq!(
+        s.req(
+            "GET",
+            &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=10&agg=MEDIAN&interval=1"),
+            Some(&jwt),
+            None
+        )
+        .0,
+        400
+    );
+    assert_eq!(
+        s.req(
+            "GET",
+            &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=9999999999999&agg=AVG&interval=1"),
+            Some(&jwt),
+            None
+        )
+        .0,
+        400
+    );
     assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=10&endTs=0"), Some(&jwt), None).0, 400);
-    assert_eq!(s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=10&limit=0"), Some(&jwt), None).0, 400);
+    assert_eq!(
+        s.req("GET", &format!("{base}/values/timeseries?keys=t&startTs=0&endTs=10&limit=0"), Some(&jwt), None).0,
+        400
+    );
     assert_eq!(s.req("DELETE", &format!("{base}/timeseries/delete?keys=t"), Some(&jwt), None).0, 400);
     assert_eq!(s.req("DELETE", &format!("{base}/timeseries/delete?startTs=0&endTs=1"), Some(&jwt), None).0, 400);
     assert_eq!(s.req("GET", "/api/plugins/telemetry/ASSET/x/values/timeseries", Some(&jwt), None).0, 400);
@@ -84,7 +109,8 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
     let evil = "x'); DROP TABLE devices; --";
     let (st, d) = s.json("POST", "/api/device", &jwt, Some(json!({"name": evil})));
     assert_eq!((st, d["name"].as_str()), (200, Some(evil)));
-    let (st, found) = s.json("GET", "/api/tenant/devices?deviceName=x%27%29%3B%20DROP%20TABLE%20devices%3B%20--", &jwt, None);
+    let (st, found) =
+        s.json("GET", "/api/tenant/devices?deviceName=x%27%29%3B%20DROP%20TABLE%20devices%3B%20--", &jwt, None);
     assert_eq!((st, found["name"].as_str()), (200, Some(evil)));
     assert_eq!(s.req("DELETE", &format!("/api/device/{}", d["id"]["id"].as_str().unwrap()), Some(&jwt), None).0, 200);
 
@@ -92,7 +118,6 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
     let (_, m) = s.req("GET", "/metrics", None, None);
     assert!(m.lines().any(|l| l.starts_with("gridlinks_payload_rejected_total ") && !l.ends_with(" 0")), "{m}");
 }
-
 
 /// Integers beyond 64 bits keep every digit (stored as strings, as ThingsBoard does), over
 /// HTTP, MQTT and the REST telemetry and attribute posts.
@@ -106,14 +131,24 @@ fn integers_beyond_64_bits_are_kept_exactly_on_every_transport() {
     let neg = "-98765432109876543210987654321";
     assert_eq!(s.telemetry("BIG", &format!(r#"{{"ts":1,"values":{{"bigpos":{big}}}}}"#)), 200);
     let (mut c, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("BIG"), 60);
-    c.publish("v1/devices/me/telemetry", format!(r#"{{"ts":2,"values":{{"bigpos":{neg}}}}}"#).as_bytes(), QoS::AtLeastOnce, Some(1));
+    c.publish(
+        "v1/devices/me/telemetry",
+        format!(r#"{{"ts":2,"values":{{"bigpos":{neg}}}}}"#).as_bytes(),
+        QoS::AtLeastOnce,
+        Some(1),
+    );
     assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == 0));
     let base = format!("/api/plugins/telemetry/DEVICE/{id}");
     // (Raw bodies: the test's own JSON library would round the number.)
     let rest = format!(r#"{{"ts":3,"values":{{"bigpos":{big}1}}}}"#);
     assert_eq!(s.req("POST", &format!("{base}/timeseries/ANY"), Some(&jwt), Some(&rest)).0, 200);
     for strict in ["false", "true"] {
-        let (_, v) = s.req("GET", &format!("{base}/values/timeseries?keys=bigpos&startTs=0&endTs=10&orderBy=ASC&useStrictDataTypes={strict}"), Some(&jwt), None);
+        let (_, v) = s.req(
+            "GET",
+            &format!("{base}/values/timeseries?keys=bigpos&startTs=0&endTs=10&orderBy=ASC&useStrictDataTypes={strict}"),
+            Some(&jwt),
+            None,
+        );
         for exact in [big.to_owned(), neg.to_owned(), format!("{big}1")] {
             assert!(v.contains(&format!("\"{exact}\"")), "strict={strict}: {exact} missing in {v}");
         }
@@ -135,7 +170,8 @@ fn a_flood_of_bad_publishes_does_not_flood_the_log() {
     s.device(&jwt, "noisy", "NOISY");
     let (mut c, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("NOISY"), 60);
     let n = 2000u16;
-    let packets: Vec<Packet> = (1..=n).map(|i| publish_packet("v1/devices/me/telemetry", b"{not json", QoS::AtLeastOnce, Some(i))).collect();
+    let packets: Vec<Packet> =
+        (1..=n).map(|i| publish_packet("v1/devices/me/telemetry", b"{not json", QoS::AtLeastOnce, Some(i))).collect();
     c.send_raw(&bytes_of(ProtocolVersion::V5, &packets)).unwrap();
     for _ in 0..n {
         assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::PAYLOAD_FORMAT_INVALID));

@@ -48,11 +48,13 @@ fn import_creates_updates_and_reports_lines() {
     assert_eq!(p["totalElements"], 2);
     assert_eq!(s.telemetry("TOK1", r#"{"x":1}"#), 401, "old token replaced");
     assert_eq!(s.telemetry("TOK1B", r#"{"x":1}"#), 200);
-    let (_, attrs) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/SHARED_SCOPE"), &jwt, None);
+    let (_, attrs) =
+        s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/SHARED_SCOPE"), &jwt, None);
     assert_eq!(attrs[0]["value"], 60);
 
     // Unsupported column types and bad requests are refused as a whole.
-    let bad = json!({"file":"a\n","mapping":{"columns":[{"type":"X509"}],"delimiter":",","update":true,"header":false}});
+    let bad =
+        json!({"file":"a\n","mapping":{"columns":[{"type":"X509"}],"delimiter":",","update":true,"header":false}});
     assert_eq!(s.json("POST", "/api/device/bulk_import", &jwt, Some(bad)).0, 400);
     assert_eq!(s.req("POST", "/api/device/bulk_import", Some(&jwt), Some("{}")).0, 400);
 }
@@ -77,8 +79,17 @@ fn malformed_lines_and_control_characters_are_refused_per_line() {
     assert_eq!(st, 200, "{r}");
     assert_eq!((r["created"].as_i64(), r["errors"].as_i64()), (Some(3), Some(5)), "{r}");
     let errors: Vec<&str> = r["errorsList"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
-    for (line, what) in [(2, "unclosed quote"), (3, "after the closing quote"), (4, "quote inside"), (6, "control characters"), (7, "control characters")] {
-        assert!(errors.iter().any(|e| e.starts_with(&format!("Line {line}:")) && e.contains(what)), "line {line}: {errors:?}");
+    for (line, what) in [
+        (2, "unclosed quote"),
+        (3, "after the closing quote"),
+        (4, "quote inside"),
+        (6, "control characters"),
+        (7, "control characters"),
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(&format!("Line {line}:")) && e.contains(what)),
+            "line {line}: {errors:?}"
+        );
     }
     let (_, list) = s.json("GET", "/api/tenant/devices?pageSize=100&page=0", &jwt, None);
     let mut names: Vec<&str> = list["data"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();

@@ -91,7 +91,10 @@ fn server_side_sockets_use_tcp_keepalive() {
     // Keep-alive 0: only TCP keepalive would notice this client vanishing.
     let (_held, ack) = Raw::connect(s.mqtt_port, V3, Some("KA_TOKEN"), 0);
     assert_eq!(ack.code, 0);
-    let out = std::process::Command::new("ss").args(["-tnoH", "state", "established", &format!("( sport = :{} )", s.mqtt_port)]).output().unwrap();
+    let out = std::process::Command::new("ss")
+        .args(["-tnoH", "state", "established", &format!("( sport = :{} )", s.mqtt_port)])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("timer:(keepalive,"), "no keepalive timer on the server's socket: {text}");
     // The first probe is due within the configured 7 s, not the system's 2 hours.
@@ -105,7 +108,8 @@ fn connections_per_credential_are_bounded() {
     let jwt = s.login();
     s.device(&jwt, "d", "ONE_TOKEN");
     s.device(&jwt, "e", "OTHER_TOKEN");
-    let mut held: Vec<Raw> = (0..3).map(|i| Raw::connect_as(s.mqtt_port, V5, &format!("c{i}"), Some("ONE_TOKEN")).0).collect();
+    let mut held: Vec<Raw> =
+        (0..3).map(|i| Raw::connect_as(s.mqtt_port, V5, &format!("c{i}"), Some("ONE_TOKEN")).0).collect();
     let (_, ack) = Raw::connect_as(s.mqtt_port, V5, "c3", Some("ONE_TOKEN"));
     assert_eq!(ack.code, reason::QUOTA_EXCEEDED);
     assert!(ack.properties.reason_string.unwrap().contains("max_connections_per_credential"));
@@ -113,7 +117,12 @@ fn connections_per_credential_are_bounded() {
     // Other devices are not affected; a closed connection frees its place.
     assert_eq!(Raw::connect_as(s.mqtt_port, V5, "o", Some("OTHER_TOKEN")).1.code, 0);
     let mut gone = held.pop().unwrap();
-    gone.send(&Packet::Disconnect(Disconnect { reason: 0, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    gone.send(&Packet::Disconnect(Disconnect {
+        reason: 0,
+        session_expiry_interval: None,
+        reason_string: None,
+        server_reference: None,
+    }));
     gone.expect_close();
     let deadline = Instant::now() + Duration::from_secs(5);
     while Raw::connect_as(s.mqtt_port, V5, "c5", Some("ONE_TOKEN")).1.code != 0 {
@@ -127,13 +136,18 @@ fn connections_per_credential_are_bounded() {
 #[test]
 fn the_mqtt_limit_follows_the_open_files_limit_and_leaves_room_for_http() {
     // 1,100 files less http.max_connections (64 here) and the 512 reserve: 524 connections.
-    let s = Server::start_with_nofile(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_HTTP_MAX_CONNECTIONS", "64")], 1100);
+    let s = Server::start_with_nofile(
+        &[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_HTTP_MAX_CONNECTIONS", "64")],
+        1100,
+    );
     let limit = 1100 - 64 - 512;
-    let held: Vec<Raw> = (0..limit).map(|i| {
-        let (c, ack) = Raw::connect_as(s.mqtt_port, V3, &format!("c{i}"), None);
-        assert_eq!(ack.code, 0, "connection {i}");
-        c
-    }).collect();
+    let held: Vec<Raw> = (0..limit)
+        .map(|i| {
+            let (c, ack) = Raw::connect_as(s.mqtt_port, V3, &format!("c{i}"), None);
+            assert_eq!(ack.code, 0, "connection {i}");
+            c
+        })
+        .collect();
     let (_, ack) = Raw::connect_as(s.mqtt_port, V5, "over", None);
     assert_eq!(ack.code, reason::QUOTA_EXCEEDED);
     assert!(ack.properties.reason_string.unwrap().contains("mqtt.max_connections"));
@@ -142,6 +156,9 @@ fn the_mqtt_limit_follows_the_open_files_limit_and_leaves_room_for_http() {
         assert_eq!(s.req("GET", "/healthz", None, None).0, 200);
     }
     let (_, metrics) = s.req("GET", "/metrics", None, None);
-    assert!(metrics.lines().any(|l| l.starts_with("gridlinks_mqtt_over_limit_total") && !l.ends_with(" 0")), "{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("gridlinks_mqtt_over_limit_total") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
     drop(held);
 }

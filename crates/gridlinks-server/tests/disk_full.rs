@@ -23,7 +23,11 @@ impl Tmpfs {
         let dir = tempfile::tempdir().unwrap();
         let mnt = dir.path().join("fs");
         std::fs::create_dir(&mnt).unwrap();
-        let out = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size_mb}m"), "tmpfs"]).arg(&mnt).output().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mb}m"), "tmpfs"])
+            .arg(&mnt)
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "this test mounts a small tmpfs to fill it and needs the right to mount (root or CAP_SYS_ADMIN): {}",
@@ -76,7 +80,12 @@ fn post(s: &Server, ts: u64) -> (u16, String) {
 
 fn stored(s: &Server, id: &str) -> std::collections::HashSet<i64> {
     let jwt = s.login();
-    let (st, v) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=n&startTs=0&endTs=100000000&limit=100000"), &jwt, None);
+    let (st, v) = s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=n&startTs=0&endTs=100000000&limit=100000"),
+        &jwt,
+        None,
+    );
     assert_eq!(st, 200, "reads work: {v}");
     v["n"].as_array().map(|a| a.iter().map(|p| p["ts"].as_i64().unwrap()).collect()).unwrap_or_default()
 }
@@ -84,7 +93,13 @@ fn stored(s: &Server, id: &str) -> std::collections::HashSet<i64> {
 fn assert_all_stored(s: &Server, id: &str, acked: &[u64]) {
     let have = stored(s, id);
     let missing: Vec<_> = acked.iter().filter(|t| !have.contains(&(**t as i64))).collect();
-    assert!(missing.is_empty(), "{} of {} acknowledged points lost, e.g. {:?}", missing.len(), acked.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged points lost, e.g. {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
 }
 
 fn metric(s: &Server, name: &str) -> u64 {
@@ -158,7 +173,11 @@ fn disk_full_story(min_free_mb: &str) {
             acked.push(ts);
             break;
         }
-        assert!(Instant::now() < deadline, "writes did not resume after space was freed: {st} {body}\n{}", std::fs::read_to_string(&log).unwrap());
+        assert!(
+            Instant::now() < deadline,
+            "writes did not resume after space was freed: {st} {body}\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     for _ in 0..100 {

@@ -21,7 +21,13 @@ fn publish(c: &mut Raw, pid: u16, topic: &str, payload: &str) -> u8 {
 }
 
 fn values(s: &Server, jwt: &str, id: &str, key: &str) -> J {
-    s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys={key}&startTs=0&endTs=9999999999999"), jwt, None).1
+    s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys={key}&startTs=0&endTs=9999999999999"),
+        jwt,
+        None,
+    )
+    .1
 }
 
 fn client_attributes(s: &Server, jwt: &str, id: &str) -> J {
@@ -76,9 +82,18 @@ fn a_gateway_writes_only_to_devices_it_created_or_was_assigned() {
     // Another gateway's device is refused, and a message naming one is refused whole.
     assert_eq!(publish(&mut g2, 1, "v1/gateway/telemetry", r#"{"own":{"t":666}}"#), reason::NOT_AUTHORIZED);
     assert_eq!(publish(&mut g2, 2, "v1/gateway/connect", r#"{"device":"own"}"#), reason::NOT_AUTHORIZED);
-    assert_eq!(publish(&mut g1, 3, "v1/gateway/telemetry", r#"{"own":{"t":2},"devB":{"injected":1}}"#), reason::NOT_AUTHORIZED);
-    let own = s.json("GET", "/api/tenant/devices?deviceName=own", &jwt, None).1["id"]["id"].as_str().unwrap().to_owned();
-    let stored: Vec<i64> = values(&s, &jwt, &own, "t")["t"].as_array().unwrap().iter().map(|p| p["value"].as_str().unwrap().parse().unwrap()).collect();
+    assert_eq!(
+        publish(&mut g1, 3, "v1/gateway/telemetry", r#"{"own":{"t":2},"devB":{"injected":1}}"#),
+        reason::NOT_AUTHORIZED
+    );
+    let own =
+        s.json("GET", "/api/tenant/devices?deviceName=own", &jwt, None).1["id"]["id"].as_str().unwrap().to_owned();
+    let stored: Vec<i64> = values(&s, &jwt, &own, "t")["t"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_str().unwrap().parse().unwrap())
+        .collect();
     assert_eq!(stored, [1]);
     assert_eq!(values(&s, &jwt, &b, "injected"), json!({}));
     // The relation API shows and changes who owns what.

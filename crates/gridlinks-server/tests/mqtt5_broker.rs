@@ -40,7 +40,13 @@ fn next_publish(c: &mut Raw) -> Publish {
 fn subscribe_with_id(c: &mut Raw, packet_id: u16, filter: &str, id: u32) -> SubAck {
     c.send(&Packet::Subscribe(Subscribe {
         packet_id,
-        filters: vec![SubscriptionRequest { filter: filter.into(), qos: QoS::AtLeastOnce, no_local: false, retain_as_published: false, retain_handling: 0 }],
+        filters: vec![SubscriptionRequest {
+            filter: filter.into(),
+            qos: QoS::AtLeastOnce,
+            no_local: false,
+            retain_as_published: false,
+            retain_handling: 0,
+        }],
         subscription_identifier: Some(id),
         user_properties: Vec::new(),
     }));
@@ -51,7 +57,12 @@ fn subscribe_with_id(c: &mut Raw, packet_id: u16, filter: &str, id: u32) -> SubA
 }
 
 fn ack(c: &mut Raw, p: &Publish) {
-    c.send(&Packet::PubAck(PubResp { packet_id: p.packet_id.unwrap(), reason: 0, reason_string: None, user_properties: Vec::new() }));
+    c.send(&Packet::PubAck(PubResp {
+        packet_id: p.packet_id.unwrap(),
+        reason: 0,
+        reason_string: None,
+        user_properties: Vec::new(),
+    }));
 }
 
 fn rich_properties() -> PublishProperties {
@@ -102,7 +113,9 @@ fn topic_aliases_from_the_client_are_resolved() {
     let (mut p, ack) = Raw::connect_as(port, ProtocolVersion::V5, "pub", None);
     let max = ack.properties.topic_alias_maximum.unwrap();
     assert!(max >= 1);
-    let aliased = |topic: &str, alias: u16, id: u16| publish(topic, b"x", id, false, PublishProperties { topic_alias: Some(alias), ..Default::default() });
+    let aliased = |topic: &str, alias: u16, id: u16| {
+        publish(topic, b"x", id, false, PublishProperties { topic_alias: Some(alias), ..Default::default() })
+    };
     p.send(&aliased("alias/long/topic/name", 1, 1));
     p.send(&aliased("", 1, 2));
     for _ in 0..2 {
@@ -112,7 +125,9 @@ fn topic_aliases_from_the_client_are_resolved() {
     }
     // An alias never set, or beyond the maximum, is a protocol error.
     p.send(&aliased("", 2, 3));
-    let codes: Vec<_> = std::iter::from_fn(|| p.recv()).filter_map(|p| if let Packet::Disconnect(d) = p { Some(d.reason) } else { None }).collect();
+    let codes: Vec<_> = std::iter::from_fn(|| p.recv())
+        .filter_map(|p| if let Packet::Disconnect(d) = p { Some(d.reason) } else { None })
+        .collect();
     assert_eq!(codes, [reason::PROTOCOL_ERROR]);
     let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "pub2", None);
     p.send(&aliased("alias/x", max + 1, 1));
@@ -152,7 +167,13 @@ fn retained_messages_with_their_properties_survive_kill_9() {
     let mut server = Server::start_on(&dir, &env);
     let (mut p, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "pub", None);
     p.send(&publish("lamp/1", b"on", 1, true, rich_properties()));
-    p.send(&publish("lamp/2", b"short", 2, true, PublishProperties { message_expiry_interval: Some(1), ..Default::default() }));
+    p.send(&publish(
+        "lamp/2",
+        b"short",
+        2,
+        true,
+        PublishProperties { message_expiry_interval: Some(1), ..Default::default() },
+    ));
     p.send(&publish("lamp/3", b"gone", 3, true, PublishProperties::default()));
     p.send(&publish("lamp/3", b"", 4, true, PublishProperties::default()));
     for _ in 0..4 {
@@ -190,7 +211,13 @@ fn qos2_towards_subscribers_is_exactly_once_and_holds_the_window_until_pubcomp()
     });
     sub.send(&Packet::Subscribe(Subscribe {
         packet_id: 1,
-        filters: vec![SubscriptionRequest { filter: "q2/#".into(), qos: QoS::ExactlyOnce, no_local: false, retain_as_published: false, retain_handling: 0 }],
+        filters: vec![SubscriptionRequest {
+            filter: "q2/#".into(),
+            qos: QoS::ExactlyOnce,
+            no_local: false,
+            retain_as_published: false,
+            retain_handling: 0,
+        }],
         subscription_identifier: None,
         user_properties: Vec::new(),
     }));

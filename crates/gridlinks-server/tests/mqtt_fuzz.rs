@@ -37,12 +37,22 @@ fn random_packet(r: &mut Rng, v5: bool) -> Packet {
             let filter = FILTERS[r.next(FILTERS.len())].to_string();
             Packet::Subscribe(Subscribe {
                 packet_id: id,
-                filters: vec![SubscriptionRequest { filter, qos, no_local: v5 && r.next(3) == 0, retain_as_published: v5 && r.next(2) == 0, retain_handling: if v5 { r.next(3) as u8 } else { 0 } }],
+                filters: vec![SubscriptionRequest {
+                    filter,
+                    qos,
+                    no_local: v5 && r.next(3) == 0,
+                    retain_as_published: v5 && r.next(2) == 0,
+                    retain_handling: if v5 { r.next(3) as u8 } else { 0 },
+                }],
                 subscription_identifier: (v5 && r.next(2) == 0).then(|| 1 + r.next(1000) as u32),
                 user_properties: Vec::new(),
             })
         }
-        2 => Packet::Unsubscribe(Unsubscribe { packet_id: id, filters: vec![FILTERS[r.next(FILTERS.len())].into()], user_properties: Vec::new() }),
+        2 => Packet::Unsubscribe(Unsubscribe {
+            packet_id: id,
+            filters: vec![FILTERS[r.next(FILTERS.len())].into()],
+            user_properties: Vec::new(),
+        }),
         3 | 4 => {
             let mut properties = PublishProperties::default();
             if v5 {
@@ -61,11 +71,27 @@ fn random_packet(r: &mut Rng, v5: bool) -> Packet {
             })
         }
         5 => {
-            let ack = PubResp { packet_id: id, reason: [0, 0x80][r.next(2)], reason_string: None, user_properties: Vec::new() };
-            [Packet::PubAck(ack.clone()), Packet::PubRec(ack.clone()), Packet::PubRel(ack.clone()), Packet::PubComp(ack)][r.next(4)].clone()
+            let ack = PubResp {
+                packet_id: id,
+                reason: [0, 0x80][r.next(2)],
+                reason_string: None,
+                user_properties: Vec::new(),
+            };
+            [
+                Packet::PubAck(ack.clone()),
+                Packet::PubRec(ack.clone()),
+                Packet::PubRel(ack.clone()),
+                Packet::PubComp(ack),
+            ][r.next(4)]
+            .clone()
         }
         6 => Packet::PingReq,
-        _ => Packet::Disconnect(Disconnect { reason: [0, 4][r.next(2)], session_expiry_interval: None, reason_string: None, server_reference: None }),
+        _ => Packet::Disconnect(Disconnect {
+            reason: [0, 4][r.next(2)],
+            session_expiry_interval: None,
+            reason_string: None,
+            server_reference: None,
+        }),
     }
 }
 

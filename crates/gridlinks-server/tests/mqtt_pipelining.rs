@@ -21,11 +21,20 @@ fn point(ts: usize) -> Vec<u8> {
 
 /// `n` telemetry publishes at `qos` (ts 1..=n).
 fn publishes(n: usize, qos: QoS) -> Vec<Packet> {
-    (1..=n).map(|i| publish_packet("v1/devices/me/telemetry", &point(i), qos, (qos != QoS::AtMostOnce).then_some(i as u16))).collect()
+    (1..=n)
+        .map(|i| {
+            publish_packet("v1/devices/me/telemetry", &point(i), qos, (qos != QoS::AtMostOnce).then_some(i as u16))
+        })
+        .collect()
 }
 
 fn disconnect() -> Packet {
-    Packet::Disconnect(Disconnect { reason: 0, session_expiry_interval: None, reason_string: None, server_reference: None })
+    Packet::Disconnect(Disconnect {
+        reason: 0,
+        session_expiry_interval: None,
+        reason_string: None,
+        server_reference: None,
+    })
 }
 
 /// Polls until `n` points of `n` are stored (or 10 s pass); the stored count.
@@ -85,7 +94,13 @@ fn an_application_gets_its_suback_when_subscribe_follows_connect_at_once() {
         }
         let sub = Packet::Subscribe(Subscribe {
             packet_id: 9,
-            filters: vec![SubscriptionRequest { filter: "a/b".into(), qos: QoS::AtLeastOnce, no_local: false, retain_as_published: false, retain_handling: 0 }],
+            filters: vec![SubscriptionRequest {
+                filter: "a/b".into(),
+                qos: QoS::AtLeastOnce,
+                no_local: false,
+                retain_as_published: false,
+                retain_handling: 0,
+            }],
             subscription_identifier: None,
             user_properties: Vec::new(),
         });
@@ -132,7 +147,10 @@ fn over_websocket_too() {
     let n = 500;
     // CONNECT, a QoS 1 publish, many QoS 0 ones and DISCONNECT in one WebSocket message.
     let mut c = WsRaw::open(s.ws_port, V5);
-    let mut packets = vec![connect(V5, "WS_TOKEN"), publish_packet("v1/devices/me/telemetry", &point(n + 1), QoS::AtLeastOnce, Some(1))];
+    let mut packets = vec![
+        connect(V5, "WS_TOKEN"),
+        publish_packet("v1/devices/me/telemetry", &point(n + 1), QoS::AtLeastOnce, Some(1)),
+    ];
     packets.extend(publishes(n, QoS::AtMostOnce));
     packets.push(disconnect());
     c.send_raw(&bytes_of(V5, &packets));

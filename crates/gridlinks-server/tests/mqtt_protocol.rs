@@ -44,7 +44,12 @@ fn qos1_puback_after_commit_and_qos2_flow() {
     let (s, jwt, id) = server_with_device();
     let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("MQTT_TOKEN"), 60);
     for i in 1..=20u16 {
-        c.publish("v1/devices/me/telemetry", format!(r#"{{"ts":{i},"values":{{"n":{i}}}}}"#).as_bytes(), QoS::AtLeastOnce, Some(i));
+        c.publish(
+            "v1/devices/me/telemetry",
+            format!(r#"{{"ts":{i},"values":{{"n":{i}}}}}"#).as_bytes(),
+            QoS::AtLeastOnce,
+            Some(i),
+        );
     }
     // Acks come back in order.
     for i in 1..=20u16 {
@@ -54,7 +59,12 @@ fn qos1_puback_after_commit_and_qos2_flow() {
         }
     }
     // Acknowledged means queryable.
-    let (_, v) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=n&startTs=0&endTs=100&limit=100"), &jwt, None);
+    let (_, v) = s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=n&startTs=0&endTs=100&limit=100"),
+        &jwt,
+        None,
+    );
     assert_eq!(v["n"].as_array().unwrap().len(), 20);
     // QoS 2: PUBREC after commit, PUBCOMP after PUBREL; a redelivery is stored once.
     c.publish("v1/devices/me/telemetry", br#"{"ts":50,"values":{"q2":1}}"#, QoS::ExactlyOnce, Some(77));
@@ -63,7 +73,12 @@ fn qos1_puback_after_commit_and_qos2_flow() {
     assert!(matches!(c.recv(), Some(Packet::PubRec(r)) if r.packet_id == 77));
     c.send(&Packet::PubRel(PubResp { packet_id: 77, reason: 0, reason_string: None, user_properties: vec![] }));
     assert!(matches!(c.recv(), Some(Packet::PubComp(r)) if r.packet_id == 77));
-    let (_, v) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=q2&startTs=0&endTs=100"), &jwt, None);
+    let (_, v) = s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=q2&startTs=0&endTs=100"),
+        &jwt,
+        None,
+    );
     assert_eq!(v["q2"].as_array().unwrap().len(), 1);
     c.send(&Packet::PingReq);
     assert!(matches!(c.recv(), Some(Packet::PingResp)));
@@ -183,9 +198,7 @@ fn rate_limit_breaches_name_the_limit() {
     // MQTT 3.1.1 cannot refuse one message: the connection is closed.
     let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("CHATTY"), 60);
     for pid in 1..=20u16 {
-        if c.try_send(&publish_packet("v1/devices/me/telemetry", br#"{"x":1}"#, QoS::AtLeastOnce, Some(pid)))
-        .is_err()
-        {
+        if c.try_send(&publish_packet("v1/devices/me/telemetry", br#"{"x":1}"#, QoS::AtLeastOnce, Some(pid))).is_err() {
             break;
         }
     }
@@ -208,7 +221,12 @@ fn a_burst_beyond_the_in_flight_limit_is_fully_acknowledged() {
     let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("BURST"), 60);
     let mut burst = bytes::BytesMut::new();
     for pid in 1..=50u16 {
-        let p = publish_packet("v1/devices/me/telemetry", format!(r#"{{"ts":{pid},"values":{{"b":1}}}}"#).as_bytes(), QoS::AtLeastOnce, Some(pid));
+        let p = publish_packet(
+            "v1/devices/me/telemetry",
+            format!(r#"{{"ts":{pid},"values":{{"b":1}}}}"#).as_bytes(),
+            QoS::AtLeastOnce,
+            Some(pid),
+        );
         encode(&p, V3, &mut burst).unwrap();
     }
     c.send_raw(&burst).unwrap();

@@ -216,7 +216,12 @@ fn applications_log_in_with_credentials_managed_over_rest_and_stay_within_their_
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["username"], "dash");
     assert!(body.get("passwordHash").is_none() && !body.to_string().contains("pw1"), "{body}");
-    let (status, body) = server.json("POST", "/api/mqtt/clients", &jwt, Some(json!({"username": "x", "password": "p", "publish": ["a/#/b"]})));
+    let (status, body) = server.json(
+        "POST",
+        "/api/mqtt/clients",
+        &jwt,
+        Some(json!({"username": "x", "password": "p", "publish": ["a/#/b"]})),
+    );
     assert_eq!((status, body["errorCode"].as_i64()), (400, Some(31)), "{body}");
     assert_eq!(server.json("POST", "/api/mqtt/clients", "bad-jwt", Some(json!({}))).0, 401);
 
@@ -227,7 +232,8 @@ fn applications_log_in_with_credentials_managed_over_rest_and_stay_within_their_
         .status()
         .unwrap();
     assert!(!wrong.success());
-    let mut sub = mosquitto_sub(port, &["-u", "dash", "-P", "pw1", "-i", "dash-sub", "-q", "1", "-t", "apps/#", "-C", "1"]);
+    let mut sub =
+        mosquitto_sub(port, &["-u", "dash", "-P", "pw1", "-i", "dash-sub", "-q", "1", "-t", "apps/#", "-C", "1"]);
     mosquitto_pub(port, &["-u", "dash", "-P", "pw1", "-q", "1", "-t", "apps/dash/x", "-m", "hi"]);
     assert_eq!(received(1), ["apps/dash/x hi"]);
     assert!(sub.wait().unwrap().success());
@@ -237,12 +243,20 @@ fn applications_log_in_with_credentials_managed_over_rest_and_stay_within_their_
     assert_eq!(ack.code, reason::SUCCESS);
     c.publish("other/x", b"1", QoS::AtLeastOnce, Some(1));
     assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NOT_AUTHORIZED));
-    assert_eq!(c.subscribe(2, &["other/#", "apps/+/x", "#"]).return_codes, [reason::NOT_AUTHORIZED, 1, reason::NOT_AUTHORIZED]);
+    assert_eq!(
+        c.subscribe(2, &["other/#", "apps/+/x", "#"]).return_codes,
+        [reason::NOT_AUTHORIZED, 1, reason::NOT_AUTHORIZED]
+    );
     // No anonymous access by default, and devices' tokens are not application logins.
     assert_eq!(Raw::connect_as(port, ProtocolVersion::V5, "anon", None).1.code, reason::BAD_USER_NAME_OR_PASSWORD);
 
     // Changing the credential closes its live connections; the new ACL applies on reconnect.
-    let (status, _) = server.json("POST", "/api/mqtt/clients", &jwt, Some(json!({"username": "dash", "publish": ["other/#"], "subscribe": []})));
+    let (status, _) = server.json(
+        "POST",
+        "/api/mqtt/clients",
+        &jwt,
+        Some(json!({"username": "dash", "publish": ["other/#"], "subscribe": []})),
+    );
     assert_eq!(status, 200);
     c.expect_close();
     let (mut c, ack) = Raw::login(port, ProtocolVersion::V5, "dash-raw", "dash", "pw1");
@@ -262,7 +276,10 @@ fn applications_log_in_with_credentials_managed_over_rest_and_stay_within_their_
     assert_eq!(server.req("DELETE", "/api/mqtt/clients/dash", Some(&jwt), None).0, 200);
     c.expect_close();
     // A deleted user name with a password is refused like a wrong password (no enumeration).
-    assert_eq!(Raw::login(server.mqtt_port, ProtocolVersion::V3_1_1, "dash-raw", "dash", "pw1").1.code, reason::V3_BAD_USERNAME_OR_PASSWORD);
+    assert_eq!(
+        Raw::login(server.mqtt_port, ProtocolVersion::V3_1_1, "dash-raw", "dash", "pw1").1.code,
+        reason::V3_BAD_USERNAME_OR_PASSWORD
+    );
     assert_eq!(server.json("GET", "/api/mqtt/clients/dash", &jwt, None).0, 404);
 }
 
@@ -274,7 +291,10 @@ fn the_anonymous_acl_is_configurable() {
         ("GRIDLINKS_MQTT_ANONYMOUS_SUBSCRIBE", "public/#, gridlinks/devices/+/telemetry"),
     ]);
     let (mut c, _) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "anon", None);
-    assert_eq!(c.subscribe(1, &["public/+", "private/#", "gridlinks/devices/+/telemetry"]).return_codes, [1, reason::NOT_AUTHORIZED, 1]);
+    assert_eq!(
+        c.subscribe(1, &["public/+", "private/#", "gridlinks/devices/+/telemetry"]).return_codes,
+        [1, reason::NOT_AUTHORIZED, 1]
+    );
     c.publish("private/x", b"1", QoS::AtLeastOnce, Some(1));
     assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NOT_AUTHORIZED));
     // A will is a publish too: outside the ACL, the CONNECT is refused.
@@ -283,7 +303,10 @@ fn the_anonymous_acl_is_configurable() {
     c.publish("public/x", b"1", QoS::AtLeastOnce, Some(2));
     // Its own message comes back (it subscribed public/+), before or after the PUBACK.
     let two = [c.recv(), c.recv()];
-    assert!(two.iter().any(|p| matches!(p, Some(Packet::PubAck(a)) if a.packet_id == 2 && a.reason == reason::SUCCESS)), "{two:?}");
+    assert!(
+        two.iter().any(|p| matches!(p, Some(Packet::PubAck(a)) if a.packet_id == 2 && a.reason == reason::SUCCESS)),
+        "{two:?}"
+    );
     assert!(two.iter().any(|p| matches!(p, Some(Packet::Publish(m)) if m.topic == "public/x")), "{two:?}");
 }
 
@@ -345,7 +368,12 @@ fn wills_are_published_when_clients_vanish_but_not_after_a_normal_disconnect() {
     };
     let next = |c: &mut Raw| match c.recv() {
         Some(Packet::Publish(p)) => {
-            c.send(&Packet::PubAck(PubResp { packet_id: p.packet_id.unwrap(), reason: 0, reason_string: None, user_properties: Vec::new() }));
+            c.send(&Packet::PubAck(PubResp {
+                packet_id: p.packet_id.unwrap(),
+                reason: 0,
+                reason_string: None,
+                user_properties: Vec::new(),
+            }));
             format!("{} {}", p.topic, String::from_utf8_lossy(&p.payload))
         }
         other => panic!("expected PUBLISH, got {other:?}"),
@@ -353,14 +381,24 @@ fn wills_are_published_when_clients_vanish_but_not_after_a_normal_disconnect() {
 
     // A normal DISCONNECT discards the will.
     let mut polite = with_will("polite", ProtocolVersion::V3_1_1, 60);
-    polite.send(&Packet::Disconnect(Disconnect { reason: 0, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    polite.send(&Packet::Disconnect(Disconnect {
+        reason: 0,
+        session_expiry_interval: None,
+        reason_string: None,
+        server_reference: None,
+    }));
     polite.expect_close();
     // A dropped socket publishes it.
     drop(with_will("dropped", ProtocolVersion::V3_1_1, 60));
     assert_eq!(next(&mut watcher), "status/dropped offline");
     // MQTT 5 DISCONNECT 0x04 asks for it.
     let mut asks = with_will("asks", ProtocolVersion::V5, 60);
-    asks.send(&Packet::Disconnect(Disconnect { reason: reason::DISCONNECT_WITH_WILL_MESSAGE, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    asks.send(&Packet::Disconnect(Disconnect {
+        reason: reason::DISCONNECT_WITH_WILL_MESSAGE,
+        session_expiry_interval: None,
+        reason_string: None,
+        server_reference: None,
+    }));
     assert_eq!(next(&mut watcher), "status/asks offline");
     // A keep-alive timeout (1 s, so 1.5 s of silence) publishes it.
     let _silent = with_will("silent", ProtocolVersion::V3_1_1, 1);

@@ -32,11 +32,21 @@ fn next_publish(c: &mut Raw) -> Publish {
 }
 
 fn ack(c: &mut Raw, p: &Publish) {
-    c.send(&Packet::PubAck(PubResp { packet_id: p.packet_id.unwrap(), reason: 0, reason_string: None, user_properties: Vec::new() }));
+    c.send(&Packet::PubAck(PubResp {
+        packet_id: p.packet_id.unwrap(),
+        reason: 0,
+        reason_string: None,
+        user_properties: Vec::new(),
+    }));
 }
 
 fn disconnect(c: &mut Raw) {
-    c.send(&Packet::Disconnect(Disconnect { reason: 0, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    c.send(&Packet::Disconnect(Disconnect {
+        reason: 0,
+        session_expiry_interval: None,
+        reason_string: None,
+        server_reference: None,
+    }));
     c.expect_close();
 }
 
@@ -201,14 +211,25 @@ fn resp(packet_id: u16) -> PubResp {
 
 /// Sends QoS 2 PUBLISH `id` (DUP when `dup`) and expects its PUBREC.
 fn publish_qos2(c: &mut Raw, topic: &str, payload: &[u8], id: u16, dup: bool) {
-    c.send(&Packet::Publish(Publish { dup, qos: QoS::ExactlyOnce, retain: false, topic: topic.into(), packet_id: Some(id), payload: payload.to_vec().into(), properties: PublishProperties::default() }));
+    c.send(&Packet::Publish(Publish {
+        dup,
+        qos: QoS::ExactlyOnce,
+        retain: false,
+        topic: topic.into(),
+        packet_id: Some(id),
+        payload: payload.to_vec().into(),
+        properties: PublishProperties::default(),
+    }));
     assert!(matches!(c.recv(), Some(Packet::PubRec(r)) if r.packet_id == id && r.reason < 0x80));
 }
 
 /// Sends PUBREL `id` and expects a PUBCOMP that knew it (reason 0).
 fn release(c: &mut Raw, id: u16) {
     c.send(&Packet::PubRel(resp(id)));
-    assert!(matches!(c.recv(), Some(Packet::PubComp(r)) if r.packet_id == id && r.reason == 0), "PUBREL {id} not known");
+    assert!(
+        matches!(c.recv(), Some(Packet::PubComp(r)) if r.packet_id == id && r.reason == 0),
+        "PUBREL {id} not known"
+    );
 }
 
 /// The publisher's side of QoS 2 is session state too: a PUBLISH sent again after a
@@ -293,7 +314,10 @@ fn a_qos2_subscribers_exchanges_survive_kill_9_with_their_packet_ids() {
         sub.send(&Packet::PubComp(resp(id(0))));
         owed = sub.recv();
     }
-    assert!(matches!(&owed, Some(Packet::PubRel(r)) if r.packet_id == id(1)), "m2 is owed its PUBREL, not the message: {owed:?}");
+    assert!(
+        matches!(&owed, Some(Packet::PubRel(r)) if r.packet_id == id(1)),
+        "m2 is owed its PUBREL, not the message: {owed:?}"
+    );
     sub.send(&Packet::PubComp(resp(id(1))));
     let again = next_publish(&mut sub);
     assert_eq!((again.packet_id, &again.payload[..]), (Some(id(2)), &b"m3"[..]), "m3 again, with its packet id");
@@ -309,7 +333,10 @@ fn a_qos2_subscribers_exchanges_survive_kill_9_with_their_packet_ids() {
 #[test]
 fn a_queue_longer_than_the_packet_id_space_is_delivered_whole_and_in_order() {
     const N: u32 = 70_000;
-    let server = Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_MQTT_CLIENT_OUTBOUND_QUEUE", "70000")]);
+    let server = Server::start_env(&[
+        ("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"),
+        ("GRIDLINKS_MQTT_CLIENT_OUTBOUND_QUEUE", "70000"),
+    ]);
     let port = server.mqtt_port;
     let (mut sub, _) = resume(port, ProtocolVersion::V5, "long", 3600);
     sub.subscribe(1, &["long/#"]);
@@ -318,7 +345,12 @@ fn a_queue_longer_than_the_packet_id_space_is_delivered_whole_and_in_order() {
     // Pipelined in windows of 500 (the server's Receive Maximum is larger).
     for chunk in (1..=N).collect::<Vec<_>>().chunks(500) {
         for &i in chunk {
-            p.publish("long/t", i.to_string().as_bytes(), QoS::AtLeastOnce, Some(u16::try_from(i % 60_000 + 1).unwrap()));
+            p.publish(
+                "long/t",
+                i.to_string().as_bytes(),
+                QoS::AtLeastOnce,
+                Some(u16::try_from(i % 60_000 + 1).unwrap()),
+            );
         }
         for _ in chunk {
             assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.reason < 0x80));

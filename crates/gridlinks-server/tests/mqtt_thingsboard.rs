@@ -67,23 +67,36 @@ fn rumqttc_telemetry_attributes_push_request_and_rpc() {
     }
 
     // Telemetry and client attributes, read back over REST once PUBACKed.
-    client.publish("v1/devices/me/telemetry", QoS::AtLeastOnce, false, r#"{"ts":1000,"values":{"temperature":21.5}}"#).unwrap();
+    client
+        .publish("v1/devices/me/telemetry", QoS::AtLeastOnce, false, r#"{"ts":1000,"values":{"temperature":21.5}}"#)
+        .unwrap();
     wait_for(&rx, |i| matches!(i, Incoming::PubAck(_)).then_some(()));
     client.publish("v1/devices/me/attributes", QoS::AtLeastOnce, false, r#"{"firmware":"1.0.3"}"#).unwrap();
     wait_for(&rx, |i| matches!(i, Incoming::PubAck(_)).then_some(()));
     let base = format!("/api/plugins/telemetry/DEVICE/{id}");
-    let (_, v) = s.json("GET", &format!("{base}/values/timeseries?keys=temperature&useStrictDataTypes=true"), &jwt, None);
+    let (_, v) =
+        s.json("GET", &format!("{base}/values/timeseries?keys=temperature&useStrictDataTypes=true"), &jwt, None);
     assert_eq!(v["temperature"], json!([{"ts":1000,"value":21.5}]));
     let (_, a) = s.json("GET", &format!("{base}/values/attributes/CLIENT_SCOPE"), &jwt, None);
     assert_eq!(a[0]["value"], "1.0.3");
 
     // Shared attribute pushed when an admin changes it.
-    assert_eq!(s.req("POST", &format!("{base}/attributes/SHARED_SCOPE"), Some(&jwt), Some(r#"{"targetTemp":22}"#)).0, 200);
+    assert_eq!(
+        s.req("POST", &format!("{base}/attributes/SHARED_SCOPE"), Some(&jwt), Some(r#"{"targetTemp":22}"#)).0,
+        200
+    );
     let (topic, body) = wait_for(&rx, publish_of);
     assert_eq!((topic.as_str(), body), ("v1/devices/me/attributes", json!({"targetTemp":22})));
 
     // Attribute request/response.
-    client.publish("v1/devices/me/attributes/request/7", QoS::AtLeastOnce, false, r#"{"clientKeys":"firmware","sharedKeys":"targetTemp"}"#).unwrap();
+    client
+        .publish(
+            "v1/devices/me/attributes/request/7",
+            QoS::AtLeastOnce,
+            false,
+            r#"{"clientKeys":"firmware","sharedKeys":"targetTemp"}"#,
+        )
+        .unwrap();
     let (topic, body) = wait_for(&rx, publish_of);
     assert_eq!(topic, "v1/devices/me/attributes/response/7");
     assert_eq!(body, json!({"client":{"firmware":"1.0.3"},"shared":{"targetTemp":22}}));
@@ -106,20 +119,46 @@ fn rumqttc_telemetry_attributes_push_request_and_rpc() {
     assert!(topic.starts_with("v1/devices/me/rpc/request/"), "{topic}");
     assert_eq!(body, json!({"method":"getTemp","params":{"unit":"C"}}));
     let rpc_id = topic.rsplit('/').next().unwrap().to_owned();
-    client.publish(format!("v1/devices/me/rpc/response/{rpc_id}"), QoS::AtLeastOnce, false, r#"{"temp":21.5}"#).unwrap();
+    client
+        .publish(format!("v1/devices/me/rpc/response/{rpc_id}"), QoS::AtLeastOnce, false, r#"{"temp":21.5}"#)
+        .unwrap();
     let (status, answer) = call.join().unwrap();
     assert_eq!(status, 200);
     assert_eq!(serde_json::from_str::<serde_json::Value>(&answer).unwrap(), json!({"temp":21.5}));
 
     // One-way RPC is delivered; an unanswered two-way call times out with 408 (v1) / 504 (v2).
-    assert_eq!(s.req("POST", &format!("/api/plugins/rpc/oneway/{id}"), Some(&jwt), Some(r#"{"method":"reboot","params":{}}"#)).0, 200);
+    assert_eq!(
+        s.req("POST", &format!("/api/plugins/rpc/oneway/{id}"), Some(&jwt), Some(r#"{"method":"reboot","params":{}}"#))
+            .0,
+        200
+    );
     let (_, body) = wait_for(&rx, publish_of);
     assert_eq!(body["method"], "reboot");
-    assert_eq!(s.req("POST", &format!("/api/plugins/rpc/twoway/{id}"), Some(&jwt), Some(r#"{"method":"x","params":{},"timeout":200}"#)).0, 408);
-    assert_eq!(s.req("POST", &format!("/api/rpc/twoway/{id}"), Some(&jwt), Some(r#"{"method":"x","params":{},"timeout":200}"#)).0, 504);
+    assert_eq!(
+        s.req(
+            "POST",
+            &format!("/api/plugins/rpc/twoway/{id}"),
+            Some(&jwt),
+            Some(r#"{"method":"x","params":{},"timeout":200}"#)
+        )
+        .0,
+        408
+    );
+    assert_eq!(
+        s.req(
+            "POST",
+            &format!("/api/rpc/twoway/{id}"),
+            Some(&jwt),
+            Some(r#"{"method":"x","params":{},"timeout":200}"#)
+        )
+        .0,
+        504
+    );
 
     // Client-side RPC is answered clearly as not supported.
-    client.publish("v1/devices/me/rpc/request/5", QoS::AtLeastOnce, false, r#"{"method":"getTime","params":{}}"#).unwrap();
+    client
+        .publish("v1/devices/me/rpc/request/5", QoS::AtLeastOnce, false, r#"{"method":"getTime","params":{}}"#)
+        .unwrap();
     client.subscribe("v1/devices/me/rpc/response/+", QoS::AtLeastOnce).unwrap();
     // (The requests of the timed-out calls above arrive first; skip them.)
     let (topic, body) = wait_for(&rx, |i| publish_of(i).filter(|(t, _)| t.contains("/rpc/response/")));
@@ -128,7 +167,10 @@ fn rumqttc_telemetry_attributes_push_request_and_rpc() {
 
     // A device without a connection: 409, as ThingsBoard answers.
     let other = s.device(&jwt, "offline", "OFFLINE");
-    assert_eq!(s.req("POST", &format!("/api/plugins/rpc/oneway/{other}"), Some(&jwt), Some(r#"{"method":"x","params":{}}"#)).0, 409);
+    assert_eq!(
+        s.req("POST", &format!("/api/plugins/rpc/oneway/{other}"), Some(&jwt), Some(r#"{"method":"x","params":{}}"#)).0,
+        409
+    );
     client.disconnect().unwrap();
 }
 
@@ -142,7 +184,12 @@ fn gateway_creates_sub_devices_and_stores_their_data() {
     client.publish("v1/gateway/connect", QoS::AtLeastOnce, false, r#"{"device":"Sensor A","type":"thermo"}"#).unwrap();
     wait_for(&rx, |i| matches!(i, Incoming::PubAck(_)).then_some(()));
     client
-        .publish("v1/gateway/telemetry", QoS::AtLeastOnce, false, r#"{"Sensor A":[{"ts":10,"values":{"t":1}}],"Sensor B":[{"ts":20,"values":{"t":2}}]}"#)
+        .publish(
+            "v1/gateway/telemetry",
+            QoS::AtLeastOnce,
+            false,
+            r#"{"Sensor A":[{"ts":10,"values":{"t":1}}],"Sensor B":[{"ts":20,"values":{"t":2}}]}"#,
+        )
         .unwrap();
     wait_for(&rx, |i| matches!(i, Incoming::PubAck(_)).then_some(()));
     client.publish("v1/gateway/attributes", QoS::AtLeastOnce, false, r#"{"Sensor B":{"fw":"2.0"}}"#).unwrap();
@@ -154,9 +201,15 @@ fn gateway_creates_sub_devices_and_stores_their_data() {
     assert_eq!((st, a["type"].as_str()), (200, Some("thermo")));
     let (_, b) = s.json("GET", "/api/tenant/devices?deviceName=Sensor%20B", &jwt, None);
     let (a, b) = (a["id"]["id"].as_str().unwrap(), b["id"]["id"].as_str().unwrap());
-    let (_, v) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{a}/values/timeseries?keys=t&useStrictDataTypes=true"), &jwt, None);
+    let (_, v) = s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/DEVICE/{a}/values/timeseries?keys=t&useStrictDataTypes=true"),
+        &jwt,
+        None,
+    );
     assert_eq!(v["t"], json!([{"ts":10,"value":1}]));
-    let (_, v) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{b}/values/attributes/CLIENT_SCOPE"), &jwt, None);
+    let (_, v) =
+        s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{b}/values/attributes/CLIENT_SCOPE"), &jwt, None);
     assert_eq!(v[0]["value"], 2.0);
     // Sub-devices are ordinary devices afterwards: they have credentials.
     let (st, c) = s.json("GET", &format!("/api/device/{b}/credentials"), &jwt, None);
@@ -179,7 +232,12 @@ fn mosquitto_clients_publish_and_receive() {
             .expect("mosquitto_pub (apt-get install mosquitto-clients)");
         assert!(st.success());
     }
-    let (_, v) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=v&startTs=0&endTs=10"), &jwt, None);
+    let (_, v) = s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=v&startTs=0&endTs=10"),
+        &jwt,
+        None,
+    );
     assert_eq!(v["v"].as_array().unwrap().len(), 2);
     // A wrong token is refused: mosquitto_pub fails.
     let st = Command::new("mosquitto_pub")
@@ -189,7 +247,22 @@ fn mosquitto_clients_publish_and_receive() {
     assert!(!st.success());
     // mosquitto_sub receives a shared-attribute update.
     let sub = Command::new("mosquitto_sub")
-        .args(["-h", "127.0.0.1", "-p", &port, "-u", "MOSQ", "-q", "1", "-C", "1", "-W", "10", "-t", "v1/devices/me/attributes"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "MOSQ",
+            "-q",
+            "1",
+            "-C",
+            "1",
+            "-W",
+            "10",
+            "-t",
+            "v1/devices/me/attributes",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

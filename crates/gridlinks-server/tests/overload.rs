@@ -27,7 +27,10 @@ fn full_queue_answers_503_and_every_200_is_stored() {
                 let (mut ok, mut busy) = (Vec::new(), 0);
                 for i in 0..40 {
                     let ts = w * 1000 + i + 1;
-                    match agent.post(&format!("{base}/api/v1/BUSY/telemetry")).send_string(&format!(r#"{{"ts":{ts},"values":{{"v":{ts}}}}}"#)) {
+                    match agent
+                        .post(&format!("{base}/api/v1/BUSY/telemetry"))
+                        .send_string(&format!(r#"{{"ts":{ts},"values":{{"v":{ts}}}}}"#))
+                    {
                         Ok(r) => {
                             assert_eq!(r.status(), 200);
                             ok.push(ts);

@@ -14,7 +14,15 @@ const V5: ProtocolVersion = ProtocolVersion::V5;
 fn subscribe(c: &mut Raw, packet_id: u16, filters: impl Iterator<Item = String>) -> SubAck {
     c.send(&Packet::Subscribe(Subscribe {
         packet_id,
-        filters: filters.map(|filter| SubscriptionRequest { filter, qos: QoS::AtMostOnce, no_local: false, retain_as_published: false, retain_handling: 0 }).collect(),
+        filters: filters
+            .map(|filter| SubscriptionRequest {
+                filter,
+                qos: QoS::AtMostOnce,
+                no_local: false,
+                retain_as_published: false,
+                retain_handling: 0,
+            })
+            .collect(),
         subscription_identifier: None,
         user_properties: Vec::new(),
     }));
@@ -26,12 +34,19 @@ fn subscribe(c: &mut Raw, packet_id: u16, filters: impl Iterator<Item = String>)
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap()
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
 }
 
 #[test]
 fn subscriptions_per_session_are_bounded() {
-    let s = Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_MQTT_MAX_SUBSCRIPTIONS_PER_CLIENT", "100")]);
+    let s = Server::start_env(&[
+        ("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"),
+        ("GRIDLINKS_MQTT_MAX_SUBSCRIPTIONS_PER_CLIENT", "100"),
+    ]);
     let jwt = s.login();
     s.device(&jwt, "d", "SUB_TOKEN");
     let (mut app, _) = Raw::connect_as(s.mqtt_port, V5, "app", None);
@@ -53,18 +68,30 @@ fn subscriptions_per_session_are_bounded() {
 #[test]
 fn the_routing_table_gives_its_memory_back_when_the_client_leaves() {
     let n = 100_000;
-    let s = Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_MQTT_MAX_SUBSCRIPTIONS_PER_CLIENT", "0")]);
+    let s = Server::start_env(&[
+        ("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"),
+        ("GRIDLINKS_MQTT_MAX_SUBSCRIPTIONS_PER_CLIENT", "0"),
+    ]);
     let pid = s.child.id();
     let baseline = rss_kib(pid);
     let (mut c, _) = Raw::connect_as(s.mqtt_port, V5, "flood", None);
     for batch in 0..n / 1000 {
-        let ack = subscribe(&mut c, batch as u16 + 1, (batch * 1000..(batch + 1) * 1000).map(|i| format!("flood/{i}/level/{i}")));
+        let ack = subscribe(
+            &mut c,
+            batch as u16 + 1,
+            (batch * 1000..(batch + 1) * 1000).map(|i| format!("flood/{i}/level/{i}")),
+        );
         assert!(ack.return_codes.iter().all(|c| *c == 0));
     }
     let peak = rss_kib(pid);
     let grown = peak.saturating_sub(baseline);
     assert!(grown > 20 * 1024, "{n} subscriptions should take memory: {baseline} -> {peak} KiB");
-    c.send(&Packet::Disconnect(Disconnect { reason: 0, session_expiry_interval: None, reason_string: None, server_reference: None }));
+    c.send(&Packet::Disconnect(Disconnect {
+        reason: 0,
+        session_expiry_interval: None,
+        reason_string: None,
+        server_reference: None,
+    }));
     c.expect_close();
     // Freed memory goes back to the OS within moments (mimalloc purges freed pages).
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -74,5 +101,8 @@ fn the_routing_table_gives_its_memory_back_when_the_client_leaves() {
         now = rss_kib(pid);
     }
     eprintln!("RSS {baseline} KiB -> {peak} KiB with {n} subscriptions -> {now} KiB after the client left");
-    assert!(now <= baseline + grown / 4, "RSS {baseline} KiB -> {peak} KiB with {n} subscriptions -> {now} KiB after the client left");
+    assert!(
+        now <= baseline + grown / 4,
+        "RSS {baseline} KiB -> {peak} KiB with {n} subscriptions -> {now} KiB after the client left"
+    );
 }

@@ -51,9 +51,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let values = ["temperature", "humidity", "pressure", "battery", "status"]
                         .iter()
                         .enumerate()
-                        .map(|(i, k)| (k.to_string(), if i == 4 { Value::Str("ok".into()) } else { Value::Double(ts as f64 / 1e9 + i as f64) }))
+                        .map(|(i, k)| {
+                            (
+                                k.to_string(),
+                                if i == 4 {
+                                    Value::Str("ok".into())
+                                } else {
+                                    Value::Double(ts as f64 / 1e9 + i as f64)
+                                },
+                            )
+                        })
                         .collect();
-                    if w.submit(WriteOp::Telemetry { device: id, records: vec![TsRecord { ts: Ts(ts), values }] }).await.is_ok() {
+                    if w.submit(WriteOp::Telemetry { device: id, records: vec![TsRecord { ts: Ts(ts), values }] })
+                        .await
+                        .is_ok()
+                    {
                         points.fetch_add(5, Ordering::Relaxed);
                     }
                 }

@@ -37,10 +37,8 @@ pub fn ts_key(device: DeviceId, ts: Ts) -> [u8; 24] {
 
 /// Splits a time-series row key back into its timestamp.
 pub fn ts_of_key(key: &[u8]) -> Result<Ts, StoreError> {
-    let b: [u8; 8] = key
-        .get(16..24)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(StoreError::Corrupt("time-series key length"))?;
+    let b: [u8; 8] =
+        key.get(16..24).and_then(|s| s.try_into().ok()).ok_or(StoreError::Corrupt("time-series key length"))?;
     Ok(ts_from_bytes(b))
 }
 
@@ -106,9 +104,7 @@ impl<'a> Reader<'a> {
     }
 
     fn eight(&mut self) -> Result<[u8; 8], StoreError> {
-        self.take(8)?
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("row truncated"))
+        self.take(8)?.try_into().map_err(|_| StoreError::Corrupt("row truncated"))
     }
 
     /// Reads a timestamp.
@@ -128,11 +124,9 @@ impl<'a> Reader<'a> {
             TAG_LONG => Value::Long(i64::from_be_bytes(self.eight()?)),
             TAG_DOUBLE => Value::Double(f64::from_be_bytes(self.eight()?)),
             tag @ (TAG_STR | TAG_JSON) => {
-                let len = usize::try_from(self.varint()?)
-                    .map_err(|_| StoreError::Corrupt("string length"))?;
-                let s = std::str::from_utf8(self.take(len)?)
-                    .map_err(|_| StoreError::Corrupt("string utf-8"))?
-                    .to_owned();
+                let len = usize::try_from(self.varint()?).map_err(|_| StoreError::Corrupt("string length"))?;
+                let s =
+                    std::str::from_utf8(self.take(len)?).map_err(|_| StoreError::Corrupt("string utf-8"))?.to_owned();
                 if tag == TAG_STR {
                     Value::Str(s)
                 } else {
@@ -158,9 +152,7 @@ impl Default for Writer {
 impl Writer {
     /// Starts a row with the format byte.
     pub fn new() -> Self {
-        Self {
-            buf: vec![ROW_FORMAT],
-        }
+        Self { buf: vec![ROW_FORMAT] }
     }
 
     /// Appends a timestamp.
@@ -191,8 +183,7 @@ impl Writer {
                 self.buf.extend_from_slice(&f.to_be_bytes());
             }
             Value::Str(s) | Value::Json(s) => {
-                self.buf
-                    .push(if matches!(v, Value::Str(_)) { TAG_STR } else { TAG_JSON });
+                self.buf.push(if matches!(v, Value::Str(_)) { TAG_STR } else { TAG_JSON });
                 put_varint(&mut self.buf, s.len() as u64);
                 self.buf.extend_from_slice(s.as_bytes());
             }
@@ -268,10 +259,7 @@ mod tests {
     #[test]
     fn ts_keys_sort_in_time_order() {
         let d = DeviceId::new_random();
-        let ks: Vec<_> = [-5i64, -1, 0, 1, 1_700_000_000_000]
-            .iter()
-            .map(|t| ts_key(d, Ts(*t)))
-            .collect();
+        let ks: Vec<_> = [-5i64, -1, 0, 1, 1_700_000_000_000].iter().map(|t| ts_key(d, Ts(*t))).collect();
         assert!(ks.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(ts_of_key(&ks[0]).ok(), Some(Ts(-5)));
     }
@@ -287,14 +275,8 @@ mod tests {
         ];
         assert_eq!(decode_ts_row(&encode_ts_row(&row)).ok(), Some(row.clone()));
         let latest: Vec<_> = row.iter().map(|(k, v)| (*k, Ts(9), v.clone())).collect();
-        assert_eq!(
-            decode_latest_row(&encode_latest_row(&latest)).ok(),
-            Some(latest)
-        );
-        assert_eq!(
-            decode_attr(&encode_attr(Ts(3), &Value::Long(1))).ok(),
-            Some((Ts(3), Value::Long(1)))
-        );
+        assert_eq!(decode_latest_row(&encode_latest_row(&latest)).ok(), Some(latest));
+        assert_eq!(decode_attr(&encode_attr(Ts(3), &Value::Long(1))).ok(), Some((Ts(3), Value::Long(1))));
     }
 
     #[test]

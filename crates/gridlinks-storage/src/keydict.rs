@@ -20,11 +20,8 @@ impl KeyDict {
         let mut pairs = Vec::new();
         for kv in ks.iter() {
             let (name, id) = kv.into_inner()?;
-            let id = <[u8; 4]>::try_from(&*id)
-                .map(u32::from_be_bytes)
-                .map_err(|_| StoreError::Corrupt("key id"))?;
-            let name = String::from_utf8(name.to_vec())
-                .map_err(|_| StoreError::Corrupt("key name utf-8"))?;
+            let id = <[u8; 4]>::try_from(&*id).map(u32::from_be_bytes).map_err(|_| StoreError::Corrupt("key id"))?;
+            let name = String::from_utf8(name.to_vec()).map_err(|_| StoreError::Corrupt("key name utf-8"))?;
             pairs.push((id, name));
         }
         pairs.sort();

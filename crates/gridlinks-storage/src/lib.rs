@@ -48,8 +48,7 @@ use crate::codec::KeyId;
 use crate::keydict::KeyDict;
 
 pub use writer::{
-    BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, WriteOp, WriteOutcome, WriterConfig,
-    WriterHandle,
+    BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, WriteOp, WriteOutcome, WriterConfig, WriterHandle,
 };
 
 /// Version of the on-disk layout, kept in `meta` under [`FORMAT_KEY`].
@@ -222,14 +221,13 @@ pub struct StoreOptions {
     pub cache_bytes: u64,
     /// Memtable size of the time-series keyspace, bytes (applies when it is created).
     pub memtable_bytes: u64,
+    /// Most table files the engine keeps open at once (its descriptor cache).
+    pub max_open_files: usize,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self {
-            cache_bytes: 64 * 1024 * 1024,
-            memtable_bytes: 16 * 1024 * 1024,
-        }
+        Self { cache_bytes: 64 * 1024 * 1024, memtable_bytes: 16 * 1024 * 1024, max_open_files: 256 }
     }
 }
 
@@ -303,13 +301,13 @@ pub struct Store {
 fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
     let db = Database::builder(dir)
         .cache_size(opts.cache_bytes)
+        .max_cached_files(Some(opts.max_open_files.max(16)))
         .manual_journal_persist(true)
         .open()?;
     // fjall's default memtable is 64 MiB per keyspace; a sealed one waiting for its flush
     // doubles that. Smaller memtables keep the server's memory bounded and modest.
-    let ks = |name: &str, memtable: u64| {
-        db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
-    };
+    let ks =
+        |name: &str, memtable: u64| db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable));
     let small = SMALL_MEMTABLE_BYTES;
     let ks = Keyspaces {
         meta: ks("meta", small)?,
@@ -329,9 +327,8 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
             db.persist(fjall::PersistMode::SyncAll)?;
         }
         Some(v) => {
-            let found = <[u8; 4]>::try_from(&*v)
-                .map(u32::from_be_bytes)
-                .map_err(|_| StoreError::Corrupt("format version"))?;
+            let found =
+                <[u8; 4]>::try_from(&*v).map(u32::from_be_bytes).map_err(|_| StoreError::Corrupt("format version"))?;
             if found != FORMAT_VERSION {
                 return Err(StoreError::Format { found });
             }
@@ -467,12 +464,7 @@ impl Store {
 
     /// A device by id.
     pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
-        self.engine()?
-            .ks
-            .devices
-            .get(id.as_bytes())?
-            .map(|v| decode_device(&v))
-            .transpose()
+        self.engine()?.ks.devices.get(id.as_bytes())?.map(|v| decode_device(&v)).transpose()
     }
 
     /// A device by its unique name.
@@ -510,11 +502,7 @@ impl Store {
     }
 
     /// Latest value of each requested key (all keys when `keys` is `None`), in key order.
-    pub fn latest(
-        &self,
-        device: DeviceId,
-        keys: Option<&[String]>,
-    ) -> Result<Vec<(String, Ts, Value)>, StoreError> {
+    pub fn latest(&self, device: DeviceId, keys: Option<&[String]>) -> Result<Vec<(String, Ts, Value)>, StoreError> {
         let Some(row) = self.engine()?.ks.latest.get(device.as_bytes())? else {
             return Ok(Vec::new());
         };
@@ -530,19 +518,13 @@ impl Store {
 
     /// Names of the device's time-series keys (those with a latest value), sorted.
     pub fn ts_keys(&self, device: DeviceId) -> Result<Vec<String>, StoreError> {
-        Ok(self
-            .latest(device, None)?
-            .into_iter()
-            .map(|(k, _, _)| k)
-            .collect())
+        Ok(self.latest(device, None)?.into_iter().map(|(k, _, _)| k).collect())
     }
 
     /// Resolves key names to ids; unknown names are dropped (they have no data).
     pub(crate) fn key_ids(&self, keys: &[String]) -> Vec<(KeyId, String)> {
         let dict = self.inner.keys.read();
-        keys.iter()
-            .filter_map(|k| dict.id(k).map(|id| (id, k.clone())))
-            .collect()
+        keys.iter().filter_map(|k| dict.id(k).map(|id| (id, k.clone()))).collect()
     }
 
     /// Attributes of a device: one scope or all, some keys or all.
@@ -564,12 +546,7 @@ impl Store {
                         let k = codec::attr_key(device, scope.tag(), key);
                         if let Some(v) = self.engine()?.ks.attrs.get(&k)? {
                             let (ts, value) = codec::decode_attr(&v)?;
-                            out.push(AttributeEntry {
-                                scope,
-                                key: key.clone(),
-                                last_update_ts: ts,
-                                value,
-                            });
+                            out.push(AttributeEntry { scope, key: key.clone(), last_update_ts: ts, value });
                         }
                     }
                 }
@@ -581,12 +558,7 @@ impl Store {
                             .map_err(|_| StoreError::Corrupt("attribute key utf-8"))?
                             .to_owned();
                         let (ts, value) = codec::decode_attr(&v)?;
-                        out.push(AttributeEntry {
-                            scope,
-                            key,
-                            last_update_ts: ts,
-                            value,
-                        });
+                        out.push(AttributeEntry { scope, key, last_update_ts: ts, value });
                     }
                 }
             }
@@ -622,9 +594,7 @@ impl Store {
 }
 
 pub(crate) fn id_from(v: &[u8]) -> Result<DeviceId, StoreError> {
-    <[u8; 16]>::try_from(v)
-        .map(DeviceId::from_bytes)
-        .map_err(|_| StoreError::Corrupt("device id length"))
+    <[u8; 16]>::try_from(v).map(DeviceId::from_bytes).map_err(|_| StoreError::Corrupt("device id length"))
 }
 
 pub(crate) fn decode_device(v: &[u8]) -> Result<DeviceRecord, StoreError> {

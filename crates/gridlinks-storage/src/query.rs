@@ -74,11 +74,7 @@ impl Acc {
     /// An empty accumulator. Not `Default`: a long sum starts at `Some(0)` and "all
     /// values are longs" at true.
     fn empty() -> Self {
-        Self {
-            long_sum: Some(0),
-            all_long: true,
-            ..Self::default()
-        }
+        Self { long_sum: Some(0), all_long: true, ..Self::default() }
     }
 
     fn add(&mut self, v: &Value) {
@@ -119,11 +115,7 @@ impl Acc {
 
 impl Store {
     /// Answers a history query: for each requested key that has data, its points.
-    pub fn history(
-        &self,
-        device: DeviceId,
-        q: &HistoryQuery,
-    ) -> Result<Vec<KeySeries>, StoreError> {
+    pub fn history(&self, device: DeviceId, q: &HistoryQuery) -> Result<Vec<KeySeries>, StoreError> {
         let keys = self.key_ids(&q.keys);
         if keys.is_empty() || q.end <= q.start || q.limit == 0 {
             return Ok(Vec::new());
@@ -176,12 +168,7 @@ impl Store {
         Ok(out)
     }
 
-    fn raw(
-        &self,
-        iter: fjall::Iter,
-        keys: &[(KeyId, String)],
-        q: &HistoryQuery,
-    ) -> Result<Vec<KeySeries>, StoreError> {
+    fn raw(&self, iter: fjall::Iter, keys: &[(KeyId, String)], q: &HistoryQuery) -> Result<Vec<KeySeries>, StoreError> {
         let mut points: Vec<Vec<(Ts, Value)>> = keys.iter().map(|_| Vec::new()).collect();
         let mut visit = |kv: fjall::Guard| -> Result<bool, StoreError> {
             let (k, v) = kv.into_inner()?;
@@ -211,11 +198,6 @@ impl Store {
                 }
             }
         }
-        Ok(keys
-            .iter()
-            .zip(points)
-            .filter(|(_, p)| !p.is_empty())
-            .map(|((_, n), p)| (n.clone(), p))
-            .collect())
+        Ok(keys.iter().zip(points).filter(|(_, p)| !p.is_empty()).map(|((_, n), p)| (n.clone(), p)).collect())
     }
 }

@@ -328,17 +328,10 @@ impl WriterHandle {
 impl Store {
     /// Starts the writer thread. Join the returned handle after dropping every
     /// [`WriterHandle`] to wait for the final sync.
-    pub fn start_writer(
-        &self,
-        cfg: WriterConfig,
-    ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
+    pub fn start_writer(&self, cfg: WriterConfig) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
         let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
         let stats = Arc::new(WriterStats::default());
-        let handle = WriterHandle {
-            tx,
-            enqueue_timeout: cfg.enqueue_timeout,
-            stats: stats.clone(),
-        };
+        let handle = WriterHandle { tx, enqueue_timeout: cfg.enqueue_timeout, stats: stats.clone() };
         let store = self.clone();
         let engine = self.engine().map_err(std::io::Error::other)?;
         let join = std::thread::Builder::new()
@@ -444,14 +437,16 @@ impl Writer {
             // Healthy: wait for work. Unhealthy: also look every RECOVERY_POLL whether the
             // disk has room again, so the store recovers without waiting for a write.
             let first = match (&timer, self.store.health()) {
-                (Ok(timer), Health::DiskFull | Health::Failed) => match timer.block_on(async { tokio::time::timeout(RECOVERY_POLL, rx.recv()).await }) {
-                    Ok(Some(r)) => r,
-                    Ok(None) => break,
-                    Err(_) => {
-                        self.admission();
-                        continue;
+                (Ok(timer), Health::DiskFull | Health::Failed) => {
+                    match timer.block_on(async { tokio::time::timeout(RECOVERY_POLL, rx.recv()).await }) {
+                        Ok(Some(r)) => r,
+                        Ok(None) => break,
+                        Err(_) => {
+                            self.admission();
+                            continue;
+                        }
                     }
-                },
+                }
                 _ => match rx.blocking_recv() {
                     Some(r) => r,
                     None => break,
@@ -472,26 +467,19 @@ impl Writer {
             };
             if results.iter().any(Result::is_ok) {
                 let started = Instant::now();
-                let mode = if self.cfg.fsync {
-                    PersistMode::SyncData
-                } else {
-                    PersistMode::Buffer
-                };
+                let mode = if self.cfg.fsync { PersistMode::SyncData } else { PersistMode::Buffer };
                 if let Err(e) = self.engine().and_then(|engine| Ok(engine.db.persist(mode)?)) {
                     let e = self.fail(&e);
                     for r in &mut results {
                         *r = Err(e.duplicate());
                     }
                 }
-                self.stats
-                    .sync_nanos
-                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                self.stats.sync_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             self.stats.commits.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .ops
-                .fetch_add(replies.len() as u64, Ordering::Relaxed);
-            let refused = results.iter().filter(|r| matches!(r, Err(StoreError::DiskFull(_) | StoreError::Unavailable))).count();
+            self.stats.ops.fetch_add(replies.len() as u64, Ordering::Relaxed);
+            let refused =
+                results.iter().filter(|r| matches!(r, Err(StoreError::DiskFull(_) | StoreError::Unavailable))).count();
             self.stats.refused_unhealthy.fetch_add(refused as u64, Ordering::Relaxed);
             for (reply, res) in replies.drain(..).zip(results) {
                 // A requester that went away no longer needs the answer.
@@ -610,12 +598,9 @@ impl Writer {
                     results[i] = self.telemetry(&mut seg, device, records);
                     seg.members.push(i);
                 }
-                WriteOp::Attributes {
-                    device,
-                    scope,
-                    values,
-                } => {
-                    results[i] = self.attributes(&mut seg, device, scope, values.into_iter().map(|(k, v)| (k, Some(v))));
+                WriteOp::Attributes { device, scope, values } => {
+                    results[i] =
+                        self.attributes(&mut seg, device, scope, values.into_iter().map(|(k, v)| (k, Some(v))));
                     seg.members.push(i);
                 }
                 WriteOp::DeleteAttributes { device, scope, keys } => {
@@ -630,7 +615,11 @@ impl Writer {
                         .map(|r| self.engine().and_then(|e| Ok(e.ks.tokens.contains_key(&r.key)?)));
                     match clash {
                         Some(Err(e)) => results[i] = Err(e),
-                        Some(Ok(true)) => results[i] = Err(StoreError::CredentialClash("user name is a device access token; choose another".into())),
+                        Some(Ok(true)) => {
+                            results[i] = Err(StoreError::CredentialClash(
+                                "user name is a device access token; choose another".into(),
+                            ))
+                        }
                         _ => {
                             for r in rows {
                                 seg.broker.insert(r.table.key(&r.key), r.value);
@@ -682,9 +671,7 @@ impl Writer {
             };
             self.latest.insert(device, row);
         }
-        self.latest
-            .get_mut(&device)
-            .ok_or(StoreError::Corrupt("latest cache"))
+        self.latest.get_mut(&device).ok_or(StoreError::Corrupt("latest cache"))
     }
 
     fn intern(&self, seg: &mut Segment, name: &str) -> Result<KeyId, StoreError> {
@@ -693,10 +680,7 @@ impl Writer {
         }
         let mut dict = self.store.inner.keys.write();
         if dict.len() >= self.cfg.max_keys {
-            return Err(StoreError::Limit(format!(
-                "too many distinct telemetry keys (limit {})",
-                self.cfg.max_keys
-            )));
+            return Err(StoreError::Limit(format!("too many distinct telemetry keys (limit {})", self.cfg.max_keys)));
         }
         let id = dict.intern(name);
         seg.new_keys.push((name.to_owned(), id));
@@ -774,18 +758,13 @@ impl Writer {
         }
         let now = Ts::now();
         for (k, v) in values {
-            seg.attrs
-                .insert(codec::attr_key(device, scope.tag(), &k), v.map(|v| (now, v)));
+            seg.attrs.insert(codec::attr_key(device, scope.tag(), &k), v.map(|v| (now, v)));
         }
         Ok(WriteOutcome::Done)
     }
 
     /// Writes a segment as one atomic batch (not yet synced).
-    fn commit_segment(
-        &mut self,
-        seg: &mut Segment,
-        results: &mut [Result<WriteOutcome, StoreError>],
-    ) {
+    fn commit_segment(&mut self, seg: &mut Segment, results: &mut [Result<WriteOutcome, StoreError>]) {
         if seg.members.is_empty() {
             return;
         }
@@ -825,9 +804,7 @@ impl Writer {
             }
         }
         let outcome = batch.commit();
-        self.stats
-            .records
-            .fetch_add(std::mem::take(&mut seg.records), Ordering::Relaxed);
+        self.stats.records.fetch_add(std::mem::take(&mut seg.records), Ordering::Relaxed);
         if let Err(e) = outcome {
             let e = self.fail(&e.into());
             for &i in &seg.members {
@@ -852,7 +829,9 @@ impl Writer {
                 self.gateway_counts.clear();
                 self.delete_device(id)
             }
-            WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => self.gateway_device(gateway, name, device_type, max_devices),
+            WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => {
+                self.gateway_device(gateway, name, device_type, max_devices)
+            }
             WriteOp::AssignGateway { device, gateway } => {
                 self.gateway_counts.clear();
                 let engine = self.engine()?;
@@ -883,7 +862,13 @@ impl Writer {
     }
 
     /// [`WriteOp::GatewayDevice`].
-    fn gateway_device(&mut self, gateway: DeviceId, name: String, device_type: Option<String>, max_devices: usize) -> Result<WriteOutcome, StoreError> {
+    fn gateway_device(
+        &mut self,
+        gateway: DeviceId,
+        name: String,
+        device_type: Option<String>,
+        max_devices: usize,
+    ) -> Result<WriteOutcome, StoreError> {
         let engine = self.engine()?;
         let mut txn = DeviceTxn::new(&self.store, &engine);
         if !txn.record(gateway)?.ok_or(StoreError::DeviceNotFound)?.is_gateway() {
@@ -906,14 +891,19 @@ impl Writer {
                 "this gateway owns {owned} devices, the limit (limits.max_devices_per_gateway); device '{name}' was not created"
             )));
         }
-        let rec = txn.save(SaveDevice {
-            id: None,
-            name,
-            device_type: device_type.unwrap_or_default(),
-            label: None,
-            token: None,
-            additional_info: Some(serde_json::json!({"gateway": false, "lastConnectedGateway": gateway.to_string()})),
-        }, Some(gateway))?;
+        let rec = txn.save(
+            SaveDevice {
+                id: None,
+                name,
+                device_type: device_type.unwrap_or_default(),
+                label: None,
+                token: None,
+                additional_info: Some(
+                    serde_json::json!({"gateway": false, "lastConnectedGateway": gateway.to_string()}),
+                ),
+            },
+            Some(gateway),
+        )?;
         txn.commit()?;
         self.gateway_counts.insert(gateway, owned + 1);
         Ok(WriteOutcome::Device(rec))
@@ -938,7 +928,11 @@ impl Writer {
             batch.remove(&ks.gateways, gateway_key(id, child));
             if let Some(c) = self.store.device(child)? {
                 let c = DeviceRecord { gateway: None, ..c };
-                batch.insert(&ks.devices, child.as_bytes().to_vec(), serde_json::to_vec(&c).map_err(|_| StoreError::Corrupt("device encode"))?);
+                batch.insert(
+                    &ks.devices,
+                    child.as_bytes().to_vec(),
+                    serde_json::to_vec(&c).map_err(|_| StoreError::Corrupt("device encode"))?,
+                );
             }
         }
         for kv in ks.attrs.prefix(id.as_bytes()) {
@@ -954,21 +948,13 @@ impl Writer {
 
     fn delete_telemetry(&mut self, d: DeleteTelemetry) -> Result<WriteOutcome, StoreError> {
         let ks = self.engine()?.ks.ts.clone();
-        let ids: Vec<KeyId> = self
-            .store
-            .key_ids(&d.keys)
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
+        let ids: Vec<KeyId> = self.store.key_ids(&d.keys).into_iter().map(|(id, _)| id).collect();
         if ids.is_empty() {
             return Ok(WriteOutcome::Done);
         }
         let (lo, hi) = match d.range {
             Some((s, e)) => (codec::ts_key(d.device, s), codec::ts_key(d.device, e)),
-            None => (
-                codec::ts_key(d.device, Ts(i64::MIN)),
-                codec::ts_key(d.device, Ts(i64::MAX)),
-            ),
+            None => (codec::ts_key(d.device, Ts(i64::MIN)), codec::ts_key(d.device, Ts(i64::MAX))),
         };
         let in_range = |ts: Ts| d.range.is_none_or(|(s, e)| ts >= s && ts < e);
         let mut batch = self.engine()?.db.batch();
@@ -1097,7 +1083,9 @@ impl<'a> DeviceTxn<'a> {
     /// A device token may not be an MQTT application's user name.
     fn check_not_a_user_name(&self, token: &str) -> Result<(), StoreError> {
         if self.engine.ks.broker.contains_key(BrokerTable::Credentials.key(token.as_bytes()))? {
-            return Err(StoreError::CredentialClash("access token is an MQTT application user name; choose another".into()));
+            return Err(StoreError::CredentialClash(
+                "access token is an MQTT application user name; choose another".into(),
+            ));
         }
         Ok(())
     }
@@ -1182,11 +1170,7 @@ impl<'a> DeviceTxn<'a> {
             id,
             created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
             name: s.name,
-            device_type: if s.device_type.is_empty() {
-                "default".into()
-            } else {
-                s.device_type
-            },
+            device_type: if s.device_type.is_empty() { "default".into() } else { s.device_type },
             label: s.label,
             token,
             additional_info: s.additional_info,
@@ -1205,10 +1189,8 @@ impl<'a> DeviceTxn<'a> {
                 Some(id) => self.record(id)?,
                 None => None,
             };
-            let mut info = existing
-                .as_ref()
-                .and_then(|e| e.additional_info.clone())
-                .unwrap_or_else(|| serde_json::json!({}));
+            let mut info =
+                existing.as_ref().and_then(|e| e.additional_info.clone()).unwrap_or_else(|| serde_json::json!({}));
             if let Some(obj) = info.as_object_mut() {
                 if let Some(d) = row.description {
                     obj.insert("description".into(), d.into());
@@ -1256,4 +1238,3 @@ impl<'a> DeviceTxn<'a> {
         Ok(out)
     }
 }
-

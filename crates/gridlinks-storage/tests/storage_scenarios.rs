@@ -3,8 +3,8 @@
 
 use gridlinks_storage::query::{Agg, HistoryQuery, Order};
 use gridlinks_storage::{
-    DeleteTelemetry, ImportRow, SaveDevice, Store, StoreError, StoreOptions, WriteOp,
-    WriteOutcome, WriterConfig, WriterHandle,
+    DeleteTelemetry, ImportRow, SaveDevice, Store, StoreError, StoreOptions, WriteOp, WriteOutcome, WriterConfig,
+    WriterHandle,
 };
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 
@@ -33,10 +33,7 @@ async fn device(h: &WriterHandle, name: &str) -> DeviceId {
 }
 
 fn rec(ts: i64, kv: &[(&str, Value)]) -> TsRecord {
-    TsRecord {
-        ts: Ts(ts),
-        values: kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-    }
+    TsRecord { ts: Ts(ts), values: kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() }
 }
 
 fn all(keys: &[&str], agg: Agg, interval: i64) -> HistoryQuery {
@@ -57,12 +54,7 @@ async fn same_point_twice_is_stored_once_and_rows_merge() {
     let (store, h, _j) = open(dir.path());
     let d = device(&h, "a").await;
     for _ in 0..2 {
-        h.submit(WriteOp::Telemetry {
-            device: d,
-            records: vec![rec(10, &[("t", Value::Long(1))])],
-        })
-        .await
-        .unwrap();
+        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(10, &[("t", Value::Long(1))])] }).await.unwrap();
     }
     // A later message with another key at the same ts merges into the row.
     h.submit(WriteOp::Telemetry {
@@ -72,12 +64,7 @@ async fn same_point_twice_is_stored_once_and_rows_merge() {
     .await
     .unwrap();
     // Redelivery of the old point after newer ones must not duplicate it either.
-    h.submit(WriteOp::Telemetry {
-        device: d,
-        records: vec![rec(10, &[("t", Value::Long(1))])],
-    })
-    .await
-    .unwrap();
+    h.submit(WriteOp::Telemetry { device: d, records: vec![rec(10, &[("t", Value::Long(1))])] }).await.unwrap();
     let r = store.history(d, &all(&["t", "h"], Agg::None, 0)).unwrap();
     assert_eq!(
         r,
@@ -94,17 +81,9 @@ async fn latest_follows_newest_ts_not_last_write() {
     let (store, h, _j) = open(dir.path());
     let d = device(&h, "a").await;
     for ts in [50, 70, 60] {
-        h.submit(WriteOp::Telemetry {
-            device: d,
-            records: vec![rec(ts, &[("t", Value::Long(ts))])],
-        })
-        .await
-        .unwrap();
+        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(ts, &[("t", Value::Long(ts))])] }).await.unwrap();
     }
-    assert_eq!(
-        store.latest(d, None).unwrap(),
-        vec![("t".into(), Ts(70), Value::Long(70))]
-    );
+    assert_eq!(store.latest(d, None).unwrap(), vec![("t".into(), Ts(70), Value::Long(70))]);
 }
 
 #[tokio::test]
@@ -112,9 +91,8 @@ async fn aggregation_intervals_and_types() {
     let dir = tempfile::tempdir().unwrap();
     let (store, h, _j) = open(dir.path());
     let d = device(&h, "a").await;
-    let records = (0..10)
-        .map(|i| rec(i * 10, &[("l", Value::Long(i)), ("f", Value::Double(i as f64 / 2.0))]))
-        .collect();
+    let records =
+        (0..10).map(|i| rec(i * 10, &[("l", Value::Long(i)), ("f", Value::Double(i as f64 / 2.0))])).collect();
     h.submit(WriteOp::Telemetry { device: d, records }).await.unwrap();
     let mut q = all(&["l", "f"], Agg::Sum, 50);
     q.end = Ts(100);
@@ -195,12 +173,7 @@ async fn devices_names_tokens_and_delete() {
     assert_eq!(store.device_id_by_token("tok-a").unwrap(), None);
     assert!(store.device(d).unwrap().is_none());
     assert!(store.attributes(d, None, None).unwrap().is_empty());
-    let late = h
-        .submit(WriteOp::Telemetry {
-            device: d,
-            records: vec![rec(1, &[("t", Value::Long(1))])],
-        })
-        .await;
+    let late = h.submit(WriteOp::Telemetry { device: d, records: vec![rec(1, &[("t", Value::Long(1))])] }).await;
     assert!(matches!(late, Err(StoreError::DeviceNotFound)));
 }
 
@@ -223,13 +196,11 @@ async fn import_creates_updates_and_reports_bad_rows() {
     let rows = vec![
         row(2, "d1", Some("t1")),
         row(3, "d2", None),
-        row(4, "d3", Some("t1")),          // token used by d1 in the same import
-        row(5, "d4", Some("tok-taken")),   // token of an existing device
-        row(6, "d1", Some("t1")),          // same device again: an update
+        row(4, "d3", Some("t1")),        // token used by d1 in the same import
+        row(5, "d4", Some("tok-taken")), // token of an existing device
+        row(6, "d1", Some("t1")),        // same device again: an update
     ];
-    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: true }).await.unwrap() else {
-        panic!()
-    };
+    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: true }).await.unwrap() else { panic!() };
     assert_eq!((out.created, out.updated), (2, 2 - 1));
     assert_eq!(out.errors.len(), 2, "{:?}", out.errors);
     assert!(out.errors[0].starts_with("Line 4:"));
@@ -241,9 +212,7 @@ async fn import_creates_updates_and_reports_bad_rows() {
     assert_eq!(store.devices().unwrap().len(), 3);
     // Without `update`, an existing device is still updated but its attributes are not.
     let rows = vec![row(2, "d1", None)];
-    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: false }).await.unwrap() else {
-        panic!()
-    };
+    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: false }).await.unwrap() else { panic!() };
     assert_eq!((out.created, out.updated, out.errors.len()), (0, 1, 0));
     let attrs = store.attributes(d1.id, Some(AttributeScope::Shared), None).unwrap();
     assert_eq!(attrs[0].value, Value::Long(6));
@@ -304,9 +273,7 @@ async fn broker_rows_last_write_wins_per_round_and_survive_reopen() {
         ]))
         .await
         .unwrap();
-        h.submit(WriteOp::Broker(vec![row(BrokerTable::Retained, "gone", None)]))
-            .await
-            .unwrap();
+        h.submit(WriteOp::Broker(vec![row(BrokerTable::Retained, "gone", None)])).await.unwrap();
         assert_eq!(store.broker_row(BrokerTable::Credentials, b"a/b").unwrap().as_deref(), Some(&b"cred"[..]));
         drop(h);
         j.join().unwrap();
@@ -317,7 +284,14 @@ async fn broker_rows_last_write_wins_per_round_and_survive_reopen() {
 }
 
 async fn save(h: &WriterHandle, name: &str, info: Option<serde_json::Value>) -> DeviceId {
-    let op = WriteOp::SaveDevice(SaveDevice { id: None, name: name.into(), device_type: String::new(), label: None, token: None, additional_info: info });
+    let op = WriteOp::SaveDevice(SaveDevice {
+        id: None,
+        name: name.into(),
+        device_type: String::new(),
+        label: None,
+        token: None,
+        additional_info: info,
+    });
     match h.submit(op).await.unwrap() {
         WriteOutcome::Device(d) => d.id,
         other => panic!("unexpected {other:?}"),
@@ -355,7 +329,10 @@ async fn gateways_own_the_devices_they_create_or_are_assigned_and_no_others() {
     // An administrator assigns a device; it then counts against that gateway.
     h.submit(WriteOp::AssignGateway { device: plain, gateway: Some(other_gw) }).await.unwrap();
     assert_eq!(for_gateway(&h, other_gw, "plain").await.unwrap(), plain);
-    assert!(matches!(h.submit(WriteOp::AssignGateway { device: child, gateway: Some(plain) }).await, Err(StoreError::NotGateway)));
+    assert!(matches!(
+        h.submit(WriteOp::AssignGateway { device: child, gateway: Some(plain) }).await,
+        Err(StoreError::NotGateway)
+    ));
     // A deleted gateway's devices belong to no gateway; ownership survives a reopen.
     h.submit(WriteOp::DeleteDevice(other_gw)).await.unwrap();
     assert_eq!(store.device(plain).unwrap().unwrap().gateway, None);

@@ -214,9 +214,9 @@ impl FromStr for AttributeScope {
             "CLIENT_SCOPE" => Ok(Self::Client),
             "SHARED_SCOPE" => Ok(Self::Shared),
             "SERVER_SCOPE" => Ok(Self::Server),
-            other => Err(format!(
-                "invalid attribute scope '{other}': expected CLIENT_SCOPE, SHARED_SCOPE or SERVER_SCOPE"
-            )),
+            other => {
+                Err(format!("invalid attribute scope '{other}': expected CLIENT_SCOPE, SHARED_SCOPE or SERVER_SCOPE"))
+            }
         }
     }
 }
@@ -232,16 +232,10 @@ mod tests {
         assert_eq!(Value::from_json(&json!(42)), Ok(Value::Long(42)));
         assert_eq!(Value::from_json(&json!(-1.5)), Ok(Value::Double(-1.5)));
         assert_eq!(Value::from_json(&json!("x")), Ok(Value::Str("x".into())));
-        assert_eq!(
-            Value::from_json(&json!({"a":[1,2]})),
-            Ok(Value::Json("{\"a\":[1,2]}".into()))
-        );
+        assert_eq!(Value::from_json(&json!({"a":[1,2]})), Ok(Value::Json("{\"a\":[1,2]}".into())));
         assert_eq!(Value::from_json(&json!(null)), Err(ValueError::Null));
         // u64 beyond i64 becomes a double, as in ThingsBoard.
-        assert_eq!(
-            Value::from_json(&json!(u64::MAX)),
-            Ok(Value::Double(u64::MAX as f64))
-        );
+        assert_eq!(Value::from_json(&json!(u64::MAX)), Ok(Value::Double(u64::MAX as f64)));
     }
 
     #[test]

@@ -18,10 +18,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::telemetry::{disconnect_all, provision, provisioned_name};
-use super::{
-    idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources,
-    Target,
-};
+use super::{idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources, Target};
 use crate::cli::ConnectArgs;
 use crate::figures;
 use crate::mqtt_client::MqttConnection;
@@ -66,8 +63,7 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
     let mut target = Target::resolve(&args.target, args.connections).await?;
     if args.provision {
         let names = (0..args.connections).map(provisioned_name).collect();
-        target.credentials =
-            Credentials::Tokens(provision(args.api.target("--provision")?, names).await?);
+        target.credentials = Credentials::Tokens(provision(args.api.target("--provision")?, names).await?);
     }
     let target = Arc::new(target);
     let counters = Arc::new(Counters::default());
@@ -154,12 +150,7 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
     disconnect_all(open).await;
     let timeline = progress.finish();
 
-    let server_memory = match (
-        &target.server_stats,
-        server_before,
-        server_connected,
-        server_end,
-    ) {
+    let server_memory = match (&target.server_stats, server_before, server_connected, server_end) {
         (Some(stats), Some(before), Some(connected), Some(end)) => Some(ServerMemory {
             pid: stats.pid(),
             rss_before_kib: before.memory.rss_kib,
@@ -199,15 +190,9 @@ async fn hold_one(
     outcome: mpsc::Sender<Result<(), String>>,
     mut hold_rx: watch::Receiver<Option<Instant>>,
 ) -> HoldResult {
-    let Shared {
-        target,
-        counters,
-        pings,
-        connack,
-    } = &*shared;
+    let Shared { target, counters, pings, connack } = &*shared;
     let started = Instant::now();
-    let connected =
-        MqttConnection::connect(target.endpoint(index), &target.client_options(index)).await;
+    let connected = MqttConnection::connect(target.endpoint(index), &target.client_options(index)).await;
     drop(permit);
     let mut conn = match connected {
         Ok(conn) => {
@@ -219,10 +204,7 @@ async fn hold_one(
         Err(e) => {
             Counters::add(&counters.connect_failed, 1);
             let _ = outcome.send(Err(e.reason())).await;
-            return HoldResult {
-                lost: None,
-                conn: None,
-            };
+            return HoldResult { lost: None, conn: None };
         }
     };
     drop(outcome);
@@ -232,16 +214,10 @@ async fn hold_one(
         }
     };
     match idle_until(&mut conn, hold_over, target.ping_interval(), pings).await {
-        Ok(()) => HoldResult {
-            lost: None,
-            conn: Some(conn),
-        },
+        Ok(()) => HoldResult { lost: None, conn: Some(conn) },
         Err(e) => {
             Counters::add(&counters.dropped, 1);
-            HoldResult {
-                lost: Some(e.reason()),
-                conn: None,
-            }
+            HoldResult { lost: Some(e.reason()), conn: None }
         }
     }
 }

@@ -18,8 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::telemetry::{
-    check_losses_of, device_names_of, provision, render_payload, send_interval, template,
-    PayloadKind, PayloadSpec,
+    check_losses_of, device_names_of, provision, render_payload, send_interval, template, PayloadKind, PayloadSpec,
 };
 use super::{wait_for_some, ConnectPacer, Progress, ProgressKind, ProgressSources};
 use crate::cli::HttpTelemetryArgs;
@@ -151,20 +150,14 @@ impl HttpFleet {
                 *connect_failures.entry(reason).or_default() += 1;
             }
         }
-        HttpFleet {
-            devices,
-            window_tx,
-            connect_failures,
-            connect_seconds: started.elapsed().as_secs_f64(),
-        }
+        HttpFleet { devices, window_tx, connect_failures, connect_seconds: started.elapsed().as_secs_f64() }
     }
 
     /// Starts the window on every device at once and waits until each has its last
     /// response (or lost its connection).
     pub async fn post(self, duration: Option<Duration>) -> anyhow::Result<HttpFleetResult> {
         let start = Instant::now();
-        self.window_tx
-            .send_replace(Some((start, duration.map(|d| start + d))));
+        self.window_tx.send_replace(Some((start, duration.map(|d| start + d))));
         let mut out = HttpFleetResult {
             start,
             last_ack: start,
@@ -202,17 +195,11 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
     let tokens = if args.provision {
         provision(api.clone(), names.clone().context("provisioned names")?).await?
     } else {
-        let path = args
-            .tokens_file
-            .as_ref()
-            .context("give --provision or --tokens-file")?;
+        let path = args.tokens_file.as_ref().context("give --provision or --tokens-file")?;
         super::read_devices(path, args.devices)?.tokens
     };
     let url = args.api.api.clone().unwrap_or_default();
-    let host = url
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
+    let host = url.trim_start_matches("http://").trim_end_matches('/').to_string();
     let server = tokio::net::lookup_host(host.as_str())
         .await
         .with_context(|| format!("resolving {host}"))?
@@ -261,8 +248,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
 
     // Phase 1: connect.
     let fleet = HttpFleet::connect(&plan, tokens, &counters, &latency, args.connect_rate).await;
-    let (connect_failures, connect_seconds) =
-        (fleet.connect_failures.clone(), fleet.connect_seconds);
+    let (connect_failures, connect_seconds) = (fleet.connect_failures.clone(), fleet.connect_seconds);
 
     // Phase 2: post.
     let server_before = match &server_stats {
@@ -275,21 +261,10 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
     }
     progress.set_phase("posting");
     let lag_sampler = match &names {
-        Some(names) if args.storage_lag => Some(LagSampler::start(
-            api.clone(),
-            names.clone(),
-            Arc::clone(&lag_slots),
-        )),
+        Some(names) if args.storage_lag => Some(LagSampler::start(api.clone(), names.clone(), Arc::clone(&lag_slots))),
         _ => None,
     };
-    let HttpFleetResult {
-        start,
-        last_ack,
-        mut lost,
-        refused,
-        acks,
-        ..
-    } = fleet.post(duration).await?;
+    let HttpFleetResult { start, last_ack, mut lost, refused, acks, .. } = fleet.post(duration).await?;
     let server_after = match &server_stats {
         Some(s) => Some(s.sample()?),
         None => None,
@@ -311,9 +286,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         devices: args.devices,
         qos: 1,
         inflight: 1,
-        offered_rate: plan
-            .interval
-            .map_or(0.0, |i| args.devices as f64 / i.as_secs_f64()),
+        offered_rate: plan.interval.map_or(0.0, |i| args.devices as f64 / i.as_secs_f64()),
         payload_bytes: render_payload(&mut BytesMut::new(), &plan.payload, 0, 0).len(),
         connected: Counters::get(&counters.connected),
         connect_failures,
@@ -325,27 +298,15 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         dropped: lost,
         puback: Some(LatencySummary::from_histogram(&latency.merged())),
         latency_histogram: None,
-        server_cost: ServerCost::between(
-            server_stats.as_ref(),
-            server_before,
-            server_after,
-            rss_peak,
-        ),
+        server_cost: ServerCost::between(server_stats.as_ref(), server_before, server_after, rss_peak),
         generator_cpu_seconds: me_after - me_before,
         loss_check: None,
         storage_lag,
         timeline,
     };
     if let Some(names) = names {
-        report.loss_check = check_losses_of(
-            &args.api,
-            args.verify,
-            args.save_acks.as_deref(),
-            Some(api),
-            names,
-            acks,
-        )
-        .await?;
+        report.loss_check =
+            check_losses_of(&args.api, args.verify, args.save_acks.as_deref(), Some(api), names, acks).await?;
     }
     Ok(report)
 }
@@ -405,9 +366,7 @@ impl Device {
         let mut last_ts = plan.first_ts.saturating_sub(1);
         loop {
             let now = Instant::now();
-            if stop_at.is_some_and(|stop| now >= stop)
-                || plan.messages_per_device.is_some_and(|m| sent >= m)
-            {
+            if stop_at.is_some_and(|stop| now >= stop) || plan.messages_per_device.is_some_and(|m| sent >= m) {
                 break;
             }
             // Latency counts from the scheduled time (less the timer's slack) with
@@ -457,8 +416,7 @@ impl Device {
             };
             let received = Instant::now();
             if response.status == 200 {
-                self.latency
-                    .record(received.saturating_duration_since(sent_at));
+                self.latency.record(received.saturating_duration_since(sent_at));
                 Counters::add(&self.counters.acked, 1);
                 result.last_ack = Some(received);
                 if plan.record_acks {
@@ -469,10 +427,7 @@ impl Device {
                 }
             } else {
                 Counters::add(&self.counters.failed, 1);
-                *result
-                    .refused
-                    .entry(format!("HTTP {}", response.status))
-                    .or_default() += 1;
+                *result.refused.entry(format!("HTTP {}", response.status)).or_default() += 1;
             }
             if response.close {
                 Counters::add(&self.counters.dropped, 1);
@@ -502,17 +457,11 @@ async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result
             return Ok(response);
         }
         if buf.len() > MAX_HEAD + MAX_BODY {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "response too large",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "response too large"));
         }
         buf.reserve(1024);
         if stream.read_buf(buf).await? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "server closed the connection",
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection"));
         }
     }
 }
@@ -567,23 +516,11 @@ mod tests {
     fn responses_parse_with_and_without_body() {
         let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\ndate: x\r\n\r\nHTTP/1.1 503";
         let (r, len) = parse_response(ok).unwrap().unwrap();
-        assert_eq!(
-            r,
-            Response {
-                status: 200,
-                close: false
-            }
-        );
+        assert_eq!(r, Response { status: 200, close: false });
         assert_eq!(&ok[len..], b"HTTP/1.1 503");
         let busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbusy!";
         let (r, len) = parse_response(busy).unwrap().unwrap();
-        assert_eq!(
-            r,
-            Response {
-                status: 503,
-                close: true
-            }
-        );
+        assert_eq!(r, Response { status: 503, close: true });
         assert_eq!(len, busy.len());
         // Incomplete head or body: wait for more.
         assert!(parse_response(b"HTTP/1.1 200 OK\r\n").unwrap().is_none());

@@ -93,22 +93,16 @@ impl Target {
             })
             .with_context(|| format!("{} has no address of the sources' family", args.host))?;
         let credentials = match (&args.tokens_file, &args.username) {
-            (Some(path), _) => {
-                Credentials::Tokens(read_devices(path, offset + connections)?.tokens)
+            (Some(path), _) => Credentials::Tokens(read_devices(path, offset + connections)?.tokens),
+            (None, Some(username)) => {
+                Credentials::Shared { username: username.clone(), password: args.password.clone().map(Bytes::from) }
             }
-            (None, Some(username)) => Credentials::Shared {
-                username: username.clone(),
-                password: args.password.clone().map(Bytes::from),
-            },
             (None, None) => Credentials::Anonymous,
         };
         check_fd_limit(connections)?;
         warn_if_ports_short(connections, args.sources.len());
         let server_stats = match args.server_pid {
-            Some(pid) => Some(
-                ProcessStats::new(pid)
-                    .with_context(|| format!("reading /proc/{pid} of the server"))?,
-            ),
+            Some(pid) => Some(ProcessStats::new(pid).with_context(|| format!("reading /proc/{pid} of the server"))?),
             None => None,
         };
         Ok(Target {
@@ -130,11 +124,7 @@ impl Target {
         let index = self.offset + index;
         Endpoint {
             server: self.server,
-            source: if self.sources.is_empty() {
-                None
-            } else {
-                Some(self.sources[index % self.sources.len()])
-            },
+            source: if self.sources.is_empty() { None } else { Some(self.sources[index % self.sources.len()]) },
         }
     }
 
@@ -143,9 +133,7 @@ impl Target {
         let index = self.offset + index;
         let (username, password) = match &self.credentials {
             Credentials::Anonymous => (None, None),
-            Credentials::Shared { username, password } => {
-                (Some(username.clone()), password.clone())
-            }
+            Credentials::Shared { username, password } => (Some(username.clone()), password.clone()),
             Credentials::Tokens(tokens) => (Some(tokens[index].clone()), None),
         };
         ClientOptions {
@@ -196,25 +184,11 @@ pub(crate) fn window_duration(duration: Option<Duration>, count: Option<u64>) ->
 
 /// The non-empty lines of `path`, trimmed; fails when there are fewer than `needed`
 /// (`what` names them in the message).
-pub(crate) fn read_lines(
-    path: &std::path::Path,
-    needed: usize,
-    what: &str,
-) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading {what} file {}", path.display()))?;
-    let lines: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect();
+pub(crate) fn read_lines(path: &std::path::Path, needed: usize, what: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {what} file {}", path.display()))?;
+    let lines: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
     if lines.len() < needed {
-        bail!(
-            "{} has {} {what} but {needed} connections need one each",
-            path.display(),
-            lines.len()
-        );
+        bail!("{} has {} {what} but {needed} connections need one each", path.display(), lines.len());
     }
     Ok(lines)
 }
@@ -232,24 +206,14 @@ pub(crate) struct DevicesFile {
 /// Reads a tokens file; fails when it has fewer than `needed` devices.
 pub(crate) fn read_devices(path: &std::path::Path, needed: usize) -> anyhow::Result<DevicesFile> {
     let mut lines = read_lines(path, needed, "tokens")?;
-    if lines
-        .first()
-        .is_some_and(|l| l.replace(' ', "").eq_ignore_ascii_case("name,token"))
-    {
+    if lines.first().is_some_and(|l| l.replace(' ', "").eq_ignore_ascii_case("name,token")) {
         lines.remove(0);
         if lines.len() < needed {
-            bail!(
-                "{} has {} devices but {needed} are needed",
-                path.display(),
-                lines.len()
-            );
+            bail!("{} has {} devices but {needed} are needed", path.display(), lines.len());
         }
     }
     if !lines.iter().any(|l| l.contains(',')) {
-        return Ok(DevicesFile {
-            tokens: lines,
-            names: None,
-        });
+        return Ok(DevicesFile { tokens: lines, names: None });
     }
     let mut names = Vec::with_capacity(lines.len());
     let mut tokens = Vec::with_capacity(lines.len());
@@ -263,10 +227,7 @@ pub(crate) fn read_devices(path: &std::path::Path, needed: usize) -> anyhow::Res
             _ => bail!("{} line {}: expected NAME,TOKEN", path.display(), i + 1),
         }
     }
-    Ok(DevicesFile {
-        tokens,
-        names: Some(names),
-    })
+    Ok(DevicesFile { tokens, names: Some(names) })
 }
 
 /// Fails early when the open-files limit cannot hold `connections` sockets.
@@ -288,9 +249,7 @@ fn warn_if_ports_short(connections: usize, sources: usize) {
     let Ok(range) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
         return;
     };
-    let mut it = range
-        .split_whitespace()
-        .filter_map(|s| s.parse::<usize>().ok());
+    let mut it = range.split_whitespace().filter_map(|s| s.parse::<usize>().ok());
     if let (Some(lo), Some(hi)) = (it.next(), it.next()) {
         let ports = (hi.saturating_sub(lo) + 1) * sources.max(1);
         if connections > ports {
@@ -318,11 +277,7 @@ impl ConnectPacer {
     pub fn new(rate: f64, max_pending: usize) -> Self {
         ConnectPacer {
             start: Instant::now(),
-            gap: if rate > 0.0 {
-                Duration::from_secs_f64(1.0 / rate)
-            } else {
-                Duration::ZERO
-            },
+            gap: if rate > 0.0 { Duration::from_secs_f64(1.0 / rate) } else { Duration::ZERO },
             pending: Arc::new(Semaphore::new(max_pending)),
         }
     }
@@ -333,10 +288,7 @@ impl ConnectPacer {
         if !self.gap.is_zero() {
             tokio::time::sleep_until(self.start + self.gap.mul_f64(index as f64)).await;
         }
-        Arc::clone(&self.pending)
-            .acquire_owned()
-            .await
-            .expect("the pacer's semaphore is never closed")
+        Arc::clone(&self.pending).acquire_owned().await.expect("the pacer's semaphore is never closed")
     }
 }
 
@@ -361,8 +313,7 @@ pub async fn idle_until<F: Future>(
             Some(Ok(_)) => {} // PINGRESP, or anything else a server may push
             Some(Err(e)) => return Err(e),
             None => {
-                conn.queue(&Packet::PingReq)
-                    .expect("PINGREQ always encodes");
+                conn.queue(&Packet::PingReq).expect("PINGREQ always encodes");
                 conn.flush().await?;
                 pings.fetch_add(1, Ordering::Relaxed);
                 next_ping = Instant::now() + ping_every;
@@ -373,10 +324,7 @@ pub async fn idle_until<F: Future>(
 
 /// Waits until the watch holds `Some` value and returns it; `None` if the sender is gone.
 pub async fn wait_for_some<T: Clone>(rx: &mut watch::Receiver<Option<T>>) -> Option<T> {
-    rx.wait_for(Option::is_some)
-        .await
-        .ok()
-        .and_then(|v| v.clone())
+    rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone())
 }
 
 /// What the progress line shows.
@@ -425,19 +373,9 @@ impl Progress {
         let (phase_tx, phase_rx) = watch::channel(phase);
         let rss_peak = Arc::new(AtomicU64::new(0));
         let timeline = Arc::new(Mutex::new(Timeline::default()));
-        let task = tokio::spawn(sample_every_second(
-            kind,
-            sources,
-            phase_rx,
-            Arc::clone(&rss_peak),
-            Arc::clone(&timeline),
-        ));
-        Progress {
-            task,
-            phase: phase_tx,
-            rss_peak,
-            timeline,
-        }
+        let task =
+            tokio::spawn(sample_every_second(kind, sources, phase_rx, Arc::clone(&rss_peak), Arc::clone(&timeline)));
+        Progress { task, phase: phase_tx, rss_peak, timeline }
     }
 
     /// Changes the phase shown.
@@ -452,18 +390,13 @@ impl Progress {
 
     /// Highest RSS seen since the last reset, including `rss_kib` seen by the caller.
     pub fn peak(&self, rss_kib: u64) -> u64 {
-        self.rss_peak
-            .fetch_max(rss_kib, Ordering::Relaxed)
-            .max(rss_kib)
+        self.rss_peak.fetch_max(rss_kib, Ordering::Relaxed).max(rss_kib)
     }
 
     /// Stops sampling; the samples taken.
     pub fn finish(self) -> Timeline {
         self.task.abort();
-        let timeline = self
-            .timeline
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let timeline = self.timeline.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         timeline.clone()
     }
 }
@@ -483,10 +416,7 @@ struct IntervalLatency {
 
 impl IntervalLatency {
     fn new(shards: Arc<LatencyShards>) -> Self {
-        IntervalLatency {
-            shards,
-            previous: new_histogram(),
-        }
+        IntervalLatency { shards, previous: new_histogram() }
     }
 
     /// The values recorded since the last call.
@@ -501,15 +431,9 @@ impl IntervalLatency {
 }
 
 /// The summary of one interval's latencies and, when kept, its buckets.
-fn interval(
-    latency: Option<&mut IntervalLatency>,
-    keep_buckets: bool,
-) -> (Option<LatencySummary>, Option<Buckets>) {
+fn interval(latency: Option<&mut IntervalLatency>, keep_buckets: bool) -> (Option<LatencySummary>, Option<Buckets>) {
     match latency.map(IntervalLatency::next) {
-        Some(h) => (
-            Some(LatencySummary::from_histogram(&h)),
-            keep_buckets.then(|| buckets(&h)),
-        ),
+        Some(h) => (Some(LatencySummary::from_histogram(&h)), keep_buckets.then(|| buckets(&h))),
         None => (None, None),
     }
 }
@@ -602,11 +526,7 @@ async fn sample_every_second(
         if !QUIET.load(Ordering::Relaxed) {
             eprintln!("{line}");
         }
-        timeline
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .samples
-            .push(sample);
+        timeline.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).samples.push(sample);
         last = (now, acked, received, cpu);
     }
 }
@@ -623,10 +543,7 @@ mod tests {
         std::fs::write(&plain, "t1\nt2\n\n").unwrap();
         assert_eq!(
             read_devices(&plain, 2).unwrap(),
-            DevicesFile {
-                tokens: vec!["t1".into(), "t2".into()],
-                names: None
-            }
+            DevicesFile { tokens: vec!["t1".into(), "t2".into()], names: None }
         );
         assert!(read_devices(&plain, 3).is_err(), "too few devices");
         let csv = dir.join("csv");

@@ -29,8 +29,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::telemetry::{
-    disconnect_all, render_payload, send_interval, tracker_stamp, Fleet, PayloadKind, PayloadSpec,
-    Plan, Topics,
+    disconnect_all, render_payload, send_interval, tracker_stamp, Fleet, PayloadKind, PayloadSpec, Plan, Topics,
 };
 use super::{ConnectPacer, Progress, ProgressKind, ProgressSources, Target};
 use crate::cli::PubsubArgs;
@@ -98,11 +97,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         ),
         qos: qos(args.pub_qos),
         inflight: args.inflight,
-        payload: PayloadSpec {
-            target_len: args.payload_bytes,
-            kind: PayloadKind::Tracker,
-            template: None,
-        },
+        payload: PayloadSpec { target_len: args.payload_bytes, kind: PayloadKind::Tracker, template: None },
         messages_per_device: args.messages_per_publisher,
         ack_timeout: args.ack_timeout,
         devices: publishers,
@@ -132,11 +127,9 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
     // Phase 1: subscribers.
     let started = Instant::now();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (outcome_tx, mut outcome_rx) =
-        mpsc::channel::<(usize, Result<(), String>)>(OUTCOME_CHANNEL);
+    let (outcome_tx, mut outcome_rx) = mpsc::channel::<(usize, Result<(), String>)>(OUTCOME_CHANNEL);
     let spawner = {
-        let (target, counters, e2e) =
-            (Arc::clone(&target), Arc::clone(&counters), Arc::clone(&e2e));
+        let (target, counters, e2e) = (Arc::clone(&target), Arc::clone(&counters), Arc::clone(&e2e));
         let per_group = args.subscribers.max(1);
         let (prefix, shared, sub_qos) = (args.topic_prefix.clone(), args.shared, qos(args.sub_qos));
         let persistent = args.persistent_subscribers;
@@ -146,11 +139,8 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
             let mut tasks = Vec::with_capacity(subscribers);
             for j in 0..subscribers {
                 let group = j / per_group;
-                let filter = if shared {
-                    format!("$share/g{group}/{prefix}/{group}/+")
-                } else {
-                    format!("{prefix}/{group}/+")
-                };
+                let filter =
+                    if shared { format!("$share/g{group}/{prefix}/{group}/+") } else { format!("{prefix}/{group}/+") };
                 let subscriber = Subscriber {
                     index: publishers + j,
                     group,
@@ -253,9 +243,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         pub_qos: args.pub_qos,
         sub_qos: args.sub_qos,
         inflight: args.inflight,
-        offered_rate: plan
-            .interval
-            .map_or(0.0, |i| publishers as f64 / i.as_secs_f64()),
+        offered_rate: plan.interval.map_or(0.0, |i| publishers as f64 / i.as_secs_f64()),
         payload_bytes: render_payload(&mut BytesMut::new(), &plan.payload, 0, unix_micros()).len(),
         connected: Counters::get(&counters.connected),
         connect_failures,
@@ -270,12 +258,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         dropped,
         puback: (args.pub_qos == 1).then(|| LatencySummary::from_histogram(&puback.merged())),
         e2e: LatencySummary::from_histogram(&e2e.merged()),
-        server_cost: ServerCost::between(
-            target.server_stats.as_ref(),
-            server_before,
-            server_after,
-            rss_peak,
-        ),
+        server_cost: ServerCost::between(target.server_stats.as_ref(), server_before, server_after, rss_peak),
         generator_cpu_seconds: me_after - me_before,
         timeline,
     })
@@ -284,17 +267,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
 /// Deliveries expected from `acked` publishes per group with `subscribed` subscribers
 /// per group: one per subscriber, or one per group when they share a subscription.
 fn expected_deliveries(acked: &[u64], subscribed: &[usize], shared: bool) -> u64 {
-    acked
-        .iter()
-        .zip(subscribed)
-        .map(|(&a, &s)| {
-            if shared {
-                a * u64::from(s > 0)
-            } else {
-                a * s as u64
-            }
-        })
-        .sum()
+    acked.iter().zip(subscribed).map(|(&a, &s)| if shared { a * u64::from(s > 0) } else { a * s as u64 }).sum()
 }
 
 /// One subscribing connection.
@@ -360,19 +333,13 @@ impl Subscriber {
                     Packet::Publish(p) => {
                         count += 1;
                         if let Some(sent_us) = tracker_stamp(&p.payload) {
-                            self.latency
-                                .record(Duration::from_micros(now_us.saturating_sub(sent_us)));
+                            self.latency.record(Duration::from_micros(now_us.saturating_sub(sent_us)));
                         }
                         if let Some(id) = p.packet_id {
-                            let ack = PubResp {
-                                packet_id: id,
-                                reason: 0,
-                                reason_string: None,
-                                user_properties: Vec::new(),
-                            };
+                            let ack =
+                                PubResp { packet_id: id, reason: 0, reason_string: None, user_properties: Vec::new() };
                             // QoS 2 deliveries are not requested (SUBSCRIBE asks QoS <= 1).
-                            conn.queue(&Packet::PubAck(ack))
-                                .expect("PUBACK always encodes");
+                            conn.queue(&Packet::PubAck(ack)).expect("PUBACK always encodes");
                         }
                     }
                     Packet::Disconnect(_) => return self.lost(result, ConnectionError::Closed),
@@ -401,9 +368,8 @@ impl Subscriber {
     async fn subscribe(&self) -> Result<MqttConnection, String> {
         let mut opts = self.target.client_options(self.index);
         opts.session_expiry = self.persistent.then_some(3600);
-        let mut conn = MqttConnection::connect(self.target.endpoint(self.index), &opts)
-            .await
-            .map_err(|e| e.reason())?;
+        let mut conn =
+            MqttConnection::connect(self.target.endpoint(self.index), &opts).await.map_err(|e| e.reason())?;
         let subscribe = Packet::Subscribe(Subscribe {
             packet_id: SUBSCRIBE_ID,
             filters: vec![SubscriptionRequest {
@@ -416,8 +382,7 @@ impl Subscriber {
             subscription_identifier: None,
             user_properties: Vec::new(),
         });
-        conn.queue(&subscribe)
-            .map_err(|e| format!("cannot encode SUBSCRIBE: {e}"))?;
+        conn.queue(&subscribe).map_err(|e| format!("cannot encode SUBSCRIBE: {e}"))?;
         let answer = tokio::time::timeout(self.target.connect_timeout, async {
             conn.flush().await.map_err(ConnectionError::Io)?;
             loop {

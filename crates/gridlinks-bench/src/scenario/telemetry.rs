@@ -33,10 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::{
-    idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources,
-    Target,
-};
+use super::{idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources, Target};
 use crate::cli::{ApiArgs, TelemetryArgs};
 use crate::figures;
 use crate::loss_check::{self, unix_micros, unix_millis, AckLog, DeviceAcks};
@@ -214,12 +211,8 @@ impl Fleet {
         let started = Instant::now();
         let count = plan.devices;
         let spawner = {
-            let (target, plan, counters, latency) = (
-                Arc::clone(target),
-                Arc::clone(plan),
-                Arc::clone(counters),
-                Arc::clone(latency),
-            );
+            let (target, plan, counters, latency) =
+                (Arc::clone(target), Arc::clone(plan), Arc::clone(counters), Arc::clone(latency));
             tokio::spawn(async move {
                 let pacer = ConnectPacer::new(connect_rate, target.max_pending);
                 let mut devices = Vec::with_capacity(count);
@@ -237,9 +230,7 @@ impl Fleet {
                     };
                     let outcome_tx = outcome_tx.clone();
                     let window_rx = window_rx.clone();
-                    devices.push(tokio::spawn(async move {
-                        device.run(permit, outcome_tx, window_rx).await
-                    }));
+                    devices.push(tokio::spawn(async move { device.run(permit, outcome_tx, window_rx).await }));
                 }
                 devices
             })
@@ -254,22 +245,14 @@ impl Fleet {
         }
         let connect_seconds = started.elapsed().as_secs_f64();
         let devices = spawner.await.context("connection spawner panicked")?;
-        Ok(Fleet {
-            devices,
-            window_tx,
-            connect_failures,
-            connect_seconds,
-        })
+        Ok(Fleet { devices, window_tx, connect_failures, connect_seconds })
     }
 
     /// Starts the window on every connection at once and waits until each device has
     /// its last ack (or lost its connection).
     pub async fn publish(self, duration: Option<Duration>) -> anyhow::Result<FleetResult> {
         let start = Instant::now();
-        self.window_tx.send_replace(Some(Window {
-            start,
-            stop_at: duration.map(|d| start + d),
-        }));
+        self.window_tx.send_replace(Some(Window { start, stop_at: duration.map(|d| start + d) }));
         let mut out = FleetResult {
             start,
             last_ack: start,
@@ -340,29 +323,19 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     };
     let mut target = Target::resolve(&args.target, args.devices).await?;
     if args.provision {
-        let (api, names) = (
-            api.clone().context("--provision needs --api")?,
-            names.clone().context("provisioned names")?,
-        );
+        let (api, names) =
+            (api.clone().context("--provision needs --api")?, names.clone().context("provisioned names")?);
         target.credentials = Credentials::Tokens(provision(api, names).await?);
     }
     let target = Arc::new(target);
     let lag_slots = LagSlots::new(args.devices);
     let plan = Arc::new(Plan {
         topic: Topics::Same(args.topic.clone()),
-        qos: if args.qos == 0 {
-            QoS::AtMostOnce
-        } else {
-            QoS::AtLeastOnce
-        },
+        qos: if args.qos == 0 { QoS::AtMostOnce } else { QoS::AtLeastOnce },
         inflight: args.inflight,
         payload: PayloadSpec {
             target_len: args.payload_bytes,
-            kind: if args.no_ts {
-                PayloadKind::Values
-            } else {
-                PayloadKind::Telemetry
-            },
+            kind: if args.no_ts { PayloadKind::Values } else { PayloadKind::Telemetry },
             template: template(
                 args.payload_template.as_deref(),
                 args.verify || args.save_acks.is_some() || args.storage_lag,
@@ -395,8 +368,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
 
     // Phase 1: connect.
     let fleet = Fleet::connect(&target, &plan, &counters, &latency, args.connect_rate).await?;
-    let (connect_failures, connect_seconds) =
-        (fleet.connect_failures.clone(), fleet.connect_seconds);
+    let (connect_failures, connect_seconds) = (fleet.connect_failures.clone(), fleet.connect_seconds);
     crate::workers::sync(&args.target, "ready").await?;
 
     // Phase 2: publish, with the storage-lag sampler alongside.
@@ -407,11 +379,9 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     }
     progress.set_phase("publishing");
     let lag_sampler = match (&api, &names) {
-        (Some(api), Some(names)) if args.storage_lag => Some(LagSampler::start(
-            api.clone(),
-            names.clone(),
-            Arc::clone(&lag_slots),
-        )),
+        (Some(api), Some(names)) if args.storage_lag => {
+            Some(LagSampler::start(api.clone(), names.clone(), Arc::clone(&lag_slots)))
+        }
         _ => None,
     };
     let result = fleet.publish(duration).await?;
@@ -450,41 +420,25 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         dropped: result.lost,
         puback: (plan.qos == QoS::AtLeastOnce).then(|| LatencySummary::from_histogram(&merged)),
         latency_histogram: Some(merged),
-        server_cost: ServerCost::between(
-            target.server_stats.as_ref(),
-            server_before,
-            server_after,
-            rss_peak,
-        ),
+        server_cost: ServerCost::between(target.server_stats.as_ref(), server_before, server_after, rss_peak),
         generator_cpu_seconds: me_after - me_before,
         loss_check: None,
         storage_lag,
         timeline,
     };
     if let Some(names) = names {
-        report.loss_check = check_losses_of(
-            &args.api,
-            args.verify,
-            args.save_acks.as_deref(),
-            api,
-            names,
-            result.acks,
-        )
-        .await?;
+        report.loss_check =
+            check_losses_of(&args.api, args.verify, args.save_acks.as_deref(), api, names, result.acks).await?;
     }
     Ok(report)
 }
 
 /// Time between two publishes of one device: `--interval`, or `--rate` (total) spread
 /// over the devices; `None`: as fast as acknowledgements allow.
-pub(crate) fn send_interval(
-    total_rate: f64,
-    interval: Option<Duration>,
-    devices: usize,
-) -> Option<Duration> {
-    interval.filter(|i| !i.is_zero()).or_else(|| {
-        (total_rate > 0.0).then(|| Duration::from_secs_f64(devices.max(1) as f64 / total_rate))
-    })
+pub(crate) fn send_interval(total_rate: f64, interval: Option<Duration>, devices: usize) -> Option<Duration> {
+    interval
+        .filter(|i| !i.is_zero())
+        .or_else(|| (total_rate > 0.0).then(|| Duration::from_secs_f64(devices.max(1) as f64 / total_rate)))
 }
 
 /// Creates the devices through the REST API's bulk import; their fresh tokens.
@@ -507,11 +461,7 @@ pub(crate) async fn check_losses_of(
     names: Vec<String>,
     acks: Vec<AckLog>,
 ) -> anyhow::Result<Option<loss_check::LossReport>> {
-    let devices: Vec<DeviceAcks> = names
-        .into_iter()
-        .zip(acks)
-        .map(|(name, acks)| DeviceAcks { name, acks })
-        .collect();
+    let devices: Vec<DeviceAcks> = names.into_iter().zip(acks).map(|(name, acks)| DeviceAcks { name, acks }).collect();
     if let Some(path) = save_acks {
         loss_check::save(path, &devices)?;
     }
@@ -521,8 +471,7 @@ pub(crate) async fn check_losses_of(
     let api = api.context("--verify needs --api")?;
     let threads = usize::from(api_args.verify_threads);
     eprintln!("checking {} devices for lost points", devices.len());
-    let report =
-        tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
+    let report = tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
     Ok(Some(report))
 }
 
@@ -550,11 +499,8 @@ impl Device {
         outcome: mpsc::Sender<Result<(), String>>,
         mut window_rx: watch::Receiver<Option<Window>>,
     ) -> DeviceResult {
-        let connected = MqttConnection::connect(
-            self.target.endpoint(self.index),
-            &self.target.client_options(self.index),
-        )
-        .await;
+        let connected =
+            MqttConnection::connect(self.target.endpoint(self.index), &self.target.client_options(self.index)).await;
         drop(permit);
         let mut conn = match connected {
             Ok(conn) => {
@@ -570,39 +516,23 @@ impl Device {
         };
         drop(outcome);
         let pings = AtomicU64::new(0);
-        let window = match idle_until(
-            &mut conn,
-            wait_for_some(&mut window_rx),
-            self.target.ping_interval(),
-            &pings,
-        )
-        .await
-        {
-            Ok(Some(window)) => window,
-            Ok(None) => return DeviceResult::default(),
-            Err(e) => {
-                Counters::add(&self.counters.dropped, 1);
-                return DeviceResult {
-                    lost: Some(format!("before start: {}", e.reason())),
-                    ..Default::default()
-                };
-            }
-        };
+        let window =
+            match idle_until(&mut conn, wait_for_some(&mut window_rx), self.target.ping_interval(), &pings).await {
+                Ok(Some(window)) => window,
+                Ok(None) => return DeviceResult::default(),
+                Err(e) => {
+                    Counters::add(&self.counters.dropped, 1);
+                    return DeviceResult { lost: Some(format!("before start: {}", e.reason())), ..Default::default() };
+                }
+            };
         // With --ramp-up, device i starts i/N of the way through it.
         let mut window = window;
         if !self.plan.ramp_up.is_zero() {
-            window.start += self
-                .plan
-                .ramp_up
-                .mul_f64(self.index as f64 / self.plan.devices.max(1) as f64);
+            window.start += self.plan.ramp_up.mul_f64(self.index as f64 / self.plan.devices.max(1) as f64);
             let begin = tokio::time::sleep_until(window.start);
-            if let Err(e) = idle_until(&mut conn, begin, self.target.ping_interval(), &pings).await
-            {
+            if let Err(e) = idle_until(&mut conn, begin, self.target.ping_interval(), &pings).await {
                 Counters::add(&self.counters.dropped, 1);
-                return DeviceResult {
-                    lost: Some(format!("during ramp-up: {}", e.reason())),
-                    ..Default::default()
-                };
+                return DeviceResult { lost: Some(format!("during ramp-up: {}", e.reason())), ..Default::default() };
             }
         }
         let outcome = match self.plan.qos {
@@ -641,8 +571,7 @@ impl Device {
 
     /// True while this device may start another publish.
     fn may_send(&self, window: Window, now: Instant, sent: u64) -> bool {
-        window.stop_at.is_none_or(|stop| now < stop)
-            && self.plan.messages_per_device.is_none_or(|m| sent < m)
+        window.stop_at.is_none_or(|stop| now < stop) && self.plan.messages_per_device.is_none_or(|m| sent < m)
     }
 
     /// This device's send schedule with `--rate`: devices are spread evenly over one
@@ -650,10 +579,7 @@ impl Device {
     fn schedule(&self, window: Window) -> Option<Schedule> {
         let interval = self.plan.interval?;
         let phase = self.index as f64 / self.plan.devices.max(1) as f64;
-        Some(Schedule {
-            next: window.start + interval.mul_f64(phase),
-            interval,
-        })
+        Some(Schedule { next: window.start + interval.mul_f64(phase), interval })
     }
 
     /// QoS 1 with a window of unacknowledged publishes. Returns the instant of the last
@@ -691,21 +617,16 @@ impl Device {
             let now = Instant::now();
             let now_stamp = self.plan.payload.kind.stamp_now();
             let mut batch = 0u64;
-            while self.may_send(window, now, sent)
-                && schedule.as_ref().is_none_or(|s| s.next <= now)
-            {
+            while self.may_send(window, now, sent) && schedule.as_ref().is_none_or(|s| s.next <= now) {
                 let Some(id) = free.pop() else { break };
                 // Lateness up to the timer's granularity is the generator's, not the
                 // server's; beyond it the publish waited for a full window.
-                let due = schedule
-                    .as_mut()
-                    .map_or(now, |s| now.min(s.advance() + TIMER_SLACK));
+                let due = schedule.as_mut().map_or(now, |s| now.min(s.advance() + TIMER_SLACK));
                 // Every message of a device gets its own timestamp: a storage keyed by
                 // (device, key, ts) would otherwise merge a burst into one point.
                 self.last_ts = now_stamp.max(self.last_ts + 1);
                 self.fill(&mut packet, &mut payload_buf, Some(id), sent, self.last_ts);
-                conn.queue(&packet)
-                    .expect("telemetry PUBLISH always encodes");
+                conn.queue(&packet).expect("telemetry PUBLISH always encodes");
                 due_at[usize::from(id)] = Some(due);
                 ts_of[usize::from(id)] = self.last_ts;
                 sent += 1;
@@ -752,11 +673,7 @@ impl Device {
             };
             // Take every packet already buffered before writing again.
             let received = Instant::now();
-            let received_ms = if self.plan.record_acks {
-                unix_millis()
-            } else {
-                0
-            };
+            let received_ms = if self.plan.record_acks { unix_millis() } else { 0 };
             let mut next = Some(first);
             let (mut acked, mut refused, mut max_acked_ts) = (0u64, 0u64, 0u64);
             while let Some(packet) = next {
@@ -835,8 +752,7 @@ impl Device {
                 }
                 self.last_ts = now_stamp.max(self.last_ts + 1);
                 self.fill(&mut packet, &mut payload_buf, None, sent, self.last_ts);
-                conn.queue(&packet)
-                    .expect("telemetry PUBLISH always encodes");
+                conn.queue(&packet).expect("telemetry PUBLISH always encodes");
                 sent += 1;
                 batch += 1;
             }
@@ -872,14 +788,7 @@ impl Device {
     }
 
     /// Sets packet id and a fresh payload for message `seq`.
-    fn fill(
-        &self,
-        packet: &mut Packet,
-        payload_buf: &mut BytesMut,
-        id: Option<u16>,
-        seq: u64,
-        ts: u64,
-    ) {
+    fn fill(&self, packet: &mut Packet, payload_buf: &mut BytesMut, id: Option<u16>, seq: u64, ts: u64) {
         if let Packet::Publish(p) = packet {
             p.packet_id = id;
             p.payload = render_payload(payload_buf, &self.plan.payload, seq, ts);
@@ -929,8 +838,7 @@ pub struct PayloadSpec {
 pub(crate) fn template(arg: Option<&str>, checked: bool) -> anyhow::Result<Option<Arc<Template>>> {
     let Some(arg) = arg else { return Ok(None) };
     let text = match arg.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading payload template {path}"))?,
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading payload template {path}"))?,
         None => arg.to_string(),
     };
     let template = Template::parse(&text).map_err(anyhow::Error::msg)?;
@@ -1036,22 +944,14 @@ mod tests {
         PayloadSpec {
             template: None,
             target_len,
-            kind: if with_ts {
-                PayloadKind::Telemetry
-            } else {
-                PayloadKind::Values
-            },
+            kind: if with_ts { PayloadKind::Telemetry } else { PayloadKind::Values },
         }
     }
 
     #[test]
     fn tracker_payload_carries_its_stamp_and_the_tbmq_fields() {
         let mut buf = BytesMut::new();
-        let spec = PayloadSpec {
-            target_len: 114,
-            kind: PayloadKind::Tracker,
-            template: None,
-        };
+        let spec = PayloadSpec { target_len: 114, kind: PayloadKind::Tracker, template: None };
         let stamp = 1_700_000_000_123_456;
         let p = render_payload(&mut buf, &spec, 42, stamp);
         assert_eq!(p.len(), 114, "{}", String::from_utf8_lossy(&p));

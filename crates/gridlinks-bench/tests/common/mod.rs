@@ -25,10 +25,7 @@ pub fn server_bin() -> PathBuf {
         None => {
             let exe = std::env::current_exe().expect("test binary path");
             // <target>/debug/deps/loss_check-HASH -> <target>/debug/gridlinks
-            exe.parent()
-                .and_then(Path::parent)
-                .expect("test binary lives in <target>/<profile>/deps")
-                .join("gridlinks")
+            exe.parent().and_then(Path::parent).expect("test binary lives in <target>/<profile>/deps").join("gridlinks")
         }
     };
     assert!(
@@ -56,8 +53,7 @@ pub struct Server {
 impl Server {
     pub fn start(name: &str) -> Server {
         let bin = server_bin();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("loss-check-{name}-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("loss-check-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (http, mqtt) = (free_port(), free_port());
@@ -73,12 +69,7 @@ impl Server {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        let mut server = Server {
-            child,
-            dir,
-            http,
-            mqtt,
-        };
+        let mut server = Server { child, dir, http, mqtt };
         server.wait_ready();
         server
     }
@@ -107,20 +98,13 @@ impl Server {
     }
 
     pub fn client(&self) -> RestClient {
-        RestClient::login(&ApiTarget {
-            base: self.api(),
-            user: "admin".into(),
-            password: PASSWORD.into(),
-        })
-        .unwrap()
+        RestClient::login(&ApiTarget { base: self.api(), user: "admin".into(), password: PASSWORD.into() }).unwrap()
     }
 
     /// Runs the bench binary with `args` plus this server's MQTT and REST options.
     pub fn bench(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new(BENCH);
-        cmd.args(args)
-            .args(["--api", &self.api(), "--api-password", PASSWORD])
-            .stdin(Stdio::null());
+        cmd.args(args).args(["--api", &self.api(), "--api-password", PASSWORD]).stdin(Stdio::null());
         if args[0] == "mqtt-telemetry" {
             cmd.args(["--port", &self.mqtt.to_string()]);
         }

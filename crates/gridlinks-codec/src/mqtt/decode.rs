@@ -10,8 +10,8 @@ use bytes::{Buf, BytesMut};
 
 use super::error::DecodeError;
 use super::packet::{
-    Auth, ConnAck, Connect, Disconnect, LastWill, Packet, PubResp, Publish, PublishProperties,
-    SubAck, Subscribe, SubscriptionRequest, UnsubAck, Unsubscribe,
+    Auth, ConnAck, Connect, Disconnect, LastWill, Packet, PubResp, Publish, PublishProperties, SubAck, Subscribe,
+    SubscriptionRequest, UnsubAck, Unsubscribe,
 };
 use super::properties::{decode_properties, Context, Props};
 use super::wire::{parse_varint, Reader, Varint};
@@ -67,24 +67,15 @@ pub fn decode(
 
     let (remaining, len_bytes) = match parse_varint(&buf[1..]) {
         Varint::Incomplete => return Ok(None),
-        Varint::TooLong => {
-            return Err(DecodeError::Malformed(
-                "remaining length longer than 4 bytes",
-            ))
-        }
+        Varint::TooLong => return Err(DecodeError::Malformed("remaining length longer than 4 bytes")),
         Varint::Value { minimal: false, .. } if version.is_v5() => {
-            return Err(DecodeError::Malformed(
-                "remaining length not minimally encoded",
-            ))
+            return Err(DecodeError::Malformed("remaining length not minimally encoded"))
         }
         Varint::Value { value, len, .. } => (value as usize, len),
     };
     let total = 1 + len_bytes + remaining;
     if total > max_packet_size {
-        return Err(DecodeError::PacketTooLarge {
-            size: total,
-            max: max_packet_size,
-        });
+        return Err(DecodeError::PacketTooLarge { size: total, max: max_packet_size });
     }
     if buf.len() < total {
         return Ok(None);
@@ -97,16 +88,10 @@ pub fn decode(
 }
 
 /// Packet type and fixed-header flags (MQTT 3.1.1 §2.2.2, MQTT 5 §2.1.3).
-fn check_fixed_header(
-    packet_type: u8,
-    flags: u8,
-    version: ProtocolVersion,
-) -> Result<(), DecodeError> {
+fn check_fixed_header(packet_type: u8, flags: u8, version: ProtocolVersion) -> Result<(), DecodeError> {
     match packet_type {
         0 => Err(DecodeError::Malformed("reserved packet type 0")),
-        kind::AUTH if !version.is_v5() => Err(DecodeError::Malformed(
-            "reserved packet type 15 before MQTT 5",
-        )),
+        kind::AUTH if !version.is_v5() => Err(DecodeError::Malformed("reserved packet type 15 before MQTT 5")),
         kind::PUBLISH => {
             let qos = (flags >> 1) & 0b11;
             if qos == 3 {
@@ -130,12 +115,7 @@ fn check_fixed_header(
     }
 }
 
-fn decode_body(
-    packet_type: u8,
-    flags: u8,
-    mut r: Reader,
-    version: ProtocolVersion,
-) -> Result<Packet, DecodeError> {
+fn decode_body(packet_type: u8, flags: u8, mut r: Reader, version: ProtocolVersion) -> Result<Packet, DecodeError> {
     let packet = match packet_type {
         kind::CONNECT => Packet::Connect(Box::new(decode_connect(&mut r)?)),
         kind::CONNACK => Packet::ConnAck(decode_connack(&mut r, version)?),
@@ -182,12 +162,7 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
         (b"MQIsdp", 3) => ProtocolVersion::V3_1,
         (b"MQTT", 4) => ProtocolVersion::V3_1_1,
         (b"MQTT", 5) => ProtocolVersion::V5,
-        _ => {
-            return Err(DecodeError::UnsupportedProtocol {
-                name: String::from_utf8_lossy(&name).into_owned(),
-                level,
-            })
-        }
+        _ => return Err(DecodeError::UnsupportedProtocol { name: String::from_utf8_lossy(&name).into_owned(), level }),
     };
     r.set_strict_varint(protocol.is_v5());
 
@@ -202,15 +177,11 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
     let password_flag = flags & 0x40 != 0;
     let username_flag = flags & 0x80 != 0;
     if !will_flag && (will_qos != 0 || will_retain) {
-        return Err(DecodeError::Malformed(
-            "will QoS or will retain set without will flag",
-        ));
+        return Err(DecodeError::Malformed("will QoS or will retain set without will flag"));
     }
     let will_qos = QoS::try_from(will_qos).map_err(|_| DecodeError::Malformed("will QoS 3"))?;
     if protocol == ProtocolVersion::V3_1_1 && password_flag && !username_flag {
-        return Err(DecodeError::Protocol(
-            "password flag without user name flag",
-        ));
+        return Err(DecodeError::Protocol("password flag without user name flag"));
     }
 
     let keep_alive = r.u16()?;
@@ -221,9 +192,7 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
         let delay_interval = will_props.will_delay_interval;
         let topic = r.string()?;
         if !topic::is_valid_topic_name(&topic) {
-            return Err(DecodeError::Protocol(
-                "will topic is not a valid topic name",
-            ));
+            return Err(DecodeError::Protocol("will topic is not a valid topic name"));
         }
         let payload = r.binary()?;
         Some(LastWill {
@@ -237,27 +206,10 @@ fn decode_connect(r: &mut Reader) -> Result<Connect, DecodeError> {
     } else {
         None
     };
-    let username = if username_flag {
-        Some(r.string()?)
-    } else {
-        None
-    };
-    let password = if password_flag {
-        Some(r.binary()?)
-    } else {
-        None
-    };
+    let username = if username_flag { Some(r.string()?) } else { None };
+    let password = if password_flag { Some(r.binary()?) } else { None };
 
-    Ok(Connect {
-        protocol,
-        client_id,
-        keep_alive,
-        clean_start,
-        username,
-        password,
-        will,
-        properties,
-    })
+    Ok(Connect { protocol, client_id, keep_alive, clean_start, username, password, will, properties })
 }
 
 fn decode_connack(r: &mut Reader, version: ProtocolVersion) -> Result<ConnAck, DecodeError> {
@@ -270,31 +222,17 @@ fn decode_connack(r: &mut Reader, version: ProtocolVersion) -> Result<ConnAck, D
         return Err(DecodeError::Protocol("invalid CONNACK return/reason code"));
     }
     let properties = props(r, version, Context::ConnAck)?.into_connack();
-    Ok(ConnAck {
-        session_present: flags & 0x01 != 0,
-        code,
-        properties,
-    })
+    Ok(ConnAck { session_present: flags & 0x01 != 0, code, properties })
 }
 
-fn decode_publish(
-    r: &mut Reader,
-    flags: u8,
-    version: ProtocolVersion,
-) -> Result<Publish, DecodeError> {
+fn decode_publish(r: &mut Reader, flags: u8, version: ProtocolVersion) -> Result<Publish, DecodeError> {
     let qos = QoS::try_from((flags >> 1) & 0b11)?;
     let topic = r.string()?;
-    let packet_id = if qos > QoS::AtMostOnce {
-        Some(packet_id(r)?)
-    } else {
-        None
-    };
+    let packet_id = if qos > QoS::AtMostOnce { Some(packet_id(r)?) } else { None };
     let properties: PublishProperties = props(r, version, Context::Publish)?.into_publish();
     if topic.is_empty() {
         if properties.topic_alias.is_none() {
-            return Err(DecodeError::Protocol(
-                "empty topic name without topic alias",
-            ));
+            return Err(DecodeError::Protocol("empty topic name without topic alias"));
         }
     } else if topic::has_wildcard(&topic) {
         return Err(DecodeError::Protocol("wildcard in PUBLISH topic name"));
@@ -311,18 +249,9 @@ fn decode_publish(
 }
 
 /// PUBACK, PUBREC, PUBREL, PUBCOMP; `valid` is the packet's MQTT 5 reason code set.
-fn decode_pub_resp(
-    r: &mut Reader,
-    version: ProtocolVersion,
-    valid: fn(u8) -> bool,
-) -> Result<PubResp, DecodeError> {
+fn decode_pub_resp(r: &mut Reader, version: ProtocolVersion, valid: fn(u8) -> bool) -> Result<PubResp, DecodeError> {
     let packet_id = packet_id(r)?;
-    let mut resp = PubResp {
-        packet_id,
-        reason: reason::SUCCESS,
-        reason_string: None,
-        user_properties: Vec::new(),
-    };
+    let mut resp = PubResp { packet_id, reason: reason::SUCCESS, reason_string: None, user_properties: Vec::new() };
     // MQTT 5 short forms: remaining length 2 = success, 3 = reason without properties.
     if version.is_v5() && !r.is_empty() {
         resp.reason = r.u8()?;
@@ -347,12 +276,9 @@ fn decode_subscribe(r: &mut Reader, version: ProtocolVersion) -> Result<Subscrib
         let options = r.u8()?;
         let reserved = if version.is_v5() { 0xC0 } else { 0xFC };
         if options & reserved != 0 {
-            return Err(DecodeError::Malformed(
-                "subscription options reserved bits set",
-            ));
+            return Err(DecodeError::Malformed("subscription options reserved bits set"));
         }
-        let qos = QoS::try_from(options & 0b11)
-            .map_err(|_| DecodeError::Malformed("subscription with QoS 3"))?;
+        let qos = QoS::try_from(options & 0b11).map_err(|_| DecodeError::Malformed("subscription with QoS 3"))?;
         let retain_handling = (options >> 4) & 0b11;
         if retain_handling == 3 {
             return Err(DecodeError::Protocol("retain handling 3"));
@@ -383,23 +309,13 @@ fn decode_suback(r: &mut Reader, version: ProtocolVersion) -> Result<SubAck, Dec
     if return_codes.is_empty() {
         return Err(DecodeError::Protocol("SUBACK without return codes"));
     }
-    if !return_codes
-        .iter()
-        .all(|&code| reason::valid_suback(version, code))
-    {
+    if !return_codes.iter().all(|&code| reason::valid_suback(version, code)) {
         return Err(DecodeError::Protocol("invalid SUBACK return/reason code"));
     }
-    Ok(SubAck {
-        packet_id,
-        return_codes,
-        reason_string: p.reason_string,
-    })
+    Ok(SubAck { packet_id, return_codes, reason_string: p.reason_string })
 }
 
-fn decode_unsubscribe(
-    r: &mut Reader,
-    version: ProtocolVersion,
-) -> Result<Unsubscribe, DecodeError> {
+fn decode_unsubscribe(r: &mut Reader, version: ProtocolVersion) -> Result<Unsubscribe, DecodeError> {
     let packet_id = packet_id(r)?;
     let p = props(r, version, Context::Unsubscribe)?;
     let mut filters = Vec::new();
@@ -409,38 +325,23 @@ fn decode_unsubscribe(
     if filters.is_empty() {
         return Err(DecodeError::Protocol("UNSUBSCRIBE without topic filters"));
     }
-    Ok(Unsubscribe {
-        packet_id,
-        filters,
-        user_properties: p.user_properties,
-    })
+    Ok(Unsubscribe { packet_id, filters, user_properties: p.user_properties })
 }
 
 fn decode_unsuback(r: &mut Reader, version: ProtocolVersion) -> Result<UnsubAck, DecodeError> {
     let packet_id = packet_id(r)?;
     if !version.is_v5() {
-        return Ok(UnsubAck {
-            packet_id,
-            reason_codes: Vec::new(),
-            reason_string: None,
-        });
+        return Ok(UnsubAck { packet_id, reason_codes: Vec::new(), reason_string: None });
     }
     let p = decode_properties(r, Context::UnsubAck)?;
     let reason_codes = r.rest().to_vec();
     if reason_codes.is_empty() {
         return Err(DecodeError::Protocol("UNSUBACK without reason codes"));
     }
-    if !reason_codes
-        .iter()
-        .all(|&code| reason::valid_unsuback(code))
-    {
+    if !reason_codes.iter().all(|&code| reason::valid_unsuback(code)) {
         return Err(DecodeError::Protocol("invalid UNSUBACK reason code"));
     }
-    Ok(UnsubAck {
-        packet_id,
-        reason_codes,
-        reason_string: p.reason_string,
-    })
+    Ok(UnsubAck { packet_id, reason_codes, reason_string: p.reason_string })
 }
 
 fn decode_disconnect(r: &mut Reader, version: ProtocolVersion) -> Result<Disconnect, DecodeError> {
@@ -467,12 +368,7 @@ fn decode_disconnect(r: &mut Reader, version: ProtocolVersion) -> Result<Disconn
 }
 
 fn decode_auth(r: &mut Reader) -> Result<Auth, DecodeError> {
-    let mut a = Auth {
-        reason: reason::SUCCESS,
-        method: None,
-        data: None,
-        reason_string: None,
-    };
+    let mut a = Auth { reason: reason::SUCCESS, method: None, data: None, reason_string: None };
     // Remaining length 0 = success without properties; 1 is accepted like DISCONNECT.
     if !r.is_empty() {
         a.reason = r.u8()?;

@@ -7,8 +7,8 @@ use bytes::BytesMut;
 use super::decode::kind;
 use super::error::EncodeError;
 use super::packet::{
-    Auth, ConnAck, Connect, Disconnect, Packet, PubResp, PublishProperties, PublishRef, SubAck,
-    Subscribe, UnsubAck, Unsubscribe,
+    Auth, ConnAck, Connect, Disconnect, Packet, PubResp, PublishProperties, PublishRef, SubAck, Subscribe, UnsubAck,
+    Unsubscribe,
 };
 use super::properties::{
     write_block, AuthProps, DisconnectProps, PropertyBlock, ReasonProps, SubscribeProps, WillProps,
@@ -28,21 +28,13 @@ use super::{reason, topic, ProtocolVersion, QoS};
 /// empty body).
 ///
 /// On error `out` is left as it was.
-pub fn encode(
-    packet: &Packet,
-    version: ProtocolVersion,
-    out: &mut BytesMut,
-) -> Result<(), EncodeError> {
+pub fn encode(packet: &Packet, version: ProtocolVersion, out: &mut BytesMut) -> Result<(), EncodeError> {
     frame(fixed_header(packet, version)?, packet, version, out)
 }
 
 /// Appends the encoding of PUBLISH `p` for `version` to `out`: the same bytes as
 /// [`encode`] of the equivalent [`Packet::Publish`]. On error `out` is left as it was.
-pub fn encode_publish(
-    p: &PublishRef<'_>,
-    version: ProtocolVersion,
-    out: &mut BytesMut,
-) -> Result<(), EncodeError> {
+pub fn encode_publish(p: &PublishRef<'_>, version: ProtocolVersion, out: &mut BytesMut) -> Result<(), EncodeError> {
     frame((kind::PUBLISH << 4) | publish_flags(p), p, version, out)
 }
 
@@ -70,12 +62,7 @@ impl Body for PublishRef<'_> {
 
 /// Writes `header`, the remaining length and `body`, sized (and validated) first on a
 /// [`Counter`] so that nothing reaches `out` unless the whole packet is valid.
-fn frame<B: Body>(
-    header: u8,
-    body: &B,
-    version: ProtocolVersion,
-    out: &mut BytesMut,
-) -> Result<(), EncodeError> {
+fn frame<B: Body>(header: u8, body: &B, version: ProtocolVersion, out: &mut BytesMut) -> Result<(), EncodeError> {
     let mut counter = Counter::default();
     body.write(version, &mut counter)?;
     let remaining = counter.0;
@@ -106,9 +93,7 @@ fn fixed_header(packet: &Packet, version: ProtocolVersion) -> Result<u8, EncodeE
         Packet::Disconnect(_) => (kind::DISCONNECT, 0),
         Packet::Auth(_) => {
             if !version.is_v5() {
-                return Err(EncodeError::InvalidPacketForVersion(
-                    "AUTH exists only in MQTT 5",
-                ));
+                return Err(EncodeError::InvalidPacketForVersion("AUTH exists only in MQTT 5"));
             }
             (kind::AUTH, 0)
         }
@@ -116,21 +101,13 @@ fn fixed_header(packet: &Packet, version: ProtocolVersion) -> Result<u8, EncodeE
     Ok((packet_type << 4) | flags)
 }
 
-fn write_body<S: Sink>(
-    packet: &Packet,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_body<S: Sink>(packet: &Packet, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     match packet {
         Packet::Connect(c) => write_connect(c, s),
         Packet::ConnAck(c) => write_connack(c, version, s),
         Packet::Publish(p) => write_publish(&p.as_ref(), version, s),
-        Packet::PubAck(r) | Packet::PubRec(r) => {
-            write_pub_resp(r, version, "PUBACK/PUBREC", reason::valid_puback, s)
-        }
-        Packet::PubRel(r) | Packet::PubComp(r) => {
-            write_pub_resp(r, version, "PUBREL/PUBCOMP", reason::valid_pubrel, s)
-        }
+        Packet::PubAck(r) | Packet::PubRec(r) => write_pub_resp(r, version, "PUBACK/PUBREC", reason::valid_puback, s),
+        Packet::PubRel(r) | Packet::PubComp(r) => write_pub_resp(r, version, "PUBREL/PUBCOMP", reason::valid_pubrel, s),
         Packet::Subscribe(sub) => write_subscribe(sub, version, s),
         Packet::SubAck(ack) => write_suback(ack, version, s),
         Packet::Unsubscribe(u) => write_unsubscribe(u, version, s),
@@ -152,9 +129,7 @@ fn write_packet_id<S: Sink>(s: &mut S, id: u16) -> Result<(), EncodeError> {
 fn write_connect<S: Sink>(c: &Connect, s: &mut S) -> Result<(), EncodeError> {
     let v5 = c.protocol.is_v5();
     if c.protocol == ProtocolVersion::V3_1_1 && c.password.is_some() && c.username.is_none() {
-        return Err(EncodeError::InvalidPacketForVersion(
-            "password without user name needs MQTT 5",
-        ));
+        return Err(EncodeError::InvalidPacketForVersion("password without user name needs MQTT 5"));
     }
     s.write_string(c.protocol.protocol_name())?;
     s.write_u8(c.protocol.protocol_level());
@@ -183,18 +158,10 @@ fn write_connect<S: Sink>(c: &Connect, s: &mut S) -> Result<(), EncodeError> {
     s.write_string(&c.client_id)?;
     if let Some(w) = &c.will {
         if v5 {
-            write_block(
-                s,
-                &WillProps {
-                    properties: &w.properties,
-                    delay_interval: w.delay_interval,
-                },
-            )?;
+            write_block(s, &WillProps { properties: &w.properties, delay_interval: w.delay_interval })?;
         }
         if !topic::is_valid_topic_name(&w.topic) {
-            return Err(EncodeError::InvalidPacket(
-                "will topic is not a valid topic name",
-            ));
+            return Err(EncodeError::InvalidPacket("will topic is not a valid topic name"));
         }
         s.write_string(&w.topic)?;
         s.write_binary(&w.payload)?;
@@ -208,16 +175,9 @@ fn write_connect<S: Sink>(c: &Connect, s: &mut S) -> Result<(), EncodeError> {
     Ok(())
 }
 
-fn write_connack<S: Sink>(
-    c: &ConnAck,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_connack<S: Sink>(c: &ConnAck, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     if !reason::valid_connack(version, c.code) {
-        return Err(EncodeError::InvalidReasonCode {
-            packet: "CONNACK",
-            code: c.code,
-        });
+        return Err(EncodeError::InvalidReasonCode { packet: "CONNACK", code: c.code });
     }
     s.write_u8(u8::from(c.session_present));
     s.write_u8(c.code);
@@ -227,31 +187,19 @@ fn write_connack<S: Sink>(
     Ok(())
 }
 
-fn write_publish<S: Sink>(
-    p: &PublishRef<'_>,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_publish<S: Sink>(p: &PublishRef<'_>, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     let v5 = version.is_v5();
     match (p.qos, p.packet_id) {
-        (QoS::AtMostOnce, Some(_)) => {
-            return Err(EncodeError::InvalidPacket("QoS 0 PUBLISH with packet id"))
-        }
-        (QoS::AtMostOnce, None) if p.dup => {
-            return Err(EncodeError::InvalidPacket("QoS 0 PUBLISH with DUP set"))
-        }
+        (QoS::AtMostOnce, Some(_)) => return Err(EncodeError::InvalidPacket("QoS 0 PUBLISH with packet id")),
+        (QoS::AtMostOnce, None) if p.dup => return Err(EncodeError::InvalidPacket("QoS 0 PUBLISH with DUP set")),
         (QoS::AtLeastOnce | QoS::ExactlyOnce, None) => {
-            return Err(EncodeError::InvalidPacket(
-                "QoS > 0 PUBLISH without packet id",
-            ))
+            return Err(EncodeError::InvalidPacket("QoS > 0 PUBLISH without packet id"))
         }
         _ => {}
     }
     if p.topic.is_empty() {
         if !(v5 && p.properties.topic_alias.is_some()) {
-            return Err(EncodeError::InvalidPacket(
-                "empty topic name without topic alias",
-            ));
+            return Err(EncodeError::InvalidPacket("empty topic name without topic alias"));
         }
     } else if topic::has_wildcard(p.topic) {
         return Err(EncodeError::InvalidPacket("wildcard in PUBLISH topic name"));
@@ -279,15 +227,9 @@ fn write_pub_resp<S: Sink>(
         return Ok(());
     }
     if !valid(r.reason) {
-        return Err(EncodeError::InvalidReasonCode {
-            packet: name,
-            code: r.reason,
-        });
+        return Err(EncodeError::InvalidReasonCode { packet: name, code: r.reason });
     }
-    let props = ReasonProps {
-        reason_string: r.reason_string.as_deref(),
-        user_properties: &r.user_properties,
-    };
+    let props = ReasonProps { reason_string: r.reason_string.as_deref(), user_properties: &r.user_properties };
     let no_props = props.is_empty()?;
     if r.reason == reason::SUCCESS && no_props {
         return Ok(());
@@ -299,15 +241,9 @@ fn write_pub_resp<S: Sink>(
     Ok(())
 }
 
-fn write_subscribe<S: Sink>(
-    sub: &Subscribe,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_subscribe<S: Sink>(sub: &Subscribe, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     if sub.filters.is_empty() {
-        return Err(EncodeError::InvalidPacket(
-            "SUBSCRIBE without topic filters",
-        ));
+        return Err(EncodeError::InvalidPacket("SUBSCRIBE without topic filters"));
     }
     write_packet_id(s, sub.packet_id)?;
     let v5 = version.is_v5();
@@ -327,66 +263,35 @@ fn write_subscribe<S: Sink>(
             if f.retain_handling > 2 {
                 return Err(EncodeError::InvalidPacket("retain handling above 2"));
             }
-            options |= (u8::from(f.no_local) << 2)
-                | (u8::from(f.retain_as_published) << 3)
-                | (f.retain_handling << 4);
+            options |= (u8::from(f.no_local) << 2) | (u8::from(f.retain_as_published) << 3) | (f.retain_handling << 4);
         }
         s.write_u8(options);
     }
     Ok(())
 }
 
-fn write_suback<S: Sink>(
-    ack: &SubAck,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_suback<S: Sink>(ack: &SubAck, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     if ack.return_codes.is_empty() {
         return Err(EncodeError::InvalidPacket("SUBACK without return codes"));
     }
-    if let Some(&code) = ack
-        .return_codes
-        .iter()
-        .find(|&&code| !reason::valid_suback(version, code))
-    {
-        return Err(EncodeError::InvalidReasonCode {
-            packet: "SUBACK",
-            code,
-        });
+    if let Some(&code) = ack.return_codes.iter().find(|&&code| !reason::valid_suback(version, code)) {
+        return Err(EncodeError::InvalidReasonCode { packet: "SUBACK", code });
     }
     write_packet_id(s, ack.packet_id)?;
     if version.is_v5() {
-        write_block(
-            s,
-            &ReasonProps {
-                reason_string: ack.reason_string.as_deref(),
-                user_properties: &[],
-            },
-        )?;
+        write_block(s, &ReasonProps { reason_string: ack.reason_string.as_deref(), user_properties: &[] })?;
     }
     s.write_slice(&ack.return_codes);
     Ok(())
 }
 
-fn write_unsubscribe<S: Sink>(
-    u: &Unsubscribe,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_unsubscribe<S: Sink>(u: &Unsubscribe, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     if u.filters.is_empty() {
-        return Err(EncodeError::InvalidPacket(
-            "UNSUBSCRIBE without topic filters",
-        ));
+        return Err(EncodeError::InvalidPacket("UNSUBSCRIBE without topic filters"));
     }
     write_packet_id(s, u.packet_id)?;
     if version.is_v5() {
-        write_block(
-            s,
-            &ReasonProps {
-                reason_string: None,
-                user_properties: &u.user_properties,
-            },
-        )?;
+        write_block(s, &ReasonProps { reason_string: None, user_properties: &u.user_properties })?;
     }
     for f in &u.filters {
         s.write_string(f)?;
@@ -394,11 +299,7 @@ fn write_unsubscribe<S: Sink>(
     Ok(())
 }
 
-fn write_unsuback<S: Sink>(
-    ack: &UnsubAck,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_unsuback<S: Sink>(ack: &UnsubAck, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     write_packet_id(s, ack.packet_id)?;
     if !version.is_v5() {
         return Ok(());
@@ -406,40 +307,20 @@ fn write_unsuback<S: Sink>(
     if ack.reason_codes.is_empty() {
         return Err(EncodeError::InvalidPacket("UNSUBACK without reason codes"));
     }
-    if let Some(&code) = ack
-        .reason_codes
-        .iter()
-        .find(|&&code| !reason::valid_unsuback(code))
-    {
-        return Err(EncodeError::InvalidReasonCode {
-            packet: "UNSUBACK",
-            code,
-        });
+    if let Some(&code) = ack.reason_codes.iter().find(|&&code| !reason::valid_unsuback(code)) {
+        return Err(EncodeError::InvalidReasonCode { packet: "UNSUBACK", code });
     }
-    write_block(
-        s,
-        &ReasonProps {
-            reason_string: ack.reason_string.as_deref(),
-            user_properties: &[],
-        },
-    )?;
+    write_block(s, &ReasonProps { reason_string: ack.reason_string.as_deref(), user_properties: &[] })?;
     s.write_slice(&ack.reason_codes);
     Ok(())
 }
 
-fn write_disconnect<S: Sink>(
-    d: &Disconnect,
-    version: ProtocolVersion,
-    s: &mut S,
-) -> Result<(), EncodeError> {
+fn write_disconnect<S: Sink>(d: &Disconnect, version: ProtocolVersion, s: &mut S) -> Result<(), EncodeError> {
     if !version.is_v5() {
         return Ok(());
     }
     if !reason::valid_disconnect(d.reason) {
-        return Err(EncodeError::InvalidReasonCode {
-            packet: "DISCONNECT",
-            code: d.reason,
-        });
+        return Err(EncodeError::InvalidReasonCode { packet: "DISCONNECT", code: d.reason });
     }
     let props = DisconnectProps {
         session_expiry_interval: d.session_expiry_interval,
@@ -459,16 +340,10 @@ fn write_disconnect<S: Sink>(
 
 fn write_auth<S: Sink>(a: &Auth, s: &mut S) -> Result<(), EncodeError> {
     if !reason::valid_auth(a.reason) {
-        return Err(EncodeError::InvalidReasonCode {
-            packet: "AUTH",
-            code: a.reason,
-        });
+        return Err(EncodeError::InvalidReasonCode { packet: "AUTH", code: a.reason });
     }
-    let props = AuthProps {
-        method: a.method.as_deref(),
-        data: a.data.as_ref(),
-        reason_string: a.reason_string.as_deref(),
-    };
+    let props =
+        AuthProps { method: a.method.as_deref(), data: a.data.as_ref(), reason_string: a.reason_string.as_deref() };
     if a.reason == reason::SUCCESS && props.is_empty()? {
         return Ok(());
     }

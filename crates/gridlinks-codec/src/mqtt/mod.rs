@@ -36,9 +36,8 @@ pub use decode::decode;
 pub use encode::{encode, encode_publish};
 pub use error::{DecodeError, EncodeError, InvalidQoS};
 pub use packet::{
-    Auth, ConnAck, ConnAckProperties, Connect, ConnectProperties, Disconnect, LastWill, Packet,
-    PubResp, Publish, PublishProperties, PublishRef, SubAck, Subscribe, SubscriptionRequest, UnsubAck,
-    Unsubscribe,
+    Auth, ConnAck, ConnAckProperties, Connect, ConnectProperties, Disconnect, LastWill, Packet, PubResp, Publish,
+    PublishProperties, PublishRef, SubAck, Subscribe, SubscriptionRequest, UnsubAck, Unsubscribe,
 };
 pub use wire::MAX_REMAINING_LENGTH;
 

@@ -92,14 +92,8 @@ impl fmt::Debug for ConnectProperties {
             .field("receive_maximum", &self.receive_maximum)
             .field("maximum_packet_size", &self.maximum_packet_size)
             .field("topic_alias_maximum", &self.topic_alias_maximum)
-            .field(
-                "request_response_information",
-                &self.request_response_information,
-            )
-            .field(
-                "request_problem_information",
-                &self.request_problem_information,
-            )
+            .field("request_response_information", &self.request_response_information)
+            .field("request_problem_information", &self.request_problem_information)
             .field("user_properties", &self.user_properties)
             .field("authentication_method", &self.authentication_method)
             .field("authentication_data", &redact(&self.authentication_data))
@@ -198,25 +192,13 @@ impl fmt::Debug for ConnAckProperties {
             .field("maximum_qos", &self.maximum_qos)
             .field("retain_available", &self.retain_available)
             .field("maximum_packet_size", &self.maximum_packet_size)
-            .field(
-                "assigned_client_identifier",
-                &self.assigned_client_identifier,
-            )
+            .field("assigned_client_identifier", &self.assigned_client_identifier)
             .field("topic_alias_maximum", &self.topic_alias_maximum)
             .field("reason_string", &self.reason_string)
             .field("user_properties", &self.user_properties)
-            .field(
-                "wildcard_subscription_available",
-                &self.wildcard_subscription_available,
-            )
-            .field(
-                "subscription_identifiers_available",
-                &self.subscription_identifiers_available,
-            )
-            .field(
-                "shared_subscription_available",
-                &self.shared_subscription_available,
-            )
+            .field("wildcard_subscription_available", &self.wildcard_subscription_available)
+            .field("subscription_identifiers_available", &self.subscription_identifiers_available)
+            .field("shared_subscription_available", &self.shared_subscription_available)
             .field("server_keep_alive", &self.server_keep_alive)
             .field("response_information", &self.response_information)
             .field("server_reference", &self.server_reference)

@@ -131,23 +131,11 @@ impl Context {
                 TOPIC_ALIAS,
                 USER_PROPERTY,
             ]),
-            Context::PubResp | Context::SubAck | Context::UnsubAck => {
-                set(&[REASON_STRING, USER_PROPERTY])
-            }
+            Context::PubResp | Context::SubAck | Context::UnsubAck => set(&[REASON_STRING, USER_PROPERTY]),
             Context::Subscribe => set(&[SUBSCRIPTION_IDENTIFIER, USER_PROPERTY]),
             Context::Unsubscribe => set(&[USER_PROPERTY]),
-            Context::Disconnect => set(&[
-                SESSION_EXPIRY_INTERVAL,
-                SERVER_REFERENCE,
-                REASON_STRING,
-                USER_PROPERTY,
-            ]),
-            Context::Auth => set(&[
-                AUTHENTICATION_METHOD,
-                AUTHENTICATION_DATA,
-                REASON_STRING,
-                USER_PROPERTY,
-            ]),
+            Context::Disconnect => set(&[SESSION_EXPIRY_INTERVAL, SERVER_REFERENCE, REASON_STRING, USER_PROPERTY]),
+            Context::Auth => set(&[AUTHENTICATION_METHOD, AUTHENTICATION_DATA, REASON_STRING, USER_PROPERTY]),
         }
     }
 
@@ -222,9 +210,7 @@ pub(crate) fn decode_properties(r: &mut Reader, ctx: Context) -> Result<Props, D
             return Err(DecodeError::Malformed("unknown property identifier"));
         }
         if ctx.allowed() & bit(pid) == 0 {
-            return Err(DecodeError::Malformed(
-                "property not allowed in this packet",
-            ));
+            return Err(DecodeError::Malformed("property not allowed in this packet"));
         }
         if seen & bit(pid) != 0 && ctx.repeatable() & bit(pid) == 0 {
             return Err(DecodeError::Protocol("property included more than once"));
@@ -232,17 +218,14 @@ pub(crate) fn decode_properties(r: &mut Reader, ctx: Context) -> Result<Props, D
         seen |= bit(pid);
         match pid {
             PAYLOAD_FORMAT_INDICATOR => {
-                p.payload_format_indicator =
-                    flag(&mut block, "payload format indicator not 0 or 1")?
+                p.payload_format_indicator = flag(&mut block, "payload format indicator not 0 or 1")?
             }
             MESSAGE_EXPIRY_INTERVAL => p.message_expiry_interval = Some(block.u32()?),
             CONTENT_TYPE => p.content_type = Some(block.string()?),
             RESPONSE_TOPIC => {
                 let t = block.string()?;
                 if !topic::is_valid_topic_name(&t) {
-                    return Err(DecodeError::Protocol(
-                        "response topic is not a valid topic name",
-                    ));
+                    return Err(DecodeError::Protocol("response topic is not a valid topic name"));
                 }
                 p.response_topic = Some(t);
             }
@@ -260,13 +243,11 @@ pub(crate) fn decode_properties(r: &mut Reader, ctx: Context) -> Result<Props, D
             AUTHENTICATION_METHOD => p.authentication_method = Some(block.string()?),
             AUTHENTICATION_DATA => p.authentication_data = Some(block.binary()?),
             REQUEST_PROBLEM_INFORMATION => {
-                p.request_problem_information =
-                    flag(&mut block, "request problem information not 0 or 1")?
+                p.request_problem_information = flag(&mut block, "request problem information not 0 or 1")?
             }
             WILL_DELAY_INTERVAL => p.will_delay_interval = Some(block.u32()?),
             REQUEST_RESPONSE_INFORMATION => {
-                p.request_response_information =
-                    flag(&mut block, "request response information not 0 or 1")?
+                p.request_response_information = flag(&mut block, "request response information not 0 or 1")?
             }
             RESPONSE_INFORMATION => p.response_information = Some(block.string()?),
             SERVER_REFERENCE => p.server_reference = Some(block.string()?),
@@ -275,9 +256,7 @@ pub(crate) fn decode_properties(r: &mut Reader, ctx: Context) -> Result<Props, D
             TOPIC_ALIAS_MAXIMUM => p.topic_alias_maximum = Some(block.u16()?),
             TOPIC_ALIAS => p.topic_alias = non_zero_u16(&mut block, "topic alias 0")?,
             MAXIMUM_QOS => p.maximum_qos = flag(&mut block, "maximum QoS not 0 or 1")?,
-            RETAIN_AVAILABLE => {
-                p.retain_available = flag(&mut block, "retain available not 0 or 1")?
-            }
+            RETAIN_AVAILABLE => p.retain_available = flag(&mut block, "retain available not 0 or 1")?,
             USER_PROPERTY => {
                 let key = block.string()?;
                 let value = block.string()?;
@@ -288,24 +267,20 @@ pub(crate) fn decode_properties(r: &mut Reader, ctx: Context) -> Result<Props, D
                 v => p.maximum_packet_size = Some(v),
             },
             WILDCARD_SUBSCRIPTION_AVAILABLE => {
-                p.wildcard_subscription_available =
-                    flag(&mut block, "wildcard subscription available not 0 or 1")?
+                p.wildcard_subscription_available = flag(&mut block, "wildcard subscription available not 0 or 1")?
             }
             SUBSCRIPTION_IDENTIFIER_AVAILABLE => {
                 p.subscription_identifiers_available =
                     flag(&mut block, "subscription identifiers available not 0 or 1")?
             }
             SHARED_SUBSCRIPTION_AVAILABLE => {
-                p.shared_subscription_available =
-                    flag(&mut block, "shared subscription available not 0 or 1")?
+                p.shared_subscription_available = flag(&mut block, "shared subscription available not 0 or 1")?
             }
             _ => return Err(DecodeError::Malformed("unknown property identifier")),
         }
     }
     if p.authentication_data.is_some() && p.authentication_method.is_none() {
-        return Err(DecodeError::Protocol(
-            "authentication data without authentication method",
-        ));
+        return Err(DecodeError::Protocol("authentication data without authentication method"));
     }
     Ok(p)
 }
@@ -412,10 +387,7 @@ pub(crate) trait PropertyBlock {
 }
 
 /// Writes Property Length then the properties.
-pub(crate) fn write_block<S: Sink, P: PropertyBlock + ?Sized>(
-    s: &mut S,
-    props: &P,
-) -> Result<(), EncodeError> {
+pub(crate) fn write_block<S: Sink, P: PropertyBlock + ?Sized>(s: &mut S, props: &P) -> Result<(), EncodeError> {
     let mut counter = Counter::default();
     props.write_props(&mut counter)?;
     if counter.0 > MAX_REMAINING_LENGTH {
@@ -432,12 +404,7 @@ fn put_u8<S: Sink>(s: &mut S, pid: u8, v: Option<u8>) {
     }
 }
 
-fn put_flag<S: Sink>(
-    s: &mut S,
-    pid: u8,
-    v: Option<u8>,
-    what: &'static str,
-) -> Result<(), EncodeError> {
+fn put_flag<S: Sink>(s: &mut S, pid: u8, v: Option<u8>, what: &'static str) -> Result<(), EncodeError> {
     if matches!(v, Some(v) if v > 1) {
         return Err(EncodeError::InvalidPacket(what));
     }
@@ -452,12 +419,7 @@ fn put_u16<S: Sink>(s: &mut S, pid: u8, v: Option<u16>) {
     }
 }
 
-fn put_non_zero_u16<S: Sink>(
-    s: &mut S,
-    pid: u8,
-    v: Option<u16>,
-    what: &'static str,
-) -> Result<(), EncodeError> {
+fn put_non_zero_u16<S: Sink>(s: &mut S, pid: u8, v: Option<u16>, what: &'static str) -> Result<(), EncodeError> {
     if v == Some(0) {
         return Err(EncodeError::InvalidPacket(what));
     }
@@ -490,9 +452,7 @@ fn put_binary<S: Sink>(s: &mut S, pid: u8, v: Option<&Bytes>) -> Result<(), Enco
 
 fn put_subscription_identifier<S: Sink>(s: &mut S, v: u32) -> Result<(), EncodeError> {
     if v == 0 || v as usize > MAX_REMAINING_LENGTH {
-        return Err(EncodeError::InvalidPacket(
-            "subscription identifier outside 1..=268435455",
-        ));
+        return Err(EncodeError::InvalidPacket("subscription identifier outside 1..=268435455"));
     }
     s.write_u8(id::SUBSCRIPTION_IDENTIFIER);
     s.write_varint(v as usize)
@@ -507,15 +467,9 @@ fn put_user_properties<S: Sink>(s: &mut S, props: &[(String, String)]) -> Result
     Ok(())
 }
 
-fn put_auth<S: Sink>(
-    s: &mut S,
-    method: Option<&str>,
-    data: Option<&Bytes>,
-) -> Result<(), EncodeError> {
+fn put_auth<S: Sink>(s: &mut S, method: Option<&str>, data: Option<&Bytes>) -> Result<(), EncodeError> {
     if data.is_some() && method.is_none() {
-        return Err(EncodeError::InvalidPacket(
-            "authentication data without authentication method",
-        ));
+        return Err(EncodeError::InvalidPacket("authentication data without authentication method"));
     }
     put_string(s, id::AUTHENTICATION_METHOD, method)?;
     put_binary(s, id::AUTHENTICATION_DATA, data)
@@ -524,12 +478,7 @@ fn put_auth<S: Sink>(
 impl PropertyBlock for ConnectProperties {
     fn write_props<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
         put_u32(s, id::SESSION_EXPIRY_INTERVAL, self.session_expiry_interval);
-        put_non_zero_u16(
-            s,
-            id::RECEIVE_MAXIMUM,
-            self.receive_maximum,
-            "receive maximum 0",
-        )?;
+        put_non_zero_u16(s, id::RECEIVE_MAXIMUM, self.receive_maximum, "receive maximum 0")?;
         if self.maximum_packet_size == Some(0) {
             return Err(EncodeError::InvalidPacket("maximum packet size 0"));
         }
@@ -547,11 +496,7 @@ impl PropertyBlock for ConnectProperties {
             self.request_problem_information,
             "request problem information not 0 or 1",
         )?;
-        put_auth(
-            s,
-            self.authentication_method.as_deref(),
-            self.authentication_data.as_ref(),
-        )?;
+        put_auth(s, self.authentication_method.as_deref(), self.authentication_data.as_ref())?;
         put_user_properties(s, &self.user_properties)
     }
 }
@@ -559,33 +504,14 @@ impl PropertyBlock for ConnectProperties {
 impl PropertyBlock for ConnAckProperties {
     fn write_props<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
         put_u32(s, id::SESSION_EXPIRY_INTERVAL, self.session_expiry_interval);
-        put_non_zero_u16(
-            s,
-            id::RECEIVE_MAXIMUM,
-            self.receive_maximum,
-            "receive maximum 0",
-        )?;
-        put_flag(
-            s,
-            id::MAXIMUM_QOS,
-            self.maximum_qos,
-            "maximum QoS not 0 or 1",
-        )?;
-        put_flag(
-            s,
-            id::RETAIN_AVAILABLE,
-            self.retain_available,
-            "retain available not 0 or 1",
-        )?;
+        put_non_zero_u16(s, id::RECEIVE_MAXIMUM, self.receive_maximum, "receive maximum 0")?;
+        put_flag(s, id::MAXIMUM_QOS, self.maximum_qos, "maximum QoS not 0 or 1")?;
+        put_flag(s, id::RETAIN_AVAILABLE, self.retain_available, "retain available not 0 or 1")?;
         if self.maximum_packet_size == Some(0) {
             return Err(EncodeError::InvalidPacket("maximum packet size 0"));
         }
         put_u32(s, id::MAXIMUM_PACKET_SIZE, self.maximum_packet_size);
-        put_string(
-            s,
-            id::ASSIGNED_CLIENT_IDENTIFIER,
-            self.assigned_client_identifier.as_deref(),
-        )?;
+        put_string(s, id::ASSIGNED_CLIENT_IDENTIFIER, self.assigned_client_identifier.as_deref())?;
         put_u16(s, id::TOPIC_ALIAS_MAXIMUM, self.topic_alias_maximum);
         put_string(s, id::REASON_STRING, self.reason_string.as_deref())?;
         put_flag(
@@ -607,36 +533,21 @@ impl PropertyBlock for ConnAckProperties {
             "shared subscription available not 0 or 1",
         )?;
         put_u16(s, id::SERVER_KEEP_ALIVE, self.server_keep_alive);
-        put_string(
-            s,
-            id::RESPONSE_INFORMATION,
-            self.response_information.as_deref(),
-        )?;
+        put_string(s, id::RESPONSE_INFORMATION, self.response_information.as_deref())?;
         put_string(s, id::SERVER_REFERENCE, self.server_reference.as_deref())?;
-        put_auth(
-            s,
-            self.authentication_method.as_deref(),
-            self.authentication_data.as_ref(),
-        )?;
+        put_auth(s, self.authentication_method.as_deref(), self.authentication_data.as_ref())?;
         put_user_properties(s, &self.user_properties)
     }
 }
 
 /// Properties shared by PUBLISH and the will.
 fn put_message_props<S: Sink>(s: &mut S, p: &PublishProperties) -> Result<(), EncodeError> {
-    put_flag(
-        s,
-        id::PAYLOAD_FORMAT_INDICATOR,
-        p.payload_format_indicator,
-        "payload format indicator not 0 or 1",
-    )?;
+    put_flag(s, id::PAYLOAD_FORMAT_INDICATOR, p.payload_format_indicator, "payload format indicator not 0 or 1")?;
     put_u32(s, id::MESSAGE_EXPIRY_INTERVAL, p.message_expiry_interval);
     put_string(s, id::CONTENT_TYPE, p.content_type.as_deref())?;
     if let Some(t) = &p.response_topic {
         if !topic::is_valid_topic_name(t) {
-            return Err(EncodeError::InvalidPacket(
-                "response topic is not a valid topic name",
-            ));
+            return Err(EncodeError::InvalidPacket("response topic is not a valid topic name"));
         }
     }
     put_string(s, id::RESPONSE_TOPIC, p.response_topic.as_deref())?;
@@ -666,9 +577,7 @@ impl PropertyBlock for WillProps<'_> {
             return Err(EncodeError::InvalidPacket("topic alias in will properties"));
         }
         if !self.properties.subscription_identifiers.is_empty() {
-            return Err(EncodeError::InvalidPacket(
-                "subscription identifier in will properties",
-            ));
+            return Err(EncodeError::InvalidPacket("subscription identifier in will properties"));
         }
         put_u32(s, id::WILL_DELAY_INTERVAL, self.delay_interval);
         put_message_props(s, self.properties)

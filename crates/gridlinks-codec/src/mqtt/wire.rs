@@ -19,11 +19,7 @@ pub(crate) enum Varint {
     /// Four bytes all had the continuation bit set.
     TooLong,
     /// The value, how many bytes encoded it, and whether the encoding was minimal.
-    Value {
-        value: u32,
-        len: usize,
-        minimal: bool,
-    },
+    Value { value: u32, len: usize, minimal: bool },
 }
 
 /// Parses a Variable Byte Integer (at most 4 bytes) from the front of `bytes`.
@@ -34,11 +30,7 @@ pub(crate) fn parse_varint(bytes: &[u8]) -> Varint {
         if byte & 0x80 == 0 {
             // A multi-byte encoding whose last byte is zero could have been shorter.
             let minimal = i == 0 || byte != 0;
-            return Varint::Value {
-                value,
-                len: i + 1,
-                minimal,
-            };
+            return Varint::Value { value, len: i + 1, minimal };
         }
     }
     if bytes.len() >= 4 {
@@ -60,8 +52,7 @@ pub(crate) fn varint_len(value: usize) -> usize {
 
 /// Validates an MQTT UTF-8 Encoded String: well-formed UTF-8 without U+0000.
 pub(crate) fn mqtt_str(bytes: &[u8]) -> Result<&str, DecodeError> {
-    let s =
-        std::str::from_utf8(bytes).map_err(|_| DecodeError::Malformed("invalid UTF-8 string"))?;
+    let s = std::str::from_utf8(bytes).map_err(|_| DecodeError::Malformed("invalid UTF-8 string"))?;
     if s.contains('\0') {
         return Err(DecodeError::Malformed("U+0000 in string"));
     }
@@ -116,12 +107,10 @@ impl Reader {
     pub(crate) fn varint(&mut self) -> Result<u32, DecodeError> {
         match parse_varint(&self.buf) {
             Varint::Incomplete => Err(DecodeError::Malformed("truncated variable byte integer")),
-            Varint::TooLong => Err(DecodeError::Malformed(
-                "variable byte integer longer than 4 bytes",
-            )),
-            Varint::Value { minimal: false, .. } if self.strict_varint => Err(
-                DecodeError::Malformed("variable byte integer not minimally encoded"),
-            ),
+            Varint::TooLong => Err(DecodeError::Malformed("variable byte integer longer than 4 bytes")),
+            Varint::Value { minimal: false, .. } if self.strict_varint => {
+                Err(DecodeError::Malformed("variable byte integer not minimally encoded"))
+            }
             Varint::Value { value, len, .. } => {
                 self.buf.advance(len);
                 Ok(value)
@@ -163,9 +152,7 @@ impl Reader {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(DecodeError::Malformed(
-                "unexpected bytes after the last field",
-            ))
+            Err(DecodeError::Malformed("unexpected bytes after the last field"))
         }
     }
 }
@@ -223,8 +210,7 @@ pub(crate) trait Sink {
         if s.contains('\0') {
             return Err(EncodeError::InvalidPacket("U+0000 in string"));
         }
-        self.write_binary(s.as_bytes())
-            .map_err(|_| EncodeError::StringTooLong)
+        self.write_binary(s.as_bytes()).map_err(|_| EncodeError::StringTooLong)
     }
 }
 
@@ -250,33 +236,14 @@ mod tests {
 
     #[test]
     fn varint_boundaries() {
-        for value in [
-            0usize,
-            127,
-            128,
-            16_383,
-            16_384,
-            2_097_151,
-            2_097_152,
-            MAX_REMAINING_LENGTH,
-        ] {
+        for value in [0usize, 127, 128, 16_383, 16_384, 2_097_151, 2_097_152, MAX_REMAINING_LENGTH] {
             let mut out = BytesMut::new();
             out.write_varint(value).expect("in range");
             assert_eq!(out.len(), varint_len(value));
-            assert_eq!(
-                parse_varint(&out),
-                Varint::Value {
-                    value: value as u32,
-                    len: out.len(),
-                    minimal: true
-                }
-            );
+            assert_eq!(parse_varint(&out), Varint::Value { value: value as u32, len: out.len(), minimal: true });
         }
         let mut out = BytesMut::new();
-        assert_eq!(
-            out.write_varint(MAX_REMAINING_LENGTH + 1),
-            Err(EncodeError::PayloadTooLarge)
-        );
+        assert_eq!(out.write_varint(MAX_REMAINING_LENGTH + 1), Err(EncodeError::PayloadTooLarge));
     }
 
     #[test]
@@ -284,13 +251,6 @@ mod tests {
         assert_eq!(parse_varint(&[]), Varint::Incomplete);
         assert_eq!(parse_varint(&[0x80, 0x80, 0x80]), Varint::Incomplete);
         assert_eq!(parse_varint(&[0x80, 0x80, 0x80, 0x80]), Varint::TooLong);
-        assert_eq!(
-            parse_varint(&[0x80, 0x00]),
-            Varint::Value {
-                value: 0,
-                len: 2,
-                minimal: false
-            }
-        );
+        assert_eq!(parse_varint(&[0x80, 0x00]), Varint::Value { value: 0, len: 2, minimal: false });
     }
 }

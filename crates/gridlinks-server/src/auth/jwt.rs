@@ -110,15 +110,19 @@ impl Jwt {
         mac.update(b".");
         mac.update(p.as_bytes());
         mac.verify_slice(&sig).map_err(|_| AuthError::BadToken)?;
-        let header: serde_json::Value =
-            serde_json::from_slice(&B64.decode(h).map_err(|_| AuthError::BadToken)?).map_err(|_| AuthError::BadToken)?;
+        let header: serde_json::Value = serde_json::from_slice(&B64.decode(h).map_err(|_| AuthError::BadToken)?)
+            .map_err(|_| AuthError::BadToken)?;
         if header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
             return Err(AuthError::BadToken);
         }
-        let claims: Claims =
-            serde_json::from_slice(&B64.decode(p).map_err(|_| AuthError::BadToken)?).map_err(|_| AuthError::BadToken)?;
+        let claims: Claims = serde_json::from_slice(&B64.decode(p).map_err(|_| AuthError::BadToken)?)
+            .map_err(|_| AuthError::BadToken)?;
         let now = Ts::now().0 / 1000;
-        if claims.iss != ISSUER || claims.sub != subject || claims.iat > now + SKEW || claims.nbf.is_some_and(|nbf| nbf > now + SKEW) {
+        if claims.iss != ISSUER
+            || claims.sub != subject
+            || claims.iat > now + SKEW
+            || claims.nbf.is_some_and(|nbf| nbf > now + SKEW)
+        {
             return Err(AuthError::BadToken);
         }
         if claims.exp <= now {
@@ -145,7 +149,10 @@ mod tests {
         let mut tampered = t.clone();
         tampered.insert(tampered.len() - 3, 'A');
         assert!(jwt.verify(&tampered, ACCESS_SCOPE, "admin").is_err());
-        assert_eq!(jwt.verify(&jwt.issue("admin", ACCESS_SCOPE, 0, "s", None), ACCESS_SCOPE, "admin"), Err(AuthError::Expired));
+        assert_eq!(
+            jwt.verify(&jwt.issue("admin", ACCESS_SCOPE, 0, "s", None), ACCESS_SCOPE, "admin"),
+            Err(AuthError::Expired)
+        );
         assert_eq!(jwt.verify("a.b", ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
     }
 

@@ -74,7 +74,9 @@ impl Logins {
         let login = Login { jti: jti.clone(), exp };
         let evicted = {
             let mut map = self.map.lock();
-            let evicted = (map.len() >= MAX_LOGINS).then(|| map.iter().min_by_key(|(_, l)| l.exp).map(|(k, _)| k.clone())).flatten();
+            let evicted = (map.len() >= MAX_LOGINS)
+                .then(|| map.iter().min_by_key(|(_, l)| l.exp).map(|(k, _)| k.clone()))
+                .flatten();
             if let Some(k) = &evicted {
                 map.remove(k);
             }
@@ -139,13 +141,16 @@ impl Logins {
     async fn save(&self, session_id: &str, login: &Login) -> Result<(), StoreError> {
         let (store, key) = (self.store.clone(), format!("{PREFIX}{session_id}"));
         let value = serde_json::to_vec(login).map_err(|_| StoreError::Corrupt("login encode"))?;
-        let r = tokio::task::spawn_blocking(move || store.meta_put(&key, &value)).await.map_err(|_| StoreError::Closed)?;
+        let r =
+            tokio::task::spawn_blocking(move || store.meta_put(&key, &value)).await.map_err(|_| StoreError::Closed)?;
         Self::in_memory_if_unwritable(r)
     }
 
     async fn forget(&self, session_id: String) -> Result<(), StoreError> {
         let store = self.store.clone();
-        let r = tokio::task::spawn_blocking(move || store.meta_delete(&format!("{PREFIX}{session_id}"))).await.map_err(|_| StoreError::Closed)?;
+        let r = tokio::task::spawn_blocking(move || store.meta_delete(&format!("{PREFIX}{session_id}")))
+            .await
+            .map_err(|_| StoreError::Closed)?;
         Self::in_memory_if_unwritable(r)
     }
 

@@ -101,12 +101,20 @@ impl Credentials {
     /// Checks an application login from `peer`: its ACL when the password (and the client
     /// id, if the credential fixes one) fit. Throttled like the REST login, checked on the
     /// password pool, and an unknown user name costs what a wrong password costs.
-    pub async fn login(&self, auth: &Auth, peer: IpAddr, username: &str, password: &[u8], client_id: &str) -> Result<Arc<Acl>, AuthError> {
+    pub async fn login(
+        &self,
+        auth: &Auth,
+        peer: IpAddr,
+        username: &str,
+        password: &[u8],
+        client_id: &str,
+    ) -> Result<Arc<Acl>, AuthError> {
         auth.throttle.check(peer, username).map_err(AuthError::Throttled)?;
         let entry = self.map.read().get(username).cloned();
         let mac = self.mac(password);
         let cached = entry.as_ref().is_some_and(|e| e.verified.lock().as_deref() == Some(mac.as_slice()));
-        let ok = cached || auth.passwords.verify(password, entry.as_ref().map(|e| e.cred.password_hash.as_str())).await?;
+        let ok =
+            cached || auth.passwords.verify(password, entry.as_ref().map(|e| e.cred.password_hash.as_str())).await?;
         match entry.filter(|e| ok && e.cred.client_id.as_deref().is_none_or(|c| c == client_id)) {
             Some(e) => {
                 auth.throttle.succeeded(peer, username);
@@ -169,18 +177,25 @@ fn check_filters(what: &str, filters: &[String]) -> ApiResult<()> {
 /// `POST /api/mqtt/clients`: creates or updates a credential. Live connections that use
 /// it are closed, so they reconnect under the new rules.
 pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
-    let req: SaveRequest = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
+    let req: SaveRequest =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
     if req.username.is_empty() || req.username.len() > MAX_FIELD || req.username.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(format!("username must be 1 to {MAX_FIELD} bytes, without control characters")));
+        return Err(ApiError::bad_request(format!(
+            "username must be 1 to {MAX_FIELD} bytes, without control characters"
+        )));
     }
     if req.client_id.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_FIELD || c.chars().any(char::is_control)) {
-        return Err(ApiError::bad_request(format!("clientId must be 1 to {MAX_FIELD} bytes, without control characters, when given")));
+        return Err(ApiError::bad_request(format!(
+            "clientId must be 1 to {MAX_FIELD} bytes, without control characters, when given"
+        )));
     }
     check_filters("publish", &req.publish)?;
     check_filters("subscribe", &req.subscribe)?;
     let old = st.clients.get(&req.username);
     let password_hash = match (req.password, &old) {
-        (Some(pw), _) if !pw.is_empty() => st.auth.passwords.hash(pw).await.map_err(crate::thingsboard::api::auth_error)?,
+        (Some(pw), _) if !pw.is_empty() => {
+            st.auth.passwords.hash(pw).await.map_err(crate::thingsboard::api::auth_error)?
+        }
         (None, Some(old)) => old.password_hash.clone(),
         _ => return Err(ApiError::bad_request("password is required (and may not be empty) for a new credential")),
     };
@@ -193,7 +208,8 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<s
         created_time: old.map_or_else(|| Ts::now().0, |o| o.created_time),
     };
     let value = serde_json::to_vec(&cred).map_err(|e| ApiError::internal(e.to_string()))?;
-    let row = BrokerRow { table: BrokerTable::Credentials, key: cred.username.clone().into_bytes(), value: Some(value) };
+    let row =
+        BrokerRow { table: BrokerTable::Credentials, key: cred.username.clone().into_bytes(), value: Some(value) };
     st.writer.submit(WriteOp::Broker(vec![row])).await?;
     let view = cred.view();
     let username = cred.username.clone();

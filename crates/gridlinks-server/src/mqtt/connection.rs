@@ -21,8 +21,8 @@ use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink, 
 use gridlinks_broker::topic::validate_filter;
 use gridlinks_codec::mqtt::topic::is_valid_topic_name;
 use gridlinks_codec::mqtt::{
-    decode, reason as rc, encode, encode_publish, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet, ProtocolVersion, PubResp, Publish,
-    PublishProperties, PublishRef, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+    decode, encode, encode_publish, reason as rc, ConnAck, ConnAckProperties, Connect, DecodeError, Disconnect, Packet,
+    ProtocolVersion, PubResp, Publish, PublishProperties, PublishRef, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 use gridlinks_storage::{BrokerRow, BrokerTable, StoreError, WriteOp};
 use gridlinks_types::DeviceId;
@@ -252,7 +252,24 @@ enum End {
 /// connection, not also as an argument or in a wrapping future (every byte counts once per
 /// connection).
 pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard: G) -> impl Future<Output = ()> + Send {
-    let mut conn = Conn { stream, session: SessionId(u64::MAX), rate: None, broken: false, write_failed: false, st, rbuf: BytesMut::new(), wbuf: BytesMut::new(), version: ProtocolVersion::V3_1_1, aliases: Vec::new(), expiry: 0, disconnect_expiry: None, acked_rows: Vec::new(), client_id: None, max_out: usize::MAX, congested: false };
+    let mut conn = Conn {
+        stream,
+        session: SessionId(u64::MAX),
+        rate: None,
+        broken: false,
+        write_failed: false,
+        st,
+        rbuf: BytesMut::new(),
+        wbuf: BytesMut::new(),
+        version: ProtocolVersion::V3_1_1,
+        aliases: Vec::new(),
+        expiry: 0,
+        disconnect_expiry: None,
+        acked_rows: Vec::new(),
+        client_id: None,
+        max_out: usize::MAX,
+        congested: false,
+    };
     // `conn` and `guard` are used in place, as captured: a `let` binding (or an `async fn`
     // argument) would give each a second slot in the future.
     async move {
@@ -284,7 +301,10 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
         }
         conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
         let keep_alive = connect.keep_alive;
-        let mut window = OutWindow::new(connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)), durable);
+        let mut window = OutWindow::new(
+            connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)),
+            durable,
+        );
         // Devices' wills are not published: their topics are the device API's.
         let will = match who {
             Who::Client { .. } => connect.will.take().map(Box::new),
@@ -333,7 +353,9 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
                 // ended (or was taken over) publishes at once, or not at all when resumed.
                 let delay = will.delay_interval.unwrap_or(0);
                 match left {
-                    Unregistered::Parked { expiry, epoch } => pubsub::will_later(st.clone(), id.clone(), *will, delay.min(expiry), Some(epoch)),
+                    Unregistered::Parked { expiry, epoch } => {
+                        pubsub::will_later(st.clone(), id.clone(), *will, delay.min(expiry), Some(epoch))
+                    }
                     Unregistered::Superseded if delay > 0 => {}
                     _ => pubsub::will_later(st.clone(), id.clone(), *will, 0, None),
                 }
@@ -380,7 +402,11 @@ impl<T: Transport> Conn<T> {
                 }
                 Err(DecodeError::UnsupportedProtocol { .. }) => {
                     // Answered in the MQTT 3.1.1 layout, which every client understands.
-                    self.queue(&Packet::ConnAck(ConnAck { session_present: false, code: rc::V3_UNACCEPTABLE_PROTOCOL_VERSION, properties: ConnAckProperties::default() }));
+                    self.queue(&Packet::ConnAck(ConnAck {
+                        session_present: false,
+                        code: rc::V3_UNACCEPTABLE_PROTOCOL_VERSION,
+                        properties: ConnAckProperties::default(),
+                    }));
                     let _ = self.flush().await;
                     return None;
                 }
@@ -419,12 +445,15 @@ impl<T: Transport> Conn<T> {
                     (Ok(None), None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
                     // An application's login; an unknown name costs what a wrong password costs.
                     (Ok(None), Some(password)) => {
-                        let peer = self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+                        let peer =
+                            self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
                         match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
                             Ok(acl) => who = Some(Who::Client { id: client_id, owner: user.into(), acl }),
                             Err(e) => {
                                 code = match e {
-                                    AuthError::Throttled(_) => refuse(rc::V3_SERVER_UNAVAILABLE, rc::CONNECTION_RATE_EXCEEDED),
+                                    AuthError::Throttled(_) => {
+                                        refuse(rc::V3_SERVER_UNAVAILABLE, rc::CONNECTION_RATE_EXCEEDED)
+                                    }
                                     AuthError::Busy => refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_BUSY),
                                     _ => refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
                                 };
@@ -458,7 +487,9 @@ impl<T: Transport> Conn<T> {
             if slot.is_none() {
                 self.st.mqtt_metrics.over_credential_limit.fetch_add(1, Ordering::Relaxed);
                 code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::QUOTA_EXCEEDED);
-                refusal = v5.then(|| "too many connections with this credential (mqtt.max_connections_per_credential)".to_owned());
+                refusal = v5.then(|| {
+                    "too many connections with this credential (mqtt.max_connections_per_credential)".to_owned()
+                });
                 who = None;
             }
         }
@@ -505,7 +536,9 @@ impl<T: Transport> Conn<T> {
     async fn register(&mut self, c: &Connect, who: &Who) -> Result<(SessionLink, bool, bool), StoreError> {
         let st = self.st.clone();
         let (id, owner) = match who {
-            Who::Device(device) => return Ok((st.sessions.register(*device, st.cfg.mqtt.outbound_queue), false, false)),
+            Who::Device(device) => {
+                return Ok((st.sessions.register(*device, st.cfg.mqtt.outbound_queue), false, false))
+            }
             Who::Client { id, owner, .. } => (id, owner),
         };
         let max = st.cfg.mqtt.max_session_expiry;
@@ -518,8 +551,18 @@ impl<T: Transport> Conn<T> {
         // copies queued for the new session are not among them).
         // Every stored session is also in memory (loaded at start-up), so only a known
         // persistent session costs a storage read here.
-        let old_rows = if c.clean_start && st.sessions.is_persistent(id) { pubsub::forget_rows(&st.store, id)? } else { Vec::new() };
-        let r = st.sessions.register_client(id, owner.clone(), st.cfg.mqtt.client_outbound_queue, c.clean_start, self.expiry);
+        let old_rows = if c.clean_start && st.sessions.is_persistent(id) {
+            pubsub::forget_rows(&st.store, id)?
+        } else {
+            Vec::new()
+        };
+        let r = st.sessions.register_client(
+            id,
+            owner.clone(),
+            st.cfg.mqtt.client_outbound_queue,
+            c.clean_start,
+            self.expiry,
+        );
         let mut rows = if r.discarded { old_rows } else { Vec::new() };
         if self.expiry > 0 {
             rows.push(pubsub::session_row(&st.sessions, id, owner, self.expiry, None));
@@ -591,10 +634,12 @@ impl<T: Transport> Conn<T> {
         // state would otherwise size every connection's task (~200 bytes each).
         let r = match self.stream.try_write(&self.wbuf) {
             Ok(n) if n == self.wbuf.len() => Ok(()),
-            Ok(n) => match Box::pin(tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.wbuf[n..]))).await {
-                Ok(r) => r,
-                Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-            },
+            Ok(n) => {
+                match Box::pin(tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.wbuf[n..]))).await {
+                    Ok(r) => r,
+                    Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+                }
+            }
             Err(e) => Err(e),
         };
         // Idle connections keep no write buffer.
@@ -606,7 +651,12 @@ impl<T: Transport> Conn<T> {
     async fn disconnect(&mut self, reason: u8, text: &str) {
         if self.version == ProtocolVersion::V5 {
             let reason_string = (!text.is_empty()).then(|| text.to_owned());
-            self.queue(&Packet::Disconnect(Disconnect { reason, session_expiry_interval: None, reason_string, server_reference: None }));
+            self.queue(&Packet::Disconnect(Disconnect {
+                reason,
+                session_expiry_interval: None,
+                reason_string,
+                server_reference: None,
+            }));
             let _ = self.flush().await;
         }
         self.stream.shutdown().await;
@@ -656,7 +706,9 @@ impl<T: Transport> Conn<T> {
                         break;
                     }
                     // Acknowledgements of the server's own QoS 1 and 2 publishes.
-                    Ok(Some(Packet::PubAck(PubResp { packet_id, .. }) | Packet::PubComp(PubResp { packet_id, .. }))) => {
+                    Ok(Some(
+                        Packet::PubAck(PubResp { packet_id, .. }) | Packet::PubComp(PubResp { packet_id, .. }),
+                    )) => {
                         self.settle(packet_id, window, link);
                     }
                     Ok(Some(Packet::PubRec(r))) => self.on_pubrec(r, window, link, &mut pending),
@@ -750,7 +802,13 @@ impl<T: Transport> Conn<T> {
     }
 
     /// A PUBREC for one of the server's QoS 2 publishes.
-    fn on_pubrec(&mut self, r: PubResp, window: &mut OutWindow, link: &SessionLink, pending: &mut Option<Box<FuturesOrdered<InFlight>>>) {
+    fn on_pubrec(
+        &mut self,
+        r: PubResp,
+        window: &mut OutWindow,
+        link: &SessionLink,
+        pending: &mut Option<Box<FuturesOrdered<InFlight>>>,
+    ) {
         if r.reason >= 0x80 {
             // Refused by the client (MQTT 5): the exchange ends here.
             self.settle(r.packet_id, window, link);
@@ -759,7 +817,10 @@ impl<T: Transport> Conn<T> {
             // the PUBREL goes, so that after a crash the client gets the PUBREL again, not
             // the message.
             let pubrel = Packet::PubRel(resp(r.packet_id, 0, None));
-            let row = window.received(r.packet_id).zip(self.client_id.as_ref()).and_then(|(out, client)| pubsub::released_row(client, &out));
+            let row = window
+                .received(r.packet_id)
+                .zip(self.client_id.as_ref())
+                .and_then(|(out, client)| pubsub::released_row(client, &out));
             match row {
                 Some(row) => {
                     let done = Done { ack: Some(pubrel), reply: None, close: None, retained: Vec::new() };
@@ -809,7 +870,9 @@ impl<T: Transport> Conn<T> {
                 }
                 // A durable copy goes with its fixed id (free unless two in one batch share
                 // it, which takes 65,535 copies between them: then it gets another).
-                let packet_id = (out.qos >= 1).then(|| out.fixed_packet_id().filter(|&id| window.reserve(id)).unwrap_or_else(|| window.take_id()));
+                let packet_id = (out.qos >= 1).then(|| {
+                    out.fixed_packet_id().filter(|&id| window.reserve(id)).unwrap_or_else(|| window.take_id())
+                });
                 self.send(out, packet_id, false, now, window);
             }
         }
@@ -819,7 +882,14 @@ impl<T: Transport> Conn<T> {
     /// again). A message larger than the client's Maximum Packet Size is discarded as if
     /// it had been delivered (MQTT 5 §3.1.2.11.4): its window slot frees, its durable copy
     /// goes.
-    fn send(&mut self, out: Outbound, packet_id: Option<u16>, dup: bool, now: std::time::Instant, window: &mut OutWindow) {
+    fn send(
+        &mut self,
+        out: Outbound,
+        packet_id: Option<u16>,
+        dup: bool,
+        now: std::time::Instant,
+        window: &mut OutWindow,
+    ) {
         if self.queue_publish(&out, packet_id, dup, now) {
             if let Some(id) = packet_id {
                 window.keep(id, out);
@@ -884,7 +954,15 @@ impl<T: Transport> Conn<T> {
             (Some(_), 2) => QoS::ExactlyOnce,
             (Some(_), _) => QoS::AtLeastOnce,
         };
-        let publish = PublishRef { dup, qos, retain: out.retain, topic: &out.msg.topic, packet_id, payload: &out.msg.payload, properties };
+        let publish = PublishRef {
+            dup,
+            qos,
+            retain: out.retain,
+            topic: &out.msg.topic,
+            packet_id,
+            payload: &out.msg.payload,
+            properties,
+        };
         let start = self.wbuf.len();
         if let Err(e) = encode_publish(&publish, self.version, &mut self.wbuf) {
             crate::logging::error_limited!(error = %e, "cannot encode MQTT PUBLISH; closing the connection");
@@ -939,7 +1017,13 @@ impl<T: Transport> Conn<T> {
         done.close.map(|(reason, text)| End::Disconnect(reason, text))
     }
 
-    fn on_packet(&mut self, p: Packet, who: &Who, link: &SessionLink, pending: &mut FuturesOrdered<InFlight>) -> Option<End> {
+    fn on_packet(
+        &mut self,
+        p: Packet,
+        who: &Who,
+        link: &SessionLink,
+        pending: &mut FuturesOrdered<InFlight>,
+    ) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
         match p {
             Packet::Publish(p) => {
@@ -991,7 +1075,12 @@ impl<T: Transport> Conn<T> {
             Packet::PubRel(r) => {
                 let known = link.inbox.release(r.packet_id);
                 let reason = if known || !v5 { 0 } else { rc::PACKET_IDENTIFIER_NOT_FOUND };
-                let pubcomp = Done { ack: Some(Packet::PubComp(resp(r.packet_id, reason, None))), reply: None, close: None, retained: Vec::new() };
+                let pubcomp = Done {
+                    ack: Some(Packet::PubComp(resp(r.packet_id, reason, None))),
+                    reply: None,
+                    close: None,
+                    retained: Vec::new(),
+                };
                 match (&self.client_id, known && self.expiry > 0) {
                     // A persistent session stored the packet id: the PUBCOMP waits until it
                     // is deleted, or a restart could take the client's next message with
@@ -1057,7 +1146,12 @@ impl<T: Transport> Conn<T> {
         Box::pin(async move {
             match write.await.unwrap_or(Err(StoreError::Closed)) {
                 Ok(_) => done,
-                Err(e) => Done { ack: None, reply: None, close: Some((if v5 { rc::UNSPECIFIED_ERROR } else { 0 }, format!("session state not stored: {e}"))), retained: Vec::new() },
+                Err(e) => Done {
+                    ack: None,
+                    reply: None,
+                    close: Some((if v5 { rc::UNSPECIFIED_ERROR } else { 0 }, format!("session state not stored: {e}"))),
+                    retained: Vec::new(),
+                },
             }
         })
     }
@@ -1066,7 +1160,10 @@ impl<T: Transport> Conn<T> {
     /// alias's, a non-empty one (re)defines it.
     fn resolve_alias(&mut self, alias: u16, topic: &mut String) -> Result<(), End> {
         if alias == 0 || alias > TOPIC_ALIAS_MAX {
-            return Err(End::Disconnect(rc::TOPIC_ALIAS_INVALID, format!("topic alias {alias} is outside 1..={TOPIC_ALIAS_MAX}")));
+            return Err(End::Disconnect(
+                rc::TOPIC_ALIAS_INVALID,
+                format!("topic alias {alias} is outside 1..={TOPIC_ALIAS_MAX}"),
+            ));
         }
         let slot = usize::from(alias - 1);
         if topic.is_empty() {
@@ -1101,7 +1198,9 @@ impl<T: Transport> Conn<T> {
         let msg = message(p);
         // A persistent session remembers a QoS 2 message's packet id until its PUBREL, also
         // across a restart: committed with the copies, before the PUBREC.
-        let remember = packet_id.filter(|_| qos == QoS::ExactlyOnce && self.expiry > 0).map(|id| pubsub::incoming_row(client, id, true));
+        let remember = packet_id
+            .filter(|_| qos == QoS::ExactlyOnce && self.expiry > 0)
+            .map(|id| pubsub::incoming_row(client, id, true));
         let routing = pubsub::route(&self.st, client, &msg, retain, remember);
         self.congested |= routing.congested;
         // MQTT 5: 0x10 "no matching subscribers" is a success code.
@@ -1115,14 +1214,30 @@ impl<T: Transport> Conn<T> {
         // queues have room or those subscribers are disconnected as too slow.
         pending.push_back(Box::pin(async move {
             match work.await {
-                Ok(()) => Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, retained: Vec::new() },
+                Ok(()) => {
+                    Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, retained: Vec::new() }
+                }
                 Err(e) => {
                     let text = format!("message not stored: {e}");
-                    let reason = if matches!(e, StoreError::DiskFull(_) | StoreError::Overloaded) { rc::QUOTA_EXCEEDED } else { rc::UNSPECIFIED_ERROR };
-                    if v5 {
-                        Done { ack: pub_ack(qos, packet_id, reason, Some(text)), reply: None, close: None, retained: Vec::new() }
+                    let reason = if matches!(e, StoreError::DiskFull(_) | StoreError::Overloaded) {
+                        rc::QUOTA_EXCEEDED
                     } else {
-                        Done { ack: None, reply: None, close: Some((rc::UNSPECIFIED_ERROR, text)), retained: Vec::new() }
+                        rc::UNSPECIFIED_ERROR
+                    };
+                    if v5 {
+                        Done {
+                            ack: pub_ack(qos, packet_id, reason, Some(text)),
+                            reply: None,
+                            close: None,
+                            retained: Vec::new(),
+                        }
+                    } else {
+                        Done {
+                            ack: None,
+                            reply: None,
+                            close: Some((rc::UNSPECIFIED_ERROR, text)),
+                            retained: Vec::new(),
+                        }
                     }
                 }
             }
@@ -1143,18 +1258,32 @@ impl<T: Transport> Conn<T> {
                         // Server-originated device messages go at QoS 0 or 1.
                         let granted = granted.min(1);
                         if f.filter.starts_with("$share/") {
-                            return if v5 { rc::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED } else { rc::V3_SUBSCRIPTION_FAILURE };
+                            return if v5 {
+                                rc::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
+                            } else {
+                                rc::V3_SUBSCRIPTION_FAILURE
+                            };
                         }
                         if validate_filter(&f.filter).is_err() {
                             return if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
                         match self.st.sessions.subscribe(*device, self.session, &f.filter, granted) {
                             Ok(()) => granted,
-                            Err(_) => if v5 { rc::QUOTA_EXCEEDED } else { rc::V3_SUBSCRIPTION_FAILURE },
+                            Err(_) => {
+                                if v5 {
+                                    rc::QUOTA_EXCEEDED
+                                } else {
+                                    rc::V3_SUBSCRIPTION_FAILURE
+                                }
+                            }
                         }
                     }
                     Who::Client { id: client, acl, .. } => {
-                        let plain = f.filter.strip_prefix("$share/").and_then(|r| r.split_once('/')).map_or(f.filter.as_str(), |(_, p)| p);
+                        let plain = f
+                            .filter
+                            .strip_prefix("$share/")
+                            .and_then(|r| r.split_once('/'))
+                            .map_or(f.filter.as_str(), |(_, p)| p);
                         if plain.starts_with(DEVICE_API_PREFIX) || !acl.may_subscribe(&f.filter) {
                             return if v5 { rc::NOT_AUTHORIZED } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
@@ -1174,15 +1303,30 @@ impl<T: Transport> Conn<T> {
                                 }));
                                 granted
                             }
-                            Err(SubscribeError::TooMany(_)) => if v5 { rc::QUOTA_EXCEEDED } else { rc::V3_SUBSCRIPTION_FAILURE },
-                            Err(_) => if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE },
+                            Err(SubscribeError::TooMany(_)) => {
+                                if v5 {
+                                    rc::QUOTA_EXCEEDED
+                                } else {
+                                    rc::V3_SUBSCRIPTION_FAILURE
+                                }
+                            }
+                            Err(_) => {
+                                if v5 {
+                                    rc::TOPIC_FILTER_INVALID
+                                } else {
+                                    rc::V3_SUBSCRIPTION_FAILURE
+                                }
+                            }
                         }
                     }
                 }
             })
             .collect();
         let reason_string = (v5 && codes.contains(&rc::QUOTA_EXCEEDED)).then(|| {
-            format!("too many subscriptions: at most {} per session (mqtt.max_subscriptions_per_client)", self.st.cfg.mqtt.max_subscriptions_per_client)
+            format!(
+                "too many subscriptions: at most {} per session (mqtt.max_subscriptions_per_client)",
+                self.st.cfg.mqtt.max_subscriptions_per_client
+            )
         });
         (Packet::SubAck(SubAck { packet_id: s.packet_id, return_codes: codes, reason_string }), retained)
     }
@@ -1196,7 +1340,11 @@ impl<T: Transport> Conn<T> {
                     Who::Device(device) => self.st.sessions.unsubscribe(*device, self.session, f),
                     Who::Client { id, .. } => self.st.sessions.unsubscribe_client(id, f),
                 };
-                if existed { 0 } else { rc::NO_SUBSCRIPTION_EXISTED }
+                if existed {
+                    0
+                } else {
+                    rc::NO_SUBSCRIPTION_EXISTED
+                }
             })
             .collect();
         Packet::UnsubAck(UnsubAck { packet_id: u.packet_id, reason_codes: codes, reason_string: None })
@@ -1205,15 +1353,23 @@ impl<T: Transport> Conn<T> {
 
 /// `p` without its reason string and user properties, if it has any.
 fn without_diagnostics(p: &Packet) -> Option<Packet> {
-    let lean = |r: &PubResp| (r.reason_string.is_some() || !r.user_properties.is_empty()).then(|| resp(r.packet_id, r.reason, None));
+    let lean = |r: &PubResp| {
+        (r.reason_string.is_some() || !r.user_properties.is_empty()).then(|| resp(r.packet_id, r.reason, None))
+    };
     match p {
         Packet::PubAck(r) => lean(r).map(Packet::PubAck),
         Packet::PubRec(r) => lean(r).map(Packet::PubRec),
         Packet::PubRel(r) => lean(r).map(Packet::PubRel),
         Packet::PubComp(r) => lean(r).map(Packet::PubComp),
-        Packet::SubAck(a) if a.reason_string.is_some() => Some(Packet::SubAck(SubAck { reason_string: None, ..a.clone() })),
-        Packet::UnsubAck(a) if a.reason_string.is_some() => Some(Packet::UnsubAck(UnsubAck { reason_string: None, ..a.clone() })),
-        Packet::Disconnect(d) if d.reason_string.is_some() => Some(Packet::Disconnect(Disconnect { reason_string: None, ..d.clone() })),
+        Packet::SubAck(a) if a.reason_string.is_some() => {
+            Some(Packet::SubAck(SubAck { reason_string: None, ..a.clone() }))
+        }
+        Packet::UnsubAck(a) if a.reason_string.is_some() => {
+            Some(Packet::UnsubAck(UnsubAck { reason_string: None, ..a.clone() }))
+        }
+        Packet::Disconnect(d) if d.reason_string.is_some() => {
+            Some(Packet::Disconnect(Disconnect { reason_string: None, ..d.clone() }))
+        }
         _ => None,
     }
 }
@@ -1249,11 +1405,18 @@ fn pub_ack(qos: QoS, packet_id: Option<u16>, reason: u8, text: Option<String>) -
 /// subscription identifiers are the sender's business; the expiry becomes a deadline.
 pub(crate) fn message(p: Publish) -> Message {
     let mut props = p.properties;
-    let expires = props.message_expiry_interval.take().map(|s| std::time::Instant::now() + Duration::from_secs(u64::from(s)));
+    let expires =
+        props.message_expiry_interval.take().map(|s| std::time::Instant::now() + Duration::from_secs(u64::from(s)));
     props.topic_alias = None;
     props.subscription_identifiers.clear();
     let has_props = !props.is_empty();
-    Message { topic: p.topic.into(), payload: p.payload, qos: p.qos as u8, props: has_props.then(|| Arc::new(props)), expires }
+    Message {
+        topic: p.topic.into(),
+        payload: p.payload,
+        qos: p.qos as u8,
+        props: has_props.then(|| Arc::new(props)),
+        expires,
+    }
 }
 
 fn ready(ack: Option<Packet>) -> InFlight {
@@ -1261,7 +1424,15 @@ fn ready(ack: Option<Packet>) -> InFlight {
 }
 
 /// Maps the result of a publish to what the client sees.
-fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<Reply>, TopicError>, version: ProtocolVersion, qos: QoS, packet_id: Option<u16>) -> Done {
+fn outcome(
+    st: &AppState,
+    device: DeviceId,
+    topic: &str,
+    result: Result<Option<Reply>, TopicError>,
+    version: ProtocolVersion,
+    qos: QoS,
+    packet_id: Option<u16>,
+) -> Done {
     let ack = |reason: u8, text: Option<String>| pub_ack(qos, packet_id, reason, text);
     let err = match result {
         Ok(reply) => return Done { ack: ack(0, None), reply, close: None, retained: Vec::new() },
@@ -1269,17 +1440,32 @@ fn outcome(st: &AppState, device: DeviceId, topic: &str, result: Result<Option<R
     };
     let (reason, text) = match &err {
         TopicError::BadPayload(e) => (rc::PAYLOAD_FORMAT_INVALID, format!("payload format invalid: {e}")),
-        TopicError::UnknownTopic => (rc::TOPIC_NAME_INVALID, format!("unknown topic {topic:?}: not a ThingsBoard device topic")),
-        TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_) | StoreError::NotGateway) => (rc::NOT_AUTHORIZED, err.to_string()),
+        TopicError::UnknownTopic => {
+            (rc::TOPIC_NAME_INVALID, format!("unknown topic {topic:?}: not a ThingsBoard device topic"))
+        }
+        TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_) | StoreError::NotGateway) => {
+            (rc::NOT_AUTHORIZED, err.to_string())
+        }
         TopicError::Store(StoreError::DeviceNotFound) => {
-            return Done { ack: None, reply: None, close: Some((rc::NOT_AUTHORIZED, "device deleted".into())), retained: Vec::new() };
+            return Done {
+                ack: None,
+                reply: None,
+                close: Some((rc::NOT_AUTHORIZED, "device deleted".into())),
+                retained: Vec::new(),
+            };
         }
         TopicError::Store(StoreError::Overloaded) => (rc::QUOTA_EXCEEDED, "storage overloaded: retry later".into()),
         TopicError::Store(StoreError::Limit(m)) => (rc::QUOTA_EXCEEDED, m.clone()),
         TopicError::Store(e @ StoreError::DiskFull(_)) => (rc::QUOTA_EXCEEDED, e.to_string()),
         TopicError::Store(e) => (rc::UNSPECIFIED_ERROR, format!("storage failure: {e}")),
     };
-    if matches!(err, TopicError::BadPayload(_) | TopicError::UnknownTopic | TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_))) {
+    if matches!(
+        err,
+        TopicError::BadPayload(_)
+            | TopicError::UnknownTopic
+            | TopicError::NotGateway
+            | TopicError::Store(StoreError::ForeignDevice(_))
+    ) {
         st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
         // One line per rejected message, never with the payload.
         crate::logging::warn_limited!(%device, topic, error = %text, "rejected MQTT publish");

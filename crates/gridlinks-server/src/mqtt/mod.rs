@@ -88,7 +88,13 @@ const REFUSAL_WAIT: Duration = Duration::from_secs(2);
 /// clone of `alive`; the caller waits for all of them by waiting for the channel to close.
 /// Past `limit`, a client gets a CONNACK saying why (MQTT 5: 0x97 quota exceeded, 3.1.1:
 /// server unavailable) and is closed.
-pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>, limit: Arc<Semaphore>) {
+pub async fn listen(
+    listener: TcpListener,
+    st: Arc<AppState>,
+    mut shutdown: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+    limit: Arc<Semaphore>,
+) {
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let keepalive = st.cfg.tcp_keepalive_idle.duration();
     loop {
@@ -120,7 +126,11 @@ pub async fn listen(listener: TcpListener, st: Arc<AppState>, mut shutdown: watc
 
 /// Reads the CONNECT of a connection over `mqtt.max_connections` and answers it with a
 /// refusing CONNACK in the client's protocol version.
-async fn refuse_over_limit(mut stream: tokio::net::TcpStream, _slot: tokio::sync::OwnedSemaphorePermit, max_packet_size: usize) {
+async fn refuse_over_limit(
+    mut stream: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    max_packet_size: usize,
+) {
     use gridlinks_codec::mqtt::{decode, encode, reason as rc, ConnAck, ConnAckProperties, Packet, ProtocolVersion};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let read = async {
@@ -138,7 +148,10 @@ async fn refuse_over_limit(mut stream: tokio::net::TcpStream, _slot: tokio::sync
     };
     let Ok(Some(version)) = tokio::time::timeout(REFUSAL_WAIT, read).await else { return };
     let v5 = version == ProtocolVersion::V5;
-    let properties = ConnAckProperties { reason_string: v5.then(|| "too many connections (mqtt.max_connections); retry later".to_owned()), ..ConnAckProperties::default() };
+    let properties = ConnAckProperties {
+        reason_string: v5.then(|| "too many connections (mqtt.max_connections); retry later".to_owned()),
+        ..ConnAckProperties::default()
+    };
     let code = if v5 { rc::QUOTA_EXCEEDED } else { rc::V3_SERVER_UNAVAILABLE };
     let mut out = bytes::BytesMut::new();
     if encode(&Packet::ConnAck(ConnAck { session_present: false, code, properties }), version, &mut out).is_ok() {
@@ -193,7 +206,13 @@ struct WsContext {
 
 /// Serves MQTT over WebSocket (`GET /mqtt`, subprotocol `mqtt`) until `shutdown` turns
 /// true; connections count against the same `mqtt.max_connections` as TCP ones.
-pub async fn listen_ws(listener: TcpListener, st: Arc<AppState>, shutdown: watch::Receiver<bool>, alive: mpsc::Sender<()>, limit: Arc<Semaphore>) {
+pub async fn listen_ws(
+    listener: TcpListener,
+    st: Arc<AppState>,
+    shutdown: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+    limit: Arc<Semaphore>,
+) {
     use axum::routing::get;
     // The upgrade request must come within the CONNECT timeout; upgraded connections count
     // against `mqtt.max_connections` (in `upgrade`), the HTTP exchange before against this.
@@ -206,7 +225,9 @@ pub async fn listen_ws(listener: TcpListener, st: Arc<AppState>, shutdown: watch
     let app = axum::Router::new().route("/mqtt", get(upgrade)).with_state(ctx);
     let over_limit = move || {
         st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
-        crate::logging::warn_limited!("MQTT over WebSocket connection refused: http.max_connections upgrades in progress");
+        crate::logging::warn_limited!(
+            "MQTT over WebSocket connection refused: http.max_connections upgrades in progress"
+        );
     };
     crate::listener::serve_http(listener, app, limits, shutdown, over_limit).await;
 }
@@ -225,5 +246,8 @@ async fn upgrade(
     // One WebSocket message may hold several MQTT packets; none may exceed the limit.
     let max = ctx.st.cfg.mqtt.max_packet_size.saturating_add(64 * 1024);
     let (st, alive) = (ctx.st.clone(), ctx.alive.clone());
-    ws.protocols(["mqtt"]).max_message_size(max).max_frame_size(max).on_upgrade(move |socket| connection::run(transport::Ws(socket, peer), st, (permit, alive)))
+    ws.protocols(["mqtt"])
+        .max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| connection::run(transport::Ws(socket, peer), st, (permit, alive)))
 }

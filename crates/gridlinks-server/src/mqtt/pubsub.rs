@@ -60,7 +60,11 @@ pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: 
             BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: Some(value) }
         }));
     }
-    rows.extend(routed.dropped.iter().map(|(client, seq)| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: None }));
+    rows.extend(routed.dropped.iter().map(|(client, seq)| BrokerRow {
+        table: BrokerTable::Queue,
+        key: queue_key(client, *seq),
+        value: None,
+    }));
     if rows.is_empty() && routed.blocked.is_empty() {
         return Routing { matched, congested, pending: None };
     }
@@ -116,7 +120,11 @@ const RELEASED: [u8; 1] = [0x82];
 
 /// The row recording that the client received QoS 2 copy `out` (PUBREC), if it is durable.
 pub fn released_row(client: &str, out: &Outbound) -> Option<BrokerRow> {
-    out.seq.map(|seq| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, seq), value: Some(RELEASED.to_vec()) })
+    out.seq.map(|seq| BrokerRow {
+        table: BrokerTable::Queue,
+        key: queue_key(client, seq),
+        value: Some(RELEASED.to_vec()),
+    })
 }
 
 /// A persistent session as stored.
@@ -142,7 +150,13 @@ struct SubscriptionRecord {
 }
 
 /// The row storing `client`'s persistent session as it is now.
-pub fn session_row(sessions: &Sessions, client: &str, owner: &str, expiry: u32, disconnected_at: Option<i64>) -> BrokerRow {
+pub fn session_row(
+    sessions: &Sessions,
+    client: &str,
+    owner: &str,
+    expiry: u32,
+    disconnected_at: Option<i64>,
+) -> BrokerRow {
     let subscriptions = sessions
         .client_subscriptions(client)
         .into_iter()
@@ -207,7 +221,9 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
     let mut expired_rows = Vec::new();
     for (key, v) in st.store.broker_rows(BrokerTable::Queue)? {
         let Some(split) = key.len().checked_sub(9).filter(|&i| key[i] == 0) else { continue };
-        let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else { continue };
+        let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else {
+            continue;
+        };
         let seq = u64::from_be_bytes(seq);
         next_seq = next_seq.max(seq + 1);
         let mut out = if v == RELEASED {
@@ -240,10 +256,16 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
     }
     let mut n = 0;
     for (key, v) in st.store.broker_rows(BrokerTable::Sessions)? {
-        let (Ok(client), Ok(rec)) = (String::from_utf8(key), serde_json::from_slice::<SessionRecord>(&v)) else { continue };
+        let (Ok(client), Ok(rec)) = (String::from_utf8(key), serde_json::from_slice::<SessionRecord>(&v)) else {
+            continue;
+        };
         // A session connected at a crash counts as disconnected now.
         let offline_ms = now - rec.disconnected_at.unwrap_or(now);
-        let left = if rec.expiry == NEVER { NEVER } else { u32::try_from((i64::from(rec.expiry) - offline_ms / 1000).max(0)).unwrap_or(0) };
+        let left = if rec.expiry == NEVER {
+            NEVER
+        } else {
+            u32::try_from((i64::from(rec.expiry) - offline_ms / 1000).max(0)).unwrap_or(0)
+        };
         let queued = queues.remove(&client).unwrap_or_default();
         let released = incoming.remove(&client).unwrap_or_default();
         if left == 0 {
@@ -256,11 +278,18 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
             .subscriptions
             .into_iter()
             .map(|s| {
-                let opts = SubOptions { qos: s.qos, no_local: s.no_local, retain_as_published: s.retain_as_published, retain_handling: s.retain_handling, subscription_id: s.subscription_id };
+                let opts = SubOptions {
+                    qos: s.qos,
+                    no_local: s.no_local,
+                    retain_as_published: s.retain_as_published,
+                    retain_handling: s.retain_handling,
+                    subscription_id: s.subscription_id,
+                };
                 (s.filter, opts)
             })
             .collect();
-        let stored = StoredSession { owner: rec.owner.into(), expiry: rec.expiry, subscriptions, queued, incoming: released };
+        let stored =
+            StoredSession { owner: rec.owner.into(), expiry: rec.expiry, subscriptions, queued, incoming: released };
         let epoch = st.sessions.restore_client(&client, stored, st.cfg.mqtt.client_outbound_queue);
         expire_later(st.clone(), client.into(), epoch, left);
         n += 1;

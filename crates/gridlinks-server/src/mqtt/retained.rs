@@ -81,7 +81,13 @@ fn decode_row(v: &[u8], now_ms: i64, now: Instant) -> Option<Message> {
         None => None,
     };
     let has_props = !props.is_empty();
-    Some(Message { topic: p.topic.into(), payload: p.payload, qos: p.qos as u8, props: has_props.then(|| Arc::new(props)), expires })
+    Some(Message {
+        topic: p.topic.into(),
+        payload: p.payload,
+        qos: p.qos as u8,
+        props: has_props.then(|| Arc::new(props)),
+        expires,
+    })
 }
 
 /// Loads the stored retained messages into the router; returns how many (expired ones
@@ -94,7 +100,9 @@ pub fn load(store: &Store, sessions: &Sessions) -> Result<usize, StoreError> {
                 sessions.publish("", &msg, true);
                 n += 1;
             }
-            None => tracing::debug!(topic = %String::from_utf8_lossy(&key), "skipping an expired or unreadable retained message"),
+            None => {
+                tracing::debug!(topic = %String::from_utf8_lossy(&key), "skipping an expired or unreadable retained message")
+            }
         }
     }
     Ok(n)
@@ -108,7 +116,11 @@ mod tests {
     #[test]
     fn rows_round_trip_with_properties_and_the_remaining_expiry() {
         let now = Instant::now();
-        let props = PublishProperties { content_type: Some("text/plain".into()), user_properties: vec![("k".into(), "v".into())], ..Default::default() };
+        let props = PublishProperties {
+            content_type: Some("text/plain".into()),
+            user_properties: vec![("k".into(), "v".into())],
+            ..Default::default()
+        };
         let msg = Message {
             topic: "a/b".into(),
             payload: bytes::Bytes::from_static(b"on"),

@@ -39,7 +39,8 @@ fn payload(records: &[TsRecord]) -> Bytes {
     let list: Vec<_> = records
         .iter()
         .map(|r| {
-            let values: Map<String, serde_json::Value> = r.values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
+            let values: Map<String, serde_json::Value> =
+                r.values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
             json!({"ts": r.ts.0, "values": values})
         })
         .collect();

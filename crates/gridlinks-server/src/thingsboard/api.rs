@@ -54,7 +54,8 @@ struct LoginRequest {
 /// `POST /api/auth/login`: throttled per source address and user name (429 with
 /// Retry-After while a wait is running), 503 when password checking is saturated.
 pub async fn login(State(st): St, ConnectInfo(peer): ConnectInfo<SocketAddr>, Body(body): Body) -> ApiResult<Json<J>> {
-    let req: LoginRequest = serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
+    let req: LoginRequest =
+        serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
     let pair = st.auth.login(peer.ip(), &req.username, &req.password).await.map_err(auth_error)?;
     Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
 }
@@ -66,8 +67,13 @@ pub(crate) fn auth_error(e: auth::AuthError) -> ApiError {
         auth::AuthError::Expired => ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"),
         auth::AuthError::BadCredentials => ApiError::unauthorized("Invalid username or password"),
         auth::AuthError::BadToken => ApiError::unauthorized("Invalid JWT token"),
-        e @ auth::AuthError::Throttled(wait) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyRequests, e.to_string()).retry_after(wait.as_secs().max(1)),
-        e @ auth::AuthError::Busy => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyRequests, e.to_string()),
+        e @ auth::AuthError::Throttled(wait) => {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyRequests, e.to_string())
+                .retry_after(wait.as_secs().max(1))
+        }
+        e @ auth::AuthError::Busy => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyRequests, e.to_string())
+        }
         e @ (auth::AuthError::Hash(_) | auth::AuthError::Store(_)) => ApiError::internal(e.to_string()),
     }
 }
@@ -81,7 +87,8 @@ struct RefreshRequest {
 /// `POST /api/auth/token`: a new pair; the refresh token used stops working, and using it
 /// again ends its login.
 pub async fn refresh(State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
-    let req: RefreshRequest = serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
+    let req: RefreshRequest =
+        serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
     let pair = st.auth.refresh(&req.refresh_token).await.map_err(auth_error)?;
     Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
 }
@@ -136,7 +143,10 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
         return Err(ApiError::bad_request("only nameConflictPolicy=FAIL is supported"));
     }
     let b: DeviceBody = parse_json(&body)?;
-    let name = b.name.filter(|n| !n.trim().is_empty()).ok_or_else(|| ApiError::bad_request("Device name should be specified!"))?;
+    let name = b
+        .name
+        .filter(|n| !n.trim().is_empty())
+        .ok_or_else(|| ApiError::bad_request("Device name should be specified!"))?;
     let device_type = match (b.device_type.filter(|t| !t.is_empty()), b.device_profile_id) {
         (Some(t), _) => t,
         // Clients that only know a profile id (tb-rest-client 4.3) get that profile's type.
@@ -167,9 +177,10 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
     match st.writer.submit(op).await {
         Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&d, st.tenant_id))),
         Ok(_) => Err(ApiError::internal("unexpected write outcome")),
-        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
-            Err(ApiError::not_found(format!("Device with id [{}] is not found", id.map(|i| i.to_string()).unwrap_or_default())))
-        }
+        Err(gridlinks_storage::StoreError::DeviceNotFound) => Err(ApiError::not_found(format!(
+            "Device with id [{}] is not found",
+            id.map(|i| i.to_string()).unwrap_or_default()
+        ))),
         Err(e) => Err(e.into()),
     }
 }
@@ -225,7 +236,9 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
         return Ok(Json(model::device(&d, st.tenant_id)));
     }
     let (Some(page_size), Some(page)) = (p.page_size, p.page) else {
-        return Err(ApiError::bad_request("Required request parameters 'pageSize' and 'page' are missing (or give 'deviceName')"));
+        return Err(ApiError::bad_request(
+            "Required request parameters 'pageSize' and 'page' are missing (or give 'deviceName')",
+        ));
     };
     let max = st.cfg.http.max_page_size as i64;
     if page_size < 1 || page_size > max {
@@ -234,7 +247,9 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
         )));
     }
     if page < 0 {
-        return Err(ApiError::bad_request(format!("Incorrect page link page '{page}'. Page must be positive integer.")));
+        return Err(ApiError::bad_request(format!(
+            "Incorrect page link page '{page}'. Page must be positive integer."
+        )));
     }
     let desc = match p.sort_order.as_deref().map(str::to_ascii_uppercase).as_deref() {
         None | Some("ASC") => false,
@@ -312,7 +327,9 @@ pub struct ProfileListParams {
 pub async fn profile_infos(_: Admin, State(st): St, Q(p): Q<ProfileListParams>) -> ApiResult<Json<J>> {
     let _ = (p.sort_property, p.transport_type);
     if p.page_size < 1 || p.page_size > st.cfg.http.max_page_size as i64 || p.page < 0 {
-        return Err(ApiError::bad_request("pageSize must be between 1 and http.max_page_size and page must not be negative"));
+        return Err(ApiError::bad_request(
+            "pageSize must be between 1 and http.max_page_size and page must not be negative",
+        ));
     }
     let mut types = device_types(&st).await?;
     if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
@@ -322,7 +339,8 @@ pub async fn profile_infos(_: Admin, State(st): St, Q(p): Q<ProfileListParams>) 
         types.reverse();
     }
     let (size, page) = (p.page_size as usize, p.page as usize);
-    let data = types.iter().skip(page.saturating_mul(size)).take(size).map(|t| model::profile_info(t, st.tenant_id)).collect();
+    let data =
+        types.iter().skip(page.saturating_mul(size)).take(size).map(|t| model::profile_info(t, st.tenant_id)).collect();
     Ok(Json(model::page(data, types.len(), size, page)))
 }
 
@@ -583,7 +601,8 @@ async fn timeseries(st: Arc<AppState>, et: &str, id: &str, p: TsParams) -> ApiRe
         (Some(s), Some(e)) => (s, e),
         _ => return Err(ApiError::bad_request("startTs and endTs must be given together")),
     };
-    let keys = keys.filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("keys is required with startTs/endTs"))?;
+    let keys =
+        keys.filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("keys is required with startTs/endTs"))?;
     if end < start {
         return Err(ApiError::bad_request("endTs must not be before startTs"));
     }
@@ -598,7 +617,9 @@ async fn timeseries(st: Arc<AppState>, et: &str, id: &str, p: TsParams) -> ApiRe
         "AVG" => Agg::Avg,
         "SUM" => Agg::Sum,
         "COUNT" => Agg::Count,
-        other => return Err(ApiError::bad_request(format!("Invalid agg '{other}': use NONE, MIN, MAX, AVG, SUM or COUNT"))),
+        other => {
+            return Err(ApiError::bad_request(format!("Invalid agg '{other}': use NONE, MIN, MAX, AVG, SUM or COUNT")))
+        }
     };
     let interval = p.interval.unwrap_or(0);
     if interval < 0 {
@@ -634,7 +655,12 @@ async fn timeseries(st: Arc<AppState>, et: &str, id: &str, p: TsParams) -> ApiRe
 pub struct NoParams {}
 
 /// `GET …/keys/timeseries`.
-pub async fn ts_keys(_: Admin, State(st): St, Path((et, id)): Path<(String, String)>, Q(_): Q<NoParams>) -> ApiResult<Json<J>> {
+pub async fn ts_keys(
+    _: Admin,
+    State(st): St,
+    Path((et, id)): Path<(String, String)>,
+    Q(_): Q<NoParams>,
+) -> ApiResult<Json<J>> {
     let device = existing_device(&st, &et, &id).await?;
     let store = st.store.clone();
     Ok(Json(json!(blocking(move || store.ts_keys(device)).await?)))
@@ -651,7 +677,12 @@ async fn attribute_keys(st: Arc<AppState>, device: DeviceId, scope: Option<Attri
 }
 
 /// `GET …/keys/attributes`.
-pub async fn attr_keys(_: Admin, State(st): St, Path((et, id)): Path<(String, String)>, Q(_): Q<NoParams>) -> ApiResult<Json<J>> {
+pub async fn attr_keys(
+    _: Admin,
+    State(st): St,
+    Path((et, id)): Path<(String, String)>,
+    Q(_): Q<NoParams>,
+) -> ApiResult<Json<J>> {
     let device = existing_device(&st, &et, &id).await?;
     attribute_keys(st, device, None).await
 }
@@ -674,14 +705,24 @@ pub struct KeysParam {
     keys: Option<String>,
 }
 
-async fn attribute_values(st: Arc<AppState>, device: DeviceId, scope: Option<AttributeScope>, keys: Option<Vec<String>>) -> ApiResult<Json<J>> {
+async fn attribute_values(
+    st: Arc<AppState>,
+    device: DeviceId,
+    scope: Option<AttributeScope>,
+    keys: Option<Vec<String>>,
+) -> ApiResult<Json<J>> {
     let store = st.store.clone();
     let attrs = blocking(move || store.attributes(device, scope, keys.as_deref())).await?;
     Ok(Json(model::attributes(&attrs)))
 }
 
 /// `GET …/values/attributes?keys=`.
-pub async fn get_attributes(_: Admin, State(st): St, Path((et, id)): Path<(String, String)>, Q(p): Q<KeysParam>) -> ApiResult<Json<J>> {
+pub async fn get_attributes(
+    _: Admin,
+    State(st): St,
+    Path((et, id)): Path<(String, String)>,
+    Q(p): Q<KeysParam>,
+) -> ApiResult<Json<J>> {
     let device = existing_device(&st, &et, &id).await?;
     attribute_values(st, device, None, key_list(p.keys.as_deref())).await
 }
@@ -746,7 +787,8 @@ pub async fn delete_attributes(
 ) -> ApiResult<StatusCode> {
     let sc = scope(&sc)?;
     let device = existing_device(&st, &et, &id).await?;
-    let keys = key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
+    let keys =
+        key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     st.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
     Ok(StatusCode::OK)
 }
@@ -787,7 +829,8 @@ pub async fn delete_timeseries(
     Q(p): Q<DeleteParams>,
 ) -> ApiResult<StatusCode> {
     let device = existing_device(&st, &et, &id).await?;
-    let keys = key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
+    let keys =
+        key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     let range = if p.delete_all_data_for_keys.unwrap_or(false) {
         None
     } else {

@@ -48,7 +48,12 @@ pub fn split_line(line: &str, delimiter: char) -> Result<Vec<String>, String> {
                         return Ok(cells);
                     }
                     Some(c) if c == delimiter => break,
-                    Some('"') => return Err(format!("quote inside unquoted cell {} (quote the whole cell and double the quote)", cells.len() + 1)),
+                    Some('"') => {
+                        return Err(format!(
+                            "quote inside unquoted cell {} (quote the whole cell and double the quote)",
+                            cells.len() + 1
+                        ))
+                    }
                     Some(c) => cell.push(c),
                 }
             }
@@ -60,7 +65,11 @@ pub fn split_line(line: &str, delimiter: char) -> Result<Vec<String>, String> {
 /// The file's lines with their 1-based numbers, without line ends (`\n` or `\r\n`);
 /// empty lines are left out.
 pub fn lines(file: &str) -> impl Iterator<Item = (usize, &str)> {
-    file.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).enumerate().map(|(i, l)| (i + 1, l)).filter(|(_, l)| !l.trim().is_empty())
+    file.split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty())
 }
 
 #[cfg(test)]
@@ -70,7 +79,10 @@ mod tests {
     #[test]
     fn well_formed_lines() {
         assert_eq!(split_line("a,b,,c", ',').unwrap(), ["a", "b", "", "c"]);
-        assert_eq!(split_line(r#""Floor 1, east","say ""hi""",x"#, ',').unwrap(), ["Floor 1, east", r#"say "hi""#, "x"]);
+        assert_eq!(
+            split_line(r#""Floor 1, east","say ""hi""",x"#, ',').unwrap(),
+            ["Floor 1, east", r#"say "hi""#, "x"]
+        );
         assert_eq!(split_line(r#"a, "b" ,c"#, ',').unwrap(), ["a", "b", "c"]);
         assert_eq!(split_line("a;b", ';').unwrap(), ["a", "b"]);
         assert_eq!(split_line("", ',').unwrap(), [""]);

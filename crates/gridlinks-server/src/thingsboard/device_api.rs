@@ -73,14 +73,14 @@ pub async fn get_attributes(State(st): St, Path(token): Path<String>, Q(p): Q<At
     let device = authenticate(&st, &token)?;
     let both = p.client_keys.is_none() && p.shared_keys.is_none();
     let mut out = Map::new();
-    for (name, scope, keys) in [
-        ("client", AttributeScope::Client, p.client_keys),
-        ("shared", AttributeScope::Shared, p.shared_keys),
-    ] {
+    for (name, scope, keys) in
+        [("client", AttributeScope::Client, p.client_keys), ("shared", AttributeScope::Shared, p.shared_keys)]
+    {
         if keys.is_none() && !both {
             continue;
         }
-        let keys: Option<Vec<String>> = keys.map(|k| k.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect());
+        let keys: Option<Vec<String>> =
+            keys.map(|k| k.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect());
         let store = st.store.clone();
         let attrs = tokio::task::spawn_blocking(move || store.attributes(device, Some(scope), keys.as_deref()))
             .await

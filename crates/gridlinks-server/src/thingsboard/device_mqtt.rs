@@ -58,7 +58,12 @@ pub struct Reply {
 }
 
 /// Handles one PUBLISH of `device`; resolves after the durable commit.
-pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, body: Bytes) -> Result<Option<Reply>, TopicError> {
+pub async fn handle_publish(
+    st: Arc<AppState>,
+    device: DeviceId,
+    topic: &str,
+    body: Bytes,
+) -> Result<Option<Reply>, TopicError> {
     let lim = st.payload_limits();
     match topic {
         "v1/devices/me/telemetry" => {
@@ -129,9 +134,8 @@ pub async fn handle_publish(st: Arc<AppState>, device: DeviceId, topic: &str, bo
 /// GridLinks answers with its real limits (no rate limits: empty strings, as the SDK reads
 /// them). Any other method is answered "not supported".
 fn client_rpc(st: &AppState, body: &[u8]) -> J {
-    let method = serde_json::from_slice::<J>(body)
-        .ok()
-        .and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
+    let method =
+        serde_json::from_slice::<J>(body).ok().and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
     match method.as_deref() {
         Some("getSessionLimits") => json!({
             "maxPayloadSize": st.cfg.mqtt.max_packet_size,
@@ -154,14 +158,25 @@ fn is_gateway(st: &AppState, device: DeviceId) -> Result<bool, StoreError> {
 
 /// The id of a gateway's sub-device: one it owns, or created for it on first use (type
 /// `default` unless given). Another gateway's device, or one of no gateway, is refused.
-async fn sub_device(st: &Arc<AppState>, gateway: DeviceId, name: &str, device_type: Option<String>) -> Result<DeviceId, StoreError> {
+async fn sub_device(
+    st: &Arc<AppState>,
+    gateway: DeviceId,
+    name: &str,
+    device_type: Option<String>,
+) -> Result<DeviceId, StoreError> {
     let store = st.store.clone();
     let owned = name.to_owned();
-    let found = tokio::task::spawn_blocking(move || store.device_by_name(&owned)).await.map_err(|_| StoreError::Closed)??;
+    let found =
+        tokio::task::spawn_blocking(move || store.device_by_name(&owned)).await.map_err(|_| StoreError::Closed)??;
     if let Some(d) = found {
         return if d.gateway == Some(gateway) { Ok(d.id) } else { Err(StoreError::ForeignDevice(name.to_owned())) };
     }
-    let op = WriteOp::GatewayDevice { gateway, name: name.to_owned(), device_type, max_devices: st.cfg.limits.max_devices_per_gateway };
+    let op = WriteOp::GatewayDevice {
+        gateway,
+        name: name.to_owned(),
+        device_type,
+        max_devices: st.cfg.limits.max_devices_per_gateway,
+    };
     match st.writer.submit(op).await? {
         WriteOutcome::Device(d) => Ok(d.id),
         _ => Err(StoreError::Corrupt("unexpected write outcome")),
@@ -173,14 +188,17 @@ async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body:
     let keys = |field: &str| -> Result<Option<Vec<String>>, PayloadError> {
         match req.get(field) {
             None | Some(J::Null) => Ok(None),
-            Some(J::String(s)) => Ok(Some(s.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect())),
+            Some(J::String(s)) => {
+                Ok(Some(s.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect()))
+            }
             Some(_) => Err(PayloadError::Shape(format!("\"{field}\" must be a comma-separated string"))),
         }
     };
     let (client, shared) = (keys("clientKeys")?, keys("sharedKeys")?);
     let both = client.is_none() && shared.is_none();
     let mut out = Map::new();
-    for (name, scope, keys) in [("client", AttributeScope::Client, client), ("shared", AttributeScope::Shared, shared)] {
+    for (name, scope, keys) in [("client", AttributeScope::Client, client), ("shared", AttributeScope::Shared, shared)]
+    {
         if keys.is_none() && !both {
             continue;
         }

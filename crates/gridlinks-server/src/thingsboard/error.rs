@@ -72,18 +72,22 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NameTaken(_) => Self::bad_request("Device with such name already exists!"),
-            StoreError::TokenTaken => {
-                Self::bad_request("Device credentials are already assigned to another device!")
-            }
+            StoreError::TokenTaken => Self::bad_request("Device credentials are already assigned to another device!"),
             StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
-            e @ (StoreError::ForeignDevice(_) | StoreError::NotGateway | StoreError::CredentialClash(_)) => Self::bad_request(e.to_string()),
+            e @ (StoreError::ForeignDevice(_) | StoreError::NotGateway | StoreError::CredentialClash(_)) => {
+                Self::bad_request(e.to_string())
+            }
             StoreError::Limit(m) | StoreError::Invalid(m) => Self::bad_request(m),
             StoreError::Overloaded => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::TooManyRequests,
                 "Server is overloaded: the storage queue is full. Retry later.",
             ),
-            StoreError::DiskFull(m) => Self::new(StatusCode::INSUFFICIENT_STORAGE, ErrorCode::General, format!("Disk full: {m}; the data was not stored.")),
+            StoreError::DiskFull(m) => Self::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                ErrorCode::General,
+                format!("Disk full: {m}; the data was not stored."),
+            ),
             StoreError::Unavailable => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::General,

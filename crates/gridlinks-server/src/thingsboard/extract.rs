@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use axum::body::Bytes;
 use serde::de::DeserializeOwned;
 
 use super::error::{ApiError, ErrorCode};
@@ -79,7 +79,9 @@ impl FromRequestParts<Arc<AppState>> for Admin {
         let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
         match state.auth.access(token) {
             Ok(_) => Ok(Admin),
-            Err(AuthError::Expired) => Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired")),
+            Err(AuthError::Expired) => {
+                Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
+            }
             Err(_) => Err(ApiError::unauthorized("Invalid JWT token")),
         }
     }

@@ -71,10 +71,7 @@ pub fn ts_value(v: &Value, strict: bool) -> J {
 pub fn ts_map(series: Vec<(String, Vec<(Ts, Value)>)>, strict: bool) -> J {
     let mut m = serde_json::Map::new();
     for (k, points) in series {
-        let arr: Vec<J> = points
-            .iter()
-            .map(|(ts, v)| json!({"ts": ts.0, "value": ts_value(v, strict)}))
-            .collect();
+        let arr: Vec<J> = points.iter().map(|(ts, v)| json!({"ts": ts.0, "value": ts_value(v, strict)})).collect();
         m.insert(k, J::Array(arr));
     }
     J::Object(m)

@@ -83,7 +83,12 @@ pub fn parse_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<T
     telemetry_from_json(parse(body)?, now, lim, &mut count)
 }
 
-fn telemetry_from_json(json: Json<'_>, now: Ts, lim: PayloadLimits, count: &mut usize) -> Result<Vec<TsRecord>, PayloadError> {
+fn telemetry_from_json(
+    json: Json<'_>,
+    now: Ts,
+    lim: PayloadLimits,
+    count: &mut usize,
+) -> Result<Vec<TsRecord>, PayloadError> {
     let mut out = Vec::new();
     match json {
         Json::Array(items) => {
@@ -95,7 +100,9 @@ fn telemetry_from_json(json: Json<'_>, now: Ts, lim: PayloadLimits, count: &mut 
             }
         }
         Json::Object(m) => out.push(record(m, now, lim, count)?),
-        Json::Scalar(v) => return Err(shape(format!("telemetry must be a JSON object or an array of objects, got {}", kind(v)))),
+        Json::Scalar(v) => {
+            return Err(shape(format!("telemetry must be a JSON object or an array of objects, got {}", kind(v))))
+        }
     }
     out.retain(|r| !r.values.is_empty());
     if out.is_empty() {
@@ -106,7 +113,11 @@ fn telemetry_from_json(json: Json<'_>, now: Ts, lim: PayloadLimits, count: &mut 
 
 /// Decodes a gateway telemetry payload `{"Device A":[{"ts":..,"values":{..}}], …}`
 /// (each device's value in any telemetry form) into (device name, records).
-pub fn parse_gateway_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<(String, Vec<TsRecord>)>, PayloadError> {
+pub fn parse_gateway_telemetry(
+    body: &[u8],
+    now: Ts,
+    lim: PayloadLimits,
+) -> Result<Vec<(String, Vec<TsRecord>)>, PayloadError> {
     let mut count = 0usize;
     gateway_object(body)?
         .into_iter()
@@ -141,9 +152,9 @@ pub fn parse_gateway_device(body: &[u8]) -> Result<(String, Option<String>), Pay
         return Err(shape("\"device\" must be a non-empty device name of at most 255 bytes"));
     };
     let text = |key: &str| m.get(key).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
-    let name = text("device")
-        .filter(|n| valid_name(n))
-        .ok_or_else(|| shape("\"device\" must be a non-empty device name of at most 255 bytes, without control characters"))?;
+    let name = text("device").filter(|n| valid_name(n)).ok_or_else(|| {
+        shape("\"device\" must be a non-empty device name of at most 255 bytes, without control characters")
+    })?;
     let device_type = text("type").filter(|t| !t.is_empty());
     if device_type.as_ref().is_some_and(|t| t.len() > 255 || t.chars().any(char::is_control)) {
         return Err(shape("\"type\" must be at most 255 bytes, without control characters"));
@@ -166,7 +177,9 @@ fn gateway_object(body: &[u8]) -> Result<Object<'_>, PayloadError> {
         }
         Json::Object(_) => Err(shape("no devices found in the payload")),
         Json::Array(_) => Err(shape("gateway payload must be an object keyed by device name, got an array")),
-        Json::Scalar(v) => Err(shape(format!("gateway payload must be an object keyed by device name, got {}", kind(v)))),
+        Json::Scalar(v) => {
+            Err(shape(format!("gateway payload must be an object keyed by device name, got {}", kind(v))))
+        }
     }
 }
 
@@ -178,7 +191,11 @@ fn in_device(name: &str, e: PayloadError) -> PayloadError {
 }
 
 /// Decodes an attributes payload (a flat JSON object).
-pub fn parse_attributes(body: &[u8], lim: PayloadLimits, skip_nulls: bool) -> Result<Vec<(String, Value)>, PayloadError> {
+pub fn parse_attributes(
+    body: &[u8],
+    lim: PayloadLimits,
+    skip_nulls: bool,
+) -> Result<Vec<(String, Value)>, PayloadError> {
     let m = match parse(body)? {
         Json::Object(m) => m,
         Json::Array(_) => return Err(shape("attributes must be a JSON object, got an array")),
@@ -215,7 +232,12 @@ fn record(mut m: Object<'_>, now: Ts, lim: PayloadLimits, count: &mut usize) -> 
     Ok(TsRecord { ts: now, values: values(m, lim, count, true)? })
 }
 
-fn values(m: Object<'_>, lim: PayloadLimits, count: &mut usize, skip_nulls: bool) -> Result<Vec<(String, Value)>, PayloadError> {
+fn values(
+    m: Object<'_>,
+    lim: PayloadLimits,
+    count: &mut usize,
+    skip_nulls: bool,
+) -> Result<Vec<(String, Value)>, PayloadError> {
     let mut out = Vec::with_capacity(m.len());
     for (k, v) in m {
         if k.trim().is_empty() {
@@ -225,7 +247,11 @@ fn values(m: Object<'_>, lim: PayloadLimits, count: &mut usize, skip_nulls: bool
             return Err(shape(format!("key {k:?} must not contain control characters")));
         }
         if k.len() > lim.max_key_len {
-            return Err(shape(format!("key of {} bytes is longer than the limit of {} bytes", k.len(), lim.max_key_len)));
+            return Err(shape(format!(
+                "key of {} bytes is longer than the limit of {} bytes",
+                k.len(),
+                lim.max_key_len
+            )));
         }
         *count += 1;
         if *count > lim.max_values {

@@ -46,7 +46,10 @@ struct RelationBody {
 
 fn device_ref(e: &EntityRef) -> ApiResult<DeviceId> {
     if e.entity_type != "DEVICE" {
-        return Err(ApiError::bad_request(format!("entity type '{}' is not supported: GridLinks relates DEVICE entities", e.entity_type)));
+        return Err(ApiError::bad_request(format!(
+            "entity type '{}' is not supported: GridLinks relates DEVICE entities",
+            e.entity_type
+        )));
     }
     device_id(&e.id)
 }
@@ -102,7 +105,9 @@ pub struct RelationParams {
 fn param_ref(id: Option<String>, entity_type: Option<String>) -> ApiResult<Option<DeviceId>> {
     match id {
         None => Ok(None),
-        Some(id) => device_ref(&EntityRef { entity_type: entity_type.unwrap_or_else(|| "DEVICE".into()), id }).map(Some),
+        Some(id) => {
+            device_ref(&EntityRef { entity_type: entity_type.unwrap_or_else(|| "DEVICE".into()), id }).map(Some)
+        }
     }
 }
 
@@ -113,7 +118,9 @@ pub async fn delete(_: Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResu
         return Err(ApiError::bad_request("fromId and toId are required"));
     };
     let store = st.store.clone();
-    let current = blocking(move || store.device(device)).await?.ok_or_else(|| ApiError::not_found("Device with requested id wasn't found!"))?;
+    let current = blocking(move || store.device(device))
+        .await?
+        .ok_or_else(|| ApiError::not_found("Device with requested id wasn't found!"))?;
     if current.gateway != Some(gateway) {
         return Err(ApiError::not_found("Requested item wasn't found!"));
     }

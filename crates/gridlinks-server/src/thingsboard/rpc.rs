@@ -64,7 +64,8 @@ async fn call(st: Arc<AppState>, version: Version, kind: &str, id: &str, body: &
         other => return Err(ApiError::not_found(format!("No such RPC kind '{other}': use oneway or twoway"))),
     };
     let device: DeviceId = id.parse().map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {id}")))?;
-    let req: J = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
+    let req: J =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
     let method = req
         .get("method")
         .and_then(J::as_str)
@@ -109,11 +110,21 @@ async fn call(st: Arc<AppState>, version: Version, kind: &str, id: &str, body: &
 }
 
 /// `POST /api/plugins/rpc/{kind}/{deviceId}`.
-pub async fn rpc_v1(_: Admin, State(st): State<Arc<AppState>>, Path((kind, id)): Path<(String, String)>, Body(body): Body) -> ApiResult<Response> {
+pub async fn rpc_v1(
+    _: Admin,
+    State(st): State<Arc<AppState>>,
+    Path((kind, id)): Path<(String, String)>,
+    Body(body): Body,
+) -> ApiResult<Response> {
     call(st, Version::V1, &kind, &id, &body).await
 }
 
 /// `POST /api/rpc/{kind}/{deviceId}`.
-pub async fn rpc_v2(_: Admin, State(st): State<Arc<AppState>>, Path((kind, id)): Path<(String, String)>, Body(body): Body) -> ApiResult<Response> {
+pub async fn rpc_v2(
+    _: Admin,
+    State(st): State<Arc<AppState>>,
+    Path((kind, id)): Path<(String, String)>,
+    Body(body): Body,
+) -> ApiResult<Response> {
     call(st, Version::V2, &kind, &id, &body).await
 }

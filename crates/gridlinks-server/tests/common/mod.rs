@@ -183,7 +183,12 @@ impl Server {
 
     /// Creates a device with the given token; returns its id.
     pub fn device(&self, jwt: &str, name: &str, token: &str) -> String {
-        let (s, d) = self.json("POST", &format!("/api/device?accessToken={token}"), jwt, Some(json!({"name": name, "type": "sensor"})));
+        let (s, d) = self.json(
+            "POST",
+            &format!("/api/device?accessToken={token}"),
+            jwt,
+            Some(json!({"name": name, "type": "sensor"})),
+        );
         assert_eq!(s, 200, "{d}");
         d["id"]["id"].as_str().unwrap().to_owned()
     }

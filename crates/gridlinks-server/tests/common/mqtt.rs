@@ -67,7 +67,13 @@ impl Raw {
         })
     }
 
-    fn connect_with(port: u16, version: ProtocolVersion, client_id: &str, token: Option<&str>, keep_alive: u16) -> (Self, ConnAck) {
+    fn connect_with(
+        port: u16,
+        version: ProtocolVersion,
+        client_id: &str,
+        token: Option<&str>,
+        keep_alive: u16,
+    ) -> (Self, ConnAck) {
         Self::connect_custom(port, version, |c| {
             c.client_id = client_id.into();
             c.username = token.map(String::from);
@@ -102,7 +108,9 @@ impl Raw {
     /// The next packet; Err when the connection broke or timed out, Ok(None) on close.
     pub fn try_recv(&mut self) -> std::io::Result<Option<Packet>> {
         loop {
-            if let Some(p) = decode(&mut self.buf, self.version, 1 << 24).map_err(|e| std::io::Error::other(e.to_string()))? {
+            if let Some(p) =
+                decode(&mut self.buf, self.version, 1 << 24).map_err(|e| std::io::Error::other(e.to_string()))?
+            {
                 return Ok(Some(p));
             }
             let mut chunk = [0u8; 4096];
@@ -163,7 +171,13 @@ impl Raw {
             packet_id,
             filters: filters
                 .iter()
-                .map(|f| SubscriptionRequest { filter: f.to_string(), qos, no_local: false, retain_as_published: false, retain_handling: 0 })
+                .map(|f| SubscriptionRequest {
+                    filter: f.to_string(),
+                    qos,
+                    no_local: false,
+                    retain_as_published: false,
+                    retain_handling: 0,
+                })
                 .collect(),
             subscription_identifier: None,
             user_properties: Vec::new(),

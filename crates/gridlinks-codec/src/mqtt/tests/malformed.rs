@@ -26,23 +26,11 @@ fn protocol(bytes: &[u8], version: ProtocolVersion) {
 fn oversize_remaining_length_is_rejected_from_the_first_five_bytes() {
     // Only the fixed header is present; the body is never waited for.
     let mut buf = BytesMut::from(&[0x30, 0xFF, 0xFF, 0xFF, 0x7F][..]);
-    assert_eq!(
-        decode(&mut buf, V311, 1024),
-        Err(DecodeError::PacketTooLarge {
-            size: 268_435_455 + 5,
-            max: 1024
-        })
-    );
+    assert_eq!(decode(&mut buf, V311, 1024), Err(DecodeError::PacketTooLarge { size: 268_435_455 + 5, max: 1024 }));
     assert_eq!(buf.len(), 5, "nothing consumed");
     // Two bytes suffice for a small limit.
     let mut buf = BytesMut::from(&[0x30, 0x7F][..]);
-    assert_eq!(
-        decode(&mut buf, V5, 100),
-        Err(DecodeError::PacketTooLarge {
-            size: 129,
-            max: 100
-        })
-    );
+    assert_eq!(decode(&mut buf, V5, 100), Err(DecodeError::PacketTooLarge { size: 129, max: 100 }));
 }
 
 #[test]
@@ -59,12 +47,7 @@ fn non_minimal_varints_are_malformed_in_v5_only() {
     malformed(&[0xC0, 0x80, 0x00], V5);
     assert_eq!(decode_one(&[0xC0, 0x80, 0x00], V311), Ok(Packet::PingReq));
     // Subscription identifier 5 encoded in two bytes.
-    malformed(
-        &[
-            0x82, 0x0A, 0x00, 0x01, 0x03, 0x0B, 0x85, 0x00, 0x00, 0x01, b'a', 0x00,
-        ],
-        V5,
-    );
+    malformed(&[0x82, 0x0A, 0x00, 0x01, 0x03, 0x0B, 0x85, 0x00, 0x00, 0x01, b'a', 0x00], V5);
 }
 
 #[test]
@@ -156,18 +139,10 @@ fn v5_properties() {
         V5,
     );
     // Topic alias twice.
-    protocol(
-        &[0x30, 0x0A, 0x00, 0x01, b'a', 0x06, 0x23, 0, 1, 0x23, 0, 2],
-        V5,
-    );
+    protocol(&[0x30, 0x0A, 0x00, 0x01, b'a', 0x06, 0x23, 0, 1, 0x23, 0, 2], V5);
     // Subscription identifier twice is fine in PUBLISH, not in SUBSCRIBE.
     assert!(decode_one(&[0x30, 0x08, 0x00, 0x01, b'a', 0x04, 0x0B, 1, 0x0B, 2], V5).is_ok());
-    protocol(
-        &[
-            0x82, 0x0B, 0x00, 0x01, 0x04, 0x0B, 1, 0x0B, 2, 0x00, 0x01, b'a', 0x00,
-        ],
-        V5,
-    );
+    protocol(&[0x82, 0x0B, 0x00, 0x01, 0x04, 0x0B, 1, 0x0B, 2, 0x00, 0x01, b'a', 0x00], V5);
     // Subscription identifier 0.
     protocol(&[0x30, 0x06, 0x00, 0x01, b'a', 0x02, 0x0B, 0x00], V5);
     // Payload format indicator 2, receive maximum 0, maximum packet size 0.
@@ -180,12 +155,7 @@ fn v5_properties() {
     malformed(&[0x30, 0x05, 0x00, 0x01, b'a', 0x09, 0x01], V5);
     malformed(&[0x30, 0x06, 0x00, 0x01, b'a', 0x02, 0x23, 0x00], V5);
     // Response topic with a wildcard.
-    protocol(
-        &[
-            0x30, 0x09, 0x00, 0x01, b'a', 0x05, 0x08, 0x00, 0x02, b'a', b'+',
-        ],
-        V5,
-    );
+    protocol(&[0x30, 0x09, 0x00, 0x01, b'a', 0x05, 0x08, 0x00, 0x02, b'a', b'+'], V5);
 }
 
 #[test]
@@ -223,18 +193,9 @@ fn unsupported_protocols() {
         v[1] = (v.len() - 2) as u8;
         v
     };
-    for (name, level) in [
-        (&b"MQTT"[..], 6u8),
-        (b"MQTT", 3),
-        (b"MQIsdp", 4),
-        (b"HTTP", 4),
-        (b"\xFF", 4),
-    ] {
+    for (name, level) in [(&b"MQTT"[..], 6u8), (b"MQTT", 3), (b"MQIsdp", 4), (b"HTTP", 4), (b"\xFF", 4)] {
         match decode_err(&connect(name, level), V311) {
-            DecodeError::UnsupportedProtocol {
-                name: got,
-                level: l,
-            } => {
+            DecodeError::UnsupportedProtocol { name: got, level: l } => {
                 assert_eq!(got, String::from_utf8_lossy(name));
                 assert_eq!(l, level);
             }
@@ -298,70 +259,26 @@ fn encode_refuses_invalid_packets() {
         })
     };
     let cases: Vec<(Packet, ProtocolVersion, EncodeError)> = vec![
+        (publish(QoS::AtLeastOnce, None, "a"), V311, EncodeError::InvalidPacket("QoS > 0 PUBLISH without packet id")),
+        (publish(QoS::AtMostOnce, Some(1), "a"), V5, EncodeError::InvalidPacket("QoS 0 PUBLISH with packet id")),
+        (publish(QoS::ExactlyOnce, Some(0), "a"), V5, EncodeError::InvalidPacket("packet identifier 0")),
+        (publish(QoS::AtMostOnce, None, "a/#"), V311, EncodeError::InvalidPacket("wildcard in PUBLISH topic name")),
+        (publish(QoS::AtMostOnce, None, ""), V5, EncodeError::InvalidPacket("empty topic name without topic alias")),
+        (publish(QoS::AtMostOnce, None, &"x".repeat(65_536)), V311, EncodeError::StringTooLong),
         (
-            publish(QoS::AtLeastOnce, None, "a"),
-            V311,
-            EncodeError::InvalidPacket("QoS > 0 PUBLISH without packet id"),
-        ),
-        (
-            publish(QoS::AtMostOnce, Some(1), "a"),
-            V5,
-            EncodeError::InvalidPacket("QoS 0 PUBLISH with packet id"),
-        ),
-        (
-            publish(QoS::ExactlyOnce, Some(0), "a"),
-            V5,
-            EncodeError::InvalidPacket("packet identifier 0"),
-        ),
-        (
-            publish(QoS::AtMostOnce, None, "a/#"),
-            V311,
-            EncodeError::InvalidPacket("wildcard in PUBLISH topic name"),
-        ),
-        (
-            publish(QoS::AtMostOnce, None, ""),
-            V5,
-            EncodeError::InvalidPacket("empty topic name without topic alias"),
-        ),
-        (
-            publish(QoS::AtMostOnce, None, &"x".repeat(65_536)),
-            V311,
-            EncodeError::StringTooLong,
-        ),
-        (
-            Packet::Auth(Auth {
-                reason: 0,
-                method: None,
-                data: None,
-                reason_string: None,
-            }),
+            Packet::Auth(Auth { reason: 0, method: None, data: None, reason_string: None }),
             V311,
             EncodeError::InvalidPacketForVersion("AUTH exists only in MQTT 5"),
         ),
         (
-            Packet::PubAck(PubResp {
-                packet_id: 1,
-                reason: 0x92,
-                reason_string: None,
-                user_properties: Vec::new(),
-            }),
+            Packet::PubAck(PubResp { packet_id: 1, reason: 0x92, reason_string: None, user_properties: Vec::new() }),
             V5,
-            EncodeError::InvalidReasonCode {
-                packet: "PUBACK/PUBREC",
-                code: 0x92,
-            },
+            EncodeError::InvalidReasonCode { packet: "PUBACK/PUBREC", code: 0x92 },
         ),
         (
-            Packet::SubAck(SubAck {
-                packet_id: 1,
-                return_codes: vec![0x9E],
-                reason_string: None,
-            }),
+            Packet::SubAck(SubAck { packet_id: 1, return_codes: vec![0x9E], reason_string: None }),
             V311,
-            EncodeError::InvalidReasonCode {
-                packet: "SUBACK",
-                code: 0x9E,
-            },
+            EncodeError::InvalidReasonCode { packet: "SUBACK", code: 0x9E },
         ),
         (
             Packet::Subscribe(Subscribe {
@@ -416,12 +333,7 @@ fn encode_refuses_invalid_packets() {
     ];
     for (packet, version, expected) in cases {
         let mut out = BytesMut::from(&b"keep"[..]);
-        assert_eq!(
-            encode(&packet, version, &mut out),
-            Err(expected),
-            "{}",
-            packet.name()
-        );
+        assert_eq!(encode(&packet, version, &mut out), Err(expected), "{}", packet.name());
         assert_eq!(&out[..], b"keep", "output touched on error");
     }
 }
@@ -429,13 +341,7 @@ fn encode_refuses_invalid_packets() {
 #[test]
 fn debug_redacts_secrets_and_payloads() {
     let text = format!("{:?}", v5_samples());
-    for secret in [
-        "token-only",
-        "client-first",
-        "server-final",
-        "server-first",
-        "gone",
-    ] {
+    for secret in ["token-only", "client-first", "server-final", "server-first", "gone"] {
         assert!(!text.contains(secret), "{secret} leaked");
     }
     assert!(text.contains("<REDACTED"));

@@ -46,11 +46,7 @@ pub(super) fn s(v: &str) -> String {
 }
 
 pub(super) fn user_props() -> Vec<(String, String)> {
-    vec![
-        (s("region"), s("eu")),
-        (s("region"), s("us")),
-        (s("k"), s("")),
-    ]
+    vec![(s("region"), s("eu")), (s("region"), s("us")), (s("k"), s(""))]
 }
 
 /// A tiny xorshift64 PRNG, so random tests need no extra dependency and are
@@ -100,11 +96,7 @@ pub(super) fn v3_samples() -> Vec<Packet> {
             }),
             properties: ConnectProperties::default(),
         })),
-        Packet::ConnAck(ConnAck {
-            session_present: true,
-            code: 0,
-            properties: ConnAckProperties::default(),
-        }),
+        Packet::ConnAck(ConnAck { session_present: true, code: 0, properties: ConnAckProperties::default() }),
         Packet::ConnAck(ConnAck {
             session_present: false,
             code: reason::V3_NOT_AUTHORIZED,
@@ -153,21 +145,13 @@ pub(super) fn v3_samples() -> Vec<Packet> {
             subscription_identifier: None,
             user_properties: Vec::new(),
         }),
-        Packet::SubAck(SubAck {
-            packet_id: 10,
-            return_codes: vec![1, 0x80, 0, 2],
-            reason_string: None,
-        }),
+        Packet::SubAck(SubAck { packet_id: 10, return_codes: vec![1, 0x80, 0, 2], reason_string: None }),
         Packet::Unsubscribe(Unsubscribe {
             packet_id: 11,
             filters: vec![s("a/#"), s("b")],
             user_properties: Vec::new(),
         }),
-        Packet::UnsubAck(UnsubAck {
-            packet_id: 11,
-            reason_codes: Vec::new(),
-            reason_string: None,
-        }),
+        Packet::UnsubAck(UnsubAck { packet_id: 11, reason_codes: Vec::new(), reason_string: None }),
         Packet::PingReq,
         Packet::PingResp,
         Packet::Disconnect(Disconnect {
@@ -180,12 +164,7 @@ pub(super) fn v3_samples() -> Vec<Packet> {
 }
 
 fn pub_resp_v3(packet_id: u16) -> PubResp {
-    PubResp {
-        packet_id,
-        reason: 0,
-        reason_string: None,
-        user_properties: Vec::new(),
-    }
+    PubResp { packet_id, reason: 0, reason_string: None, user_properties: Vec::new() }
 }
 
 /// One or more packets of every type with MQTT 5 fields and properties set.
@@ -288,12 +267,7 @@ pub(super) fn v5_samples() -> Vec<Packet> {
             payload: Bytes::from(vec![0xAB; 300]),
             properties: publish_props,
         }),
-        Packet::PubAck(PubResp {
-            packet_id: 42,
-            reason: 0,
-            reason_string: None,
-            user_properties: Vec::new(),
-        }),
+        Packet::PubAck(PubResp { packet_id: 42, reason: 0, reason_string: None, user_properties: Vec::new() }),
         Packet::PubAck(PubResp {
             packet_id: 43,
             reason: reason::NO_MATCHING_SUBSCRIBERS,
@@ -306,12 +280,7 @@ pub(super) fn v5_samples() -> Vec<Packet> {
             reason_string: Some(s("slow down")),
             user_properties: user_props(),
         }),
-        Packet::PubRel(PubResp {
-            packet_id: 45,
-            reason: 0,
-            reason_string: Some(s("ok")),
-            user_properties: Vec::new(),
-        }),
+        Packet::PubRel(PubResp { packet_id: 45, reason: 0, reason_string: Some(s("ok")), user_properties: Vec::new() }),
         Packet::PubComp(PubResp {
             packet_id: 46,
             reason: reason::PACKET_IDENTIFIER_NOT_FOUND,
@@ -344,11 +313,7 @@ pub(super) fn v5_samples() -> Vec<Packet> {
             return_codes: vec![1, reason::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED],
             reason_string: Some(s("partly")),
         }),
-        Packet::Unsubscribe(Unsubscribe {
-            packet_id: 8,
-            filters: vec![s("cmd/#")],
-            user_properties: user_props(),
-        }),
+        Packet::Unsubscribe(Unsubscribe { packet_id: 8, filters: vec![s("cmd/#")], user_properties: user_props() }),
         Packet::UnsubAck(UnsubAck {
             packet_id: 8,
             reason_codes: vec![0, reason::NO_SUBSCRIPTION_EXISTED],
@@ -374,12 +339,7 @@ pub(super) fn v5_samples() -> Vec<Packet> {
             reason_string: Some(s("maintenance")),
             server_reference: Some(s("b.example:1883")),
         }),
-        Packet::Auth(Auth {
-            reason: 0,
-            method: None,
-            data: None,
-            reason_string: None,
-        }),
+        Packet::Auth(Auth { reason: 0, method: None, data: None, reason_string: None }),
         Packet::Auth(Auth {
             reason: reason::CONTINUE_AUTHENTICATION,
             method: Some(s("SCRAM-SHA-256")),

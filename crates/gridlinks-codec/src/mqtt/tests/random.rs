@@ -6,11 +6,7 @@ use bytes::BytesMut;
 
 use super::*;
 
-const VERSIONS: [ProtocolVersion; 3] = [
-    ProtocolVersion::V3_1,
-    ProtocolVersion::V3_1_1,
-    ProtocolVersion::V5,
-];
+const VERSIONS: [ProtocolVersion; 3] = [ProtocolVersion::V3_1, ProtocolVersion::V3_1_1, ProtocolVersion::V5];
 
 /// Decodes packets from `input` until it needs more bytes or fails; checks the
 /// re-encoding property for each. Returns how many packets decoded.
@@ -21,8 +17,7 @@ fn decode_all(input: &[u8], version: ProtocolVersion) -> usize {
     while let Ok(Some(packet)) = decode(&mut buf, version, MAX) {
         count += 1;
         let mut out = BytesMut::new();
-        encode(&packet, version, &mut out)
-            .unwrap_or_else(|e| panic!("decoded {packet:?} but cannot re-encode: {e}"));
+        encode(&packet, version, &mut out).unwrap_or_else(|e| panic!("decoded {packet:?} but cannot re-encode: {e}"));
         let again = decode(&mut out, version, MAX)
             .unwrap_or_else(|e| panic!("re-encoded {packet:?} does not decode: {e}"))
             .expect("complete");
@@ -47,10 +42,7 @@ fn random_bytes_never_panic() {
             decoded += decode_all(&input, version);
         }
     }
-    assert!(
-        decoded > 0,
-        "random input never decoded: the test exercises nothing"
-    );
+    assert!(decoded > 0, "random input never decoded: the test exercises nothing");
 }
 
 #[test]
@@ -58,17 +50,8 @@ fn mutated_valid_packets_never_panic() {
     let mut rng = XorShift::new(0xC0DE_C0DE_0000_0042);
     let corpus: Vec<(ProtocolVersion, Vec<u8>)> = v3_samples()
         .iter()
-        .map(|p| {
-            (
-                ProtocolVersion::V3_1_1,
-                encode_to_vec(p, ProtocolVersion::V3_1_1),
-            )
-        })
-        .chain(
-            v5_samples()
-                .iter()
-                .map(|p| (ProtocolVersion::V5, encode_to_vec(p, ProtocolVersion::V5))),
-        )
+        .map(|p| (ProtocolVersion::V3_1_1, encode_to_vec(p, ProtocolVersion::V3_1_1)))
+        .chain(v5_samples().iter().map(|p| (ProtocolVersion::V5, encode_to_vec(p, ProtocolVersion::V5))))
         .collect();
     let mut decoded = 0;
     for _ in 0..40_000 {
@@ -97,11 +80,7 @@ fn mutated_valid_packets_never_panic() {
         }
         decoded += decode_all(&input, *version);
         // The same bytes read under the other version layout.
-        let other = if version.is_v5() {
-            ProtocolVersion::V3_1_1
-        } else {
-            ProtocolVersion::V5
-        };
+        let other = if version.is_v5() { ProtocolVersion::V3_1_1 } else { ProtocolVersion::V5 };
         decode_all(&input, other);
     }
     assert!(decoded > 1_000, "only {decoded} mutants decoded");

@@ -7,8 +7,7 @@ use super::*;
 fn assert_roundtrip(samples: &[Packet], version: ProtocolVersion) {
     for packet in samples {
         let bytes = encode_to_vec(packet, version);
-        let decoded = decode_one(&bytes, version)
-            .unwrap_or_else(|e| panic!("{} in {version:?}: {e}", packet.name()));
+        let decoded = decode_one(&bytes, version).unwrap_or_else(|e| panic!("{} in {version:?}: {e}", packet.name()));
         assert_eq!(&decoded, packet, "{version:?}");
     }
 }
@@ -50,18 +49,13 @@ fn every_packet_type_roundtrips_in_v3_1() {
 
 #[test]
 fn consecutive_packets_decode_in_order() {
-    for (version, samples) in [
-        (ProtocolVersion::V3_1_1, v3_samples()),
-        (ProtocolVersion::V5, v5_samples()),
-    ] {
+    for (version, samples) in [(ProtocolVersion::V3_1_1, v3_samples()), (ProtocolVersion::V5, v5_samples())] {
         let mut buf = BytesMut::new();
         for p in &samples {
             encode(p, version, &mut buf).expect("encodes");
         }
         for expected in &samples {
-            let got = decode(&mut buf, version, MAX)
-                .expect("valid")
-                .expect("complete");
+            let got = decode(&mut buf, version, MAX).expect("valid").expect("complete");
             assert_eq!(&got, expected);
         }
         assert!(buf.is_empty());
@@ -71,20 +65,12 @@ fn consecutive_packets_decode_in_order() {
 
 #[test]
 fn every_prefix_needs_more_bytes_and_leaves_buf_untouched() {
-    for (version, samples) in [
-        (ProtocolVersion::V3_1_1, v3_samples()),
-        (ProtocolVersion::V5, v5_samples()),
-    ] {
+    for (version, samples) in [(ProtocolVersion::V3_1_1, v3_samples()), (ProtocolVersion::V5, v5_samples())] {
         for packet in &samples {
             let bytes = encode_to_vec(packet, version);
             for cut in 0..bytes.len() {
                 let mut buf = BytesMut::from(&bytes[..cut]);
-                assert_eq!(
-                    decode(&mut buf, version, MAX),
-                    Ok(None),
-                    "{} cut at {cut}",
-                    packet.name()
-                );
+                assert_eq!(decode(&mut buf, version, MAX), Ok(None), "{} cut at {cut}", packet.name());
                 assert_eq!(&buf[..], &bytes[..cut], "buffer changed");
             }
         }
@@ -112,34 +98,22 @@ fn v5_fields_are_dropped_in_v3_layouts() {
         reason_string: Some(s("why")),
         user_properties: user_props(),
     };
-    assert_eq!(
-        encode_to_vec(&Packet::PubAck(ack.clone()), v3),
-        [0x40, 2, 0, 5]
-    );
+    assert_eq!(encode_to_vec(&Packet::PubAck(ack.clone()), v3), [0x40, 2, 0, 5]);
     assert_eq!(encode_to_vec(&Packet::PubRel(ack), v3), [0x62, 2, 0, 5]);
 
     let connack = Packet::ConnAck(ConnAck {
         session_present: true,
         code: 0,
-        properties: ConnAckProperties {
-            reason_string: Some(s("dropped")),
-            ..Default::default()
-        },
+        properties: ConnAckProperties { reason_string: Some(s("dropped")), ..Default::default() },
     });
     assert_eq!(encode_to_vec(&connack, v3), [0x20, 2, 1, 0]);
 
-    let unsuback = Packet::UnsubAck(UnsubAck {
-        packet_id: 9,
-        reason_codes: vec![0, 0x11],
-        reason_string: Some(s("dropped")),
-    });
+    let unsuback =
+        Packet::UnsubAck(UnsubAck { packet_id: 9, reason_codes: vec![0, 0x11], reason_string: Some(s("dropped")) });
     assert_eq!(encode_to_vec(&unsuback, v3), [0xB0, 2, 0, 9]);
 
-    let suback = Packet::SubAck(SubAck {
-        packet_id: 9,
-        return_codes: vec![0, 1, 2, 0x80],
-        reason_string: Some(s("dropped")),
-    });
+    let suback =
+        Packet::SubAck(SubAck { packet_id: 9, return_codes: vec![0, 1, 2, 0x80], reason_string: Some(s("dropped")) });
     assert_eq!(encode_to_vec(&suback, v3), [0x90, 6, 0, 9, 0, 1, 2, 0x80]);
 
     let disconnect = Packet::Disconnect(Disconnect {
@@ -157,10 +131,7 @@ fn v5_fields_are_dropped_in_v3_layouts() {
         topic: s("a"),
         packet_id: None,
         payload: Bytes::from_static(b"p"),
-        properties: PublishProperties {
-            message_expiry_interval: Some(5),
-            ..Default::default()
-        },
+        properties: PublishProperties { message_expiry_interval: Some(5), ..Default::default() },
     });
     assert_eq!(encode_to_vec(&publish, v3), [0x30, 4, 0, 1, b'a', b'p']);
 
@@ -176,10 +147,7 @@ fn v5_fields_are_dropped_in_v3_layouts() {
         subscription_identifier: Some(4),
         user_properties: user_props(),
     });
-    assert_eq!(
-        encode_to_vec(&subscribe, v3),
-        [0x82, 6, 0, 3, 0, 1, b'a', 1]
-    );
+    assert_eq!(encode_to_vec(&subscribe, v3), [0x82, 6, 0, 3, 0, 1, b'a', 1]);
 }
 
 #[test]
@@ -191,38 +159,14 @@ fn v5_short_forms_are_used_when_possible() {
         reason_string: reason_string.map(s),
         user_properties: Vec::new(),
     };
-    assert_eq!(
-        encode_to_vec(&Packet::PubAck(ack(0, None)), v5),
-        [0x40, 2, 1, 2]
-    );
-    assert_eq!(
-        encode_to_vec(&Packet::PubRec(ack(0x10, None)), v5),
-        [0x50, 3, 1, 2, 0x10]
-    );
-    assert_eq!(
-        encode_to_vec(&Packet::PubComp(ack(0, Some("k"))), v5),
-        [0x70, 8, 1, 2, 0, 4, 0x1F, 0, 1, b'k']
-    );
-    let disconnect = |reason| Disconnect {
-        reason,
-        session_expiry_interval: None,
-        reason_string: None,
-        server_reference: None,
-    };
-    assert_eq!(
-        encode_to_vec(&Packet::Disconnect(disconnect(0)), v5),
-        [0xE0, 0]
-    );
-    assert_eq!(
-        encode_to_vec(&Packet::Disconnect(disconnect(0x8E)), v5),
-        [0xE0, 1, 0x8E]
-    );
-    let auth = Auth {
-        reason: 0,
-        method: None,
-        data: None,
-        reason_string: None,
-    };
+    assert_eq!(encode_to_vec(&Packet::PubAck(ack(0, None)), v5), [0x40, 2, 1, 2]);
+    assert_eq!(encode_to_vec(&Packet::PubRec(ack(0x10, None)), v5), [0x50, 3, 1, 2, 0x10]);
+    assert_eq!(encode_to_vec(&Packet::PubComp(ack(0, Some("k"))), v5), [0x70, 8, 1, 2, 0, 4, 0x1F, 0, 1, b'k']);
+    let disconnect =
+        |reason| Disconnect { reason, session_expiry_interval: None, reason_string: None, server_reference: None };
+    assert_eq!(encode_to_vec(&Packet::Disconnect(disconnect(0)), v5), [0xE0, 0]);
+    assert_eq!(encode_to_vec(&Packet::Disconnect(disconnect(0x8E)), v5), [0xE0, 1, 0x8E]);
+    let auth = Auth { reason: 0, method: None, data: None, reason_string: None };
     assert_eq!(encode_to_vec(&Packet::Auth(auth), v5), [0xF0, 0]);
 }
 
@@ -232,8 +176,7 @@ fn payload_is_a_zero_copy_slice_of_the_read_buffer() {
     let bytes = encode_to_vec(publish, ProtocolVersion::V5);
     let mut buf = BytesMut::from(&bytes[..]);
     let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.len();
-    let Some(Packet::Publish(p)) = decode(&mut buf, ProtocolVersion::V5, MAX).expect("valid")
-    else {
+    let Some(Packet::Publish(p)) = decode(&mut buf, ProtocolVersion::V5, MAX).expect("valid") else {
         panic!("not a publish");
     };
     assert_eq!(p.payload.len(), 300);
@@ -244,17 +187,11 @@ fn payload_is_a_zero_copy_slice_of_the_read_buffer() {
 fn max_packet_size_is_inclusive() {
     let bytes = encode_to_vec(&v3_samples()[3], ProtocolVersion::V3_1_1);
     let mut buf = BytesMut::from(&bytes[..]);
-    assert!(matches!(
-        decode(&mut buf, ProtocolVersion::V3_1_1, bytes.len()),
-        Ok(Some(Packet::Publish(_)))
-    ));
+    assert!(matches!(decode(&mut buf, ProtocolVersion::V3_1_1, bytes.len()), Ok(Some(Packet::Publish(_)))));
     let mut buf = BytesMut::from(&bytes[..]);
     assert_eq!(
         decode(&mut buf, ProtocolVersion::V3_1_1, bytes.len() - 1),
-        Err(DecodeError::PacketTooLarge {
-            size: bytes.len(),
-            max: bytes.len() - 1
-        })
+        Err(DecodeError::PacketTooLarge { size: bytes.len(), max: bytes.len() - 1 })
     );
 }
 
@@ -282,7 +219,8 @@ fn large_remaining_lengths_roundtrip() {
 #[test]
 fn encode_publish_writes_the_same_bytes_as_encode() {
     for (samples, version) in [(v3_samples(), ProtocolVersion::V3_1_1), (v5_samples(), ProtocolVersion::V5)] {
-        let publishes: Vec<_> = samples.iter().filter_map(|p| if let Packet::Publish(p) = p { Some(p) } else { None }).collect();
+        let publishes: Vec<_> =
+            samples.iter().filter_map(|p| if let Packet::Publish(p) = p { Some(p) } else { None }).collect();
         assert!(!publishes.is_empty());
         for p in publishes {
             let mut by_ref = BytesMut::new();
@@ -291,7 +229,15 @@ fn encode_publish_writes_the_same_bytes_as_encode() {
         }
     }
     // Invalid ones are refused the same way, leaving the buffer as it was.
-    let bad = Publish { dup: false, qos: QoS::AtLeastOnce, retain: false, topic: "a/+".into(), packet_id: Some(1), payload: Bytes::new(), properties: PublishProperties::default() };
+    let bad = Publish {
+        dup: false,
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        topic: "a/+".into(),
+        packet_id: Some(1),
+        payload: Bytes::new(),
+        properties: PublishProperties::default(),
+    };
     let mut out = BytesMut::from(&b"kept"[..]);
     assert!(encode_publish(&bad.as_ref(), ProtocolVersion::V5, &mut out).is_err());
     assert_eq!(&out[..], b"kept");

@@ -11,11 +11,7 @@ const V5: ProtocolVersion = ProtocolVersion::V5;
 fn check(bytes: &[u8], version: ProtocolVersion, expected: &Packet) {
     let got = decode_one(bytes, version).expect("valid vector");
     assert_eq!(&got, expected);
-    assert_eq!(
-        encode_to_vec(expected, version),
-        bytes,
-        "re-encoding differs"
-    );
+    assert_eq!(encode_to_vec(expected, version), bytes, "re-encoding differs");
 }
 
 #[test]
@@ -108,10 +104,7 @@ fn connect_v5_with_properties_and_will() {
             payload: Bytes::from_static(b"bye"),
             qos: QoS::AtLeastOnce,
             retain: true,
-            properties: PublishProperties {
-                payload_format_indicator: Some(1),
-                ..Default::default()
-            },
+            properties: PublishProperties { payload_format_indicator: Some(1), ..Default::default() },
             delay_interval: Some(5),
         }),
         properties: ConnectProperties {
@@ -145,10 +138,7 @@ fn connect_v3_1_mqisdp() {
     };
     assert_eq!(c.protocol, ProtocolVersion::V3_1);
     assert_eq!(c.client_id, "x");
-    assert_eq!(
-        encode_to_vec(&Packet::Connect(c), ProtocolVersion::V3_1),
-        bytes
-    );
+    assert_eq!(encode_to_vec(&Packet::Connect(c), ProtocolVersion::V3_1), bytes);
 }
 
 #[test]
@@ -156,11 +146,7 @@ fn connack() {
     check(
         &[0x20, 0x02, 0x01, 0x00],
         V311,
-        &Packet::ConnAck(ConnAck {
-            session_present: true,
-            code: 0,
-            properties: ConnAckProperties::default(),
-        }),
+        &Packet::ConnAck(ConnAck { session_present: true, code: 0, properties: ConnAckProperties::default() }),
     );
     #[rustfmt::skip]
     check(
@@ -226,11 +212,7 @@ fn publish_qos0_and_qos1() {
         topic: s("a/b"),
         packet_id: Some(10),
         payload: Bytes::from_static(b"hi"),
-        properties: PublishProperties {
-            payload_format_indicator: Some(1),
-            topic_alias: Some(5),
-            ..Default::default()
-        },
+        properties: PublishProperties { payload_format_indicator: Some(1), topic_alias: Some(5), ..Default::default() },
     });
     assert_eq!(got, expected);
     assert_eq!(decode_one(&encode_to_vec(&expected, V5), V5), Ok(expected));
@@ -265,32 +247,15 @@ fn puback_v5_short_and_long_forms() {
     // Remaining length 3: reason, no properties.
     check(&[0x40, 0x03, 0x00, 0x01, 0x10], V5, &ack(0x10, None));
     // Remaining length 4: reason and an empty property block (decodes, re-encodes short).
-    assert_eq!(
-        decode_one(&[0x40, 0x04, 0x00, 0x01, 0x10, 0x00], V5),
-        Ok(ack(0x10, None))
-    );
-    assert_eq!(
-        decode_one(&[0x40, 0x04, 0x00, 0x01, 0x00, 0x00], V5),
-        Ok(ack(0, None))
-    );
+    assert_eq!(decode_one(&[0x40, 0x04, 0x00, 0x01, 0x10, 0x00], V5), Ok(ack(0x10, None)));
+    assert_eq!(decode_one(&[0x40, 0x04, 0x00, 0x01, 0x00, 0x00], V5), Ok(ack(0, None)));
     // With a reason string.
-    check(
-        &[
-            0x40, 0x09, 0x00, 0x01, 0x80, 0x05, 0x1F, 0x00, 0x02, b'n', b'o',
-        ],
-        V5,
-        &ack(0x80, Some("no")),
-    );
+    check(&[0x40, 0x09, 0x00, 0x01, 0x80, 0x05, 0x1F, 0x00, 0x02, b'n', b'o'], V5, &ack(0x80, Some("no")));
     // PUBREL short form keeps its 0b0010 flags.
     check(
         &[0x62, 0x02, 0x00, 0x07],
         V5,
-        &Packet::PubRel(PubResp {
-            packet_id: 7,
-            reason: 0,
-            reason_string: None,
-            user_properties: Vec::new(),
-        }),
+        &Packet::PubRel(PubResp { packet_id: 7, reason: 0, reason_string: None, user_properties: Vec::new() }),
     );
 }
 
@@ -357,38 +322,22 @@ fn suback_unsubscribe_unsuback() {
     check(
         &[0x90, 0x05, 0x00, 0x0A, 0x01, 0x80, 0x02],
         V311,
-        &Packet::SubAck(SubAck {
-            packet_id: 10,
-            return_codes: vec![1, 0x80, 2],
-            reason_string: None,
-        }),
+        &Packet::SubAck(SubAck { packet_id: 10, return_codes: vec![1, 0x80, 2], reason_string: None }),
     );
     check(
         &[0xA2, 0x05, 0x00, 0x0B, 0x00, 0x01, b'a'],
         V311,
-        &Packet::Unsubscribe(Unsubscribe {
-            packet_id: 11,
-            filters: vec![s("a")],
-            user_properties: Vec::new(),
-        }),
+        &Packet::Unsubscribe(Unsubscribe { packet_id: 11, filters: vec![s("a")], user_properties: Vec::new() }),
     );
     check(
         &[0xB0, 0x02, 0x00, 0x0B],
         V311,
-        &Packet::UnsubAck(UnsubAck {
-            packet_id: 11,
-            reason_codes: Vec::new(),
-            reason_string: None,
-        }),
+        &Packet::UnsubAck(UnsubAck { packet_id: 11, reason_codes: Vec::new(), reason_string: None }),
     );
     check(
         &[0xB0, 0x05, 0x00, 0x0B, 0x00, 0x00, 0x11],
         V5,
-        &Packet::UnsubAck(UnsubAck {
-            packet_id: 11,
-            reason_codes: vec![0, 0x11],
-            reason_string: None,
-        }),
+        &Packet::UnsubAck(UnsubAck { packet_id: 11, reason_codes: vec![0, 0x11], reason_string: None }),
     );
 }
 
