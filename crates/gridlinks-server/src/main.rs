@@ -91,16 +91,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Admin { command: AdminCommand::RotateSecret { config, data_dir } } => {
-            let mut cfg = match Config::load(config.as_deref(), std::env::vars()) {
+            let cfg = match load(config.as_deref(), data_dir) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprintln!("gridlinks: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
-            if let Some(d) = data_dir {
-                cfg.data_dir = d;
-            }
             if !cfg.auth.jwt_secret.is_empty() {
                 eprintln!("gridlinks: the JWT secret is given inline (auth.jwt_secret / GRIDLINKS_AUTH_JWT_SECRET); change it there");
                 return ExitCode::FAILURE;
@@ -140,16 +134,10 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve { config, data_dir, http_bind, mqtt_bind, mqtt_ws_bind } => {
-            let mut cfg = match Config::load(config.as_deref(), std::env::vars()) {
+            let mut cfg = match load(config.as_deref(), data_dir) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprintln!("gridlinks: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
-            if let Some(d) = data_dir {
-                cfg.data_dir = d;
-            }
             if let Some(b) = http_bind {
                 cfg.http.bind = b;
             }
@@ -191,6 +179,19 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The configuration from `file` and the environment, with `--data-dir` applied; on error
+/// it is printed and the exit code returned.
+fn load(file: Option<&std::path::Path>, data_dir: Option<PathBuf>) -> Result<Config, ExitCode> {
+    let mut cfg = Config::load(file, std::env::vars()).map_err(|e| {
+        eprintln!("gridlinks: {e}");
+        ExitCode::FAILURE
+    })?;
+    if let Some(d) = data_dir {
+        cfg.data_dir = d;
+    }
+    Ok(cfg)
 }
 
 /// Called when a runtime worker goes idle: at most once a second per worker, mimalloc gives

@@ -68,38 +68,14 @@ fn fill(dir: &Path, leave: u64) -> PathBuf {
     path
 }
 
-fn point(ts: u64) -> String {
+fn point(ts: i64) -> String {
     // ~1 KB per point, so the store grows noticeably.
     format!(r#"{{"ts":{ts},"values":{{"n":{ts},"pad":"{}"}}}}"#, "x".repeat(1000))
 }
 
 /// Posts point `ts`; its status and body.
-fn post(s: &Server, ts: u64) -> (u16, String) {
+fn post(s: &Server, ts: i64) -> (u16, String) {
     s.req("POST", "/api/v1/DISK_TOKEN/telemetry", None, Some(&point(ts)))
-}
-
-fn stored(s: &Server, id: &str) -> std::collections::HashSet<i64> {
-    let jwt = s.login();
-    let (st, v) = s.json(
-        "GET",
-        &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=n&startTs=0&endTs=100000000&limit=100000"),
-        &jwt,
-        None,
-    );
-    assert_eq!(st, 200, "reads work: {v}");
-    v["n"].as_array().map(|a| a.iter().map(|p| p["ts"].as_i64().unwrap()).collect()).unwrap_or_default()
-}
-
-fn assert_all_stored(s: &Server, id: &str, acked: &[u64]) {
-    let have = stored(s, id);
-    let missing: Vec<_> = acked.iter().filter(|t| !have.contains(&(**t as i64))).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {} acknowledged points lost, e.g. {:?}",
-        missing.len(),
-        acked.len(),
-        &missing[..missing.len().min(5)]
-    );
 }
 
 fn metric(s: &Server, name: &str) -> u64 {
@@ -154,7 +130,7 @@ fn disk_full_story(min_free_mb: &str) {
         }
         other => panic!("expected PUBACK 0x97, got {other:?}"),
     }
-    assert_all_stored(&s, &id, &acked);
+    s.assert_all_stored(std::slice::from_ref(&id), std::slice::from_ref(&acked), "n");
     let (st, health) = s.req("GET", "/healthz", None, None);
     assert_eq!(st, 503);
     assert!(health.contains("DISK_FULL") || health.contains("FAILED"), "{health}");
@@ -186,7 +162,7 @@ fn disk_full_story(min_free_mb: &str) {
         acked.push(ts);
     }
     assert_eq!(s.req("GET", "/healthz", None, None).0, 200);
-    assert_all_stored(&s, &id, &acked);
+    s.assert_all_stored(std::slice::from_ref(&id), std::slice::from_ref(&acked), "n");
     if min_free_mb == "0" {
         assert!(metric(&s, "gridlinks_storage_reopens_total") >= 1, "the engine failed, so the store was reopened");
     }
@@ -196,7 +172,7 @@ fn disk_full_story(min_free_mb: &str) {
     // Nothing acknowledged is lost across a crash either.
     s.kill9();
     let s = Server::start_on(&data, &[("GRIDLINKS_STORAGE_MIN_FREE_MB", min_free_mb)]);
-    assert_all_stored(&s, &id, &acked);
+    s.assert_all_stored(std::slice::from_ref(&id), std::slice::from_ref(&acked), "n");
 }
 
 #[test]

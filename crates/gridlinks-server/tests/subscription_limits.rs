@@ -10,26 +10,9 @@ use common::*;
 const V3: ProtocolVersion = ProtocolVersion::V3_1_1;
 const V5: ProtocolVersion = ProtocolVersion::V5;
 
-/// One SUBSCRIBE with `filters`; the SUBACK.
+/// One SUBSCRIBE with `filters` at QoS 0; the SUBACK.
 fn subscribe(c: &mut Raw, packet_id: u16, filters: impl Iterator<Item = String>) -> SubAck {
-    c.send(&Packet::Subscribe(Subscribe {
-        packet_id,
-        filters: filters
-            .map(|filter| SubscriptionRequest {
-                filter,
-                qos: QoS::AtMostOnce,
-                no_local: false,
-                retain_as_published: false,
-                retain_handling: 0,
-            })
-            .collect(),
-        subscription_identifier: None,
-        user_properties: Vec::new(),
-    }));
-    match c.recv() {
-        Some(Packet::SubAck(a)) => a,
-        other => panic!("expected SUBACK, got {other:?}"),
-    }
+    c.subscribe_qos(packet_id, &filters.collect::<Vec<_>>(), QoS::AtMostOnce)
 }
 
 fn rss_kib(pid: u32) -> u64 {

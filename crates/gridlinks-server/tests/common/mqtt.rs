@@ -166,13 +166,13 @@ impl Raw {
         self.subscribe_qos(packet_id, filters, QoS::AtLeastOnce)
     }
 
-    pub fn subscribe_qos(&mut self, packet_id: u16, filters: &[&str], qos: QoS) -> SubAck {
+    pub fn subscribe_qos(&mut self, packet_id: u16, filters: &[impl AsRef<str>], qos: QoS) -> SubAck {
         self.send(&Packet::Subscribe(Subscribe {
             packet_id,
             filters: filters
                 .iter()
                 .map(|f| SubscriptionRequest {
-                    filter: f.to_string(),
+                    filter: f.as_ref().to_owned(),
                     qos,
                     no_local: false,
                     retain_as_published: false,
