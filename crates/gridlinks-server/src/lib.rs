@@ -3,7 +3,8 @@
 //! ties them to the storage writer. The `gridlinks` binary (`main.rs`) is a thin
 //! command-line front end over [`app::serve`] and [`config`].
 //!
-//! Layout: `config` (typed config tree), `auth` (admin password, JWT),
+//! Layout: `config` (typed config tree), `auth/` (admin login, JWTs and their secret,
+//! login throttle, the password-hashing pool),
 //! `thingsboard/` (the wire contract: REST, HTTP and MQTT device APIs, RPC), `mqtt` (the
 //! MQTT transport), `listener` (accept loops, socket options, connection limits, HTTP
 //! timeouts), `logging` (rate-limited log lines), `app` (start-up, router, shutdown).

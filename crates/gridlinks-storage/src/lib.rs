@@ -27,6 +27,13 @@
 //! All writes go through one [`writer`] thread that groups the requests of many
 //! connections into one commit and one fsync (group commit) and answers each request
 //! only once its data is durable. Reads go straight to the database from any thread.
+//!
+//! Health ([`Health`]): the writer keeps `min_free_bytes` free on the data directory's
+//! file system (`space`: statvfs, read at most every 100 ms) and refuses writes, not
+//! deletes, below it ([`StoreError::DiskFull`]). A write the engine itself fails (it then
+//! refuses writes for good) marks the store failed; once there is room again the writer
+//! closes the engine and opens it again from disk, recovering its journal, without a
+//! restart. Reads go on throughout.
 
 pub mod codec;
 mod keydict;
