@@ -117,13 +117,7 @@ fn connections_per_credential_are_bounded() {
     // Other devices are not affected; a closed connection frees its place.
     assert_eq!(Raw::connect_as(s.mqtt_port, V5, "o", Some("OTHER_TOKEN")).1.code, 0);
     let mut gone = held.pop().unwrap();
-    gone.send(&Packet::Disconnect(Disconnect {
-        reason: 0,
-        session_expiry_interval: None,
-        reason_string: None,
-        server_reference: None,
-    }));
-    gone.expect_close();
+    gone.disconnect();
     let deadline = Instant::now() + Duration::from_secs(5);
     while Raw::connect_as(s.mqtt_port, V5, "c5", Some("ONE_TOKEN")).1.code != 0 {
         assert!(Instant::now() < deadline, "the closed connection's place was not freed");

@@ -28,15 +28,6 @@ fn publishes(n: usize, qos: QoS) -> Vec<Packet> {
         .collect()
 }
 
-fn disconnect() -> Packet {
-    Packet::Disconnect(Disconnect {
-        reason: 0,
-        session_expiry_interval: None,
-        reason_string: None,
-        server_reference: None,
-    })
-}
-
 /// Polls until `n` points of `n` are stored (or 10 s pass); the stored count.
 fn wait_stored(s: &Server, jwt: &str, id: &str, n: usize) -> usize {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -75,7 +66,7 @@ fn connect_publish_disconnect_in_one_write_stores_and_closes() {
     let id = s.device(&jwt, "pipe", "PIPE_TOKEN");
     let mut c = Raw::open(s.mqtt_port, V3);
     let publish = publish_packet("v1/devices/me/telemetry", &point(7), QoS::AtMostOnce, None);
-    c.send_raw(&bytes_of(V3, &[connect(V3, "PIPE_TOKEN"), publish, disconnect()])).unwrap();
+    c.send_raw(&bytes_of(V3, &[connect(V3, "PIPE_TOKEN"), publish, disconnect_packet()])).unwrap();
     assert!(matches!(c.recv(), Some(Packet::ConnAck(a)) if a.code == 0));
     // The server closes the socket itself after the DISCONNECT (the read would time out otherwise).
     assert!(c.recv().is_none(), "the server closes after DISCONNECT");
@@ -127,7 +118,7 @@ fn every_publish_before_a_disconnect_or_close_is_stored() {
             let mut c = Raw::connect(s.mqtt_port, V5, Some(&token), 60).0;
             let mut packets = publishes(n, qos);
             if !close {
-                packets.push(disconnect());
+                packets.push(disconnect_packet());
             }
             c.send_raw(&bytes_of(V5, &packets)).unwrap();
             if close {
@@ -152,7 +143,7 @@ fn over_websocket_too() {
         publish_packet("v1/devices/me/telemetry", &point(n + 1), QoS::AtLeastOnce, Some(1)),
     ];
     packets.extend(publishes(n, QoS::AtMostOnce));
-    packets.push(disconnect());
+    packets.push(disconnect_packet());
     c.send_raw(&bytes_of(V5, &packets));
     assert!(matches!(c.recv(), Some(Packet::ConnAck(a)) if a.code == 0));
     assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.packet_id == 1 && a.reason == 0));

@@ -381,13 +381,7 @@ fn wills_are_published_when_clients_vanish_but_not_after_a_normal_disconnect() {
 
     // A normal DISCONNECT discards the will.
     let mut polite = with_will("polite", ProtocolVersion::V3_1_1, 60);
-    polite.send(&Packet::Disconnect(Disconnect {
-        reason: 0,
-        session_expiry_interval: None,
-        reason_string: None,
-        server_reference: None,
-    }));
-    polite.expect_close();
+    polite.disconnect();
     // A dropped socket publishes it.
     drop(with_will("dropped", ProtocolVersion::V3_1_1, 60));
     assert_eq!(next(&mut watcher), "status/dropped offline");

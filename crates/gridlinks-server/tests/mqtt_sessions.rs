@@ -40,16 +40,6 @@ fn ack(c: &mut Raw, p: &Publish) {
     }));
 }
 
-fn disconnect(c: &mut Raw) {
-    c.send(&Packet::Disconnect(Disconnect {
-        reason: 0,
-        session_expiry_interval: None,
-        reason_string: None,
-        server_reference: None,
-    }));
-    c.expect_close();
-}
-
 /// Publishes `n` QoS 1 messages `{prefix}{i}` to `topic`, each acknowledged.
 fn publish_acked(port: u16, topic: &str, prefix: &str, n: u16) {
     let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "publisher", None);
@@ -57,7 +47,7 @@ fn publish_acked(port: u16, topic: &str, prefix: &str, n: u16) {
         p.publish(topic, format!("{prefix}{i}").as_bytes(), QoS::AtLeastOnce, Some(i));
         assert!(matches!(p.recv(), Some(Packet::PubAck(a)) if a.packet_id == i && a.reason < 0x80));
     }
-    disconnect(&mut p);
+    p.disconnect();
 }
 
 fn nothing_more(c: &mut Raw) {
@@ -73,7 +63,7 @@ fn a_persistent_session_keeps_its_subscriptions_and_queues_while_offline() {
     let (mut sub, ack3) = resume(port, ProtocolVersion::V3_1_1, "keeper", 0);
     assert!(!ack3.session_present);
     assert_eq!(sub.subscribe(1, &["keep/#"]).return_codes, [1]);
-    disconnect(&mut sub);
+    sub.disconnect();
     publish_acked(port, "keep/a", "m", 3);
     let (mut sub, ack3) = resume(port, ProtocolVersion::V3_1_1, "keeper", 0);
     assert!(ack3.session_present);
@@ -121,7 +111,7 @@ fn queued_and_in_flight_copies_survive_kill_9() {
     // One subscriber offline, one online that receives without acknowledging.
     let (mut away, _) = resume(port, ProtocolVersion::V3_1_1, "away", 0);
     away.subscribe(1, &["crash/#"]);
-    disconnect(&mut away);
+    away.disconnect();
     let (mut busy, _) = resume(port, ProtocolVersion::V5, "busy", 3600);
     busy.subscribe(1, &["crash/#"]);
     publish_acked(port, "crash/t", "c", 50);
@@ -143,7 +133,7 @@ fn queued_and_in_flight_copies_survive_kill_9() {
         }
         assert_eq!(got.len(), 50, "{id}: every acknowledged message, once");
         nothing_more(&mut c);
-        disconnect(&mut c);
+        c.disconnect();
     }
     // Copies delivered and acknowledged are not delivered again after another restart.
     server.sigterm();
@@ -161,7 +151,7 @@ fn an_expired_session_is_gone() {
     let port = server.mqtt_port;
     let (mut sub, _) = resume(port, ProtocolVersion::V5, "brief", 1);
     sub.subscribe(1, &["brief/#"]);
-    disconnect(&mut sub);
+    sub.disconnect();
     std::thread::sleep(Duration::from_millis(1600));
     publish_acked(port, "brief/x", "late", 1);
     let (mut sub, ack) = resume(port, ProtocolVersion::V5, "brief", 1);
@@ -340,7 +330,7 @@ fn a_queue_longer_than_the_packet_id_space_is_delivered_whole_and_in_order() {
     let port = server.mqtt_port;
     let (mut sub, _) = resume(port, ProtocolVersion::V5, "long", 3600);
     sub.subscribe(1, &["long/#"]);
-    disconnect(&mut sub);
+    sub.disconnect();
     let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "long-publisher", None);
     // Pipelined in windows of 500 (the server's Receive Maximum is larger).
     for chunk in (1..=N).collect::<Vec<_>>().chunks(500) {

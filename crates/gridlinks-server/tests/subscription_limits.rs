@@ -69,13 +69,7 @@ fn the_routing_table_gives_its_memory_back_when_the_client_leaves() {
     let peak = rss_kib(pid);
     let grown = peak.saturating_sub(baseline);
     assert!(grown > 20 * 1024, "{n} subscriptions should take memory: {baseline} -> {peak} KiB");
-    c.send(&Packet::Disconnect(Disconnect {
-        reason: 0,
-        session_expiry_interval: None,
-        reason_string: None,
-        server_reference: None,
-    }));
-    c.expect_close();
+    c.disconnect();
     // Freed memory goes back to the OS within moments (mimalloc purges freed pages).
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut now = rss_kib(pid);

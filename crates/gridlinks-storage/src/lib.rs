@@ -270,6 +270,13 @@ pub(crate) struct Engine {
     pub ks: Keyspaces,
 }
 
+impl Engine {
+    /// A device by id.
+    fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
+        self.ks.devices.get(id.as_bytes())?.map(|v| decode_device(&v)).transpose()
+    }
+}
+
 /// Whether the store takes writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -409,15 +416,17 @@ impl Store {
 
     /// Writes a small setting to `meta` and syncs it (used at start-up only).
     pub fn meta_put(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.engine()?.ks.meta.insert(name, value.to_vec())?;
-        self.engine()?.db.persist(fjall::PersistMode::SyncAll)?;
+        let engine = self.engine()?;
+        engine.ks.meta.insert(name, value.to_vec())?;
+        engine.db.persist(fjall::PersistMode::SyncAll)?;
         Ok(())
     }
 
     /// Removes a setting from `meta` and syncs.
     pub fn meta_delete(&self, name: &str) -> Result<(), StoreError> {
-        self.engine()?.ks.meta.remove(name)?;
-        self.engine()?.db.persist(fjall::PersistMode::SyncAll)?;
+        let engine = self.engine()?;
+        engine.ks.meta.remove(name)?;
+        engine.db.persist(fjall::PersistMode::SyncAll)?;
         Ok(())
     }
 
@@ -471,23 +480,25 @@ impl Store {
 
     /// A device by id.
     pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
-        self.engine()?.ks.devices.get(id.as_bytes())?.map(|v| decode_device(&v)).transpose()
+        self.engine()?.device(id)
     }
 
     /// A device by its unique name.
     pub fn device_by_name(&self, name: &str) -> Result<Option<DeviceRecord>, StoreError> {
-        match self.engine()?.ks.names.get(name)? {
-            Some(id) => self.device(id_from(&id)?),
+        let engine = self.engine()?;
+        match engine.ks.names.get(name)? {
+            Some(id) => engine.device(id_from(&id)?),
             None => Ok(None),
         }
     }
 
     /// Every device, in name order.
     pub fn devices(&self) -> Result<Vec<DeviceRecord>, StoreError> {
+        let engine = self.engine()?;
         let mut out = Vec::new();
-        for kv in self.engine()?.ks.names.iter() {
+        for kv in engine.ks.names.iter() {
             let (_, id) = kv.into_inner()?;
-            if let Some(d) = self.device(id_from(&id)?)? {
+            if let Some(d) = engine.device(id_from(&id)?)? {
                 out.push(d);
             }
         }
@@ -606,6 +617,10 @@ pub(crate) fn id_from(v: &[u8]) -> Result<DeviceId, StoreError> {
 
 pub(crate) fn decode_device(v: &[u8]) -> Result<DeviceRecord, StoreError> {
     serde_json::from_slice(v).map_err(|_| StoreError::Corrupt("device record"))
+}
+
+pub(crate) fn encode_device(d: &DeviceRecord) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(d).map_err(|_| StoreError::Corrupt("device encode"))
 }
 
 /// Generates a random 20-character alphanumeric access token, as ThingsBoard does.

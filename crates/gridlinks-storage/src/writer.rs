@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::{self, KeyId};
 use crate::space::Space;
-use crate::{id_from, BrokerTable, DeviceRecord, Engine, Health, Store, StoreError};
+use crate::{encode_device, id_from, BrokerTable, DeviceRecord, Engine, Health, Store, StoreError};
 
 /// How many devices' latest rows the writer keeps decoded in memory.
 const LATEST_CACHE_DEVICES: usize = 200_000;
@@ -838,9 +838,7 @@ impl Writer {
                 let mut txn = DeviceTxn::new(&self.store, &engine);
                 let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
                 if let Some(g) = gateway {
-                    if !txn.record(g)?.ok_or(StoreError::DeviceNotFound)?.is_gateway() {
-                        return Err(StoreError::NotGateway);
-                    }
+                    txn.require_gateway(g)?;
                 }
                 let new = DeviceRecord { gateway, ..old.clone() };
                 txn.put(new.clone(), Some(&old))?;
@@ -871,9 +869,7 @@ impl Writer {
     ) -> Result<WriteOutcome, StoreError> {
         let engine = self.engine()?;
         let mut txn = DeviceTxn::new(&self.store, &engine);
-        if !txn.record(gateway)?.ok_or(StoreError::DeviceNotFound)?.is_gateway() {
-            return Err(StoreError::NotGateway);
-        }
+        txn.require_gateway(gateway)?;
         if let Some(id) = txn.name_owner(&name)? {
             let rec = txn.record(id)?.ok_or(StoreError::DeviceNotFound)?;
             return match rec.gateway {
@@ -927,11 +923,10 @@ impl Writer {
         for child in self.store.gateway_devices(id)? {
             batch.remove(&ks.gateways, gateway_key(id, child));
             if let Some(c) = self.store.device(child)? {
-                let c = DeviceRecord { gateway: None, ..c };
                 batch.insert(
                     &ks.devices,
                     child.as_bytes().to_vec(),
-                    serde_json::to_vec(&c).map_err(|_| StoreError::Corrupt("device encode"))?,
+                    encode_device(&DeviceRecord { gateway: None, ..c })?,
                 );
             }
         }
@@ -1097,6 +1092,15 @@ impl<'a> DeviceTxn<'a> {
         }
     }
 
+    /// `NotGateway` unless device `id` is a gateway (`DeviceNotFound` if there is none).
+    fn require_gateway(&self, id: DeviceId) -> Result<(), StoreError> {
+        match self.record(id)? {
+            Some(d) if d.is_gateway() => Ok(()),
+            Some(_) => Err(StoreError::NotGateway),
+            None => Err(StoreError::DeviceNotFound),
+        }
+    }
+
     fn record(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
         match self.records.get(&id) {
             Some(r) => Ok(Some(r.clone())),
@@ -1124,8 +1128,7 @@ impl<'a> DeviceTxn<'a> {
             self.batch.insert(&ks.gateways, gateway_key(g, new.id), Vec::new());
         }
         let id = new.id.as_bytes().to_vec();
-        let json = serde_json::to_vec(&new).map_err(|_| StoreError::Corrupt("device encode"))?;
-        self.batch.insert(&ks.devices, id.clone(), json);
+        self.batch.insert(&ks.devices, id.clone(), encode_device(&new)?);
         self.batch.insert(&ks.names, new.name.clone().into_bytes(), id.clone());
         self.batch.insert(&ks.tokens, new.token.clone().into_bytes(), id);
         self.names.insert(new.name.clone(), Some(new.id));

@@ -171,8 +171,6 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
         token: p.access_token,
         additional_info: b.additional_info.filter(|v| !v.is_null()),
     };
-    // Refused here already (400) rather than only by the store.
-    save.validate()?;
     let op = WriteOp::SaveDevice(save);
     match st.writer.submit(op).await {
         Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&d, st.tenant_id))),
@@ -514,10 +512,11 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
 
 // ---- telemetry and attributes ---------------------------------------------------
 
-fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
+/// The device named by an entity reference (type and id); other entity types are refused.
+pub(crate) fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     if entity_type != "DEVICE" {
         return Err(ApiError::bad_request(format!(
-            "entity type '{entity_type}' is not supported: GridLinks stores telemetry of DEVICE entities"
+            "entity type '{entity_type}' is not supported: GridLinks has DEVICE entities only"
         )));
     }
     device_id(id)

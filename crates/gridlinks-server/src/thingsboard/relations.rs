@@ -18,7 +18,7 @@ use gridlinks_types::DeviceId;
 use serde::Deserialize;
 use serde_json::{json, Value as J};
 
-use super::api::{blocking, device_id, parse_json};
+use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use crate::app::AppState;
@@ -45,13 +45,7 @@ struct RelationBody {
 }
 
 fn device_ref(e: &EntityRef) -> ApiResult<DeviceId> {
-    if e.entity_type != "DEVICE" {
-        return Err(ApiError::bad_request(format!(
-            "entity type '{}' is not supported: GridLinks relates DEVICE entities",
-            e.entity_type
-        )));
-    }
-    device_id(&e.id)
+    super::api::entity(&e.entity_type, &e.id)
 }
 
 fn created_only(relation_type: &str) -> ApiResult<()> {
@@ -103,12 +97,7 @@ pub struct RelationParams {
 }
 
 fn param_ref(id: Option<String>, entity_type: Option<String>) -> ApiResult<Option<DeviceId>> {
-    match id {
-        None => Ok(None),
-        Some(id) => {
-            device_ref(&EntityRef { entity_type: entity_type.unwrap_or_else(|| "DEVICE".into()), id }).map(Some)
-        }
-    }
+    id.map(|id| super::api::entity(entity_type.as_deref().unwrap_or("DEVICE"), &id)).transpose()
 }
 
 /// `DELETE /api/relation?fromId=&fromType=&relationType=Created&toId=&toType=`.

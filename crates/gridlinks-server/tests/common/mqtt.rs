@@ -28,6 +28,16 @@ pub fn connect_packet(version: ProtocolVersion, token: Option<&str>, keep_alive:
     }))
 }
 
+/// A normal DISCONNECT (reason 0, no properties).
+pub fn disconnect_packet() -> Packet {
+    Packet::Disconnect(Disconnect {
+        reason: 0,
+        session_expiry_interval: None,
+        reason_string: None,
+        server_reference: None,
+    })
+}
+
 /// A PUBLISH without properties.
 pub fn publish_packet(topic: &str, payload: &[u8], qos: QoS, packet_id: Option<u16>) -> Packet {
     Packet::Publish(Publish {
@@ -155,6 +165,12 @@ impl Raw {
             }
         }
         (disconnect, started.elapsed())
+    }
+
+    /// Sends a normal DISCONNECT and waits for the server to close.
+    pub fn disconnect(&mut self) {
+        self.send(&disconnect_packet());
+        self.expect_close();
     }
 
     pub fn publish(&mut self, topic: &str, payload: &[u8], qos: QoS, packet_id: Option<u16>) {
