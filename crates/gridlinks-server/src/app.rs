@@ -25,6 +25,7 @@ use crate::thingsboard::rpc::{self, RpcRegistry};
 use crate::thingsboard::{api, device_api, payload::PayloadLimits, relations};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
+use gridlinks_ingest::{Embedded, Ingest};
 
 /// Counters not owned by the storage writer.
 #[derive(Default)]
@@ -41,8 +42,10 @@ pub struct AppState {
     pub cfg: Config,
     /// Reads.
     pub store: Store,
-    /// Writes (group commit).
+    /// Writes that are not device data (devices, deletes, broker rows): group commit.
     pub writer: WriterHandle,
+    /// Device data in: credentials, batched durable submits, live fan-out.
+    pub ingest: Ingest,
     /// The administrator's login, tokens and the password-check defences.
     pub auth: Auth,
     /// This installation's tenant id (GridLinks has one tenant).
@@ -52,7 +55,7 @@ pub struct AppState {
     /// Counters.
     pub metrics: Metrics,
     /// Live MQTT sessions by device.
-    pub sessions: Sessions,
+    pub sessions: Arc<Sessions>,
     /// Server-side RPC calls waiting for devices.
     pub rpc: RpcRegistry,
     /// MQTT transport counters.
@@ -344,18 +347,33 @@ pub async fn serve(
     let anonymous_acl =
         Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
     let auth = Auth::new(&cfg, &store, jwt_secret, admin_hash)?;
+    let sessions = Arc::new(
+        Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
+            .drop_oldest_when_offline_queue_full(drop_oldest)
+            .hard_limit(hard_limit)
+            .max_subscriptions(max_subscriptions),
+    );
+    let live = crate::mqtt::telemetry_topics::CanonicalTopics {
+        sessions: sessions.clone(),
+        writer: writer.clone(),
+        store: store.clone(),
+    };
+    let ingest = Ingest::new(
+        store.clone(),
+        Arc::new(Embedded(writer.clone())),
+        Arc::new(live),
+        cfg.limits.max_devices_per_gateway,
+    );
     let state = Arc::new(AppState {
         cfg,
         store: store.clone(),
         writer,
+        ingest,
         auth,
         tenant_id,
         ready: AtomicBool::new(false),
         metrics: Metrics::default(),
-        sessions: Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
-            .drop_oldest_when_offline_queue_full(drop_oldest)
-            .hard_limit(hard_limit)
-            .max_subscriptions(max_subscriptions),
+        sessions,
         rpc: RpcRegistry::default(),
         mqtt_metrics: MqttMetrics::default(),
         clients: Credentials::load(&store).context("loading MQTT client credentials")?,

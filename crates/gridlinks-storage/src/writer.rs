@@ -1,6 +1,8 @@
 //! The single writer thread and its group commit.
 //!
-//! Connections submit [`WriteOp`]s through a bounded queue ([`WriterHandle::submit`]).
+//! Connections submit [`WriteOp`]s through a bounded queue ([`WriterHandle::submit`]), or
+//! many at once as one request with one reply ([`WriterHandle::submit_batch`]: what a
+//! transport decoded from one read goes with one channel send and one wake-up).
 //! The writer takes everything that is waiting (up to `max_batch_ops`), applies it as
 //! one or more atomic batches, makes the journal durable with **one** fsync, and only
 //! then answers every request. Throughput therefore grows with concurrency instead of
@@ -265,9 +267,12 @@ pub struct WriterStats {
     pub reopens: AtomicU64,
 }
 
+/// The result of each op of a batch, in order.
+pub type BatchOutcome = Vec<Result<WriteOutcome, StoreError>>;
+
 struct Request {
-    op: WriteOp,
-    reply: oneshot::Sender<Result<WriteOutcome, StoreError>>,
+    ops: Vec<WriteOp>,
+    reply: oneshot::Sender<BatchOutcome>,
 }
 
 /// Submits writes to the writer thread. Cheap to clone; the writer stops once every
@@ -282,25 +287,35 @@ pub struct WriterHandle {
 impl WriterHandle {
     /// Queues `op` and waits until it is durably committed (or failed).
     pub async fn submit(&self, op: WriteOp) -> Result<WriteOutcome, StoreError> {
-        let reply = self.enqueue(op).await?;
-        reply.await.map_err(|_| StoreError::Closed)?
+        self.submit_batch(vec![op]).await?.pop().ok_or(StoreError::Closed)?
     }
 
-    /// Queues every op (so they can share group commits), then waits for all of them;
-    /// fails if any failed.
+    /// Queues every op as one request (they share one group commit), then waits for all
+    /// of them; fails if any failed.
     pub async fn submit_all(&self, ops: Vec<WriteOp>) -> Result<(), StoreError> {
-        let mut replies = Vec::with_capacity(ops.len());
-        for op in ops {
-            replies.push(self.enqueue(op).await?);
-        }
-        for reply in replies {
-            reply.await.map_err(|_| StoreError::Closed)??;
+        for r in self.submit_batch(ops).await? {
+            r?;
         }
         Ok(())
     }
 
-    /// Waits (bounded by the enqueue timeout) for queue space and queues `op`.
-    async fn enqueue(&self, op: WriteOp) -> Result<oneshot::Receiver<Result<WriteOutcome, StoreError>>, StoreError> {
+    /// Queues `ops` as one request and waits until they are committed: one result per op,
+    /// in order. The ops are applied in order, in the same group commit unless a barrier
+    /// (device changes, imports, deletes of telemetry) splits the round. `Err` when the
+    /// request could not be queued at all (overload, shutdown).
+    pub async fn submit_batch(&self, ops: Vec<WriteOp>) -> Result<BatchOutcome, StoreError> {
+        let n = ops.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let reply = self.enqueue(ops).await?;
+        let results = reply.await.map_err(|_| StoreError::Closed)?;
+        debug_assert_eq!(results.len(), n);
+        Ok(results)
+    }
+
+    /// Waits (bounded by the enqueue timeout) for queue space and queues `ops`.
+    async fn enqueue(&self, ops: Vec<WriteOp>) -> Result<oneshot::Receiver<BatchOutcome>, StoreError> {
         let permit = match tokio::time::timeout(self.enqueue_timeout, self.tx.reserve()).await {
             Err(_) => {
                 self.stats.overloaded.fetch_add(1, Ordering::Relaxed);
@@ -310,7 +325,7 @@ impl WriterHandle {
             Ok(Ok(p)) => p,
         };
         let (reply, rx) = oneshot::channel();
-        permit.send(Request { op, reply });
+        permit.send(Request { ops, reply });
         Ok(rx)
     }
 
@@ -430,7 +445,8 @@ impl Writer {
 
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut ops = Vec::new();
-        let mut replies = Vec::new();
+        // Each request's reply and how many of `ops` are its.
+        let mut replies: Vec<(oneshot::Sender<BatchOutcome>, usize)> = Vec::new();
         // Only to wait for a request with a timeout while unhealthy.
         let timer = tokio::runtime::Builder::new_current_thread().enable_time().build();
         loop {
@@ -453,9 +469,9 @@ impl Writer {
                 },
             };
             let mut next = Some(first);
-            while let Some(Request { op, reply }) = next.take() {
-                ops.push(op);
-                replies.push(reply);
+            while let Some(Request { ops: mut more, reply }) = next.take() {
+                replies.push((reply, more.len()));
+                ops.append(&mut more);
                 if ops.len() < self.cfg.max_batch_ops {
                     next = rx.try_recv().ok();
                 }
@@ -477,13 +493,14 @@ impl Writer {
                 self.stats.sync_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             self.stats.commits.fetch_add(1, Ordering::Relaxed);
-            self.stats.ops.fetch_add(replies.len() as u64, Ordering::Relaxed);
+            self.stats.ops.fetch_add(results.len() as u64, Ordering::Relaxed);
             let refused =
                 results.iter().filter(|r| matches!(r, Err(StoreError::DiskFull(_) | StoreError::Unavailable))).count();
             self.stats.refused_unhealthy.fetch_add(refused as u64, Ordering::Relaxed);
-            for (reply, res) in replies.drain(..).zip(results) {
+            let mut results = results.into_iter();
+            for (reply, n) in replies.drain(..) {
                 // A requester that went away no longer needs the answer.
-                let _ = reply.send(res);
+                let _ = reply.send(results.by_ref().take(n).collect());
             }
         }
         if self.store.health() != Health::Failed {

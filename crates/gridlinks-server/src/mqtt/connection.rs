@@ -33,6 +33,7 @@ use super::{pubsub, retained};
 use crate::app::AppState;
 use crate::auth::AuthError;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
+use gridlinks_ingest::{IngestError, Item};
 
 /// A client that does not take our bytes for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -63,7 +64,12 @@ impl RateLimit {
 }
 
 /// What a finished in-flight item asks the connection to do, in order.
+#[derive(Default)]
 struct Done {
+    /// Acknowledgements of a batch of device publishes, written first, in order.
+    batch_acks: Vec<Packet>,
+    /// Publishes this item answers beyond one (a batch of n: n - 1), for the in-flight count.
+    extra: usize,
     /// Acknowledgement to write (PUBACK, PUBREC, SUBACK, …).
     ack: Option<Packet>,
     /// A message to publish back to this client.
@@ -106,6 +112,40 @@ struct Conn<T> {
     /// A publish of this client met a full subscriber queue (its QoS 0 copy was dropped):
     /// let other tasks, that subscriber's among them, run before reading more.
     congested: bool,
+    /// Publishes in flight beyond one per pending item (batches answer many), plus those
+    /// of the batch being built: with `pending.len()`, the in-flight count.
+    extra_in_flight: usize,
+}
+
+/// Device publishes decoded from one read (telemetry, client attributes), committed as
+/// one ingest batch: one commit-log request, one wake-up, one write of their acks.
+#[derive(Default)]
+struct Batch {
+    items: Vec<Item>,
+    /// Every publish, in order.
+    publishes: Vec<BatchedPublish>,
+}
+
+/// A publish in a [`Batch`]: its topic, QoS, packet id and item index (or why it has none).
+type BatchedPublish = (&'static str, QoS, Option<u16>, Result<usize, IngestError>);
+
+impl Batch {
+    /// Commits the batch; the acks of every publish in it, in order.
+    async fn commit(self, st: Arc<AppState>, device: DeviceId, version: ProtocolVersion) -> Done {
+        let results = if self.items.is_empty() { Vec::new() } else { st.ingest.submit(self.items).await };
+        let mut done = Done { extra: self.publishes.len().saturating_sub(1), ..Done::default() };
+        for (topic, qos, packet_id, item) in self.publishes {
+            let result = match item {
+                Ok(i) => results.get(i).cloned().unwrap_or(Err(IngestError::Unavailable("no result".into()))),
+                Err(e) => Err(e),
+            };
+            let one =
+                outcome(&st, device, topic, result.map(|()| None).map_err(TopicError::from), version, qos, packet_id);
+            done.batch_acks.extend(one.ack);
+            done.close = done.close.or(one.close);
+        }
+        done
+    }
 }
 
 /// Who is connected.
@@ -269,6 +309,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
         client_id: None,
         max_out: usize::MAX,
         congested: false,
+        extra_in_flight: 0,
     };
     // `conn` and `guard` are used in place, as captured: a `let` binding (or an `async fn`
     // argument) would give each a second slot in the future.
@@ -697,7 +738,9 @@ impl<T: Transport> Conn<T> {
         loop {
             // Decode what is buffered, up to the in-flight limit: packets that came with the
             // CONNECT, or were left in the buffer by backpressure, must not wait for new bytes.
-            while ending.is_none() && pending.as_ref().map_or(0, |p| p.len()) < max_in_flight {
+            // Device publishes among them go as one batch.
+            let mut batch: Option<Box<Batch>> = None;
+            while ending.is_none() && pending.as_ref().map_or(0, |p| p.len()) + self.extra_in_flight < max_in_flight {
                 match self.decode() {
                     Ok(None) => {
                         if eof {
@@ -711,10 +754,13 @@ impl<T: Transport> Conn<T> {
                     )) => {
                         self.settle(packet_id, window, link);
                     }
-                    Ok(Some(Packet::PubRec(r))) => self.on_pubrec(r, window, link, &mut pending),
+                    Ok(Some(Packet::PubRec(r))) => {
+                        self.seal(&mut batch, who, pending.get_or_insert_default());
+                        self.on_pubrec(r, window, link, &mut pending)
+                    }
                     Ok(Some(p)) => {
                         let queue = pending.get_or_insert_default();
-                        ending = self.on_packet(p, who, link, queue);
+                        ending = self.on_packet(p, who, link, queue, &mut batch);
                     }
                     Err(e) => {
                         st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
@@ -726,6 +772,9 @@ impl<T: Transport> Conn<T> {
                         ending = Some(End::Disconnect(reason, e.to_string()));
                     }
                 }
+            }
+            if batch.is_some() {
+                self.seal(&mut batch, who, pending.get_or_insert_default());
             }
             self.flush_acked_rows();
             if self.flush().await.is_err() && ending.is_none() {
@@ -749,7 +798,7 @@ impl<T: Transport> Conn<T> {
                 }
             }
             let in_flight = pending.as_ref().map_or(0, |p| p.len());
-            let can_read = ending.is_none() && !eof && in_flight < max_in_flight;
+            let can_read = ending.is_none() && !eof && in_flight + self.extra_in_flight < max_in_flight;
             tokio::select! {
                 biased;
                 _ = &mut woken, if ending.is_none() => {
@@ -823,7 +872,7 @@ impl<T: Transport> Conn<T> {
                 .and_then(|(out, client)| pubsub::released_row(client, &out));
             match row {
                 Some(row) => {
-                    let done = Done { ack: Some(pubrel), reply: None, close: None, retained: Vec::new() };
+                    let done = Done { ack: Some(pubrel), reply: None, close: None, ..Default::default() };
                     pending.get_or_insert_default().push_back(self.after_stored(vec![row], done));
                 }
                 None => {
@@ -988,7 +1037,8 @@ impl<T: Transport> Conn<T> {
 
     /// Writes what a completed in-flight item produced; `Some` ends the connection.
     fn finish(&mut self, done: Done, link: &SessionLink, window: &mut OutWindow) -> Option<End> {
-        if let Some(ack) = &done.ack {
+        self.extra_in_flight -= done.extra;
+        for ack in done.batch_acks.iter().chain(&done.ack) {
             if let Packet::PubRec(r) = ack {
                 if r.reason < 0x80 {
                     // Received: until its PUBREL, a copy sent again is not routed again.
@@ -1017,14 +1067,52 @@ impl<T: Transport> Conn<T> {
         done.close.map(|(reason, text)| End::Disconnect(reason, text))
     }
 
+    /// Queues the batch being built as one in-flight item (before anything queued after it).
+    fn seal(&mut self, batch: &mut Option<Box<Batch>>, who: &Who, pending: &mut FuturesOrdered<InFlight>) {
+        let (Some(b), Who::Device(device)) = (batch.take(), who) else { return };
+        let (st, device, version) = (self.st.clone(), *device, self.version);
+        // The batch counted each of its publishes while it was built; now one item is pending.
+        self.extra_in_flight -= 1;
+        pending.push_back(Box::pin(b.commit(st, device, version)));
+    }
+
     fn on_packet(
         &mut self,
         p: Packet,
         who: &Who,
         link: &SessionLink,
         pending: &mut FuturesOrdered<InFlight>,
+        batch: &mut Option<Box<Batch>>,
     ) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
+        if let (Packet::Publish(p), Who::Device(device)) = (&p, who) {
+            let batchable = p.properties.topic_alias.is_none()
+                && (p.qos != QoS::ExactlyOnce || p.packet_id.is_none_or(|pid| !link.inbox.awaiting_release(pid)))
+                && self.rate.as_ref().is_none();
+            if let (true, Some(item)) = (batchable, device_mqtt::batch_item(&self.st, *device, &p.topic, &p.payload)) {
+                self.st.mqtt_metrics.publishes.fetch_add(1, Ordering::Relaxed);
+                let topic = if p.topic == device_mqtt::TELEMETRY_TOPIC {
+                    device_mqtt::TELEMETRY_TOPIC
+                } else {
+                    device_mqtt::ATTRIBUTES_TOPIC
+                };
+                let b = batch.get_or_insert_default();
+                let index = item.map(|item| {
+                    b.items.push(item);
+                    b.items.len() - 1
+                });
+                b.publishes.push((
+                    topic,
+                    p.qos,
+                    p.packet_id,
+                    index.map_err(|e| IngestError::BadPayload(e.to_string())),
+                ));
+                self.extra_in_flight += 1;
+                return None;
+            }
+        }
+        // Everything else keeps its place after the batch.
+        self.seal(batch, who, pending);
         match p {
             Packet::Publish(p) => {
                 self.st.mqtt_metrics.publishes.fetch_add(1, Ordering::Relaxed);
@@ -1079,7 +1167,7 @@ impl<T: Transport> Conn<T> {
                     ack: Some(Packet::PubComp(resp(r.packet_id, reason, None))),
                     reply: None,
                     close: None,
-                    retained: Vec::new(),
+                    ..Default::default()
                 };
                 match (&self.client_id, known && self.expiry > 0) {
                     // A persistent session stored the packet id: the PUBCOMP waits until it
@@ -1096,12 +1184,12 @@ impl<T: Transport> Conn<T> {
             Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
             Packet::Subscribe(s) => {
                 let (ack, retained) = self.subscribe(who, s);
-                let done = Done { ack: Some(ack), reply: None, close: None, retained };
+                let done = Done { ack: Some(ack), reply: None, close: None, retained, ..Default::default() };
                 pending.push_back(self.after_session_saved(who, done));
             }
             Packet::Unsubscribe(u) => {
                 let ack = self.unsubscribe(who, u);
-                let done = Done { ack: Some(ack), reply: None, close: None, retained: Vec::new() };
+                let done = Done { ack: Some(ack), reply: None, close: None, ..Default::default() };
                 pending.push_back(self.after_session_saved(who, done));
             }
             Packet::PingReq => {
@@ -1150,7 +1238,7 @@ impl<T: Transport> Conn<T> {
                     ack: None,
                     reply: None,
                     close: Some((if v5 { rc::UNSPECIFIED_ERROR } else { 0 }, format!("session state not stored: {e}"))),
-                    retained: Vec::new(),
+                    ..Default::default()
                 },
             }
         })
@@ -1215,7 +1303,7 @@ impl<T: Transport> Conn<T> {
         pending.push_back(Box::pin(async move {
             match work.await {
                 Ok(()) => {
-                    Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, retained: Vec::new() }
+                    Done { ack: pub_ack(qos, packet_id, reason, None), reply: None, close: None, ..Default::default() }
                 }
                 Err(e) => {
                     let text = format!("message not stored: {e}");
@@ -1229,14 +1317,14 @@ impl<T: Transport> Conn<T> {
                             ack: pub_ack(qos, packet_id, reason, Some(text)),
                             reply: None,
                             close: None,
-                            retained: Vec::new(),
+                            ..Default::default()
                         }
                     } else {
                         Done {
                             ack: None,
                             reply: None,
                             close: Some((rc::UNSPECIFIED_ERROR, text)),
-                            retained: Vec::new(),
+                            ..Default::default()
                         }
                     }
                 }
@@ -1420,10 +1508,11 @@ pub(crate) fn message(p: Publish) -> Message {
 }
 
 fn ready(ack: Option<Packet>) -> InFlight {
-    Box::pin(std::future::ready(Done { ack, reply: None, close: None, retained: Vec::new() }))
+    Box::pin(std::future::ready(Done { ack, reply: None, close: None, ..Default::default() }))
 }
 
-/// Maps the result of a publish to what the client sees.
+/// Maps the result of a device publish to what the client sees: the one place where the
+/// ingest path's refusals ([`IngestError`]) become MQTT reason codes.
 fn outcome(
     st: &AppState,
     device: DeviceId,
@@ -1435,47 +1524,36 @@ fn outcome(
 ) -> Done {
     let ack = |reason: u8, text: Option<String>| pub_ack(qos, packet_id, reason, text);
     let err = match result {
-        Ok(reply) => return Done { ack: ack(0, None), reply, close: None, retained: Vec::new() },
+        Ok(reply) => return Done { ack: ack(0, None), reply, ..Default::default() },
         Err(e) => e,
     };
-    let (reason, text) = match &err {
-        TopicError::BadPayload(e) => (rc::PAYLOAD_FORMAT_INVALID, format!("payload format invalid: {e}")),
+    let (reason, text, bad) = match &err {
         TopicError::UnknownTopic => {
-            (rc::TOPIC_NAME_INVALID, format!("unknown topic {topic:?}: not a ThingsBoard device topic"))
+            (rc::TOPIC_NAME_INVALID, format!("unknown topic {topic:?}: not a ThingsBoard device topic"), true)
         }
-        TopicError::NotGateway | TopicError::Store(StoreError::ForeignDevice(_) | StoreError::NotGateway) => {
-            (rc::NOT_AUTHORIZED, err.to_string())
-        }
-        TopicError::Store(StoreError::DeviceNotFound) => {
-            return Done {
-                ack: None,
-                reply: None,
-                close: Some((rc::NOT_AUTHORIZED, "device deleted".into())),
-                retained: Vec::new(),
-            };
-        }
-        TopicError::Store(StoreError::Overloaded) => (rc::QUOTA_EXCEEDED, "storage overloaded: retry later".into()),
-        TopicError::Store(StoreError::Limit(m)) => (rc::QUOTA_EXCEEDED, m.clone()),
-        TopicError::Store(e @ StoreError::DiskFull(_)) => (rc::QUOTA_EXCEEDED, e.to_string()),
-        TopicError::Store(e) => (rc::UNSPECIFIED_ERROR, format!("storage failure: {e}")),
+        TopicError::Ingest(e) => match e {
+            IngestError::BadPayload(m) => (rc::PAYLOAD_FORMAT_INVALID, format!("payload format invalid: {m}"), true),
+            IngestError::Rejected(m) => (rc::PAYLOAD_FORMAT_INVALID, m.clone(), true),
+            IngestError::NotGateway | IngestError::ForeignDevice(_) => (rc::NOT_AUTHORIZED, e.to_string(), true),
+            IngestError::BadCredential | IngestError::DeviceGone => {
+                return Done { close: Some((rc::NOT_AUTHORIZED, "device deleted".into())), ..Default::default() };
+            }
+            IngestError::Overloaded | IngestError::DiskFull(_) => (rc::QUOTA_EXCEEDED, e.to_string(), false),
+            IngestError::Limit(m) => (rc::QUOTA_EXCEEDED, m.clone(), false),
+            IngestError::Unavailable(_) | IngestError::Failed(_) => (rc::UNSPECIFIED_ERROR, e.to_string(), false),
+        },
     };
-    if matches!(
-        err,
-        TopicError::BadPayload(_)
-            | TopicError::UnknownTopic
-            | TopicError::NotGateway
-            | TopicError::Store(StoreError::ForeignDevice(_))
-    ) {
+    if bad {
         st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
         // One line per rejected message, never with the payload.
         crate::logging::warn_limited!(%device, topic, error = %text, "rejected MQTT publish");
     }
     if version == ProtocolVersion::V5 {
         // MQTT 5 can say what was wrong and keep the connection (QoS 0 cannot be answered).
-        Done { ack: ack(reason, Some(text)), reply: None, close: None, retained: Vec::new() }
+        Done { ack: ack(reason, Some(text)), ..Default::default() }
     } else {
         // MQTT 3.1.1 has no negative acknowledgement: closing is the only honest answer.
-        Done { ack: None, reply: None, close: Some((reason, text)), retained: Vec::new() }
+        Done { close: Some((reason, text)), ..Default::default() }
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use gridlinks_broker::router::{Message, SubOptions};
 use gridlinks_broker::sessions::{Outbound, SessionId, Sessions, StoredSession};
 use gridlinks_codec::mqtt::{LastWill, Publish};
-use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp};
+use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp, WriterHandle};
 use gridlinks_types::Ts;
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +43,20 @@ pub type Work = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + 
 /// Routes `msg` from client `from` (keeping it as the retained message with `retain`);
 /// `also` is committed with the copies.
 pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: Option<BrokerRow>) -> Routing {
-    let routed = st.sessions.publish(from, msg, retain);
+    route_with(&st.sessions, &st.writer, from, msg, retain, also)
+}
+
+/// [`route`] with the session table and the writer given apart (for the ingest path's live
+/// fan-out, which holds no server state).
+pub fn route_with(
+    sessions: &Sessions,
+    writer: &WriterHandle,
+    from: &str,
+    msg: &Message,
+    retain: bool,
+    also: Option<BrokerRow>,
+) -> Routing {
+    let routed = sessions.publish(from, msg, retain);
     let matched = routed.queued > 0 || !routed.blocked.is_empty();
     let congested = routed.dropped_qos0 > 0;
     let mut rows: Vec<BrokerRow> = also.into_iter().collect();
@@ -68,10 +81,10 @@ pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: 
     if rows.is_empty() && routed.blocked.is_empty() {
         return Routing { matched, congested, pending: None };
     }
-    let st = st.clone();
+    let writer = writer.clone();
     let pending = Box::pin(async move {
         if !rows.is_empty() {
-            st.writer.submit(WriteOp::Broker(rows)).await?;
+            writer.submit(WriteOp::Broker(rows)).await?;
         }
         for blocked in routed.blocked {
             blocked.wait(SLOW_SUBSCRIBER_PATIENCE).await;

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use gridlinks_broker::router::Message;
-use gridlinks_storage::{StoreError, WriteOp};
+use gridlinks_broker::sessions::Sessions;
+use gridlinks_ingest::{BoxFuture, LiveData};
+use gridlinks_storage::{Store, StoreError, WriterHandle};
 use gridlinks_types::{DeviceId, TsRecord};
 use serde_json::{json, Map};
-
-use crate::app::AppState;
 
 /// The filter matching every canonical telemetry topic.
 pub const FILTER: &str = "gridlinks/devices/+/telemetry";
@@ -47,25 +47,37 @@ fn payload(records: &[TsRecord]) -> Bytes {
     Bytes::from(serde_json::Value::Array(list).to_string())
 }
 
-/// Commits the telemetry of each device (sharing group commits), then publishes it on the
-/// canonical topics. Fails when any commit failed; nothing is published then.
-pub async fn commit(st: &Arc<AppState>, batches: Vec<(DeviceId, Vec<TsRecord>)>) -> Result<(), StoreError> {
-    let mut messages = Vec::new();
-    if st.sessions.interested() {
-        for (device, records) in &batches {
-            if let Some(d) = st.store.device(*device)? {
-                messages.push(Message::new(&topic(&d.name), 1, payload(records)));
+/// The ingest path's live fan-out onto the canonical topics: committed telemetry is routed
+/// to matching pub/sub clients (copies for persistent sessions committed, full queues waited
+/// for, as for client publishes).
+pub struct CanonicalTopics {
+    /// Live sessions and their subscriptions.
+    pub sessions: Arc<Sessions>,
+    /// For the durable copies of persistent sessions.
+    pub writer: WriterHandle,
+    /// For device names.
+    pub store: Store,
+}
+
+impl LiveData for CanonicalTopics {
+    fn wants_telemetry(&self) -> bool {
+        self.sessions.interested()
+    }
+
+    fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            for (device, records) in committed {
+                // A device deleted meanwhile has no topic any more.
+                let Some(d) = self.store.device(device)? else { continue };
+                let msg = Message::new(&topic(&d.name), 1, payload(&records));
+                let routing = super::pubsub::route_with(&self.sessions, &self.writer, "", &msg, false, None);
+                if let Some(pending) = routing.pending {
+                    pending.await?;
+                }
             }
-        }
+            Ok(())
+        })
     }
-    let ops = batches.into_iter().map(|(device, records)| WriteOp::Telemetry { device, records }).collect();
-    st.writer.submit_all(ops).await?;
-    for msg in messages {
-        // Copies for persistent sessions are committed too; full queues are waited for
-        // as for client publishes.
-        super::pubsub::deliver(st, "", &msg, false).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

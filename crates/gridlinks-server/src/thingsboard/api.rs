@@ -21,7 +21,7 @@ use super::model;
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
 use crate::auth;
-use crate::mqtt::telemetry_topics;
+use gridlinks_ingest::{IngestError, Item};
 
 type St = State<Arc<AppState>>;
 
@@ -482,10 +482,7 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
         rows.push(row);
     }
     let update = req.mapping.update;
-    let mut out = match st.writer.submit(WriteOp::Import { rows, update }).await? {
-        WriteOutcome::Import(o) => o,
-        _ => return Err(ApiError::internal("unexpected write outcome")),
-    };
+    let mut out = st.ingest.import(rows, update).await?;
     // TIMESERIES columns: one record per device at import time, submitted together so they
     // share group commits instead of paying one commit each.
     let now = Ts::now();
@@ -500,7 +497,14 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
         Ok(batches)
     })
     .await?;
-    telemetry_topics::commit(&st, batches).await?;
+    let items = batches.into_iter().map(|(device, records)| Item::Telemetry { device, records }).collect();
+    // A device deleted meanwhile has nothing to write to; any other failure fails the import.
+    for r in st.ingest.submit(items).await {
+        match r {
+            Ok(()) | Err(IngestError::DeviceGone) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     out.errors.splice(0..0, errors);
     Ok(Json(json!({
         "created": out.created,
@@ -769,7 +773,7 @@ async fn save_attributes(st: &Arc<AppState>, et: &str, id: &str, sc: &str, body:
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
     let update = (sc == AttributeScope::Shared)
         .then(|| J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()).to_string());
-    st.writer.submit(WriteOp::Attributes { device, scope: sc, values }).await?;
+    st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
     if let Some(update) = update {
         // Connected devices subscribed to v1/devices/me/attributes get the change at once.
         st.sessions.deliver(device, super::device_mqtt::ATTRIBUTES_TOPIC, update.into());
@@ -802,7 +806,7 @@ pub async fn post_timeseries(
 ) -> ApiResult<StatusCode> {
     let device = existing_device(&st, &et, &id).await?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(payload_error)?;
-    telemetry_topics::commit(&st, vec![(device, records)]).await?;
+    st.ingest.submit_one(Item::Telemetry { device, records }).await?;
     Ok(StatusCode::OK)
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use gridlinks_storage::{StoreError, WriteOp};
+use gridlinks_ingest::{IngestError, Item};
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use serde::Deserialize;
 use serde_json::{Map, Value as J};
@@ -16,48 +16,32 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
-use crate::mqtt::telemetry_topics;
 
 type St = State<Arc<AppState>>;
 
-fn bad_token() -> ApiError {
-    ApiError::unauthorized("Invalid or unknown device access token")
-}
-
 fn authenticate(st: &AppState, token: &str) -> ApiResult<DeviceId> {
-    st.store.device_id_by_token(token)?.ok_or_else(bad_token)
+    Ok(st.ingest.authenticate(token)?)
 }
 
 fn rejected(st: &AppState, e: PayloadError) -> ApiError {
     st.metrics.payload_rejected.fetch_add(1, Ordering::Relaxed);
-    ApiError::bad_request(e.to_string())
-}
-
-async fn commit(st: &AppState, op: WriteOp) -> ApiResult<StatusCode> {
-    committed(st.writer.submit(op).await.map(drop))
-}
-
-fn committed(r: Result<(), StoreError>) -> ApiResult<StatusCode> {
-    match r {
-        Ok(()) => Ok(StatusCode::OK),
-        // Deleted between authentication and commit: its token no longer works.
-        Err(StoreError::DeviceNotFound) => Err(bad_token()),
-        Err(e) => Err(e.into()),
-    }
+    IngestError::BadPayload(e.to_string()).into()
 }
 
 /// `POST /api/v1/{token}/telemetry`.
 pub async fn post_telemetry(State(st): St, Path(token): Path<String>, Body(body): Body) -> ApiResult<StatusCode> {
     let device = authenticate(&st, &token)?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(|e| rejected(&st, e))?;
-    committed(telemetry_topics::commit(&st, vec![(device, records)]).await)
+    st.ingest.submit_one(Item::Telemetry { device, records }).await?;
+    Ok(StatusCode::OK)
 }
 
 /// `POST /api/v1/{token}/attributes` (client scope).
 pub async fn post_attributes(State(st): St, Path(token): Path<String>, Body(body): Body) -> ApiResult<StatusCode> {
     let device = authenticate(&st, &token)?;
     let values = payload::parse_attributes(&body, st.payload_limits(), true).map_err(|e| rejected(&st, e))?;
-    commit(&st, WriteOp::Attributes { device, scope: AttributeScope::Client, values }).await
+    st.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await?;
+    Ok(StatusCode::OK)
 }
 
 #[derive(Deserialize)]

@@ -20,32 +20,40 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use gridlinks_storage::{StoreError, WriteOp, WriteOutcome};
+use gridlinks_ingest::{IngestError, Item};
+use gridlinks_storage::StoreError;
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use serde_json::{json, Map, Value as J};
 
 use super::payload::{self, PayloadError};
 use crate::app::AppState;
-use crate::mqtt::telemetry_topics;
 
-/// Topic devices subscribe to for shared-attribute updates.
+/// Topic devices subscribe to for shared-attribute updates (and publish client attributes on).
 pub const ATTRIBUTES_TOPIC: &str = "v1/devices/me/attributes";
+/// Topic devices publish telemetry on.
+pub const TELEMETRY_TOPIC: &str = "v1/devices/me/telemetry";
 
 /// Why a publish was not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
-    /// The payload is malformed or of the wrong shape.
-    #[error("{0}")]
-    BadPayload(#[from] PayloadError),
     /// Not a ThingsBoard device topic.
     #[error("unknown topic")]
     UnknownTopic,
-    /// A gateway topic from a device that is not a gateway.
-    #[error("only gateways (additionalInfo.gateway = true) may publish on v1/gateway/*")]
-    NotGateway,
-    /// Storage refused or failed (overload, shutdown, device deleted meanwhile).
+    /// Refused by the ingest path (payload, gateway rights, storage).
     #[error("{0}")]
-    Store(#[from] StoreError),
+    Ingest(#[from] IngestError),
+}
+
+impl From<PayloadError> for TopicError {
+    fn from(e: PayloadError) -> Self {
+        Self::Ingest(IngestError::BadPayload(e.to_string()))
+    }
+}
+
+impl From<StoreError> for TopicError {
+    fn from(e: StoreError) -> Self {
+        Self::Ingest(e.into())
+    }
 }
 
 /// A message to publish back to the same connection.
@@ -57,7 +65,26 @@ pub struct Reply {
     pub payload: Bytes,
 }
 
-/// Handles one PUBLISH of `device`; resolves after the durable commit.
+/// The publishes that join a batch (one ingest submit for everything decoded from one
+/// read): telemetry and client attributes of the device itself, parsed here. `None` for
+/// every other topic, which [`handle_publish`] handles one by one.
+pub fn batch_item(st: &AppState, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, PayloadError>> {
+    let lim = st.payload_limits();
+    match topic {
+        TELEMETRY_TOPIC => {
+            Some(payload::parse_telemetry(body, Ts::now(), lim).map(|records| Item::Telemetry { device, records }))
+        }
+        ATTRIBUTES_TOPIC => Some(payload::parse_attributes(body, lim, true).map(|values| Item::Attributes {
+            device,
+            scope: AttributeScope::Client,
+            values,
+        })),
+        _ => None,
+    }
+}
+
+/// Handles one PUBLISH of `device` that is not a [`batch_item`]; resolves after the
+/// durable commit.
 pub async fn handle_publish(
     st: Arc<AppState>,
     device: DeviceId,
@@ -65,47 +92,39 @@ pub async fn handle_publish(
     body: Bytes,
 ) -> Result<Option<Reply>, TopicError> {
     let lim = st.payload_limits();
+    if let Some(item) = batch_item(&st, device, topic, &body) {
+        st.ingest.submit_one(item?).await?;
+        return Ok(None);
+    }
     match topic {
-        "v1/devices/me/telemetry" => {
-            let records = payload::parse_telemetry(&body, Ts::now(), lim)?;
-            telemetry_topics::commit(&st, vec![(device, records)]).await?;
-            Ok(None)
-        }
-        ATTRIBUTES_TOPIC => {
-            let values = payload::parse_attributes(&body, lim, true)?;
-            st.writer.submit(WriteOp::Attributes { device, scope: AttributeScope::Client, values }).await?;
-            Ok(None)
-        }
-        _ if topic.starts_with("v1/gateway/") && !is_gateway(&st, device)? => Err(TopicError::NotGateway),
+        _ if topic.starts_with("v1/gateway/") && !st.ingest.is_gateway(device)? => Err(IngestError::NotGateway.into()),
         "v1/gateway/connect" => {
             let (name, device_type) = payload::parse_gateway_device(&body)?;
-            sub_device(&st, device, &name, device_type).await?;
+            st.ingest.gateway_device(device, &name, device_type).await?;
             Ok(None)
         }
         "v1/gateway/disconnect" => {
             let (name, _) = payload::parse_gateway_device(&body)?;
-            match st.store.device_by_name(&name)? {
-                Some(d) if d.gateway == Some(device) => Ok(None),
-                _ => Err(StoreError::ForeignDevice(name).into()),
-            }
+            st.ingest.owns(device, &name)?;
+            Ok(None)
         }
         "v1/gateway/telemetry" => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
-            let mut batches = Vec::with_capacity(per_device.len());
+            let mut items = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
-                batches.push((sub_device(&st, device, &name, None).await?, records));
+                items.push(Item::Telemetry { device: st.ingest.gateway_device(device, &name, None).await?, records });
             }
-            telemetry_topics::commit(&st, batches).await?;
+            all_ok(st.ingest.submit(items).await)?;
             Ok(None)
         }
         "v1/gateway/attributes" => {
             let per_device = payload::parse_gateway_attributes(&body, lim)?;
-            let mut ops = Vec::with_capacity(per_device.len());
+            let mut items = Vec::with_capacity(per_device.len());
             for (name, values) in per_device {
-                let id = sub_device(&st, device, &name, None).await?;
-                ops.push(WriteOp::Attributes { device: id, scope: AttributeScope::Client, values });
+                let id = st.ingest.gateway_device(device, &name, None).await?;
+                items.push(Item::Attributes { device: id, scope: AttributeScope::Client, values });
             }
-            st.writer.submit_all(ops).await?;
+            all_ok(st.ingest.submit(items).await)?;
             Ok(None)
         }
         _ => {
@@ -130,6 +149,11 @@ pub async fn handle_publish(
     }
 }
 
+/// The first failure of a batch, if any.
+fn all_ok(results: Vec<Result<(), IngestError>>) -> Result<(), IngestError> {
+    results.into_iter().collect()
+}
+
 /// Client-side RPC. ThingsBoard's device SDK asks `getSessionLimits` on every connect;
 /// GridLinks answers with its real limits (no rate limits: empty strings, as the SDK reads
 /// them). Any other method is answered "not supported".
@@ -148,39 +172,6 @@ fn client_rpc(st: &AppState, body: &[u8]) -> J {
 
 fn suffix_id<'a>(topic: &'a str, prefix: &str) -> Option<&'a str> {
     topic.strip_prefix(prefix).filter(|id| !id.is_empty() && !id.contains('/'))
-}
-
-/// Whether `device` is a gateway (read at each gateway publish, so that a change over REST
-/// applies at once).
-fn is_gateway(st: &AppState, device: DeviceId) -> Result<bool, StoreError> {
-    Ok(st.store.device(device)?.is_some_and(|d| d.is_gateway()))
-}
-
-/// The id of a gateway's sub-device: one it owns, or created for it on first use (type
-/// `default` unless given). Another gateway's device, or one of no gateway, is refused.
-async fn sub_device(
-    st: &Arc<AppState>,
-    gateway: DeviceId,
-    name: &str,
-    device_type: Option<String>,
-) -> Result<DeviceId, StoreError> {
-    let store = st.store.clone();
-    let owned = name.to_owned();
-    let found =
-        tokio::task::spawn_blocking(move || store.device_by_name(&owned)).await.map_err(|_| StoreError::Closed)??;
-    if let Some(d) = found {
-        return if d.gateway == Some(gateway) { Ok(d.id) } else { Err(StoreError::ForeignDevice(name.to_owned())) };
-    }
-    let op = WriteOp::GatewayDevice {
-        gateway,
-        name: name.to_owned(),
-        device_type,
-        max_devices: st.cfg.limits.max_devices_per_gateway,
-    };
-    match st.writer.submit(op).await? {
-        WriteOutcome::Device(d) => Ok(d.id),
-        _ => Err(StoreError::Corrupt("unexpected write outcome")),
-    }
 }
 
 async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {

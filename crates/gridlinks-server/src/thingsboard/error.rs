@@ -2,6 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use gridlinks_ingest::IngestError;
 use gridlinks_storage::StoreError;
 use gridlinks_types::Ts;
 
@@ -104,6 +105,36 @@ impl From<StoreError> for ApiError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     ErrorCode::General,
                     format!("Storage failure; the data was not stored: {other}"),
+                )
+            }
+        }
+    }
+}
+
+/// How the HTTP APIs (device API, REST telemetry posts, bulk import) answer an ingest
+/// refusal: the one place where [`IngestError`] becomes an HTTP status.
+impl From<IngestError> for ApiError {
+    fn from(e: IngestError) -> Self {
+        match e {
+            IngestError::BadPayload(m) | IngestError::Limit(m) | IngestError::Rejected(m) => Self::bad_request(m),
+            // Unknown, or deleted after it authenticated: the token no longer works.
+            IngestError::BadCredential | IngestError::DeviceGone => {
+                Self::unauthorized("Invalid or unknown device access token")
+            }
+            e @ (IngestError::NotGateway | IngestError::ForeignDevice(_)) => Self::bad_request(e.to_string()),
+            IngestError::Overloaded => Self::from(StoreError::Overloaded),
+            IngestError::DiskFull(m) => Self::from(StoreError::DiskFull(m)),
+            IngestError::Unavailable(m) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::General,
+                format!("Storage is unavailable ({m}); the data was not stored. Retry shortly."),
+            ),
+            IngestError::Failed(m) => {
+                crate::logging::error_limited!(error = %m, "storage error");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::General,
+                    format!("Storage failure; the data was not stored: {m}"),
                 )
             }
         }
