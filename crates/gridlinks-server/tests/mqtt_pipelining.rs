@@ -149,3 +149,41 @@ fn over_websocket_too() {
     assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.packet_id == 1 && a.reason == 0));
     assert_eq!(wait_stored(&s, &jwt, &id, n + 1), n + 1);
 }
+
+/// Device publishes that arrive in one read are committed as one batch. A malformed one in
+/// the middle is refused alone (MQTT 5: its PUBACK says why), a publish on another topic
+/// keeps its place between them, and every acknowledgement comes back in order.
+#[test]
+fn a_batch_of_publishes_is_acknowledged_in_order_each_with_its_own_outcome() {
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "batch", "BATCH_TOKEN");
+    let mut packets = vec![connect(V5, "BATCH_TOKEN")];
+    for i in 1..=300u16 {
+        let packet = match i {
+            100 => publish_packet("v1/devices/me/telemetry", b"{not json", QoS::AtLeastOnce, Some(i)),
+            150 => publish_packet("v1/devices/me/attributes", br#"{"fw":"1.2"}"#, QoS::AtLeastOnce, Some(i)),
+            200 => publish_packet("v1/devices/me/nonsense", b"{}", QoS::AtLeastOnce, Some(i)),
+            _ => publish_packet("v1/devices/me/telemetry", &point(usize::from(i)), QoS::AtLeastOnce, Some(i)),
+        };
+        packets.push(packet);
+    }
+    let mut c = Raw::open(s.mqtt_port, V5);
+    c.send_raw(&bytes_of(V5, &packets)).unwrap();
+    assert!(matches!(c.recv(), Some(Packet::ConnAck(a)) if a.code == 0));
+    for i in 1..=300u16 {
+        let expected = match i {
+            100 => reason::PAYLOAD_FORMAT_INVALID,
+            200 => reason::TOPIC_NAME_INVALID,
+            _ => 0,
+        };
+        match c.recv() {
+            Some(Packet::PubAck(a)) => assert_eq!((a.packet_id, a.reason), (i, expected), "PUBACK {i}"),
+            other => panic!("expected PUBACK {i}, got {other:?}"),
+        }
+    }
+    assert_eq!(wait_stored(&s, &jwt, &id, 297), 297, "every well-formed telemetry publish is stored");
+    let (status, attrs) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes"), &jwt, None);
+    assert_eq!(status, 200);
+    assert!(attrs.to_string().contains("\"fw\""), "{attrs}");
+}
