@@ -20,8 +20,10 @@
 //! The broker's rows ([`BrokerTable`]: retained messages, application credentials) are
 //! bytes the broker encodes; the store keeps them and commits them with everything else.
 //!
-//! One message therefore costs one `ts` row plus, per device per commit, one `latest`
-//! row — not one row per point. Writing the same (device, ts) twice merges the rows,
+//! One message therefore costs one `ts` row — not one row per point. The `latest` row of a
+//! device is a checkpoint the writer rewrites lazily (every 32 messages or 10 s of a device,
+//! at once for a point older than the checkpoint); readers merge it with the `ts` rows newer
+//! than its newest point ([`Store::latest`]). Writing the same (device, ts) twice merges the rows,
 //! so a point keyed by (device, key, ts) is stored once (idempotent redelivery).
 //!
 //! All writes go through one [`writer`] thread that groups the requests of many
@@ -270,10 +272,51 @@ pub(crate) struct Engine {
     pub ks: Keyspaces,
 }
 
+/// A device's latest values as the store derives them: its checkpointed `latest` row
+/// merged with the `ts` rows newer than that row's newest point.
+pub(crate) struct DerivedLatest {
+    /// (key, ts, value) per key.
+    pub row: Vec<(KeyId, Ts, Value)>,
+    /// The newest point in the checkpointed row (`i64::MIN` without one).
+    pub checkpoint: Ts,
+    /// `ts` rows newer than the checkpoint (merged into `row`).
+    pub newer_rows: u32,
+}
+
 impl Engine {
     /// A device by id.
     fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
         self.ks.devices.get(id.as_bytes())?.map(|v| decode_device(&v)).transpose()
+    }
+
+    /// The latest value of every key of `device`. The writer checkpoints a device's `latest`
+    /// row lazily (see `writer`), keeping one invariant: every stored point that the row
+    /// does not reflect is newer than the row's newest point. So the row, merged with the
+    /// few `ts` rows after its newest point, is exact.
+    pub(crate) fn latest(&self, device: DeviceId) -> Result<DerivedLatest, StoreError> {
+        let mut row = match self.ks.latest.get(device.as_bytes())? {
+            Some(v) => codec::decode_latest_row(&v)?,
+            None => Vec::new(),
+        };
+        let checkpoint = row.iter().map(|e| e.1).max().unwrap_or(Ts(i64::MIN));
+        let mut newer_rows = 0;
+        if checkpoint < Ts(i64::MAX) {
+            let (lo, hi) = (codec::ts_key(device, Ts(checkpoint.0 + 1)), codec::ts_key(device, Ts(i64::MAX)));
+            // Newest first: the first value seen of a key is its latest.
+            for kv in self.ks.ts.range(lo..=hi).rev() {
+                let (k, v) = kv.into_inner()?;
+                let ts = codec::ts_of_key(&k)?;
+                newer_rows += 1;
+                for (key, value) in codec::decode_ts_row(&v)? {
+                    match row.iter_mut().find(|e| e.0 == key) {
+                        Some(e) if e.1 < ts => *e = (key, ts, value),
+                        Some(_) => {}
+                        None => row.push((key, ts, value)),
+                    }
+                }
+            }
+        }
+        Ok(DerivedLatest { row, checkpoint, newer_rows })
     }
 }
 
@@ -521,11 +564,9 @@ impl Store {
 
     /// Latest value of each requested key (all keys when `keys` is `None`), in key order.
     pub fn latest(&self, device: DeviceId, keys: Option<&[String]>) -> Result<Vec<(String, Ts, Value)>, StoreError> {
-        let Some(row) = self.engine()?.ks.latest.get(device.as_bytes())? else {
-            return Ok(Vec::new());
-        };
+        let row = self.engine()?.latest(device)?.row;
         let dict = self.inner.keys.read();
-        let mut out: Vec<(String, Ts, Value)> = codec::decode_latest_row(&row)?
+        let mut out: Vec<(String, Ts, Value)> = row
             .into_iter()
             .filter_map(|(k, ts, v)| dict.name(k).map(|n| (n.to_owned(), ts, v)))
             .filter(|(n, _, _)| keys.is_none_or(|ks| ks.iter().any(|k| k == n)))

@@ -29,6 +29,22 @@ use crate::{encode_device, id_from, BrokerTable, DeviceRecord, Engine, Health, S
 
 /// How many devices' latest rows the writer keeps decoded in memory.
 const LATEST_CACHE_DEVICES: usize = 200_000;
+/// A device's `latest` row is rewritten once this many of its `ts` rows are newer than it…
+const CHECKPOINT_ROWS: u32 = 32;
+/// …or its oldest such row is this old (checked when a round commits).
+const CHECKPOINT_AGE: Duration = Duration::from_secs(10);
+
+/// A device's latest values as the writer keeps them (the source of truth stays on disk:
+/// the checkpointed row plus the newer `ts` rows).
+struct Latest {
+    row: Vec<(KeyId, Ts, Value)>,
+    /// The newest point in the row as last written to disk.
+    checkpoint: Ts,
+    /// `ts` rows written since (newer than `checkpoint`).
+    newer_rows: u32,
+    /// When the first of them was written.
+    since: Option<Instant>,
+}
 
 /// Tuning of the writer thread.
 #[derive(Clone, Debug)]
@@ -369,8 +385,10 @@ struct Writer {
     next_reopen: Instant,
     /// The last failure was the file system running out of space.
     no_space: bool,
-    /// Decoded latest rows by device; the source of truth stays on disk.
-    latest: HashMap<DeviceId, Vec<(KeyId, Ts, Value)>>,
+    /// Decoded latest rows by device.
+    latest: HashMap<DeviceId, Latest>,
+    /// Devices with rows newer than their checkpoint, oldest first (with `since`).
+    unsaved: std::collections::VecDeque<(Instant, DeviceId)>,
     /// Devices owned per gateway, counted on first use (dropped on deletes and assignments).
     gateway_counts: HashMap<DeviceId, usize>,
 }
@@ -439,6 +457,7 @@ impl Writer {
             next_reopen: Instant::now(),
             no_space: false,
             latest: HashMap::default(),
+            unsaved: std::collections::VecDeque::new(),
             gateway_counts: HashMap::default(),
         }
     }
@@ -504,6 +523,15 @@ impl Writer {
             }
         }
         if self.store.health() != Health::Failed {
+            // Checkpoint every latest row, so that the next start reads no `ts` rows for it.
+            let mut seg = Segment::default();
+            seg.latest_dirty.extend(self.latest.iter().filter(|(_, l)| l.newer_rows > 0).map(|(d, _)| *d));
+            seg.members.push(0);
+            let mut ignored = [Ok(WriteOutcome::Done)];
+            self.commit_segment(&mut seg, &mut ignored);
+            if let [Err(e)] = &ignored {
+                tracing::warn!(error = %e, "checkpointing the latest values at shutdown failed (they are derived again at start)");
+            }
             if let Err(e) = self.engine().and_then(|engine| Ok(engine.db.persist(PersistMode::SyncAll)?)) {
                 tracing::error!(error = %e, "final sync failed");
             }
@@ -680,13 +708,15 @@ impl Writer {
         Ok(a)
     }
 
-    fn load_latest(&mut self, device: DeviceId) -> Result<&mut Vec<(KeyId, Ts, Value)>, StoreError> {
+    fn load_latest(&mut self, device: DeviceId) -> Result<&mut Latest, StoreError> {
         if !self.latest.contains_key(&device) {
-            let row = match self.engine()?.ks.latest.get(device.as_bytes())? {
-                Some(v) => codec::decode_latest_row(&v)?,
-                None => Vec::new(),
-            };
-            self.latest.insert(device, row);
+            let d = self.engine()?.latest(device)?;
+            let since = (d.newer_rows > 0).then(Instant::now);
+            if let Some(since) = since {
+                self.unsaved.push_back((since, device));
+            }
+            self.latest
+                .insert(device, Latest { row: d.row, checkpoint: d.checkpoint, newer_rows: d.newer_rows, since });
         }
         self.latest.get_mut(&device).ok_or(StoreError::Corrupt("latest cache"))
     }
@@ -722,7 +752,14 @@ impl Writer {
             interned.push((rec.ts, vals));
         }
         let ks_ts = self.engine()?.ks.ts.clone();
-        let latest = self.load_latest(device)?;
+        let entry = self.load_latest(device)?;
+        // A point at or before the checkpoint must be in the checkpoint: write it now.
+        let urgent = interned.iter().any(|(ts, _)| *ts <= entry.checkpoint);
+        entry.newer_rows += interned.len() as u32;
+        let fresh = entry.since.is_none();
+        let since = *entry.since.get_or_insert_with(Instant::now);
+        let due = urgent || entry.newer_rows >= CHECKPOINT_ROWS;
+        let latest = &mut entry.row;
         // No stored row can be newer than the newest latest value of the device.
         let mut max_ts = latest.iter().map(|e| e.1).max().unwrap_or(Ts(i64::MIN));
         for (ts, vals) in interned {
@@ -759,7 +796,12 @@ impl Writer {
             max_ts = max_ts.max(ts);
             seg.records += 1;
         }
-        seg.latest_dirty.insert(device);
+        if fresh {
+            self.unsaved.push_back((since, device));
+        }
+        if due {
+            seg.latest_dirty.insert(device);
+        }
         Ok(WriteOutcome::Done)
     }
 
@@ -803,9 +845,24 @@ impl Writer {
         for ((device, ts), row) in seg.rows.drain() {
             batch.insert(&ks.ts, codec::ts_key(device, ts).to_vec(), codec::encode_ts_row(&row));
         }
+        // Checkpoints that came of age ride along with this batch.
+        while let Some(&(since, device)) = self.unsaved.front() {
+            if since.elapsed() < CHECKPOINT_AGE {
+                break;
+            }
+            self.unsaved.pop_front();
+            if self.latest.get(&device).is_some_and(|l| l.since == Some(since)) {
+                seg.latest_dirty.insert(device);
+            }
+        }
         for device in seg.latest_dirty.drain() {
-            if let Some(row) = self.latest.get(&device) {
-                batch.insert(&ks.latest, device.as_bytes().to_vec(), codec::encode_latest_row(row));
+            if let Some(l) = self.latest.get_mut(&device) {
+                batch.insert(&ks.latest, device.as_bytes().to_vec(), codec::encode_latest_row(&l.row));
+                // Taken as written; a failed commit clears the cache, which is then derived
+                // from disk again.
+                l.checkpoint = l.row.iter().map(|e| e.1).max().unwrap_or(Ts(i64::MIN));
+                l.newer_rows = 0;
+                l.since = None;
             }
         }
         for (key, v) in seg.attrs.drain() {
@@ -969,7 +1026,11 @@ impl Writer {
             None => (codec::ts_key(d.device, Ts(i64::MIN)), codec::ts_key(d.device, Ts(i64::MAX))),
         };
         let in_range = |ts: Ts| d.range.is_none_or(|(s, e)| ts >= s && ts < e);
+        // The latest values are checkpointed first, in the same batch: once points are
+        // deleted they could no longer be derived (and a kept latest value must stay).
+        let row = self.load_latest(d.device)?.row.clone();
         let mut batch = self.engine()?.db.batch();
+        write_latest(&mut batch, &*self.engine()?, d.device, &row);
         for kv in ks.range(lo..hi) {
             let (k, v) = kv.into_inner()?;
             let mut row = codec::decode_ts_row(&v)?;
@@ -997,12 +1058,12 @@ impl Writer {
             }
         }
         batch.commit()?;
-
+        // Its checkpoint moved: derive the cached entry again.
+        self.latest.remove(&d.device);
         if !d.delete_latest {
             return Ok(WriteOutcome::Done);
         }
-        self.latest.remove(&d.device);
-        let latest = self.load_latest(d.device)?.clone();
+        let latest = self.load_latest(d.device)?.row.clone();
         let mut changed = false;
         let mut kept = Vec::with_capacity(latest.len());
         for (k, ts, v) in latest {
@@ -1022,7 +1083,7 @@ impl Writer {
             let mut batch = engine.db.batch();
             write_latest(&mut batch, &engine, d.device, &kept);
             batch.commit()?;
-            self.latest.insert(d.device, kept);
+            self.latest.remove(&d.device);
         }
         Ok(WriteOutcome::Done)
     }
