@@ -36,6 +36,7 @@
 //! restart. Reads go on throughout.
 
 pub mod codec;
+pub mod histogram;
 mod keydict;
 pub mod query;
 mod space;

@@ -263,6 +263,10 @@ pub struct WriterStats {
     pub refused_unhealthy: AtomicU64,
     /// Times the store was reopened after a failure.
     pub reopens: AtomicU64,
+    /// Duration of each commit round, from taking its batch to the end of its fsync.
+    pub commit_nanos: crate::histogram::CommitNanos,
+    /// Requests per commit round.
+    pub commit_batch_ops: crate::histogram::BatchOps,
 }
 
 struct Request {
@@ -452,6 +456,7 @@ impl Writer {
                     None => break,
                 },
             };
+            let round = Instant::now();
             let mut next = Some(first);
             while let Some(Request { op, reply }) = next.take() {
                 ops.push(op);
@@ -476,6 +481,8 @@ impl Writer {
                 }
                 self.stats.sync_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
+            self.stats.commit_nanos.record(u64::try_from(round.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            self.stats.commit_batch_ops.record(replies.len() as u64);
             self.stats.commits.fetch_add(1, Ordering::Relaxed);
             self.stats.ops.fetch_add(replies.len() as u64, Ordering::Relaxed);
             let refused =

@@ -1066,10 +1066,14 @@ impl<T: Transport> Conn<T> {
                     Who::Client { id, acl, .. } => return self.route(id, acl, p, pending),
                 };
                 let st = self.st.clone();
-                let version = self.version;
+                let (version, decoded) = (self.version, Instant::now());
                 pending.push_back(Box::pin(async move {
                     let result = device_mqtt::handle_publish(st.clone(), device, &p.topic, p.payload).await;
-                    outcome(&st, device, &p.topic, result, version, p.qos, p.packet_id)
+                    let done = outcome(&st, device, &p.topic, result, version, p.qos, p.packet_id);
+                    if matches!(done.ack, Some(Packet::PubAck(_))) {
+                        st.mqtt_metrics.observe_puback(decoded.elapsed());
+                    }
+                    done
                 }));
             }
             Packet::PubRel(r) => {
