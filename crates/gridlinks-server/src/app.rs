@@ -367,10 +367,11 @@ pub async fn serve(
     let _ = stop.send(true);
     // MQTT connections stop reading, acknowledge what is in flight, then close.
     state.sessions.shut_down();
-    let _ = http_task.await;
-    let _ = mqtt_task.await;
-    if let Some(t) = ws_task {
-        let _ = t.await;
+    for (what, task) in [("HTTP", Some(http_task)), ("MQTT", Some(mqtt_task)), ("MQTT over WebSocket", ws_task)] {
+        let Some(task) = task else { continue };
+        if let Err(e) = task.await {
+            tracing::error!(listener = what, error = %e, "listener task failed");
+        }
     }
     // Every MQTT connection task holds a sender; recv() returns None once all have ended.
     let _ = all_closed.recv().await;

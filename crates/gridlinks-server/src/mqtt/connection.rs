@@ -32,6 +32,7 @@ use super::transport::Transport;
 use super::{pubsub, retained};
 use crate::app::AppState;
 use crate::auth::AuthError;
+use crate::logging::spawn_logged;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 
 /// A client that does not take our bytes for this long is dropped.
@@ -339,12 +340,16 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
                 Unregistered::Parked { expiry, epoch } => {
                     let row = pubsub::session_row(&st.sessions, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
                     let writer = st.writer.clone();
-                    tokio::spawn(async move { writer.submit(WriteOp::Broker(vec![row])).await });
+                    spawn_logged("storing a parked MQTT session", async move {
+                        writer.submit(WriteOp::Broker(vec![row])).await
+                    });
                     pubsub::expire_later(st.clone(), id.clone(), epoch, expiry);
                 }
                 Unregistered::Ended if durable => {
                     let (st, id) = (st.clone(), id.clone());
-                    tokio::spawn(async move { pubsub::forget(&st, &id).await });
+                    spawn_logged("deleting an ended MQTT session's stored state", async move {
+                        pubsub::forget(&st, &id).await
+                    });
                 }
                 Unregistered::Ended | Unregistered::Superseded => {}
             }
@@ -597,7 +602,7 @@ impl<T: Transport> Conn<T> {
         }
         let rows = std::mem::take(&mut self.acked_rows);
         let writer = self.st.writer.clone();
-        tokio::spawn(async move { writer.submit(WriteOp::Broker(rows)).await });
+        spawn_logged("deleting acknowledged MQTT copies", async move { writer.submit(WriteOp::Broker(rows)).await });
     }
 
     /// Encodes `p` into the write buffer; false when it was not queued. A packet larger
