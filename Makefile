@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint rust-test compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash
+.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -16,7 +16,8 @@ run:
 ## then MQTT.js in Node and in a real headless Chromium.
 test: deps lint rust-test compat-test js-test
 
-## rustfmt (rustfmt.toml) and clippy with warnings as errors.
+## rustfmt (rustfmt.toml) and clippy with warnings as errors on every target (libraries,
+## binaries, tests, examples), with the workspace's lints (Cargo.toml [workspace.lints]).
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -q -- -D warnings
@@ -30,21 +31,27 @@ deps:
 rust-test:
 	$(CARGO) test --workspace
 
+## What `cargo test --workspace` builds, the gridlinks binary included (its integration
+## tests run it), without running anything: a no-op after rust-test. The compatibility and
+## browser tests run that same binary; `cargo build -p gridlinks-server` would build it
+## again with another feature set (no dev-dependencies to unify with), i.e. a second
+## compilation of the server and of the dependencies whose features differ.
+test-build:
+	$(CARGO) test --workspace --no-run
+
 $(VENV)/.installed: tests/compat/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r tests/compat/requirements.txt
 	touch $@
 
-compat-test: $(VENV)/.installed
-	$(CARGO) build -p gridlinks-server --bin gridlinks
+compat-test: $(VENV)/.installed test-build
 	GRIDLINKS_BIN=$(TARGET)/debug/gridlinks $(VENV)/bin/python -m pytest -q tests/compat
 
 tests/js/node_modules/.installed: tests/js/package-lock.json
 	cd tests/js && npm ci --no-audit --no-fund
 	touch $@
 
-js-test: tests/js/node_modules/.installed
-	$(CARGO) build -p gridlinks-server --bin gridlinks
+js-test: tests/js/node_modules/.installed test-build
 	cd tests/js && GRIDLINKS_BIN=$(TARGET)/debug/gridlinks npm test
 
 ## Benchmarks (not part of `make test`; see docs/benchmarks.md).

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cli::{ConnectArgs, OutputArgs, PubsubArgs, TelemetryArgs};
 use crate::figures::{self, comparison_table, RunResult};
@@ -282,17 +282,20 @@ pub fn text_table(table: &Table) -> String {
     out
 }
 
-/// The JSON of a comparison.
-pub fn runs_json(title: &str, runs: &[Run]) -> Value {
-    json!({
-        "title": title,
-        "runs": runs.iter().map(|r| json!({
-            "server": r.kind.label(),
-            "version": r.version,
-            "result": r.outcome.as_ref().map(Outcome::to_json).ok(),
-            "error": r.outcome.as_ref().err(),
-        })).collect::<Vec<_>>(),
-    })
+/// The JSON of one step of a comparison ([`crate::report::json::StepJson`]).
+pub fn runs_json(title: &str, runs: &[Run]) -> report::json::StepJson {
+    report::json::StepJson {
+        title: title.into(),
+        runs: runs
+            .iter()
+            .map(|r| report::json::RunJson {
+                server: r.kind.label().into(),
+                version: r.version.clone(),
+                result: r.outcome.as_ref().map(Outcome::to_json).ok(),
+                error: r.outcome.as_ref().err().cloned(),
+            })
+            .collect(),
+    }
 }
 
 /// Servers, results and charts of one comparison, for the HTML page.
@@ -342,9 +345,9 @@ pub fn finish(
         page.tables.extend(tables);
         page.charts.extend(charts);
     }
-    let json = json!({
-        "title": title,
-        "steps": steps.iter().map(|(step, runs)| runs_json(step, runs)).collect::<Vec<_>>(),
+    let json = report::json::value(&report::json::ComparisonJson {
+        title: title.into(),
+        steps: steps.iter().map(|(step, runs)| runs_json(step, runs)).collect(),
     });
     report::emit(output, &human, &json, || page)?;
     let passed = !steps

@@ -27,13 +27,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use gridlinks_codec::mqtt::QoS;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::cli::{CrashLoopArgs, DurationRange, MqttVersion, Transport};
 use crate::loss_check::{self, AckLog, DeviceAcks, LossReport};
 use crate::proc_stats::ProcessStats;
-use crate::report::{self, per_second, round3, thousands, LatencySummary, Reasons};
+use crate::report::{self, per_second, thousands, LatencySummary, Reasons};
 use crate::rest_api::ApiTarget;
 use crate::scenario::http_telemetry::{self, HttpFleet};
 use crate::scenario::telemetry::{
@@ -120,24 +120,9 @@ impl CycleReport {
         per_second(self.acked as f64, self.load_seconds)
     }
 
-    /// The cycle as JSON.
-    fn to_json(&self) -> Value {
-        json!({
-            "cycle": self.cycle,
-            "kill_after_s": round3(self.kill_after.as_secs_f64()),
-            "connected": self.connected,
-            "connect_failures": self.connect_failures,
-            "connect_seconds": round3(self.connect_seconds),
-            "load_seconds": round3(self.load_seconds),
-            "sent": self.sent,
-            "acked": self.acked,
-            "unacked": self.sent.saturating_sub(self.acked),
-            "acked_per_second": self.acked_per_second().round(),
-            "ack_latency": self.ack_latency.to_json(),
-            "ended": self.ended,
-            "refused": self.refused,
-            "restart_to_ready_s": round3(self.restart_to_ready),
-        })
+    /// The cycle as JSON ([`crate::report::json::CycleJson`]).
+    pub fn to_json(&self) -> Value {
+        report::json::value(&report::json::CycleJson::from(self))
     }
 }
 
@@ -250,35 +235,9 @@ impl CrashLoopReport {
         s
     }
 
-    /// The JSON result.
+    /// The JSON result ([`crate::report::json::CrashLoopJson`]).
     pub fn to_json(&self) -> Value {
-        let (min, mean, max) = self.restart_to_ready();
-        json!({
-            "scenario": "crash-loop",
-            "transport": self.transport,
-            "protocol": self.protocol,
-            "server": self.server,
-            "devices": self.devices,
-            "payload_bytes": self.payload_bytes,
-            "kill_after_s": {
-                "min": round3(self.kill_after.min.as_secs_f64()),
-                "max": round3(self.kill_after.max.as_secs_f64()),
-            },
-            "seed": self.seed,
-            "data_dir": self.data_dir.display().to_string(),
-            "cycles": self.cycles.iter().map(CycleReport::to_json).collect::<Vec<_>>(),
-            "totals": {
-                "cycles": self.cycles.len(),
-                "acked": self.acked(),
-                "load_seconds": round3(self.load_seconds()),
-                "acked_per_second": per_second(self.acked() as f64, self.load_seconds()).round(),
-                "restart_to_ready_s": {"min": round3(min), "mean": round3(mean), "max": round3(max)},
-                "missing": self.loss_check.missing,
-            },
-            "cycles_without_acks": self.cycles_without_acks(),
-            "loss_check": self.loss_check.to_json(),
-            "passed": self.passed(),
-        })
+        report::json::value(&report::json::CrashLoopJson::from(self))
     }
 }
 

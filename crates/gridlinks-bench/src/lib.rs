@@ -159,9 +159,8 @@ async fn verify(args: cli::VerifyArgs) -> anyhow::Result<std::process::ExitCode>
     let report = tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, threads)).await??;
     print!("{}", report.human());
     if let Some(path) = &args.json {
-        let mut doc = serde_json::json!({"scenario": "verify"});
-        doc["loss_check"] = report.to_json();
-        report::write_json(path, &doc)?;
+        let doc = report::json::VerifyJson { scenario: "verify".into(), loss_check: (&report).into() };
+        report::write_json(path, &report::json::value(&doc))?;
     }
     Ok(exit_code(report.passed()))
 }

@@ -16,7 +16,8 @@ use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::report::thousands;
 use crate::rest_api::{ApiTarget, RestClient};
@@ -62,18 +63,45 @@ pub struct DeviceAcks {
     pub acks: AckLog,
 }
 
+/// An acks file: every device's acknowledged points.
+#[derive(Serialize, Deserialize)]
+struct AcksFile<D> {
+    /// [`ACKS_FORMAT`].
+    format: String,
+    /// [`ACKS_VERSION`].
+    version: u64,
+    /// [`SEQ_KEY`].
+    key: String,
+    devices: Vec<D>,
+}
+
+/// One device of an acks file as written (borrowed from the run).
+#[derive(Serialize)]
+struct AcksOf<'a> {
+    name: &'a str,
+    acked_ts: &'a [u64],
+    ack_ms: &'a [u64],
+}
+
+/// One device of an acks file as read.
+#[derive(Deserialize)]
+struct AcksRead {
+    name: String,
+    acked_ts: Vec<u64>,
+    ack_ms: Vec<u64>,
+}
+
 /// Writes the acks file read by `gridlinks-bench verify --acks`.
 pub fn save(path: &Path, devices: &[DeviceAcks]) -> anyhow::Result<()> {
-    let doc = json!({
-        "format": ACKS_FORMAT,
-        "version": ACKS_VERSION,
-        "key": SEQ_KEY,
-        "devices": devices.iter().map(|d| json!({
-            "name": d.name,
-            "acked_ts": d.acks.ts,
-            "ack_ms": d.acks.ack_ms,
-        })).collect::<Vec<_>>(),
-    });
+    let doc = AcksFile {
+        format: ACKS_FORMAT.into(),
+        version: ACKS_VERSION,
+        key: SEQ_KEY.into(),
+        devices: devices
+            .iter()
+            .map(|d| AcksOf { name: &d.name, acked_ts: &d.acks.ts, ack_ms: &d.acks.ack_ms })
+            .collect(),
+    };
     let text = serde_json::to_string(&doc)?;
     std::fs::write(path, text).with_context(|| format!("writing acks file {}", path.display()))
 }
@@ -85,24 +113,15 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<DeviceAcks>> {
     if doc["format"] != ACKS_FORMAT || doc["version"] != ACKS_VERSION {
         bail!("{} is not a version {ACKS_VERSION} {ACKS_FORMAT} file", path.display());
     }
-    let numbers = |v: &Value, what: &str| -> anyhow::Result<Vec<u64>> {
-        v.as_array()
-            .with_context(|| format!("{what} is not an array"))?
-            .iter()
-            .map(|n| n.as_u64().with_context(|| format!("{what} holds {n}")))
-            .collect()
-    };
-    let devices = doc["devices"].as_array().context("no devices array")?;
-    devices
-        .iter()
+    let doc: AcksFile<AcksRead> =
+        serde_json::from_value(doc).with_context(|| format!("{} is not a valid acks file", path.display()))?;
+    doc.devices
+        .into_iter()
         .map(|d| {
-            let name = d["name"].as_str().context("device without name")?.to_string();
-            let ts = numbers(&d["acked_ts"], "acked_ts")?;
-            let ack_ms = numbers(&d["ack_ms"], "ack_ms")?;
-            if ts.len() != ack_ms.len() {
-                bail!("device {name}: acked_ts and ack_ms differ in length");
+            if d.acked_ts.len() != d.ack_ms.len() {
+                bail!("device {}: acked_ts and ack_ms differ in length", d.name);
             }
-            Ok(DeviceAcks { name, acks: AckLog { ts, ack_ms } })
+            Ok(DeviceAcks { name: d.name, acks: AckLog { ts: d.acked_ts, ack_ms: d.ack_ms } })
         })
         .collect()
 }
@@ -189,24 +208,9 @@ impl LossReport {
         s
     }
 
-    /// The JSON result.
+    /// The JSON result ([`crate::report::json::LossCheckJson`]).
     pub fn to_json(&self) -> Value {
-        json!({
-            "passed": self.passed(),
-            "key": SEQ_KEY,
-            "devices_checked": self.devices_checked,
-            "devices_not_found": self.devices_not_found_count,
-            "devices_not_found_examples": self.devices_not_found,
-            "points_acked": self.points_acked,
-            "points_found": self.points_found,
-            "missing": self.missing,
-            "missing_examples": self.missing_examples.iter()
-                .map(|(d, ts)| json!({"device": d, "ts": ts}))
-                .collect::<Vec<_>>(),
-            "extra": self.extra,
-            "check_after_last_ack_ms": self.check_after_last_ack_ms,
-            "check_seconds": (self.check_seconds * 1000.0).round() / 1000.0,
-        })
+        crate::report::json::value(&crate::report::json::LossCheckJson::from(self))
     }
 }
 

@@ -3,13 +3,15 @@
 //! Latencies are kept in microseconds and printed in milliseconds; memory in KiB and
 //! printed in MiB; JSON carries the raw units in its key names (`_us`, `_kib`).
 
+pub mod json;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cli::OutputArgs;
 use crate::html;
@@ -70,17 +72,9 @@ impl LatencySummary {
         )
     }
 
-    /// The summary as a JSON object.
+    /// The summary as a JSON object (mean rounded to three decimals).
     pub fn to_json(&self) -> Value {
-        json!({
-            "count": self.count,
-            "mean_us": round3(self.mean_us),
-            "p50_us": self.p50_us,
-            "p95_us": self.p95_us,
-            "p99_us": self.p99_us,
-            "p999_us": self.p999_us,
-            "max_us": self.max_us,
-        })
+        json::value(&LatencySummary { mean_us: round3(self.mean_us), ..*self })
     }
 }
 
@@ -276,40 +270,9 @@ impl TelemetryReport {
         s
     }
 
-    /// The JSON result.
+    /// The JSON result ([`json::TelemetryJson`]).
     pub fn to_json(&self) -> Value {
-        json!({
-            "scenario": self.scenario,
-            "target": self.server,
-            "protocol": self.protocol,
-            "devices": self.devices,
-            "qos": self.qos,
-            "inflight": self.inflight,
-            "offered_rate": self.offered_rate,
-            "payload_bytes": self.payload_bytes,
-            "connected": self.connected,
-            "connect_failures": self.connect_failures,
-            "connect_seconds": round3(self.connect_seconds),
-            "window_seconds": round3(self.window_seconds),
-            "sent": self.sent,
-            "acked": self.acked,
-            "failed": self.failed,
-            "dropped_connections": self.dropped,
-            "msgs_per_second": round3(self.msgs_per_second()),
-            "ack_latency": self.puback.map(|p| p.to_json()),
-            "server": self.server_cost.as_ref().map(|c| json!({
-                "pid": c.pid,
-                "cpu_seconds": round3(c.cpu_seconds),
-                "msgs_per_cpu_second": self.msgs_per_server_cpu_second().map(round3),
-                "rss_peak_kib": c.rss_peak_kib,
-                "rss_end_kib": c.rss_end_kib,
-                "hwm_kib": c.hwm_kib,
-            })),
-            "generator_cpu_seconds": round3(self.generator_cpu_seconds),
-            "loss_check": self.loss_check.as_ref().map(|l| l.to_json()),
-            "storage_lag": self.storage_lag.as_ref().map(StorageLag::to_json),
-            "timeline": self.timeline.to_json(),
-        })
+        json::value(&json::TelemetryJson::from(self))
     }
 }
 
@@ -461,48 +424,9 @@ impl PubsubReport {
         s
     }
 
-    /// The JSON result.
+    /// The JSON result ([`json::PubsubJson`]).
     pub fn to_json(&self) -> Value {
-        json!({
-            "scenario": "pubsub",
-            "target": self.server,
-            "mqtt_version": self.mqtt_version,
-            "groups": self.groups,
-            "publishers_per_group": self.publishers,
-            "subscribers_per_group": self.subscribers,
-            "shared": self.shared,
-            "pub_qos": self.pub_qos,
-            "sub_qos": self.sub_qos,
-            "inflight": self.inflight,
-            "offered_rate": self.offered_rate,
-            "payload_bytes": self.payload_bytes,
-            "connected": self.connected,
-            "connect_failures": self.connect_failures,
-            "connect_seconds": round3(self.connect_seconds),
-            "publish_seconds": round3(self.publish_seconds),
-            "delivery_seconds": round3(self.delivery_seconds),
-            "sent": self.sent,
-            "acked": self.acked,
-            "failed": self.failed,
-            "expected": self.expected,
-            "received": self.received,
-            "missing": self.missing(),
-            "passed": self.passed(),
-            "dropped_connections": self.dropped,
-            "delivered_per_second": round3(self.delivered_per_second()),
-            "puback_latency": self.puback.map(|p| p.to_json()),
-            "e2e_latency": self.e2e.to_json(),
-            "server": self.server_cost.as_ref().map(|c| json!({
-                "pid": c.pid,
-                "cpu_seconds": round3(c.cpu_seconds),
-                "delivered_per_cpu_second": self.delivered_per_server_cpu_second().map(round3),
-                "rss_peak_kib": c.rss_peak_kib,
-                "rss_end_kib": c.rss_end_kib,
-                "hwm_kib": c.hwm_kib,
-            })),
-            "generator_cpu_seconds": round3(self.generator_cpu_seconds),
-            "timeline": self.timeline.to_json(),
-        })
+        json::value(&json::PubsubJson::from(self))
     }
 }
 
@@ -644,37 +568,9 @@ impl ConnectReport {
         s
     }
 
-    /// The JSON result.
+    /// The JSON result ([`json::ConnectJson`]).
     pub fn to_json(&self) -> Value {
-        json!({
-            "scenario": "connect",
-            "target": self.server,
-            "mqtt_version": self.mqtt_version,
-            "requested": self.requested,
-            "rate": self.rate,
-            "connected": self.connected,
-            "failures": self.failures,
-            "success_ratio": round3(self.success_ratio()),
-            "connect_seconds": round3(self.connect_seconds),
-            "connects_per_second": round3(self.connects_per_second()),
-            "connack_latency": self.connack.to_json(),
-            "hold_seconds": round3(self.hold_seconds),
-            "pings": self.pings,
-            "dropped_connections": self.dropped,
-            "server": self.server_memory.as_ref().map(|m| json!({
-                "pid": m.pid,
-                "rss_before_kib": m.rss_before_kib,
-                "rss_connected_kib": m.rss_connected_kib,
-                "rss_hold_max_kib": m.rss_hold_max_kib,
-                "rss_end_kib": m.rss_end_kib,
-                "hwm_kib": m.hwm_kib,
-                "kib_per_connection": self.kib_per_connection().map(round3),
-                "connect_cpu_seconds": round3(m.connect_cpu_seconds),
-                "connects_per_cpu_second": self.connects_per_server_cpu_second().map(round3),
-                "hold_cpu_seconds": round3(m.hold_cpu_seconds),
-            })),
-            "timeline": self.timeline.to_json(),
-        })
+        json::value(&json::ConnectJson::from(self))
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::loss_check::SEQ_KEY;
 use crate::report::{thousands, LatencySummary};
@@ -99,13 +99,9 @@ impl StorageLag {
         )
     }
 
-    /// The JSON object.
+    /// The JSON object ([`crate::report::json::StorageLagJson`]).
     pub fn to_json(&self) -> Value {
-        json!({
-            "ack_to_queryable": self.lag.to_json(),
-            "query_round_trip": self.query.to_json(),
-            "timeouts": self.timeouts,
-        })
+        crate::report::json::value(&crate::report::json::StorageLagJson::from(self))
     }
 }
 

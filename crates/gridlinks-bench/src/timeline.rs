@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::report::LatencySummary;
 use crate::stats::{from_buckets, Buckets};
@@ -61,35 +61,9 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    /// The samples as a JSON array of compact objects.
+    /// The samples as a JSON array of compact objects ([`crate::report::json::SampleJson`]).
     pub fn to_json(&self) -> Value {
-        let lat = |l: &Option<LatencySummary>| {
-            l.filter(|l| l.count > 0)
-                .map(|l| json!({"count": l.count, "p50_us": l.p50_us, "p99_us": l.p99_us, "max_us": l.max_us}))
-        };
-        Value::Array(
-            self.samples
-                .iter()
-                .map(|s| {
-                    json!({
-                        "t": (s.t * 10.0).round() / 10.0,
-                        "phase": s.phase,
-                        "connected": s.connected,
-                        "connect_failed": s.connect_failed,
-                        "sent": s.sent,
-                        "acked": s.acked,
-                        "failed": s.failed,
-                        "received": s.received,
-                        "acked_per_second": s.acked_per_second.round(),
-                        "received_per_second": s.received_per_second.round(),
-                        "ack_latency": lat(&s.ack_latency),
-                        "e2e_latency": lat(&s.e2e_latency),
-                        "server_cpu_percent": s.server_cpu_percent.map(|c| c.round()),
-                        "server_rss_kib": s.server_rss_kib,
-                    })
-                })
-                .collect(),
-        )
+        crate::report::json::value(&crate::report::json::timeline(self))
     }
 
     /// (t, value) points of one figure, skipping samples where it is absent.

@@ -1,6 +1,7 @@
 //! `crash-loop` against the real `gridlinks` binary: two kill -9 cycles under MQTT load
 //! and under HTTP load; every cycle acknowledges points, the server comes back each time,
 //! and after the last restart every acknowledged point of both cycles is stored.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

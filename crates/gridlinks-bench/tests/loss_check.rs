@@ -1,6 +1,7 @@
 //! The loss check against the real `gridlinks` server: a clean run passes with every
 //! acknowledged point found; points deleted through the REST API fail the check with
 //! exit code 2 and exactly the deleted count missing.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

@@ -8,6 +8,7 @@
 //! The devices publish once a second, far fewer values than a connection buffers
 //! before handing them to the shared histograms, which is what hid the latency until
 //! the end of the run.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

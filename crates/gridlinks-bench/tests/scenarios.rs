@@ -1,6 +1,7 @@
 //! Every scenario of the tool, run briefly against real servers, with the counts checked
 //! to add up: GridLinks (started by the test or by `compare`) and Mosquitto (started by
 //! `compare` on a free loopback port; `apt-get install mosquitto`).
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

@@ -137,40 +137,12 @@ async fn healthz(State(st): State<Arc<AppState>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    let w = st.writer.stats();
-    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let body = format!(
-        "# TYPE gridlinks_storage_commits_total counter\ngridlinks_storage_commits_total {}\n\
-         # TYPE gridlinks_storage_write_ops_total counter\ngridlinks_storage_write_ops_total {}\n\
-         # TYPE gridlinks_storage_records_total counter\ngridlinks_storage_records_total {}\n\
-         # TYPE gridlinks_storage_sync_seconds_total counter\ngridlinks_storage_sync_seconds_total {:.6}\n\
-         # TYPE gridlinks_storage_overloaded_total counter\ngridlinks_storage_overloaded_total {}\n\
-         # TYPE gridlinks_storage_queue_depth gauge\ngridlinks_storage_queue_depth {}\n\
-         # TYPE gridlinks_storage_refused_unhealthy_total counter\ngridlinks_storage_refused_unhealthy_total {}\n\
-         # TYPE gridlinks_storage_reopens_total counter\ngridlinks_storage_reopens_total {}\n\
-         # TYPE gridlinks_storage_health gauge\ngridlinks_storage_health {}\n\
-         # TYPE gridlinks_payload_rejected_total counter\ngridlinks_payload_rejected_total {}\n\
-         # TYPE gridlinks_http_over_limit_total counter\ngridlinks_http_over_limit_total {}\n\
-         # TYPE gridlinks_mqtt_sessions gauge\ngridlinks_mqtt_sessions {}\n\
-         # TYPE gridlinks_mqtt_dropped_qos0_total counter\ngridlinks_mqtt_dropped_qos0_total {}\n\
-         # TYPE gridlinks_mqtt_dropped_offline_total counter\ngridlinks_mqtt_dropped_offline_total {}\n",
-        load(&w.commits),
-        load(&w.ops),
-        load(&w.records),
-        load(&w.sync_nanos) as f64 / 1e9,
-        load(&w.overloaded),
-        st.writer.queued(),
-        load(&w.refused_unhealthy),
-        load(&w.reopens),
-        st.store.health() as u8,
-        load(&st.metrics.payload_rejected),
-        load(&st.metrics.http_over_limit),
-        st.sessions.count(),
-        st.sessions.dropped_qos0(),
-        st.sessions.dropped_offline(),
-    ) + &st.mqtt_metrics.render();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+/// `GET /metrics`: OpenMetrics text, every name in [`crate::metrics`].
+async fn metrics(State(st): State<Arc<AppState>>) -> axum::response::Response {
+    match crate::metrics::render(&st) {
+        Ok(body) => ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics").into_response(),
+    }
 }
 
 /// Reads a secret from `meta`, creating it with `make` on first start.
@@ -413,10 +385,11 @@ pub async fn serve(
     let _ = stop.send(true);
     // MQTT connections stop reading, acknowledge what is in flight, then close.
     state.sessions.shut_down();
-    let _ = http_task.await;
-    let _ = mqtt_task.await;
-    if let Some(t) = ws_task {
-        let _ = t.await;
+    for (what, task) in [("HTTP", Some(http_task)), ("MQTT", Some(mqtt_task)), ("MQTT over WebSocket", ws_task)] {
+        let Some(task) = task else { continue };
+        if let Err(e) = task.await {
+            tracing::error!(listener = what, error = %e, "listener task failed");
+        }
     }
     // Every MQTT connection task holds a sender; recv() returns None once all have ended.
     let _ = all_closed.recv().await;

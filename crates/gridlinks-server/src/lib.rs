@@ -7,12 +7,14 @@
 //! login throttle, the password-hashing pool),
 //! `thingsboard/` (the wire contract: REST, HTTP and MQTT device APIs, RPC), `mqtt` (the
 //! MQTT transport), `listener` (accept loops, socket options, connection limits, HTTP
-//! timeouts), `logging` (rate-limited log lines), `app` (start-up, router, shutdown).
+//! timeouts), `logging` (rate-limited log lines), `metrics` (every `/metrics` name and its help text),
+//! `app` (start-up, router, shutdown).
 
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod listener;
 pub(crate) mod logging;
+pub mod metrics;
 pub mod mqtt;
 pub mod thingsboard;

@@ -103,12 +103,21 @@ pub async fn serve_http(
             });
             let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
             tokio::pin!(conn);
+            // A connection's own failure (reset, bad request line, timeout) is the client's
+            // business: DEBUG, not WARN, as a flood of them must not flood the log.
             tokio::select! {
-                _ = conn.as_mut() => return,
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+                    }
+                    return;
+                }
                 () = stopped(&mut stop) => {}
             }
             conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "HTTP connection ended with an error during shutdown");
+            }
         });
     }
     drop(alive);

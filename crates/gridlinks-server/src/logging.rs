@@ -2,7 +2,12 @@
 //! [`warn_limited!`] / [`error_limited!`]: each call site logs at most once per second and
 //! says how many lines it held back meanwhile (`suppressed`). A flood of bad publishes or a
 //! full disk then costs a few lines, not tens of thousands.
+//!
+//! A detached task that can fail goes through [`spawn_logged`]: its error is logged, never
+//! dropped with the task's `JoinHandle`.
 
+use std::fmt::Display;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -60,9 +65,60 @@ macro_rules! error_limited {
 
 pub(crate) use {error_limited, warn_limited};
 
+/// Runs `task` detached (`tokio::spawn`); if it fails, its error is logged as a
+/// rate-limited WARN naming `what` (e.g. "deleting acknowledged MQTT copies").
+pub fn spawn_logged<T, E>(
+    what: &'static str,
+    task: impl Future<Output = Result<T, E>> + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    T: Send + 'static,
+    E: Display + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = task.await {
+            warn_limited!(task = what, error = %e, "background task failed");
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Limiter;
+    use std::sync::{Arc, Mutex};
+
+    use super::{spawn_logged, Limiter};
+
+    /// Log output captured in memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_detached_task_that_fails_is_logged() {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            rt.block_on(async {
+                spawn_logged("a task that works", async { Ok::<_, String>(()) }).await.unwrap();
+                spawn_logged("storing something", async { Err::<(), _>("disk on fire") }).await.unwrap();
+            })
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("WARN") && text.contains("background task failed"), "{text}");
+        assert!(text.contains("storing something") && text.contains("disk on fire"), "{text}");
+        assert!(!text.contains("a task that works"), "{text}");
+    }
 
     #[test]
     fn one_line_per_second_and_a_count_of_the_rest() {

@@ -1,4 +1,5 @@
 //! Admin REST API against the real binary: login, devices, credentials, listing.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use common::*;

@@ -1,6 +1,7 @@
 //! Secrets, logins and credentials as an attacker would try them: reading the data
 //! directory, guessing passwords at full speed, enumerating user names, replaying refresh
 //! tokens, and naming an application like a device's token.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::os::unix::fs::PermissionsExt;

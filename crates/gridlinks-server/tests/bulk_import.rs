@@ -1,4 +1,5 @@
 //! ThingsBoard's CSV bulk import.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use common::*;

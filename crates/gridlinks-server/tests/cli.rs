@@ -1,4 +1,5 @@
 //! The `gridlinks config` commands and start-up refusals.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 use std::process::Command;
 

@@ -1,6 +1,7 @@
 //! Connections as an abusive or broken client would hold them: idle keep-alive sockets,
 //! half-sent requests (slowloris), trickled bodies, silent WebSocket sockets, one token
 //! opening connection after connection, more connections than the process has files for.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::io::{Read, Write};

@@ -1,5 +1,6 @@
 //! Durability: kill -9 in the middle of concurrent ingest loses no acknowledged point;
 //! SIGTERM drains in order and loses nothing.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::sync::atomic::{AtomicBool, Ordering};

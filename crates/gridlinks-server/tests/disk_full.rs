@@ -3,6 +3,7 @@
 //! short, and writes come back by themselves once space is freed — whether GridLinks
 //! stopped in time (its headroom, `storage.min_free_mb`) or the engine itself ran out of
 //! space and had to be reopened.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::io::Write;

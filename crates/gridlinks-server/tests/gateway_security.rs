@@ -1,5 +1,6 @@
 //! The gateway API as an attacker would try it: a plain device writing into others, a
 //! gateway writing into devices it does not own, a flood of sub-device creations.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use common::mqtt::*;

@@ -2,6 +2,7 @@
 //! test client: properties passed through, subscription identifiers, topic aliases,
 //! message expiry, retained messages (with their properties) surviving `kill -9`, QoS 2
 //! towards subscribers, and the client's Maximum Packet Size.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

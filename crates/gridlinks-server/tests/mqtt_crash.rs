@@ -1,4 +1,5 @@
 //! kill -9 under MQTT load: every PUBACKed point is present after restart.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::collections::HashMap;

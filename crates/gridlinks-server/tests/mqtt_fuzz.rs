@@ -3,6 +3,7 @@
 //! takeovers, persistent sessions. The server must never fall over, and no client may
 //! ever receive a message on a topic that no filter it subscribed to matches (no leak of
 //! other clients' data).
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

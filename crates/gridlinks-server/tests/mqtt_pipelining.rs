@@ -1,6 +1,7 @@
 //! Packets a client sends back to back, in one write, as MQTT allows: with the CONNECT
 //! (before the CONNACK came back) and before a DISCONNECT or a close. Every one of them is
 //! processed, in order, over TCP and over WebSocket.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::time::Duration;

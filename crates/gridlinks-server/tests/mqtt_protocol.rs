@@ -1,5 +1,6 @@
 //! The MQTT transport's protocol behaviour, with a raw client on the project's codec:
 //! authentication codes, reason codes for bad input, limits, keep-alive.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::io::Write;

@@ -3,6 +3,7 @@
 //! retained messages, ACLs, the device API closed to such clients, client-id takeover and
 //! shared subscriptions; against the real binary with Mosquitto's own command-line
 //! clients and the raw test client.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

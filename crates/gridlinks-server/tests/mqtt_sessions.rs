@@ -2,6 +2,7 @@
 //! queued QoS 1 copies survive disconnects, `kill -9` and restarts; unacknowledged copies
 //! come again with DUP and their packet id; a publisher's unreleased QoS 2 messages are
 //! not routed twice; session expiry; clean start; will delay.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! ThingsBoard's MQTT device API end to end with real clients: rumqttc (Rust) and
 //! Mosquitto's `mosquitto_pub`/`mosquitto_sub` (C), against the real binary.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::process::Command;

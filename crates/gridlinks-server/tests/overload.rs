@@ -1,4 +1,5 @@
 //! Overload is a clear 503 with Retry-After, never a silent drop: every 200 is stored.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::time::Duration;

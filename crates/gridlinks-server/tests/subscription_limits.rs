@@ -1,5 +1,6 @@
 //! Subscriptions as a flood: a session's subscriptions are bounded with a clear SUBACK
 //! reason, and the memory of a huge routing table goes back when its client leaves.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use std::time::{Duration, Instant};

@@ -1,4 +1,5 @@
 //! Telemetry and attributes end to end: HTTP device API in, REST API out.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
 use common::*;

@@ -38,6 +38,7 @@
 //! restart. Reads go on throughout.
 
 pub mod codec;
+pub mod histogram;
 mod keydict;
 pub mod query;
 mod space;

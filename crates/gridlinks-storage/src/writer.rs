@@ -281,6 +281,10 @@ pub struct WriterStats {
     pub refused_unhealthy: AtomicU64,
     /// Times the store was reopened after a failure.
     pub reopens: AtomicU64,
+    /// Duration of each commit round, from taking its batch to the end of its fsync.
+    pub commit_nanos: crate::histogram::CommitNanos,
+    /// Requests per commit round.
+    pub commit_batch_ops: crate::histogram::BatchOps,
 }
 
 /// The result of each op of a batch, in order.
@@ -487,6 +491,7 @@ impl Writer {
                     None => break,
                 },
             };
+            let round = Instant::now();
             let mut next = Some(first);
             while let Some(Request { ops: mut more, reply }) = next.take() {
                 replies.push((reply, more.len()));
@@ -511,6 +516,8 @@ impl Writer {
                 }
                 self.stats.sync_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
+            self.stats.commit_nanos.record(u64::try_from(round.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            self.stats.commit_batch_ops.record(replies.len() as u64);
             self.stats.commits.fetch_add(1, Ordering::Relaxed);
             self.stats.ops.fetch_add(results.len() as u64, Ordering::Relaxed);
             let refused =

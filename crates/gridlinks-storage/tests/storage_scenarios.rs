@@ -1,5 +1,6 @@
 //! Storage scenarios: each test opens a real store in a temp directory and drives it
 //! through the writer thread, as the server does.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 use gridlinks_storage::query::{Agg, HistoryQuery, Order};
 use gridlinks_storage::{

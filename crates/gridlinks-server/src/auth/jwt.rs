@@ -1,15 +1,22 @@
-//! HS256 JWT access and refresh tokens of ThingsBoard's `/api/auth/*` endpoints.
+//! HS256 JWT access and refresh tokens of ThingsBoard's `/api/auth/*` endpoints, encoded,
+//! signed and checked by the `jsonwebtoken` crate.
 //!
 //! Claims follow ThingsBoard's: `sub`, `scopes` (`TENANT_ADMIN` or `REFRESH_TOKEN`), `iss`,
 //! `iat`, `exp`, `sessionId` (one per login; a refresh keeps it), and on refresh tokens a
-//! `jti`. A token is accepted only with a valid signature under the current secret, the
-//! right scope, issuer `gridlinks`, the expected subject, `nbf`/`iat` not in the future and
-//! `exp` not past. The secret can be replaced at run time ([`Jwt::set_secret`]): every
+//! `jti`. A token is accepted only with a valid HS256 signature under the current secret,
+//! the right scope, issuer `gridlinks`, the expected subject, `nbf`/`iat` not in the future
+//! and `exp` not past. The secret can be replaced at run time ([`Jwt::set_secret`]): every
 //! token signed with the old one stops working.
+//!
+//! `jsonwebtoken` is built without its crypto back-ends (aws-lc-rs, or RustCrypto with
+//! RSA and elliptic curves we do not use): [`HS256_ONLY`] gives it HMAC-SHA256 from the
+//! RustCrypto `hmac` and `sha2` crates, and refuses every other algorithm.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use base64::Engine;
 use hmac::{Hmac, Mac};
+use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};
+use jsonwebtoken::errors::{Error as JwtError, ErrorKind};
+use jsonwebtoken::signature::{Error as SignatureError, Signer, Verifier};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -51,29 +58,45 @@ pub const ISSUER: &str = "gridlinks";
 /// Clock skew tolerated on `iat` and `nbf`, seconds.
 const SKEW: i64 = 60;
 
+/// The secret in the two forms `jsonwebtoken` takes.
+struct Keys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl Keys {
+    fn new(secret: &[u8]) -> Self {
+        Self { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret) }
+    }
+}
+
 /// Issues and checks HS256 tokens.
 pub struct Jwt {
-    secret: RwLock<Vec<u8>>,
+    keys: RwLock<Keys>,
 }
 
 impl Jwt {
     /// A signer with this secret.
     pub fn new(secret: Vec<u8>) -> Self {
-        Self { secret: RwLock::new(secret) }
+        // Installed once per process; a second call finds it installed, which is fine.
+        let _ = HS256_ONLY.install_default();
+        Self { keys: RwLock::new(Keys::new(&secret)) }
     }
 
     /// Replaces the secret: tokens signed with the old one are refused from now on.
     pub fn set_secret(&self, secret: Vec<u8>) {
-        *self.secret.write() = secret;
-    }
-
-    fn mac(&self) -> Hmac<Sha256> {
-        // HMAC accepts keys of any length.
-        <Hmac<Sha256> as Mac>::new_from_slice(&self.secret.read()).unwrap_or_else(|_| unreachable!())
+        *self.keys.write() = Keys::new(&secret);
     }
 
     /// A signed token for `sub` with one scope, valid for `ttl_secs`.
-    pub fn issue(&self, sub: &str, scope: &str, ttl_secs: u64, session_id: &str, jti: Option<String>) -> String {
+    pub fn issue(
+        &self,
+        sub: &str,
+        scope: &str,
+        ttl_secs: u64,
+        session_id: &str,
+        jti: Option<String>,
+    ) -> Result<String, AuthError> {
         let now = Ts::now().0 / 1000;
         let claims = Claims {
             sub: sub.to_owned(),
@@ -88,41 +111,26 @@ impl Jwt {
         self.sign(&claims)
     }
 
-    fn sign(&self, claims: &Claims) -> String {
-        let header = B64.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-        let payload = B64.encode(serde_json::to_vec(claims).unwrap_or_default());
-        let signing_input = format!("{header}.{payload}");
-        let mut mac = self.mac();
-        mac.update(signing_input.as_bytes());
-        let sig = B64.encode(mac.finalize().into_bytes());
-        format!("{signing_input}.{sig}")
+    fn sign(&self, claims: &Claims) -> Result<String, AuthError> {
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.keys.read().encoding)
+            .map_err(|e| AuthError::Sign(e.to_string()))
     }
 
     /// Checks signature, issuer, subject, validity window and scope.
     pub fn verify(&self, token: &str, scope: &str, subject: &str) -> Result<Claims, AuthError> {
-        let mut parts = token.split('.');
-        let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-            return Err(AuthError::BadToken);
-        };
-        let sig = B64.decode(s).map_err(|_| AuthError::BadToken)?;
-        let mut mac = self.mac();
-        mac.update(h.as_bytes());
-        mac.update(b".");
-        mac.update(p.as_bytes());
-        mac.verify_slice(&sig).map_err(|_| AuthError::BadToken)?;
-        let header: serde_json::Value = serde_json::from_slice(&B64.decode(h).map_err(|_| AuthError::BadToken)?)
-            .map_err(|_| AuthError::BadToken)?;
-        if header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
-            return Err(AuthError::BadToken);
-        }
-        let claims: Claims = serde_json::from_slice(&B64.decode(p).map_err(|_| AuthError::BadToken)?)
-            .map_err(|_| AuthError::BadToken)?;
+        let mut v = Validation::new(Algorithm::HS256);
+        v.set_issuer(&[ISSUER]);
+        v.sub = Some(subject.to_owned());
+        v.set_required_spec_claims(&["exp", "iss", "sub"]);
+        v.validate_nbf = true;
+        v.leeway = SKEW.unsigned_abs();
+        // `exp` is checked below without leeway: a token is expired at its `exp` second.
+        v.validate_exp = false;
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.keys.read().decoding, &v)
+            .map_err(|_| AuthError::BadToken)?
+            .claims;
         let now = Ts::now().0 / 1000;
-        if claims.iss != ISSUER
-            || claims.sub != subject
-            || claims.iat > now + SKEW
-            || claims.nbf.is_some_and(|nbf| nbf > now + SKEW)
-        {
+        if claims.iat > now + SKEW {
             return Err(AuthError::BadToken);
         }
         if claims.exp <= now {
@@ -135,6 +143,57 @@ impl Jwt {
     }
 }
 
+/// `jsonwebtoken`'s crypto for this process: HS256 only.
+static HS256_ONLY: CryptoProvider = CryptoProvider {
+    signer_factory: |alg, key| match alg {
+        Algorithm::HS256 => Ok(Box::new(Hs256(hmac_key(key.as_bytes())?))),
+        _ => Err(ErrorKind::UnsupportedAlgorithm.into()),
+    },
+    verifier_factory: |alg, key| match alg {
+        Algorithm::HS256 => Ok(Box::new(Hs256(hmac_key(key.try_get_as_bytes()?)?))),
+        _ => Err(ErrorKind::UnsupportedAlgorithm.into()),
+    },
+    // JWK support (key thumbprints, public key components) is never used.
+    key_utils: KeyUtils::new_unimplemented(),
+};
+
+fn hmac_key(secret: &[u8]) -> Result<Hmac<Sha256>, JwtError> {
+    // HMAC accepts keys of any length; the error exists only in the trait's signature.
+    <Hmac<Sha256> as Mac>::new_from_slice(secret).map_err(|_| ErrorKind::InvalidKeyFormat.into())
+}
+
+/// HMAC-SHA256 signer and verifier for `jsonwebtoken`.
+struct Hs256(Hmac<Sha256>);
+
+impl Signer<Vec<u8>> for Hs256 {
+    fn try_sign(&self, msg: &[u8]) -> Result<Vec<u8>, SignatureError> {
+        let mut mac = self.0.clone();
+        mac.update(msg);
+        Ok(mac.finalize().into_bytes().to_vec())
+    }
+}
+
+impl JwtSigner for Hs256 {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::HS256
+    }
+}
+
+impl Verifier<Vec<u8>> for Hs256 {
+    fn verify(&self, msg: &[u8], signature: &Vec<u8>) -> Result<(), SignatureError> {
+        let mut mac = self.0.clone();
+        mac.update(msg);
+        // Constant-time comparison.
+        mac.verify_slice(signature).map_err(SignatureError::from_source)
+    }
+}
+
+impl JwtVerifier for Hs256 {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::HS256
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,7 +201,7 @@ mod tests {
     #[test]
     fn tokens_verify_and_reject_tampering_expiry_and_wrong_scope() {
         let jwt = Jwt::new(b"k".to_vec());
-        let t = jwt.issue("admin", ACCESS_SCOPE, 60, "s1", None);
+        let t = jwt.issue("admin", ACCESS_SCOPE, 60, "s1", None).unwrap();
         assert_eq!(jwt.verify(&t, ACCESS_SCOPE, "admin").unwrap().session_id, "s1");
         assert_eq!(jwt.verify(&t, REFRESH_SCOPE, "admin"), Err(AuthError::BadToken));
         assert_eq!(Jwt::new(b"other".to_vec()).verify(&t, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
@@ -150,7 +209,7 @@ mod tests {
         tampered.insert(tampered.len() - 3, 'A');
         assert!(jwt.verify(&tampered, ACCESS_SCOPE, "admin").is_err());
         assert_eq!(
-            jwt.verify(&jwt.issue("admin", ACCESS_SCOPE, 0, "s", None), ACCESS_SCOPE, "admin"),
+            jwt.verify(&jwt.issue("admin", ACCESS_SCOPE, 0, "s", None).unwrap(), ACCESS_SCOPE, "admin"),
             Err(AuthError::Expired)
         );
         assert_eq!(jwt.verify("a.b", ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
@@ -170,15 +229,35 @@ mod tests {
             session_id: "s".into(),
             jti: None,
         };
-        assert!(jwt.verify(&jwt.sign(&good), ACCESS_SCOPE, "admin").is_ok());
-        let forged = |c: Claims| jwt.verify(&jwt.sign(&c), ACCESS_SCOPE, "admin");
+        assert!(jwt.verify(&jwt.sign(&good).unwrap(), ACCESS_SCOPE, "admin").is_ok());
+        let forged = |c: Claims| jwt.verify(&jwt.sign(&c).unwrap(), ACCESS_SCOPE, "admin");
         assert_eq!(forged(Claims { iss: "thingsboard.io".into(), ..good.clone() }), Err(AuthError::BadToken));
         assert_eq!(forged(Claims { sub: "mallory".into(), ..good.clone() }), Err(AuthError::BadToken));
         assert_eq!(forged(Claims { nbf: Some(now + 3600), ..good.clone() }), Err(AuthError::BadToken));
         assert_eq!(forged(Claims { iat: now + 3600, ..good.clone() }), Err(AuthError::BadToken));
+        // Within the tolerated clock skew a token from a slightly fast clock is accepted.
+        assert!(forged(Claims { iat: now + 30, nbf: Some(now + 30), ..good.clone() }).is_ok());
         // A rotated secret invalidates every earlier token.
-        let t = jwt.sign(&good);
+        let t = jwt.sign(&good).unwrap();
         jwt.set_secret(b"new".to_vec());
         assert_eq!(jwt.verify(&t, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
+    }
+
+    /// Tokens issued by the earlier hand-written signer (header `{"alg":"HS256","typ":"JWT"}`,
+    /// secret `k`, expiring in 2100) stay valid across the upgrade; other algorithms,
+    /// even correctly signed with the same secret, and unsigned tokens are refused.
+    #[test]
+    fn earlier_tokens_verify_and_other_algorithms_are_refused() {
+        let jwt = Jwt::new(b"k".to_vec());
+        let claims = "eyJzdWIiOiJhZG1pbiIsInNjb3BlcyI6WyJURU5BTlRfQURNSU4iXSwiaXNzIjoiZ3JpZGxpbmtzIiwiaWF0IjoxNzY0MDAwMDAwLCJuYmYiOjE3NjQwMDAwMDAsImV4cCI6NDEwMjQ0NDgwMCwic2Vzc2lvbklkIjoiczEifQ";
+        let hs256 =
+            format!("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.{claims}.Wtgo6cEgqmoC4h3vW__Al7BBazK0Nh3-5bNYBBHtrsU");
+        assert_eq!(jwt.verify(&hs256, ACCESS_SCOPE, "admin").unwrap().session_id, "s1");
+        let hs512 = format!(
+            "eyJhbGciOiJIUzUxMiIsInR5cCI6IkpXVCJ9.{claims}.GlfuhxjC-_rLe_Jz1_fiMmuB4ujHhIiFbDPrj9HwpF1gTWt_q-Qd3pex3_ZiKqU9nqasOWA2V6prDYPUrXxwZg"
+        );
+        assert_eq!(jwt.verify(&hs512, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
+        let none = format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{claims}.");
+        assert_eq!(jwt.verify(&none, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
     }
 }

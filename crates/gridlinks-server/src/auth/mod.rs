@@ -53,6 +53,9 @@ pub enum AuthError {
     /// The login could not be stored.
     #[error("cannot store the login: {0}")]
     Store(String),
+    /// A token could not be signed.
+    #[error("cannot sign a token: {0}")]
+    Sign(String),
 }
 
 impl From<StoreError> for AuthError {
@@ -111,7 +114,7 @@ impl Auth {
         }
         self.throttle.succeeded(peer, user);
         let (session_id, jti) = self.logins.start(self.refresh_exp()).await?;
-        Ok(self.pair(&session_id, jti))
+        self.pair(&session_id, jti)
     }
 
     /// A new token pair for a refresh token, which stops working; a refresh token used
@@ -120,7 +123,7 @@ impl Auth {
         let claims = self.jwt.verify(refresh_token, REFRESH_SCOPE, &self.admin_user)?;
         let jti = claims.jti.as_deref().ok_or(AuthError::BadToken)?;
         match self.logins.rotate(&claims.session_id, jti, self.refresh_exp()).await? {
-            Ok(next) => Ok(self.pair(&claims.session_id, next)),
+            Ok(next) => self.pair(&claims.session_id, next),
             Err(_) => Err(AuthError::BadToken),
         }
     }
@@ -150,10 +153,10 @@ impl Auth {
         Ts::now().0 / 1000 + i64::try_from(self.refresh_ttl).unwrap_or(i64::MAX / 4)
     }
 
-    fn pair(&self, session_id: &str, jti: String) -> TokenPair {
-        TokenPair {
-            token: self.jwt.issue(&self.admin_user, ACCESS_SCOPE, self.token_ttl, session_id, None),
-            refresh_token: self.jwt.issue(&self.admin_user, REFRESH_SCOPE, self.refresh_ttl, session_id, Some(jti)),
-        }
+    fn pair(&self, session_id: &str, jti: String) -> Result<TokenPair, AuthError> {
+        Ok(TokenPair {
+            token: self.jwt.issue(&self.admin_user, ACCESS_SCOPE, self.token_ttl, session_id, None)?,
+            refresh_token: self.jwt.issue(&self.admin_user, REFRESH_SCOPE, self.refresh_ttl, session_id, Some(jti))?,
+        })
     }
 }

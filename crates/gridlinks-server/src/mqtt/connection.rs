@@ -32,6 +32,7 @@ use super::transport::Transport;
 use super::{pubsub, retained};
 use crate::app::AppState;
 use crate::auth::AuthError;
+use crate::logging::spawn_logged;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 use gridlinks_ingest::{IngestError, Item};
 
@@ -380,12 +381,16 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
                 Unregistered::Parked { expiry, epoch } => {
                     let row = pubsub::session_row(&st.sessions, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
                     let writer = st.writer.clone();
-                    tokio::spawn(async move { writer.submit(WriteOp::Broker(vec![row])).await });
+                    spawn_logged("storing a parked MQTT session", async move {
+                        writer.submit(WriteOp::Broker(vec![row])).await
+                    });
                     pubsub::expire_later(st.clone(), id.clone(), epoch, expiry);
                 }
                 Unregistered::Ended if durable => {
                     let (st, id) = (st.clone(), id.clone());
-                    tokio::spawn(async move { pubsub::forget(&st, &id).await });
+                    spawn_logged("deleting an ended MQTT session's stored state", async move {
+                        pubsub::forget(&st, &id).await
+                    });
                 }
                 Unregistered::Ended | Unregistered::Superseded => {}
             }
@@ -638,7 +643,7 @@ impl<T: Transport> Conn<T> {
         }
         let rows = std::mem::take(&mut self.acked_rows);
         let writer = self.st.writer.clone();
-        tokio::spawn(async move { writer.submit(WriteOp::Broker(rows)).await });
+        spawn_logged("deleting acknowledged MQTT copies", async move { writer.submit(WriteOp::Broker(rows)).await });
     }
 
     /// Encodes `p` into the write buffer; false when it was not queued. A packet larger
@@ -1154,10 +1159,14 @@ impl<T: Transport> Conn<T> {
                     Who::Client { id, acl, .. } => return self.route(id, acl, p, pending),
                 };
                 let st = self.st.clone();
-                let version = self.version;
+                let (version, decoded) = (self.version, Instant::now());
                 pending.push_back(Box::pin(async move {
                     let result = device_mqtt::handle_publish(st.clone(), device, &p.topic, p.payload).await;
-                    outcome(&st, device, &p.topic, result, version, p.qos, p.packet_id)
+                    let done = outcome(&st, device, &p.topic, result, version, p.qos, p.packet_id);
+                    if matches!(done.ack, Some(Packet::PubAck(_))) {
+                        st.mqtt_metrics.observe_puback(decoded.elapsed());
+                    }
+                    done
                 }));
             }
             Packet::PubRel(r) => {

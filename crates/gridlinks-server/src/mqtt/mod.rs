@@ -20,8 +20,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::app::AppState;
 
-/// Counters of the MQTT transport, for `/metrics`.
-#[derive(Default)]
+/// Counters of the MQTT transport, for `/metrics` (named and encoded in `crate::metrics`).
 pub struct MqttMetrics {
     /// Open connections.
     pub connections: AtomicI64,
@@ -45,36 +44,33 @@ pub struct MqttMetrics {
     pub too_large: AtomicU64,
     /// Pub/sub connections closed because their outbound queue stayed full (too slow).
     pub too_slow: AtomicU64,
+    /// Seconds from a device's QoS 1 PUBLISH decoded to its PUBACK ready (after the commit).
+    pub puback: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for MqttMetrics {
+    fn default() -> Self {
+        Self {
+            connections: AtomicI64::default(),
+            connects: AtomicU64::default(),
+            connects_refused: AtomicU64::default(),
+            publishes: AtomicU64::default(),
+            bad_publishes: AtomicU64::default(),
+            protocol_errors: AtomicU64::default(),
+            keepalive_timeouts: AtomicU64::default(),
+            over_limit: AtomicU64::default(),
+            over_credential_limit: AtomicU64::default(),
+            too_large: AtomicU64::default(),
+            too_slow: AtomicU64::default(),
+            puback: prometheus_client::metrics::histogram::Histogram::new(crate::metrics::PUBACK_SECONDS_BUCKETS),
+        }
+    }
 }
 
 impl MqttMetrics {
-    /// Prometheus text lines.
-    pub fn render(&self) -> String {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        format!(
-            "# TYPE gridlinks_mqtt_connections gauge\ngridlinks_mqtt_connections {}\n\
-             # TYPE gridlinks_mqtt_connects_total counter\ngridlinks_mqtt_connects_total {}\n\
-             # TYPE gridlinks_mqtt_connects_refused_total counter\ngridlinks_mqtt_connects_refused_total {}\n\
-             # TYPE gridlinks_mqtt_publishes_total counter\ngridlinks_mqtt_publishes_total {}\n\
-             # TYPE gridlinks_mqtt_bad_publishes_total counter\ngridlinks_mqtt_bad_publishes_total {}\n\
-             # TYPE gridlinks_mqtt_protocol_errors_total counter\ngridlinks_mqtt_protocol_errors_total {}\n\
-             # TYPE gridlinks_mqtt_keepalive_timeouts_total counter\ngridlinks_mqtt_keepalive_timeouts_total {}\n\
-             # TYPE gridlinks_mqtt_over_limit_total counter\ngridlinks_mqtt_over_limit_total {}\n\
-             # TYPE gridlinks_mqtt_over_credential_limit_total counter\ngridlinks_mqtt_over_credential_limit_total {}\n\
-             # TYPE gridlinks_mqtt_too_large_discarded_total counter\ngridlinks_mqtt_too_large_discarded_total {}\n\
-             # TYPE gridlinks_mqtt_closed_too_slow_total counter\ngridlinks_mqtt_closed_too_slow_total {}\n",
-            self.connections.load(Ordering::Relaxed),
-            l(&self.connects),
-            l(&self.connects_refused),
-            l(&self.publishes),
-            l(&self.bad_publishes),
-            l(&self.protocol_errors),
-            l(&self.keepalive_timeouts),
-            l(&self.over_limit),
-            l(&self.over_credential_limit),
-            l(&self.too_large),
-            l(&self.too_slow),
-        )
+    /// Records the time from a device's PUBLISH decoded to its PUBACK ready.
+    pub fn observe_puback(&self, elapsed: Duration) {
+        self.puback.observe(elapsed.as_secs_f64());
     }
 }
 

@@ -74,7 +74,9 @@ pub(crate) fn auth_error(e: auth::AuthError) -> ApiError {
         e @ auth::AuthError::Busy => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyRequests, e.to_string())
         }
-        e @ (auth::AuthError::Hash(_) | auth::AuthError::Store(_)) => ApiError::internal(e.to_string()),
+        e @ (auth::AuthError::Hash(_) | auth::AuthError::Store(_) | auth::AuthError::Sign(_)) => {
+            ApiError::internal(e.to_string())
+        }
     }
 }
 

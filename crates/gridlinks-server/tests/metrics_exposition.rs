@@ -1,0 +1,109 @@
+//! `/metrics` on the real binary: every metric has `# HELP` and `# TYPE`, the names that
+//! docs and dashboards use are all there, and the histograms (storage commit time and
+//! batch size, PUBACK latency) count what a few MQTT publishes did.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+use common::mqtt::*;
+use common::*;
+
+/// Names exposed before `/metrics` moved to prometheus-client; they must stay.
+const NAMES: &[&str] = &[
+    "gridlinks_storage_commits_total",
+    "gridlinks_storage_write_ops_total",
+    "gridlinks_storage_records_total",
+    "gridlinks_storage_sync_seconds_total",
+    "gridlinks_storage_overloaded_total",
+    "gridlinks_storage_queue_depth",
+    "gridlinks_storage_refused_unhealthy_total",
+    "gridlinks_storage_reopens_total",
+    "gridlinks_storage_health",
+    "gridlinks_payload_rejected_total",
+    "gridlinks_http_over_limit_total",
+    "gridlinks_mqtt_sessions",
+    "gridlinks_mqtt_dropped_qos0_total",
+    "gridlinks_mqtt_dropped_offline_total",
+    "gridlinks_mqtt_connections",
+    "gridlinks_mqtt_connects_total",
+    "gridlinks_mqtt_connects_refused_total",
+    "gridlinks_mqtt_publishes_total",
+    "gridlinks_mqtt_bad_publishes_total",
+    "gridlinks_mqtt_protocol_errors_total",
+    "gridlinks_mqtt_keepalive_timeouts_total",
+    "gridlinks_mqtt_over_limit_total",
+    "gridlinks_mqtt_over_credential_limit_total",
+    "gridlinks_mqtt_too_large_discarded_total",
+    "gridlinks_mqtt_closed_too_slow_total",
+];
+
+/// The histograms and what their `_count` counts.
+const HISTOGRAMS: &[&str] =
+    &["gridlinks_storage_commit_seconds", "gridlinks_storage_commit_batch_ops", "gridlinks_mqtt_puback_seconds"];
+
+/// The value of the sample `name` (a full sample name, labels included).
+fn value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn metrics_have_help_lines_and_histograms_count_mqtt_publishes() {
+    let s = Server::start();
+    let jwt = s.login();
+    s.device(&jwt, "metrics-dev", "METRICS_TOKEN");
+    let (_, before) = s.req("GET", "/metrics", None, None);
+
+    const PUBLISHES: u16 = 20;
+    for version in [ProtocolVersion::V3_1_1, ProtocolVersion::V5] {
+        let (mut c, ack) = Raw::connect(s.mqtt_port, version, Some("METRICS_TOKEN"), 60);
+        assert_eq!(ack.code, 0);
+        for i in 1..=PUBLISHES / 2 {
+            c.publish("v1/devices/me/telemetry", format!(r#"{{"n":{i}}}"#).as_bytes(), QoS::AtLeastOnce, Some(i));
+            assert!(matches!(c.recv(), Some(Packet::PubAck(a)) if a.packet_id == i && a.reason == 0));
+        }
+        c.disconnect();
+    }
+    let (status, after) = s.req("GET", "/metrics", None, None);
+    assert_eq!(status, 200);
+
+    // OpenMetrics: every family described, the document closed by `# EOF`.
+    assert!(after.ends_with("# EOF\n"), "{after}");
+    let families: Vec<&str> = after.lines().filter_map(|l| l.strip_prefix("# TYPE ")).collect();
+    assert!(families.len() >= NAMES.len() + HISTOGRAMS.len(), "{after}");
+    for family in &families {
+        let name = family.split(' ').next().unwrap();
+        assert!(
+            after.lines().any(|l| l.starts_with(&format!("# HELP {name} ")) && l.len() > name.len() + 12),
+            "{name}"
+        );
+    }
+    for name in NAMES {
+        assert!(after.lines().any(|l| l.starts_with(&format!("{name} "))), "{name} missing:\n{after}");
+    }
+    assert_eq!(value(&after, "gridlinks_mqtt_publishes_total"), f64::from(PUBLISHES));
+
+    for h in HISTOGRAMS {
+        let count = value(&after, &format!("{h}_count"));
+        assert!(count > value(&before, &format!("{h}_count")), "{h} did not grow:\n{after}");
+        assert_eq!(value(&after, &format!("{h}_bucket{{le=\"+Inf\"}}")), count, "{h}");
+        assert!(value(&after, &format!("{h}_sum")) > 0.0, "{h}");
+    }
+    // One observation per acknowledged publish; one per commit round; every request of
+    // every round counted (the publishes, the device's creation, the login).
+    assert_eq!(
+        value(&after, "gridlinks_mqtt_puback_seconds_count") - value(&before, "gridlinks_mqtt_puback_seconds_count"),
+        f64::from(PUBLISHES)
+    );
+    assert_eq!(
+        value(&after, "gridlinks_storage_commit_seconds_count"),
+        value(&after, "gridlinks_storage_commits_total")
+    );
+    assert_eq!(
+        value(&after, "gridlinks_storage_commit_batch_ops_sum"),
+        value(&after, "gridlinks_storage_write_ops_total")
+    );
+    assert!(value(&after, "gridlinks_storage_commit_seconds_bucket{le=\"10.0\"}") > 0.0, "{after}");
+}
