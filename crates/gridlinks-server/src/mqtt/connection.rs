@@ -120,8 +120,9 @@ struct Conn<T> {
 
 /// Device publishes decoded from one read (telemetry, client attributes), committed as
 /// one ingest batch: one commit-log request, one wake-up, one write of their acks.
-#[derive(Default)]
 struct Batch {
+    /// When its first publish was decoded (for the PUBACK latency histogram).
+    decoded: Instant,
     items: Vec<Item>,
     /// Every publish, in order.
     publishes: Vec<BatchedPublish>,
@@ -142,6 +143,9 @@ impl Batch {
             };
             let one =
                 outcome(&st, device, topic, result.map(|()| None).map_err(TopicError::from), version, qos, packet_id);
+            if matches!(one.ack, Some(Packet::PubAck(_))) {
+                st.mqtt_metrics.observe_puback(self.decoded.elapsed());
+            }
             done.batch_acks.extend(one.ack);
             done.close = done.close.or(one.close);
         }
@@ -1101,7 +1105,9 @@ impl<T: Transport> Conn<T> {
                 } else {
                     device_mqtt::ATTRIBUTES_TOPIC
                 };
-                let b = batch.get_or_insert_default();
+                let b = batch.get_or_insert_with(|| {
+                    Box::new(Batch { decoded: Instant::now(), items: Vec::new(), publishes: Vec::new() })
+                });
                 let index = item.map(|item| {
                     b.items.push(item);
                     b.items.len() - 1
