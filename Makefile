@@ -79,6 +79,10 @@ bench-mqtt: bench-deps
 	  mqtt-telemetry --devices 10000 --duration 20s --sources $(SOURCES) --verify
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/telemetry-20k.json --html $(RESULTS)/telemetry-20k.html \
 	  mqtt-telemetry --devices 10000 --rate 20000 --duration 20s --sources $(SOURCES) --verify --storage-lag
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/telemetry-2k.json --html $(RESULTS)/telemetry-2k.html \
+	  mqtt-telemetry --devices 10000 --rate 2000 --duration 20s --sources $(SOURCES) --verify
+	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/telemetry-50k.json --html $(RESULTS)/telemetry-50k.html \
+	  mqtt-telemetry --devices 10000 --rate 50000 --duration 20s --sources $(SOURCES) --verify
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/idle.json --html $(RESULTS)/idle.html \
 	  connect --connections 18000 --rate 2000 --hold 10s --sources $(SOURCES)
 	$(BENCH) compare --against $(PEERS) --json $(RESULTS)/connect-rate.json --html $(RESULTS)/connect-rate.html \
