@@ -2,7 +2,7 @@
 //! and whatever they accept respects the limits.
 #![no_main]
 
-use gridlinks_server::thingsboard::payload::{
+use gridlinks_thingsboard::payload::{
     parse_attributes, parse_gateway_attributes, parse_gateway_device, parse_gateway_telemetry, parse_telemetry, PayloadLimits,
 };
 use gridlinks_types::Ts;

@@ -22,10 +22,11 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::MqttMetrics;
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, device_api, payload::PayloadLimits, relations};
+use crate::thingsboard::{api, device_api, relations};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
+use gridlinks_thingsboard::payload::PayloadLimits;
 
 /// Counters not owned by the storage writer.
 #[derive(Default)]

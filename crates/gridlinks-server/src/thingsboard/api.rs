@@ -18,10 +18,11 @@ use serde_json::{json, Value as J};
 use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, Q};
 use super::model;
-use super::payload::{self, PayloadError};
 use crate::app::AppState;
 use crate::auth;
 use gridlinks_ingest::{IngestError, Item};
+use gridlinks_thingsboard::csv;
+use gridlinks_thingsboard::payload::{self, PayloadError};
 
 type St = State<Arc<AppState>>;
 
@@ -374,15 +375,6 @@ struct ImportColumn {
     key: Option<String>,
 }
 
-/// A CSV cell typed as ThingsBoard's `TypeCastUtil` does.
-fn csv_value(cell: &str) -> Value {
-    match cell.to_ascii_lowercase().as_str() {
-        "true" => Value::Bool(true),
-        "false" => Value::Bool(false),
-        _ => payload::cast_string(cell),
-    }
-}
-
 /// `POST /api/device/bulk_import`: ThingsBoard's CSV import, one commit for all rows.
 pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
     let req: ImportRequest = parse_json(&body)?;
@@ -412,11 +404,11 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
     let mut rows = Vec::new();
     let mut telemetry: Vec<(String, Vec<(String, Value)>)> = Vec::new();
     let mut errors = Vec::new();
-    for (i, (line, text)) in super::csv::lines(&req.file).enumerate() {
+    for (i, (line, text)) in csv::lines(&req.file).enumerate() {
         if i == 0 && req.mapping.header {
             continue;
         }
-        let record = match super::csv::split_line(text, delimiter) {
+        let record = match csv::split_line(text, delimiter) {
             Ok(r) => r,
             Err(e) => {
                 errors.push(format!("Line {line}: malformed CSV: {e}"));
@@ -456,9 +448,9 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
                 "ACCESS_TOKEN" => row.token = Some(cell.to_owned()),
                 "DESCRIPTION" => row.description = Some(cell.to_owned()),
                 "IS_GATEWAY" => row.gateway = Some(cell.eq_ignore_ascii_case("true")),
-                "SHARED_ATTRIBUTE" => row.shared.extend(key().map(|k| (k, csv_value(cell)))),
-                "SERVER_ATTRIBUTE" => row.server.extend(key().map(|k| (k, csv_value(cell)))),
-                _ => ts_values.extend(key().map(|k| (k, csv_value(cell)))),
+                "SHARED_ATTRIBUTE" => row.shared.extend(key().map(|k| (k, csv::cell_value(cell)))),
+                "SERVER_ATTRIBUTE" => row.server.extend(key().map(|k| (k, csv::cell_value(cell)))),
+                _ => ts_values.extend(key().map(|k| (k, csv::cell_value(cell)))),
             }
         }
         if row.name.is_empty() {

@@ -14,8 +14,8 @@ use serde_json::{Map, Value as J};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
-use super::payload::{self, PayloadError};
 use crate::app::AppState;
+use gridlinks_thingsboard::payload::{self, PayloadError};
 
 type St = State<Arc<AppState>>;
 

@@ -25,8 +25,8 @@ use gridlinks_storage::StoreError;
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use serde_json::{json, Map, Value as J};
 
-use super::payload::{self, PayloadError};
 use crate::app::AppState;
+use gridlinks_thingsboard::payload::{self, PayloadError};
 
 /// Topic devices subscribe to for shared-attribute updates (and publish client attributes on).
 pub const ATTRIBUTES_TOPIC: &str = "v1/devices/me/attributes";

@@ -1,6 +1,6 @@
 //! ThingsBoard's telemetry and attribute JSON payloads, decoded into typed records.
-//! Shared by the HTTP device API and (later) the MQTT device topics. Sans-IO: bytes in,
-//! records or a precise error out.
+//! Shared by the HTTP and MQTT device APIs, the gateway API and the REST API. Sans-IO:
+//! bytes in, records or a precise error out.
 //!
 //! Accepted telemetry forms: `{"k":v}`, `{"ts":ms,"values":{…}}`, and arrays of either.
 //! Values are typed as ThingsBoard's `JsonConverter` types them (with its default

@@ -4,6 +4,10 @@
 //! device whose name swallowed the delimiters and the lines after it. A cell never spans
 //! lines: nothing a device import maps may hold a line break.
 
+use gridlinks_types::Value;
+
+use crate::payload::cast_string;
+
 /// A line's cells, or what is wrong with it.
 pub fn split_line(line: &str, delimiter: char) -> Result<Vec<String>, String> {
     let mut cells = Vec::new();
@@ -72,6 +76,16 @@ pub fn lines(file: &str) -> impl Iterator<Item = (usize, &str)> {
         .filter(|(_, l)| !l.trim().is_empty())
 }
 
+/// A cell's value, typed as ThingsBoard's `TypeCastUtil` does: `true` / `false` in any
+/// case are booleans, numeric text is a number, anything else stays text.
+pub fn cell_value(cell: &str) -> Value {
+    match cell.to_ascii_lowercase().as_str() {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        _ => cast_string(cell),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +108,15 @@ mod tests {
         assert!(split_line(r#""bq1,t,tokbq1"#, ',').unwrap_err().contains("unclosed quote"));
         assert!(split_line(r#""bq1"x,t"#, ',').unwrap_err().contains("after the closing quote"));
         assert!(split_line(r#"bq"1,t"#, ',').unwrap_err().contains("quote inside"));
+    }
+
+    #[test]
+    fn cells_are_typed_as_thingsboard_casts_them() {
+        assert_eq!(cell_value("TRUE"), Value::Bool(true));
+        assert_eq!(cell_value("false"), Value::Bool(false));
+        assert_eq!(cell_value("42"), Value::Long(42));
+        assert_eq!(cell_value("4.5"), Value::Double(4.5));
+        assert_eq!(cell_value("Floor 1"), Value::Str("Floor 1".into()));
     }
 
     #[test]

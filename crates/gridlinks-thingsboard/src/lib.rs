@@ -1,0 +1,11 @@
+//! ThingsBoard's wire contract, sans-IO: what devices and REST clients send and receive,
+//! with no sockets, no runtime and no storage. The server's transports and handlers
+//! decode with it and answer through it; everything here is testable on byte literals.
+//!
+//! Layout:
+//! - [`payload`]: telemetry in every ThingsBoard form, attributes, gateway payloads, typed
+//!   as ThingsBoard types values; [`payload::PayloadLimits`], [`payload::PayloadError`].
+//! - [`csv`]: the bulk import's CSV lines and cell typing.
+
+pub mod csv;
+pub mod payload;
