@@ -5,7 +5,9 @@
 //! Layout:
 //! - [`payload`]: telemetry in every ThingsBoard form, attributes, gateway payloads, typed
 //!   as ThingsBoard types values; [`payload::PayloadLimits`], [`payload::PayloadError`].
+//! - [`topic`]: the MQTT device topics ([`topic::DeviceTopic`]) and the topics answers go to.
 //! - [`csv`]: the bulk import's CSV lines and cell typing.
 
 pub mod csv;
 pub mod payload;
+pub mod topic;

@@ -35,6 +35,7 @@ use crate::auth::AuthError;
 use crate::logging::spawn_logged;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 use gridlinks_ingest::{IngestError, Item};
+use gridlinks_thingsboard::topic::{ATTRIBUTES as ATTRIBUTES_TOPIC, TELEMETRY as TELEMETRY_TOPIC};
 
 /// A client that does not take our bytes for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -1100,11 +1101,7 @@ impl<T: Transport> Conn<T> {
                 && self.rate.as_ref().is_none();
             if let (true, Some(item)) = (batchable, device_mqtt::batch_item(&self.st, *device, &p.topic, &p.payload)) {
                 self.st.mqtt_metrics.publishes.fetch_add(1, Ordering::Relaxed);
-                let topic = if p.topic == device_mqtt::TELEMETRY_TOPIC {
-                    device_mqtt::TELEMETRY_TOPIC
-                } else {
-                    device_mqtt::ATTRIBUTES_TOPIC
-                };
+                let topic = if p.topic == TELEMETRY_TOPIC { TELEMETRY_TOPIC } else { ATTRIBUTES_TOPIC };
                 let b = batch.get_or_insert_with(|| {
                     Box::new(Batch { decoded: Instant::now(), items: Vec::new(), publishes: Vec::new() })
                 });

@@ -23,6 +23,7 @@ use crate::auth;
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::csv;
 use gridlinks_thingsboard::payload::{self, PayloadError};
+use gridlinks_thingsboard::topic;
 
 type St = State<Arc<AppState>>;
 
@@ -770,7 +771,7 @@ async fn save_attributes(st: &Arc<AppState>, et: &str, id: &str, sc: &str, body:
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
     if let Some(update) = update {
         // Connected devices subscribed to v1/devices/me/attributes get the change at once.
-        st.sessions.deliver(device, super::device_mqtt::ATTRIBUTES_TOPIC, update.into());
+        st.sessions.deliver(device, topic::ATTRIBUTES, update.into());
     }
     Ok(StatusCode::OK)
 }

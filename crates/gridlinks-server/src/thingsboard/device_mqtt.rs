@@ -27,11 +27,7 @@ use serde_json::{json, Map, Value as J};
 
 use crate::app::AppState;
 use gridlinks_thingsboard::payload::{self, PayloadError};
-
-/// Topic devices subscribe to for shared-attribute updates (and publish client attributes on).
-pub const ATTRIBUTES_TOPIC: &str = "v1/devices/me/attributes";
-/// Topic devices publish telemetry on.
-pub const TELEMETRY_TOPIC: &str = "v1/devices/me/telemetry";
+use gridlinks_thingsboard::topic::{attributes_response, is_gateway_topic, rpc_response, DeviceTopic};
 
 /// Why a publish was not accepted.
 #[derive(Debug, thiserror::Error)]
@@ -69,18 +65,21 @@ pub struct Reply {
 /// read): telemetry and client attributes of the device itself, parsed here. `None` for
 /// every other topic, which [`handle_publish`] handles one by one.
 pub fn batch_item(st: &AppState, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, PayloadError>> {
-    let lim = st.payload_limits();
-    match topic {
-        TELEMETRY_TOPIC => {
-            Some(payload::parse_telemetry(body, Ts::now(), lim).map(|records| Item::Telemetry { device, records }))
-        }
-        ATTRIBUTES_TOPIC => Some(payload::parse_attributes(body, lim, true).map(|values| Item::Attributes {
-            device,
-            scope: AttributeScope::Client,
-            values,
-        })),
+    match DeviceTopic::parse(topic)? {
+        DeviceTopic::Telemetry => Some(telemetry_item(st, device, body)),
+        DeviceTopic::Attributes => Some(attributes_item(st, device, body)),
         _ => None,
     }
+}
+
+fn telemetry_item(st: &AppState, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
+    let records = payload::parse_telemetry(body, Ts::now(), st.payload_limits())?;
+    Ok(Item::Telemetry { device, records })
+}
+
+fn attributes_item(st: &AppState, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
+    let values = payload::parse_attributes(body, st.payload_limits(), true)?;
+    Ok(Item::Attributes { device, scope: AttributeScope::Client, values })
 }
 
 /// Handles one PUBLISH of `device` that is not a [`batch_item`]; resolves after the
@@ -92,23 +91,34 @@ pub async fn handle_publish(
     body: Bytes,
 ) -> Result<Option<Reply>, TopicError> {
     let lim = st.payload_limits();
-    if let Some(item) = batch_item(&st, device, topic, &body) {
-        st.ingest.submit_one(item?).await?;
-        return Ok(None);
+    let parsed = DeviceTopic::parse(topic);
+    // Every topic under v1/gateway/, known or not, is refused to a device that is not a gateway.
+    if is_gateway_topic(topic) && !st.ingest.is_gateway(device)? {
+        return Err(IngestError::NotGateway.into());
     }
-    match topic {
-        _ if topic.starts_with("v1/gateway/") && !st.ingest.is_gateway(device)? => Err(IngestError::NotGateway.into()),
-        "v1/gateway/connect" => {
+    let Some(parsed) = parsed else {
+        return Err(TopicError::UnknownTopic);
+    };
+    match parsed {
+        DeviceTopic::Telemetry => {
+            st.ingest.submit_one(telemetry_item(&st, device, &body)?).await?;
+            Ok(None)
+        }
+        DeviceTopic::Attributes => {
+            st.ingest.submit_one(attributes_item(&st, device, &body)?).await?;
+            Ok(None)
+        }
+        DeviceTopic::GatewayConnect => {
             let (name, device_type) = payload::parse_gateway_device(&body)?;
             st.ingest.gateway_device(device, &name, device_type).await?;
             Ok(None)
         }
-        "v1/gateway/disconnect" => {
+        DeviceTopic::GatewayDisconnect => {
             let (name, _) = payload::parse_gateway_device(&body)?;
             st.ingest.owns(device, &name)?;
             Ok(None)
         }
-        "v1/gateway/telemetry" => {
+        DeviceTopic::GatewayTelemetry => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
@@ -117,7 +127,7 @@ pub async fn handle_publish(
             all_ok(st.ingest.submit(items).await)?;
             Ok(None)
         }
-        "v1/gateway/attributes" => {
+        DeviceTopic::GatewayAttributes => {
             let per_device = payload::parse_gateway_attributes(&body, lim)?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, values) in per_device {
@@ -127,24 +137,14 @@ pub async fn handle_publish(
             all_ok(st.ingest.submit(items).await)?;
             Ok(None)
         }
-        _ => {
-            if let Some(id) = suffix_id(topic, "v1/devices/me/attributes/request/") {
-                return attribute_request(&st, device, id, &body).await.map(Some);
-            }
-            if let Some(id) = suffix_id(topic, "v1/devices/me/rpc/response/") {
-                if let Ok(n) = id.parse::<u32>() {
-                    // An answer nobody waits for any more (timed out) is simply dropped, as ThingsBoard does.
-                    st.rpc.complete(device, n, body);
-                    return Ok(None);
-                }
-            }
-            if let Some(id) = suffix_id(topic, "v1/devices/me/rpc/request/") {
-                return Ok(Some(Reply {
-                    topic: format!("v1/devices/me/rpc/response/{id}"),
-                    payload: Bytes::from(client_rpc(&st, &body).to_string()),
-                }));
-            }
-            Err(TopicError::UnknownTopic)
+        DeviceTopic::AttributeRequest(id) => attribute_request(&st, device, id, &body).await.map(Some),
+        DeviceTopic::RpcResponse(n) => {
+            // An answer nobody waits for any more (timed out) is simply dropped, as ThingsBoard does.
+            st.rpc.complete(device, n, body);
+            Ok(None)
+        }
+        DeviceTopic::RpcRequest(id) => {
+            Ok(Some(Reply { topic: rpc_response(id), payload: Bytes::from(client_rpc(&st, &body).to_string()) }))
         }
     }
 }
@@ -168,10 +168,6 @@ fn client_rpc(st: &AppState, body: &[u8]) -> J {
         }),
         _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
     }
-}
-
-fn suffix_id<'a>(topic: &'a str, prefix: &str) -> Option<&'a str> {
-    topic.strip_prefix(prefix).filter(|id| !id.is_empty() && !id.contains('/'))
 }
 
 async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {
@@ -201,8 +197,5 @@ async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body:
             out.insert(name.into(), J::Object(attrs.into_iter().map(|a| (a.key, a.value.to_json())).collect()));
         }
     }
-    Ok(Reply {
-        topic: format!("v1/devices/me/attributes/response/{id}"),
-        payload: Bytes::from(J::Object(out).to_string()),
-    })
+    Ok(Reply { topic: attributes_response(id), payload: Bytes::from(J::Object(out).to_string()) })
 }

@@ -13,6 +13,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use gridlinks_thingsboard::topic;
 use gridlinks_types::DeviceId;
 use parking_lot::Mutex;
 use serde_json::{json, Value as J};
@@ -83,7 +84,7 @@ async fn call(st: Arc<AppState>, version: Version, kind: &str, id: &str, body: &
     }
     let payload = Bytes::from(json!({"method": method, "params": params}).to_string());
     let (rpc_id, rx) = st.rpc.start(device);
-    let delivered = st.sessions.deliver(device, &format!("v1/devices/me/rpc/request/{rpc_id}"), payload);
+    let delivered = st.sessions.deliver(device, &topic::rpc_request(rpc_id), payload);
     if delivered == 0 {
         st.rpc.cancel(device, rpc_id);
         return Ok(StatusCode::CONFLICT.into_response());
