@@ -1,6 +1,5 @@
 //! ThingsBoard's admin REST API: login, devices, bulk import, telemetry and attributes.
 
-use std::str::FromStr;
 use std::sync::Arc;
 
 use std::net::SocketAddr;
@@ -17,13 +16,13 @@ use serde_json::{json, Value as J};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, Q};
-use super::model;
 use crate::app::AppState;
 use crate::auth;
 use gridlinks_ingest::{IngestError, Item};
-use gridlinks_thingsboard::csv;
+use gridlinks_thingsboard::error::ErrorCode;
+use gridlinks_thingsboard::model::{self, EntityError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
-use gridlinks_thingsboard::topic;
+use gridlinks_thingsboard::{csv, topic};
 
 type St = State<Arc<AppState>>;
 
@@ -64,7 +63,6 @@ pub async fn login(State(st): St, ConnectInfo(peer): ConnectInfo<SocketAddr>, Bo
 
 /// The REST answer to an authentication failure.
 pub(crate) fn auth_error(e: auth::AuthError) -> ApiError {
-    use super::error::ErrorCode;
     match e {
         auth::AuthError::Expired => ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"),
         auth::AuthError::BadCredentials => ApiError::unauthorized("Invalid username or password"),
@@ -106,8 +104,26 @@ pub async fn logout(_: Admin, State(st): St, headers: axum::http::HeaderMap) -> 
 
 // ---- devices --------------------------------------------------------------------
 
+/// A device id from a path or a body; 400 when it is not a UUID.
 pub(crate) fn device_id(s: &str) -> ApiResult<DeviceId> {
-    DeviceId::from_str(s).map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {s}")))
+    model::device_id(s).map_err(entity_error)
+}
+
+fn entity_error(e: EntityError) -> ApiError {
+    ApiError::bad_request(e.to_string())
+}
+
+/// The device JSON's view of a stored device.
+fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<'_> {
+    model::Device {
+        id: d.id,
+        created_time: d.created_time,
+        name: &d.name,
+        device_type: &d.device_type,
+        label: d.label.as_deref(),
+        token: &d.token,
+        additional_info: d.additional_info.as_ref(),
+    }
 }
 
 async fn load_device(st: &Arc<AppState>, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
@@ -127,18 +143,13 @@ pub struct SaveDeviceParams {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct DeviceBody {
-    id: Option<EntityId>,
+    id: Option<model::Id>,
     name: Option<String>,
     #[serde(rename = "type")]
     device_type: Option<String>,
     label: Option<String>,
     additional_info: Option<J>,
-    device_profile_id: Option<EntityId>,
-}
-
-#[derive(Deserialize)]
-struct EntityId {
-    id: String,
+    device_profile_id: Option<model::Id>,
 }
 
 /// `POST /api/device[?accessToken=]`: create, or update when the body has an id.
@@ -177,7 +188,7 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
     };
     let op = WriteOp::SaveDevice(save);
     match st.writer.submit(op).await {
-        Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&d, st.tenant_id))),
+        Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&device_view(&d), st.tenant_id))),
         Ok(_) => Err(ApiError::internal("unexpected write outcome")),
         Err(gridlinks_storage::StoreError::DeviceNotFound) => Err(ApiError::not_found(format!(
             "Device with id [{}] is not found",
@@ -190,7 +201,7 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
 /// `GET /api/device/{id}`.
 pub async fn get_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
     let d = load_device(&st, device_id(&id)?).await?;
-    Ok(Json(model::device(&d, st.tenant_id)))
+    Ok(Json(model::device(&device_view(&d), st.tenant_id)))
 }
 
 /// `DELETE /api/device/{id}`: the device, its data and its token go at once.
@@ -212,7 +223,7 @@ pub async fn delete_device(_: Admin, State(st): St, Path(id): Path<String>) -> A
 /// `GET /api/device/{id}/credentials`.
 pub async fn get_credentials(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
     let d = load_device(&st, device_id(&id)?).await?;
-    Ok(Json(model::credentials(&d)))
+    Ok(Json(model::credentials(&device_view(&d))))
 }
 
 #[derive(Deserialize)]
@@ -235,7 +246,7 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
         let d = blocking(move || store.device_by_name(&name))
             .await?
             .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))?;
-        return Ok(Json(model::device(&d, st.tenant_id)));
+        return Ok(Json(model::device(&device_view(&d), st.tenant_id)));
     }
     let (Some(page_size), Some(page)) = (p.page_size, p.page) else {
         return Err(ApiError::bad_request(
@@ -293,7 +304,7 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
         .iter()
         .skip(page.saturating_mul(page_size))
         .take(page_size)
-        .map(|d| model::device(d, st.tenant_id))
+        .map(|d| model::device(&device_view(d), st.tenant_id))
         .collect();
     Ok(Json(model::page(data, total, page_size, page)))
 }
@@ -513,12 +524,7 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
 
 /// The device named by an entity reference (type and id); other entity types are refused.
 pub(crate) fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
-    if entity_type != "DEVICE" {
-        return Err(ApiError::bad_request(format!(
-            "entity type '{entity_type}' is not supported: GridLinks has DEVICE entities only"
-        )));
-    }
-    device_id(id)
+    model::entity_device_id(entity_type, id).map_err(entity_error)
 }
 
 async fn existing_device(st: &Arc<AppState>, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
@@ -711,7 +717,7 @@ async fn attribute_values(
 ) -> ApiResult<Json<J>> {
     let store = st.store.clone();
     let attrs = blocking(move || store.attributes(device, scope, keys.as_deref())).await?;
-    Ok(Json(model::attributes(&attrs)))
+    Ok(Json(model::attributes(attrs.iter().map(|a| (a.key.as_str(), a.last_update_ts, &a.value)))))
 }
 
 /// `GET …/values/attributes?keys=`.

@@ -1,28 +1,14 @@
-//! ThingsBoard's error body: `{"status","message","errorCode","timestamp"}`.
+//! Error answers of the REST and device APIs over HTTP: [`ApiError`] (status, ThingsBoard
+//! `errorCode`, message), storage errors mapped to it, and its response with ThingsBoard's
+//! body `{"status","message","errorCode","timestamp"}` (shape and codes:
+//! `gridlinks_thingsboard::error`).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridlinks_ingest::IngestError;
 use gridlinks_storage::StoreError;
+use gridlinks_thingsboard::error::{self as tb_error, ErrorCode};
 use gridlinks_types::Ts;
-
-/// ThingsBoard's `errorCode` values used here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u16)]
-pub enum ErrorCode {
-    /// GENERAL.
-    General = 2,
-    /// AUTHENTICATION.
-    Authentication = 10,
-    /// JWT_TOKEN_EXPIRED.
-    JwtExpired = 11,
-    /// BAD_REQUEST_PARAMS.
-    BadRequestParams = 31,
-    /// ITEM_NOT_FOUND.
-    ItemNotFound = 32,
-    /// TOO_MANY_REQUESTS.
-    TooManyRequests = 33,
-}
 
 /// An error answer of the REST or device API.
 #[derive(Debug)]
@@ -143,12 +129,7 @@ impl From<IngestError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "status": self.status.as_u16(),
-            "message": self.message,
-            "errorCode": self.code as u16,
-            "timestamp": Ts::now().0,
-        });
+        let body = tb_error::body(self.status.as_u16(), self.code, &self.message, Ts::now());
         let mut resp = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::PAYLOAD_TOO_LARGE || self.status == StatusCode::REQUEST_TIMEOUT {
             // The rest of the body is never read, so this connection cannot be reused.

@@ -10,9 +10,10 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
-use super::error::{ApiError, ErrorCode};
+use super::error::ApiError;
 use crate::app::AppState;
 use crate::auth::AuthError;
+use gridlinks_thingsboard::error::ErrorCode;
 
 /// Query parameters; unknown parameters are rejected by the target type.
 pub struct Q<T>(pub T);

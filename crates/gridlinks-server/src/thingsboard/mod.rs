@@ -1,8 +1,8 @@
 //! The ThingsBoard-compatible surface served over HTTP and MQTT: REST paths, parameters
 //! and JSON shapes of the admin API ([`api`]), the HTTP device API ([`device_api`]), the
-//! MQTT device topics ([`device_mqtt`]), entity JSON ([`model`]) and the error body
-//! ([`error`]). Payload forms and the bulk import's CSV are decoded by the sans-IO
-//! `gridlinks-thingsboard` crate. Behaviour follows ThingsBoard CE's controllers; where
+//! MQTT device topics ([`device_mqtt`]) and the HTTP side of the error body ([`error`]).
+//! The contract itself (payload forms, topics, entity JSON, error codes, the bulk
+//! import's CSV) is the sans-IO `gridlinks-thingsboard` crate; this module serves it. Behaviour follows ThingsBoard CE's controllers; where
 //! GridLinks deliberately differs (clear 400s instead of 500s, for instance) the
 //! handler says so.
 
@@ -11,6 +11,5 @@ pub mod device_api;
 pub mod device_mqtt;
 pub mod error;
 pub mod extract;
-pub mod model;
 pub mod relations;
 pub mod rpc;

@@ -22,29 +22,20 @@ use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use crate::app::AppState;
+use gridlinks_thingsboard::model::{relation, EntityId, CREATED};
 
 type St = State<Arc<AppState>>;
-
-/// The relation type of a gateway and its devices (as ThingsBoard's gateway API creates it).
-const CREATED: &str = "Created";
-
-#[derive(Deserialize)]
-struct EntityRef {
-    #[serde(rename = "entityType")]
-    entity_type: String,
-    id: String,
-}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RelationBody {
-    from: EntityRef,
-    to: EntityRef,
+    from: EntityId,
+    to: EntityId,
     #[serde(rename = "type")]
     relation_type: String,
 }
 
-fn device_ref(e: &EntityRef) -> ApiResult<DeviceId> {
+fn device_ref(e: &EntityId) -> ApiResult<DeviceId> {
     super::api::entity(&e.entity_type, &e.id)
 }
 
@@ -56,16 +47,6 @@ fn created_only(relation_type: &str) -> ApiResult<()> {
             "relation type '{relation_type}' is not supported: GridLinks keeps one relation, 'Created' from a gateway to its devices"
         )))
     }
-}
-
-fn relation(gateway: DeviceId, device: DeviceId) -> J {
-    json!({
-        "from": {"entityType": "DEVICE", "id": gateway},
-        "to": {"entityType": "DEVICE", "id": device},
-        "type": CREATED,
-        "typeGroup": "COMMON",
-        "additionalInfo": null,
-    })
 }
 
 async fn assign(st: &AppState, device: DeviceId, gateway: Option<DeviceId>) -> ApiResult<()> {

@@ -64,7 +64,7 @@ async fn call(st: Arc<AppState>, version: Version, kind: &str, id: &str, body: &
         "twoway" => true,
         other => return Err(ApiError::not_found(format!("No such RPC kind '{other}': use oneway or twoway"))),
     };
-    let device: DeviceId = id.parse().map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {id}")))?;
+    let device = super::api::device_id(id)?;
     let req: J =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
     let method = req

@@ -1,0 +1,266 @@
+//! Entity JSON exactly as ThingsBoard's REST API renders it, and the entity references
+//! its requests carry. Records come in as borrowed views ([`Device`]), so this module
+//! knows the JSON shapes and nothing of how devices are stored.
+
+use std::str::FromStr;
+
+use gridlinks_types::{DeviceId, Ts, Value};
+use serde::Deserialize;
+use serde_json::{json, Value as J};
+use uuid::Uuid;
+
+/// ThingsBoard's NULL_UUID, used for "no customer".
+pub const NULL_UUID: &str = "13814000-1dd2-11b2-8080-808080808080";
+
+/// The relation type of a gateway and its devices (as ThingsBoard's gateway API creates
+/// it): the one relation GridLinks keeps.
+pub const CREATED: &str = "Created";
+
+/// An entity's own id as a request body carries it (`"id"`, `"deviceProfileId"`):
+/// `{"id":"…"}`, any `entityType` ignored, as ThingsBoard's typed ids read it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Id {
+    /// The UUID, as sent.
+    pub id: String,
+}
+
+/// An entity reference in a request body: `{"entityType":"DEVICE","id":"…"}`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct EntityId {
+    /// `DEVICE`, `TENANT`, … (GridLinks has devices only).
+    #[serde(rename = "entityType")]
+    pub entity_type: String,
+    /// The UUID, as sent.
+    pub id: String,
+}
+
+impl EntityId {
+    /// The device it names; other entity types are refused.
+    pub fn device_id(&self) -> Result<DeviceId, EntityError> {
+        entity_device_id(&self.entity_type, &self.id)
+    }
+}
+
+/// Why an entity reference names no device.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EntityError {
+    /// The id is not a UUID.
+    #[error("Invalid UUID string: {0}")]
+    InvalidUuid(String),
+    /// An entity type other than `DEVICE`.
+    #[error("entity type '{0}' is not supported: GridLinks has DEVICE entities only")]
+    UnsupportedType(String),
+}
+
+/// A device id as sent in a path or a body.
+pub fn device_id(s: &str) -> Result<DeviceId, EntityError> {
+    DeviceId::from_str(s).map_err(|_| EntityError::InvalidUuid(s.to_owned()))
+}
+
+/// The device named by an entity reference (type and id, as in
+/// `/api/plugins/telemetry/{entityType}/{entityId}/…`).
+pub fn entity_device_id(entity_type: &str, id: &str) -> Result<DeviceId, EntityError> {
+    if entity_type != "DEVICE" {
+        return Err(EntityError::UnsupportedType(entity_type.to_owned()));
+    }
+    device_id(id)
+}
+
+/// `{"entityType":…,"id":…}` as ThingsBoard renders an id.
+pub fn entity_id(entity_type: &str, id: impl serde::Serialize) -> J {
+    json!({"entityType": entity_type, "id": id})
+}
+
+/// Stable id of the device profile named `type` (GridLinks has no profile entities;
+/// the id lets clients group devices by profile as they would in ThingsBoard).
+pub fn profile_id(device_type: &str) -> Uuid {
+    Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("gridlinks/device-profile/{device_type}").as_bytes())
+}
+
+/// What the device JSON shows of a device, borrowed from wherever it is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Device<'a> {
+    /// Its id.
+    pub id: DeviceId,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Unique name.
+    pub name: &'a str,
+    /// Device type (the device profile's name).
+    pub device_type: &'a str,
+    /// Free-text label.
+    pub label: Option<&'a str>,
+    /// Its access token.
+    pub token: &'a str,
+    /// ThingsBoard's `additionalInfo`.
+    pub additional_info: Option<&'a J>,
+}
+
+/// A device as `GET /api/device/{id}` returns it.
+pub fn device(d: &Device<'_>, tenant: Uuid) -> J {
+    json!({
+        "id": entity_id("DEVICE", d.id),
+        "createdTime": d.created_time,
+        "additionalInfo": d.additional_info,
+        "tenantId": entity_id("TENANT", tenant),
+        "customerId": entity_id("CUSTOMER", NULL_UUID),
+        "name": d.name,
+        "type": d.device_type,
+        "label": d.label,
+        "deviceProfileId": entity_id("DEVICE_PROFILE", profile_id(d.device_type)),
+        "deviceData": {"configuration": {"type": "DEFAULT"}, "transportConfiguration": {"type": "DEFAULT"}},
+        "firmwareId": null,
+        "softwareId": null,
+        "externalId": null,
+        "version": 1,
+    })
+}
+
+/// A device's credentials as `GET /api/device/{id}/credentials` returns them.
+pub fn credentials(d: &Device<'_>) -> J {
+    json!({
+        "id": {"id": Uuid::new_v5(&Uuid::NAMESPACE_OID, d.id.0.as_bytes())},
+        "createdTime": d.created_time,
+        "deviceId": entity_id("DEVICE", d.id),
+        "credentialsType": "ACCESS_TOKEN",
+        "credentialsId": d.token,
+        "credentialsValue": null,
+        "version": 1,
+    })
+}
+
+/// ThingsBoard's `PageData`.
+pub fn page(data: Vec<J>, total: usize, page_size: usize, page: usize) -> J {
+    let total_pages = total.div_ceil(page_size);
+    json!({
+        "data": data,
+        "totalPages": total_pages,
+        "totalElements": total,
+        "hasNext": (page + 1) < total_pages,
+    })
+}
+
+/// A telemetry value: a string unless `strict` (`useStrictDataTypes=true`).
+pub fn ts_value(v: &Value, strict: bool) -> J {
+    if strict {
+        v.to_json()
+    } else {
+        J::String(v.to_display_string())
+    }
+}
+
+/// `{"key":[{"ts":..,"value":..}]}`.
+pub fn ts_map(series: Vec<(String, Vec<(Ts, Value)>)>, strict: bool) -> J {
+    let mut m = serde_json::Map::new();
+    for (k, points) in series {
+        let arr: Vec<J> = points.iter().map(|(ts, v)| json!({"ts": ts.0, "value": ts_value(v, strict)})).collect();
+        m.insert(k, J::Array(arr));
+    }
+    J::Object(m)
+}
+
+/// `[{"lastUpdateTs","key","value"}]` from (key, last update, value), values with their types.
+pub fn attributes<'a>(entries: impl IntoIterator<Item = (&'a str, Ts, &'a Value)>) -> J {
+    J::Array(
+        entries
+            .into_iter()
+            .map(|(key, ts, value)| json!({"lastUpdateTs": ts.0, "key": key, "value": value.to_json()}))
+            .collect(),
+    )
+}
+
+/// A device profile info (GridLinks derives one profile per device type).
+pub fn profile_info(device_type: &str, tenant: Uuid) -> J {
+    json!({
+        "id": entity_id("DEVICE_PROFILE", profile_id(device_type)),
+        "tenantId": entity_id("TENANT", tenant),
+        "name": device_type,
+        "image": null,
+        "defaultDashboardId": null,
+        "type": "DEFAULT",
+        "transportType": "DEFAULT",
+    })
+}
+
+/// The administrator as `GET /api/auth/user` returns a ThingsBoard user.
+pub fn admin_user(name: &str, tenant: Uuid) -> J {
+    json!({
+        "id": entity_id("USER", Uuid::new_v5(&tenant, name.as_bytes())),
+        "createdTime": 0,
+        "tenantId": entity_id("TENANT", tenant),
+        "customerId": entity_id("CUSTOMER", NULL_UUID),
+        "email": name,
+        "name": name,
+        "authority": "TENANT_ADMIN",
+        "firstName": null,
+        "lastName": null,
+        "phone": null,
+        "additionalInfo": {},
+    })
+}
+
+/// A "Created" relation from a gateway to one of its devices.
+pub fn relation(gateway: DeviceId, device: DeviceId) -> J {
+    json!({
+        "from": entity_id("DEVICE", gateway),
+        "to": entity_id("DEVICE", device),
+        "type": CREATED,
+        "typeGroup": "COMMON",
+        "additionalInfo": null,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_references() {
+        let id = DeviceId::new_random();
+        assert_eq!(entity_device_id("DEVICE", &id.to_string()), Ok(id));
+        assert_eq!(
+            entity_device_id("ASSET", &id.to_string()).unwrap_err().to_string(),
+            "entity type 'ASSET' is not supported: GridLinks has DEVICE entities only"
+        );
+        assert_eq!(device_id("x").unwrap_err().to_string(), "Invalid UUID string: x");
+        let e: EntityId = serde_json::from_str(&format!(r#"{{"entityType":"DEVICE","id":"{id}"}}"#)).unwrap();
+        assert_eq!(e.device_id(), Ok(id));
+        assert_eq!(entity_id("DEVICE", id), json!({"entityType": "DEVICE", "id": id.to_string()}));
+    }
+
+    #[test]
+    fn device_json() {
+        let info = json!({"gateway": true});
+        let d = Device {
+            id: DeviceId::new_random(),
+            created_time: 5,
+            name: "Boiler",
+            device_type: "boiler",
+            label: None,
+            token: "tok",
+            additional_info: Some(&info),
+        };
+        let j = device(&d, Uuid::nil());
+        assert_eq!(j["name"], "Boiler");
+        assert_eq!(j["label"], J::Null);
+        assert_eq!(j["additionalInfo"]["gateway"], true);
+        assert_eq!(j["customerId"]["id"], NULL_UUID);
+        assert_eq!(j["deviceProfileId"]["id"], profile_id("boiler").to_string());
+        assert_eq!(credentials(&d)["credentialsId"], "tok");
+    }
+
+    #[test]
+    fn page_data() {
+        assert_eq!(page(vec![], 0, 10, 0), json!({"data": [], "totalPages": 0, "totalElements": 0, "hasNext": false}));
+        let p = page(vec![json!(1)], 21, 10, 1);
+        assert_eq!((p["totalPages"].as_u64(), p["hasNext"].as_bool()), (Some(3), Some(true)));
+    }
+
+    #[test]
+    fn values_and_attributes() {
+        assert_eq!(ts_value(&Value::Long(3), false), json!("3"));
+        assert_eq!(ts_value(&Value::Long(3), true), json!(3));
+        let v = Value::Bool(true);
+        assert_eq!(attributes([("on", Ts(7), &v)]), json!([{"lastUpdateTs": 7, "key": "on", "value": true}]));
+    }
+}
