@@ -6,6 +6,7 @@
 //! - [`payload`]: telemetry in every ThingsBoard form, attributes, gateway payloads, typed
 //!   as ThingsBoard types values; [`payload::PayloadLimits`], [`payload::PayloadError`].
 //! - [`topic`]: the MQTT device topics ([`topic::DeviceTopic`]) and the topics answers go to.
+//! - [`keys`]: the one parser of comma-separated key lists.
 //! - [`model`]: entity references and the REST API's JSON (devices, credentials, pages,
 //!   time series, attributes, profiles, relations).
 //! - [`error`]: ThingsBoard's error body and `errorCode`s.
@@ -13,6 +14,7 @@
 
 pub mod csv;
 pub mod error;
+pub mod keys;
 pub mod model;
 pub mod payload;
 pub mod topic;

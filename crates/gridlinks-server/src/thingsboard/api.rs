@@ -22,7 +22,7 @@ use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::error::ErrorCode;
 use gridlinks_thingsboard::model::{self, EntityError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
-use gridlinks_thingsboard::{csv, topic};
+use gridlinks_thingsboard::{csv, keys, topic};
 
 type St = State<Arc<AppState>>;
 
@@ -537,7 +537,7 @@ async fn existing_device(st: &Arc<AppState>, entity_type: &str, id: &str) -> Api
 }
 
 fn key_list(keys: Option<&str>) -> Option<Vec<String>> {
-    keys.map(|k| k.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+    keys.map(keys::parse)
 }
 
 #[derive(Deserialize)]

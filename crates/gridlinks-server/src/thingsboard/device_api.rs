@@ -15,6 +15,7 @@ use serde_json::{Map, Value as J};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
 use crate::app::AppState;
+use gridlinks_thingsboard::keys;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 
 type St = State<Arc<AppState>>;
@@ -63,8 +64,7 @@ pub async fn get_attributes(State(st): St, Path(token): Path<String>, Q(p): Q<At
         if keys.is_none() && !both {
             continue;
         }
-        let keys: Option<Vec<String>> =
-            keys.map(|k| k.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect());
+        let keys: Option<Vec<String>> = keys.as_deref().map(keys::parse);
         let store = st.store.clone();
         let attrs = tokio::task::spawn_blocking(move || store.attributes(device, Some(scope), keys.as_deref()))
             .await

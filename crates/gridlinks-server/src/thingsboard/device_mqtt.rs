@@ -26,6 +26,7 @@ use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use serde_json::{json, Map, Value as J};
 
 use crate::app::AppState;
+use gridlinks_thingsboard::keys;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_thingsboard::topic::{attributes_response, is_gateway_topic, rpc_response, DeviceTopic};
 
@@ -175,9 +176,7 @@ async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body:
     let keys = |field: &str| -> Result<Option<Vec<String>>, PayloadError> {
         match req.get(field) {
             None | Some(J::Null) => Ok(None),
-            Some(J::String(s)) => {
-                Ok(Some(s.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect()))
-            }
+            Some(J::String(s)) => Ok(Some(keys::parse(s))),
             Some(_) => Err(PayloadError::Shape(format!("\"{field}\" must be a comma-separated string"))),
         }
     };
