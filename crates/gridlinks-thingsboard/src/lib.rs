@@ -6,12 +6,14 @@
 //! - [`payload`]: telemetry in every ThingsBoard form, attributes, gateway payloads, typed
 //!   as ThingsBoard types values; [`payload::PayloadLimits`], [`payload::PayloadError`].
 //! - [`topic`]: the MQTT device topics ([`topic::DeviceTopic`]) and the topics answers go to.
+//! - [`attributes`]: which attributes a device asks for and the `{"client","shared"}` answer.
 //! - [`keys`]: the one parser of comma-separated key lists.
 //! - [`model`]: entity references and the REST API's JSON (devices, credentials, pages,
 //!   time series, attributes, profiles, relations).
 //! - [`error`]: ThingsBoard's error body and `errorCode`s.
 //! - [`csv`]: the bulk import's CSV lines and cell typing.
 
+pub mod attributes;
 pub mod csv;
 pub mod error;
 pub mod keys;

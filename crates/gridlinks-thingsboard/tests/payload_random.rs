@@ -2,6 +2,7 @@
 //! in-tree cousin of `fuzz/fuzz_targets/tb_payload.rs`, run with every `cargo test`):
 //! decoding never panics, and whatever is accepted respects the limits.
 
+use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::payload::{
     parse_attributes, parse_gateway_attributes, parse_gateway_device, parse_gateway_telemetry, parse_telemetry,
     PayloadLimits,
@@ -59,6 +60,7 @@ fn check(data: &[u8]) -> usize {
         assert!(!name.trim().is_empty() && name.len() <= 255);
         accepted += 1;
     }
+    accepted += usize::from(AttributeRequest::parse_json(data).is_ok());
     accepted
 }
 
@@ -70,6 +72,7 @@ const SEEDS: &[&str] = &[
     r#"{"Device A":[{"ts":1,"values":{"t":1}}],"Device B":{"h":2}}"#,
     r#"{"Device A":{"fw":"1.0","ok":false}}"#,
     r#"{"device":"Device A","type":"thermostat"}"#,
+    r#"{"clientKeys":"a, b","sharedKeys":"c"}"#,
     r#"{"s":"a \" \\ \u00e9 \ud83d\ude00"}"#,
 ];
 

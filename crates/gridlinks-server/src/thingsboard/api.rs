@@ -14,6 +14,7 @@ use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use serde::Deserialize;
 use serde_json::{json, Value as J};
 
+use super::attributes;
 use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, Q};
 use crate::app::AppState;
@@ -675,8 +676,7 @@ fn scope(s: &str) -> ApiResult<AttributeScope> {
 }
 
 async fn attribute_keys(st: Arc<AppState>, device: DeviceId, scope: Option<AttributeScope>) -> ApiResult<Json<J>> {
-    let store = st.store.clone();
-    let attrs = blocking(move || store.attributes(device, scope, None)).await?;
+    let attrs = attributes::read(&st.store, device, scope, None).await?;
     Ok(Json(json!(attrs.into_iter().map(|a| a.key).collect::<Vec<_>>())))
 }
 
@@ -715,8 +715,7 @@ async fn attribute_values(
     scope: Option<AttributeScope>,
     keys: Option<Vec<String>>,
 ) -> ApiResult<Json<J>> {
-    let store = st.store.clone();
-    let attrs = blocking(move || store.attributes(device, scope, keys.as_deref())).await?;
+    let attrs = attributes::read(&st.store, device, scope, keys).await?;
     Ok(Json(model::attributes(attrs.iter().map(|a| (a.key.as_str(), a.last_update_ts, &a.value)))))
 }
 

@@ -10,12 +10,13 @@ use axum::Json;
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use serde::Deserialize;
-use serde_json::{Map, Value as J};
+use serde_json::Value as J;
 
+use super::attributes;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
 use crate::app::AppState;
-use gridlinks_thingsboard::keys;
+use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 
 type St = State<Arc<AppState>>;
@@ -56,23 +57,6 @@ pub struct AttrParams {
 /// with neither parameter, all client and shared attributes.
 pub async fn get_attributes(State(st): St, Path(token): Path<String>, Q(p): Q<AttrParams>) -> ApiResult<Json<J>> {
     let device = authenticate(&st, &token)?;
-    let both = p.client_keys.is_none() && p.shared_keys.is_none();
-    let mut out = Map::new();
-    for (name, scope, keys) in
-        [("client", AttributeScope::Client, p.client_keys), ("shared", AttributeScope::Shared, p.shared_keys)]
-    {
-        if keys.is_none() && !both {
-            continue;
-        }
-        let keys: Option<Vec<String>> = keys.as_deref().map(keys::parse);
-        let store = st.store.clone();
-        let attrs = tokio::task::spawn_blocking(move || store.attributes(device, Some(scope), keys.as_deref()))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))??;
-        if !attrs.is_empty() {
-            let section: Map<String, J> = attrs.into_iter().map(|a| (a.key, a.value.to_json())).collect();
-            out.insert(name.into(), J::Object(section));
-        }
-    }
-    Ok(Json(J::Object(out)))
+    let req = AttributeRequest::from_key_lists(p.client_keys.as_deref(), p.shared_keys.as_deref());
+    Ok(Json(attributes::read_for_device(&st.store, device, req).await?))
 }

@@ -23,10 +23,11 @@ use axum::body::Bytes;
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_storage::StoreError;
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
-use serde_json::{json, Map, Value as J};
+use serde_json::{json, Value as J};
 
+use super::attributes;
 use crate::app::AppState;
-use gridlinks_thingsboard::keys;
+use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_thingsboard::topic::{attributes_response, is_gateway_topic, rpc_response, DeviceTopic};
 
@@ -172,29 +173,7 @@ fn client_rpc(st: &AppState, body: &[u8]) -> J {
 }
 
 async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {
-    let req: J = serde_json::from_slice(body).map_err(|e| PayloadError::Json(e.to_string()))?;
-    let keys = |field: &str| -> Result<Option<Vec<String>>, PayloadError> {
-        match req.get(field) {
-            None | Some(J::Null) => Ok(None),
-            Some(J::String(s)) => Ok(Some(keys::parse(s))),
-            Some(_) => Err(PayloadError::Shape(format!("\"{field}\" must be a comma-separated string"))),
-        }
-    };
-    let (client, shared) = (keys("clientKeys")?, keys("sharedKeys")?);
-    let both = client.is_none() && shared.is_none();
-    let mut out = Map::new();
-    for (name, scope, keys) in [("client", AttributeScope::Client, client), ("shared", AttributeScope::Shared, shared)]
-    {
-        if keys.is_none() && !both {
-            continue;
-        }
-        let store = st.store.clone();
-        let attrs = tokio::task::spawn_blocking(move || store.attributes(device, Some(scope), keys.as_deref()))
-            .await
-            .map_err(|_| StoreError::Closed)??;
-        if !attrs.is_empty() {
-            out.insert(name.into(), J::Object(attrs.into_iter().map(|a| (a.key, a.value.to_json())).collect()));
-        }
-    }
-    Ok(Reply { topic: attributes_response(id), payload: Bytes::from(J::Object(out).to_string()) })
+    let req = AttributeRequest::parse_json(body)?;
+    let answer = attributes::read_for_device(&st.store, device, req).await?;
+    Ok(Reply { topic: attributes_response(id), payload: Bytes::from(answer.to_string()) })
 }

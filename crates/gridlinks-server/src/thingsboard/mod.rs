@@ -7,6 +7,7 @@
 //! handler says so.
 
 pub mod api;
+pub mod attributes;
 pub mod device_api;
 pub mod device_mqtt;
 pub mod error;
