@@ -5,7 +5,8 @@
 //!
 //! Layout: `config` (typed config tree), `auth/` (admin login, JWTs and their secret,
 //! login throttle, the password-hashing pool),
-//! `thingsboard/` (the wire contract: REST, HTTP and MQTT device APIs, RPC), `mqtt` (the
+//! `thingsboard/` (serves ThingsBoard's REST, HTTP and MQTT device APIs and RPC; the wire
+//! contract itself is the sans-IO `gridlinks-thingsboard` crate), `mqtt` (the
 //! MQTT transport), `listener` (accept loops, socket options, connection limits, HTTP
 //! timeouts), `logging` (rate-limited log lines), `metrics` (every `/metrics` name and its help text),
 //! `app` (start-up, router, shutdown).
