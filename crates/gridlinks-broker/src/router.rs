@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use gridlinks_codec::mqtt::PublishProperties;
+use gridlinks_codec::mqtt::{PublishProperties, QoS};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::topic::{filters_overlap, matches, validate_filter, FilterError};
@@ -31,8 +31,8 @@ use crate::trie::SubscriptionTrie;
 /// The options of one subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SubOptions {
-    /// Granted maximum QoS (0..=2).
-    pub qos: u8,
+    /// Granted maximum QoS.
+    pub qos: QoS,
     /// MQTT 5 No Local.
     pub no_local: bool,
     /// MQTT 5 Retain As Published.
@@ -66,7 +66,7 @@ pub struct Message {
     /// Payload (for a retained message never empty: an empty one clears).
     pub payload: Bytes,
     /// QoS it was published with.
-    pub qos: u8,
+    pub qos: QoS,
     /// MQTT 5 properties passed on to subscribers (payload format, content type, response
     /// topic, correlation data, user properties; never a topic alias or subscription
     /// identifiers); `None` when there are none.
@@ -77,7 +77,7 @@ pub struct Message {
 
 impl Message {
     /// A message without properties or expiry.
-    pub fn new(topic: &str, qos: u8, payload: Bytes) -> Self {
+    pub fn new(topic: &str, qos: QoS, payload: Bytes) -> Self {
         Self { topic: topic.into(), payload, qos, props: None, expires: None }
     }
 
@@ -93,7 +93,7 @@ pub struct Delivery {
     /// Receiving client.
     pub client: Arc<str>,
     /// QoS of this copy.
-    pub qos: u8,
+    pub qos: QoS,
     /// RETAIN flag of this copy.
     pub retain: bool,
     /// Identifiers of the subscriptions that matched (MQTT 5).
@@ -106,7 +106,7 @@ pub struct Subscribed {
     /// The client already had this subscription (its options were replaced).
     pub existed: bool,
     /// Retained messages to send now, each with the QoS to send it at.
-    pub retained: Vec<(Message, u8)>,
+    pub retained: Vec<(Message, QoS)>,
 }
 
 /// A subscriber in the trie: the client, for a shared subscription its group, and the
@@ -360,13 +360,19 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gridlinks_codec::mqtt::QoS::{AtLeastOnce as Q1, AtMostOnce as Q0, ExactlyOnce as Q2};
 
-    fn opts(qos: u8) -> SubOptions {
+    /// QoS `n` (0..=2).
+    fn q(n: usize) -> QoS {
+        QoS::try_from(n as u8).unwrap()
+    }
+
+    fn opts(qos: QoS) -> SubOptions {
         SubOptions { qos, ..Default::default() }
     }
 
     fn to(deliveries: &[Delivery]) -> Vec<(&str, u8)> {
-        let mut v: Vec<(&str, u8)> = deliveries.iter().map(|d| (&*d.client, d.qos)).collect();
+        let mut v: Vec<(&str, u8)> = deliveries.iter().map(|d| (&*d.client, u8::from(d.qos))).collect();
         v.sort();
         v
     }
@@ -374,71 +380,71 @@ mod tests {
     #[test]
     fn one_copy_per_client_at_the_highest_granted_qos() {
         let mut r = Router::new();
-        r.subscribe("app", "sensors/+/t", opts(0)).unwrap();
-        r.subscribe("app", "sensors/#", opts(1)).unwrap();
-        r.subscribe("other", "sensors/a/t", opts(2)).unwrap();
-        let d = r.publish("dev", &Message::new("sensors/a/t", 1, Bytes::from_static(b"1")), false);
+        r.subscribe("app", "sensors/+/t", opts(Q0)).unwrap();
+        r.subscribe("app", "sensors/#", opts(Q1)).unwrap();
+        r.subscribe("other", "sensors/a/t", opts(Q2)).unwrap();
+        let d = r.publish("dev", &Message::new("sensors/a/t", Q1, Bytes::from_static(b"1")), false);
         assert_eq!(to(&d), [("app", 1), ("other", 1)], "delivered QoS = min(publish, granted)");
-        let d = r.publish("dev", &Message::new("sensors/a/t", 0, Bytes::from_static(b"1")), false);
+        let d = r.publish("dev", &Message::new("sensors/a/t", Q0, Bytes::from_static(b"1")), false);
         assert_eq!(to(&d), [("app", 0), ("other", 0)]);
-        assert!(r.publish("dev", &Message::new("elsewhere", 1, Bytes::new()), false).is_empty());
+        assert!(r.publish("dev", &Message::new("elsewhere", Q1, Bytes::new()), false).is_empty());
     }
 
     #[test]
     fn dollar_topics_are_not_matched_by_leading_wildcards() {
         let mut r = Router::new();
-        r.subscribe("all", "#", opts(1)).unwrap();
-        r.subscribe("sys", "$SYS/#", opts(1)).unwrap();
-        let d = r.publish("x", &Message::new("$SYS/broker/load", 1, Bytes::from_static(b"1")), false);
+        r.subscribe("all", "#", opts(Q1)).unwrap();
+        r.subscribe("sys", "$SYS/#", opts(Q1)).unwrap();
+        let d = r.publish("x", &Message::new("$SYS/broker/load", Q1, Bytes::from_static(b"1")), false);
         assert_eq!(to(&d), [("sys", 1)]);
     }
 
     #[test]
     fn no_local_and_subscription_ids() {
         let mut r = Router::new();
-        let mut o = opts(1);
+        let mut o = opts(Q1);
         o.no_local = true;
         o.subscription_id = Some(7);
         r.subscribe("me", "chat/#", o).unwrap();
-        r.subscribe("me", "chat/room", SubOptions { subscription_id: Some(9), ..opts(0) }).unwrap();
-        let d = r.publish("me", &Message::new("chat/room", 1, Bytes::from_static(b"hi")), false);
+        r.subscribe("me", "chat/room", SubOptions { subscription_id: Some(9), ..opts(Q0) }).unwrap();
+        let d = r.publish("me", &Message::new("chat/room", Q1, Bytes::from_static(b"hi")), false);
         // The no-local subscription is skipped; the other one still matches.
         assert_eq!(to(&d), [("me", 0)]);
         assert_eq!(d[0].subscription_ids, [9]);
-        let d = r.publish("you", &Message::new("chat/room", 1, Bytes::from_static(b"hi")), false);
+        let d = r.publish("you", &Message::new("chat/room", Q1, Bytes::from_static(b"hi")), false);
         let mut ids = d[0].subscription_ids.clone();
         ids.sort();
-        assert_eq!((d.len(), d[0].qos, ids), (1, 1, vec![7, 9]));
+        assert_eq!((d.len(), d[0].qos, ids), (1, Q1, vec![7, 9]));
     }
 
     #[test]
     fn retained_messages_are_stored_cleared_and_sent_by_retain_handling() {
         let mut r = Router::new();
-        r.publish("d", &Message::new("lamp/1", 1, Bytes::from_static(b"on")), true);
-        r.publish("d", &Message::new("lamp/2", 0, Bytes::from_static(b"off")), true);
-        let s = r.subscribe("a", "lamp/+", opts(1)).unwrap();
+        r.publish("d", &Message::new("lamp/1", Q1, Bytes::from_static(b"on")), true);
+        r.publish("d", &Message::new("lamp/2", Q0, Bytes::from_static(b"off")), true);
+        let s = r.subscribe("a", "lamp/+", opts(Q1)).unwrap();
         assert!(!s.existed);
-        let mut got: Vec<(String, u8)> = s.retained.iter().map(|(m, q)| (m.topic.to_string(), *q)).collect();
+        let mut got: Vec<(String, u8)> = s.retained.iter().map(|(m, q)| (m.topic.to_string(), u8::from(*q))).collect();
         got.sort();
         assert_eq!(got, [("lamp/1".to_string(), 1), ("lamp/2".to_string(), 0)]);
         // Handling 1: only for a new subscription; 2: never.
-        let again = r.subscribe("a", "lamp/+", SubOptions { retain_handling: 1, ..opts(1) }).unwrap();
+        let again = r.subscribe("a", "lamp/+", SubOptions { retain_handling: 1, ..opts(Q1) }).unwrap();
         assert!(again.existed && again.retained.is_empty());
-        let never = r.subscribe("b", "lamp/+", SubOptions { retain_handling: 2, ..opts(1) }).unwrap();
+        let never = r.subscribe("b", "lamp/+", SubOptions { retain_handling: 2, ..opts(Q1) }).unwrap();
         assert!(never.retained.is_empty());
         // An empty retained payload clears; it is still forwarded to subscribers.
-        let d = r.publish("d", &Message::new("lamp/1", 0, Bytes::new()), true);
+        let d = r.publish("d", &Message::new("lamp/1", Q0, Bytes::new()), true);
         assert_eq!(d.len(), 2);
         assert!(r.retained("lamp/1").is_none());
-        assert_eq!(r.subscribe("c", "lamp/#", opts(1)).unwrap().retained.len(), 1);
+        assert_eq!(r.subscribe("c", "lamp/#", opts(Q1)).unwrap().retained.len(), 1);
     }
 
     #[test]
     fn retain_flag_is_kept_only_with_retain_as_published() {
         let mut r = Router::new();
-        r.subscribe("keep", "t", SubOptions { retain_as_published: true, ..opts(1) }).unwrap();
-        r.subscribe("clear", "t", opts(1)).unwrap();
-        let d = r.publish("p", &Message::new("t", 1, Bytes::from_static(b"x")), true);
+        r.subscribe("keep", "t", SubOptions { retain_as_published: true, ..opts(Q1) }).unwrap();
+        r.subscribe("clear", "t", opts(Q1)).unwrap();
+        let d = r.publish("p", &Message::new("t", Q1, Bytes::from_static(b"x")), true);
         let flag = |c: &str| d.iter().find(|x| &*x.client == c).unwrap().retain;
         assert!(flag("keep"));
         assert!(!flag("clear"));
@@ -447,15 +453,15 @@ mod tests {
     #[test]
     fn shared_subscriptions_take_turns_and_get_no_retained() {
         let mut r = Router::new();
-        r.publish("d", &Message::new("jobs/1", 1, Bytes::from_static(b"r")), true);
+        r.publish("d", &Message::new("jobs/1", Q1, Bytes::from_static(b"r")), true);
         for w in ["w1", "w2", "w3"] {
-            let s = r.subscribe(w, "$share/workers/jobs/+", opts(1)).unwrap();
+            let s = r.subscribe(w, "$share/workers/jobs/+", opts(Q1)).unwrap();
             assert!(s.retained.is_empty());
         }
-        r.subscribe("audit", "jobs/#", opts(0)).unwrap();
+        r.subscribe("audit", "jobs/#", opts(Q0)).unwrap();
         let mut counts: HashMap<String, usize> = HashMap::default();
         for i in 0..30 {
-            let d = r.publish("d", &Message::new(&format!("jobs/{i}"), 1, Bytes::from_static(b"j")), false);
+            let d = r.publish("d", &Message::new(&format!("jobs/{i}"), Q1, Bytes::from_static(b"j")), false);
             assert_eq!(d.len(), 2, "one worker and the audit subscriber");
             for x in d {
                 *counts.entry(x.client.to_string()).or_default() += 1;
@@ -465,23 +471,23 @@ mod tests {
         for w in ["w1", "w2", "w3"] {
             assert_eq!(counts[w], 10, "round robin");
         }
-        assert_eq!(r.subscribe("x", "$share/bad+/t", opts(0)), Err(SubscribeError::Share));
-        assert_eq!(r.subscribe("x", "$share/g", opts(0)), Err(SubscribeError::Share));
-        assert!(matches!(r.subscribe("x", "$share/g/a/#/b", opts(0)), Err(SubscribeError::Filter(_))));
+        assert_eq!(r.subscribe("x", "$share/bad+/t", opts(Q0)), Err(SubscribeError::Share));
+        assert_eq!(r.subscribe("x", "$share/g", opts(Q0)), Err(SubscribeError::Share));
+        assert!(matches!(r.subscribe("x", "$share/g/a/#/b", opts(Q0)), Err(SubscribeError::Filter(_))));
     }
 
     #[test]
     fn unsubscribe_and_session_end_remove_routes() {
         let mut r = Router::new();
-        r.subscribe("a", "x/#", opts(1)).unwrap();
-        r.subscribe("a", "$share/g/x/+", opts(1)).unwrap();
-        r.subscribe("b", "x/y", opts(1)).unwrap();
+        r.subscribe("a", "x/#", opts(Q1)).unwrap();
+        r.subscribe("a", "$share/g/x/+", opts(Q1)).unwrap();
+        r.subscribe("b", "x/y", opts(Q1)).unwrap();
         assert!(r.unsubscribe("a", "x/#"));
         assert!(!r.unsubscribe("a", "x/#"));
-        assert_eq!(to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)), [("a", 1), ("b", 1)]);
+        assert_eq!(to(&r.publish("p", &Message::new("x/y", Q1, Bytes::new()), false)), [("a", 1), ("b", 1)]);
         r.remove_client("a");
         assert!(r.subscriptions("a").is_empty());
-        assert_eq!(to(&r.publish("p", &Message::new("x/y", 1, Bytes::new()), false)), [("b", 1)]);
+        assert_eq!(to(&r.publish("p", &Message::new("x/y", Q1, Bytes::new()), false)), [("b", 1)]);
     }
 
     /// Random operations from several clients: no panic, and every delivery goes to a
@@ -498,7 +504,7 @@ mod tests {
             match next(4) {
                 0 => {
                     let f = filters[next(filters.len())];
-                    r.subscribe(client, f, SubOptions { no_local: next(2) == 0, ..opts(next(3) as u8) }).unwrap();
+                    r.subscribe(client, f, SubOptions { no_local: next(2) == 0, ..opts(q(next(3))) }).unwrap();
                 }
                 1 => {
                     r.unsubscribe(client, filters[next(filters.len())]);
@@ -506,7 +512,7 @@ mod tests {
                 2 if next(10) == 0 => r.remove_client(client),
                 _ => {
                     let topic = topics[next(topics.len())];
-                    let qos = next(3) as u8;
+                    let qos = q(next(3));
                     let d = r.publish(client, &Message::new(topic, qos, Bytes::from_static(b"p")), next(5) == 0);
                     let mut copies: HashMap<&str, usize> = HashMap::default();
                     for x in &d {

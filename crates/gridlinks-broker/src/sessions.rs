@@ -18,6 +18,8 @@ use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::{oneshot, Notify};
 
+use gridlinks_codec::mqtt::QoS;
+
 use crate::router::{Message, Router, SubOptions, SubscribeError};
 use crate::topic::matches;
 
@@ -32,7 +34,7 @@ pub struct Outbound {
     /// reference count per copy.
     pub msg: Arc<Message>,
     /// QoS of this copy: the lower of the published QoS and the subscription's.
-    pub qos: u8,
+    pub qos: QoS,
     /// RETAIN flag (retain-as-published subscriptions).
     pub retain: bool,
     /// Identifiers of the subscriptions that matched (MQTT 5).
@@ -49,7 +51,7 @@ pub struct Outbound {
 
 impl Outbound {
     /// A copy without retain flag or subscription identifiers.
-    pub fn plain(msg: impl Into<Arc<Message>>, qos: u8) -> Self {
+    pub fn plain(msg: impl Into<Arc<Message>>, qos: QoS) -> Self {
         let msg = msg.into();
         Self { msg, qos, retain: false, subscription_ids: Vec::new(), seq: None, packet_id: None, released: false }
     }
@@ -182,7 +184,7 @@ impl Inbox {
         let mut room = qos1_room;
         let mut n = 0;
         for m in queue.iter() {
-            if m.qos >= 1 {
+            if m.qos > QoS::AtMostOnce {
                 if room == 0 || m.fixed_packet_id().is_some_and(|id| !id_free(id)) {
                     break;
                 }
@@ -219,7 +221,7 @@ impl Inbox {
     pub fn push(&self, out: Outbound, capacity: usize, hard_limit: usize) -> Pushed {
         let mut queue = self.queue.lock();
         let full = queue.len() >= capacity;
-        if full && (out.qos == 0 || queue.len() >= hard_limit) {
+        if full && (out.qos == QoS::AtMostOnce || queue.len() >= hard_limit) {
             return Pushed::Full(out);
         }
         queue.push_back(out);
@@ -344,7 +346,7 @@ pub struct Routed {
     pub blocked: Vec<Blocked>,
     /// (client id, seq, QoS of the copy) of the copies for persistent sessions: rows to
     /// write to their durable queues before the publisher is acknowledged.
-    pub durable: Vec<(Arc<str>, u64, u8)>,
+    pub durable: Vec<(Arc<str>, u64, QoS)>,
     /// QoS 0 copies dropped because their receiver's queue was full.
     pub dropped_qos0: usize,
     /// (client id, seq) of durable copies pushed out of full offline queues
@@ -408,7 +410,7 @@ struct Entry {
     /// Most queued messages before the session is closed as too slow.
     capacity: usize,
     /// (filter, granted QoS).
-    subs: Vec<(String, u8)>,
+    subs: Vec<(String, QoS)>,
 }
 
 /// All live sessions, by device.
@@ -513,7 +515,7 @@ impl Sessions {
 
     /// Adds or replaces a subscription of a session; a new filter is refused when the
     /// session has [`Sessions::max_subscriptions`] already.
-    pub fn subscribe(&self, device: DeviceId, id: SessionId, filter: &str, qos: u8) -> Result<(), SubscribeError> {
+    pub fn subscribe(&self, device: DeviceId, id: SessionId, filter: &str, qos: QoS) -> Result<(), SubscribeError> {
         let mut map = self.by_device.write();
         if let Some(e) = map.get_mut(&device).and_then(|l| l.iter_mut().find(|e| e.id == id)) {
             let full = e.subs.len() >= self.subscription_limit();
@@ -737,7 +739,7 @@ impl Sessions {
         client_id: &str,
         filter: &str,
         opts: SubOptions,
-    ) -> Result<Vec<(Message, u8)>, SubscribeError> {
+    ) -> Result<Vec<(Message, QoS)>, SubscribeError> {
         let max = self.subscription_limit();
         Ok(self.with_router(|r| r.subscribe_at_most(client_id, filter, opts, max))?.retained)
     }
@@ -765,11 +767,11 @@ impl Sessions {
         for d in deliveries {
             let Some(e) = map.get(&*d.client) else { continue };
             let persistent = e.expiry > 0;
-            if !e.online && d.qos == 0 {
+            if !e.online && d.qos == QoS::AtMostOnce {
                 // An offline session gets QoS 1 copies only.
                 continue;
             }
-            let seq = (persistent && d.qos >= 1).then(|| {
+            let seq = (persistent && d.qos > QoS::AtMostOnce).then(|| {
                 let seq = e.inbox.next_seq.fetch_add(1, Ordering::Relaxed);
                 self.seq.fetch_max(seq + 1, Ordering::Relaxed);
                 seq
@@ -790,7 +792,7 @@ impl Sessions {
                         routed.blocked.push(Blocked { inbox: e.inbox.clone(), released });
                         true
                     }
-                    Pushed::Full(_) if d.qos == 0 => {
+                    Pushed::Full(_) if d.qos == QoS::AtMostOnce => {
                         self.dropped_qos0.fetch_add(1, Ordering::Relaxed);
                         routed.dropped_qos0 += 1;
                         false
@@ -888,6 +890,12 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gridlinks_codec::mqtt::QoS::{AtLeastOnce as Q1, AtMostOnce as Q0, ExactlyOnce as Q2};
+
+    /// QoS `n` (0..=2).
+    fn q(n: usize) -> QoS {
+        QoS::try_from(n as u8).unwrap()
+    }
 
     #[tokio::test]
     async fn delivery_follows_subscriptions_and_overflow_closes() {
@@ -895,12 +903,12 @@ mod tests {
         let d = DeviceId::new_random();
         let a = s.register(d, 1);
         let b = s.register(d, 1);
-        s.subscribe(d, a.id, "v1/devices/me/rpc/request/+", 1).unwrap();
-        s.subscribe(d, b.id, "v1/devices/me/attributes", 0).unwrap();
+        s.subscribe(d, a.id, "v1/devices/me/rpc/request/+", Q1).unwrap();
+        s.subscribe(d, b.id, "v1/devices/me/attributes", Q0).unwrap();
         assert_eq!(s.deliver(d, "v1/devices/me/rpc/request/1", Bytes::from_static(b"{}")), 1);
         a.inbox.wake.notified().await;
         let m = a.inbox.drain().pop_front().unwrap();
-        assert_eq!((&*m.msg.topic, m.qos), ("v1/devices/me/rpc/request/1", 1));
+        assert_eq!((&*m.msg.topic, m.qos), ("v1/devices/me/rpc/request/1", Q1));
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"1")), 1);
         // b's queue (capacity 1) is now full: the next delivery closes it instead of dropping silently.
         assert_eq!(s.deliver(d, "v1/devices/me/attributes", Bytes::from_static(b"2")), 0);
@@ -919,11 +927,11 @@ mod tests {
     async fn client_sessions_route_take_over_and_drop_subscriptions_when_they_end() {
         let s = Sessions::default();
         let a = s.register_client("app", "u".into(), 10, true, 0).link;
-        let opts = SubOptions { qos: 1, ..Default::default() };
+        let opts = SubOptions { qos: Q1, ..Default::default() };
         assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
-        assert_eq!(s.publish("dev", &Message::new("meters/1", 1, Bytes::from_static(b"7")), true).queued, 1);
+        assert_eq!(s.publish("dev", &Message::new("meters/1", Q1, Bytes::from_static(b"7")), true).queued, 1);
         let m = a.inbox.drain().pop_front().unwrap();
-        assert_eq!((&*m.msg.topic, m.qos, m.retain), ("meters/1", 1, false));
+        assert_eq!((&*m.msg.topic, m.qos, m.retain), ("meters/1", Q1, false));
         // The retained message waits for the next subscriber.
         let late = s.register_client("late", "".into(), 10, true, 0).link;
         let retained = s.subscribe_client("late", "meters/#", opts).unwrap();
@@ -937,7 +945,7 @@ mod tests {
         s.unregister_client("app", &a, Vec::new()); // the old connection ending changes nothing
         assert_eq!(s.count(), 2);
         assert_eq!(
-            s.publish("dev", &Message::new("meters/2", 0, Bytes::new()), false).queued,
+            s.publish("dev", &Message::new("meters/2", Q0, Bytes::new()), false).queued,
             1,
             "only 'late' is subscribed"
         );
@@ -946,7 +954,7 @@ mod tests {
         s.unregister_client("late", &late, Vec::new());
         s.unregister_client("app", &a2, Vec::new());
         assert_eq!(s.count(), 0);
-        assert_eq!(s.publish("dev", &Message::new("meters/3", 0, Bytes::new()), false).queued, 0);
+        assert_eq!(s.publish("dev", &Message::new("meters/3", Q0, Bytes::new()), false).queued, 0);
     }
 
     #[test]
@@ -972,12 +980,12 @@ mod tests {
     #[test]
     fn persistent_sessions_queue_while_offline_resume_and_expire() {
         let s = Sessions::default();
-        let opts = SubOptions { qos: 1, ..Default::default() };
+        let opts = SubOptions { qos: Q1, ..Default::default() };
         let r = s.register_client("p", "".into(), 2, false, 60);
         assert!(!r.present && !r.discarded);
         s.subscribe_client("p", "t/#", opts).unwrap();
         // Online: a QoS 1 copy gets a durable row.
-        let routed = s.publish("x", &Message::new("t/1", 1, Bytes::from_static(b"1")), false);
+        let routed = s.publish("x", &Message::new("t/1", Q1, Bytes::from_static(b"1")), false);
         assert_eq!(routed.durable.len(), 1);
         let mut sent = r.link.inbox.take(10, |_| true);
         sent[0].packet_id = Some(7);
@@ -986,10 +994,10 @@ mod tests {
             panic!("not parked")
         };
         // Offline: QoS 0 is not queued, QoS 1 is (durably) up to the bound, then dropped.
-        assert_eq!(s.publish("x", &Message::new("t/2", 0, Bytes::new()), false).queued, 0);
-        assert_eq!(s.publish("x", &Message::new("t/3", 1, Bytes::new()), false).durable.len(), 1);
-        assert_eq!(s.publish("x", &Message::new("t/4", 1, Bytes::new()), false).durable.len(), 1);
-        assert!(s.publish("x", &Message::new("t/5", 1, Bytes::new()), false).durable.is_empty());
+        assert_eq!(s.publish("x", &Message::new("t/2", Q0, Bytes::new()), false).queued, 0);
+        assert_eq!(s.publish("x", &Message::new("t/3", Q1, Bytes::new()), false).durable.len(), 1);
+        assert_eq!(s.publish("x", &Message::new("t/4", Q1, Bytes::new()), false).durable.len(), 1);
+        assert!(s.publish("x", &Message::new("t/5", Q1, Bytes::new()), false).durable.is_empty());
         assert_eq!(s.dropped_offline(), 1);
         // Resumed: the unacknowledged copy first (same packet id), then the queue.
         let r2 = s.register_client("p", "".into(), 2, false, 60);
@@ -1002,23 +1010,23 @@ mod tests {
         let Unregistered::Parked { epoch, .. } = s.unregister_client("p", &r2.link, Vec::new()) else { panic!() };
         assert!(s.expire_client("p", epoch));
         assert_eq!(s.count(), 0);
-        assert_eq!(s.publish("x", &Message::new("t/6", 1, Bytes::new()), false).queued, 0, "subscriptions gone");
+        assert_eq!(s.publish("x", &Message::new("t/6", Q1, Bytes::new()), false).queued, 0, "subscriptions gone");
         // Clean start discards a persistent session.
         s.register_client("q", "".into(), 2, false, 60);
         s.subscribe_client("q", "t/#", opts).unwrap();
         let r3 = s.register_client("q", "".into(), 2, true, 0);
         assert!(!r3.present && r3.discarded);
-        assert_eq!(s.publish("x", &Message::new("t/7", 1, Bytes::new()), false).queued, 0);
+        assert_eq!(s.publish("x", &Message::new("t/7", Q1, Bytes::new()), false).queued, 0);
     }
 
     #[test]
     fn a_full_offline_queue_can_drop_the_oldest_instead() {
         let s = Sessions::default().drop_oldest_when_offline_queue_full(true);
         let r = s.register_client("p", "".into(), 1, false, 60);
-        s.subscribe_client("p", "t", SubOptions { qos: 1, ..Default::default() }).unwrap();
+        s.subscribe_client("p", "t", SubOptions { qos: Q1, ..Default::default() }).unwrap();
         s.unregister_client("p", &r.link, Vec::new());
-        let first = s.publish("x", &Message::new("t", 1, Bytes::from_static(b"1")), false);
-        let second = s.publish("x", &Message::new("t", 1, Bytes::from_static(b"2")), false);
+        let first = s.publish("x", &Message::new("t", Q1, Bytes::from_static(b"1")), false);
+        let second = s.publish("x", &Message::new("t", Q1, Bytes::from_static(b"2")), false);
         assert_eq!(second.dropped[0], (first.durable[0].0.clone(), first.durable[0].1), "the first copy's row goes");
         let r = s.register_client("p", "".into(), 1, false, 60);
         assert_eq!(r.link.inbox.take(10, |_| true)[0].msg.payload, Bytes::from_static(b"2"));
@@ -1078,7 +1086,7 @@ mod tests {
                     3 | 4 => {
                         if links.contains_key(c) {
                             let f = filters[next(filters.len())];
-                            let opts = SubOptions { qos: next(3) as u8, no_local: next(4) == 0, ..Default::default() };
+                            let opts = SubOptions { qos: q(next(3)), no_local: next(4) == 0, ..Default::default() };
                             if s.subscribe_client(c, f, opts).is_ok() {
                                 allowed.entry(c).or_default().push(f);
                             }
@@ -1090,7 +1098,7 @@ mod tests {
                         }
                     }
                     6 | 7 => {
-                        let msg = Message::new(topics[next(topics.len())], next(3) as u8, Bytes::from_static(b"m"));
+                        let msg = Message::new(topics[next(topics.len())], q(next(3)), Bytes::from_static(b"m"));
                         s.publish(c, &msg, next(5) == 0);
                     }
                     _ => {
@@ -1116,7 +1124,7 @@ mod tests {
     #[test]
     fn take_stops_at_the_window_and_keeps_order() {
         let inbox = Inbox::default();
-        for (i, qos) in [1u8, 0, 1, 1, 0].into_iter().enumerate() {
+        for (i, qos) in [Q1, Q0, Q1, Q1, Q0].into_iter().enumerate() {
             inbox.queue.lock().push_back(Outbound::plain(Message::new(&i.to_string(), qos, Bytes::new()), qos));
         }
         let topics = |v: Vec<Outbound>| v.into_iter().map(|m| m.msg.topic.to_string()).collect::<Vec<_>>();
@@ -1130,13 +1138,13 @@ mod tests {
     #[test]
     fn durable_copies_are_numbered_per_session_and_wait_for_their_fixed_packet_id() {
         let s = Sessions::default();
-        let opts = SubOptions { qos: 2, ..Default::default() };
+        let opts = SubOptions { qos: Q2, ..Default::default() };
         let a = s.register_client("a", "".into(), 100, true, 60).link;
         let b = s.register_client("b", "".into(), 100, true, 60).link;
         s.subscribe_client("a", "t", opts).unwrap();
         s.subscribe_client("b", "t", opts).unwrap();
         for _ in 0..3 {
-            assert_eq!(s.publish("p", &Message::new("t", 2, Bytes::new()), false).durable.len(), 2);
+            assert_eq!(s.publish("p", &Message::new("t", Q2, Bytes::new()), false).durable.len(), 2);
         }
         // Consecutive per session, whatever the other sessions get.
         let ids: Vec<_> = a.inbox.queue.lock().iter().map(|o| (o.seq, o.fixed_packet_id())).collect();
@@ -1146,7 +1154,7 @@ mod tests {
         assert_eq!(a.inbox.take(10, |id| id != 2).len(), 1);
         assert_eq!(a.inbox.take(10, |_| true).len(), 2);
         // Ids wrap after 65,535 copies, never to 0.
-        let mut late = Outbound::plain(Message::new("t", 1, Bytes::new()), 1);
+        let mut late = Outbound::plain(Message::new("t", Q1, Bytes::new()), Q1);
         late.seq = Some(65_535 + 1);
         assert_eq!(late.fixed_packet_id(), Some(2));
         late.seq = Some(65_534);
@@ -1155,7 +1163,7 @@ mod tests {
         // (whose rows may still be being deleted).
         let a2 = s.register_client("a", "".into(), 100, true, 60).link;
         s.subscribe_client("a", "t", opts).unwrap();
-        s.publish("p", &Message::new("t", 2, Bytes::new()), false);
+        s.publish("p", &Message::new("t", Q2, Bytes::new()), false);
         assert_eq!(a2.inbox.queue.lock()[0].seq, Some(3));
     }
 
@@ -1163,16 +1171,17 @@ mod tests {
     async fn a_full_queue_holds_qos1_publishers_back_and_drops_qos0() {
         let s = Sessions::default().hard_limit(4);
         let sub = s.register_client("slow", "".into(), 2, true, 0).link;
-        let opts = SubOptions { qos: 1, ..Default::default() };
+        let opts = SubOptions { qos: Q1, ..Default::default() };
         s.subscribe_client("slow", "t", opts).unwrap();
-        let publish = |p: &'static [u8], qos: u8| s.publish("p", &Message::new("t", qos, Bytes::from_static(p)), false);
-        assert_eq!(publish(b"1", 1).queued + publish(b"2", 1).queued, 2);
+        let publish =
+            |p: &'static [u8], qos: QoS| s.publish("p", &Message::new("t", qos, Bytes::from_static(p)), false);
+        assert_eq!(publish(b"1", Q1).queued + publish(b"2", Q1).queued, 2);
         // Full: QoS 0 is dropped and counted, QoS 1 is queued and its publisher waits.
-        assert_eq!(publish(b"x", 0).queued, 0);
+        assert_eq!(publish(b"x", Q0).queued, 0);
         assert_eq!(s.dropped_qos0(), 1);
-        let mut third = publish(b"3", 1);
+        let mut third = publish(b"3", Q1);
         assert_eq!((third.queued, third.blocked.len()), (1, 1));
-        let mut fourth = publish(b"4", 1);
+        let mut fourth = publish(b"4", Q1);
         let waiting3 = tokio::spawn(third.blocked.remove(0).wait(std::time::Duration::from_secs(5)));
         let waiting4 = tokio::spawn(fourth.blocked.remove(0).wait(std::time::Duration::from_secs(5)));
         tokio::task::yield_now().await;
@@ -1186,15 +1195,15 @@ mod tests {
         assert_eq!(rest, [&b"2"[..], b"3", b"4"], "in publish order");
         assert!(waiting4.await.unwrap());
         // A receiver that does not catch up is disconnected after the patience.
-        publish(b"5", 1);
-        publish(b"6", 1);
-        let mut routed = publish(b"7", 1);
+        publish(b"5", Q1);
+        publish(b"6", Q1);
+        let mut routed = publish(b"7", Q1);
         assert!(!routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)).await);
         assert_eq!(sub.inbox.close_reason(), Some(CloseReason::TooSlow));
         // At the hard limit it is disconnected at once; a clean session loses the copy.
         let fast = s.register_client("burst", "".into(), 1, true, 0).link;
         s.subscribe_client("burst", "b", opts).unwrap();
-        let burst = |p: &'static [u8]| s.publish("p", &Message::new("b", 1, Bytes::from_static(p)), false);
+        let burst = |p: &'static [u8]| s.publish("p", &Message::new("b", Q1, Bytes::from_static(p)), false);
         assert_eq!((burst(b"1").blocked.len(), burst(b"2").blocked.len()), (0, 1));
         assert_eq!((burst(b"3").blocked.len(), burst(b"4").blocked.len()), (1, 1));
         assert!(!fast.inbox.is_closed());
@@ -1206,7 +1215,7 @@ mod tests {
     #[test]
     fn subscriptions_per_session_are_bounded() {
         let s = Sessions::default().max_subscriptions(2);
-        let opts = SubOptions { qos: 1, ..SubOptions::default() };
+        let opts = SubOptions { qos: Q1, ..SubOptions::default() };
         let link = s.register_client("c", "".into(), 10, true, 0).link;
         s.subscribe_client("c", "a", opts).unwrap();
         s.subscribe_client("c", "b", opts).unwrap();
@@ -1217,10 +1226,10 @@ mod tests {
         s.subscribe_client("c", "c", opts).unwrap();
         let d = DeviceId::new_random();
         let dev = s.register(d, 10);
-        s.subscribe(d, dev.id, "x", 1).unwrap();
-        s.subscribe(d, dev.id, "y", 1).unwrap();
-        assert!(matches!(s.subscribe(d, dev.id, "z", 1), Err(SubscribeError::TooMany(2))));
-        s.subscribe(d, dev.id, "x", 0).unwrap();
+        s.subscribe(d, dev.id, "x", Q1).unwrap();
+        s.subscribe(d, dev.id, "y", Q1).unwrap();
+        assert!(matches!(s.subscribe(d, dev.id, "z", Q1), Err(SubscribeError::TooMany(2))));
+        s.subscribe(d, dev.id, "x", Q0).unwrap();
         let _ = link;
     }
 }

@@ -76,10 +76,12 @@ impl ProtocolVersion {
     }
 }
 
-/// Quality of service of a PUBLISH or a subscription.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Quality of service of a PUBLISH or a subscription, ordered (a copy goes at the lower
+/// of the published and the granted QoS); `AtMostOnce` by default, as MQTT's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum QoS {
     /// Fire and forget.
+    #[default]
     AtMostOnce = 0,
     /// Acknowledged with PUBACK; may be delivered twice.
     AtLeastOnce = 1,

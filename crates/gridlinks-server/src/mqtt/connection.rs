@@ -929,7 +929,7 @@ impl<T: Transport> Conn<T> {
                 }
                 // A durable copy goes with its fixed id (free unless two in one batch share
                 // it, which takes 65,535 copies between them: then it gets another).
-                let packet_id = (out.qos >= 1).then(|| {
+                let packet_id = (out.qos > QoS::AtMostOnce).then(|| {
                     out.fixed_packet_id().filter(|&id| window.reserve(id)).unwrap_or_else(|| window.take_id())
                 });
                 self.send(out, packet_id, false, now, window);
@@ -1010,7 +1010,7 @@ impl<T: Transport> Conn<T> {
         }
         let qos = match (packet_id, out.qos) {
             (None, _) => QoS::AtMostOnce,
-            (Some(_), 2) => QoS::ExactlyOnce,
+            (Some(_), QoS::ExactlyOnce) => QoS::ExactlyOnce,
             (Some(_), _) => QoS::AtLeastOnce,
         };
         let publish = PublishRef {
@@ -1352,11 +1352,11 @@ impl<T: Transport> Conn<T> {
             .filters
             .iter()
             .map(|f| {
-                let granted = f.qos as u8;
+                let granted = f.qos;
                 match who {
                     Who::Device(device) => {
                         // Server-originated device messages go at QoS 0 or 1.
-                        let granted = granted.min(1);
+                        let granted = granted.min(QoS::AtLeastOnce);
                         if f.filter.starts_with("$share/") {
                             return if v5 {
                                 rc::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
@@ -1368,7 +1368,7 @@ impl<T: Transport> Conn<T> {
                             return if v5 { rc::TOPIC_FILTER_INVALID } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
                         match self.st.sessions.subscribe(*device, self.session, &f.filter, granted) {
-                            Ok(()) => granted,
+                            Ok(()) => u8::from(granted),
                             Err(_) => {
                                 if v5 {
                                     rc::QUOTA_EXCEEDED
@@ -1401,7 +1401,7 @@ impl<T: Transport> Conn<T> {
                                     subscription_ids: s.subscription_identifier.into_iter().collect(),
                                     ..Outbound::plain(msg, qos)
                                 }));
-                                granted
+                                u8::from(granted)
                             }
                             Err(SubscribeError::TooMany(_)) => {
                                 if v5 {
@@ -1513,7 +1513,7 @@ pub(crate) fn message(p: Publish) -> Message {
     Message {
         topic: p.topic.into(),
         payload: p.payload,
-        qos: p.qos as u8,
+        qos: p.qos,
         props: has_props.then(|| Arc::new(props)),
         expires,
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use gridlinks_broker::router::{Message, SubOptions};
 use gridlinks_broker::sessions::{Outbound, SessionId, Sessions, StoredSession};
-use gridlinks_codec::mqtt::{LastWill, Publish};
+use gridlinks_codec::mqtt::{LastWill, Publish, QoS};
 use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp, WriterHandle};
 use gridlinks_types::Ts;
 use serde::{Deserialize, Serialize};
@@ -68,7 +68,7 @@ pub fn route_with(
         // A row is the copy's QoS (it may be lower than the message's) and the message.
         rows.extend(routed.durable.iter().map(|(client, seq, qos)| {
             let mut value = Vec::with_capacity(stored.len() + 1);
-            value.push(*qos);
+            value.push(u8::from(*qos));
             value.extend_from_slice(&stored);
             BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: Some(value) }
         }));
@@ -162,6 +162,17 @@ struct SubscriptionRecord {
     subscription_id: Option<u32>,
 }
 
+/// A QoS read back from a stored row (a copy in a durable queue, a subscription): rows hold
+/// its MQTT number, 0 to 2; a larger byte (never written) counts as 2, as it did when the
+/// QoS was kept as a bare byte.
+fn stored_qos(byte: u8) -> QoS {
+    match byte {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        _ => QoS::ExactlyOnce,
+    }
+}
+
 /// The row storing `client`'s persistent session as it is now.
 pub fn session_row(
     sessions: &Sessions,
@@ -175,7 +186,7 @@ pub fn session_row(
         .into_iter()
         .map(|(filter, o)| SubscriptionRecord {
             filter,
-            qos: o.qos,
+            qos: u8::from(o.qos),
             no_local: o.no_local,
             retain_as_published: o.retain_as_published,
             retain_handling: o.retain_handling,
@@ -241,12 +252,13 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
         next_seq = next_seq.max(seq + 1);
         let mut out = if v == RELEASED {
             // Only the PUBREL is owed, with the copy's fixed packet id.
-            let mut out = Outbound::plain(Message::new("", 2, bytes::Bytes::new()), 2);
+            let mut out = Outbound::plain(Message::new("", QoS::ExactlyOnce, bytes::Bytes::new()), QoS::ExactlyOnce);
             out.released = true;
             out
         } else {
             match v.split_first().and_then(|(qos, m)| Some((*qos, retained::decode_message(m)?))) {
-                Some((qos, msg)) => Outbound::plain(msg, qos.clamp(1, 2)),
+                // A queued copy is QoS 1 or 2.
+                Some((qos, msg)) => Outbound::plain(msg, stored_qos(qos.max(1))),
                 None => {
                     expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
                     continue;
@@ -292,7 +304,7 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
             .into_iter()
             .map(|s| {
                 let opts = SubOptions {
-                    qos: s.qos,
+                    qos: stored_qos(s.qos),
                     no_local: s.no_local,
                     retain_as_published: s.retain_as_published,
                     retain_handling: s.retain_handling,

@@ -33,14 +33,10 @@ fn encode_row(msg: &Message, now_ms: i64, now: Instant) -> Vec<u8> {
     properties.message_expiry_interval = msg.expires.map(|e| remaining_secs(e, now));
     let publish = Packet::Publish(Publish {
         dup: false,
-        qos: match msg.qos {
-            0 => QoS::AtMostOnce,
-            1 => QoS::AtLeastOnce,
-            _ => QoS::ExactlyOnce,
-        },
+        qos: msg.qos,
         retain: true,
         topic: msg.topic.to_string(),
-        packet_id: (msg.qos > 0).then_some(1),
+        packet_id: (msg.qos > QoS::AtMostOnce).then_some(1),
         payload: msg.payload.clone(),
         properties,
     });
@@ -84,7 +80,7 @@ fn decode_row(v: &[u8], now_ms: i64, now: Instant) -> Option<Message> {
     Some(Message {
         topic: p.topic.into(),
         payload: p.payload,
-        qos: p.qos as u8,
+        qos: p.qos,
         props: has_props.then(|| Arc::new(props)),
         expires,
     })
@@ -124,14 +120,14 @@ mod tests {
         let msg = Message {
             topic: "a/b".into(),
             payload: bytes::Bytes::from_static(b"on"),
-            qos: 1,
+            qos: QoS::AtLeastOnce,
             props: Some(Arc::new(props)),
             expires: Some(now + Duration::from_secs(100)),
         };
         let v = encode_row(&msg, 1_000_000, now);
         // Loaded 30 s later: 70 s left.
         let back = decode_row(&v, 1_030_000, now).unwrap();
-        assert_eq!((&*back.topic, &back.payload[..], back.qos), ("a/b", &b"on"[..], 1));
+        assert_eq!((&*back.topic, &back.payload[..], back.qos), ("a/b", &b"on"[..], QoS::AtLeastOnce));
         assert_eq!(back.props, msg.props);
         assert_eq!(back.expires, Some(now + Duration::from_secs(70)));
         // Loaded after it expired: gone.

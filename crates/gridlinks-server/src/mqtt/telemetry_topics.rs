@@ -13,6 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use gridlinks_broker::router::Message;
 use gridlinks_broker::sessions::Sessions;
+use gridlinks_codec::mqtt::QoS;
 use gridlinks_ingest::{BoxFuture, LiveData};
 use gridlinks_storage::{Store, StoreError, WriterHandle};
 use gridlinks_types::{DeviceId, TsRecord};
@@ -69,7 +70,7 @@ impl LiveData for CanonicalTopics {
             for (device, records) in committed {
                 // A device deleted meanwhile has no topic any more.
                 let Some(d) = self.store.device(device)? else { continue };
-                let msg = Message::new(&topic(&d.name), 1, payload(&records));
+                let msg = Message::new(&topic(&d.name), QoS::AtLeastOnce, payload(&records));
                 let routing = super::pubsub::route_with(&self.sessions, &self.writer, "", &msg, false, None);
                 if let Some(pending) = routing.pending {
                     pending.await?;
