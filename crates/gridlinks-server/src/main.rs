@@ -88,6 +88,13 @@ fn main() -> ExitCode {
     unsafe {
         libc::umask(0o077);
     }
+    // No transparent huge pages: the allocator asks for them, and the first touch of one
+    // zeroes 2 MiB in the page fault — a 7 ms stall of the storage writer was traced to it
+    // (docs/benchmarks.md, issue 13). Idle memory is smaller without them too.
+    // SAFETY: PR_SET_THP_DISABLE only sets a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Admin { command: AdminCommand::RotateSecret { config, data_dir } } => {
