@@ -13,8 +13,11 @@
 //!   client's unreleased QoS 2 ids), each with a bounded outbound queue whose overflow
 //!   policy is backpressure for QoS 1/2 (publishers wait, released in order as the client
 //!   reads), drops for QoS 0, and a hard limit.
+//! * [`persist`] — the broker's stored rows (durable queues, unreleased QoS 2 ids,
+//!   persistent sessions): keys and values encoded and decoded in one place, versioned.
 
 pub mod acl;
+pub mod persist;
 pub mod router;
 pub mod sessions;
 pub mod topic;

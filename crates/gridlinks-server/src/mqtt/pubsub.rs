@@ -9,12 +9,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gridlinks_broker::persist::{self, stored_qos, QueueValue, SessionRecord, SubscriptionRecord};
 use gridlinks_broker::router::{Message, SubOptions};
 use gridlinks_broker::sessions::{Outbound, SessionId, Sessions, StoredSession};
 use gridlinks_codec::mqtt::{LastWill, Publish, QoS};
 use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp, WriterHandle};
 use gridlinks_types::Ts;
-use serde::{Deserialize, Serialize};
 
 use super::retained;
 use crate::app::AppState;
@@ -66,16 +66,15 @@ pub fn route_with(
     if !routed.durable.is_empty() {
         let stored = retained::encode_message(msg);
         // A row is the copy's QoS (it may be lower than the message's) and the message.
-        rows.extend(routed.durable.iter().map(|(client, seq, qos)| {
-            let mut value = Vec::with_capacity(stored.len() + 1);
-            value.push(u8::from(*qos));
-            value.extend_from_slice(&stored);
-            BrokerRow { table: BrokerTable::Queue, key: queue_key(client, *seq), value: Some(value) }
+        rows.extend(routed.durable.iter().map(|(client, seq, qos)| BrokerRow {
+            table: BrokerTable::Queue,
+            key: persist::queue_key(client, *seq),
+            value: Some(QueueValue::Copy(*qos, &stored).encode()),
         }));
     }
     rows.extend(routed.dropped.iter().map(|(client, seq)| BrokerRow {
         table: BrokerTable::Queue,
-        key: queue_key(client, *seq),
+        key: persist::queue_key(client, *seq),
         value: None,
     }));
     if rows.is_empty() && routed.blocked.is_empty() {
@@ -102,75 +101,28 @@ pub async fn deliver(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool
     }
 }
 
-/// The key of copy `seq` in `client`'s durable queue.
-pub fn queue_key(client: &str, seq: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(client.len() + 9);
-    k.extend_from_slice(client.as_bytes());
-    // Client ids are UTF-8 strings without U+0000 (MQTT 1.5.4), so 0 ends one.
-    k.push(0);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
 /// The row remembering (`present`) or forgetting that `client` published QoS 2 message
 /// `packet_id` and has not released it yet.
 pub fn incoming_row(client: &str, packet_id: u16, present: bool) -> BrokerRow {
-    let mut key = Vec::with_capacity(client.len() + 3);
-    key.extend_from_slice(client.as_bytes());
-    key.push(0);
-    key.extend_from_slice(&packet_id.to_be_bytes());
-    BrokerRow { table: BrokerTable::Incoming, key, value: present.then(Vec::new) }
+    BrokerRow {
+        table: BrokerTable::Incoming,
+        key: persist::incoming_key(client, packet_id),
+        value: present.then(Vec::new),
+    }
 }
 
 /// The row deleting copy `out` from `client`'s durable queue, if it has one.
 pub fn acked_row(client: &str, out: &Outbound) -> Option<BrokerRow> {
-    out.seq.map(|seq| BrokerRow { table: BrokerTable::Queue, key: queue_key(client, seq), value: None })
+    out.seq.map(|seq| BrokerRow { table: BrokerTable::Queue, key: persist::queue_key(client, seq), value: None })
 }
-
-/// The value of a durable QoS 2 copy's row once the client has received it (PUBREC):
-/// only its PUBREL is owed (a row value otherwise starts with the copy's QoS, 1 or 2).
-const RELEASED: [u8; 1] = [0x82];
 
 /// The row recording that the client received QoS 2 copy `out` (PUBREC), if it is durable.
 pub fn released_row(client: &str, out: &Outbound) -> Option<BrokerRow> {
     out.seq.map(|seq| BrokerRow {
         table: BrokerTable::Queue,
-        key: queue_key(client, seq),
-        value: Some(RELEASED.to_vec()),
+        key: persist::queue_key(client, seq),
+        value: Some(QueueValue::Released.encode()),
     })
-}
-
-/// A persistent session as stored.
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SessionRecord {
-    owner: String,
-    expiry: u32,
-    subscriptions: Vec<SubscriptionRecord>,
-    /// When its last connection ended (ms since epoch); absent while connected.
-    disconnected_at: Option<i64>,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SubscriptionRecord {
-    filter: String,
-    qos: u8,
-    no_local: bool,
-    retain_as_published: bool,
-    retain_handling: u8,
-    subscription_id: Option<u32>,
-}
-
-/// A QoS read back from a stored row (a copy in a durable queue, a subscription): rows hold
-/// its MQTT number, 0 to 2; a larger byte (never written) counts as 2, as it did when the
-/// QoS was kept as a bare byte.
-fn stored_qos(byte: u8) -> QoS {
-    match byte {
-        0 => QoS::AtMostOnce,
-        1 => QoS::AtLeastOnce,
-        _ => QoS::ExactlyOnce,
-    }
 }
 
 /// The row storing `client`'s persistent session as it is now.
@@ -193,17 +145,20 @@ pub fn session_row(
             subscription_id: o.subscription_id,
         })
         .collect();
-    let rec = SessionRecord { owner: owner.to_owned(), expiry, subscriptions, disconnected_at };
-    // Serializing plain data cannot fail.
-    let value = serde_json::to_vec(&rec).unwrap_or_default();
-    BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: Some(value) }
+    let rec = SessionRecord {
+        version: persist::ROW_VERSION,
+        owner: owner.to_owned(),
+        expiry,
+        subscriptions,
+        disconnected_at,
+    };
+    BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: Some(rec.encode()) }
 }
 
 /// Rows deleting everything stored for `client`'s session (record, queue, QoS 2 ids).
 pub fn forget_rows(store: &Store, client: &str) -> Result<Vec<BrokerRow>, StoreError> {
     let mut rows = vec![BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: None }];
-    let mut prefix = client.as_bytes().to_vec();
-    prefix.push(0);
+    let prefix = persist::client_prefix(client);
     for table in [BrokerTable::Queue, BrokerTable::Incoming] {
         for (key, _) in store.broker_prefix(table, &prefix)? {
             rows.push(BrokerRow { table, key, value: None });
@@ -244,44 +199,50 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
     let mut next_seq = 0;
     let mut expired_rows = Vec::new();
     for (key, v) in st.store.broker_rows(BrokerTable::Queue)? {
-        let Some(split) = key.len().checked_sub(9).filter(|&i| key[i] == 0) else { continue };
-        let (Ok(client), Ok(seq)) = (std::str::from_utf8(&key[..split]), <[u8; 8]>::try_from(&key[split + 1..])) else {
-            continue;
-        };
-        let seq = u64::from_be_bytes(seq);
+        let Ok((client, seq)) = persist::parse_queue_key(&key) else { continue };
+        let client = client.to_owned();
         next_seq = next_seq.max(seq + 1);
-        let mut out = if v == RELEASED {
-            // Only the PUBREL is owed, with the copy's fixed packet id.
-            let mut out = Outbound::plain(Message::new("", QoS::ExactlyOnce, bytes::Bytes::new()), QoS::ExactlyOnce);
-            out.released = true;
-            out
-        } else {
-            match v.split_first().and_then(|(qos, m)| Some((*qos, retained::decode_message(m)?))) {
-                // A queued copy is QoS 1 or 2.
-                Some((qos, msg)) => Outbound::plain(msg, stored_qos(qos.max(1))),
+        let mut out = match QueueValue::decode(&v) {
+            Ok(QueueValue::Released) => {
+                // Only the PUBREL is owed, with the copy's fixed packet id.
+                let mut out =
+                    Outbound::plain(Message::new("", QoS::ExactlyOnce, bytes::Bytes::new()), QoS::ExactlyOnce);
+                out.released = true;
+                out
+            }
+            Ok(QueueValue::Copy(qos, m)) => match retained::decode_message(m) {
+                Some(msg) => Outbound::plain(msg, qos),
                 None => {
                     expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
                     continue;
                 }
+            },
+            Err(e @ persist::RowError::Version(_)) => {
+                // Written by a newer build: kept, not misread.
+                crate::logging::warn_limited!(error = %e, "skipping a durable queue row");
+                continue;
+            }
+            _ => {
+                expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
+                continue;
             }
         };
         out.seq = Some(seq);
         if out.released {
             out.packet_id = out.fixed_packet_id();
         }
-        queues.entry(client.to_owned()).or_default().push(out);
+        queues.entry(client).or_default().push(out);
     }
     st.sessions.seq_floor(next_seq);
     let mut incoming: std::collections::HashMap<String, Vec<u16>> = std::collections::HashMap::new();
     for (key, _) in st.store.broker_rows(BrokerTable::Incoming)? {
-        let Some(split) = key.len().checked_sub(3).filter(|&i| key[i] == 0) else { continue };
-        if let Ok(client) = std::str::from_utf8(&key[..split]) {
-            incoming.entry(client.to_owned()).or_default().push(u16::from_be_bytes([key[split + 1], key[split + 2]]));
+        if let Ok((client, packet_id)) = persist::parse_incoming_key(&key) {
+            incoming.entry(client.to_owned()).or_default().push(packet_id);
         }
     }
     let mut n = 0;
     for (key, v) in st.store.broker_rows(BrokerTable::Sessions)? {
-        let (Ok(client), Ok(rec)) = (String::from_utf8(key), serde_json::from_slice::<SessionRecord>(&v)) else {
+        let (Ok(client), Ok(rec)) = (String::from_utf8(key), SessionRecord::decode(&v)) else {
             continue;
         };
         // A session connected at a crash counts as disconnected now.
