@@ -1,5 +1,6 @@
 //! The broker's stored rows, encoded and decoded in one place: the keys of durable queues
-//! and unreleased QoS 2 ids, the value of a queued copy, and a persistent session's record.
+//! and unreleased QoS 2 ids, the value of a queued copy, a persistent session's record, and
+//! a stored message (retained messages and queued copies hold one).
 //! The storage layer keeps these rows as opaque bytes (`broker` keyspace); the server only
 //! calls this module, never builds or splits a key itself.
 //!
@@ -9,7 +10,13 @@
 //! byte of layout 1) and its session records with a higher `"version"`; decoders refuse
 //! layouts they do not know ([`RowError::Version`]) instead of misreading them.
 
-use gridlinks_codec::mqtt::QoS;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use gridlinks_codec::mqtt::{decode, encode, Packet, ProtocolVersion, Publish, QoS};
+
+use crate::router::Message;
 use serde::{Deserialize, Serialize};
 
 /// The newest row layout this build writes and reads.
@@ -174,6 +181,62 @@ impl SessionRecord {
     }
 }
 
+/// `msg` as stored (retained messages, queued copies) at `now_ms` (ms since epoch) /
+/// `now`: the time, then the message as an MQTT 5 PUBLISH (its remaining expiry as the
+/// Message Expiry Interval). `None` if it cannot be encoded (it was decoded from a valid
+/// PUBLISH, so it can).
+pub fn encode_message(msg: &Message, now_ms: i64, now: Instant) -> Option<Vec<u8>> {
+    let mut properties = msg.props.as_deref().cloned().unwrap_or_default();
+    properties.message_expiry_interval = msg.expires.map(|e| remaining_secs(e, now));
+    let publish = Packet::Publish(Publish {
+        dup: false,
+        qos: msg.qos,
+        retain: true,
+        topic: msg.topic.to_string(),
+        packet_id: (msg.qos > QoS::AtMostOnce).then_some(1),
+        payload: msg.payload.clone(),
+        properties,
+    });
+    let mut out = BytesMut::from(&now_ms.to_be_bytes()[..]);
+    encode(&publish, ProtocolVersion::V5, &mut out).ok()?;
+    Some(out.to_vec())
+}
+
+/// Seconds until `expires`, rounded up (MQTT 5 sends whole seconds).
+pub fn remaining_secs(expires: Instant, now: Instant) -> u32 {
+    let left = expires.saturating_duration_since(now);
+    u32::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0)).unwrap_or(u32::MAX)
+}
+
+/// A message stored by [`encode_message`], read back at `now_ms` / `now`; `None` when it
+/// expired meanwhile or does not decode.
+pub fn decode_message(v: &[u8], now_ms: i64, now: Instant) -> Option<Message> {
+    let stored_ms = i64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+    let mut buf = BytesMut::from(&v[8..]);
+    let Ok(Some(Packet::Publish(p))) = decode(&mut buf, ProtocolVersion::V5, usize::MAX) else {
+        return None;
+    };
+    let mut props = p.properties;
+    let expires = match props.message_expiry_interval.take() {
+        Some(secs) => {
+            let left = i64::from(secs) * 1000 - (now_ms - stored_ms);
+            if left <= 0 {
+                return None;
+            }
+            Some(now + Duration::from_millis(left.unsigned_abs()))
+        }
+        None => None,
+    };
+    let has_props = !props.is_empty();
+    Some(Message {
+        topic: p.topic.into(),
+        payload: p.payload,
+        qos: p.qos,
+        props: has_props.then(|| Arc::new(props)),
+        expires,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +272,39 @@ mod tests {
         assert_eq!(SessionRecord::decode(&rec.encode()), Ok(rec));
         let newer = br#"{"version":2,"owner":"app","expiry":60,"subscriptions":[],"disconnectedAt":null}"#;
         assert_eq!(SessionRecord::decode(newer), Err(RowError::Version(2)));
+    }
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::*;
+    use gridlinks_codec::mqtt::PublishProperties;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn rows_round_trip_with_properties_and_the_remaining_expiry() {
+        let now = Instant::now();
+        let props = PublishProperties {
+            content_type: Some("text/plain".into()),
+            user_properties: vec![("k".into(), "v".into())],
+            ..Default::default()
+        };
+        let msg = Message {
+            topic: "a/b".into(),
+            payload: bytes::Bytes::from_static(b"on"),
+            qos: QoS::AtLeastOnce,
+            props: Some(Arc::new(props)),
+            expires: Some(now + Duration::from_secs(100)),
+        };
+        let v = encode_message(&msg, 1_000_000, now).unwrap();
+        // Loaded 30 s later: 70 s left.
+        let back = decode_message(&v, 1_030_000, now).unwrap();
+        assert_eq!((&*back.topic, &back.payload[..], back.qos), ("a/b", &b"on"[..], QoS::AtLeastOnce));
+        assert_eq!(back.props, msg.props);
+        assert_eq!(back.expires, Some(now + Duration::from_secs(70)));
+        // Loaded after it expired: gone.
+        assert!(decode_message(&v, 1_101_000, now).is_none());
+        assert!(decode_message(b"short", 0, now).is_none());
     }
 }
