@@ -53,13 +53,12 @@ impl<T: Transport> Conn<T> {
                 // A name is a device token unless it comes with a password and is an
                 // application's (names and tokens are kept apart; this settles older data).
                 let app = password.is_some() && self.st.clients.contains(user);
-                let device = if app { Ok(None) } else { self.st.store.device_id_by_token(user) };
+                let device = if app { Err(IngestError::BadCredential) } else { self.st.ingest.authenticate(user) };
                 match (device, password) {
-                    (Ok(Some(d)), _) => who = Some(Who::Device(d)),
-                    (Err(_), _) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
-                    (Ok(None), None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
+                    (Ok(d), _) => who = Some(Who::Device(d)),
+                    (Err(IngestError::BadCredential), None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
                     // An application's login; an unknown name costs what a wrong password costs.
-                    (Ok(None), Some(password)) => {
+                    (Err(IngestError::BadCredential), Some(password)) => {
                         let peer =
                             self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
                         match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
@@ -76,6 +75,7 @@ impl<T: Transport> Conn<T> {
                             }
                         }
                     }
+                    (Err(_), _) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
                 }
             }
         }
