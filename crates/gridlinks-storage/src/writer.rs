@@ -531,14 +531,10 @@ impl Writer {
         }
         if self.store.health() != Health::Failed {
             // Checkpoint every latest row, so that the next start reads no `ts` rows for it.
+            // A failure is logged by `fail`; the values are derived again at the next start.
             let mut seg = Segment::default();
             seg.latest_dirty.extend(self.latest.iter().filter(|(_, l)| l.newer_rows > 0).map(|(d, _)| *d));
-            seg.members.push(0);
-            let mut ignored = [Ok(WriteOutcome::Done)];
-            self.commit_segment(&mut seg, &mut ignored);
-            if let [Err(e)] = &ignored {
-                tracing::warn!(error = %e, "checkpointing the latest values at shutdown failed (they are derived again at start)");
-            }
+            self.commit_segment(&mut seg, &mut []);
             if let Err(e) = self.engine().and_then(|engine| Ok(engine.db.persist(PersistMode::SyncAll)?)) {
                 tracing::error!(error = %e, "final sync failed");
             }
@@ -831,7 +827,7 @@ impl Writer {
 
     /// Writes a segment as one atomic batch (not yet synced).
     fn commit_segment(&mut self, seg: &mut Segment, results: &mut [Result<WriteOutcome, StoreError>]) {
-        if seg.members.is_empty() {
+        if seg.members.is_empty() && seg.latest_dirty.is_empty() {
             return;
         }
         let engine = match self.engine() {
