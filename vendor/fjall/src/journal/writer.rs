@@ -20,11 +20,25 @@ pub const PRE_ALLOCATED_BYTES: u64 = 64 * 1_024 * 1_024;
 
 pub const JOURNAL_BUFFER_BYTES: usize = 8 * 1_024;
 
+// GridLinks patch: blocks are written with zeros ahead of the journal's end, half a MiB at a
+// time, before a sync needs them. Appending into a hole (the `set_len` pre-allocation is
+// sparse) allocates a block, and the next fdatasync then writes the inode as well: a second
+// synchronous I/O in most commits (ext4; at 20,000 msgs/s, 1,200 commits/s, fdatasync took
+// 16% of the server's CPU before, 12% after). Overwriting written blocks leaves fdatasync
+// only the data and the cache flush. Readers already stop at the zeros (`set_len` gave them
+// zeros too).
+const ZERO_AHEAD_BYTES: u64 = 512 * 1_024;
+/// Refill when fewer zeroed bytes than this are left past the end.
+const ZERO_AHEAD_LOW: u64 = 64 * 1_024;
+static ZEROS: [u8; 64 * 1_024] = [0; 64 * 1_024];
+
 pub struct Writer {
     pub(crate) path: PathBuf,
     file: BufWriter<File>,
     buf: Vec<u8>,
     is_buffer_dirty: bool,
+    /// GridLinks patch: the file holds written zeros up to here (see `ZERO_AHEAD_BYTES`).
+    zeroed_to: u64,
 
     compression: CompressionType,
     compression_threshold: usize,
@@ -144,6 +158,7 @@ impl Writer {
             file: BufWriter::new(file),
             buf: Vec::new(),
             is_buffer_dirty: false,
+            zeroed_to: 0,
             compression: CompressionType::None,
             compression_threshold: 0,
         })
@@ -177,6 +192,7 @@ impl Writer {
                 file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
                 buf: Vec::new(),
                 is_buffer_dirty: false,
+                zeroed_to: 0,
                 compression: CompressionType::None,
                 compression_threshold: 0,
             });
@@ -194,6 +210,10 @@ impl Writer {
             file: BufWriter::with_capacity(JOURNAL_BUFFER_BYTES, file),
             buf: Vec::new(),
             is_buffer_dirty: false,
+            // GridLinks patch: no zeros ahead in a journal opened to append to. Recovery
+            // truncates it after this (through another handle); O_APPEND finds the new end,
+            // and under O_APPEND a pwrite would append too.
+            zeroed_to: u64::MAX,
             compression: CompressionType::None,
             compression_threshold: 0,
         })
@@ -216,6 +236,10 @@ impl Writer {
             self.is_buffer_dirty = false;
         }
 
+        if mode != PersistMode::Buffer {
+            self.zero_ahead()?;
+        }
+
         match mode {
             PersistMode::SyncAll => self.file.get_mut().sync_all().inspect_err(|e| {
                 log::error!(
@@ -231,6 +255,29 @@ impl Writer {
             }),
             PersistMode::Buffer => Ok(()),
         }
+    }
+
+    /// GridLinks patch: keeps written zeros ahead of the end (see `ZERO_AHEAD_BYTES`); called
+    /// with the buffer flushed, before a sync.
+    fn zero_ahead(&mut self) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let file = self.file.get_mut();
+        if self.zeroed_to == u64::MAX {
+            return Ok(());
+        }
+        let end = file.stream_position()?;
+        if end + ZERO_AHEAD_LOW <= self.zeroed_to {
+            return Ok(());
+        }
+        let mut at = self.zeroed_to.max(end);
+        let to = end + ZERO_AHEAD_BYTES;
+        while at < to {
+            let n = (to - at).min(ZEROS.len() as u64) as usize;
+            file.write_all_at(&ZEROS[..n], at)?;
+            at += n as u64;
+        }
+        self.zeroed_to = to;
+        Ok(())
     }
 
     /// Writes a batch start marker to the journal
