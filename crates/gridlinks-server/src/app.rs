@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::auth::{self, Auth};
 use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
-use crate::mqtt::MqttMetrics;
+use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
 use crate::thingsboard::{api, device_api, relations};
 use gridlinks_broker::acl::Acl;
@@ -28,58 +28,84 @@ use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
 use gridlinks_thingsboard::payload::PayloadLimits;
 
-/// Counters not owned by the storage writer.
-#[derive(Default)]
-pub struct Metrics {
-    /// Device payloads refused as malformed or over limits.
-    pub payload_rejected: AtomicU64,
-    /// HTTP connections refused because `http.max_connections` was reached.
-    pub http_over_limit: AtomicU64,
-}
-
-/// State shared by every request handler.
-pub struct AppState {
+/// The platform every subsystem is built on: the configuration, storage (reads, and the
+/// writer queue for what is not device data), the ingest boundary and the tenant. Cheap to
+/// clone; a subsystem keeps its own copy.
+#[derive(Clone)]
+pub struct Core {
     /// The configuration in force.
-    pub cfg: Config,
+    pub cfg: Arc<Config>,
     /// Reads.
     pub store: Store,
     /// Writes that are not device data (devices, deletes, broker rows): group commit.
     pub writer: WriterHandle,
     /// Device data in: credentials, batched durable submits, live fan-out.
     pub ingest: Ingest,
-    /// The administrator's login, tokens and the password-check defences.
-    pub auth: Auth,
     /// This installation's tenant id (GridLinks has one tenant).
     pub tenant_id: Uuid,
-    /// False until start-up completes and again during shutdown.
-    pub ready: AtomicBool,
-    /// Counters.
-    pub metrics: Metrics,
-    /// Live MQTT sessions by device.
-    pub sessions: Arc<Sessions>,
-    /// Server-side RPC calls waiting for devices.
-    pub rpc: RpcRegistry,
-    /// MQTT transport counters.
-    pub mqtt_metrics: MqttMetrics,
-    /// Application credentials (MQTT clients that are not devices).
-    pub clients: Credentials,
-    /// What anonymous MQTT clients may do (`mqtt.anonymous_publish` / `anonymous_subscribe`).
-    pub anonymous_acl: Arc<Acl>,
-    /// Live MQTT connections per credential (`mqtt.max_connections_per_credential`).
-    pub credential_counts: Arc<crate::mqtt::CredentialCounts>,
 }
 
-impl AppState {
+impl Core {
     /// Payload bounds from the configuration.
     pub fn payload_limits(&self) -> PayloadLimits {
         PayloadLimits { max_key_len: self.cfg.limits.max_key_len, max_values: self.cfg.limits.max_values_per_request }
     }
 }
 
+/// Readiness and the HTTP side's own counters.
+#[derive(Default)]
+pub struct Status {
+    /// False until start-up completes and again during shutdown.
+    pub ready: AtomicBool,
+    /// Device payloads refused as malformed or over limits.
+    pub payload_rejected: AtomicU64,
+    /// HTTP connections refused because `http.max_connections` was reached.
+    pub http_over_limit: AtomicU64,
+}
+
+/// The HTTP router's state: one handle per subsystem. A handler asks for the one it needs —
+/// `State<Core>`, `State<Arc<Auth>>`, `State<Arc<Mqtt>>` (device sessions, RPC, application
+/// credentials), `State<Arc<Status>>` — through [`FromRef`].
+#[derive(Clone)]
+pub struct Http {
+    /// Storage, ingest, configuration.
+    pub core: Core,
+    /// The administrator's login, tokens and the password-check defences.
+    pub auth: Arc<Auth>,
+    /// The MQTT subsystem.
+    pub mqtt: Arc<Mqtt>,
+    /// Readiness and counters.
+    pub status: Arc<Status>,
+}
+
+impl FromRef<Http> for Core {
+    fn from_ref(h: &Http) -> Self {
+        h.core.clone()
+    }
+}
+
+impl FromRef<Http> for Arc<Auth> {
+    fn from_ref(h: &Http) -> Self {
+        h.auth.clone()
+    }
+}
+
+impl FromRef<Http> for Arc<Mqtt> {
+    fn from_ref(h: &Http) -> Self {
+        h.mqtt.clone()
+    }
+}
+
+impl FromRef<Http> for Arc<Status> {
+    fn from_ref(h: &Http) -> Self {
+        h.status.clone()
+    }
+}
+
 /// The HTTP routes.
-pub fn router(state: Arc<AppState>) -> Router {
-    let body_limit = state.cfg.http.max_body_bytes;
-    let import_limit = state.cfg.http.max_import_bytes;
+pub fn router(state: Http) -> Router {
+    let body_limit = state.core.cfg.http.max_body_bytes;
+    let import_limit = state.core.cfg.http.max_import_bytes;
     let tel = "/api/plugins/telemetry/{entity_type}/{id}";
     Router::new()
         .route("/healthz", get(healthz))
@@ -124,14 +150,14 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// `GET /healthz`: 200 while the server takes data; 503 before it is ready, while shutting
 /// down, and while storage refuses writes (disk full, or reopening after a failure) — reads
 /// keep working then.
-async fn healthz(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    let health = st.store.health();
+async fn healthz(State(core): State<Core>, State(status): State<Arc<Status>>) -> impl IntoResponse {
+    let health = core.store.health();
     let storage = match health {
         Health::Ok => "OK",
         Health::DiskFull => "DISK_FULL",
         Health::Failed => "FAILED",
     };
-    if st.ready.load(Ordering::Acquire) && health == Health::Ok {
+    if status.ready.load(Ordering::Acquire) && health == Health::Ok {
         (StatusCode::OK, axum::Json(json!({"status": "UP", "storage": storage})))
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "DOWN", "storage": storage})))
@@ -139,7 +165,7 @@ async fn healthz(State(st): State<Arc<AppState>>) -> impl IntoResponse {
 }
 
 /// `GET /metrics`: OpenMetrics text, every name in [`crate::metrics`].
-async fn metrics(State(st): State<Arc<AppState>>) -> axum::response::Response {
+async fn metrics(State(st): State<Http>) -> axum::response::Response {
     match crate::metrics::render(&st) {
         Ok(body) => ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics").into_response(),
@@ -189,13 +215,13 @@ fn private_tree(dir: &std::path::Path) -> std::io::Result<usize> {
 
 /// Re-reads the JWT secret file every few seconds; a new secret (`gridlinks admin
 /// rotate-secret`) takes effect at once and logs every session out.
-async fn watch_secret(st: Arc<AppState>, path: std::path::PathBuf, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn watch_secret(auth: Arc<Auth>, path: std::path::PathBuf, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut current = auth::secret::read(&path).ok();
     let mut tick = tokio::time::interval(auth::secret::WATCH_INTERVAL);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            // Ends with the server: it holds the state, so the writer's last handle.
+            // Ends with the server.
             _ = stop.changed() => return,
         }
         let read = {
@@ -205,7 +231,7 @@ async fn watch_secret(st: Arc<AppState>, path: std::path::PathBuf, mut stop: tok
         match read {
             Ok(Ok(secret)) if current.as_ref() != Some(&secret) => {
                 current = Some(secret.clone());
-                match st.auth.set_secret(secret).await {
+                match auth.set_secret(secret).await {
                     Ok(()) => tracing::info!(file = %path.display(), "JWT secret changed: every session is logged out"),
                     Err(e) => {
                         tracing::error!(error = %e, "JWT secret changed, but the ended logins could not be stored")
@@ -319,7 +345,7 @@ pub async fn serve(
     let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
     let anonymous_acl =
         Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
-    let auth = Auth::new(&cfg, &store, jwt_secret, admin_hash)?;
+    let auth = Arc::new(Auth::new(&cfg, &store, jwt_secret, admin_hash)?);
     let sessions = Arc::new(
         Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
             .drop_oldest_when_offline_queue_full(drop_oldest)
@@ -337,55 +363,52 @@ pub async fn serve(
         Arc::new(live),
         cfg.limits.max_devices_per_gateway,
     );
-    let state = Arc::new(AppState {
-        cfg,
-        store: store.clone(),
-        writer,
-        ingest,
-        auth,
-        tenant_id,
-        ready: AtomicBool::new(false),
-        metrics: Metrics::default(),
-        sessions,
+    let core = Core { cfg: Arc::new(cfg), store: store.clone(), writer, ingest, tenant_id };
+    let mqtt = Arc::new(Mqtt {
+        core: core.clone(),
+        auth: auth.clone(),
         rpc: RpcRegistry::default(),
-        mqtt_metrics: MqttMetrics::default(),
+        sessions,
+        metrics: MqttMetrics::default(),
         clients: Credentials::load(&store).context("loading MQTT client credentials")?,
         anonymous_acl,
         credential_counts: Arc::default(),
     });
-    let retained = crate::mqtt::retained::load(&store, &state.sessions).context("loading retained MQTT messages")?;
-    let sessions = crate::mqtt::pubsub::load(&state).context("loading persistent MQTT sessions")?;
+    let status = Arc::new(Status::default());
+    let retained = crate::mqtt::retained::load(&store, &mqtt.sessions).context("loading retained MQTT messages")?;
+    let sessions = crate::mqtt::pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
-    let app = router(state.clone());
+    let cfg = core.cfg.clone();
+    let app = router(Http { core, auth: auth.clone(), mqtt: mqtt.clone(), status: status.clone() });
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
-    let limit = Arc::new(tokio::sync::Semaphore::new(state.cfg.mqtt_max_connections()));
+    let limit = Arc::new(tokio::sync::Semaphore::new(cfg.mqtt_max_connections()));
     if let Some(path) = secret_file {
-        tokio::spawn(watch_secret(state.clone(), path, stop_rx.clone()));
+        tokio::spawn(watch_secret(auth, path, stop_rx.clone()));
     }
     let ws_task = ws_listener
-        .map(|l| tokio::spawn(crate::mqtt::listen_ws(l, state.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
-    let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, state.clone(), stop_rx.clone(), alive, limit));
+        .map(|l| tokio::spawn(crate::mqtt::listen_ws(l, mqtt.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
+    let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, mqtt.clone(), stop_rx.clone(), alive, limit));
     let limits = crate::listener::HttpLimits {
-        header_read_timeout: state.cfg.http.header_read_timeout.duration(),
-        max_connections: state.cfg.http.max_connections,
-        keepalive_idle: state.cfg.tcp_keepalive_idle.duration(),
+        header_read_timeout: cfg.http.header_read_timeout.duration(),
+        max_connections: cfg.http.max_connections,
+        keepalive_idle: cfg.tcp_keepalive_idle.duration(),
     };
-    let st = state.clone();
+    let st = status.clone();
     let over_limit = move || {
-        st.metrics.http_over_limit.fetch_add(1, Ordering::Relaxed);
+        st.http_over_limit.fetch_add(1, Ordering::Relaxed);
         crate::logging::warn_limited!("HTTP connection refused: http.max_connections reached");
     };
     let http_task = tokio::spawn(crate::listener::serve_http(listener, app, limits, stop_rx, over_limit));
-    state.ready.store(true, Ordering::Release);
-    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, mqtt_max_connections = state.cfg.mqtt_max_connections(), data_dir = %state.cfg.data_dir.display(), "gridlinks ready");
+    status.ready.store(true, Ordering::Release);
+    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), "gridlinks ready");
 
     shutdown.await;
-    state.ready.store(false, Ordering::Release);
+    status.ready.store(false, Ordering::Release);
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     let _ = stop.send(true);
     // MQTT connections stop reading, acknowledge what is in flight, then close.
-    state.sessions.shut_down();
+    mqtt.sessions.shut_down();
     for (what, task) in [("HTTP", Some(http_task)), ("MQTT", Some(mqtt_task)), ("MQTT over WebSocket", ws_task)] {
         let Some(task) = task else { continue };
         if let Err(e) = task.await {
@@ -396,7 +419,7 @@ pub async fn serve(
     let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.
-    drop(state);
+    drop(mqtt);
     tokio::task::spawn_blocking(move || writer_thread.join())
         .await?
         .map_err(|_| anyhow::anyhow!("writer thread panicked"))?;

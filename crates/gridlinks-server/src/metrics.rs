@@ -12,7 +12,6 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use gridlinks_storage::histogram::Snapshot;
 use gridlinks_storage::writer::WriterStats;
@@ -23,7 +22,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::app::AppState;
+use crate::app::{Core, Http};
+use crate::mqtt::Mqtt;
 
 /// The `Content-Type` of the scrape response.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -33,7 +33,7 @@ pub const PUBACK_SECONDS_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 /// The metrics text of one scrape.
-pub fn render(st: &Arc<AppState>) -> Result<String, fmt::Error> {
+pub fn render(st: &Http) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(st.clone())));
     let mut out = String::with_capacity(8 * 1024);
@@ -42,7 +42,7 @@ pub fn render(st: &Arc<AppState>) -> Result<String, fmt::Error> {
 }
 
 /// Reads the server's counters at scrape time.
-struct Scrape(Arc<AppState>);
+struct Scrape(Http);
 
 impl fmt::Debug for Scrape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -53,44 +53,44 @@ impl fmt::Debug for Scrape {
 impl Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let st = &self.0;
-        storage(&mut e, st)?;
+        storage(&mut e, &st.core)?;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         counter(
             &mut e,
             "gridlinks_payload_rejected_total",
             "Device payloads refused as malformed or over limits.",
-            l(&st.metrics.payload_rejected),
+            l(&st.status.payload_rejected),
         )?;
         counter(
             &mut e,
             "gridlinks_http_over_limit_total",
             "HTTP connections refused because http.max_connections was reached.",
-            l(&st.metrics.http_over_limit),
+            l(&st.status.http_over_limit),
         )?;
         gauge(
             &mut e,
             "gridlinks_mqtt_sessions",
             "Persistent MQTT sessions, live and offline.",
-            st.sessions.count() as u64,
+            st.mqtt.sessions.count() as u64,
         )?;
         counter(
             &mut e,
             "gridlinks_mqtt_dropped_qos0_total",
             "QoS 0 copies dropped because the subscriber's queue was full.",
-            st.sessions.dropped_qos0(),
+            st.mqtt.sessions.dropped_qos0(),
         )?;
         counter(
             &mut e,
             "gridlinks_mqtt_dropped_offline_total",
             "QoS 1/2 copies dropped because an offline session's queue was full.",
-            st.sessions.dropped_offline(),
+            st.mqtt.sessions.dropped_offline(),
         )?;
-        mqtt(&mut e, st)
+        mqtt(&mut e, &st.mqtt)
     }
 }
 
 /// The storage writer's counters and histograms.
-fn storage(e: &mut DescriptorEncoder, st: &AppState) -> fmt::Result {
+fn storage(e: &mut DescriptorEncoder, st: &Core) -> fmt::Result {
     let w: &WriterStats = st.writer.stats();
     let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
     counter(
@@ -149,8 +149,8 @@ fn storage(e: &mut DescriptorEncoder, st: &AppState) -> fmt::Result {
 }
 
 /// The MQTT transport's counters and PUBACK latency.
-fn mqtt(e: &mut DescriptorEncoder, st: &AppState) -> fmt::Result {
-    let m = &st.mqtt_metrics;
+fn mqtt(e: &mut DescriptorEncoder, st: &Mqtt) -> fmt::Result {
+    let m = &st.metrics;
     let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
     gauge(
         e,

@@ -26,8 +26,8 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::app::AppState;
 use crate::auth::{Auth, AuthError};
+use crate::mqtt::Mqtt;
 use crate::thingsboard::error::{ApiError, ApiResult};
 use crate::thingsboard::extract::{Admin, Body};
 
@@ -147,7 +147,7 @@ fn entry(cred: Credential) -> Entry {
 
 // ---- REST ------------------------------------------------------------------------
 
-type St = State<Arc<AppState>>;
+type St = State<Arc<Mqtt>>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -210,7 +210,7 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<s
     let value = serde_json::to_vec(&cred).map_err(|e| ApiError::internal(e.to_string()))?;
     let row =
         BrokerRow { table: BrokerTable::Credentials, key: cred.username.clone().into_bytes(), value: Some(value) };
-    st.writer.submit(WriteOp::Broker(vec![row])).await?;
+    st.core.writer.submit(WriteOp::Broker(vec![row])).await?;
     let view = cred.view();
     let username = cred.username.clone();
     st.clients.map.write().insert(username.clone(), Arc::new(entry(cred)));
@@ -238,7 +238,7 @@ pub async fn delete(_: Admin, State(st): St, Path(username): Path<String>) -> Ap
         return Err(not_found(&username));
     }
     let row = BrokerRow { table: BrokerTable::Credentials, key: username.clone().into_bytes(), value: None };
-    st.writer.submit(WriteOp::Broker(vec![row])).await?;
+    st.core.writer.submit(WriteOp::Broker(vec![row])).await?;
     st.clients.map.write().remove(&username);
     st.sessions.close_clients_of(&username);
     Ok(StatusCode::OK)

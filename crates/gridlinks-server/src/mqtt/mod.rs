@@ -18,7 +18,33 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 
-use crate::app::AppState;
+use crate::app::Core;
+use crate::auth::Auth;
+use crate::thingsboard::rpc::RpcRegistry;
+use gridlinks_broker::acl::Acl;
+use gridlinks_broker::sessions::Sessions;
+
+/// The MQTT subsystem's handle: what the listeners, every connection and the broker's
+/// routing share. The REST endpoints that manage application credentials and call device
+/// RPCs use it too.
+pub struct Mqtt {
+    /// Storage, ingest, configuration.
+    pub core: Core,
+    /// Password checks for application logins (throttled, on their own pool).
+    pub auth: Arc<Auth>,
+    /// Server-side RPC calls waiting for devices.
+    pub rpc: RpcRegistry,
+    /// Live sessions, subscriptions and the routing table.
+    pub sessions: Arc<Sessions>,
+    /// Counters.
+    pub metrics: MqttMetrics,
+    /// Application credentials (MQTT clients that are not devices).
+    pub clients: clients::Credentials,
+    /// What anonymous clients may do (`mqtt.anonymous_publish` / `anonymous_subscribe`).
+    pub anonymous_acl: Arc<Acl>,
+    /// Live connections per credential (`mqtt.max_connections_per_credential`).
+    pub credential_counts: Arc<CredentialCounts>,
+}
 
 /// Counters of the MQTT transport, for `/metrics` (named and encoded in `crate::metrics`).
 pub struct MqttMetrics {
@@ -86,13 +112,13 @@ const REFUSAL_WAIT: Duration = Duration::from_secs(2);
 /// server unavailable) and is closed.
 pub async fn listen(
     listener: TcpListener,
-    st: Arc<AppState>,
+    st: Arc<Mqtt>,
     mut shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
     limit: Arc<Semaphore>,
 ) {
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
-    let keepalive = st.cfg.tcp_keepalive_idle.duration();
+    let keepalive = st.core.cfg.tcp_keepalive_idle.duration();
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
@@ -100,10 +126,10 @@ pub async fn listen(
                 Ok((stream, _peer)) => {
                     crate::listener::tune(&stream, keepalive);
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
-                        st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
-                        crate::logging::warn_limited!(limit = st.cfg.mqtt_max_connections(), "MQTT connection refused: mqtt.max_connections reached");
+                        st.metrics.over_limit.fetch_add(1, Ordering::Relaxed);
+                        crate::logging::warn_limited!(limit = st.core.cfg.mqtt_max_connections(), "MQTT connection refused: mqtt.max_connections reached");
                         if let Ok(slot) = refusals.clone().try_acquire_owned() {
-                            tokio::spawn(refuse_over_limit(stream, slot, st.cfg.mqtt.max_packet_size));
+                            tokio::spawn(refuse_over_limit(stream, slot, st.core.cfg.mqtt.max_packet_size));
                         }
                         continue;
                     };
@@ -195,7 +221,7 @@ impl Drop for CredentialSlot {
 
 /// What the WebSocket upgrade handler needs.
 struct WsContext {
-    st: Arc<AppState>,
+    st: Arc<Mqtt>,
     alive: mpsc::Sender<()>,
     limit: Arc<Semaphore>,
 }
@@ -204,7 +230,7 @@ struct WsContext {
 /// true; connections count against the same `mqtt.max_connections` as TCP ones.
 pub async fn listen_ws(
     listener: TcpListener,
-    st: Arc<AppState>,
+    st: Arc<Mqtt>,
     shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
     limit: Arc<Semaphore>,
@@ -213,14 +239,14 @@ pub async fn listen_ws(
     // The upgrade request must come within the CONNECT timeout; upgraded connections count
     // against `mqtt.max_connections` (in `upgrade`), the HTTP exchange before against this.
     let limits = crate::listener::HttpLimits {
-        header_read_timeout: st.cfg.mqtt.connect_timeout.duration(),
-        max_connections: st.cfg.http.max_connections,
-        keepalive_idle: st.cfg.tcp_keepalive_idle.duration(),
+        header_read_timeout: st.core.cfg.mqtt.connect_timeout.duration(),
+        max_connections: st.core.cfg.http.max_connections,
+        keepalive_idle: st.core.cfg.tcp_keepalive_idle.duration(),
     };
     let ctx = Arc::new(WsContext { st: st.clone(), alive, limit });
     let app = axum::Router::new().route("/mqtt", get(upgrade)).with_state(ctx);
     let over_limit = move || {
-        st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
+        st.metrics.over_limit.fetch_add(1, Ordering::Relaxed);
         crate::logging::warn_limited!(
             "MQTT over WebSocket connection refused: http.max_connections upgrades in progress"
         );
@@ -236,11 +262,11 @@ async fn upgrade(
     let peer = Some(peer.ip());
     use axum::response::IntoResponse;
     let Ok(permit) = ctx.limit.clone().try_acquire_owned() else {
-        ctx.st.mqtt_metrics.over_limit.fetch_add(1, Ordering::Relaxed);
+        ctx.st.metrics.over_limit.fetch_add(1, Ordering::Relaxed);
         return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "mqtt.max_connections reached").into_response();
     };
     // One WebSocket message may hold several MQTT packets; none may exceed the limit.
-    let max = ctx.st.cfg.mqtt.max_packet_size.saturating_add(64 * 1024);
+    let max = ctx.st.core.cfg.mqtt.max_packet_size.saturating_add(64 * 1024);
     let (st, alive) = (ctx.st.clone(), ctx.alive.clone());
     ws.protocols(["mqtt"])
         .max_message_size(max)

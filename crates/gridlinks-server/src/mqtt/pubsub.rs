@@ -17,7 +17,7 @@ use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp, Writ
 use gridlinks_types::Ts;
 
 use super::retained;
-use crate::app::AppState;
+use crate::mqtt::Mqtt;
 
 /// How long a publisher's QoS 1 message may wait for room in a full subscriber queue
 /// before that subscriber is disconnected as too slow.
@@ -42,8 +42,8 @@ pub type Work = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + 
 
 /// Routes `msg` from client `from` (keeping it as the retained message with `retain`);
 /// `also` is committed with the copies.
-pub fn route(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool, also: Option<BrokerRow>) -> Routing {
-    route_with(&st.sessions, &st.writer, from, msg, retain, also)
+pub fn route(st: &Arc<Mqtt>, from: &str, msg: &Message, retain: bool, also: Option<BrokerRow>) -> Routing {
+    route_with(&st.sessions, &st.core.writer, from, msg, retain, also)
 }
 
 /// [`route`] with the session table and the writer given apart (for the ingest path's live
@@ -94,7 +94,7 @@ pub fn route_with(
 }
 
 /// Routes `msg` and waits until it is durable where it must be and queued everywhere.
-pub async fn deliver(st: &Arc<AppState>, from: &str, msg: &Message, retain: bool) -> Result<(), StoreError> {
+pub async fn deliver(st: &Arc<Mqtt>, from: &str, msg: &Message, retain: bool) -> Result<(), StoreError> {
     match route(st, from, msg, retain, None).pending {
         Some(p) => p.await,
         None => Ok(()),
@@ -168,14 +168,14 @@ pub fn forget_rows(store: &Store, client: &str) -> Result<Vec<BrokerRow>, StoreE
 }
 
 /// Deletes everything stored for `client`'s session.
-pub async fn forget(st: &AppState, client: &str) -> Result<(), StoreError> {
-    let rows = forget_rows(&st.store, client)?;
-    st.writer.submit(WriteOp::Broker(rows)).await.map(drop)
+pub async fn forget(st: &Mqtt, client: &str) -> Result<(), StoreError> {
+    let rows = forget_rows(&st.core.store, client)?;
+    st.core.writer.submit(WriteOp::Broker(rows)).await.map(drop)
 }
 
 /// Ends `client`'s offline session `epoch` when its expiry runs out (unless it resumed
 /// meanwhile), deleting its stored state. The timer does not keep the server alive.
-pub fn expire_later(st: Arc<AppState>, client: Arc<str>, epoch: SessionId, expiry: u32) {
+pub fn expire_later(st: Arc<Mqtt>, client: Arc<str>, epoch: SessionId, expiry: u32) {
     if expiry == NEVER {
         return;
     }
@@ -193,12 +193,12 @@ pub fn expire_later(st: Arc<AppState>, client: Arc<str>, epoch: SessionId, expir
 
 /// Loads the stored persistent sessions (offline, with their subscriptions and queued
 /// copies) and schedules their expiry; returns how many.
-pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
+pub fn load(st: &Arc<Mqtt>) -> Result<usize, StoreError> {
     let now = Ts::now().0;
     let mut queues: std::collections::HashMap<String, Vec<Outbound>> = std::collections::HashMap::new();
     let mut next_seq = 0;
     let mut expired_rows = Vec::new();
-    for (key, v) in st.store.broker_rows(BrokerTable::Queue)? {
+    for (key, v) in st.core.store.broker_rows(BrokerTable::Queue)? {
         let Ok((client, seq)) = persist::parse_queue_key(&key) else { continue };
         let client = client.to_owned();
         next_seq = next_seq.max(seq + 1);
@@ -235,13 +235,13 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
     }
     st.sessions.seq_floor(next_seq);
     let mut incoming: std::collections::HashMap<String, Vec<u16>> = std::collections::HashMap::new();
-    for (key, _) in st.store.broker_rows(BrokerTable::Incoming)? {
+    for (key, _) in st.core.store.broker_rows(BrokerTable::Incoming)? {
         if let Ok((client, packet_id)) = persist::parse_incoming_key(&key) {
             incoming.entry(client.to_owned()).or_default().push(packet_id);
         }
     }
     let mut n = 0;
-    for (key, v) in st.store.broker_rows(BrokerTable::Sessions)? {
+    for (key, v) in st.core.store.broker_rows(BrokerTable::Sessions)? {
         let (Ok(client), Ok(rec)) = (String::from_utf8(key), SessionRecord::decode(&v)) else {
             continue;
         };
@@ -276,7 +276,7 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
             .collect();
         let stored =
             StoredSession { owner: rec.owner.into(), expiry: rec.expiry, subscriptions, queued, incoming: released };
-        let epoch = st.sessions.restore_client(&client, stored, st.cfg.mqtt.client_outbound_queue);
+        let epoch = st.sessions.restore_client(&client, stored, st.core.cfg.mqtt.client_outbound_queue);
         expire_later(st.clone(), client.into(), epoch, left);
         n += 1;
     }
@@ -290,7 +290,7 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
     if !expired_rows.is_empty() {
         let st = st.clone();
         tokio::spawn(async move {
-            if let Err(e) = st.writer.submit(WriteOp::Broker(expired_rows)).await {
+            if let Err(e) = st.core.writer.submit(WriteOp::Broker(expired_rows)).await {
                 crate::logging::warn_limited!(error = %e, "cannot delete expired session rows");
             }
         });
@@ -301,7 +301,7 @@ pub fn load(st: &Arc<AppState>) -> Result<usize, StoreError> {
 /// Publishes a client's will as if the client had published it, after `delay` seconds
 /// unless the session resumed meanwhile (`epoch` is then no longer offline). A delayed
 /// will does not keep the server alive.
-pub fn will_later(st: Arc<AppState>, client: Arc<str>, will: LastWill, delay: u32, epoch: Option<SessionId>) {
+pub fn will_later(st: Arc<Mqtt>, client: Arc<str>, will: LastWill, delay: u32, epoch: Option<SessionId>) {
     let weak = Arc::downgrade(&st);
     drop(st);
     tokio::spawn(async move {

@@ -17,15 +17,17 @@ use serde_json::{json, Value as J};
 use super::attributes;
 use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, Q};
-use crate::app::AppState;
+use crate::app::Core;
 use crate::auth;
+use crate::auth::Auth;
+use crate::mqtt::Mqtt;
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::error::ErrorCode;
 use gridlinks_thingsboard::model::{self, EntityError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_thingsboard::{csv, keys, topic};
 
-type St = State<Arc<AppState>>;
+type St = State<Core>;
 
 /// Runs a storage read off the async runtime.
 pub(crate) async fn blocking<T: Send + 'static>(
@@ -55,10 +57,14 @@ struct LoginRequest {
 
 /// `POST /api/auth/login`: throttled per source address and user name (429 with
 /// Retry-After while a wait is running), 503 when password checking is saturated.
-pub async fn login(State(st): St, ConnectInfo(peer): ConnectInfo<SocketAddr>, Body(body): Body) -> ApiResult<Json<J>> {
+pub async fn login(
+    State(auth): State<Arc<Auth>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
     let req: LoginRequest =
         serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
-    let pair = st.auth.login(peer.ip(), &req.username, &req.password).await.map_err(auth_error)?;
+    let pair = auth.login(peer.ip(), &req.username, &req.password).await.map_err(auth_error)?;
     Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
 }
 
@@ -89,17 +95,17 @@ struct RefreshRequest {
 
 /// `POST /api/auth/token`: a new pair; the refresh token used stops working, and using it
 /// again ends its login.
-pub async fn refresh(State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+pub async fn refresh(State(auth): State<Arc<Auth>>, Body(body): Body) -> ApiResult<Json<J>> {
     let req: RefreshRequest =
         serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
-    let pair = st.auth.refresh(&req.refresh_token).await.map_err(auth_error)?;
+    let pair = auth.refresh(&req.refresh_token).await.map_err(auth_error)?;
     Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
 }
 
 /// `POST /api/auth/logout`: ends the login of the access token (its refresh token too).
-pub async fn logout(_: Admin, State(st): St, headers: axum::http::HeaderMap) -> ApiResult<StatusCode> {
+pub async fn logout(_: Admin, State(auth): State<Arc<Auth>>, headers: axum::http::HeaderMap) -> ApiResult<StatusCode> {
     let token = super::extract::bearer(&headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-    st.auth.logout(token).await.map_err(auth_error)?;
+    auth.logout(token).await.map_err(auth_error)?;
     Ok(StatusCode::OK)
 }
 
@@ -127,7 +133,7 @@ fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<'_> {
     }
 }
 
-async fn load_device(st: &Arc<AppState>, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
+async fn load_device(st: &Core, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
     let store = st.store.clone();
     blocking(move || store.device(id))
         .await?
@@ -206,12 +212,12 @@ pub async fn get_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiR
 }
 
 /// `DELETE /api/device/{id}`: the device, its data and its token go at once.
-pub async fn delete_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn delete_device(_: Admin, State(mqtt): State<Arc<Mqtt>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = device_id(&id)?;
-    match st.writer.submit(WriteOp::DeleteDevice(id)).await {
+    match mqtt.core.writer.submit(WriteOp::DeleteDevice(id)).await {
         Ok(_) => {
             // Its token no longer works; its live MQTT connections go too.
-            st.sessions.close_device(id);
+            mqtt.sessions.close_device(id);
             Ok(StatusCode::OK)
         }
         Err(gridlinks_storage::StoreError::DeviceNotFound) => {
@@ -311,7 +317,7 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
 }
 
 /// Every device type in use, plus `default` (GridLinks' device profiles).
-async fn device_types(st: &Arc<AppState>) -> ApiResult<Vec<String>> {
+async fn device_types(st: &Core) -> ApiResult<Vec<String>> {
     let store = st.store.clone();
     let devices = blocking(move || store.devices()).await?;
     let mut types: Vec<String> = devices.into_iter().map(|d| d.device_type).collect();
@@ -528,7 +534,7 @@ pub(crate) fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     model::entity_device_id(entity_type, id).map_err(entity_error)
 }
 
-async fn existing_device(st: &Arc<AppState>, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
+async fn existing_device(st: &Core, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     let id = entity(entity_type, id)?;
     let store = st.store.clone();
     if blocking(move || store.device(id)).await?.is_none() {
@@ -584,7 +590,7 @@ pub async fn get_timeseries_history(
     timeseries(st, &et, &id, p).await
 }
 
-async fn timeseries(st: Arc<AppState>, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
+async fn timeseries(st: Core, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
     let device = existing_device(&st, et, id).await?;
     let strict = p.use_strict_data_types.unwrap_or(false);
     let keys = key_list(p.keys.as_deref());
@@ -675,7 +681,7 @@ fn scope(s: &str) -> ApiResult<AttributeScope> {
     s.parse().map_err(ApiError::bad_request)
 }
 
-async fn attribute_keys(st: Arc<AppState>, device: DeviceId, scope: Option<AttributeScope>) -> ApiResult<Json<J>> {
+async fn attribute_keys(st: Core, device: DeviceId, scope: Option<AttributeScope>) -> ApiResult<Json<J>> {
     let attrs = attributes::read(&st.store, device, scope, None).await?;
     Ok(Json(json!(attrs.into_iter().map(|a| a.key).collect::<Vec<_>>())))
 }
@@ -710,7 +716,7 @@ pub struct KeysParam {
 }
 
 async fn attribute_values(
-    st: Arc<AppState>,
+    st: Core,
     device: DeviceId,
     scope: Option<AttributeScope>,
     keys: Option<Vec<String>>,
@@ -745,26 +751,29 @@ pub async fn get_attributes_scope(
 /// `POST …/attributes/{scope}` (SERVER_SCOPE or SHARED_SCOPE).
 pub async fn post_attributes(
     _: Admin,
-    State(st): St,
+    State(mqtt): State<Arc<Mqtt>>,
     Path((et, id, sc)): Path<(String, String, String)>,
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    save_attributes(&st, &et, &id, &sc, &body).await
+    save_attributes(&mqtt, &et, &id, &sc, &body).await
 }
 
 /// `POST /api/plugins/telemetry/{deviceId}/{scope}`: ThingsBoard's older device-only form.
 pub async fn post_device_attributes(
     _: Admin,
-    State(st): St,
+    State(mqtt): State<Arc<Mqtt>>,
     Path((id, sc)): Path<(String, String)>,
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    save_attributes(&st, "DEVICE", &id, &sc, &body).await
+    save_attributes(&mqtt, "DEVICE", &id, &sc, &body).await
 }
 
-async fn save_attributes(st: &Arc<AppState>, et: &str, id: &str, sc: &str, body: &[u8]) -> ApiResult<StatusCode> {
+/// Stores server or shared attributes; devices connected over MQTT and subscribed to
+/// `v1/devices/me/attributes` get a shared change at once.
+async fn save_attributes(mqtt: &Mqtt, et: &str, id: &str, sc: &str, body: &[u8]) -> ApiResult<StatusCode> {
+    let st = &mqtt.core;
     let sc = scope(sc)?;
     if sc == AttributeScope::Client {
         return Err(ApiError::bad_request("Invalid scope: CLIENT_SCOPE"));
@@ -775,8 +784,7 @@ async fn save_attributes(st: &Arc<AppState>, et: &str, id: &str, sc: &str, body:
         .then(|| J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()).to_string());
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
     if let Some(update) = update {
-        // Connected devices subscribed to v1/devices/me/attributes get the change at once.
-        st.sessions.deliver(device, topic::ATTRIBUTES, update.into());
+        mqtt.sessions.deliver(device, topic::ATTRIBUTES, update.into());
     }
     Ok(StatusCode::OK)
 }

@@ -15,33 +15,43 @@ use serde_json::Value as J;
 use super::attributes;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
-use crate::app::AppState;
+use crate::app::{Core, Status};
 use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 
-type St = State<Arc<AppState>>;
+type St = State<Core>;
 
-fn authenticate(st: &AppState, token: &str) -> ApiResult<DeviceId> {
+fn authenticate(st: &Core, token: &str) -> ApiResult<DeviceId> {
     Ok(st.ingest.authenticate(token)?)
 }
 
-fn rejected(st: &AppState, e: PayloadError) -> ApiError {
-    st.metrics.payload_rejected.fetch_add(1, Ordering::Relaxed);
+fn rejected(status: &Status, e: PayloadError) -> ApiError {
+    status.payload_rejected.fetch_add(1, Ordering::Relaxed);
     IngestError::BadPayload(e.to_string()).into()
 }
 
 /// `POST /api/v1/{token}/telemetry`.
-pub async fn post_telemetry(State(st): St, Path(token): Path<String>, Body(body): Body) -> ApiResult<StatusCode> {
+pub async fn post_telemetry(
+    State(st): St,
+    State(status): State<Arc<Status>>,
+    Path(token): Path<String>,
+    Body(body): Body,
+) -> ApiResult<StatusCode> {
     let device = authenticate(&st, &token)?;
-    let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(|e| rejected(&st, e))?;
+    let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(|e| rejected(&status, e))?;
     st.ingest.submit_one(Item::Telemetry { device, records }).await?;
     Ok(StatusCode::OK)
 }
 
 /// `POST /api/v1/{token}/attributes` (client scope).
-pub async fn post_attributes(State(st): St, Path(token): Path<String>, Body(body): Body) -> ApiResult<StatusCode> {
+pub async fn post_attributes(
+    State(st): St,
+    State(status): State<Arc<Status>>,
+    Path(token): Path<String>,
+    Body(body): Body,
+) -> ApiResult<StatusCode> {
     let device = authenticate(&st, &token)?;
-    let values = payload::parse_attributes(&body, st.payload_limits(), true).map_err(|e| rejected(&st, e))?;
+    let values = payload::parse_attributes(&body, st.payload_limits(), true).map_err(|e| rejected(&status, e))?;
     st.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await?;
     Ok(StatusCode::OK)
 }

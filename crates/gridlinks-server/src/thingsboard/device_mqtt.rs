@@ -26,7 +26,7 @@ use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use serde_json::{json, Value as J};
 
 use super::attributes;
-use crate::app::AppState;
+use crate::mqtt::Mqtt;
 use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_thingsboard::topic::{attributes_response, is_gateway_topic, rpc_response, DeviceTopic};
@@ -66,7 +66,7 @@ pub struct Reply {
 /// The publishes that join a batch (one ingest submit for everything decoded from one
 /// read): telemetry and client attributes of the device itself, parsed here. `None` for
 /// every other topic, which [`handle_publish`] handles one by one.
-pub fn batch_item(st: &AppState, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, PayloadError>> {
+pub fn batch_item(st: &Mqtt, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, PayloadError>> {
     match DeviceTopic::parse(topic)? {
         DeviceTopic::Telemetry => Some(telemetry_item(st, device, body)),
         DeviceTopic::Attributes => Some(attributes_item(st, device, body)),
@@ -74,28 +74,28 @@ pub fn batch_item(st: &AppState, device: DeviceId, topic: &str, body: &[u8]) -> 
     }
 }
 
-fn telemetry_item(st: &AppState, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
-    let records = payload::parse_telemetry(body, Ts::now(), st.payload_limits())?;
+fn telemetry_item(st: &Mqtt, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
+    let records = payload::parse_telemetry(body, Ts::now(), st.core.payload_limits())?;
     Ok(Item::Telemetry { device, records })
 }
 
-fn attributes_item(st: &AppState, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
-    let values = payload::parse_attributes(body, st.payload_limits(), true)?;
+fn attributes_item(st: &Mqtt, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
+    let values = payload::parse_attributes(body, st.core.payload_limits(), true)?;
     Ok(Item::Attributes { device, scope: AttributeScope::Client, values })
 }
 
 /// Handles one PUBLISH of `device` that is not a [`batch_item`]; resolves after the
 /// durable commit.
 pub async fn handle_publish(
-    st: Arc<AppState>,
+    st: Arc<Mqtt>,
     device: DeviceId,
     topic: &str,
     body: Bytes,
 ) -> Result<Option<Reply>, TopicError> {
-    let lim = st.payload_limits();
+    let lim = st.core.payload_limits();
     let parsed = DeviceTopic::parse(topic);
     // Every topic under v1/gateway/, known or not, is refused to a device that is not a gateway.
-    if is_gateway_topic(topic) && !st.ingest.is_gateway(device)? {
+    if is_gateway_topic(topic) && !st.core.ingest.is_gateway(device)? {
         return Err(IngestError::NotGateway.into());
     }
     let Some(parsed) = parsed else {
@@ -103,40 +103,43 @@ pub async fn handle_publish(
     };
     match parsed {
         DeviceTopic::Telemetry => {
-            st.ingest.submit_one(telemetry_item(&st, device, &body)?).await?;
+            st.core.ingest.submit_one(telemetry_item(&st, device, &body)?).await?;
             Ok(None)
         }
         DeviceTopic::Attributes => {
-            st.ingest.submit_one(attributes_item(&st, device, &body)?).await?;
+            st.core.ingest.submit_one(attributes_item(&st, device, &body)?).await?;
             Ok(None)
         }
         DeviceTopic::GatewayConnect => {
             let (name, device_type) = payload::parse_gateway_device(&body)?;
-            st.ingest.gateway_device(device, &name, device_type).await?;
+            st.core.ingest.gateway_device(device, &name, device_type).await?;
             Ok(None)
         }
         DeviceTopic::GatewayDisconnect => {
             let (name, _) = payload::parse_gateway_device(&body)?;
-            st.ingest.owns(device, &name)?;
+            st.core.ingest.owns(device, &name)?;
             Ok(None)
         }
         DeviceTopic::GatewayTelemetry => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
-                items.push(Item::Telemetry { device: st.ingest.gateway_device(device, &name, None).await?, records });
+                items.push(Item::Telemetry {
+                    device: st.core.ingest.gateway_device(device, &name, None).await?,
+                    records,
+                });
             }
-            all_ok(st.ingest.submit(items).await)?;
+            all_ok(st.core.ingest.submit(items).await)?;
             Ok(None)
         }
         DeviceTopic::GatewayAttributes => {
             let per_device = payload::parse_gateway_attributes(&body, lim)?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, values) in per_device {
-                let id = st.ingest.gateway_device(device, &name, None).await?;
+                let id = st.core.ingest.gateway_device(device, &name, None).await?;
                 items.push(Item::Attributes { device: id, scope: AttributeScope::Client, values });
             }
-            all_ok(st.ingest.submit(items).await)?;
+            all_ok(st.core.ingest.submit(items).await)?;
             Ok(None)
         }
         DeviceTopic::AttributeRequest(id) => attribute_request(&st, device, id, &body).await.map(Some),
@@ -159,21 +162,21 @@ fn all_ok(results: Vec<Result<(), IngestError>>) -> Result<(), IngestError> {
 /// Client-side RPC. ThingsBoard's device SDK asks `getSessionLimits` on every connect;
 /// GridLinks answers with its real limits (no rate limits: empty strings, as the SDK reads
 /// them). Any other method is answered "not supported".
-fn client_rpc(st: &AppState, body: &[u8]) -> J {
+fn client_rpc(st: &Mqtt, body: &[u8]) -> J {
     let method =
         serde_json::from_slice::<J>(body).ok().and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
     match method.as_deref() {
         Some("getSessionLimits") => json!({
-            "maxPayloadSize": st.cfg.mqtt.max_packet_size,
-            "maxInflightMessages": st.cfg.mqtt.receive_maximum,
+            "maxPayloadSize": st.core.cfg.mqtt.max_packet_size,
+            "maxInflightMessages": st.core.cfg.mqtt.receive_maximum,
             "rateLimits": {"messages": "", "telemetryMessages": "", "telemetryDataPoints": ""},
         }),
         _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
     }
 }
 
-async fn attribute_request(st: &Arc<AppState>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {
+async fn attribute_request(st: &Arc<Mqtt>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {
     let req = AttributeRequest::parse_json(body)?;
-    let answer = attributes::read_for_device(&st.store, device, req).await?;
+    let answer = attributes::read_for_device(&st.core.store, device, req).await?;
     Ok(Reply { topic: attributes_response(id), payload: Bytes::from(answer.to_string()) })
 }

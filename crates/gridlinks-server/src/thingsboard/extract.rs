@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
-use crate::app::AppState;
-use crate::auth::AuthError;
+use crate::app::Core;
+use crate::auth::{Auth, AuthError};
 use gridlinks_thingsboard::error::ErrorCode;
 
 /// Query parameters; unknown parameters are rejected by the target type.
@@ -33,12 +33,16 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
 /// `http.body_read_timeout` (408: a client that trickles its body holds nothing for long).
 pub struct Body(pub Bytes);
 
-impl FromRequest<Arc<AppState>> for Body {
+impl<S: Send + Sync> FromRequest<S> for Body
+where
+    Core: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let timeout = Core::from_ref(state).cfg.http.body_read_timeout.duration();
         let read = Bytes::from_request(req, state);
-        let Ok(read) = tokio::time::timeout(state.cfg.http.body_read_timeout.duration(), read).await else {
+        let Ok(read) = tokio::time::timeout(timeout, read).await else {
             return Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 ErrorCode::BadRequestParams,
@@ -73,12 +77,15 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
 /// in force.
 pub struct Admin;
 
-impl FromRequestParts<Arc<AppState>> for Admin {
+impl<S: Send + Sync> FromRequestParts<S> for Admin
+where
+    Arc<Auth>: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-        match state.auth.access(token) {
+        match Arc::<Auth>::from_ref(state).access(token) {
             Ok(_) => Ok(Admin),
             Err(AuthError::Expired) => {
                 Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))

@@ -8,8 +8,6 @@
 //! | `DELETE /api/relation?fromId=&fromType=DEVICE&relationType=Created&toId=&toType=DEVICE` | unassign it |
 //! | `GET /api/relations?fromId=&fromType=DEVICE` / `?toId=&toType=DEVICE` | a gateway's devices / a device's gateway |
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -21,10 +19,10 @@ use serde_json::{json, Value as J};
 use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
-use crate::app::AppState;
+use crate::app::Core;
 use gridlinks_thingsboard::model::{relation, EntityId, CREATED};
 
-type St = State<Arc<AppState>>;
+type St = State<Core>;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -49,7 +47,7 @@ fn created_only(relation_type: &str) -> ApiResult<()> {
     }
 }
 
-async fn assign(st: &AppState, device: DeviceId, gateway: Option<DeviceId>) -> ApiResult<()> {
+async fn assign(st: &Core, device: DeviceId, gateway: Option<DeviceId>) -> ApiResult<()> {
     st.writer.submit(WriteOp::AssignGateway { device, gateway }).await?;
     Ok(())
 }

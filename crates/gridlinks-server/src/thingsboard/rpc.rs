@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body};
-use crate::app::AppState;
+use crate::mqtt::Mqtt;
 
 /// Two-way calls waiting for the device's answer.
 #[derive(Default)]
@@ -58,7 +58,7 @@ enum Version {
     V2,
 }
 
-async fn call(st: Arc<AppState>, version: Version, kind: &str, id: &str, body: &[u8]) -> ApiResult<Response> {
+async fn call(st: Arc<Mqtt>, version: Version, kind: &str, id: &str, body: &[u8]) -> ApiResult<Response> {
     let two_way = match kind {
         "oneway" => false,
         "twoway" => true,
@@ -73,8 +73,9 @@ async fn call(st: Arc<AppState>, version: Version, kind: &str, id: &str, body: &
         .ok_or_else(|| ApiError::bad_request("Invalid request body: \"method\" is required"))?;
     let params = req.get("params").cloned().unwrap_or(J::Null);
     let requested = req.get("timeout").and_then(J::as_u64).map(Duration::from_millis);
-    let timeout = requested.unwrap_or(st.cfg.rpc.default_timeout.duration()).max(st.cfg.rpc.min_timeout.duration());
-    let store = st.store.clone();
+    let timeout =
+        requested.unwrap_or(st.core.cfg.rpc.default_timeout.duration()).max(st.core.cfg.rpc.min_timeout.duration());
+    let store = st.core.store.clone();
     let exists = tokio::task::spawn_blocking(move || store.device(device))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??
@@ -113,7 +114,7 @@ async fn call(st: Arc<AppState>, version: Version, kind: &str, id: &str, body: &
 /// `POST /api/plugins/rpc/{kind}/{deviceId}`.
 pub async fn rpc_v1(
     _: Admin,
-    State(st): State<Arc<AppState>>,
+    State(st): State<Arc<Mqtt>>,
     Path((kind, id)): Path<(String, String)>,
     Body(body): Body,
 ) -> ApiResult<Response> {
@@ -123,7 +124,7 @@ pub async fn rpc_v1(
 /// `POST /api/rpc/{kind}/{deviceId}`.
 pub async fn rpc_v2(
     _: Admin,
-    State(st): State<Arc<AppState>>,
+    State(st): State<Arc<Mqtt>>,
     Path((kind, id)): Path<(String, String)>,
     Body(body): Body,
 ) -> ApiResult<Response> {

@@ -45,7 +45,7 @@ impl<T: Transport> Conn<T> {
         let client_id: Arc<str> = assigned.as_deref().unwrap_or(&c.client_id).into();
         let password = c.password.as_deref().filter(|p| !p.is_empty());
         match c.username.as_deref() {
-            None | Some("") if self.st.cfg.mqtt.allow_anonymous => {
+            None | Some("") if self.st.core.cfg.mqtt.allow_anonymous => {
                 who = Some(Who::Client { id: client_id, owner: "".into(), acl: self.st.anonymous_acl.clone() });
             }
             None | Some("") => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
@@ -53,7 +53,7 @@ impl<T: Transport> Conn<T> {
                 // A name is a device token unless it comes with a password and is an
                 // application's (names and tokens are kept apart; this settles older data).
                 let app = password.is_some() && self.st.clients.contains(user);
-                let device = if app { Err(IngestError::BadCredential) } else { self.st.ingest.authenticate(user) };
+                let device = if app { Err(IngestError::BadCredential) } else { self.st.core.ingest.authenticate(user) };
                 match (device, password) {
                     (Ok(d), _) => who = Some(Who::Device(d)),
                     (Err(IngestError::BadCredential), None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
@@ -98,9 +98,9 @@ impl<T: Transport> Conn<T> {
         };
         let mut slot = None;
         if let Some(key) = credential.filter(|_| code == 0) {
-            slot = self.st.credential_counts.acquire(key, self.st.cfg.mqtt.max_connections_per_credential);
+            slot = self.st.credential_counts.acquire(key, self.st.core.cfg.mqtt.max_connections_per_credential);
             if slot.is_none() {
-                self.st.mqtt_metrics.over_credential_limit.fetch_add(1, Ordering::Relaxed);
+                self.st.metrics.over_credential_limit.fetch_add(1, Ordering::Relaxed);
                 code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::QUOTA_EXCEEDED);
                 refusal = v5.then(|| {
                     "too many connections with this credential (mqtt.max_connections_per_credential)".to_owned()
@@ -121,8 +121,8 @@ impl<T: Transport> Conn<T> {
         props.reason_string = refusal;
         let present = registered.as_ref().is_some_and(|(_, present, _)| *present);
         if v5 && code == 0 {
-            props.receive_maximum = Some(self.st.cfg.mqtt.receive_maximum);
-            props.maximum_packet_size = u32::try_from(self.st.cfg.mqtt.max_packet_size).ok();
+            props.receive_maximum = Some(self.st.core.cfg.mqtt.receive_maximum);
+            props.maximum_packet_size = u32::try_from(self.st.core.cfg.mqtt.max_packet_size).ok();
             // Retained messages and shared subscriptions are for pub/sub clients.
             let pubsub = u8::from(matches!(who, Some(Who::Client { .. })));
             props.retain_available = Some(pubsub);
@@ -152,11 +152,11 @@ impl<T: Transport> Conn<T> {
         let st = self.st.clone();
         let (id, owner) = match who {
             Who::Device(device) => {
-                return Ok((st.sessions.register(*device, st.cfg.mqtt.outbound_queue), false, false))
+                return Ok((st.sessions.register(*device, st.core.cfg.mqtt.outbound_queue), false, false))
             }
             Who::Client { id, owner, .. } => (id, owner),
         };
-        let max = st.cfg.mqtt.max_session_expiry;
+        let max = st.core.cfg.mqtt.max_session_expiry;
         self.expiry = match self.version {
             ProtocolVersion::V5 => c.properties.session_expiry_interval.unwrap_or(0).min(max),
             _ if !c.clean_start => max,
@@ -167,14 +167,14 @@ impl<T: Transport> Conn<T> {
         // Every stored session is also in memory (loaded at start-up), so only a known
         // persistent session costs a storage read here.
         let old_rows = if c.clean_start && st.sessions.is_persistent(id) {
-            pubsub::forget_rows(&st.store, id)?
+            pubsub::forget_rows(&st.core.store, id)?
         } else {
             Vec::new()
         };
         let r = st.sessions.register_client(
             id,
             owner.clone(),
-            st.cfg.mqtt.client_outbound_queue,
+            st.core.cfg.mqtt.client_outbound_queue,
             c.clean_start,
             self.expiry,
         );
@@ -187,7 +187,7 @@ impl<T: Transport> Conn<T> {
         }
         let durable = self.expiry > 0 || r.present;
         if !rows.is_empty() {
-            if let Err(e) = st.writer.submit(WriteOp::Broker(rows)).await {
+            if let Err(e) = st.core.writer.submit(WriteOp::Broker(rows)).await {
                 st.sessions.unregister_client(id, &r.link, Vec::new());
                 return Err(e);
             }

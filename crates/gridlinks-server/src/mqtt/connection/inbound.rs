@@ -19,9 +19,9 @@ pub(super) type BatchedPublish = (&'static str, QoS, Option<u16>, Result<usize, 
 
 impl Batch {
     /// Commits the batch; the acks of every publish in it, in order.
-    async fn commit(self, st: Arc<AppState>, device: DeviceId, version: ProtocolVersion) -> Done {
+    async fn commit(self, st: Arc<Mqtt>, device: DeviceId, version: ProtocolVersion) -> Done {
         // A batch of only malformed publishes has no items: the writer answers that at once.
-        let results = st.ingest.submit(self.items).await;
+        let results = st.core.ingest.submit(self.items).await;
         let mut done = Done { extra: self.publishes.len().saturating_sub(1), ..Done::default() };
         for (topic, qos, packet_id, item) in self.publishes {
             let result = match item {
@@ -31,7 +31,7 @@ impl Batch {
             let one =
                 outcome(&st, device, topic, result.map(|()| None).map_err(TopicError::from), version, qos, packet_id);
             if matches!(one.ack, Some(Packet::PubAck(_))) {
-                st.mqtt_metrics.observe_puback(self.decoded.elapsed());
+                st.metrics.observe_puback(self.decoded.elapsed());
             }
             done.batch_acks.extend(one.ack);
             done.close = done.close.or(one.close);
@@ -74,7 +74,7 @@ pub(crate) fn message(p: Publish) -> Message {
 /// Maps the result of a device publish to what the client sees: the one place where the
 /// ingest path's refusals ([`IngestError`]) become MQTT reason codes.
 pub(super) fn outcome(
-    st: &AppState,
+    st: &Mqtt,
     device: DeviceId,
     topic: &str,
     result: Result<Option<Reply>, TopicError>,
@@ -104,7 +104,7 @@ pub(super) fn outcome(
         },
     };
     if bad {
-        st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
+        st.metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
         // One line per rejected message, never with the payload.
         crate::logging::warn_limited!(%device, topic, error = %text, "rejected MQTT publish");
     }
@@ -141,7 +141,7 @@ impl<T: Transport> Conn<T> {
                 && (p.qos != QoS::ExactlyOnce || p.packet_id.is_none_or(|pid| !link.inbox.awaiting_release(pid)))
                 && self.rate.as_ref().is_none();
             if let (true, Some(item)) = (batchable, device_mqtt::batch_item(&self.st, *device, &p.topic, &p.payload)) {
-                self.st.mqtt_metrics.publishes.fetch_add(1, Ordering::Relaxed);
+                self.st.metrics.publishes.fetch_add(1, Ordering::Relaxed);
                 let topic = if p.topic == TELEMETRY_TOPIC { TELEMETRY_TOPIC } else { ATTRIBUTES_TOPIC };
                 let b = batch.get_or_insert_with(|| {
                     Box::new(Batch { decoded: Instant::now(), items: Vec::new(), publishes: Vec::new() })
@@ -164,11 +164,11 @@ impl<T: Transport> Conn<T> {
         self.seal(batch, who, pending);
         match p {
             Packet::Publish(p) => {
-                self.st.mqtt_metrics.publishes.fetch_add(1, Ordering::Relaxed);
+                self.st.metrics.publishes.fetch_add(1, Ordering::Relaxed);
                 if self.rate.as_mut().is_some_and(|r| !r.allow()) {
                     let text = format!(
                         "message rate limit exceeded: mqtt.rate_limit_messages = {} per second",
-                        self.st.cfg.mqtt.rate_limit_messages
+                        self.st.core.cfg.mqtt.rate_limit_messages
                     );
                     // PUBACK/PUBREC cannot carry 0x96 (message rate too high): 0x97 quota exceeded.
                     return match (v5, p.qos, p.packet_id) {
@@ -208,7 +208,7 @@ impl<T: Transport> Conn<T> {
                     let result = device_mqtt::handle_publish(st.clone(), device, &p.topic, p.payload).await;
                     let done = outcome(&st, device, &p.topic, result, version, p.qos, p.packet_id);
                     if matches!(done.ack, Some(Packet::PubAck(_))) {
-                        st.mqtt_metrics.observe_puback(decoded.elapsed());
+                        st.metrics.observe_puback(decoded.elapsed());
                     }
                     done
                 }));
@@ -254,11 +254,11 @@ impl<T: Transport> Conn<T> {
                 return Some(if d.reason == rc::DISCONNECT_WITH_WILL_MESSAGE { End::Gone } else { End::Normal });
             }
             Packet::Connect(_) => {
-                self.st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                self.st.metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
                 return Some(End::Disconnect(rc::PROTOCOL_ERROR, "second CONNECT".into()));
             }
             Packet::Auth(_) | Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
-                self.st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                self.st.metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
                 return Some(End::Disconnect(rc::PROTOCOL_ERROR, "unexpected packet from a client".into()));
             }
         }
@@ -281,7 +281,7 @@ impl<T: Transport> Conn<T> {
     /// acknowledgement cannot say "not stored" for every packet). The write goes ahead
     /// if the connection ends first.
     pub(super) fn after_stored(&self, rows: Vec<BrokerRow>, done: Done) -> InFlight {
-        let writer = self.st.writer.clone();
+        let writer = self.st.core.writer.clone();
         let write = tokio::spawn(async move { writer.submit(WriteOp::Broker(rows)).await });
         let v5 = self.version == ProtocolVersion::V5;
         Box::pin(async move {
@@ -334,7 +334,7 @@ impl<T: Transport> Conn<T> {
         let v5 = self.version == ProtocolVersion::V5;
         let (qos, packet_id) = (p.qos, p.packet_id);
         if let Err(text) = may_publish(acl, &p.topic) {
-            self.st.mqtt_metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
+            self.st.metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
             if !v5 {
                 return Some(End::Disconnect(rc::NOT_AUTHORIZED, text));
             }
@@ -472,7 +472,7 @@ impl<T: Transport> Conn<T> {
         let reason_string = (v5 && codes.contains(&rc::QUOTA_EXCEEDED)).then(|| {
             format!(
                 "too many subscriptions: at most {} per session (mqtt.max_subscriptions_per_client)",
-                self.st.cfg.mqtt.max_subscriptions_per_client
+                self.st.core.cfg.mqtt.max_subscriptions_per_client
             )
         });
         (Packet::SubAck(SubAck { packet_id: s.packet_id, return_codes: codes, reason_string }), retained)

@@ -34,9 +34,9 @@ use tokio::time::{sleep_until, Instant};
 
 use super::transport::Transport;
 use super::{pubsub, retained};
-use crate::app::AppState;
 use crate::auth::AuthError;
 use crate::logging::spawn_logged;
+use crate::mqtt::Mqtt;
 use crate::thingsboard::device_mqtt::{self, Reply, TopicError};
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::topic::{ATTRIBUTES as ATTRIBUTES_TOPIC, TELEMETRY as TELEMETRY_TOPIC};
@@ -107,7 +107,7 @@ struct Conn<T> {
     write_failed: bool,
     /// `mqtt.rate_limit_messages`, if set (allocated only when configured).
     rate: Option<Box<RateLimit>>,
-    st: Arc<AppState>,
+    st: Arc<Mqtt>,
     rbuf: BytesMut,
     wbuf: BytesMut,
     version: ProtocolVersion,
@@ -170,7 +170,7 @@ enum End {
 /// `async fn`, and to be spawned as it is: its future then holds the stream once, in the
 /// connection, not also as an argument or in a wrapping future (every byte counts once per
 /// connection).
-pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard: G) -> impl Future<Output = ()> + Send {
+pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) -> impl Future<Output = ()> + Send {
     let mut conn = Conn {
         stream,
         session: SessionId(u64::MAX),
@@ -195,11 +195,11 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
     async move {
         let _hold = &guard;
         let st = conn.st.clone();
-        let timeout = st.cfg.mqtt.connect_timeout.duration();
+        let timeout = st.core.cfg.mqtt.connect_timeout.duration();
         let mut connect = match Box::pin(tokio::time::timeout(timeout, conn.read_connect())).await {
             Ok(Some(c)) => c,
             _ => {
-                st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
+                st.metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         };
@@ -210,16 +210,16 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
         // Boxed, as reading the CONNECT above: the handshake's state (timer, storage and
         // credential checks) would otherwise size every connection's task for its whole life.
         let Some(Admitted { who, link, durable, _slot }) = Box::pin(conn.admit(&connect)).await else {
-            st.mqtt_metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
+            st.metrics.connects_refused.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        st.mqtt_metrics.connects.fetch_add(1, Ordering::Relaxed);
-        st.mqtt_metrics.connections.fetch_add(1, Ordering::Relaxed);
+        st.metrics.connects.fetch_add(1, Ordering::Relaxed);
+        st.metrics.connections.fetch_add(1, Ordering::Relaxed);
         conn.session = link.id;
         if let Who::Client { id, .. } = &who {
             conn.client_id = Some(id.clone());
         }
-        conn.rate = RateLimit::new(st.cfg.mqtt.rate_limit_messages).map(Box::new);
+        conn.rate = RateLimit::new(st.core.cfg.mqtt.rate_limit_messages).map(Box::new);
         let keep_alive = connect.keep_alive;
         let mut window = OutWindow::new(
             connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)),
@@ -244,7 +244,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
             }
             Who::Client { id, .. } => {
                 if let Some(x) = conn.disconnect_expiry.filter(|_| conn.expiry > 0) {
-                    conn.expiry = x.min(st.cfg.mqtt.max_session_expiry);
+                    conn.expiry = x.min(st.core.cfg.mqtt.max_session_expiry);
                     st.sessions.set_expiry(id, &link, conn.expiry);
                 }
                 st.sessions.unregister_client(id, &link, window.unacked())
@@ -258,7 +258,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
             match left {
                 Unregistered::Parked { expiry, epoch } => {
                     let row = pubsub::session_row(&st.sessions, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
-                    let writer = st.writer.clone();
+                    let writer = st.core.writer.clone();
                     spawn_logged("storing a parked MQTT session", async move {
                         writer.submit(WriteOp::Broker(vec![row])).await
                     });
@@ -285,7 +285,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<AppState>, guard:
                 }
             }
         }
-        st.mqtt_metrics.connections.fetch_sub(1, Ordering::Relaxed);
+        st.metrics.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -306,7 +306,7 @@ impl<T: Transport> Conn<T> {
     }
 
     fn decode(&mut self) -> Result<Option<Packet>, DecodeError> {
-        let r = decode(&mut self.rbuf, self.version, self.st.cfg.mqtt.max_packet_size);
+        let r = decode(&mut self.rbuf, self.version, self.st.core.cfg.mqtt.max_packet_size);
         if self.rbuf.is_empty() {
             // Idle connections keep no read buffer.
             self.rbuf = BytesMut::new();
@@ -330,7 +330,7 @@ impl<T: Transport> Conn<T> {
         match without_diagnostics(p) {
             Some(lean) => self.queue(&lean),
             None => {
-                self.st.mqtt_metrics.too_large.fetch_add(1, Ordering::Relaxed);
+                self.st.metrics.too_large.fetch_add(1, Ordering::Relaxed);
                 false
             }
         }
@@ -383,7 +383,7 @@ impl<T: Transport> Conn<T> {
     /// (committed, and acknowledged while the socket takes bytes) before `serve` returns.
     async fn serve(&mut self, who: &Who, keep_alive: u16, link: &SessionLink, window: &mut OutWindow) -> End {
         let st = self.st.clone();
-        let max_in_flight = usize::from(st.cfg.mqtt.receive_maximum);
+        let max_in_flight = usize::from(st.core.cfg.mqtt.receive_maximum);
         let keep_alive = (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500));
         let mut last_seen = Instant::now();
         let far = Duration::from_secs(365 * 24 * 3600);
@@ -436,7 +436,7 @@ impl<T: Transport> Conn<T> {
                         ending = self.on_packet(p, who, link, queue, &mut batch);
                     }
                     Err(e) => {
-                        st.mqtt_metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                        st.metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
                         let reason = match e {
                             DecodeError::PacketTooLarge { .. } => rc::PACKET_TOO_LARGE,
                             DecodeError::Protocol(_) => rc::PROTOCOL_ERROR,
@@ -485,7 +485,7 @@ impl<T: Transport> Conn<T> {
                         Some(CloseReason::ShuttingDown) => Some(End::Disconnect(rc::SERVER_SHUTTING_DOWN, "server shutting down".into())),
                         Some(CloseReason::TakenOver) => Some(End::Disconnect(rc::SESSION_TAKEN_OVER, "another connection took this client id over".into())),
                         Some(CloseReason::TooSlow) => {
-                            st.mqtt_metrics.too_slow.fetch_add(1, Ordering::Relaxed);
+                            st.metrics.too_slow.fetch_add(1, Ordering::Relaxed);
                             Some(End::Disconnect(rc::QUOTA_EXCEEDED, "too slow to receive: outbound queue full".into()))
                         }
                         Some(CloseReason::Revoked) => Some(End::Disconnect(rc::NOT_AUTHORIZED, "device deleted or credential changed".into())),
@@ -513,7 +513,7 @@ impl<T: Transport> Conn<T> {
                 _ = &mut ka_timer, if keep_alive.is_some() && ending.is_none() && !eof => {
                     let ka = keep_alive.unwrap_or(far);
                     if last_seen.elapsed() >= ka {
-                        st.mqtt_metrics.keepalive_timeouts.fetch_add(1, Ordering::Relaxed);
+                        st.metrics.keepalive_timeouts.fetch_add(1, Ordering::Relaxed);
                         ending = Some(End::Disconnect(rc::KEEP_ALIVE_TIMEOUT, "keep alive timeout".into()));
                     } else {
                         ka_timer.as_mut().reset(last_seen + ka);

@@ -115,7 +115,7 @@ impl<T: Transport> Conn<T> {
             return;
         }
         let rows = std::mem::take(&mut self.acked_rows);
-        let writer = self.st.writer.clone();
+        let writer = self.st.core.writer.clone();
         spawn_logged("deleting acknowledged MQTT copies", async move { writer.submit(WriteOp::Broker(rows)).await });
     }
 
@@ -294,7 +294,7 @@ impl<T: Transport> Conn<T> {
             return false;
         }
         if !self.fits(start) {
-            self.st.mqtt_metrics.too_large.fetch_add(1, Ordering::Relaxed);
+            self.st.metrics.too_large.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         true
