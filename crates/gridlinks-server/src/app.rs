@@ -64,12 +64,16 @@ pub struct Status {
 }
 
 /// The HTTP router's state: one handle per subsystem. A handler asks for the one it needs —
-/// `State<Core>`, `State<Arc<Auth>>`, `State<Arc<Mqtt>>` (device sessions, RPC, application
-/// credentials), `State<Arc<Status>>` — through [`FromRef`].
+/// `State<Arc<Core>>`, `State<Arc<Auth>>`, `State<Arc<Mqtt>>` (device sessions, RPC,
+/// application credentials), `State<Arc<Status>>` — through [`FromRef`]. axum clones the
+/// state for every request: one reference count.
 #[derive(Clone)]
-pub struct Http {
+pub struct Http(Arc<Handles>);
+
+/// What [`Http`] hands out.
+pub struct Handles {
     /// Storage, ingest, configuration.
-    pub core: Core,
+    pub core: Arc<Core>,
     /// The administrator's login, tokens and the password-check defences.
     pub auth: Arc<Auth>,
     /// The MQTT subsystem.
@@ -78,7 +82,14 @@ pub struct Http {
     pub status: Arc<Status>,
 }
 
-impl FromRef<Http> for Core {
+impl std::ops::Deref for Http {
+    type Target = Handles;
+    fn deref(&self) -> &Handles {
+        &self.0
+    }
+}
+
+impl FromRef<Http> for Arc<Core> {
     fn from_ref(h: &Http) -> Self {
         h.core.clone()
     }
@@ -150,7 +161,7 @@ pub fn router(state: Http) -> Router {
 /// `GET /healthz`: 200 while the server takes data; 503 before it is ready, while shutting
 /// down, and while storage refuses writes (disk full, or reopening after a failure) — reads
 /// keep working then.
-async fn healthz(State(core): State<Core>, State(status): State<Arc<Status>>) -> impl IntoResponse {
+async fn healthz(State(core): State<Arc<Core>>, State(status): State<Arc<Status>>) -> impl IntoResponse {
     let health = core.store.health();
     let storage = match health {
         Health::Ok => "OK",
@@ -379,7 +390,12 @@ pub async fn serve(
     let sessions = crate::mqtt::pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
     let cfg = core.cfg.clone();
-    let app = router(Http { core, auth: auth.clone(), mqtt: mqtt.clone(), status: status.clone() });
+    let app = router(Http(Arc::new(Handles {
+        core: Arc::new(core),
+        auth: auth.clone(),
+        mqtt: mqtt.clone(),
+        status: status.clone(),
+    })));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
     let limit = Arc::new(tokio::sync::Semaphore::new(cfg.mqtt_max_connections()));

@@ -27,7 +27,7 @@ use gridlinks_thingsboard::model::{self, EntityError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_thingsboard::{csv, keys, topic};
 
-type St = State<Core>;
+type St = State<Arc<Core>>;
 
 /// Runs a storage read off the async runtime.
 pub(crate) async fn blocking<T: Send + 'static>(
@@ -590,7 +590,7 @@ pub async fn get_timeseries_history(
     timeseries(st, &et, &id, p).await
 }
 
-async fn timeseries(st: Core, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
+async fn timeseries(st: Arc<Core>, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
     let device = existing_device(&st, et, id).await?;
     let strict = p.use_strict_data_types.unwrap_or(false);
     let keys = key_list(p.keys.as_deref());
@@ -681,7 +681,7 @@ fn scope(s: &str) -> ApiResult<AttributeScope> {
     s.parse().map_err(ApiError::bad_request)
 }
 
-async fn attribute_keys(st: Core, device: DeviceId, scope: Option<AttributeScope>) -> ApiResult<Json<J>> {
+async fn attribute_keys(st: Arc<Core>, device: DeviceId, scope: Option<AttributeScope>) -> ApiResult<Json<J>> {
     let attrs = attributes::read(&st.store, device, scope, None).await?;
     Ok(Json(json!(attrs.into_iter().map(|a| a.key).collect::<Vec<_>>())))
 }
@@ -716,7 +716,7 @@ pub struct KeysParam {
 }
 
 async fn attribute_values(
-    st: Core,
+    st: Arc<Core>,
     device: DeviceId,
     scope: Option<AttributeScope>,
     keys: Option<Vec<String>>,

@@ -19,7 +19,7 @@ use crate::app::{Core, Status};
 use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 
-type St = State<Core>;
+type St = State<Arc<Core>>;
 
 fn authenticate(st: &Core, token: &str) -> ApiResult<DeviceId> {
     Ok(st.ingest.authenticate(token)?)

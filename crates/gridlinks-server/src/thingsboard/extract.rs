@@ -35,12 +35,12 @@ pub struct Body(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for Body
 where
-    Core: FromRef<S>,
+    Arc<Core>: FromRef<S>,
 {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let timeout = Core::from_ref(state).cfg.http.body_read_timeout.duration();
+        let timeout = Arc::<Core>::from_ref(state).cfg.http.body_read_timeout.duration();
         let read = Bytes::from_request(req, state);
         let Ok(read) = tokio::time::timeout(timeout, read).await else {
             return Err(ApiError::new(

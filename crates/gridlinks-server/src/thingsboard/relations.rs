@@ -15,6 +15,7 @@ use gridlinks_storage::WriteOp;
 use gridlinks_types::DeviceId;
 use serde::Deserialize;
 use serde_json::{json, Value as J};
+use std::sync::Arc;
 
 use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
@@ -22,7 +23,7 @@ use super::extract::{Admin, Body, Q};
 use crate::app::Core;
 use gridlinks_thingsboard::model::{relation, EntityId, CREATED};
 
-type St = State<Core>;
+type St = State<Arc<Core>>;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
