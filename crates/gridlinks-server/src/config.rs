@@ -293,7 +293,7 @@ impl Default for StorageConfig {
         Self {
             fsync: true,
             cache_mb: 64,
-            memtable_mb: 16,
+            memtable_mb: 32,
             queue_capacity: 8192,
             max_batch_ops: 4096,
             enqueue_timeout: Millis(5000),

@@ -237,7 +237,7 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { cache_bytes: 64 * 1024 * 1024, memtable_bytes: 16 * 1024 * 1024, max_open_files: 256 }
+        Self { cache_bytes: 64 * 1024 * 1024, memtable_bytes: 32 * 1024 * 1024, max_open_files: 256 }
     }
 }
 
