@@ -8,7 +8,7 @@ use std::task::Poll;
 
 use axum::extract::ws::{Message, WebSocket};
 use bytes::BytesMut;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Bytes a read may add at a time (TCP).
@@ -42,25 +42,9 @@ impl Transport for TcpStream {
                 Poll::Ready(Ok(())) => {}
             }
             buf.reserve(READ_CHUNK);
-            let room = buf.capacity() - buf.len();
-            let mut got = 0;
-            // A read that returns less than it had room for drained the socket (TCP copies
-            // until its receive queue is empty). Say so to tokio right there — it clears the
-            // readiness on WouldBlock, with the readiness seen before the read, so bytes that
-            // arrive after the read still wake us, and a close stays visible — rather than
-            // learning it from a second read that fails: one recvfrom less per message when
-            // each read holds one publish, as at fleet rates.
-            let read = self.try_io(Interest::READABLE, || {
-                got = self.try_read_buf(&mut *buf)?;
-                if got > 0 && got < room {
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                Ok(got)
-            });
-            match read {
+            match self.try_read_buf(buf) {
                 Ok(0) => return Poll::Ready(false),
                 Ok(_) => return Poll::Ready(true),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => return Poll::Ready(true),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // Readiness was stale (it is after every read that did not drain the
                     // socket; the failed read cleared it): do not wait for the next bytes
