@@ -147,7 +147,8 @@ impl FramingSpec {
         }
     }
 
-    /// The largest buffer a connection needs: a frame, plus what a read may add.
+    /// The longest frame this framing hands out (delimiter included); while it waits for
+    /// the rest of a frame a connection holds less than this, plus what one read adds.
     pub fn max_frame(&self) -> usize {
         match self {
             FramingSpec::Fixed { length } => *length,
