@@ -1,18 +1,16 @@
 //! Request extractors that turn axum's plain-text rejections into ThingsBoard error
 //! bodies, and the admin JWT check.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{FromRef, FromRequest, FromRequestParts, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
-use crate::app::Core;
-use crate::auth::{Auth, AuthError};
+use crate::app::Http;
+use crate::auth::AuthError;
 use gridlinks_thingsboard::error::ErrorCode;
 
 /// Query parameters; unknown parameters are rejected by the target type.
@@ -33,14 +31,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T> {
 /// `http.body_read_timeout` (408: a client that trickles its body holds nothing for long).
 pub struct Body(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for Body
-where
-    Arc<Core>: FromRef<S>,
-{
+impl FromRequest<Http> for Body {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let timeout = Arc::<Core>::from_ref(state).cfg.http.body_read_timeout.duration();
+    async fn from_request(req: Request, state: &Http) -> Result<Self, ApiError> {
+        let timeout = state.core.cfg.http.body_read_timeout.duration();
         let read = Bytes::from_request(req, state);
         let Ok(read) = tokio::time::timeout(timeout, read).await else {
             return Err(ApiError::new(
@@ -77,15 +72,12 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
 /// in force.
 pub struct Admin;
 
-impl<S: Send + Sync> FromRequestParts<S> for Admin
-where
-    Arc<Auth>: FromRef<S>,
-{
+impl FromRequestParts<Http> for Admin {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
         let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-        match Arc::<Auth>::from_ref(state).access(token) {
+        match state.auth.access(token) {
             Ok(_) => Ok(Admin),
             Err(AuthError::Expired) => {
                 Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
