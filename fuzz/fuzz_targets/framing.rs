@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use gridlinks_framing::{Endian, Framer, FramingSpec, Next};
+use gridlinks_framing::{Checksum, ChecksumAlgorithm, Endian, Framer, FramingSpec, Next};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,6 +24,12 @@ fuzz_target!(|data: &[u8]| {
             length_adjustment: i64::from(selector as i8),
             end: if selector & 2 != 0 { vec![0x16] } else { vec![] },
             max_frame: 512,
+            checksum: (selector & 1 != 0).then_some(Checksum {
+                algorithm: ChecksumAlgorithm::Sum8,
+                from: 0,
+                at_end: 1 + usize::from(selector & 2 != 0),
+                endian: Endian::Little,
+            }),
         },
     });
     if spec.validate().is_err() {

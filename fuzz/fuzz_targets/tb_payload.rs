@@ -8,7 +8,7 @@ use gridlinks_thingsboard::payload::{
 use gridlinks_types::Ts;
 use libfuzzer_sys::fuzz_target;
 
-const LIM: PayloadLimits = PayloadLimits { max_key_len: 32, max_values: 64 };
+const LIM: PayloadLimits = PayloadLimits { max_key_len: 32, max_values: 64, cast_strings: true };
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(records) = parse_telemetry(data, Ts(0), LIM) {

@@ -8,7 +8,7 @@
 mod crc;
 mod hex;
 
-pub use crc::crc16_modbus;
+pub use crc::{crc16_modbus, sum8};
 
 use std::sync::Arc;
 
@@ -67,7 +67,64 @@ pub enum FramingSpec {
         end: Vec<u8>,
         /// Largest frame accepted; a length beyond it is a bad frame.
         max_frame: usize,
+        /// A checksum every frame carries; a frame whose checksum does not match is skipped
+        /// whole, its length being known.
+        #[serde(default)]
+        checksum: Option<Checksum>,
     },
+}
+
+/// Where a frame's checksum sits and what it covers: the checksum starts `at_end` bytes
+/// before the frame's end and covers the bytes from offset `from` up to it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checksum {
+    /// How it is computed.
+    pub algorithm: ChecksumAlgorithm,
+    /// Offset of the first byte it covers.
+    pub from: usize,
+    /// How many bytes before the frame's end the checksum starts (end marker included).
+    pub at_end: usize,
+    /// Byte order of a checksum wider than a byte.
+    #[serde(default)]
+    pub endian: Endian,
+}
+
+/// Checksums device protocols use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChecksumAlgorithm {
+    /// CRC-16/MODBUS, 2 bytes.
+    Crc16Modbus,
+    /// The sum of the bytes modulo 256, 1 byte (DL/T 645 and its relatives).
+    Sum8,
+}
+
+impl ChecksumAlgorithm {
+    fn size(self) -> usize {
+        match self {
+            ChecksumAlgorithm::Crc16Modbus => 2,
+            ChecksumAlgorithm::Sum8 => 1,
+        }
+    }
+}
+
+impl Checksum {
+    /// Whether `frame` carries the right checksum.
+    pub fn matches(&self, frame: &[u8]) -> bool {
+        let size = self.algorithm.size();
+        let Some(at) = frame.len().checked_sub(self.at_end) else { return false };
+        if at < self.from || at + size > frame.len() {
+            return false;
+        }
+        let covered = &frame[self.from..at];
+        let carried = uint(&frame[at..at + size], self.endian);
+        let computed = match self.algorithm {
+            ChecksumAlgorithm::Crc16Modbus => u64::from(crc16_modbus(covered)),
+            ChecksumAlgorithm::Sum8 => u64::from(sum8(covered)),
+        };
+        carried == computed
+    }
 }
 
 /// What [`Framer::next`] found at the front of the buffer.
@@ -97,6 +154,9 @@ pub enum FrameError {
     /// The bytes where the end marker belongs are something else.
     #[error("frame does not end with its end marker")]
     BadEnd,
+    /// The checksum a frame carries is not the one its bytes give.
+    #[error("frame checksum does not match")]
+    BadChecksum,
     /// No delimiter within `max_frame` bytes.
     #[error("no delimiter within {0} bytes")]
     TooLong(usize),
@@ -107,7 +167,7 @@ pub enum FrameError {
 
 impl FramingSpec {
     /// The single-lamp controller's frames (`68 LL LL 68 … CS CS 16`, length little-endian,
-    /// frame = 4 + length + 3 bytes).
+    /// frame = 4 + length + 3 bytes, CRC-16/MODBUS little-endian over bytes 1.. up to it).
     pub fn lamp() -> Self {
         FramingSpec::LengthField {
             start: vec![0x68],
@@ -117,6 +177,12 @@ impl FramingSpec {
             length_adjustment: 7,
             end: vec![0x16],
             max_frame: 4096,
+            checksum: Some(Checksum {
+                algorithm: ChecksumAlgorithm::Crc16Modbus,
+                from: 1,
+                at_end: 3,
+                endian: Endian::Little,
+            }),
         }
     }
 
@@ -134,9 +200,11 @@ impl FramingSpec {
                     Ok(())
                 }
             }
-            FramingSpec::LengthField { length_offset, length_size, end, max_frame, .. } => {
+            FramingSpec::LengthField { length_offset, length_size, end, max_frame, checksum, .. } => {
                 if !matches!(length_size, 1 | 2 | 4) {
                     Err(FrameError::Invalid("length_size must be 1, 2 or 4"))
+                } else if checksum.as_ref().is_some_and(|c| c.at_end < c.algorithm.size() + end.len()) {
+                    Err(FrameError::Invalid("checksum.at_end must leave room for the checksum and the end marker"))
                 } else if *max_frame < length_offset.saturating_add(usize::from(*length_size)).saturating_add(end.len())
                 {
                     Err(FrameError::Invalid("max_frame is smaller than the header and end marker"))
@@ -193,6 +261,7 @@ impl Framer {
                 length_adjustment,
                 end,
                 max_frame,
+                checksum,
             } => {
                 if !start.is_empty() {
                     match find(buf, start) {
@@ -228,6 +297,10 @@ impl Framer {
                 }
                 if !buf[..total].ends_with(end) {
                     return bad(buf, start, FrameError::BadEnd);
+                }
+                if checksum.as_ref().is_some_and(|c| !c.matches(&buf[..total])) {
+                    buf.advance(total);
+                    return Next::Skipped(total, FrameError::BadChecksum);
                 }
                 Next::Frame(buf.split_to(total).freeze())
             }
@@ -377,10 +450,30 @@ mod tests {
             length_adjustment: 4,
             end: vec![],
             max_frame: 1024,
+            checksum: None,
         };
         let (out, errs) = frames(&spec, &[0, 0, 0, 2, b'h', b'i', 0x7f, 0xff, 0xff, 0xff]);
         assert_eq!(out, vec![vec![0, 0, 0, 2, b'h', b'i']]);
         assert_eq!(errs, vec![FrameError::BadLength(0x7fff_ffff + 4, 4, 1024)]);
+    }
+
+    #[test]
+    fn a_bad_checksum_skips_the_whole_frame_and_the_next_one_comes_through() {
+        let spec = FramingSpec::lamp();
+        let (login, report) = (bytes(LOGIN), bytes(REPORT));
+        let mut corrupt = report.clone();
+        corrupt[30] ^= 0x01; // one bit of the power reading
+        let (out, errs) = frames(&spec, &[corrupt.as_slice(), &login].concat());
+        assert_eq!(out, vec![login]);
+        assert_eq!(errs, vec![FrameError::BadChecksum]);
+        // A sum-8 checksum (one byte before the end marker, over everything after the start).
+        let sum = Checksum { algorithm: ChecksumAlgorithm::Sum8, from: 1, at_end: 2, endian: Endian::Little };
+        let mut frame = vec![0x68, 5, 1, 2, 3, 0, 0x16];
+        frame[5] = sum8(&frame[1..5]);
+        assert!(sum.matches(&frame));
+        frame[2] = 9;
+        assert!(!sum.matches(&frame));
+        assert!(!sum.matches(&[0x16]), "a frame too short for its checksum does not match");
     }
 
     #[test]
@@ -406,6 +499,7 @@ mod tests {
             length_adjustment = 7
             end = "16"
             max_frame = 4096
+            checksum = { algorithm = "crc16_modbus", from = 1, at_end = 3, endian = "little" }
             "#,
         )
         .unwrap();

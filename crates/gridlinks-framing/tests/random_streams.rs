@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use gridlinks_framing::{crc16_modbus, Endian, Framer, FramingSpec, Next};
+use gridlinks_framing::{crc16_modbus, Checksum, ChecksumAlgorithm, Endian, Framer, FramingSpec, Next};
 
 /// xorshift64*: reproducible without a dependency.
 struct Rng(u64);
@@ -89,6 +89,7 @@ fn random_bytes_never_panic_in_any_framing() {
             length_adjustment: -3,
             end: vec![],
             max_frame: 300,
+            checksum: Some(Checksum { algorithm: ChecksumAlgorithm::Sum8, from: 0, at_end: 1, endian: Endian::Big }),
         },
     ];
     let mut rng = Rng(7);

@@ -48,7 +48,11 @@ pub struct Core {
 impl Core {
     /// Payload bounds from the configuration.
     pub fn payload_limits(&self) -> PayloadLimits {
-        PayloadLimits { max_key_len: self.cfg.limits.max_key_len, max_values: self.cfg.limits.max_values_per_request }
+        PayloadLimits {
+            max_key_len: self.cfg.limits.max_key_len,
+            max_values: self.cfg.limits.max_values_per_request,
+            cast_strings: true,
+        }
     }
 }
 

@@ -21,6 +21,9 @@ pub struct PayloadLimits {
     pub max_key_len: usize,
     /// Most values in one payload.
     pub max_values: usize,
+    /// Numeric strings (`"42"`) become numbers, as ThingsBoard's `json.type_cast_enabled`
+    /// does for devices; off where values come typed (decoder scripts).
+    pub cast_strings: bool,
 }
 
 /// What is wrong with a payload; the text is sent to the client.
@@ -257,7 +260,7 @@ fn values(
         if *count > lim.max_values {
             return Err(PayloadError::TooMany(format!("more than {} values", lim.max_values)));
         }
-        match typed(v)? {
+        match typed(v, lim.cast_strings)? {
             Some(val) => out.push((k, val)),
             None if skip_nulls => {}
             None => return Err(shape(format!("value of {k:?} is null"))),
@@ -268,15 +271,22 @@ fn values(
 
 /// Types one JSON value, from its text, as ThingsBoard does; `None` for `null`. Integers
 /// that fit a long are longs, larger ones keep their exact digits as a string; other
-/// numbers are doubles; numeric strings such as `"42"` are cast to numbers; objects and
-/// arrays are kept as their JSON text (whitespace removed, otherwise as sent).
-fn typed(v: &RawValue) -> Result<Option<Value>, PayloadError> {
+/// numbers are doubles; numeric strings such as `"42"` are cast to numbers if `cast`; objects
+/// and arrays are kept as their JSON text (whitespace removed, otherwise as sent).
+fn typed(v: &RawValue, cast: bool) -> Result<Option<Value>, PayloadError> {
     let text = v.get();
     Ok(Some(match text.as_bytes().first() {
         Some(b'n') => return Ok(None),
         Some(b't') => Value::Bool(true),
         Some(b'f') => Value::Bool(false),
-        Some(b'"') => cast_string(&serde_json::from_str::<String>(text).map_err(json_error)?),
+        Some(b'"') => {
+            let s = serde_json::from_str::<String>(text).map_err(json_error)?;
+            if cast {
+                cast_string(&s)
+            } else {
+                Value::Str(s)
+            }
+        }
         Some(b'{' | b'[') => Value::Json(minify(text)),
         _ if text.bytes().all(|b| b.is_ascii_digit() || b == b'-') => match text.parse::<i64>() {
             Ok(i) => Value::Long(i),
@@ -344,7 +354,7 @@ fn kind(v: &RawValue) -> &'static str {
 mod tests {
     use super::*;
 
-    const LIM: PayloadLimits = PayloadLimits { max_key_len: 16, max_values: 8 };
+    const LIM: PayloadLimits = PayloadLimits { max_key_len: 16, max_values: 8, cast_strings: true };
     const NOW: Ts = Ts(1000);
 
     fn tel(s: &str) -> Result<Vec<TsRecord>, PayloadError> {
@@ -381,7 +391,7 @@ mod tests {
         assert_eq!(cast_string("1e5"), Value::Str("1e5".into()));
         assert_eq!(cast_string("99999999999999999999"), Value::Str("99999999999999999999".into()));
         assert_eq!(cast_string("4."), Value::Str("4.".into()));
-        let ty = |s: &str| typed(&serde_json::from_str::<Box<RawValue>>(s).unwrap()).unwrap();
+        let ty = |s: &str| typed(&serde_json::from_str::<Box<RawValue>>(s).unwrap(), true).unwrap();
         assert_eq!(ty("42.0"), Some(Value::Double(42.0)));
         assert_eq!(ty("-7"), Some(Value::Long(-7)));
         assert_eq!(ty(&u64::MAX.to_string()), Some(Value::Str(u64::MAX.to_string())));

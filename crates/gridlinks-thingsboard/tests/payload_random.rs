@@ -9,7 +9,7 @@ use gridlinks_thingsboard::payload::{
 };
 use gridlinks_types::Ts;
 
-const LIM: PayloadLimits = PayloadLimits { max_key_len: 32, max_values: 64 };
+const LIM: PayloadLimits = PayloadLimits { max_key_len: 32, max_values: 64, cast_strings: true };
 
 /// Seeded, so a failure reproduces.
 struct XorShift(u64);

@@ -1,0 +1,112 @@
+//! Devices' own binary protocols, after framing (`gridlinks-framing`) and before the ingest
+//! boundary: what a frame says — which device sent it, its telemetry and attributes, and the
+//! frames to answer it with. A [`Decoder`] is either native (the single-lamp controller,
+//! [`lamp`]) or a user's script run in a sandboxed QuickJS ([`script`]), loaded without
+//! recompiling. Sans-IO: frames in, [`Uplink`]s out.
+
+pub mod lamp;
+pub mod script;
+
+use gridlinks_types::{Ts, TsRecord, Value};
+
+pub use script::{Script, ScriptError, ScriptLimits};
+
+/// What one frame carried.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Uplink {
+    /// The device that sent it, as the protocol names devices (an address, a serial
+    /// number); `None` when the frame does not say (the connection's device then).
+    pub identity: Option<String>,
+    /// Time-series records.
+    pub telemetry: Vec<TsRecord>,
+    /// Client-scope attributes.
+    pub attributes: Vec<(String, Value)>,
+    /// Frames to send back once what the frame carried is committed (login answers, acks).
+    pub replies: Vec<Vec<u8>>,
+}
+
+/// What a decoder knows about the connection a frame came in on.
+#[derive(Clone, Copy, Debug)]
+pub struct Session<'a> {
+    /// The identity the connection logged in with, if it has.
+    pub identity: Option<&'a str>,
+    /// The time to stamp telemetry with that carries none (ms since the epoch).
+    pub now: Ts,
+}
+
+/// Why a frame was not decoded; the frame is rejected, the connection goes on.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    /// Shorter than its kind of frame is.
+    #[error("frame too short: {got} bytes, a {what} needs {need}")]
+    Short {
+        /// Which kind of frame.
+        what: &'static str,
+        /// Bytes needed.
+        need: usize,
+        /// Bytes there.
+        got: usize,
+    },
+    /// A control code or message type the decoder does not know.
+    #[error("unsupported frame type 0x{0:02x}")]
+    Unsupported(u8),
+    /// The identity is not 1 to 128 letters, digits or `._:-`.
+    #[error("invalid device identity {0:?}: 1 to 128 letters, digits or ._:-")]
+    BadIdentity(String),
+    /// The script threw, or returned something that is not an uplink.
+    #[error("decoder script: {0}")]
+    Script(String),
+    /// The script ran past its time limit.
+    #[error("decoder script ran longer than {0} ms")]
+    Timeout(u64),
+}
+
+/// Checks an identity a decoder returned: 1 to 128 ASCII letters, digits or `._:-`, so it
+/// can name a device (`{protocol}-{identity}`) and appear in logs as it is.
+pub fn check_identity(id: &str) -> Result<(), DecodeError> {
+    let ok = (1..=128).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(DecodeError::BadIdentity(id.chars().take(140).collect()))
+    }
+}
+
+/// Turns frames into uplinks.
+#[derive(Clone, Debug)]
+pub enum Decoder {
+    /// The single-lamp controller, natively.
+    Lamp,
+    /// A user's script.
+    Script(Script),
+}
+
+impl Decoder {
+    /// Decodes one whole frame (framing already checked its length, markers and checksum).
+    pub fn decode(&self, frame: &[u8], session: Session<'_>) -> Result<Uplink, DecodeError> {
+        let up = match self {
+            Decoder::Lamp => lamp::decode(frame, session)?,
+            Decoder::Script(s) => s.decode(frame, session)?,
+        };
+        if let Some(id) = &up.identity {
+            check_identity(id)?;
+        }
+        Ok(up)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities() {
+        for ok in ["000000000001", "meter-7", "a.b_c:d", &"x".repeat(128)] {
+            check_identity(ok).unwrap();
+        }
+        for bad in ["", "has space", "slash/", "ünï", &"x".repeat(129), "nul\0"] {
+            assert!(matches!(check_identity(bad), Err(DecodeError::BadIdentity(_))), "{bad:?}");
+        }
+    }
+}
