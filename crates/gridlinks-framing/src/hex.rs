@@ -1,6 +1,6 @@
 //! Byte strings in the configuration as hex (`"68"`, `"0d 0a"`).
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serializer};
 
 /// Hex digits (spaces allowed between bytes) to bytes.
 pub fn decode(s: &str) -> Result<Vec<u8>, String> {
@@ -18,6 +18,10 @@ pub fn decode(s: &str) -> Result<Vec<u8>, String> {
             }
         })
         .collect()
+}
+
+pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {

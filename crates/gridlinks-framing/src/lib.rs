@@ -13,10 +13,10 @@ pub use crc::{crc16_modbus, sum8};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Byte order of a length field.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Endian {
     /// Least significant byte first.
@@ -28,7 +28,7 @@ pub enum Endian {
 
 /// How frames are delimited, as configured (`kind = "fixed" | "delimiter" | "length_field"`,
 /// markers and delimiters as hex strings, e.g. `start = "68"`).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FramingSpec {
     /// Every frame is `length` bytes.
@@ -69,14 +69,14 @@ pub enum FramingSpec {
         max_frame: usize,
         /// A checksum every frame carries; a frame whose checksum does not match is skipped
         /// whole, its length being known.
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         checksum: Option<Checksum>,
     },
 }
 
 /// Where a frame's checksum sits and what it covers: the checksum starts `at_end` bytes
 /// before the frame's end and covers the bytes from offset `from` up to it.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Checksum {
     /// How it is computed.
@@ -91,7 +91,7 @@ pub struct Checksum {
 }
 
 /// Checksums device protocols use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChecksumAlgorithm {
     /// CRC-16/MODBUS, 2 bytes.
@@ -505,6 +505,8 @@ mod tests {
         .unwrap();
         assert_eq!(spec, FramingSpec::lamp());
         spec.validate().unwrap();
+        let again: FramingSpec = toml::from_str(&toml::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(again, spec);
         let bad: Result<FramingSpec, _> = toml::from_str("kind = \"delimiter\"\ndelimiter = \"0g\"\nmax_frame = 9");
         assert!(bad.unwrap_err().to_string().contains("hex"));
         let zero: FramingSpec = toml::from_str("kind = \"fixed\"\nlength = 0").unwrap();

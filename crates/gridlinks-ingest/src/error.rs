@@ -53,6 +53,7 @@ impl From<StoreError> for IngestError {
             StoreError::Limit(m) => Self::Limit(m),
             e @ (StoreError::NameTaken(_)
             | StoreError::TokenTaken
+            | StoreError::IdentityTaken(_)
             | StoreError::CredentialClash(_)
             | StoreError::Invalid(_)) => Self::Rejected(e.to_string()),
             StoreError::Overloaded => Self::Overloaded,

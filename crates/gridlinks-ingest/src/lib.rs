@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use gridlinks_storage::{ImportOutcome, ImportRow, Store, StoreError, WriteOp, WriteOutcome, WriterHandle};
-use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
+use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, TsRecord, Value};
 
 pub use error::IngestError;
 
@@ -190,6 +190,25 @@ impl Ingest {
             device_type,
             max_devices: self.max_devices_per_gateway,
         };
+        match self.commit_one(op).await? {
+            WriteOutcome::Device(d) => Ok(d.id),
+            _ => Err(IngestError::Failed("unexpected write outcome".into())),
+        }
+    }
+
+    /// The device a protocol knows by `identity`: the one registered with it, or — when
+    /// `provision` gives a device type — one created for it on first use, named
+    /// `{protocol}-{id}`. An unknown identity without `provision` is a bad credential.
+    pub async fn protocol_device(
+        &self,
+        identity: &ProtocolIdentity,
+        provision: Option<&str>,
+    ) -> Result<DeviceId, IngestError> {
+        if let Some(id) = self.store.device_id_by_identity(identity)? {
+            return Ok(id);
+        }
+        let Some(device_type) = provision else { return Err(IngestError::BadCredential) };
+        let op = WriteOp::ProtocolDevice { identity: identity.clone(), device_type: device_type.to_owned() };
         match self.commit_one(op).await? {
             WriteOutcome::Device(d) => Ok(d.id),
             _ => Err(IngestError::Failed("unexpected write outcome".into())),

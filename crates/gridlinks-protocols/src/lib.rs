@@ -7,7 +7,7 @@
 pub mod lamp;
 pub mod script;
 
-use gridlinks_types::{Ts, TsRecord, Value};
+use gridlinks_types::{check_identity, IdentityError, Ts, TsRecord, Value};
 
 pub use script::{Script, ScriptError, ScriptLimits};
 
@@ -50,27 +50,15 @@ pub enum DecodeError {
     /// A control code or message type the decoder does not know.
     #[error("unsupported frame type 0x{0:02x}")]
     Unsupported(u8),
-    /// The identity is not 1 to 128 letters, digits or `._:-`.
-    #[error("invalid device identity {0:?}: 1 to 128 letters, digits or ._:-")]
-    BadIdentity(String),
+    /// The identity cannot name a device.
+    #[error(transparent)]
+    BadIdentity(#[from] IdentityError),
     /// The script threw, or returned something that is not an uplink.
     #[error("decoder script: {0}")]
     Script(String),
     /// The script ran past its time limit.
     #[error("decoder script ran longer than {0} ms")]
     Timeout(u64),
-}
-
-/// Checks an identity a decoder returned: 1 to 128 ASCII letters, digits or `._:-`, so it
-/// can name a device (`{protocol}-{identity}`) and appear in logs as it is.
-pub fn check_identity(id: &str) -> Result<(), DecodeError> {
-    let ok = (1..=128).contains(&id.len())
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(DecodeError::BadIdentity(id.chars().take(140).collect()))
-    }
 }
 
 /// Turns frames into uplinks.
@@ -106,7 +94,7 @@ mod tests {
             check_identity(ok).unwrap();
         }
         for bad in ["", "has space", "slash/", "ünï", &"x".repeat(129), "nul\0"] {
-            assert!(matches!(check_identity(bad), Err(DecodeError::BadIdentity(_))), "{bad:?}");
+            assert!(matches!(check_identity(bad), Err(IdentityError::Id(_))), "{bad:?}");
         }
     }
 }

@@ -84,6 +84,8 @@ pub struct Handles {
     pub mqtt: Arc<Mqtt>,
     /// Readiness and counters.
     pub status: Arc<Status>,
+    /// Custom TCP protocols' counters.
+    pub tcp: Arc<crate::tcp::TcpMetrics>,
 }
 
 impl std::ops::Deref for Http {
@@ -134,6 +136,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/device", post(api::save_device))
         .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
         .route("/api/device/{id}/credentials", get(api::get_credentials))
+        .route("/api/device/credentials", post(api::save_credentials))
         .route("/api/device/bulk_import", post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
         .route("/api/tenant/devices", get(api::list_devices))
         .route("/api/relation", post(relations::save).delete(relations::delete))
@@ -355,6 +358,14 @@ pub async fn serve(
         }
     };
     let ws_local = ws_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+    let mut tcp_listeners = Vec::new();
+    for l in &cfg.tcp.listeners {
+        let addr: SocketAddr = l.bind.parse().context("tcp.listeners bind")?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (custom TCP protocol {})", l.protocol))?;
+        tcp_listeners.push((l.clone(), listener));
+    }
     let drop_oldest = cfg.mqtt.offline_queue_full == "drop_oldest";
     let hard_limit = cfg.mqtt.client_queue_hard_limit;
     let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
@@ -390,15 +401,26 @@ pub async fn serve(
         credential_counts: Arc::default(),
     });
     let status = Arc::new(Status::default());
+    let tcp_metrics = Arc::new(crate::tcp::TcpMetrics::default());
+    let core = Arc::new(core);
+    let mut tcp_shared = Vec::new();
+    for (l, listener) in tcp_listeners {
+        let protocol = crate::tcp::Protocol::load(&core, &l)
+            .with_context(|| format!("tcp.listeners ({}, protocol {})", l.bind, l.protocol))?;
+        let shared =
+            crate::tcp::Shared { core: core.clone(), protocol: Arc::new(protocol), metrics: tcp_metrics.clone() };
+        tcp_shared.push((listener, shared));
+    }
     let retained = crate::mqtt::retained::load(&store, &mqtt.sessions).context("loading retained MQTT messages")?;
     let sessions = crate::mqtt::pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
     let cfg = core.cfg.clone();
     let app = router(Http(Arc::new(Handles {
-        core: Arc::new(core),
+        core,
         auth: auth.clone(),
         mqtt: mqtt.clone(),
         status: status.clone(),
+        tcp: tcp_metrics,
     })));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
@@ -408,6 +430,13 @@ pub async fn serve(
     }
     let ws_task = ws_listener
         .map(|l| tokio::spawn(crate::mqtt::listen_ws(l, mqtt.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
+    let mut tcp_tasks = Vec::new();
+    let mut tcp_locals = Vec::new();
+    for (listener, shared) in tcp_shared {
+        tcp_locals.push(format!("{} {}", shared.protocol.name, listener.local_addr()?));
+        let task = crate::tcp::listen(listener, shared, stop_rx.clone(), alive.clone(), limit.clone());
+        tcp_tasks.push(tokio::spawn(task));
+    }
     let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, mqtt.clone(), stop_rx.clone(), alive, limit));
     let limits = crate::listener::HttpLimits {
         header_read_timeout: cfg.http.header_read_timeout.duration(),
@@ -421,7 +450,7 @@ pub async fn serve(
     };
     let http_task = tokio::spawn(crate::listener::serve_http(listener, app, limits, stop_rx, over_limit));
     status.ready.store(true, Ordering::Release);
-    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), "gridlinks ready");
+    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, tcp = ?tcp_locals, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), "gridlinks ready");
 
     shutdown.await;
     status.ready.store(false, Ordering::Release);
@@ -429,13 +458,16 @@ pub async fn serve(
     let _ = stop.send(true);
     // MQTT connections stop reading, acknowledge what is in flight, then close.
     mqtt.sessions.shut_down();
-    for (what, task) in [("HTTP", Some(http_task)), ("MQTT", Some(mqtt_task)), ("MQTT over WebSocket", ws_task)] {
+    let tcp_tasks = tcp_tasks.into_iter().map(|t| ("custom TCP", Some(t)));
+    let tasks = [("HTTP", Some(http_task)), ("MQTT", Some(mqtt_task)), ("MQTT over WebSocket", ws_task)];
+    for (what, task) in tasks.into_iter().chain(tcp_tasks) {
         let Some(task) = task else { continue };
         if let Err(e) = task.await {
             tracing::error!(listener = what, error = %e, "listener task failed");
         }
     }
-    // Every MQTT connection task holds a sender; recv() returns None once all have ended.
+    // Every device connection task (MQTT, custom TCP) holds a sender; recv() returns None
+    // once all have ended.
     let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.

@@ -50,6 +50,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// MQTT listener.
     pub mqtt: MqttConfig,
+    /// Devices' own binary protocols over TCP.
+    pub tcp: TcpConfig,
     /// Server-side RPC.
     pub rpc: RpcConfig,
     /// The administrator account.
@@ -127,6 +129,58 @@ pub struct MqttConfig {
     pub anonymous_publish: Vec<String>,
     /// Topic filters anonymous clients may subscribe within.
     pub anonymous_subscribe: Vec<String>,
+}
+
+/// Custom TCP protocols: listeners, the protocols defined in configuration, and the bounds
+/// every such connection keeps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TcpConfig {
+    /// One listener per port, each speaking one protocol (`[[tcp.listeners]]`).
+    pub listeners: Vec<TcpListenerConfig>,
+    /// Protocols defined here (`[tcp.protocols.NAME]`): framing and a decoder script.
+    /// `lamp` (the single-lamp controller) is built in.
+    pub protocols: std::collections::BTreeMap<String, ProtocolConfig>,
+    /// Time a new connection has to send a frame naming its device.
+    pub login_timeout: Millis,
+    /// Seconds without a frame after which a connection is closed; 0: never.
+    pub idle_timeout: Seconds,
+    /// Longest a decoder script may run on one frame.
+    pub script_timeout: Millis,
+    /// Most memory a decoder script may hold (per script and server thread), MiB.
+    pub script_memory_mb: usize,
+}
+
+/// One custom-protocol TCP listener.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpListenerConfig {
+    /// Listen address.
+    pub bind: String,
+    /// The protocol spoken: `lamp` or a name from `[tcp.protocols]`. It also names the
+    /// identities devices are registered with.
+    pub protocol: String,
+    /// Create a device on first login of an unknown identity (named `{protocol}-{identity}`);
+    /// otherwise only devices registered with this protocol identity may connect.
+    #[serde(default)]
+    pub auto_provision: bool,
+    /// Decode with this script instead of the protocol's own decoder (for `lamp`: the
+    /// native one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<PathBuf>,
+    /// Type of the devices created by `auto_provision`; the protocol's name when empty.
+    #[serde(default)]
+    pub device_type: String,
+}
+
+/// A protocol defined in configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtocolConfig {
+    /// Where frames begin and end (`{ kind = "fixed" | "delimiter" | "length_field", … }`).
+    pub framing: gridlinks_framing::FramingSpec,
+    /// The decoder script (JavaScript defining `decode(frame, session)`).
+    pub script: PathBuf,
 }
 
 /// Server-side RPC (ThingsBoard's `/api/plugins/rpc` and `/api/rpc`).
@@ -215,6 +269,7 @@ impl Default for Config {
             tcp_keepalive_idle: Seconds(60),
             http: HttpConfig::default(),
             mqtt: MqttConfig::default(),
+            tcp: TcpConfig::default(),
             rpc: RpcConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),
@@ -258,6 +313,19 @@ impl Default for MqttConfig {
             offline_queue_full: "drop_new".into(),
             anonymous_publish: vec!["#".into()],
             anonymous_subscribe: vec!["#".into()],
+        }
+    }
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            listeners: Vec::new(),
+            protocols: std::collections::BTreeMap::new(),
+            login_timeout: Millis(10_000),
+            idle_timeout: Seconds(300),
+            script_timeout: Millis(20),
+            script_memory_mb: 16,
         }
     }
 }
@@ -435,6 +503,31 @@ impl Config {
         }
         if self.limits.max_key_len == 0 || self.limits.max_values_per_request == 0 {
             return bad("limits.* must be at least 1".into());
+        }
+        if self.tcp.login_timeout.0 == 0 || self.tcp.script_timeout.0 == 0 || self.tcp.script_memory_mb == 0 {
+            return bad("tcp.login_timeout, tcp.script_timeout and tcp.script_memory_mb must be at least 1".into());
+        }
+        for (name, p) in &self.tcp.protocols {
+            if name == "lamp" {
+                return bad("tcp.protocols.lamp: lamp is built in; name your protocol otherwise".into());
+            }
+            if let Err(e) = gridlinks_types::check_protocol_name(name) {
+                return bad(format!("tcp.protocols: {e}"));
+            }
+            if let Err(e) = p.framing.validate() {
+                return bad(format!("tcp.protocols.{name}.framing: {e}"));
+            }
+        }
+        for l in &self.tcp.listeners {
+            if l.bind.parse::<std::net::SocketAddr>().is_err() {
+                return bad(format!("tcp.listeners: bind = {:?} is not a socket address like 0.0.0.0:1886", l.bind));
+            }
+            if l.protocol != "lamp" && !self.tcp.protocols.contains_key(&l.protocol) {
+                return bad(format!(
+                    "tcp.listeners ({}): protocol {:?} is neither lamp nor defined in [tcp.protocols]",
+                    l.bind, l.protocol
+                ));
+            }
         }
         Ok(())
     }

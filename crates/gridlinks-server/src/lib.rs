@@ -18,4 +18,5 @@ pub mod listener;
 pub(crate) mod logging;
 pub mod metrics;
 pub mod mqtt;
+pub mod tcp;
 pub mod thingsboard;

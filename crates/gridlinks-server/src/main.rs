@@ -28,7 +28,7 @@ enum Command {
     /// Run the server.
     Serve {
         /// Configuration file (TOML); defaults are embedded.
-        #[arg(long, short)]
+        #[arg(long, short, env = "GRIDLINKS_CONFIG")]
         config: Option<PathBuf>,
         /// Data directory (overrides `data_dir`).
         #[arg(long)]

@@ -24,6 +24,7 @@ use prometheus_client::registry::Registry;
 
 use crate::app::{Core, Http};
 use crate::mqtt::Mqtt;
+use crate::tcp::TcpMetrics;
 
 /// The `Content-Type` of the scrape response.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -85,8 +86,58 @@ impl Collector for Scrape {
             "QoS 1/2 copies dropped because an offline session's queue was full.",
             st.mqtt.sessions.dropped_offline(),
         )?;
-        mqtt(&mut e, &st.mqtt)
+        mqtt(&mut e, &st.mqtt)?;
+        tcp(&mut e, &st.tcp)
     }
+}
+
+/// Custom TCP protocols' counters (all listeners together).
+fn tcp(e: &mut DescriptorEncoder, m: &TcpMetrics) -> fmt::Result {
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    gauge(
+        e,
+        "gridlinks_tcp_connections",
+        "Open connections of custom TCP protocols.",
+        m.connections.load(Ordering::Relaxed),
+    )?;
+    counter(e, "gridlinks_tcp_logins_total", "Custom TCP connections bound to their device.", l(&m.logins))?;
+    counter(
+        e,
+        "gridlinks_tcp_logins_refused_total",
+        "Custom TCP connections closed because their identity was unknown or could not be provisioned.",
+        l(&m.logins_refused),
+    )?;
+    counter(e, "gridlinks_tcp_frames_total", "Custom TCP frames committed and answered.", l(&m.frames))?;
+    counter(
+        e,
+        "gridlinks_tcp_bad_frames_total",
+        "Byte runs the framing could not make a frame of (garbage, length, end marker, checksum).",
+        l(&m.bad_frames),
+    )?;
+    counter(
+        e,
+        "gridlinks_tcp_decode_errors_total",
+        "Custom TCP frames the decoder refused (script error or time limit, unknown frame type).",
+        l(&m.decode_errors),
+    )?;
+    counter(
+        e,
+        "gridlinks_tcp_rejected_total",
+        "Custom TCP frames rejected for naming no device before login, or another device.",
+        l(&m.rejected),
+    )?;
+    counter(
+        e,
+        "gridlinks_tcp_not_committed_total",
+        "Custom TCP frames not committed (overload, disk full, bad values), so not answered.",
+        l(&m.not_committed),
+    )?;
+    counter(
+        e,
+        "gridlinks_tcp_timeouts_total",
+        "Custom TCP connections closed after tcp.login_timeout or tcp.idle_timeout.",
+        l(&m.timeouts),
+    )
 }
 
 /// The storage writer's counters and histograms.

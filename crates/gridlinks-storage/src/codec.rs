@@ -2,7 +2,7 @@
 //! the compact binary value rows. Every row value starts with [`ROW_FORMAT`] so the
 //! format can evolve.
 
-use gridlinks_types::{DeviceId, Ts, Value};
+use gridlinks_types::{DeviceId, ProtocolIdentity, Ts, Value};
 
 use crate::StoreError;
 
@@ -40,6 +40,15 @@ pub fn ts_of_key(key: &[u8]) -> Result<Ts, StoreError> {
     let b: [u8; 8] =
         key.get(16..24).and_then(|s| s.try_into().ok()).ok_or(StoreError::Corrupt("time-series key length"))?;
     Ok(ts_from_bytes(b))
+}
+
+/// `identities` key: protocol ‖ 0 ‖ identity (neither contains a 0 byte).
+pub fn identity_key(identity: &ProtocolIdentity) -> Vec<u8> {
+    let mut k = Vec::with_capacity(identity.protocol.len() + 1 + identity.id.len());
+    k.extend_from_slice(identity.protocol.as_bytes());
+    k.push(0);
+    k.extend_from_slice(identity.id.as_bytes());
+    k
 }
 
 /// Key of an attribute row: device ‖ scope tag ‖ key name.

@@ -10,6 +10,7 @@
 //! | `names`   | device name                  | device id                               |
 //! | `gateways`| gateway id ‖ device id       | empty: the device belongs to the gateway |
 //! | `tokens`  | access token                 | device id                               |
+//! | `identities` | protocol ‖ 0 ‖ identity   | device id (custom TCP protocols' devices) |
 //! | `ts`      | device id ‖ ts (BE, 8 B)     | every (key, value) reported at that ts  |
 //! | `latest`  | device id                    | (key, ts, value) for every key          |
 //! | `attrs`   | device id ‖ scope ‖ key name | (last update ts, value)                 |
@@ -50,7 +51,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
-use gridlinks_types::{AttributeScope, DeviceId, Ts, Value};
+use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts, Value};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +87,9 @@ pub enum StoreError {
     /// Another device uses this access token.
     #[error("Device credentials are already assigned to another device!")]
     TokenTaken,
+    /// Another device has this protocol identity.
+    #[error("Device credentials are already assigned to another device! (protocol identity {0})")]
+    IdentityTaken(String),
     /// The device does not exist (or was deleted).
     #[error("device not found")]
     DeviceNotFound,
@@ -132,6 +136,7 @@ impl StoreError {
             Self::Format { found } => Self::Format { found: *found },
             Self::NameTaken(n) => Self::NameTaken(n.clone()),
             Self::TokenTaken => Self::TokenTaken,
+            Self::IdentityTaken(m) => Self::IdentityTaken(m.clone()),
             Self::DeviceNotFound => Self::DeviceNotFound,
             Self::ForeignDevice(n) => Self::ForeignDevice(n.clone()),
             Self::CredentialClash(m) => Self::CredentialClash(m.clone()),
@@ -168,6 +173,10 @@ pub struct DeviceRecord {
     /// (ThingsBoard's "Created" relation): the only gateway that may write to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<DeviceId>,
+    /// How a device protocol without tokens knows the device (custom TCP protocols): a
+    /// credential beside the access token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<ProtocolIdentity>,
 }
 
 impl DeviceRecord {
@@ -250,6 +259,7 @@ pub(crate) struct Keyspaces {
     pub names: Keyspace,
     pub gateways: Keyspace,
     pub tokens: Keyspace,
+    pub identities: Keyspace,
     pub ts: Keyspace,
     pub latest: Keyspace,
     pub attrs: Keyspace,
@@ -373,6 +383,7 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
         names: ks("names", small)?,
         gateways: ks("gateways", small)?,
         tokens: ks("tokens", small)?,
+        identities: ks("identities", small)?,
         ts: ks("ts", opts.memtable_bytes)?,
         latest: ks("latest", small)?,
         attrs: ks("attrs", small)?,
@@ -525,6 +536,11 @@ impl Store {
     /// A device by id.
     pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
         self.engine()?.device(id)
+    }
+
+    /// The device a protocol knows by `identity`.
+    pub fn device_id_by_identity(&self, identity: &ProtocolIdentity) -> Result<Option<DeviceId>, StoreError> {
+        self.engine()?.ks.identities.get(codec::identity_key(identity))?.map(|v| id_from(&v)).transpose()
     }
 
     /// A device by its unique name.

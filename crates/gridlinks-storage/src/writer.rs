@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjall::{OwnedWriteBatch, PersistMode};
-use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
+use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts, TsRecord, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::{self, KeyId};
@@ -124,6 +124,22 @@ pub enum WriteOp {
         device_type: Option<String>,
         /// Most devices one gateway may own.
         max_devices: usize,
+    },
+    /// Gives a device a protocol identity (`Some`) or takes it away (`None`).
+    SetIdentity {
+        /// The device.
+        device: DeviceId,
+        /// Its identity from now on.
+        identity: Option<ProtocolIdentity>,
+    },
+    /// The device a protocol knows by `identity`, created on first use, named
+    /// `{protocol}-{id}` (a TCP listener's `auto_provision`). Refused when a device of that
+    /// name exists without this identity.
+    ProtocolDevice {
+        /// Whose.
+        identity: ProtocolIdentity,
+        /// The type of a created device (`default` when empty).
+        device_type: String,
     },
     /// Assigns a device to a gateway (`Some`, which must be a gateway) or to none.
     AssignGateway {
@@ -909,6 +925,39 @@ impl Writer {
             WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => {
                 self.gateway_device(gateway, name, device_type, max_devices)
             }
+            WriteOp::SetIdentity { device, identity } => {
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
+                if let Some(i) = &identity {
+                    txn.check_identity(i, device)?;
+                }
+                let new = DeviceRecord { identity, ..old.clone() };
+                txn.put(new.clone(), Some(&old))?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(new))
+            }
+            WriteOp::ProtocolDevice { identity, device_type } => {
+                identity.validate().map_err(|e| StoreError::Invalid(e.to_string()))?;
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                if let Some(id) = txn.identity_owner(&identity)? {
+                    return Ok(WriteOutcome::Device(txn.record(id)?.ok_or(StoreError::DeviceNotFound)?));
+                }
+                let save = SaveDevice {
+                    id: None,
+                    name: identity.device_name(),
+                    device_type,
+                    label: None,
+                    token: None,
+                    additional_info: None,
+                };
+                let created = txn.save(save, None)?;
+                let rec = DeviceRecord { identity: Some(identity), ..created.clone() };
+                txn.put(rec.clone(), Some(&created))?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(rec))
+            }
             WriteOp::AssignGateway { device, gateway } => {
                 self.gateway_counts.clear();
                 let engine = self.engine()?;
@@ -992,6 +1041,9 @@ impl Writer {
         batch.remove(&ks.devices, id.as_bytes().to_vec());
         batch.remove(&ks.names, rec.name.into_bytes());
         batch.remove(&ks.tokens, rec.token.clone().into_bytes());
+        if let Some(i) = &rec.identity {
+            batch.remove(&ks.identities, codec::identity_key(i));
+        }
         batch.remove(&ks.latest, id.as_bytes().to_vec());
         if let Some(g) = rec.gateway {
             batch.remove(&ks.gateways, gateway_key(g, id));
@@ -1129,6 +1181,8 @@ struct DeviceTxn<'a> {
     /// name → owner as of this transaction (`None`: freed).
     names: HashMap<String, Option<DeviceId>>,
     tokens: HashMap<String, Option<DeviceId>>,
+    /// `identities` key → owner as of this transaction.
+    identities: HashMap<Vec<u8>, Option<DeviceId>>,
     records: HashMap<DeviceId, DeviceRecord>,
 }
 
@@ -1140,6 +1194,7 @@ impl<'a> DeviceTxn<'a> {
             batch: engine.db.batch(),
             names: HashMap::default(),
             tokens: HashMap::default(),
+            identities: HashMap::default(),
             records: HashMap::default(),
         }
     }
@@ -1173,6 +1228,22 @@ impl<'a> DeviceTxn<'a> {
         }
     }
 
+    fn identity_owner(&self, identity: &ProtocolIdentity) -> Result<Option<DeviceId>, StoreError> {
+        match self.identities.get(&codec::identity_key(identity)) {
+            Some(o) => Ok(*o),
+            None => self.store.device_id_by_identity(identity),
+        }
+    }
+
+    /// `identity` is well-formed and no device but `device` has it.
+    fn check_identity(&self, identity: &ProtocolIdentity, device: DeviceId) -> Result<(), StoreError> {
+        identity.validate().map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if self.identity_owner(identity)?.is_some_and(|o| o != device) {
+            return Err(StoreError::IdentityTaken(format!("{}:{}", identity.protocol, identity.id)));
+        }
+        Ok(())
+    }
+
     /// `NotGateway` unless device `id` is a gateway (`DeviceNotFound` if there is none).
     fn require_gateway(&self, id: DeviceId) -> Result<(), StoreError> {
         match self.record(id)? {
@@ -1204,6 +1275,16 @@ impl<'a> DeviceTxn<'a> {
             if let Some(g) = old.gateway.filter(|_| old.gateway != new.gateway) {
                 self.batch.remove(&ks.gateways, gateway_key(g, old.id));
             }
+            if let Some(i) = old.identity.as_ref().filter(|_| old.identity != new.identity) {
+                let key = codec::identity_key(i);
+                self.batch.remove(&ks.identities, key.clone());
+                self.identities.insert(key, None);
+            }
+        }
+        if let Some(i) = &new.identity {
+            let key = codec::identity_key(i);
+            self.batch.insert(&ks.identities, key.clone(), new.id.as_bytes().to_vec());
+            self.identities.insert(key, Some(new.id));
         }
         if let Some(g) = new.gateway {
             self.batch.insert(&ks.gateways, gateway_key(g, new.id), Vec::new());
@@ -1259,6 +1340,7 @@ impl<'a> DeviceTxn<'a> {
             token,
             additional_info: s.additional_info,
             gateway: old.as_ref().map_or(gateway, |o| o.gateway),
+            identity: old.as_ref().and_then(|o| o.identity.clone()),
         };
         self.put(rec.clone(), old.as_ref())?;
         Ok(rec)

@@ -465,3 +465,71 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// Protocol identities: one device per (protocol, identity), kept across updates and
+/// restarts, gone with the device; auto-provisioning finds or creates `{protocol}-{id}`.
+#[tokio::test]
+async fn protocol_identities() {
+    use gridlinks_types::ProtocolIdentity;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, j) = open(dir.path());
+    let ident = |p: &str, id: &str| ProtocolIdentity { protocol: p.into(), id: id.into() };
+    let a = device(&h, "a").await;
+    let b = device(&h, "b").await;
+    let set = |device, identity| WriteOp::SetIdentity { device, identity };
+    h.submit(set(a, Some(ident("lamp", "000000000001")))).await.unwrap();
+    assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000001")).unwrap(), Some(a));
+    // The same identity in another protocol is another credential.
+    assert_eq!(store.device_id_by_identity(&ident("meter", "000000000001")).unwrap(), None);
+    let taken = h.submit(set(b, Some(ident("lamp", "000000000001")))).await.unwrap_err();
+    assert!(matches!(taken, StoreError::IdentityTaken(_)), "{taken:?}");
+    let bad = h.submit(set(b, Some(ident("lamp", "has space")))).await.unwrap_err();
+    assert!(matches!(bad, StoreError::Invalid(_)), "{bad:?}");
+    // An update through the REST shape keeps the identity; the token still works.
+    let save = SaveDevice {
+        id: Some(a),
+        name: "a2".into(),
+        device_type: String::new(),
+        label: None,
+        token: None,
+        additional_info: None,
+    };
+    h.submit(WriteOp::SaveDevice(save)).await.unwrap();
+    assert_eq!(store.device(a).unwrap().unwrap().identity, Some(ident("lamp", "000000000001")));
+    assert_eq!(store.device_id_by_token("tok-a").unwrap(), Some(a));
+    // Moving it to another identity frees the old one.
+    h.submit(set(a, Some(ident("lamp", "000000000002")))).await.unwrap();
+    assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000001")).unwrap(), None);
+
+    // Auto-provisioning: an existing identity is found, a new one creates lamp-{id}.
+    let found =
+        h.submit(WriteOp::ProtocolDevice { identity: ident("lamp", "000000000002"), device_type: "lamp".into() });
+    assert!(matches!(found.await.unwrap(), WriteOutcome::Device(d) if d.id == a));
+    let created = match h
+        .submit(WriteOp::ProtocolDevice { identity: ident("lamp", "000000000003"), device_type: "lamp".into() })
+        .await
+        .unwrap()
+    {
+        WriteOutcome::Device(d) => d,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!((created.name.as_str(), created.device_type.as_str()), ("lamp-000000000003", "lamp"));
+    assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000003")).unwrap(), Some(created.id));
+    // A device already named lamp-{id} without the identity is not taken over.
+    device(&h, "lamp-000000000004").await;
+    let clash =
+        h.submit(WriteOp::ProtocolDevice { identity: ident("lamp", "000000000004"), device_type: "lamp".into() });
+    assert!(matches!(clash.await.unwrap_err(), StoreError::NameTaken(_)));
+    assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000004")).unwrap(), None);
+
+    // Deleting the device deletes its identity.
+    h.submit(WriteOp::DeleteDevice(created.id)).await.unwrap();
+    assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000003")).unwrap(), None);
+    drop(h);
+    j.join().unwrap();
+    drop(store);
+    let (store, h, j) = open(dir.path());
+    assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000002")).unwrap(), Some(a));
+    drop(h);
+    j.join().unwrap();
+}

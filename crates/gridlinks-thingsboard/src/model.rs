@@ -94,11 +94,14 @@ pub struct Device<'a> {
     pub token: &'a str,
     /// ThingsBoard's `additionalInfo`.
     pub additional_info: Option<&'a J>,
+    /// The custom-protocol identity (protocol, identity), a credential beside the token.
+    pub identity: Option<(&'a str, &'a str)>,
 }
 
-/// A device as `GET /api/device/{id}` returns it.
+/// A device as `GET /api/device/{id}` returns it; one with a custom-protocol identity
+/// also has `protocolIdentity: {"protocol", "id"}` (GridLinks' own field).
 pub fn device(d: &Device<'_>, tenant: Uuid) -> J {
-    json!({
+    let mut j = json!({
         "id": entity_id("DEVICE", d.id),
         "createdTime": d.created_time,
         "additionalInfo": d.additional_info,
@@ -112,6 +115,25 @@ pub fn device(d: &Device<'_>, tenant: Uuid) -> J {
         "firmwareId": null,
         "softwareId": null,
         "externalId": null,
+        "version": 1,
+    });
+    if let (Some((protocol, id)), Some(obj)) = (d.identity, j.as_object_mut()) {
+        obj.insert("protocolIdentity".into(), json!({"protocol": protocol, "id": id}));
+    }
+    j
+}
+
+/// A device's protocol identity as ThingsBoard-shaped credentials (`POST
+/// /api/device/credentials` with `credentialsType: "PROTOCOL_IDENTITY"` answers this).
+pub fn identity_credentials(d: &Device<'_>) -> J {
+    let (protocol, id) = d.identity.unwrap_or_default();
+    json!({
+        "id": {"id": Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("{}/identity", d.id.0).as_bytes())},
+        "createdTime": d.created_time,
+        "deviceId": entity_id("DEVICE", d.id),
+        "credentialsType": "PROTOCOL_IDENTITY",
+        "credentialsId": id,
+        "credentialsValue": protocol,
         "version": 1,
     })
 }
@@ -239,8 +261,12 @@ mod tests {
             label: None,
             token: "tok",
             additional_info: Some(&info),
+            identity: None,
         };
         let j = device(&d, Uuid::nil());
+        assert!(j.get("protocolIdentity").is_none());
+        let lamp = device(&Device { identity: Some(("lamp", "000000000001")), ..d }, Uuid::nil());
+        assert_eq!(lamp["protocolIdentity"], json!({"protocol": "lamp", "id": "000000000001"}));
         assert_eq!(j["name"], "Boiler");
         assert_eq!(j["label"], J::Null);
         assert_eq!(j["additionalInfo"]["gateway"], true);

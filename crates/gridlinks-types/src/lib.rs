@@ -1,6 +1,7 @@
 //! Core domain types shared by every GridLinks crate: newtype ids ([`DeviceId`]),
 //! millisecond timestamps ([`Ts`]), typed telemetry values ([`Value`]), one message's
-//! worth of points at one timestamp ([`TsRecord`]) and attribute scopes ([`AttributeScope`]).
+//! worth of points at one timestamp ([`TsRecord`]), attribute scopes ([`AttributeScope`]) and
+//! the identities device protocols without tokens name devices by ([`ProtocolIdentity`]).
 //!
 //! This crate does no I/O. Value typing follows ThingsBoard: JSON booleans are
 //! `Bool`, integers that fit an `i64` are `Long`, other finite numbers are `Double`,
@@ -151,6 +152,63 @@ fn format_double(f: f64) -> String {
         format!("{f:.1}")
     } else {
         f.to_string()
+    }
+}
+
+/// How a device protocol without tokens knows a device (a custom TCP protocol's address
+/// field, a meter's serial number): the protocol's name and the identity within it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProtocolIdentity {
+    /// The protocol (a listener's `protocol`, e.g. `lamp`).
+    pub protocol: String,
+    /// The device's identity in that protocol (e.g. `000000000001`).
+    pub id: String,
+}
+
+/// Why a protocol identity was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// A protocol name other than 1 to 64 lowercase letters, digits, `-` or `_`.
+    #[error("invalid protocol name {0:?}: 1 to 64 lowercase letters, digits, - or _")]
+    Protocol(String),
+    /// An identity other than 1 to 128 letters, digits or `._:-`.
+    #[error("invalid device identity {0:?}: 1 to 128 letters, digits or ._:-")]
+    Id(String),
+}
+
+impl ProtocolIdentity {
+    /// Checks both parts: names that can appear in a device name (`{protocol}-{id}`), a
+    /// storage key and a log line as they are.
+    pub fn validate(&self) -> Result<(), IdentityError> {
+        check_protocol_name(&self.protocol)?;
+        check_identity(&self.id)
+    }
+
+    /// The name of a device created for this identity: `{protocol}-{id}`.
+    pub fn device_name(&self) -> String {
+        format!("{}-{}", self.protocol, self.id)
+    }
+}
+
+/// 1 to 64 lowercase ASCII letters, digits, `-` or `_`.
+pub fn check_protocol_name(name: &str) -> Result<(), IdentityError> {
+    let ok = (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_'));
+    if ok {
+        Ok(())
+    } else {
+        Err(IdentityError::Protocol(name.chars().take(80).collect()))
+    }
+}
+
+/// 1 to 128 ASCII letters, digits or `._:-`.
+pub fn check_identity(id: &str) -> Result<(), IdentityError> {
+    let ok = (1..=128).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(IdentityError::Id(id.chars().take(140).collect()))
     }
 }
 

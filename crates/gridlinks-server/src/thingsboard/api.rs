@@ -130,6 +130,7 @@ fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<'_> {
         label: d.label.as_deref(),
         token: &d.token,
         additional_info: d.additional_info.as_ref(),
+        identity: d.identity.as_ref().map(|i| (i.protocol.as_str(), i.id.as_str())),
     }
 }
 
@@ -231,6 +232,68 @@ pub async fn delete_device(_: Admin, State(mqtt): State<Arc<Mqtt>>, Path(id): Pa
 pub async fn get_credentials(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
     let d = load_device(&st, device_id(&id)?).await?;
     Ok(Json(model::credentials(&device_view(&d))))
+}
+
+/// What `POST /api/device/credentials` reads of ThingsBoard's credentials object (the rest
+/// of what a client sends back, ids and versions, is ignored).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CredentialsBody {
+    device_id: model::Id,
+    credentials_type: String,
+    credentials_id: Option<String>,
+    credentials_value: Option<String>,
+}
+
+/// `POST /api/device/credentials`: `ACCESS_TOKEN` sets the device's token (as in
+/// ThingsBoard); `PROTOCOL_IDENTITY` gives it the identity a custom TCP protocol knows it by
+/// (`credentialsId` the identity, `credentialsValue` the protocol, e.g. `lamp`), beside its
+/// token.
+pub async fn save_credentials(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let b: CredentialsBody = parse_json(&body)?;
+    let id = device_id(&b.device_id.id)?;
+    let cred_id = b.credentials_id.filter(|c| !c.is_empty());
+    let outcome = match b.credentials_type.as_str() {
+        "ACCESS_TOKEN" => {
+            let d = load_device(&st, id).await?;
+            let token = cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the access token) is required"))?;
+            let save = SaveDevice {
+                id: Some(id),
+                name: d.name,
+                device_type: d.device_type,
+                label: d.label,
+                token: Some(token),
+                additional_info: d.additional_info,
+            };
+            st.writer.submit(WriteOp::SaveDevice(save)).await
+        }
+        "PROTOCOL_IDENTITY" => {
+            let identity = gridlinks_types::ProtocolIdentity {
+                protocol: b
+                    .credentials_value
+                    .filter(|p| !p.is_empty())
+                    .ok_or_else(|| ApiError::bad_request("credentialsValue (the protocol, e.g. lamp) is required"))?,
+                id: cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the identity) is required"))?,
+            };
+            st.writer.submit(WriteOp::SetIdentity { device: id, identity: Some(identity) }).await
+        }
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "credentials type {other} is not supported: use ACCESS_TOKEN or PROTOCOL_IDENTITY"
+            )))
+        }
+    };
+    match outcome {
+        Ok(WriteOutcome::Device(d)) if b.credentials_type == "ACCESS_TOKEN" => {
+            Ok(Json(model::credentials(&device_view(&d))))
+        }
+        Ok(WriteOutcome::Device(d)) => Ok(Json(model::identity_credentials(&device_view(&d)))),
+        Ok(_) => Err(ApiError::internal("unexpected write outcome")),
+        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
+            Err(ApiError::not_found(format!("Device with id [{id}] is not found")))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[derive(Deserialize)]

@@ -61,9 +61,10 @@ impl From<StoreError> for ApiError {
             StoreError::NameTaken(_) => Self::bad_request("Device with such name already exists!"),
             StoreError::TokenTaken => Self::bad_request("Device credentials are already assigned to another device!"),
             StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
-            e @ (StoreError::ForeignDevice(_) | StoreError::NotGateway | StoreError::CredentialClash(_)) => {
-                Self::bad_request(e.to_string())
-            }
+            e @ (StoreError::ForeignDevice(_)
+            | StoreError::NotGateway
+            | StoreError::CredentialClash(_)
+            | StoreError::IdentityTaken(_)) => Self::bad_request(e.to_string()),
             StoreError::Limit(m) | StoreError::Invalid(m) => Self::bad_request(m),
             StoreError::Overloaded => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,

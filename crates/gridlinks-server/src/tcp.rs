@@ -1,0 +1,337 @@
+//! Devices' own binary protocols over TCP (`[[tcp.listeners]]`). Each connection's bytes are
+//! cut into frames (`gridlinks-framing`), decoded (`gridlinks-protocols`: natively or by a
+//! user's script), bound to the device the first decoded identity names, and committed
+//! through the ingest boundary; a frame's replies go out only once what it carried is
+//! durable.
+//!
+//! ```text
+//! read ─▶ Framer ─▶ frames ─▶ Decoder ─▶ uplinks ─▶ one Ingest::submit per read ─▶ replies
+//!            │ bad frame: counted, skipped     │ decode error, foreign identity:
+//!            ▼                                 ▼ counted, frame rejected, no reply
+//! ```
+//!
+//! A connection is bound to one device: its first frame that names a device logs it in
+//! (a device registered with that protocol identity, or with `auto_provision` one created
+//! for it); an unknown identity closes the connection. Frames naming another device are
+//! rejected. Problems are counted ([`TcpMetrics`]) and logged once per connection, at a
+//! bounded rate overall. Buffers are bounded by the framing's largest frame plus one read.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::BytesMut;
+use gridlinks_framing::{Framer, FramingSpec, Next};
+use gridlinks_ingest::{IngestError, Item};
+use gridlinks_protocols::{Decoder, Script, ScriptLimits, Session, Uplink};
+use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::app::Core;
+use crate::config::TcpListenerConfig;
+
+/// Bytes asked of the socket per read.
+const READ_CHUNK: usize = 4096;
+/// Longest a connection may take to accept its replies.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Counters of every custom-protocol listener.
+#[derive(Default)]
+pub struct TcpMetrics {
+    /// Open connections.
+    pub connections: AtomicI64,
+    /// Connections bound to their device.
+    pub logins: AtomicU64,
+    /// Connections closed because their identity was unknown (or could not be provisioned).
+    pub logins_refused: AtomicU64,
+    /// Frames whose data is committed and whose replies were sent.
+    pub frames: AtomicU64,
+    /// Byte runs the framing could not make a frame of (garbage, bad length, end marker or
+    /// checksum).
+    pub bad_frames: AtomicU64,
+    /// Frames the decoder refused (script error, time limit, unknown frame type).
+    pub decode_errors: AtomicU64,
+    /// Frames rejected because they named no device before login, or another device.
+    pub rejected: AtomicU64,
+    /// Frames not committed (storage overloaded, disk full, bad values): not answered.
+    pub not_committed: AtomicU64,
+    /// Connections closed after `tcp.idle_timeout` or `tcp.login_timeout` of silence.
+    pub timeouts: AtomicU64,
+}
+
+/// A listener's protocol, ready to serve.
+pub struct Protocol {
+    /// Its name: the protocol of the identities its devices are registered with.
+    pub name: String,
+    framing: Arc<FramingSpec>,
+    decoder: Decoder,
+    /// Type of devices created on first login; `None`: unknown devices are refused.
+    provision: Option<String>,
+}
+
+impl Protocol {
+    /// The protocol `listener` speaks, its script loaded (errors name the file).
+    pub fn load(core: &Core, listener: &TcpListenerConfig) -> anyhow::Result<Self> {
+        let tcp = &core.cfg.tcp;
+        let (framing, script) = match tcp.protocols.get(&listener.protocol) {
+            Some(p) => (p.framing.clone(), Some(&p.script)),
+            None => (FramingSpec::lamp(), None),
+        };
+        let limits = ScriptLimits {
+            timeout: tcp.script_timeout.duration(),
+            memory_bytes: tcp.script_memory_mb * 1024 * 1024,
+            payload: core.payload_limits(),
+        };
+        let decoder = match listener.script.as_ref().or(script) {
+            Some(path) => {
+                let source = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read decoder script {}", path.display()))?;
+                Decoder::Script(Script::load(&path.display().to_string(), &source, limits)?)
+            }
+            None => Decoder::Lamp,
+        };
+        let device_type = if listener.device_type.is_empty() { &listener.protocol } else { &listener.device_type };
+        Ok(Protocol {
+            name: listener.protocol.clone(),
+            framing: Arc::new(framing),
+            decoder,
+            provision: listener.auto_provision.then(|| device_type.clone()),
+        })
+    }
+}
+
+/// What every connection of a listener shares.
+#[derive(Clone)]
+pub struct Shared {
+    /// Storage, ingest, configuration.
+    pub core: Arc<Core>,
+    /// The listener's protocol.
+    pub protocol: Arc<Protocol>,
+    /// Counters.
+    pub metrics: Arc<TcpMetrics>,
+}
+
+/// Accepts connections until `shutdown`; each holds a permit of `limit` (the device
+/// connection limit MQTT counts against too) and a sender of `alive`.
+pub async fn listen(
+    listener: TcpListener,
+    shared: Shared,
+    mut shutdown: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+    limit: Arc<Semaphore>,
+) {
+    let keepalive = shared.core.cfg.tcp_keepalive_idle.duration();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    crate::listener::tune(&stream, keepalive);
+                    let Ok(permit) = limit.clone().try_acquire_owned() else {
+                        crate::logging::warn_limited!(protocol = %shared.protocol.name, "device connection refused: mqtt.max_connections (all device connections) reached");
+                        continue;
+                    };
+                    let conn = Connection::new(shared.clone());
+                    tokio::spawn(conn.run(stream, shutdown.clone(), (permit, alive.clone())));
+                }
+                Err(e) => {
+                    crate::logging::warn_limited!(error = %e, "custom TCP accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+/// One device connection.
+struct Connection {
+    shared: Shared,
+    framer: Framer,
+    /// The device this connection logged in as, and its identity.
+    device: Option<(DeviceId, String)>,
+    /// Timestamp given to the last frame's telemetry: frames of one connection never share
+    /// one (a later frame in the same millisecond gets the next).
+    last_ts: i64,
+    /// Whether this connection's first problem was logged.
+    warned: bool,
+}
+
+/// What one frame left to do after decoding: its items' range in the batch, its replies.
+struct Pending {
+    items: std::ops::Range<usize>,
+    replies: Vec<Vec<u8>>,
+}
+
+impl Connection {
+    fn new(shared: Shared) -> Self {
+        let framer = Framer::new(shared.protocol.framing.clone());
+        Connection { shared, framer, device: None, last_ts: 0, warned: false }
+    }
+
+    /// Logs the connection's first problem (rate-limited across connections).
+    fn warn(&mut self, what: &str, detail: &dyn std::fmt::Display) {
+        if !self.warned {
+            self.warned = true;
+            let identity = self.device.as_ref().map(|d| d.1.as_str()).unwrap_or("-");
+            crate::logging::warn_limited!(protocol = %self.shared.protocol.name, identity, problem = what, detail = %detail, "custom TCP frame refused (later problems of this connection are only counted)");
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut stream: TcpStream,
+        mut shutdown: watch::Receiver<bool>,
+        _held: (OwnedSemaphorePermit, mpsc::Sender<()>),
+    ) {
+        let m = self.shared.metrics.clone();
+        m.connections.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let cfg = &self.shared.core.cfg.tcp;
+        let (login_timeout, idle) = (cfg.login_timeout.duration(), cfg.idle_timeout.duration());
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        loop {
+            let wait = match self.device {
+                None => login_timeout.saturating_sub(started.elapsed()),
+                Some(_) if idle.is_zero() => Duration::MAX,
+                Some(_) => idle,
+            };
+            buf.reserve(READ_CHUNK);
+            let read = tokio::select! {
+                r = tokio::time::timeout(wait, stream.read_buf(&mut buf)) => r,
+                _ = shutdown.changed() => break,
+            };
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(_)) => {}
+                Err(_) => {
+                    m.timeouts.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+            let (frames, lost) = self.frames(&mut buf);
+            match self.handle(frames).await {
+                Ok(out) if !out.is_empty() => {
+                    if !matches!(tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&out)).await, Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(()) => break,
+            }
+            if lost {
+                break;
+            }
+        }
+        m.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The whole frames in `buf`; true when the stream cannot be followed any more.
+    fn frames(&mut self, buf: &mut BytesMut) -> (Vec<bytes::Bytes>, bool) {
+        let mut frames = Vec::new();
+        loop {
+            match self.framer.next(buf) {
+                Next::Frame(f) => frames.push(f),
+                Next::NeedMore => return (frames, false),
+                Next::Skipped(_, e) => {
+                    self.shared.metrics.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    self.warn("bad frame", &e);
+                }
+                Next::Lost(e) => {
+                    self.shared.metrics.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    self.warn("bad frame, stream lost", &e);
+                    return (frames, true);
+                }
+            }
+        }
+    }
+
+    /// Decodes `frames`, commits what they carry in one submit, and returns the replies of
+    /// the frames that were committed. `Err`: close the connection (login refused).
+    async fn handle(&mut self, frames: Vec<bytes::Bytes>) -> Result<Vec<u8>, ()> {
+        let m = self.shared.metrics.clone();
+        let mut items = Vec::new();
+        let mut pending = Vec::with_capacity(frames.len());
+        for frame in frames {
+            let now = Ts(Ts::now().0.max(self.last_ts + 1));
+            let session = Session { identity: self.device.as_ref().map(|d| d.1.as_str()), now };
+            let up = match self.shared.protocol.decoder.decode(&frame, session) {
+                Ok(up) => up,
+                Err(e) => {
+                    m.decode_errors.fetch_add(1, Ordering::Relaxed);
+                    self.warn("decode error", &e);
+                    continue;
+                }
+            };
+            let Some(device) = self.device_of(&up).await? else { continue };
+            let start = items.len();
+            let Uplink { telemetry, attributes, replies, .. } = up;
+            if !telemetry.is_empty() {
+                self.last_ts = now.0;
+                items.push(Item::Telemetry { device, records: telemetry });
+            }
+            if !attributes.is_empty() {
+                items.push(Item::Attributes { device, scope: AttributeScope::Client, values: attributes });
+            }
+            pending.push(Pending { items: start..items.len(), replies });
+        }
+        let results = if items.is_empty() { Vec::new() } else { self.shared.core.ingest.submit(items).await };
+        let mut out = Vec::new();
+        for p in pending {
+            match results[p.items].iter().find_map(|r| r.as_ref().err()) {
+                None => {
+                    m.frames.fetch_add(1, Ordering::Relaxed);
+                    p.replies.iter().for_each(|r| out.extend_from_slice(r));
+                }
+                Some(e) => {
+                    m.not_committed.fetch_add(1, Ordering::Relaxed);
+                    let e = e.clone();
+                    self.warn("not committed", &e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The device a decoded frame is for: the connection's (logging in on its first
+    /// identity). `None`: the frame is rejected; `Err`: the login was refused.
+    async fn device_of(&mut self, up: &Uplink) -> Result<Option<DeviceId>, ()> {
+        let m = &self.shared.metrics;
+        match (&up.identity, &self.device) {
+            (Some(id), Some((device, bound))) if id == bound => Ok(Some(*device)),
+            (None, Some((device, _))) => Ok(Some(*device)),
+            (Some(id), Some(_)) => {
+                m.rejected.fetch_add(1, Ordering::Relaxed);
+                self.warn("frame for another device", &format!("frame names {id}"));
+                Ok(None)
+            }
+            (None, None) => {
+                m.rejected.fetch_add(1, Ordering::Relaxed);
+                self.warn("frame before login", &"the frame names no device and the connection has none yet");
+                Ok(None)
+            }
+            (Some(id), None) => {
+                let p = &self.shared.protocol;
+                let identity = ProtocolIdentity { protocol: p.name.clone(), id: id.clone() };
+                match self.shared.core.ingest.protocol_device(&identity, p.provision.as_deref()).await {
+                    Ok(device) => {
+                        m.logins.fetch_add(1, Ordering::Relaxed);
+                        self.device = Some((device, id.clone()));
+                        Ok(Some(device))
+                    }
+                    Err(e) => {
+                        m.logins_refused.fetch_add(1, Ordering::Relaxed);
+                        let why = match e {
+                            IngestError::BadCredential => "no device has this identity (auto_provision is off)".into(),
+                            e => e.to_string(),
+                        };
+                        self.warn("login refused", &format!("identity {id}: {why}"));
+                        Err(())
+                    }
+                }
+            }
+        }
+    }
+}

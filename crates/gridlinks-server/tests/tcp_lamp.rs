@@ -1,0 +1,263 @@
+//! Custom TCP protocols on the real binary: the lamp controller over `[[tcp.listeners]]`,
+//! natively and through the shipped script, with real sockets — the issue's frames byte for
+//! byte, replies only after the commit, bad CRCs and garbage counted and skipped, split and
+//! pipelined frames, unknown identities refused, frames for another device rejected.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use gridlinks_protocols::lamp::{self, Report};
+
+const LOGIN_HEX: &str = "68230068000000002000002226130007500100020802034C4F43373930302D4331454C36313000A35116";
+const REPORT_HEX: &str = "68330068010000001300000e0000002001011003112700010fce590000003b400000dd242a426400000000000000000000000014000000f01216";
+/// Every lamp reply: 12 payload bytes in a frame.
+const REPLY_LEN: usize = 19;
+
+fn unhex(h: &str) -> Vec<u8> {
+    (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
+}
+
+/// A server with a native lamp listener (auto_provision) and a scripted one (registered
+/// devices only).
+struct Lamp {
+    server: Server,
+    native: u16,
+    script: u16,
+    _cfg: tempfile::TempDir,
+}
+
+fn start() -> Lamp {
+    let cfg = tempfile::tempdir().unwrap();
+    let (native, script) = (free_port(), free_port());
+    let js = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protocols/lamp.js");
+    let path = cfg.path().join("gridlinks.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[tcp]
+login_timeout = 1000
+
+[[tcp.listeners]]
+bind = "127.0.0.1:{native}"
+protocol = "lamp"
+auto_provision = true
+
+[[tcp.listeners]]
+bind = "127.0.0.1:{script}"
+protocol = "lamp"
+script = "{js}"
+"#
+        ),
+    )
+    .unwrap();
+    let server = Server::start_env(&[("GRIDLINKS_CONFIG", path.to_str().unwrap())]);
+    Lamp { server, native, script, _cfg: cfg }
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+fn replies(s: &mut TcpStream, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|_| {
+            let mut r = vec![0; REPLY_LEN];
+            s.read_exact(&mut r).unwrap();
+            r
+        })
+        .collect()
+}
+
+/// Nothing more arrives within a moment (a rejected frame is not answered).
+fn silent(s: &mut TcpStream) {
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Err(e) => assert!(matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{e}"),
+        Ok(n) => panic!("expected silence, read {n} bytes"),
+    }
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+}
+
+fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    matches!(s.read(&mut b), Ok(0) | Err(_))
+}
+
+fn metric(s: &Server, name: &str) -> f64 {
+    let (_, text) = s.req("GET", "/metrics", None, None);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {name}"))
+        .parse()
+        .unwrap()
+}
+
+fn device_named(s: &Server, jwt: &str, name: &str) -> J {
+    let (st, d) = s.json("GET", &format!("/api/tenant/devices?deviceName={name}"), jwt, None);
+    assert_eq!(st, 200, "{name}: {d}");
+    d
+}
+
+fn latest(s: &Server, jwt: &str, id: &str, keys: &str) -> J {
+    let path = format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys={keys}&useStrictDataTypes=true");
+    let (st, v) = s.json("GET", &path, jwt, None);
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+#[test]
+fn the_sample_frames_byte_for_byte_with_auto_provisioning() {
+    let l = start();
+    let jwt = l.server.login();
+
+    // The login: answered `80`, address and sequence echoed, accepted.
+    let mut c = connect(l.native);
+    c.write_all(&unhex(LOGIN_HEX)).unwrap();
+    let want = lamp::frame(&unhex("800000002000002226130000"));
+    assert_eq!(replies(&mut c, 1), vec![want]);
+    let d = device_named(&l.server, &jwt, "lamp-000000200000");
+    assert_eq!(d["type"], "lamp");
+    assert_eq!(d["protocolIdentity"], json!({"protocol": "lamp", "id": "000000200000"}));
+    let id = d["id"]["id"].as_str().unwrap().to_owned();
+    let (_, attrs) =
+        l.server.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/CLIENT_SCOPE"), &jwt, None);
+    let attr = |k: &str| attrs.as_array().unwrap().iter().find(|a| a["key"] == k).map(|a| a["value"].clone());
+    assert_eq!(attr("model"), Some(json!("LOC7900-C1EL610")));
+    assert_eq!(attr("firmwareVersion"), Some(json!("1.00")));
+
+    // The report, from another controller on its own connection: its first frame logs it in.
+    let mut r = connect(l.native);
+    r.write_all(&unhex(REPORT_HEX)).unwrap();
+    assert_eq!(replies(&mut r, 1), vec![lamp::frame(&unhex("810000001300000e00000000"))]);
+    let rid = device_named(&l.server, &jwt, "lamp-000000130000")["id"]["id"].as_str().unwrap().to_owned();
+    let v = latest(&l.server, &jwt, &rid, "voltage,power,energy,dim,temperature,status,seq");
+    let value = |k: &str| v[k][0]["value"].clone();
+    assert_eq!(value("voltage"), json!(229.9));
+    assert_eq!(value("power"), json!(42.536));
+    assert_eq!(value("energy"), json!(16443));
+    assert_eq!(value("dim"), json!(100));
+    assert_eq!(value("temperature"), json!(20));
+    assert_eq!(value("status"), json!(15));
+    assert_eq!(value("seq"), json!(14));
+    assert_eq!(metric(&l.server, "gridlinks_tcp_logins_total"), 2.0);
+    assert_eq!(metric(&l.server, "gridlinks_tcp_frames_total"), 2.0);
+}
+
+#[test]
+fn bad_crc_garbage_split_and_pipelined_frames() {
+    let l = start();
+    let jwt = l.server.login();
+    let addr = [0, 0, 0, 0, 0, 7];
+    let report = |seq: u32| {
+        let r = Report { status: 1, voltage_cv: 22000 + seq, energy_wh: seq, power_w: 10.5, dim: 50, temperature: 21 };
+        lamp::report_frame(&addr, seq, &r)
+    };
+    let mut c = connect(l.native);
+    // Login, three reports and a bad-CRC report, all in one write.
+    let mut bad = report(99);
+    bad[30] ^= 0xff;
+    let burst = [lamp::login_frame(&addr, 1), report(2), report(3), bad, report(4)].concat();
+    c.write_all(&burst).unwrap();
+    let got = replies(&mut c, 4);
+    let seqs: Vec<u8> = got.iter().map(|r| r[11]).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4], "replies in order, none for the bad CRC");
+    assert_eq!(got[0][4], 0x80);
+    assert!(got[1..].iter().all(|r| r[4] == 0x81));
+    // Garbage, an absurd length, then a report one byte per write.
+    c.write_all(b"\x00\xffgarbage\x68\xff\xff\x68\x00\x00").unwrap();
+    for b in report(5) {
+        c.write_all(&[b]).unwrap();
+        c.flush().unwrap();
+    }
+    assert_eq!(replies(&mut c, 1)[0][11], 5);
+    silent(&mut c);
+    // At least: the bad CRC, the garbage, the absurd length.
+    let bad = metric(&l.server, "gridlinks_tcp_bad_frames_total");
+    assert!(bad >= 3.0, "{bad}");
+    let id = device_named(&l.server, &jwt, "lamp-000000000007")["id"]["id"].as_str().unwrap().to_owned();
+    let path = format!(
+        "/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=seq,energy&startTs=0&endTs=9999999999999&limit=100&useStrictDataTypes=true"
+    );
+    let (_, v) = l.server.json("GET", &path, &jwt, None);
+    let values =
+        |k: &str| -> Vec<i64> { v[k].as_array().unwrap().iter().map(|p| p["value"].as_i64().unwrap()).collect() };
+    let mut seqs = values("seq");
+    seqs.sort();
+    // Each report at its own timestamp (none merged), the bad-CRC frame's reading nowhere.
+    assert_eq!(seqs, vec![2, 3, 4, 5], "{v}");
+    assert!(!values("energy").contains(&99), "{v}");
+}
+
+#[test]
+fn frames_for_another_device_are_rejected_and_unknown_identities_refused() {
+    let l = start();
+    let jwt = l.server.login();
+    let (me, other) = ([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 2]);
+    let r = Report { status: 0, voltage_cv: 1, energy_wh: 1, power_w: 1.0, dim: 1, temperature: 1 };
+    let mut c = connect(l.native);
+    c.write_all(&lamp::login_frame(&me, 1)).unwrap();
+    replies(&mut c, 1);
+    // A report naming another controller, on my connection: rejected, not answered.
+    c.write_all(&lamp::report_frame(&other, 2, &r)).unwrap();
+    silent(&mut c);
+    assert_eq!(metric(&l.server, "gridlinks_tcp_rejected_total"), 1.0);
+    let (st, _) = l.server.json("GET", "/api/tenant/devices?deviceName=lamp-000000000002", &jwt, None);
+    assert_eq!(st, 404, "no device was created for the foreign identity");
+    // My own report still goes through.
+    c.write_all(&lamp::report_frame(&me, 3, &r)).unwrap();
+    assert_eq!(replies(&mut c, 1)[0][11], 3);
+
+    // The scripted listener has no auto_provision: an unknown identity is refused, closed.
+    let mut s = connect(l.script);
+    s.write_all(&lamp::login_frame(&[9, 9, 9, 9, 9, 9], 1)).unwrap();
+    assert!(closed(&mut s));
+    assert_eq!(metric(&l.server, "gridlinks_tcp_logins_refused_total"), 1.0);
+
+    // Registered with its protocol identity, the device logs in and reports through the script.
+    let id = l.server.device(&jwt, "pole-17", "POLE17");
+    let body = json!({"deviceId": {"id": id, "entityType": "DEVICE"}, "credentialsType": "PROTOCOL_IDENTITY", "credentialsId": "090909090909", "credentialsValue": "lamp"});
+    let (st, cred) = l.server.json("POST", "/api/device/credentials", &jwt, Some(body.clone()));
+    assert_eq!(st, 200, "{cred}");
+    assert_eq!(
+        (cred["credentialsType"].as_str(), cred["credentialsId"].as_str()),
+        (Some("PROTOCOL_IDENTITY"), Some("090909090909"))
+    );
+    // No second device may take the same identity.
+    let twin = l.server.device(&jwt, "pole-18", "POLE18");
+    let (st, e) = l.server.json("POST", "/api/device/credentials", &jwt, Some(json!({"deviceId": {"id": twin}, "credentialsType": "PROTOCOL_IDENTITY", "credentialsId": "090909090909", "credentialsValue": "lamp"})));
+    assert_eq!(st, 400, "{e}");
+    let mut s = connect(l.script);
+    let addr = [9, 9, 9, 9, 9, 9];
+    s.write_all(&[lamp::login_frame(&addr, 1), lamp::report_frame(&addr, 2, &r)].concat()).unwrap();
+    let got = replies(&mut s, 2);
+    assert_eq!(got, vec![lamp::reply(lamp::LOGIN, &addr, 1), lamp::reply(lamp::REPORT, &addr, 2)]);
+    let v = latest(&l.server, &jwt, &id, "voltage,seq");
+    assert_eq!((v["voltage"][0]["value"].clone(), v["seq"][0]["value"].clone()), (json!(0.01), json!(2)));
+    // Its access token still works beside the identity.
+    assert_eq!(l.server.telemetry("POLE17", r#"{"t":1}"#), 200);
+}
+
+#[test]
+fn a_silent_connection_is_closed_after_the_login_timeout() {
+    let l = start();
+    let mut c = connect(l.native);
+    let started = std::time::Instant::now();
+    assert!(closed(&mut c));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(metric(&l.server, "gridlinks_tcp_timeouts_total"), 1.0);
+    // A flood of garbage is skipped without holding it: the server answers the next frame.
+    let mut g = connect(l.native);
+    let junk = vec![0x55u8; 1 << 20];
+    g.write_all(&junk).unwrap();
+    g.write_all(&lamp::login_frame(&[0, 0, 0, 0, 0, 3], 1)).unwrap();
+    assert_eq!(replies(&mut g, 1)[0][4], 0x80);
+}
