@@ -622,6 +622,43 @@ mod tests {
     }
 
     #[test]
+    fn tcp_listeners_and_protocols() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(Some(&file), Vec::new())
+        };
+        let c = load(
+            r#"
+            [[tcp.listeners]]
+            bind = "0.0.0.0:1886"
+            protocol = "lamp"
+            auto_provision = true
+            [[tcp.listeners]]
+            bind = "0.0.0.0:1887"
+            protocol = "meter"
+            [tcp.protocols.meter]
+            framing = { kind = "delimiter", delimiter = "0d0a", max_frame = 256 }
+            script = "meter.js"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.tcp.listeners.len(), 2);
+        assert!(c.tcp.listeners[0].auto_provision && !c.tcp.listeners[1].auto_provision);
+        assert_eq!(c.tcp.protocols["meter"].script, PathBuf::from("meter.js"));
+        let err = |text: &str| load(text).unwrap_err().to_string();
+        let unknown = err("[[tcp.listeners]]\nbind = \"0.0.0.0:1\"\nprotocol = \"nope\"");
+        assert!(unknown.contains("neither lamp nor defined"), "{unknown}");
+        let bad_bind = err("[[tcp.listeners]]\nbind = \"x\"\nprotocol = \"lamp\"");
+        assert!(bad_bind.contains("socket address"), "{bad_bind}");
+        let framing = err("[tcp.protocols.m]\nframing = { kind = \"fixed\", length = 0 }\nscript = \"m.js\"");
+        assert!(framing.contains("tcp.protocols.m.framing"), "{framing}");
+        let name = err("[tcp.protocols.Big]\nframing = { kind = \"fixed\", length = 4 }\nscript = \"m.js\"");
+        assert!(name.contains("protocol name"), "{name}");
+    }
+
+    #[test]
     fn env_overrides_and_errors() {
         let env =
             |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
