@@ -38,6 +38,10 @@ pub enum Command {
     Compare(CompareArgs),
     /// Replay a published test (tb-2017, tb-2021, tbmq-fanin) against GridLinks and peers.
     Preset(PresetArgs),
+    /// N single-lamp controllers over GridLinks' custom TCP protocol: log in, then report
+    /// properties, each report answered once durable; per decoder (native, script), each on
+    /// a GridLinks the tool starts, with the loss check.
+    LampTcp(LampTcpArgs),
     /// (Internal) one worker process of a `--workers` run: reads its job from stdin.
     #[command(hide = true)]
     Worker,
@@ -48,6 +52,59 @@ pub enum Command {
     /// again on the same data, N times; then every acknowledged point must be stored.
     /// Exit code 2 when any is missing.
     CrashLoop(CrashLoopArgs),
+}
+
+/// Which decoder the lamp listener uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum LampDecoder {
+    /// The native Rust decoder.
+    Native,
+    /// The shipped QuickJS script (protocols/lamp.js).
+    Script,
+}
+
+/// Options of `lamp-tcp`.
+#[derive(Debug, Args, Clone)]
+pub struct LampTcpArgs {
+    /// Controllers, each on its own connection (device ids 000000000001, …).
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub controllers: usize,
+    /// How long controllers report.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub duration: Duration,
+    /// Offered load: reports per second over all controllers (0: as fast as replies allow).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// Unanswered reports a controller may have in flight (as fast as replies allow).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub window: u16,
+    /// Decoders to measure, each on a fresh server, in this order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "native,script")]
+    pub decoders: Vec<LampDecoder>,
+    /// The lamp script (default: protocols/lamp.js in the working directory or above).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// The published test instead: `jetlinks` = 10,000 controllers for 120 s, times --scale.
+    #[arg(long, value_parser = ["jetlinks"])]
+    pub preset: Option<String>,
+    /// Multiplies the preset's controllers and duration.
+    #[arg(long, default_value_t = 1.0, requires = "preset")]
+    pub scale: f64,
+    /// New connections per second while controllers connect.
+    #[arg(long, default_value_t = 2000.0)]
+    pub connect_rate: f64,
+    /// Local source addresses to spread connections over, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sources: Vec<IpAddr>,
+    /// Check through the REST API that every answered report is stored.
+    #[arg(long)]
+    pub verify: bool,
+    /// The gridlinks binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    pub gridlinks_bin: Option<PathBuf>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// How `crash-loop` devices send their points.

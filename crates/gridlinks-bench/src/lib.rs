@@ -89,6 +89,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::Worker => workers::worker_main().await,
             cli::Command::Verify(args) => verify(args).await,
             cli::Command::CrashLoop(args) => crash_loop::run(args).await,
+            cli::Command::LampTcp(args) => scenario::lamp_tcp::run(args).await,
         }
     })
 }

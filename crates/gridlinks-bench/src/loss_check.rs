@@ -267,10 +267,30 @@ pub fn compare(acked: &[u64], stored: &[u64]) -> (u64, u64, u64, Vec<u64>) {
     (found, missing, extra, examples)
 }
 
+/// What an acknowledged point is known by in the store.
+#[derive(Debug, Clone, Copy)]
+pub enum Acked {
+    /// Its timestamp, which the client chose: the `ts` of the [`SEQ_KEY`] points.
+    Timestamp,
+    /// Its sequence number, the value of the [`SEQ_KEY`] points stored in `[start, end)`
+    /// (protocols whose points the server timestamps).
+    SeqValue {
+        /// Earliest timestamp to look at, ms since the epoch.
+        start: u64,
+        /// Timestamp to look before.
+        end: u64,
+    },
+}
+
 /// Runs the check for `devices` with `threads` REST calls in flight. Blocking: call
 /// it from a plain thread (or `spawn_blocking`). An error means the check could not
 /// run (REST API unreachable, login refused), not that points are missing.
 pub fn check(api: &ApiTarget, devices: &[DeviceAcks], threads: usize) -> anyhow::Result<LossReport> {
+    check_by(api, devices, threads, Acked::Timestamp)
+}
+
+/// [`check`], with acknowledged points known by `by`.
+pub fn check_by(api: &ApiTarget, devices: &[DeviceAcks], threads: usize, by: Acked) -> anyhow::Result<LossReport> {
     let started = Instant::now();
     let started_ms = unix_millis();
     let client = RestClient::login(api)?;
@@ -285,7 +305,7 @@ pub fn check(api: &ApiTarget, devices: &[DeviceAcks], threads: usize) -> anyhow:
                         let Some(device) = devices.get(index) else {
                             return Ok(());
                         };
-                        let outcome = check_device(&client, index, device).inspect_err(|_| {
+                        let outcome = check_device(&client, index, device, by).inspect_err(|_| {
                             // Stop the other workers early.
                             next.store(devices.len(), Ordering::Relaxed);
                         })?;
@@ -333,7 +353,7 @@ pub fn check(api: &ApiTarget, devices: &[DeviceAcks], threads: usize) -> anyhow:
 }
 
 /// Compares one device.
-fn check_device(client: &RestClient, index: usize, device: &DeviceAcks) -> anyhow::Result<DeviceOutcome> {
+fn check_device(client: &RestClient, index: usize, device: &DeviceAcks, by: Acked) -> anyhow::Result<DeviceOutcome> {
     let mut acked = device.acks.ts.clone();
     acked.sort_unstable();
     acked.dedup();
@@ -342,7 +362,16 @@ fn check_device(client: &RestClient, index: usize, device: &DeviceAcks) -> anyho
         return Ok(outcome); // nothing acknowledged, nothing to look for
     };
     let stored = match client.device_id(&device.name)? {
-        Some(id) => client.timestamps(&id, SEQ_KEY, first, last + 1)?,
+        Some(id) => match by {
+            Acked::Timestamp => client.timestamps(&id, SEQ_KEY, first, last + 1)?,
+            Acked::SeqValue { start, end } => {
+                let mut seqs = client.integer_values(&id, SEQ_KEY, start, end)?;
+                seqs.sort_unstable();
+                seqs.dedup();
+                seqs.retain(|s| (first..=last).contains(s));
+                seqs
+            }
+        },
         None => {
             outcome.not_found = true;
             Vec::new()

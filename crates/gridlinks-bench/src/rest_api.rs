@@ -115,7 +115,22 @@ impl RestClient {
     /// Every stored timestamp of `key` of device `id` in `[start, end)`, ascending;
     /// read in pages of [`MAX_POINTS_PER_QUERY`].
     pub fn timestamps(&self, id: &str, key: &str, start: u64, end: u64) -> anyhow::Result<Vec<u64>> {
-        let mut out = Vec::new();
+        Ok(self.points(id, key, start, end)?.into_iter().map(|(ts, _)| ts).collect())
+    }
+
+    /// Every stored integer value of `key` of device `id` at timestamps in `[start, end)`,
+    /// in timestamp order (a point that is not a non-negative integer is an error).
+    pub fn integer_values(&self, id: &str, key: &str, start: u64, end: u64) -> anyhow::Result<Vec<u64>> {
+        self.points(id, key, start, end)?
+            .into_iter()
+            .map(|(ts, v)| v.as_u64().with_context(|| format!("{key} at {ts} of device {id} is {v}, not an integer")))
+            .collect()
+    }
+
+    /// Every stored (ts, value) of `key` of device `id` in `[start, end)`, ascending, values
+    /// with their types; read in pages of [`MAX_POINTS_PER_QUERY`].
+    fn points(&self, id: &str, key: &str, start: u64, end: u64) -> anyhow::Result<Vec<(u64, Value)>> {
+        let mut out: Vec<(u64, Value)> = Vec::new();
         let mut from = start;
         while from < end {
             let reply: Value = self
@@ -124,6 +139,7 @@ impl RestClient {
                 .query("endTs", &end.to_string())
                 .query("limit", &MAX_POINTS_PER_QUERY.to_string())
                 .query("orderBy", "ASC")
+                .query("useStrictDataTypes", "true")
                 .call()
                 .map_err(describe)
                 .with_context(|| format!("reading {key} of device {id}"))?
@@ -131,13 +147,13 @@ impl RestClient {
             let points = reply[key].as_array().map(Vec::as_slice).unwrap_or(&[]);
             let before = out.len();
             for p in points {
-                out.push(p["ts"].as_u64().context("timeseries point without ts")?);
+                out.push((p["ts"].as_u64().context("timeseries point without ts")?, p["value"].clone()));
             }
             if points.len() < MAX_POINTS_PER_QUERY {
                 break;
             }
             // A full page: go on after its last point.
-            from = out[out.len() - 1] + 1;
+            from = out[out.len() - 1].0 + 1;
             if out.len() == before {
                 break;
             }

@@ -194,6 +194,21 @@ impl ManagedServer {
     /// [`start`](Self::start), with GridLinks' data in `data_dir` instead of the
     /// temporary directory (peers keep no data; a given `data_dir` is never removed).
     pub async fn start_on(kind: ServerKind, bins: &Binaries, data_dir: Option<&Path>) -> anyhow::Result<Self> {
+        Self::start_configured(kind, bins, data_dir, None).await
+    }
+
+    /// GridLinks with `config` (TOML) as its configuration file; the command line still
+    /// sets the data directory, HTTP and MQTT ports.
+    pub async fn start_gridlinks_with(bins: &Binaries, config: &str) -> anyhow::Result<Self> {
+        Self::start_configured(ServerKind::Gridlinks, bins, None, Some(config)).await
+    }
+
+    async fn start_configured(
+        kind: ServerKind,
+        bins: &Binaries,
+        data_dir: Option<&Path>,
+        config: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let bin = bins.of(kind);
         if !bin.is_file() {
             bail!("{} not found at {}: {}", kind.label(), bin.display(), install_hint(kind));
@@ -225,6 +240,11 @@ impl ManagedServer {
                     // Pub/sub scenarios connect without credentials, as with the peers.
                     .env("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true");
                 api = Some((format!("http://127.0.0.1:{http_port}"), password));
+                if let Some(text) = config {
+                    let path = dir.join("gridlinks.toml");
+                    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                    command.arg("--config").arg(path);
+                }
             }
             ServerKind::Mosquitto => {
                 let conf = dir.join("mosquitto.conf");

@@ -4,6 +4,7 @@
 
 pub mod connect;
 pub mod http_telemetry;
+pub mod lamp_tcp;
 pub mod pubsub;
 pub mod telemetry;
 
