@@ -243,23 +243,7 @@ fn values(
 ) -> Result<Vec<(String, Value)>, PayloadError> {
     let mut out = Vec::with_capacity(m.len());
     for (k, v) in m {
-        if k.trim().is_empty() {
-            return Err(shape("key must not be blank"));
-        }
-        if k.chars().any(char::is_control) {
-            return Err(shape(format!("key {k:?} must not contain control characters")));
-        }
-        if k.len() > lim.max_key_len {
-            return Err(shape(format!(
-                "key of {} bytes is longer than the limit of {} bytes",
-                k.len(),
-                lim.max_key_len
-            )));
-        }
-        *count += 1;
-        if *count > lim.max_values {
-            return Err(PayloadError::TooMany(format!("more than {} values", lim.max_values)));
-        }
+        check_key(&k, lim, count)?;
         match typed(v, lim.cast_strings)? {
             Some(val) => out.push((k, val)),
             None if skip_nulls => {}
@@ -267,6 +251,26 @@ fn values(
         }
     }
     Ok(out)
+}
+
+/// Checks one key of a payload's values, the `count`-th value so far: not blank, no control
+/// characters, within the key length and value count limits (every way values come in
+/// applies these: JSON payloads, decoder scripts).
+pub fn check_key(k: &str, lim: PayloadLimits, count: &mut usize) -> Result<(), PayloadError> {
+    if k.trim().is_empty() {
+        return Err(shape("key must not be blank"));
+    }
+    if k.chars().any(char::is_control) {
+        return Err(shape(format!("key {k:?} must not contain control characters")));
+    }
+    if k.len() > lim.max_key_len {
+        return Err(shape(format!("key of {} bytes is longer than the limit of {} bytes", k.len(), lim.max_key_len)));
+    }
+    *count += 1;
+    if *count > lim.max_values {
+        return Err(PayloadError::TooMany(format!("more than {} values", lim.max_values)));
+    }
+    Ok(())
 }
 
 /// Types one JSON value, from its text, as ThingsBoard does; `None` for `null`. Integers
