@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash
+.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -117,6 +117,17 @@ bench-presets: bench-deps
 	$(BENCH) preset tb-2017 --against $(PEERS) --step-args "--sources $(SOURCES)" --json $(RESULTS)/tb-2017.json --html $(RESULTS)/tb-2017.html
 	$(BENCH) preset tb-2021 --against $(PEERS) --step-args "--sources $(SOURCES)" --json $(RESULTS)/tb-2021.json --html $(RESULTS)/tb-2021.html
 	$(BENCH) preset tbmq-fanin --against $(PEERS) --json $(RESULTS)/tbmq-fanin.json --html $(RESULTS)/tbmq-fanin.html
+
+# Custom TCP, the single-lamp controller (docs/protocols.md): 19,000 controllers (the
+# open-files limit) through the native decoder and protocols/lamp.js, as fast as replies
+# allow and at fixed rates, with the loss check; then the MQTT path with the same device
+# count and one message in flight, against Mosquitto, for reference.
+bench-lamp: bench-deps
+	$(BENCH) lamp-tcp --controllers 19000 --duration 30s --sources $(SOURCES) --verify --json $(RESULTS)/lamp.json
+	$(BENCH) lamp-tcp --controllers 19000 --duration 30s --rate 20000 --sources $(SOURCES) --verify --json $(RESULTS)/lamp-20k.json
+	$(BENCH) lamp-tcp --controllers 19000 --duration 30s --rate 5000 --sources $(SOURCES) --verify --json $(RESULTS)/lamp-5k.json
+	$(BENCH) compare --against mosquitto --json $(RESULTS)/mqtt-19k-inflight1.json \
+	  mqtt-telemetry --devices 19000 --inflight 1 --duration 30s --sources $(SOURCES) --verify
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync

@@ -72,6 +72,13 @@ pub enum FramingSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         checksum: Option<Checksum>,
     },
+    /// Cut by the protocol's script (its `frame(buffer)` function, in
+    /// `gridlinks-protocols`), for what the kinds above cannot describe. A [`Framer`] cannot
+    /// run it: it reports the stream lost.
+    Script {
+        /// Largest frame accepted; a buffer this long without a frame is dropped.
+        max_frame: usize,
+    },
 }
 
 /// Where a frame's checksum sits and what it covers: the checksum starts `at_end` bytes
@@ -191,6 +198,8 @@ impl FramingSpec {
         match self {
             FramingSpec::Fixed { length: 0 } => Err(FrameError::Invalid("length must be at least 1")),
             FramingSpec::Fixed { .. } => Ok(()),
+            FramingSpec::Script { max_frame: 0 } => Err(FrameError::Invalid("max_frame must be at least 1")),
+            FramingSpec::Script { .. } => Ok(()),
             FramingSpec::Delimiter { delimiter, max_frame } => {
                 if delimiter.is_empty() {
                     Err(FrameError::Invalid("delimiter must have at least one byte"))
@@ -220,7 +229,9 @@ impl FramingSpec {
     pub fn max_frame(&self) -> usize {
         match self {
             FramingSpec::Fixed { length } => *length,
-            FramingSpec::Delimiter { max_frame, .. } | FramingSpec::LengthField { max_frame, .. } => *max_frame,
+            FramingSpec::Delimiter { max_frame, .. }
+            | FramingSpec::LengthField { max_frame, .. }
+            | FramingSpec::Script { max_frame } => *max_frame,
         }
     }
 }
@@ -252,6 +263,9 @@ impl Framer {
             }
             FramingSpec::Delimiter { delimiter, max_frame } => {
                 delimited(&mut self.discarding, buf, delimiter, *max_frame)
+            }
+            FramingSpec::Script { .. } => {
+                Next::Lost(FrameError::Invalid("scripted framing runs in the protocol's script"))
             }
             FramingSpec::LengthField {
                 start,

@@ -9,7 +9,7 @@ pub mod script;
 
 use gridlinks_types::{check_identity, IdentityError, Ts, TsRecord, Value};
 
-pub use script::{Script, ScriptError, ScriptLimits};
+pub use script::{Cut, Script, ScriptError, ScriptLimits};
 
 /// What one frame carried.
 #[derive(Clone, Debug, Default, PartialEq)]

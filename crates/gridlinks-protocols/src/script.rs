@@ -160,6 +160,42 @@ impl Script {
 
     /// Runs the script's `decode` on `frame`.
     pub fn decode(&self, frame: &[u8], session: Session<'_>) -> Result<Uplink, DecodeError> {
+        // A script's values come typed: "1.00" stays a string.
+        let lim = PayloadLimits { cast_strings: false, ..self.inner.limits.payload };
+        self.run(|ctx| {
+            let f: Function = ctx.globals().get("__gridlinks_decode").map_err(|e| e.to_string())?;
+            let arr = TypedArray::<u8>::new_copy(ctx.clone(), frame).map_err(|e| e.to_string())?;
+            let out: Value = f.call((arr, session.identity)).catch(ctx).map_err(|e| e.to_string())?;
+            uplink(ctx, out, session.now, lim)
+        })
+    }
+
+    /// Whether the script defines a function `name` (e.g. the `frame` hook).
+    pub fn defines(&self, name: &str) -> bool {
+        self.run(|ctx| Ok(ctx.globals().get::<_, Value>(name).is_ok_and(|v| v.is_function()))).unwrap_or(false)
+    }
+
+    /// Where the next frame of `buf` ends, by the script's `frame(buffer)`: a positive `n`
+    /// is a frame of the first `n` bytes, 0 asks for more bytes, a negative `n` drops the
+    /// first `-n` bytes as not a frame.
+    pub fn frame(&self, buf: &[u8]) -> Result<Cut, DecodeError> {
+        let n = self.run(|ctx| {
+            let f: Function = ctx.globals().get("frame").map_err(|e| e.to_string())?;
+            let arr = TypedArray::<u8>::new_copy(ctx.clone(), buf).map_err(|e| e.to_string())?;
+            let n: Value = f.call((arr,)).catch(ctx).map_err(|e| e.to_string())?;
+            n.as_number()
+                .filter(|n| n.fract() == 0.0 && n.abs() <= buf.len() as f64)
+                .ok_or_else(|| format!("frame() must return an integer within ±{} (the buffer), not {n:?}", buf.len()))
+        })?;
+        Ok(match n {
+            0.0 => Cut::NeedMore,
+            n if n > 0.0 => Cut::Frame(n as usize),
+            n => Cut::Skip((-n) as usize),
+        })
+    }
+
+    /// Runs `f` in this thread's runtime of the script, within its time limit.
+    fn run<T>(&self, f: impl FnOnce(&Ctx<'_>) -> Result<T, String>) -> Result<T, DecodeError> {
         ENGINES.with(|engines| {
             let mut engines = engines.borrow_mut();
             let engine = match engines.entry(self.inner.id) {
@@ -168,33 +204,33 @@ impl Script {
                     v.insert(Engine::new(&self.inner).map_err(DecodeError::Script)?)
                 }
             };
-            self.call(engine, frame, session)
+            let limits = self.inner.limits;
+            engine.deadline.set(Some(Instant::now() + limits.timeout));
+            let result = engine.context.with(|ctx| f(&ctx));
+            let timed_out = engine.deadline.get().is_some_and(|d| Instant::now() >= d);
+            engine.deadline.set(None);
+            result.map_err(|reason| {
+                // Whatever the failed call left behind goes now, not when the next one needs room.
+                engine.runtime.run_gc();
+                if timed_out {
+                    DecodeError::Timeout(limits.timeout.as_millis() as u64)
+                } else {
+                    DecodeError::Script(reason)
+                }
+            })
         })
     }
+}
 
-    fn call(&self, engine: &Engine, frame: &[u8], session: Session<'_>) -> Result<Uplink, DecodeError> {
-        let limits = self.inner.limits;
-        // A script's values come typed: "1.00" stays a string.
-        let lim = PayloadLimits { cast_strings: false, ..limits.payload };
-        engine.deadline.set(Some(Instant::now() + limits.timeout));
-        let result = engine.context.with(|ctx: Ctx<'_>| -> Result<Uplink, String> {
-            let f: Function = ctx.globals().get("__gridlinks_decode").map_err(|e| e.to_string())?;
-            let arr = TypedArray::<u8>::new_copy(ctx.clone(), frame).map_err(|e| e.to_string())?;
-            let out: Value = f.call((arr, session.identity)).catch(&ctx).map_err(|e| e.to_string())?;
-            uplink(&ctx, out, session.now, lim)
-        });
-        let timed_out = engine.deadline.get().is_some_and(|d| Instant::now() >= d);
-        engine.deadline.set(None);
-        result.map_err(|reason| {
-            // Whatever the failed call left behind goes now, not when the next one needs room.
-            engine.runtime.run_gc();
-            if timed_out {
-                DecodeError::Timeout(limits.timeout.as_millis() as u64)
-            } else {
-                DecodeError::Script(reason)
-            }
-        })
-    }
+/// What a script's `frame(buffer)` found at the front of the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// The first `n` bytes are a frame.
+    Frame(usize),
+    /// No whole frame yet.
+    NeedMore,
+    /// The first `n` bytes are not a frame: drop them.
+    Skip(usize),
 }
 
 /// Reads what `decode` returned: `null`, or an object of identity, telemetry, attributes
@@ -494,6 +530,32 @@ mod tests {
         assert!(missing.contains("decode"), "{missing}");
         let looping = Script::load("top.js", "for (;;) {}", limits()).unwrap_err().to_string();
         assert!(looping.contains("interrupted"), "{looping}");
+    }
+
+    #[test]
+    fn a_framing_hook_cuts_frames() {
+        // "LEN:payload" frames, garbage up to a digit dropped.
+        let s = Script::load(
+            "colon",
+            r#"
+            function frame(b) {
+              if (b.length === 0) return 0;
+              if (b[0] < 0x30 || b[0] > 0x39) return -1;
+              const colon = b.indexOf(0x3a);
+              if (colon < 0) return 0;
+              const len = parseInt(String.fromCharCode.apply(null, b.subarray(0, colon)), 10);
+              return b.length >= colon + 1 + len ? colon + 1 + len : 0;
+            }
+            function decode(b) { return null; }"#,
+            limits(),
+        )
+        .unwrap();
+        assert!(s.defines("frame") && s.defines("decode") && !s.defines("encode"));
+        assert_eq!(s.frame(b"5:hello3:abc").unwrap(), Cut::Frame(7));
+        assert_eq!(s.frame(b"5:hel").unwrap(), Cut::NeedMore);
+        assert_eq!(s.frame(b"x5:hello").unwrap(), Cut::Skip(1));
+        let bad = Script::load("bad", "function frame(b) { return 99; } function decode(b) { return null; }", limits());
+        assert!(matches!(bad.unwrap().frame(b"abc"), Err(DecodeError::Script(m)) if m.contains("within")));
     }
 
     #[test]

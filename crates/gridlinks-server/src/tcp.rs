@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use bytes::BytesMut;
-use gridlinks_framing::{Framer, FramingSpec, Next};
+use bytes::{Buf, BytesMut};
+use gridlinks_framing::{FrameError, Framer, FramingSpec, Next};
 use gridlinks_ingest::{IngestError, Item};
-use gridlinks_protocols::{Decoder, Script, ScriptLimits, Session, Uplink};
+use gridlinks_protocols::{Cut, Decoder, Script, ScriptLimits, Session, Uplink};
 use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -93,6 +93,12 @@ impl Protocol {
             }
             None => Decoder::Lamp,
         };
+        if let FramingSpec::Script { .. } = framing {
+            match &decoder {
+                Decoder::Script(s) if s.defines("frame") => {}
+                _ => anyhow::bail!("framing kind \"script\" needs a script that defines frame(buffer)"),
+            }
+        }
         let device_type = if listener.device_type.is_empty() { &listener.protocol } else { &listener.device_type };
         Ok(Protocol {
             name: listener.protocol.clone(),
@@ -146,10 +152,51 @@ pub async fn listen(
     }
 }
 
+/// Cuts a connection's byte stream into frames: the configured framing, or the script's
+/// `frame(buffer)` hook.
+enum Cutter {
+    Spec(Framer),
+    Script(Script, usize),
+}
+
+impl Cutter {
+    fn new(protocol: &Protocol) -> Self {
+        match (&*protocol.framing, &protocol.decoder) {
+            (FramingSpec::Script { max_frame }, Decoder::Script(s)) => Cutter::Script(s.clone(), *max_frame),
+            _ => Cutter::Spec(Framer::new(protocol.framing.clone())),
+        }
+    }
+
+    fn next(&mut self, buf: &mut BytesMut) -> Next {
+        let (script, max) = match self {
+            Cutter::Spec(f) => return f.next(buf),
+            Cutter::Script(s, max) => (s, *max),
+        };
+        match script.frame(buf) {
+            Ok(Cut::Frame(n)) if n <= max => Next::Frame(buf.split_to(n).freeze()),
+            Ok(Cut::Frame(n)) => {
+                buf.advance(n);
+                Next::Skipped(n, FrameError::BadLength(n as i64, 1, max))
+            }
+            Ok(Cut::NeedMore) if buf.len() < max => Next::NeedMore,
+            Ok(Cut::NeedMore) => Next::Lost(FrameError::TooLong(max)),
+            Ok(Cut::Skip(n)) => {
+                buf.advance(n);
+                Next::Skipped(n, FrameError::Garbage(n))
+            }
+            // The stream cannot be followed without the script.
+            Err(e) => {
+                crate::logging::warn_limited!(error = %e, "framing script failed: closing the connection");
+                Next::Lost(FrameError::Invalid("the framing script failed"))
+            }
+        }
+    }
+}
+
 /// One device connection.
 struct Connection {
     shared: Shared,
-    framer: Framer,
+    framer: Cutter,
     /// The device this connection logged in as, and its identity.
     device: Option<(DeviceId, String)>,
     /// Timestamp given to the last frame's telemetry: frames of one connection never share
@@ -167,7 +214,7 @@ struct Pending {
 
 impl Connection {
     fn new(shared: Shared) -> Self {
-        let framer = Framer::new(shared.protocol.framing.clone());
+        let framer = Cutter::new(&shared.protocol);
         Connection { shared, framer, device: None, last_ts: 0, warned: false }
     }
 

@@ -31,6 +31,11 @@ struct Lamp {
 }
 
 fn start() -> Lamp {
+    start_with("")
+}
+
+/// [`start`], with `extra` TOML appended to the configuration (in `cfg`'s directory).
+fn start_with(extra: &str) -> Lamp {
     let cfg = tempfile::tempdir().unwrap();
     let (native, script) = (free_port(), free_port());
     let js = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protocols/lamp.js");
@@ -51,6 +56,7 @@ auto_provision = true
 bind = "127.0.0.1:{script}"
 protocol = "lamp"
 script = "{js}"
+{extra}
 "#
         ),
     )
@@ -260,4 +266,52 @@ fn a_silent_connection_is_closed_after_the_login_timeout() {
     g.write_all(&junk).unwrap();
     g.write_all(&lamp::login_frame(&[0, 0, 0, 0, 0, 3], 1)).unwrap();
     assert_eq!(replies(&mut g, 1)[0][4], 0x80);
+}
+
+/// A protocol defined only in configuration: lines `ID,TEMP`, cut by the script's own
+/// `frame` hook and decoded by it, answered `OK ID`.
+#[test]
+fn a_protocol_from_configuration_with_a_scripted_framing_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("lines.js");
+    std::fs::write(
+        &js,
+        r#"
+        function frame(b) { const nl = b.indexOf(10); return nl < 0 ? 0 : nl + 1; }
+        function decode(f, session) {
+          const line = String.fromCharCode.apply(null, f.subarray(0, f.length - 1));
+          const parts = line.split(",");
+          if (parts.length !== 2) throw new Error("expected ID,TEMP, got " + line);
+          const ok = "OK " + parts[0] + "\n";
+          return { identity: parts[0], telemetry: { temperature: parseFloat(parts[1]) },
+                   replies: [Array.from(ok, function (c) { return c.charCodeAt(0); })] };
+        }"#,
+    )
+    .unwrap();
+    let port = free_port();
+    let l = start_with(&format!(
+        "[[tcp.listeners]]\nbind = \"127.0.0.1:{port}\"\nprotocol = \"lines\"\nauto_provision = true\n\n\
+         [tcp.protocols.lines]\nframing = {{ kind = \"script\", max_frame = 64 }}\nscript = {:?}\n",
+        js.display().to_string()
+    ));
+    let jwt = l.server.login();
+    let mut c = connect(port);
+    c.write_all(b"s-1,21.5\ns-1,22\nnot a reading\ns-1,").unwrap();
+    c.write_all(b"23.25\n").unwrap();
+    let mut got = vec![0u8; 3 * 7];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(got, b"OK s-1\nOK s-1\nOK s-1\n");
+    assert_eq!(metric(&l.server, "gridlinks_tcp_decode_errors_total"), 1.0);
+    let d = device_named(&l.server, &jwt, "lines-s-1");
+    assert_eq!(d["type"], "lines");
+    let id = d["id"]["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=temperature&startTs=0&endTs=9999999999999&limit=10&useStrictDataTypes=true");
+    let (_, v) = l.server.json("GET", &path, &jwt, None);
+    let mut temps: Vec<f64> =
+        v["temperature"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+    temps.sort_by(f64::total_cmp);
+    assert_eq!(temps, vec![21.5, 22.0, 23.25]);
+    // A line longer than max_frame cannot be followed: the connection is closed.
+    c.write_all(&[b'x'; 100]).unwrap();
+    assert!(closed(&mut c));
 }
