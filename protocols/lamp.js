@@ -9,7 +9,7 @@
 //
 // Framing (length, markers, CRC) is checked before decode() sees a frame.
 
-const LOGIN = 0x00, REPORT = 0x01, HEARTBEAT = 0x02, REPLY = 0x80;
+const LOGIN = 0x00, REPORT = 0x01, HEARTBEAT = 0x02, DIM = 0x10, REPLY = 0x80;
 
 function hex(b, from, to) {
   let s = "";
@@ -41,6 +41,12 @@ function decode(f, session) {
   const control = p[0];
   const seq = dv.getUint32(7, true);
   const out = { identity: hex(p, 1, 7) };
+  if (control === (DIM | REPLY)) {
+    // The answer to a dimming command: the RPC's id as sequence number, a result byte.
+    if (p.length < 12) throw new Error("command reply too short: " + f.length + " bytes");
+    out.rpcResponse = { id: seq, body: p[11] === 0 ? { result: "ok" } : { result: "error", code: p[11] } };
+    return out;
+  }
   if (control === LOGIN) {
     if (p.length < 19) throw new Error("login too short: " + f.length + " bytes");
     let model = "";
@@ -76,4 +82,21 @@ function decode(f, session) {
   reply[11] = 0x00;                // accepted
   out.replies = [frame(reply)];
   return out;
+}
+
+// Server to controller: RPC setDim {"dim": 0..100} (or the bare number) becomes a dimming
+// command numbered with the RPC's id; the controller answers 90 (see decode above).
+function encode(message, session) {
+  if (message.type !== "rpc") return null; // shared attributes: no frame in this protocol
+  if (message.method !== "setDim") throw new Error("RPC method " + JSON.stringify(message.method) + " (the lamp knows setDim)");
+  const p = message.params;
+  const dim = (p !== null && typeof p === "object") ? p.dim : p;
+  if (!Number.isInteger(dim) || dim < 0 || dim > 100) throw new Error("setDim needs {\"dim\": 0..100}");
+  if (!session.identity) throw new Error("a command before login");
+  const c = new Uint8Array(12);
+  c[0] = DIM;
+  for (let i = 0; i < 6; i++) c[1 + i] = parseInt(session.identity.substr(2 * i, 2), 16);
+  new DataView(c.buffer).setUint32(7, message.id, true);
+  c[11] = dim;
+  return frame(c);
 }

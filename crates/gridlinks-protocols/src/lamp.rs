@@ -27,7 +27,7 @@
 use gridlinks_framing::crc16_modbus;
 use gridlinks_types::{TsRecord, Value};
 
-use crate::{DecodeError, Session, Uplink};
+use crate::{DecodeError, Downlink, Session, Uplink};
 
 /// Control code of a login.
 pub const LOGIN: u8 = 0x00;
@@ -35,6 +35,8 @@ pub const LOGIN: u8 = 0x00;
 pub const REPORT: u8 = 0x01;
 /// Control code of a heartbeat.
 pub const HEARTBEAT: u8 = 0x02;
+/// Control code of a dimming command (server to controller); the controller answers `90`.
+pub const DIM: u8 = 0x10;
 /// Bit 7 marks a reply.
 pub const REPLY: u8 = 0x80;
 
@@ -202,10 +204,48 @@ pub fn decode(frame: &[u8], session: Session<'_>) -> Result<Uplink, DecodeError>
             up.telemetry = vec![TsRecord { ts: session.now, values }];
         }
         HEARTBEAT => need(p, "heartbeat", HEARTBEAT_LEN)?,
+        // The answer to a dimming command: the RPC's id as sequence number, a result byte.
+        c if c == DIM | REPLY => {
+            need(p, "command reply", HEARTBEAT_LEN + 1)?;
+            let answer = match p[11] {
+                0 => r#"{"result":"ok"}"#.to_owned(),
+                code => format!(r#"{{"result":"error","code":{code}}}"#),
+            };
+            up.rpc_responses.push((seq, answer));
+            return Ok(up);
+        }
         other => return Err(DecodeError::Unsupported(other)),
     }
     up.replies.push(reply(control, &addr, seq));
     Ok(up)
+}
+
+/// The dimming command to `address`: RPC `setDim` with `{"dim": 0..100}` (or the bare
+/// number), numbered with the RPC's id. Shared attributes have no frame in this protocol.
+pub fn encode(down: &Downlink, session: Session<'_>) -> Result<Vec<Vec<u8>>, DecodeError> {
+    let Downlink::Rpc { id, method, params } = down else { return Ok(Vec::new()) };
+    if method != "setDim" {
+        return Err(DecodeError::NoEncoding(format!("RPC method {method:?} (the lamp knows setDim)")));
+    }
+    let dim = params
+        .get("dim")
+        .unwrap_or(params)
+        .as_u64()
+        .filter(|d| *d <= 100)
+        .ok_or_else(|| DecodeError::NoEncoding(format!("setDim with {params}: needs {{\"dim\": 0..100}}")))?;
+    let address =
+        session.identity.and_then(address).ok_or_else(|| DecodeError::NoEncoding("a command before login".into()))?;
+    Ok(vec![command(&address, *id, dim as u8)])
+}
+
+/// A dimming command frame: `10`, address, sequence number, level.
+pub fn command(address: &[u8; 6], seq: u32, dim: u8) -> Vec<u8> {
+    let mut p = Vec::with_capacity(12);
+    p.push(DIM);
+    p.extend_from_slice(address);
+    p.extend_from_slice(&seq.to_le_bytes());
+    p.push(dim);
+    frame(&p)
 }
 
 #[cfg(test)]
@@ -309,11 +349,27 @@ mod tests {
         ];
         let r2 = Report { power_w: -0.0625, voltage_cv: 22000, ..r };
         frames.push(report_frame(&[1, 2, 3, 4, 5, 6], 3, &r2));
+        frames.push(frame(&[0x90, 1, 2, 3, 4, 5, 6, 9, 0, 0, 0, 0]));
+        frames.push(frame(&[0x90, 1, 2, 3, 4, 5, 6, 9, 0, 0, 0, 4]));
         for f in frames {
             let native = decode(&f, NOW).unwrap();
             let scripted = script.decode(&f, NOW).unwrap();
             assert_eq!(crate::comparable(scripted), crate::comparable(native));
         }
+        // Commands: the same frames, the same refusals.
+        let session = Session { identity: Some("010203040506"), now: NOW.now };
+        for params in [serde_json::json!({"dim": 40}), serde_json::json!(0), serde_json::json!({"dim": 101})] {
+            let down = Downlink::Rpc { id: 77, method: "setDim".into(), params };
+            match (encode(&down, session), script.encode(&down, session)) {
+                (Ok(native), Ok(scripted)) => assert_eq!(scripted, native),
+                (Err(_), Err(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let reboot = Downlink::Rpc { id: 1, method: "reboot".into(), params: serde_json::json!({}) };
+        assert!(encode(&reboot, session).is_err() && script.encode(&reboot, session).is_err());
+        let attrs = Downlink::Attributes(serde_json::json!({"a": 1}));
+        assert_eq!(script.encode(&attrs, session).unwrap(), encode(&attrs, session).unwrap());
         let mut bad = unhex(REPORT_HEX);
         bad[4] = 0x33;
         let bad = frame(&bad[4..bad.len() - 3]);
@@ -321,6 +377,28 @@ mod tests {
         assert!(
             matches!(script.decode(&bad, NOW), Err(DecodeError::Script(m)) if m.contains("unsupported frame type 0x33"))
         );
+    }
+
+    #[test]
+    fn dimming_commands_and_their_answers() {
+        let session = Session { identity: Some("000000000007"), now: NOW.now };
+        let addr = [0, 0, 0, 0, 0, 7];
+        let rpc = |method: &str, params| Downlink::Rpc { id: 42, method: method.into(), params };
+        let frames = encode(&rpc("setDim", serde_json::json!({"dim": 40})), session).unwrap();
+        assert_eq!(frames, vec![frame(&[0x10, 0, 0, 0, 0, 0, 7, 42, 0, 0, 0, 40])]);
+        assert_eq!(encode(&rpc("setDim", serde_json::json!(100)), session).unwrap(), vec![command(&addr, 42, 100)]);
+        assert!(matches!(
+            encode(&rpc("setDim", serde_json::json!({"dim": 101})), session),
+            Err(DecodeError::NoEncoding(_))
+        ));
+        assert!(matches!(encode(&rpc("reboot", serde_json::json!({})), session), Err(DecodeError::NoEncoding(_))));
+        assert!(encode(&Downlink::Attributes(serde_json::json!({"x": 1})), session).unwrap().is_empty());
+        // The controller's answer completes the RPC and is not itself answered.
+        let ok = decode(&frame(&[0x90, 0, 0, 0, 0, 0, 7, 42, 0, 0, 0, 0]), session).unwrap();
+        assert_eq!(ok.rpc_responses, vec![(42, r#"{"result":"ok"}"#.to_owned())]);
+        assert!(ok.replies.is_empty() && ok.telemetry.is_empty());
+        let failed = decode(&frame(&[0x90, 0, 0, 0, 0, 0, 7, 43, 0, 0, 0, 3]), session).unwrap();
+        assert_eq!(failed.rpc_responses, vec![(43, r#"{"result":"error","code":3}"#.to_owned())]);
     }
 
     #[test]

@@ -23,6 +23,24 @@ pub struct Uplink {
     pub attributes: Vec<(String, Value)>,
     /// Frames to send back once what the frame carried is committed (login answers, acks).
     pub replies: Vec<Vec<u8>>,
+    /// Answers to server-side RPC requests: (request id, the answer as JSON).
+    pub rpc_responses: Vec<(u32, String)>,
+}
+
+/// A message from the server to a device, for the decoder's encoder to turn into frames.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Downlink {
+    /// A server-side RPC request (ThingsBoard's `{"method", "params"}`).
+    Rpc {
+        /// The request id; the device's answer names it.
+        id: u32,
+        /// The method.
+        method: String,
+        /// Its parameters.
+        params: serde_json::Value,
+    },
+    /// Shared attributes changed: the new values, a JSON object.
+    Attributes(serde_json::Value),
 }
 
 /// What a decoder knows about the connection a frame came in on.
@@ -59,6 +77,9 @@ pub enum DecodeError {
     /// The script ran past its time limit.
     #[error("decoder script ran longer than {0} ms")]
     Timeout(u64),
+    /// The protocol has no frame for this server-side message.
+    #[error("the protocol cannot send {0}")]
+    NoEncoding(String),
 }
 
 /// Turns frames into uplinks.
@@ -81,6 +102,14 @@ impl Decoder {
             check_identity(id)?;
         }
         Ok(up)
+    }
+
+    /// The frames that carry `down` to the device (none: nothing to send for it).
+    pub fn encode(&self, down: &Downlink, session: Session<'_>) -> Result<Vec<Vec<u8>>, DecodeError> {
+        match self {
+            Decoder::Lamp => lamp::encode(down, session),
+            Decoder::Script(s) => s.encode(down, session),
+        }
     }
 }
 

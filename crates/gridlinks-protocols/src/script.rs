@@ -33,7 +33,7 @@ use gridlinks_types::{Ts, TsRecord, Value as GlValue};
 use rquickjs::prelude::Opt;
 use rquickjs::{CatchResultExt, Context, Ctx, Function, Object, Runtime, Type, TypedArray, Value};
 
-use crate::{DecodeError, Session, Uplink};
+use crate::{DecodeError, Downlink, Session, Uplink};
 
 /// Bounds on every script call.
 #[derive(Clone, Copy, Debug)]
@@ -86,6 +86,15 @@ function __gridlinks_decode(frame, identity) {
   if (out === undefined || out === null) return null;
   if (typeof out !== "object" || Array.isArray(out)) {
     throw new TypeError("decode must return an object or null, not " + (Array.isArray(out) ? "an array" : typeof out));
+  }
+  return out;
+}
+function __gridlinks_encode(message, identity) {
+  if (typeof encode !== "function") return undefined;
+  const out = encode(JSON.parse(message), { identity: identity });
+  if (out === undefined || out === null) return [];
+  if (out instanceof Uint8Array || (Array.isArray(out) && (out.length === 0 || typeof out[0] === "number"))) {
+    return [out];
   }
   return out;
 }
@@ -168,6 +177,28 @@ impl Script {
             let out: Value = f.call((arr, session.identity)).catch(ctx).map_err(|e| e.to_string())?;
             uplink(ctx, out, session.now, lim)
         })
+    }
+
+    /// The frames `encode(message, session)` gives for `down`: `message` is
+    /// `{type: "rpc", id, method, params}` or `{type: "attributes", shared: {…}}`; it returns
+    /// a frame, an array of frames, or `null` (nothing to send).
+    pub fn encode(&self, down: &Downlink, session: Session<'_>) -> Result<Vec<Vec<u8>>, DecodeError> {
+        let message = match down {
+            Downlink::Rpc { id, method, params } => {
+                serde_json::json!({"type": "rpc", "id": id, "method": method, "params": params})
+            }
+            Downlink::Attributes(shared) => serde_json::json!({"type": "attributes", "shared": shared}),
+        }
+        .to_string();
+        let frames = self.run(|ctx| {
+            let f: Function = ctx.globals().get("__gridlinks_encode").map_err(|e| e.to_string())?;
+            let out: Value = f.call((message, session.identity)).catch(ctx).map_err(|e| e.to_string())?;
+            if out.is_undefined() {
+                return Ok(None);
+            }
+            replies(out).map(Some)
+        })?;
+        frames.ok_or_else(|| DecodeError::NoEncoding("server messages: the script defines no encode()".into()))
     }
 
     /// Whether the script defines a function `name` (e.g. the `frame` hook).
@@ -253,14 +284,37 @@ fn uplink<'js>(ctx: &Ctx<'js>, out: Value<'js>, now: Ts, lim: PayloadLimits) -> 
                 up.attributes = values(ctx, &o, lim, &mut count, false).map_err(|e| format!("attributes: {e}"))?;
             }
             "replies" => up.replies = replies(v)?,
+            "rpcResponse" => up.rpc_responses = rpc_responses(ctx, v)?,
             other => {
                 return Err(format!(
-                    "decode returned an unknown field {other:?} (expected identity, telemetry, attributes, replies)"
+                    "decode returned an unknown field {other:?} (expected identity, telemetry, attributes, replies, rpcResponse)"
                 ))
             }
         }
     }
     Ok(up)
+}
+
+/// `rpcResponse`: `{id, body}` or an array of them; `body` is sent back as JSON.
+fn rpc_responses<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> Result<Vec<(u32, String)>, String> {
+    let items: Vec<Value> = match v.as_array() {
+        Some(a) => a.iter::<Value>().collect::<rquickjs::Result<_>>().map_err(|e| e.to_string())?,
+        None => vec![v],
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let o = object(item).ok_or("rpcResponse must be {id, body}")?;
+            let id: Value = o.get("id").map_err(|e| e.to_string())?;
+            let id = id
+                .as_number()
+                .filter(|n| n.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(n))
+                .ok_or("rpcResponse.id must be the request's id")?;
+            let body: Value = o.get("body").map_err(|e| e.to_string())?;
+            let text = ctx.json_stringify(body).map_err(|e| e.to_string())?;
+            Ok((id as u32, text.and_then(|t| t.to_string().ok()).unwrap_or_else(|| "{}".into())))
+        })
+        .collect()
 }
 
 /// `v` as an object that is not an array.
@@ -556,6 +610,29 @@ mod tests {
         assert_eq!(s.frame(b"x5:hello").unwrap(), Cut::Skip(1));
         let bad = Script::load("bad", "function frame(b) { return 99; } function decode(b) { return null; }", limits());
         assert!(matches!(bad.unwrap().frame(b"abc"), Err(DecodeError::Script(m)) if m.contains("within")));
+    }
+
+    #[test]
+    fn encode_turns_server_messages_into_frames_and_rpc_answers_come_back() {
+        let s = Script::load(
+            "enc",
+            r#"
+            function decode(b) { return { rpcResponse: { id: b[0], body: { done: b[1] === 0 } } }; }
+            function encode(m, session) {
+              if (m.type === "rpc") return new Uint8Array([0xc0, m.id, m.params.level]);
+              if (m.type === "attributes") return [[0xa0, m.shared.mode.length], [0xa1]];
+              return null;
+            }"#,
+            limits(),
+        )
+        .unwrap();
+        let rpc = Downlink::Rpc { id: 7, method: "dim".into(), params: serde_json::json!({"level": 30}) };
+        assert_eq!(s.encode(&rpc, NOW).unwrap(), vec![vec![0xc0, 7, 30]]);
+        let attrs = Downlink::Attributes(serde_json::json!({"mode": "night"}));
+        assert_eq!(s.encode(&attrs, NOW).unwrap(), vec![vec![0xa0, 5], vec![0xa1]]);
+        assert_eq!(s.decode(&[7, 0], NOW).unwrap().rpc_responses, vec![(7, r#"{"done":true}"#.to_owned())]);
+        let none = Script::load("none", "function decode(b) { return null; }", limits()).unwrap();
+        assert!(matches!(none.encode(&rpc, NOW), Err(DecodeError::NoEncoding(_))));
     }
 
     #[test]

@@ -407,8 +407,12 @@ pub async fn serve(
     for (l, listener) in tcp_listeners {
         let protocol = crate::tcp::Protocol::load(&core, &l)
             .with_context(|| format!("tcp.listeners ({}, protocol {})", l.bind, l.protocol))?;
-        let shared =
-            crate::tcp::Shared { core: core.clone(), protocol: Arc::new(protocol), metrics: tcp_metrics.clone() };
+        let shared = crate::tcp::Shared {
+            core: core.clone(),
+            mqtt: mqtt.clone(),
+            protocol: Arc::new(protocol),
+            metrics: tcp_metrics.clone(),
+        };
         tcp_shared.push((listener, shared));
     }
     let retained = crate::mqtt::retained::load(&store, &mqtt.sessions).context("loading retained MQTT messages")?;

@@ -137,6 +137,18 @@ fn tcp(e: &mut DescriptorEncoder, m: &TcpMetrics) -> fmt::Result {
         "gridlinks_tcp_timeouts_total",
         "Custom TCP connections closed after tcp.login_timeout or tcp.idle_timeout.",
         l(&m.timeouts),
+    )?;
+    counter(
+        e,
+        "gridlinks_tcp_downlinks_total",
+        "Server-to-device messages (RPC requests, shared attributes) sent to custom TCP devices.",
+        l(&m.downlinks),
+    )?;
+    counter(
+        e,
+        "gridlinks_tcp_downlink_errors_total",
+        "Server-to-device messages a custom TCP protocol had no frame for (not sent).",
+        l(&m.downlink_errors),
     )
 }
 

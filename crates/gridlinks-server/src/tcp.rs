@@ -32,6 +32,11 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::app::Core;
 use crate::config::TcpListenerConfig;
+use crate::mqtt::Mqtt;
+use gridlinks_broker::sessions::SessionLink;
+use gridlinks_codec::mqtt::QoS;
+use gridlinks_protocols::Downlink;
+use gridlinks_thingsboard::topic;
 
 /// Bytes asked of the socket per read.
 const READ_CHUNK: usize = 4096;
@@ -60,6 +65,10 @@ pub struct TcpMetrics {
     pub not_committed: AtomicU64,
     /// Connections closed after `tcp.idle_timeout` or `tcp.login_timeout` of silence.
     pub timeouts: AtomicU64,
+    /// Server-to-device messages (RPC requests, shared attributes) sent as frames.
+    pub downlinks: AtomicU64,
+    /// Server-to-device messages the protocol has no frame for (not sent).
+    pub downlink_errors: AtomicU64,
 }
 
 /// A listener's protocol, ready to serve.
@@ -114,6 +123,9 @@ impl Protocol {
 pub struct Shared {
     /// Storage, ingest, configuration.
     pub core: Arc<Core>,
+    /// Device sessions (RPC requests and shared attributes come through them) and the RPC
+    /// calls waiting for answers.
+    pub mqtt: Arc<Mqtt>,
     /// The listener's protocol.
     pub protocol: Arc<Protocol>,
     /// Counters.
@@ -204,6 +216,8 @@ struct Connection {
     last_ts: i64,
     /// Whether this connection's first problem was logged.
     warned: bool,
+    /// The device's session once logged in: server-side RPC and shared attributes.
+    session: Option<SessionLink>,
 }
 
 /// What one frame left to do after decoding: its items' range in the batch, its replies.
@@ -215,7 +229,7 @@ struct Pending {
 impl Connection {
     fn new(shared: Shared) -> Self {
         let framer = Cutter::new(&shared.protocol);
-        Connection { shared, framer, device: None, last_ts: 0, warned: false }
+        Connection { shared, framer, device: None, last_ts: 0, warned: false, session: None }
     }
 
     /// Logs the connection's first problem (rate-limited across connections).
@@ -246,9 +260,17 @@ impl Connection {
                 Some(_) => idle,
             };
             buf.reserve(READ_CHUNK);
+            let inbox = self.session.as_ref().map(|s| s.inbox.clone());
             let read = tokio::select! {
                 r = tokio::time::timeout(wait, stream.read_buf(&mut buf)) => r,
                 _ = shutdown.changed() => break,
+                () = async { match &inbox { Some(i) => i.wake.notified().await, None => std::future::pending().await } } => {
+                    match self.downlink().await {
+                        Some(out) if out.is_empty() => continue,
+                        Some(out) if matches!(tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&out)).await, Ok(Ok(()))) => continue,
+                        _ => break,
+                    }
+                }
             };
             match read {
                 Ok(Ok(0)) | Ok(Err(_)) => break,
@@ -272,7 +294,36 @@ impl Connection {
                 break;
             }
         }
+        if let (Some(link), Some((device, _))) = (&self.session, &self.device) {
+            self.shared.mqtt.sessions.unregister(*device, link.id);
+        }
         m.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The frames for what the device's session holds (RPC requests, shared attributes);
+    /// `None`: the session was closed (device deleted, shutdown), close the connection.
+    async fn downlink(&mut self) -> Option<Vec<u8>> {
+        let link = self.session.as_ref()?;
+        if link.close_reason().is_some() {
+            return None;
+        }
+        let identity = self.device.as_ref().map(|d| d.1.clone());
+        let session = Session { identity: identity.as_deref(), now: Ts::now() };
+        let mut out = Vec::new();
+        for o in link.inbox.drain() {
+            let Some(down) = downlink_of(&o.msg.topic, &o.msg.payload) else { continue };
+            match self.shared.protocol.decoder.encode(&down, session) {
+                Ok(frames) => {
+                    self.shared.metrics.downlinks.fetch_add(1, Ordering::Relaxed);
+                    frames.iter().for_each(|f| out.extend_from_slice(f));
+                }
+                Err(e) => {
+                    self.shared.metrics.downlink_errors.fetch_add(1, Ordering::Relaxed);
+                    crate::logging::warn_limited!(protocol = %self.shared.protocol.name, identity = ?session.identity, error = %e, "server message not sent to a custom TCP device");
+                }
+            }
+        }
+        Some(out)
     }
 
     /// The whole frames in `buf`; true when the stream cannot be followed any more.
@@ -314,7 +365,10 @@ impl Connection {
             };
             let Some(device) = self.device_of(&up).await? else { continue };
             let start = items.len();
-            let Uplink { telemetry, attributes, replies, .. } = up;
+            let Uplink { telemetry, attributes, replies, rpc_responses, .. } = up;
+            for (id, answer) in rpc_responses {
+                self.shared.mqtt.rpc.complete(device, id, answer.into());
+            }
             if !telemetry.is_empty() {
                 self.last_ts = now.0;
                 items.push(Item::Telemetry { device, records: telemetry });
@@ -366,6 +420,13 @@ impl Connection {
                     Ok(device) => {
                         m.logins.fetch_add(1, Ordering::Relaxed);
                         self.device = Some((device, id.clone()));
+                        let sessions = &self.shared.mqtt.sessions;
+                        let link = sessions.register(device, self.shared.core.cfg.mqtt.outbound_queue);
+                        for filter in [topic::RPC_REQUESTS, topic::ATTRIBUTES] {
+                            // A fresh session has no subscription to exceed a limit with.
+                            let _ = sessions.subscribe(device, link.id, filter, QoS::AtMostOnce);
+                        }
+                        self.session = Some(link);
                         Ok(Some(device))
                     }
                     Err(e) => {
@@ -381,4 +442,20 @@ impl Connection {
             }
         }
     }
+}
+
+/// The server message a session copy carries: an RPC request
+/// (`v1/devices/me/rpc/request/{id}`, `{"method", "params"}`) or shared attributes.
+fn downlink_of(topic: &str, payload: &[u8]) -> Option<Downlink> {
+    let body: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    if topic == topic::ATTRIBUTES {
+        return Some(Downlink::Attributes(body));
+    }
+    let id = match topic::DeviceTopic::parse(topic) {
+        Some(topic::DeviceTopic::RpcRequest(id)) => id.parse().ok()?,
+        _ => return None,
+    };
+    let method = body.get("method")?.as_str()?.to_owned();
+    let params = body.get("params").cloned().unwrap_or(serde_json::Value::Null);
+    Some(Downlink::Rpc { id, method, params })
 }

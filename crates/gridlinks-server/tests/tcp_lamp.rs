@@ -315,3 +315,49 @@ fn a_protocol_from_configuration_with_a_scripted_framing_hook() {
     c.write_all(&[b'x'; 100]).unwrap();
     assert!(closed(&mut c));
 }
+
+/// Server-side RPC reaches a lamp as a dimming command; the controller's answer completes
+/// the call. A method the protocol has no frame for is counted, not sent. Deleting the
+/// device closes its connection.
+#[test]
+fn server_side_rpc_dims_a_lamp_and_its_answer_completes_the_call() {
+    let l = start();
+    let jwt = l.server.login();
+    let addr = [0, 0, 0, 0, 0, 9];
+    let mut c = connect(l.native);
+    c.write_all(&lamp::login_frame(&addr, 1)).unwrap();
+    replies(&mut c, 1);
+    let id = device_named(&l.server, &jwt, "lamp-000000000009")["id"]["id"].as_str().unwrap().to_owned();
+    let rpc = format!("/api/plugins/rpc/twoway/{id}");
+    let (status, answer) = std::thread::scope(|s| {
+        let call = s.spawn(|| {
+            l.server.json("POST", &rpc, &jwt, Some(json!({"method": "setDim", "params": {"dim": 40}, "timeout": 5000})))
+        });
+        let mut cmd = vec![0u8; REPLY_LEN];
+        c.read_exact(&mut cmd).unwrap();
+        let seq = u32::from_le_bytes(cmd[11..15].try_into().unwrap());
+        assert_eq!(cmd, lamp::command(&addr, seq, 40));
+        let mut ok = vec![0x90];
+        ok.extend_from_slice(&addr);
+        ok.extend_from_slice(&seq.to_le_bytes());
+        ok.push(0);
+        c.write_all(&lamp::frame(&ok)).unwrap();
+        call.join().unwrap()
+    });
+    assert_eq!((status, answer), (200, json!({"result": "ok"})));
+    assert_eq!(metric(&l.server, "gridlinks_tcp_downlinks_total"), 1.0);
+    // A method the lamp has no frame for: delivered to the session, not sent, counted.
+    let (st, _) = l.server.json(
+        "POST",
+        &format!("/api/plugins/rpc/oneway/{id}"),
+        &jwt,
+        Some(json!({"method": "reboot", "params": {}})),
+    );
+    assert_eq!(st, 200);
+    silent(&mut c);
+    assert_eq!(metric(&l.server, "gridlinks_tcp_downlink_errors_total"), 1.0);
+    // Reports still flow; deleting the device closes its connection.
+    let (st, _) = l.server.req("DELETE", &format!("/api/device/{id}"), Some(&jwt), None);
+    assert_eq!(st, 200);
+    assert!(closed(&mut c));
+}

@@ -24,6 +24,8 @@ pub const GATEWAY_PREFIX: &str = "v1/gateway/";
 const ATTRIBUTE_REQUEST_PREFIX: &str = "v1/devices/me/attributes/request/";
 const ATTRIBUTE_RESPONSE_PREFIX: &str = "v1/devices/me/attributes/response/";
 const RPC_REQUEST_PREFIX: &str = "v1/devices/me/rpc/request/";
+/// The filter a device subscribes to for server-side RPC requests.
+pub const RPC_REQUESTS: &str = "v1/devices/me/rpc/request/+";
 const RPC_RESPONSE_PREFIX: &str = "v1/devices/me/rpc/response/";
 
 /// A ThingsBoard device topic a device (or gateway) publishes on.
