@@ -297,11 +297,7 @@ fn uplink<'js>(ctx: &Ctx<'js>, out: Value<'js>, now: Ts, lim: PayloadLimits) -> 
 
 /// `rpcResponse`: `{id, body}` or an array of them; `body` is sent back as JSON.
 fn rpc_responses<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> Result<Vec<(u32, String)>, String> {
-    let items: Vec<Value> = match v.as_array() {
-        Some(a) => a.iter::<Value>().collect::<rquickjs::Result<_>>().map_err(|e| e.to_string())?,
-        None => vec![v],
-    };
-    items
+    one_or_many(v)?
         .into_iter()
         .map(|item| {
             let o = object(item).ok_or("rpcResponse must be {id, body}")?;
@@ -326,6 +322,14 @@ fn object<'js>(v: Value<'js>) -> Option<Object<'js>> {
     }
 }
 
+/// An array's items, or the value itself.
+fn one_or_many<'js>(v: Value<'js>) -> Result<Vec<Value<'js>>, String> {
+    match v.as_array() {
+        Some(a) => a.iter::<Value>().collect::<rquickjs::Result<_>>().map_err(|e| e.to_string()),
+        None => Ok(vec![v]),
+    }
+}
+
 fn string(v: &Value<'_>) -> Option<String> {
     v.as_string().and_then(|s| s.to_string().ok())
 }
@@ -338,10 +342,7 @@ fn telemetry<'js>(
     lim: PayloadLimits,
     count: &mut usize,
 ) -> Result<Vec<TsRecord>, String> {
-    let items: Vec<Value> = match v.as_array() {
-        Some(a) => a.iter::<Value>().collect::<rquickjs::Result<_>>().map_err(|e| e.to_string())?,
-        None => vec![v],
-    };
+    let items = one_or_many(v)?;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let rec = record(ctx, item, now, lim, count).map_err(|e| format!("telemetry: {e}"))?;

@@ -265,9 +265,8 @@ impl Connection {
                 r = tokio::time::timeout(wait, stream.read_buf(&mut buf)) => r,
                 _ = shutdown.changed() => break,
                 () = async { match &inbox { Some(i) => i.wake.notified().await, None => std::future::pending().await } } => {
-                    match self.downlink().await {
-                        Some(out) if out.is_empty() => continue,
-                        Some(out) if matches!(tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&out)).await, Ok(Ok(()))) => continue,
+                    match self.downlink() {
+                        Some(out) if send(&mut stream, &out).await => continue,
                         _ => break,
                     }
                 }
@@ -282,13 +281,8 @@ impl Connection {
             }
             let (frames, lost) = self.frames(&mut buf);
             match self.handle(frames).await {
-                Ok(out) if !out.is_empty() => {
-                    if !matches!(tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&out)).await, Ok(Ok(()))) {
-                        break;
-                    }
-                }
-                Ok(_) => {}
-                Err(()) => break,
+                Ok(out) if send(&mut stream, &out).await => {}
+                _ => break,
             }
             if lost {
                 break;
@@ -302,7 +296,7 @@ impl Connection {
 
     /// The frames for what the device's session holds (RPC requests, shared attributes);
     /// `None`: the session was closed (device deleted, shutdown), close the connection.
-    async fn downlink(&mut self) -> Option<Vec<u8>> {
+    fn downlink(&mut self) -> Option<Vec<u8>> {
         let link = self.session.as_ref()?;
         if link.close_reason().is_some() {
             return None;
@@ -442,6 +436,11 @@ impl Connection {
             }
         }
     }
+}
+
+/// Writes `out` (if any) within [`WRITE_TIMEOUT`]; false: the connection is gone or stuck.
+async fn send(stream: &mut TcpStream, out: &[u8]) -> bool {
+    out.is_empty() || matches!(tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out)).await, Ok(Ok(())))
 }
 
 /// The server message a session copy carries: an RPC request
