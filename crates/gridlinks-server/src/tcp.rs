@@ -218,6 +218,8 @@ struct Connection {
     warned: bool,
     /// The device's session once logged in: server-side RPC and shared attributes.
     session: Option<SessionLink>,
+    /// Close once this read's frames are answered.
+    stop: bool,
 }
 
 /// What one frame left to do after decoding: its items' range in the batch, its replies.
@@ -229,7 +231,7 @@ struct Pending {
 impl Connection {
     fn new(shared: Shared) -> Self {
         let framer = Cutter::new(&shared.protocol);
-        Connection { shared, framer, device: None, last_ts: 0, warned: false, session: None }
+        Connection { shared, framer, device: None, last_ts: 0, warned: false, session: None, stop: false }
     }
 
     /// Logs the connection's first problem (rate-limited across connections).
@@ -284,7 +286,7 @@ impl Connection {
                 Ok(out) if send(&mut stream, &out).await => {}
                 _ => break,
             }
-            if lost {
+            if lost || self.stop {
                 break;
             }
         }
@@ -354,6 +356,13 @@ impl Connection {
                 Err(e) => {
                     m.decode_errors.fetch_add(1, Ordering::Relaxed);
                     self.warn("decode error", &e);
+                    // A frame that keeps the script busy to its time limit ends the
+                    // connection (once the frames before it are answered): such frames
+                    // would burn a core each.
+                    if matches!(e, gridlinks_protocols::DecodeError::Timeout(_)) {
+                        self.stop = true;
+                        break;
+                    }
                     continue;
                 }
             };

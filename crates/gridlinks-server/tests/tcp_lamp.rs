@@ -280,6 +280,7 @@ fn a_protocol_from_configuration_with_a_scripted_framing_hook() {
         function frame(b) { const nl = b.indexOf(10); return nl < 0 ? 0 : nl + 1; }
         function decode(f, session) {
           const line = String.fromCharCode.apply(null, f.subarray(0, f.length - 1));
+          if (line === "spin") for (;;) {}
           const parts = line.split(",");
           if (parts.length !== 2) throw new Error("expected ID,TEMP, got " + line);
           const ok = "OK " + parts[0] + "\n";
@@ -311,6 +312,13 @@ fn a_protocol_from_configuration_with_a_scripted_framing_hook() {
         v["temperature"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
     temps.sort_by(f64::total_cmp);
     assert_eq!(temps, vec![21.5, 22.0, 23.25]);
+    // A frame that runs the script into its time limit closes its connection.
+    let mut spin = connect(port);
+    spin.write_all(b"s-2,1\nspin\n").unwrap();
+    let mut ok = vec![0u8; 7];
+    spin.read_exact(&mut ok).unwrap();
+    assert_eq!(ok, b"OK s-2\n");
+    assert!(closed(&mut spin));
     // A line longer than max_frame cannot be followed: the connection is closed.
     c.write_all(&[b'x'; 100]).unwrap();
     assert!(closed(&mut c));
