@@ -23,10 +23,10 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -q -- -D warnings
 
 ## Debian packages the tests use as real peers (Mosquitto and its clients, Chromium for
-## the browser test); installed when missing.
+## the browser test, libcoap's coap-client); installed when missing.
 deps:
-	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium >/dev/null; }
+	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin >/dev/null; }
 
 rust-test:
 	$(CARGO) test --workspace

@@ -32,21 +32,33 @@ def free_port():
             return port
 
 
+def free_udp_port():
+    """A free loopback UDP port, chosen like free_port."""
+    while True:
+        port = random.randint(10000, 31999)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
 @contextlib.contextmanager
 def gridlinks_server(tmp, admin_password, **env):
     """Runs gridlinks on free loopback ports with its data in `tmp`; yields
-    {"base": http url, "mqtt_port": int, "ws_port": int, "log": path}. On exit it sends SIGTERM and
+    {"base": http url, "mqtt_port": int, "ws_port": int, "coap_port": int (UDP), "log": path}. On exit it sends SIGTERM and
     asserts a clean exit (code 0 within 20 s)."""
     if not os.access(GRIDLINKS_BIN, os.X_OK):
         pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
     log_path = tmp / "server.log"
     for _ in range(5):
-        port, mqtt_port, ws_port = free_port(), free_port(), free_port()
+        port, mqtt_port, ws_port, coap_port = free_port(), free_port(), free_port(), free_udp_port()
         log = open(log_path, "wb")
         proc = subprocess.Popen(
             [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),
              "--http-bind", f"127.0.0.1:{port}", "--mqtt-bind", f"127.0.0.1:{mqtt_port}",
-             "--mqtt-ws-bind", f"127.0.0.1:{ws_port}"],
+             "--mqtt-ws-bind", f"127.0.0.1:{ws_port}", "--coap-bind", f"127.0.0.1:{coap_port}"],
             stdout=log, stderr=subprocess.STDOUT,
             env=dict(os.environ, GRIDLINKS_ADMIN_PASSWORD=admin_password, **env),
         )
@@ -57,7 +69,7 @@ def gridlinks_server(tmp, admin_password, **env):
     else:
         pytest.fail(f"gridlinks did not start in 5 attempts:\n{log_path.read_text(errors='replace')}")
 
-    yield {"base": base, "mqtt_port": mqtt_port, "ws_port": ws_port, "log": log_path}
+    yield {"base": base, "mqtt_port": mqtt_port, "ws_port": ws_port, "coap_port": coap_port, "log": log_path}
 
     proc.send_signal(signal.SIGTERM)
     try:

@@ -38,7 +38,7 @@ export async function startGridlinks(env = {}) {
     const [http, mqtt, ws] = [await freePort(), await freePort(), await freePort()];
     const log = openSync(logPath, 'w');
     const child = spawn(BIN, ['serve', '--data-dir', join(dir, 'data'),
-      '--http-bind', `127.0.0.1:${http}`, '--mqtt-bind', `127.0.0.1:${mqtt}`, '--mqtt-ws-bind', `127.0.0.1:${ws}`], {
+      '--http-bind', `127.0.0.1:${http}`, '--mqtt-bind', `127.0.0.1:${mqtt}`, '--mqtt-ws-bind', `127.0.0.1:${ws}`, '--coap-bind', ''], {
       env: { ...process.env, GRIDLINKS_ADMIN_PASSWORD: ADMIN_PASSWORD, GRIDLINKS_LOG: 'warn', ...env },
       stdio: ['ignore', log, log],
     });

@@ -235,7 +235,7 @@ impl ManagedServer {
                     .arg(data_dir.map_or_else(|| dir.join("data"), Path::to_path_buf))
                     .args(["--http-bind", &format!("127.0.0.1:{http_port}")])
                     .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
-                    .args(["--mqtt-ws-bind", ""])
+                    .args(["--mqtt-ws-bind", "", "--coap-bind", ""])
                     .env("GRIDLINKS_ADMIN_PASSWORD", &password)
                     // Pub/sub scenarios connect without credentials, as with the peers.
                     .env("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true");

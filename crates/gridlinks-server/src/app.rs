@@ -86,6 +86,8 @@ pub struct Handles {
     pub status: Arc<Status>,
     /// Custom TCP protocols' counters.
     pub tcp: Arc<crate::tcp::TcpMetrics>,
+    /// CoAP counters.
+    pub coap: Arc<crate::coap::CoapMetrics>,
 }
 
 impl std::ops::Deref for Http {
@@ -358,6 +360,18 @@ pub async fn serve(
         }
     };
     let ws_local = ws_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+    let coap_socket = match cfg.coap.bind.as_str() {
+        "" => None,
+        bind => {
+            let addr: SocketAddr = bind.parse().context("coap.bind")?;
+            Some(
+                tokio::net::UdpSocket::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (CoAP, UDP)"))?,
+            )
+        }
+    };
+    let coap_local = coap_socket.as_ref().map(|s| s.local_addr()).transpose()?;
     let mut tcp_listeners = Vec::new();
     for l in &cfg.tcp.listeners {
         let addr: SocketAddr = l.bind.parse().context("tcp.listeners bind")?;
@@ -402,6 +416,7 @@ pub async fn serve(
     });
     let status = Arc::new(Status::default());
     let tcp_metrics = Arc::new(crate::tcp::TcpMetrics::default());
+    let coap_metrics = Arc::new(crate::coap::CoapMetrics::default());
     let core = Arc::new(core);
     let mut tcp_shared = Vec::new();
     for (l, listener) in tcp_listeners {
@@ -419,12 +434,14 @@ pub async fn serve(
     let sessions = crate::mqtt::pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
     let cfg = core.cfg.clone();
+    let core_for_coap = core.clone();
     let app = router(Http(Arc::new(Handles {
         core,
         auth: auth.clone(),
         mqtt: mqtt.clone(),
         status: status.clone(),
         tcp: tcp_metrics,
+        coap: coap_metrics.clone(),
     })));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
@@ -434,6 +451,8 @@ pub async fn serve(
     }
     let ws_task = ws_listener
         .map(|l| tokio::spawn(crate::mqtt::listen_ws(l, mqtt.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
+    let coap_task =
+        coap_socket.map(|s| tokio::spawn(crate::coap::serve(s, core_for_coap, coap_metrics, stop_rx.clone())));
     let mut tcp_tasks = Vec::new();
     let mut tcp_locals = Vec::new();
     for (listener, shared) in tcp_shared {
@@ -454,7 +473,7 @@ pub async fn serve(
     };
     let http_task = tokio::spawn(crate::listener::serve_http(listener, app, limits, stop_rx, over_limit));
     status.ready.store(true, Ordering::Release);
-    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, tcp = ?tcp_locals, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), "gridlinks ready");
+    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, tcp = ?tcp_locals, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), "gridlinks ready");
 
     shutdown.await;
     status.ready.store(false, Ordering::Release);
@@ -463,7 +482,8 @@ pub async fn serve(
     // MQTT connections stop reading, acknowledge what is in flight, then close.
     mqtt.sessions.shut_down();
     let tcp_tasks = tcp_tasks.into_iter().map(|t| ("custom TCP", Some(t)));
-    let tasks = [("HTTP", Some(http_task)), ("MQTT", Some(mqtt_task)), ("MQTT over WebSocket", ws_task)];
+    let tasks =
+        [("HTTP", Some(http_task)), ("MQTT", Some(mqtt_task)), ("MQTT over WebSocket", ws_task), ("CoAP", coap_task)];
     for (what, task) in tasks.into_iter().chain(tcp_tasks) {
         let Some(task) = task else { continue };
         if let Err(e) = task.await {

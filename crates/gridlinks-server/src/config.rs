@@ -52,6 +52,8 @@ pub struct Config {
     pub mqtt: MqttConfig,
     /// Devices' own binary protocols over TCP.
     pub tcp: TcpConfig,
+    /// ThingsBoard's CoAP device API.
+    pub coap: CoapConfig,
     /// Server-side RPC.
     pub rpc: RpcConfig,
     /// The administrator account.
@@ -129,6 +131,22 @@ pub struct MqttConfig {
     pub anonymous_publish: Vec<String>,
     /// Topic filters anonymous clients may subscribe within.
     pub anonymous_subscribe: Vec<String>,
+}
+
+/// CoAP listener settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoapConfig {
+    /// UDP listen address; empty: off.
+    pub bind: String,
+    /// Largest request payload, bytes (4.13 above it).
+    pub max_payload_bytes: usize,
+}
+
+impl Default for CoapConfig {
+    fn default() -> Self {
+        Self { bind: "0.0.0.0:5683".into(), max_payload_bytes: 16 * 1024 }
+    }
 }
 
 /// Custom TCP protocols: listeners, the protocols defined in configuration, and the bounds
@@ -270,6 +288,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             mqtt: MqttConfig::default(),
             tcp: TcpConfig::default(),
+            coap: CoapConfig::default(),
             rpc: RpcConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),
@@ -445,10 +464,14 @@ impl Config {
     /// Semantic checks the types cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Value(m));
-        for (name, addr) in
-            [("http.bind", &self.http.bind), ("mqtt.bind", &self.mqtt.bind), ("mqtt.ws_bind", &self.mqtt.ws_bind)]
-        {
-            if addr.parse::<std::net::SocketAddr>().is_err() && !(name == "mqtt.ws_bind" && addr.is_empty()) {
+        for (name, addr) in [
+            ("http.bind", &self.http.bind),
+            ("mqtt.bind", &self.mqtt.bind),
+            ("mqtt.ws_bind", &self.mqtt.ws_bind),
+            ("coap.bind", &self.coap.bind),
+        ] {
+            let may_be_off = matches!(name, "mqtt.ws_bind" | "coap.bind");
+            if addr.parse::<std::net::SocketAddr>().is_err() && !(may_be_off && addr.is_empty()) {
                 return bad(format!("{name} = {addr:?} is not a socket address like 0.0.0.0:8080"));
             }
         }

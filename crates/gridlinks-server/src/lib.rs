@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod coap;
 pub mod config;
 pub mod listener;
 pub(crate) mod logging;

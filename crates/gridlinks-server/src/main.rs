@@ -42,6 +42,9 @@ enum Command {
         /// MQTT over WebSocket listen address (overrides `mqtt.ws_bind`; "" turns it off).
         #[arg(long)]
         mqtt_ws_bind: Option<String>,
+        /// CoAP (UDP) listen address (overrides `coap.bind`; "" turns it off).
+        #[arg(long)]
+        coap_bind: Option<String>,
     },
     /// Configuration helpers.
     Config {
@@ -140,7 +143,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Serve { config, data_dir, http_bind, mqtt_bind, mqtt_ws_bind } => {
+        Command::Serve { config, data_dir, http_bind, mqtt_bind, mqtt_ws_bind, coap_bind } => {
             let mut cfg = match load(config.as_deref(), data_dir) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -153,6 +156,9 @@ fn main() -> ExitCode {
             }
             if let Some(b) = mqtt_ws_bind {
                 cfg.mqtt.ws_bind = b;
+            }
+            if let Some(b) = coap_bind {
+                cfg.coap.bind = b;
             }
             if let Err(e) = cfg.validate() {
                 eprintln!("gridlinks: {e}");

@@ -23,6 +23,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::app::{Core, Http};
+use crate::coap::CoapMetrics;
 use crate::mqtt::Mqtt;
 use crate::tcp::TcpMetrics;
 
@@ -87,8 +88,33 @@ impl Collector for Scrape {
             st.mqtt.sessions.dropped_offline(),
         )?;
         mqtt(&mut e, &st.mqtt)?;
-        tcp(&mut e, &st.tcp)
+        tcp(&mut e, &st.tcp)?;
+        coap(&mut e, &st.coap)
     }
+}
+
+/// CoAP counters.
+fn coap(e: &mut DescriptorEncoder, m: &CoapMetrics) -> fmt::Result {
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    counter(
+        e,
+        "gridlinks_coap_requests_total",
+        "CoAP requests processed (retransmissions not counted).",
+        l(&m.requests),
+    )?;
+    counter(
+        e,
+        "gridlinks_coap_duplicates_total",
+        "Retransmitted CoAP requests answered from the exchange store, not processed again.",
+        l(&m.duplicates),
+    )?;
+    counter(
+        e,
+        "gridlinks_coap_malformed_total",
+        "UDP datagrams on the CoAP port that were not CoAP.",
+        l(&m.malformed),
+    )?;
+    counter(e, "gridlinks_coap_errors_total", "CoAP requests answered with a 4.xx or 5.xx code.", l(&m.errors))
 }
 
 /// Custom TCP protocols' counters (all listeners together).

@@ -47,7 +47,7 @@ fn first_start_without_password_generates_and_prints_one_once() {
             .args(["serve", "--data-dir"])
             .arg(&data)
             .args(["--http-bind", &format!("127.0.0.1:{port}")])
-            .args(["--mqtt-bind", "127.0.0.1:0"])
+            .args(["--mqtt-bind", "127.0.0.1:0", "--coap-bind", "127.0.0.1:0"])
             .env_remove("GRIDLINKS_ADMIN_PASSWORD")
             .stdout(std::process::Stdio::piped())
             .spawn()

@@ -20,6 +20,8 @@ pub struct Server {
     pub mqtt_port: u16,
     /// MQTT over WebSocket port.
     pub ws_port: u16,
+    /// CoAP (UDP) port.
+    pub coap_port: u16,
     pub data_dir: PathBuf,
     agent: ureq::Agent,
     _tmp: Option<tempfile::TempDir>,
@@ -35,6 +37,16 @@ pub fn free_port() -> u16 {
         h.write_u8(0);
         let port = 10_000 + (h.finish() % 22_000) as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A free loopback UDP port, chosen like [`free_port`].
+pub fn free_udp_port() -> u16 {
+    loop {
+        let port = free_port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
@@ -92,6 +104,7 @@ impl Server {
         let port = free_port();
         let mqtt_port = free_port();
         let ws_port = free_port();
+        let coap_port = free_udp_port();
         let mut cmd = match nofile {
             // prlimit execs the server, so the child's pid is the server's.
             Some(n) => {
@@ -106,6 +119,7 @@ impl Server {
             .args(["--http-bind", &format!("127.0.0.1:{port}")])
             .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
             .args(["--mqtt-ws-bind", &format!("127.0.0.1:{ws_port}")])
+            .args(["--coap-bind", &format!("127.0.0.1:{coap_port}")])
             .env("GRIDLINKS_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env("GRIDLINKS_LOG", "warn")
             .stdout(Stdio::null())
@@ -122,6 +136,7 @@ impl Server {
             base: format!("http://127.0.0.1:{port}"),
             mqtt_port,
             ws_port,
+            coap_port,
             data_dir: dir.to_owned(),
             agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build(),
             _tmp: None,
