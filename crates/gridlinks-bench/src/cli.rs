@@ -38,6 +38,9 @@ pub enum Command {
     Compare(CompareArgs),
     /// Replay a published test (tb-2017, tb-2021, tbmq-fanin) against GridLinks and peers.
     Preset(PresetArgs),
+    /// N devices post telemetry over CoAP (confirmable, one in flight each) to a GridLinks the
+    /// tool starts, with retransmissions and the loss check.
+    CoapTelemetry(CoapTelemetryArgs),
     /// N single-lamp controllers over GridLinks' custom TCP protocol: log in, then report
     /// properties, each report answered once durable; per decoder (native, script), each on
     /// a GridLinks the tool starts, with the loss check.
@@ -52,6 +55,32 @@ pub enum Command {
     /// again on the same data, N times; then every acknowledged point must be stored.
     /// Exit code 2 when any is missing.
     CrashLoop(CrashLoopArgs),
+}
+
+/// Options of `coap-telemetry`.
+#[derive(Debug, Args, Clone)]
+pub struct CoapTelemetryArgs {
+    /// Devices, each with its own UDP socket and token (provisioned through the REST API).
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub devices: usize,
+    /// How long devices post.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub duration: Duration,
+    /// Offered load: requests per second over all devices (0: as fast as ACKs allow).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// Local source addresses to spread sockets over, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sources: Vec<IpAddr>,
+    /// Check through the REST API that every acknowledged point is stored.
+    #[arg(long)]
+    pub verify: bool,
+    /// The gridlinks binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    pub gridlinks_bin: Option<PathBuf>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Which decoder the lamp listener uses.

@@ -90,6 +90,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::Verify(args) => verify(args).await,
             cli::Command::CrashLoop(args) => crash_loop::run(args).await,
             cli::Command::LampTcp(args) => scenario::lamp_tcp::run(args).await,
+            cli::Command::CoapTelemetry(args) => scenario::coap_telemetry::run(args).await,
         }
     })
 }

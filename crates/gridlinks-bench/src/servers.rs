@@ -194,13 +194,14 @@ impl ManagedServer {
     /// [`start`](Self::start), with GridLinks' data in `data_dir` instead of the
     /// temporary directory (peers keep no data; a given `data_dir` is never removed).
     pub async fn start_on(kind: ServerKind, bins: &Binaries, data_dir: Option<&Path>) -> anyhow::Result<Self> {
-        Self::start_configured(kind, bins, data_dir, None).await
+        Self::start_configured(kind, bins, data_dir, None, None).await
     }
 
-    /// GridLinks with `config` (TOML) as its configuration file; the command line still
-    /// sets the data directory, HTTP and MQTT ports.
-    pub async fn start_gridlinks_with(bins: &Binaries, config: &str) -> anyhow::Result<Self> {
-        Self::start_configured(ServerKind::Gridlinks, bins, None, Some(config)).await
+    /// GridLinks with `config` (TOML) as its configuration file, and CoAP on UDP
+    /// `coap_port` of 127.0.0.1 if given (off otherwise); the command line still sets the
+    /// data directory, HTTP and MQTT ports.
+    pub async fn start_gridlinks_with(bins: &Binaries, config: &str, coap_port: Option<u16>) -> anyhow::Result<Self> {
+        Self::start_configured(ServerKind::Gridlinks, bins, None, Some(config), coap_port).await
     }
 
     async fn start_configured(
@@ -208,6 +209,7 @@ impl ManagedServer {
         bins: &Binaries,
         data_dir: Option<&Path>,
         config: Option<&str>,
+        coap_port: Option<u16>,
     ) -> anyhow::Result<Self> {
         let bin = bins.of(kind);
         if !bin.is_file() {
@@ -235,7 +237,9 @@ impl ManagedServer {
                     .arg(data_dir.map_or_else(|| dir.join("data"), Path::to_path_buf))
                     .args(["--http-bind", &format!("127.0.0.1:{http_port}")])
                     .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt_port}")])
-                    .args(["--mqtt-ws-bind", "", "--coap-bind", ""])
+                    .args(["--mqtt-ws-bind", ""])
+                    .arg("--coap-bind")
+                    .arg(coap_port.map(|p| format!("127.0.0.1:{p}")).unwrap_or_default())
                     .env("GRIDLINKS_ADMIN_PASSWORD", &password)
                     // Pub/sub scenarios connect without credentials, as with the peers.
                     .env("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true");

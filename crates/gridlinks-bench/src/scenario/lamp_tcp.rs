@@ -165,8 +165,9 @@ struct Shared {
 
 async fn run_one(args: &LampTcpArgs, bins: &Binaries, decoder: LampDecoder) -> anyhow::Result<LampRun> {
     let port = free_port()?;
-    let server =
-        ManagedServer::start_gridlinks_with(bins, &config(args, port, decoder)?).await.context("starting gridlinks")?;
+    let server = ManagedServer::start_gridlinks_with(bins, &config(args, port, decoder)?, None)
+        .await
+        .context("starting gridlinks")?;
     let proc = ProcessStats::new(server.pid())?;
     let rss_before = proc.memory()?.rss_kib;
     let n = args.controllers;

@@ -63,6 +63,7 @@ impl Server {
             .arg(dir.join("data"))
             .args(["--http-bind", &format!("127.0.0.1:{http}")])
             .args(["--mqtt-bind", &format!("127.0.0.1:{mqtt}")])
+            .args(["--coap-bind", ""])
             .args(["--mqtt-ws-bind", ""])
             .env("GRIDLINKS_ADMIN_PASSWORD", PASSWORD)
             .stdout(log.try_clone().unwrap())
