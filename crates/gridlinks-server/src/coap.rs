@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use coap_lite::{CoapOption, MessageClass, MessageType, Packet, RequestType, ResponseType};
 use gridlinks_ingest::{IngestError, Item};
-use gridlinks_thingsboard::attributes::AttributeRequest;
+use gridlinks_thingsboard::coap::{route, Method, Resource, RouteError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_types::{AttributeScope, Ts};
 use parking_lot::Mutex;
@@ -263,16 +263,30 @@ fn payload_error(e: PayloadError) -> Answer {
 
 /// Routes and serves one request.
 async fn handle(server: &Server, request: &Packet) -> Answer {
-    let path: Vec<String> = request
-        .get_option(CoapOption::UriPath)
-        .map(|segments| segments.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
-        .unwrap_or_default();
-    let MessageClass::Request(method) = request.header.code else {
-        return text(ResponseType::BadRequest, "not a request");
+    let options = |o| -> Vec<String> {
+        request
+            .get_option(o)
+            .map(|v| v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+            .unwrap_or_default()
     };
-    let segments: Vec<&str> = path.iter().map(String::as_str).collect();
-    let ["api", "v1", token, ref rest @ ..] = segments[..] else {
-        return text(ResponseType::NotFound, "no such resource: use /api/v1/{token}/telemetry or /attributes");
+    let (path, query) = (options(CoapOption::UriPath), options(CoapOption::UriQuery));
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    let query: Vec<&str> = query.iter().map(String::as_str).collect();
+    let method = match request.header.code {
+        MessageClass::Request(RequestType::Get) => Method::Get,
+        MessageClass::Request(RequestType::Post) => Method::Post,
+        _ => Method::Other,
+    };
+    let resource = match route(method, &path, &query) {
+        Ok(r) => r,
+        Err(e) => {
+            let code = match e {
+                RouteError::NotFound => ResponseType::NotFound,
+                RouteError::MethodNotAllowed => ResponseType::MethodNotAllowed,
+                RouteError::BadQuery(_) => ResponseType::BadRequest,
+            };
+            return text(code, e.to_string());
+        }
     };
     let core = &server.core;
     let max = core.cfg.coap.max_payload_bytes;
@@ -282,51 +296,33 @@ async fn handle(server: &Server, request: &Packet) -> Answer {
             format!("payload larger than {max} bytes (coap.max_payload_bytes)"),
         );
     }
+    let (Resource::PostTelemetry(token) | Resource::PostAttributes(token) | Resource::GetAttributes(token, _)) =
+        &resource;
     let device = match core.ingest.authenticate(token) {
         Ok(d) => d,
         Err(e) => return ingest_error(e),
     };
     let lim = core.payload_limits();
-    match (method, rest) {
-        (RequestType::Post, ["telemetry"]) => {
-            let records = match payload::parse_telemetry(&request.payload, Ts::now(), lim) {
-                Ok(r) => r,
-                Err(e) => return payload_error(e),
-            };
-            match core.ingest.submit_one(Item::Telemetry { device, records }).await {
-                Ok(()) => (ResponseType::Created, Vec::new(), false),
-                Err(e) => ingest_error(e),
+    let submitted = match resource {
+        Resource::PostTelemetry(_) => match payload::parse_telemetry(&request.payload, Ts::now(), lim) {
+            Ok(records) => core.ingest.submit_one(Item::Telemetry { device, records }).await,
+            Err(e) => return payload_error(e),
+        },
+        Resource::PostAttributes(_) => match payload::parse_attributes(&request.payload, lim, true) {
+            Ok(values) => {
+                core.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await
             }
-        }
-        (RequestType::Post, ["attributes"]) => {
-            let values = match payload::parse_attributes(&request.payload, lim, true) {
-                Ok(v) => v,
-                Err(e) => return payload_error(e),
-            };
-            match core.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await {
-                Ok(()) => (ResponseType::Created, Vec::new(), false),
-                Err(e) => ingest_error(e),
-            }
-        }
-        (RequestType::Get, ["attributes"]) => {
-            let (mut client, mut shared) = (None, None);
-            for q in request.get_option(CoapOption::UriQuery).into_iter().flatten() {
-                let q = String::from_utf8_lossy(q);
-                match q.split_once('=') {
-                    Some(("clientKeys", v)) => client = Some(v.to_owned()),
-                    Some(("sharedKeys", v)) => shared = Some(v.to_owned()),
-                    _ => return text(ResponseType::BadRequest, format!("unknown query parameter {q:?}")),
-                }
-            }
-            let req = AttributeRequest::from_key_lists(client.as_deref(), shared.as_deref());
-            match crate::thingsboard::attributes::read_for_device(&core.store, device, req).await {
+            Err(e) => return payload_error(e),
+        },
+        Resource::GetAttributes(_, req) => {
+            return match crate::thingsboard::attributes::read_for_device(&core.store, device, req).await {
                 Ok(j) => (ResponseType::Content, j.to_string().into_bytes(), true),
                 Err(e) => ingest_error(e.into()),
-            }
+            };
         }
-        (_, ["telemetry" | "attributes"]) => {
-            text(ResponseType::MethodNotAllowed, "telemetry: POST; attributes: POST or GET")
-        }
-        _ => text(ResponseType::NotFound, "no such resource: use /api/v1/{token}/telemetry or /attributes"),
+    };
+    match submitted {
+        Ok(()) => (ResponseType::Created, Vec::new(), false),
+        Err(e) => ingest_error(e),
     }
 }

@@ -6,6 +6,7 @@
 //! - [`payload`]: telemetry in every ThingsBoard form, attributes, gateway payloads, typed
 //!   as ThingsBoard types values; [`payload::PayloadLimits`], [`payload::PayloadError`].
 //! - [`topic`]: the MQTT device topics ([`topic::DeviceTopic`]) and the topics answers go to.
+//! - [`coap`]: the CoAP device API's resources, from a request's path and query.
 //! - [`attributes`]: which attributes a device asks for and the `{"client","shared"}` answer.
 //! - [`keys`]: the one parser of comma-separated key lists.
 //! - [`model`]: entity references and the REST API's JSON (devices, credentials, pages,
@@ -14,6 +15,7 @@
 //! - [`csv`]: the bulk import's CSV lines and cell typing.
 
 pub mod attributes;
+pub mod coap;
 pub mod csv;
 pub mod error;
 pub mod keys;

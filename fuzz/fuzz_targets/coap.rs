@@ -1,0 +1,35 @@
+//! The CoAP side of the server: arbitrary datagrams through the packet parser GridLinks
+//! uses (coap-lite) and the device API's router (`gridlinks-thingsboard::coap`). Never
+//! panics; an accepted packet re-encodes and parses back to the same packet; routing any
+//! accepted request gives a resource or a reason.
+#![no_main]
+
+use coap_lite::{CoapOption, MessageClass, Packet, RequestType};
+use gridlinks_thingsboard::coap::{route, Method};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(packet) = Packet::from_bytes(data) else { return };
+    if let Ok(bytes) = packet.to_bytes_unlimited() {
+        let again = Packet::from_bytes(&bytes).expect("an encoded packet parses");
+        assert_eq!(again.header.message_id, packet.header.message_id);
+        assert_eq!(again.header.code, packet.header.code);
+        assert_eq!(again.get_token(), packet.get_token());
+        assert_eq!(again.payload, packet.payload);
+    }
+    let options = |o| -> Vec<String> {
+        packet
+            .get_option(o)
+            .map(|v| v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+            .unwrap_or_default()
+    };
+    let (path, query) = (options(CoapOption::UriPath), options(CoapOption::UriQuery));
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    let query: Vec<&str> = query.iter().map(String::as_str).collect();
+    let method = match packet.header.code {
+        MessageClass::Request(RequestType::Get) => Method::Get,
+        MessageClass::Request(RequestType::Post) => Method::Post,
+        _ => Method::Other,
+    };
+    let _ = route(method, &path, &query);
+});
