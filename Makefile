@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp
+.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -128,6 +128,17 @@ bench-lamp: bench-deps
 	$(BENCH) lamp-tcp --controllers 19000 --duration 30s --rate 5000 --sources $(SOURCES) --verify --json $(RESULTS)/lamp-5k.json
 	$(BENCH) compare --against mosquitto --json $(RESULTS)/mqtt-19k-inflight1.json \
 	  mqtt-telemetry --devices 19000 --inflight 1 --duration 30s --sources $(SOURCES) --verify
+
+# CoAP (docs/api.md): 1,000 devices posting confirmable telemetry, one in flight each, as
+# fast as ACKs allow and at 5,000/s, with the loss check; the MQTT path in the same shape
+# (QoS 1, one in flight) against Mosquitto for reference.
+bench-coap: bench-deps
+	$(BENCH) coap-telemetry --devices 1000 --duration 30s --verify --json $(RESULTS)/coap.json
+	$(BENCH) coap-telemetry --devices 1000 --duration 30s --rate 5000 --verify --json $(RESULTS)/coap-5k.json
+	$(BENCH) compare --against mosquitto --json $(RESULTS)/mqtt-1k-inflight1.json \
+	  mqtt-telemetry --devices 1000 --inflight 1 --duration 30s --verify
+	$(BENCH) compare --against mosquitto --json $(RESULTS)/mqtt-1k-inflight1-5k.json \
+	  mqtt-telemetry --devices 1000 --inflight 1 --rate 5000 --duration 30s --verify
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync
