@@ -11,7 +11,9 @@
 //! - a retransmitted request (same peer, same message id, within [`EXCHANGE_LIFETIME`]) is
 //!   not processed again: the stored response is sent again, or nothing while the first is
 //!   still being processed (deduplication, [`Exchanges`], bounded);
-//! - a malformed confirmable message gets a Reset; anything else malformed is dropped.
+//! - a malformed confirmable message gets a Reset; anything else malformed is dropped;
+//! - at most [`MAX_IN_FLIGHT`] requests are processed at once; past it a request gets
+//!   5.03 at once (bounded memory under a flood).
 //!
 //! Errors: 4.00 bad payload, 4.01 bad token, 4.04 unknown path, 4.05 wrong method,
 //! 4.13 too large, 5.03 overloaded or out of space, 5.00 storage failure; each with a
@@ -31,7 +33,7 @@ use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_types::{AttributeScope, Ts};
 use parking_lot::Mutex;
 use tokio::net::UdpSocket;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use crate::app::Core;
 
@@ -42,6 +44,8 @@ pub const SEPARATE_AFTER: Duration = Duration::from_millis(1000);
 pub const EXCHANGE_LIFETIME: Duration = Duration::from_secs(247);
 /// Most exchanges remembered; past it the oldest are forgotten first.
 const MAX_EXCHANGES: usize = 200_000;
+/// Requests processed at once; past it a request is answered 5.03 at once.
+const MAX_IN_FLIGHT: usize = 16_384;
 /// Largest datagram read.
 const MAX_DATAGRAM: usize = 65_535;
 
@@ -100,12 +104,29 @@ struct Server {
     exchanges: Mutex<Exchanges>,
     /// Message ids of the server's own messages (separate and non-confirmable responses).
     next_mid: AtomicU16,
+    /// One permit per request being processed ([`MAX_IN_FLIGHT`]).
+    in_flight: Arc<Semaphore>,
 }
+
+/// Socket buffers asked for (the kernel caps them at `net.core.rmem_max` / `wmem_max`):
+/// the default ~200 KiB receive buffer overflowed at ~90,000 requests/s from 1,000 devices,
+/// and every datagram lost there cost its device a 2 s retransmission timeout.
+const SOCKET_BUFFER: usize = 4 * 1024 * 1024;
 
 /// Serves CoAP on `socket` until `shutdown`.
 pub async fn serve(socket: UdpSocket, core: Arc<Core>, metrics: Arc<CoapMetrics>, mut shutdown: watch::Receiver<bool>) {
-    let server =
-        Arc::new(Server { socket, core, metrics, exchanges: Mutex::default(), next_mid: AtomicU16::new(rand_u16()) });
+    let sock = socket2::SockRef::from(&socket);
+    if sock.set_recv_buffer_size(SOCKET_BUFFER).and_then(|()| sock.set_send_buffer_size(SOCKET_BUFFER)).is_err() {
+        tracing::warn!("cannot enlarge the CoAP socket's buffers; bursts may drop datagrams");
+    }
+    let server = Arc::new(Server {
+        socket,
+        core,
+        metrics,
+        exchanges: Mutex::default(),
+        next_mid: AtomicU16::new(rand_u16()),
+        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+    });
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
         let (n, peer) = tokio::select! {
@@ -154,7 +175,24 @@ pub async fn serve(socket: UdpSocket, core: Arc<Core>, metrics: Arc<CoapMetrics>
             }
         }
         server.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(exchange(server.clone(), packet, peer));
+        let Ok(permit) = server.in_flight.clone().try_acquire_owned() else {
+            // Overload: answer at once instead of queueing without bound.
+            server.metrics.errors.fetch_add(1, Ordering::Relaxed);
+            let (kind, mid) = match kind {
+                MessageType::Confirmable => (MessageType::Acknowledgement, packet.header.message_id),
+                _ => (MessageType::NonConfirmable, server.next_mid.fetch_add(1, Ordering::Relaxed)),
+            };
+            let busy = format!("{MAX_IN_FLIGHT} requests in progress: retry later");
+            let bytes = response(&packet, kind, mid, ResponseType::ServiceUnavailable, busy.into_bytes(), false);
+            server.exchanges.lock().finish(key, bytes.clone());
+            let _ = server.socket.send_to(&bytes, peer).await;
+            continue;
+        };
+        let s = server.clone();
+        tokio::spawn(async move {
+            exchange(s, packet, peer).await;
+            drop(permit);
+        });
     }
 }
 
@@ -164,31 +202,20 @@ async fn exchange(server: Arc<Server>, request: Packet, peer: SocketAddr) {
     let confirmable = request.header.get_type() == MessageType::Confirmable;
     let answer = handle(&server, &request);
     tokio::pin!(answer);
-    let (code, body, content) = if confirmable {
-        match tokio::time::timeout(SEPARATE_AFTER, &mut answer).await {
-            Ok(a) => a,
-            Err(_) => {
+    let piggybacked = if confirmable { tokio::time::timeout(SEPARATE_AFTER, &mut answer).await.ok() } else { None };
+    let ((code, body, content), kind, mid) = match piggybacked {
+        Some(a) => (a, MessageType::Acknowledgement, request.header.message_id),
+        None => {
+            if confirmable {
                 // Acknowledge now, answer when ready (separate response, RFC 7252 §5.2.2).
                 let _ = server.socket.send_to(&empty_ack(request.header.message_id), peer).await;
-                let (code, body, content) = answer.await;
-                let mid = server.next_mid.fetch_add(1, Ordering::Relaxed);
-                let bytes = response(&request, MessageType::NonConfirmable, mid, code, body, content);
-                server.exchanges.lock().finish(key, bytes.clone());
-                let _ = server.socket.send_to(&bytes, peer).await;
-                return;
             }
+            (answer.await, MessageType::NonConfirmable, server.next_mid.fetch_add(1, Ordering::Relaxed))
         }
-    } else {
-        answer.await
     };
     if code.is_error() {
         server.metrics.errors.fetch_add(1, Ordering::Relaxed);
     }
-    let (kind, mid) = if confirmable {
-        (MessageType::Acknowledgement, request.header.message_id)
-    } else {
-        (MessageType::NonConfirmable, server.next_mid.fetch_add(1, Ordering::Relaxed))
-    };
     let bytes = response(&request, kind, mid, code, body, content);
     server.exchanges.lock().finish(key, bytes.clone());
     let _ = server.socket.send_to(&bytes, peer).await;
