@@ -4,8 +4,8 @@
 //! accepted request gives a resource or a reason.
 #![no_main]
 
-use coap_lite::{CoapOption, MessageClass, Packet, RequestType};
-use gridlinks_thingsboard::coap::{route, Method};
+use coap_lite::{MessageClass, Packet};
+use gridlinks_thingsboard::coap::Parts;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,19 +21,6 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(again.get_token(), packet.get_token());
         assert_eq!(again.payload, packet.payload);
     }
-    let options = |o| -> Vec<String> {
-        packet
-            .get_option(o)
-            .map(|v| v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
-            .unwrap_or_default()
-    };
-    let (path, query) = (options(CoapOption::UriPath), options(CoapOption::UriQuery));
-    let path: Vec<&str> = path.iter().map(String::as_str).collect();
-    let query: Vec<&str> = query.iter().map(String::as_str).collect();
-    let method = match packet.header.code {
-        MessageClass::Request(RequestType::Get) => Method::Get,
-        MessageClass::Request(RequestType::Post) => Method::Post,
-        _ => Method::Other,
-    };
-    let _ = route(method, &path, &query);
+    // What the server routes on, through the server's own reading of the packet.
+    let _ = Parts::of(&packet).route();
 });

@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coap_lite::{CoapOption, MessageClass, MessageType, Packet, RequestType, ResponseType};
+use coap_lite::{CoapOption, MessageClass, MessageType, Packet, ResponseType};
 use gridlinks_ingest::{IngestError, Item};
-use gridlinks_thingsboard::coap::{route, Method, Resource, RouteError};
+use gridlinks_thingsboard::coap::{Parts, Resource, RouteError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_types::{AttributeScope, Ts};
 use parking_lot::Mutex;
@@ -290,21 +290,8 @@ fn payload_error(e: PayloadError) -> Answer {
 
 /// Routes and serves one request.
 async fn handle(server: &Server, request: &Packet) -> Answer {
-    let options = |o| -> Vec<String> {
-        request
-            .get_option(o)
-            .map(|v| v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
-            .unwrap_or_default()
-    };
-    let (path, query) = (options(CoapOption::UriPath), options(CoapOption::UriQuery));
-    let path: Vec<&str> = path.iter().map(String::as_str).collect();
-    let query: Vec<&str> = query.iter().map(String::as_str).collect();
-    let method = match request.header.code {
-        MessageClass::Request(RequestType::Get) => Method::Get,
-        MessageClass::Request(RequestType::Post) => Method::Post,
-        _ => Method::Other,
-    };
-    let resource = match route(method, &path, &query) {
+    let parts = Parts::of(request);
+    let resource = match parts.route() {
         Ok(r) => r,
         Err(e) => {
             let code = match e {

@@ -1,8 +1,46 @@
 //! ThingsBoard's CoAP device API resources, from a request's method, Uri-Path segments and
-//! Uri-Query options (as a CoAP codec hands them out): what the request asks for, or why it
-//! cannot be served.
+//! Uri-Query options ([`Parts`], read from a coap-lite packet): what the request asks for,
+//! or why it cannot be served.
+
+use coap_lite::{CoapOption, MessageClass, Packet, RequestType};
 
 use crate::attributes::AttributeRequest;
+
+/// What routing reads of a request packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parts {
+    /// The method.
+    pub method: Method,
+    /// Uri-Path segments.
+    pub path: Vec<String>,
+    /// Uri-Query options.
+    pub query: Vec<String>,
+}
+
+impl Parts {
+    /// The method, path and query of `packet` (options that are not UTF-8 are read lossily).
+    pub fn of(packet: &Packet) -> Self {
+        let options = |o| -> Vec<String> {
+            packet
+                .get_option(o)
+                .map(|v| v.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+                .unwrap_or_default()
+        };
+        let method = match packet.header.code {
+            MessageClass::Request(RequestType::Get) => Method::Get,
+            MessageClass::Request(RequestType::Post) => Method::Post,
+            _ => Method::Other,
+        };
+        Parts { method, path: options(CoapOption::UriPath), query: options(CoapOption::UriQuery) }
+    }
+
+    /// The resource these parts name ([`route`]).
+    pub fn route(&self) -> Result<Resource<'_>, RouteError> {
+        let path: Vec<&str> = self.path.iter().map(String::as_str).collect();
+        let query: Vec<&str> = self.query.iter().map(String::as_str).collect();
+        route(self.method, &path, &query)
+    }
+}
 
 /// A CoAP request method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,5 +117,20 @@ mod tests {
         assert_eq!(route(Method::Post, &p("/api/v2/T/telemetry"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/telemetry/x"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Get, &p("/api/v1/T/attributes"), &["x=1"]), Err(RouteError::BadQuery("x=1".into())));
+    }
+
+    #[test]
+    fn parts_of_a_packet() {
+        let mut packet = Packet::new();
+        packet.header.code = MessageClass::Request(RequestType::Get);
+        for seg in ["api", "v1", "T", "attributes"] {
+            packet.add_option(CoapOption::UriPath, seg.as_bytes().to_vec());
+        }
+        packet.add_option(CoapOption::UriQuery, b"sharedKeys=a".to_vec());
+        let parts = Parts::of(&packet);
+        assert_eq!(parts.method, Method::Get);
+        assert_eq!(parts.route(), Ok(Resource::GetAttributes("T", AttributeRequest::from_key_lists(None, Some("a")))));
+        packet.header.code = MessageClass::Request(RequestType::Delete);
+        assert_eq!(Parts::of(&packet).route(), Err(RouteError::MethodNotAllowed));
     }
 }
