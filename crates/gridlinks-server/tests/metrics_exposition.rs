@@ -7,7 +7,7 @@ mod common;
 use common::mqtt::*;
 use common::*;
 
-/// Names exposed before `/metrics` moved to prometheus-client; they must stay.
+/// Names docs and dashboards use (docs/operations.md); they must stay.
 const NAMES: &[&str] = &[
     "gridlinks_storage_commits_total",
     "gridlinks_storage_write_ops_total",
@@ -34,6 +34,22 @@ const NAMES: &[&str] = &[
     "gridlinks_mqtt_over_credential_limit_total",
     "gridlinks_mqtt_too_large_discarded_total",
     "gridlinks_mqtt_closed_too_slow_total",
+    // Custom TCP protocols and CoAP (issue 14).
+    "gridlinks_tcp_connections",
+    "gridlinks_tcp_logins_total",
+    "gridlinks_tcp_logins_refused_total",
+    "gridlinks_tcp_frames_total",
+    "gridlinks_tcp_bad_frames_total",
+    "gridlinks_tcp_decode_errors_total",
+    "gridlinks_tcp_rejected_total",
+    "gridlinks_tcp_not_committed_total",
+    "gridlinks_tcp_timeouts_total",
+    "gridlinks_tcp_downlinks_total",
+    "gridlinks_tcp_downlink_errors_total",
+    "gridlinks_coap_requests_total",
+    "gridlinks_coap_duplicates_total",
+    "gridlinks_coap_malformed_total",
+    "gridlinks_coap_errors_total",
 ];
 
 /// The histograms and what their `_count` counts.
