@@ -102,7 +102,8 @@ pub struct MqttConfig {
     /// Most simultaneous MQTT connections (TCP and WebSocket together); 0: the process's
     /// open-files limit less a reserve for storage, HTTP and administration.
     pub max_connections: usize,
-    /// Most simultaneous connections with one device token or application user name.
+    /// Most simultaneous connections with one device token, application user name or custom
+    /// TCP protocol identity.
     pub max_connections_per_credential: usize,
     /// Most subscriptions one session (device or client) may hold; 0: unbounded.
     pub max_subscriptions_per_client: usize,

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::app::Core;
 use crate::config::TcpListenerConfig;
-use crate::mqtt::Mqtt;
+use crate::mqtt::{CredentialSlot, Mqtt};
 use gridlinks_broker::sessions::SessionLink;
 use gridlinks_codec::mqtt::QoS;
 use gridlinks_protocols::Downlink;
@@ -220,6 +220,8 @@ struct Connection {
     session: Option<SessionLink>,
     /// Close once this read's frames are answered.
     stop: bool,
+    /// This connection, counted against its identity (`mqtt.max_connections_per_credential`).
+    _slot: Option<CredentialSlot>,
 }
 
 /// What one frame left to do after decoding: its items' range in the batch, its replies.
@@ -231,7 +233,7 @@ struct Pending {
 impl Connection {
     fn new(shared: Shared) -> Self {
         let framer = Cutter::new(&shared.protocol);
-        Connection { shared, framer, device: None, last_ts: 0, warned: false, session: None, stop: false }
+        Connection { shared, framer, device: None, last_ts: 0, warned: false, session: None, stop: false, _slot: None }
     }
 
     /// Logs the connection's first problem (rate-limited across connections).
@@ -418,6 +420,16 @@ impl Connection {
             }
             (Some(id), None) => {
                 let p = &self.shared.protocol;
+                // NUL cannot start an MQTT credential: the keys of the two never meet.
+                let key = format!("\0tcp/{}/{id}", p.name);
+                let max = self.shared.core.cfg.mqtt.max_connections_per_credential;
+                let Some(slot) = self.shared.mqtt.credential_counts.acquire(&key, max) else {
+                    m.logins_refused.fetch_add(1, Ordering::Relaxed);
+                    let why = format!("identity {id} has {max} connections (mqtt.max_connections_per_credential)");
+                    self.warn("login refused", &why);
+                    return Err(());
+                };
+                self._slot = Some(slot);
                 let identity = ProtocolIdentity { protocol: p.name.clone(), id: id.clone() };
                 match self.shared.core.ingest.protocol_device(&identity, p.provision.as_deref()).await {
                     Ok(device) => {

@@ -369,3 +369,23 @@ fn server_side_rpc_dims_a_lamp_and_its_answer_completes_the_call() {
     assert_eq!(st, 200);
     assert!(closed(&mut c));
 }
+
+/// One identity may hold at most `mqtt.max_connections_per_credential` connections.
+#[test]
+fn connections_per_identity_are_bounded() {
+    let l = start_with("[mqtt]\nmax_connections_per_credential = 1\n");
+    let addr = [0, 0, 0, 0, 0, 5];
+    let mut first = connect(l.native);
+    first.write_all(&lamp::login_frame(&addr, 1)).unwrap();
+    replies(&mut first, 1);
+    let mut second = connect(l.native);
+    second.write_all(&lamp::login_frame(&addr, 1)).unwrap();
+    assert!(closed(&mut second));
+    assert_eq!(metric(&l.server, "gridlinks_tcp_logins_refused_total"), 1.0);
+    // Once the first is gone, the identity may connect again.
+    drop(first);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut third = connect(l.native);
+    third.write_all(&lamp::login_frame(&addr, 2)).unwrap();
+    assert_eq!(replies(&mut third, 1)[0][4], 0x80);
+}
