@@ -197,18 +197,20 @@ impl Ingest {
     }
 
     /// The device a protocol knows by `identity`: the one registered with it, or — when
-    /// `provision` gives a device type — one created for it on first use, named
-    /// `{protocol}-{id}`. An unknown identity without `provision` is a bad credential.
+    /// `provision` gives a device type and a bound — one created for it on first use,
+    /// named `{protocol}-{id}`, while fewer than the bound hold an identity of the protocol.
+    /// An unknown identity without `provision` is a bad credential.
     pub async fn protocol_device(
         &self,
         identity: &ProtocolIdentity,
-        provision: Option<&str>,
+        provision: Option<(&str, usize)>,
     ) -> Result<DeviceId, IngestError> {
         if let Some(id) = self.store.device_id_by_identity(identity)? {
             return Ok(id);
         }
-        let Some(device_type) = provision else { return Err(IngestError::BadCredential) };
-        let op = WriteOp::ProtocolDevice { identity: identity.clone(), device_type: device_type.to_owned() };
+        let Some((device_type, max_devices)) = provision else { return Err(IngestError::BadCredential) };
+        let op =
+            WriteOp::ProtocolDevice { identity: identity.clone(), device_type: device_type.to_owned(), max_devices };
         match self.commit_one(op).await? {
             WriteOutcome::Device(d) => Ok(d.id),
             _ => Err(IngestError::Failed("unexpected write outcome".into())),

@@ -190,6 +190,14 @@ pub struct TcpListenerConfig {
     /// Type of the devices created by `auto_provision`; the protocol's name when empty.
     #[serde(default)]
     pub device_type: String,
+    /// Most devices with an identity of this protocol: past it `auto_provision` creates
+    /// none (the login is refused), so strangers cannot fill the device table.
+    #[serde(default = "default_max_devices")]
+    pub max_devices: usize,
+}
+
+fn default_max_devices() -> usize {
+    100_000
 }
 
 /// A protocol defined in configuration.

@@ -77,8 +77,9 @@ pub struct Protocol {
     pub name: String,
     framing: Arc<FramingSpec>,
     decoder: Decoder,
-    /// Type of devices created on first login; `None`: unknown devices are refused.
-    provision: Option<String>,
+    /// Type of devices created on first login and the most devices of the protocol;
+    /// `None`: unknown devices are refused.
+    provision: Option<(String, usize)>,
 }
 
 impl Protocol {
@@ -113,7 +114,7 @@ impl Protocol {
             name: listener.protocol.clone(),
             framing: Arc::new(framing),
             decoder,
-            provision: listener.auto_provision.then(|| device_type.clone()),
+            provision: listener.auto_provision.then(|| (device_type.clone(), listener.max_devices)),
         })
     }
 }
@@ -431,7 +432,8 @@ impl Connection {
                 };
                 self._slot = Some(slot);
                 let identity = ProtocolIdentity { protocol: p.name.clone(), id: id.clone() };
-                match self.shared.core.ingest.protocol_device(&identity, p.provision.as_deref()).await {
+                let provision = p.provision.as_ref().map(|(t, max)| (t.as_str(), *max));
+                match self.shared.core.ingest.protocol_device(&identity, provision).await {
                     Ok(device) => {
                         m.logins.fetch_add(1, Ordering::Relaxed);
                         self.device = Some((device, id.clone()));

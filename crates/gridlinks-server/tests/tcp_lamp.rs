@@ -389,3 +389,21 @@ fn connections_per_identity_are_bounded() {
     third.write_all(&lamp::login_frame(&addr, 2)).unwrap();
     assert_eq!(replies(&mut third, 1)[0][4], 0x80);
 }
+
+/// `auto_provision` stops at the listener's `max_devices`.
+#[test]
+fn auto_provisioning_stops_at_max_devices() {
+    let port = free_port();
+    let l = start_with(&format!(
+        "[[tcp.listeners]]\nbind = \"127.0.0.1:{port}\"\nprotocol = \"lamp\"\nauto_provision = true\nmax_devices = 1\n"
+    ));
+    let mut a = connect(port);
+    a.write_all(&lamp::login_frame(&[0, 0, 0, 0, 0, 0x21], 1)).unwrap();
+    assert_eq!(replies(&mut a, 1)[0][4], 0x80);
+    let mut b = connect(port);
+    b.write_all(&lamp::login_frame(&[0, 0, 0, 0, 0, 0x22], 1)).unwrap();
+    assert!(closed(&mut b));
+    let jwt = l.server.login();
+    let (st, _) = l.server.json("GET", "/api/tenant/devices?deviceName=lamp-000000000022", &jwt, None);
+    assert_eq!(st, 404);
+}

@@ -543,6 +543,18 @@ impl Store {
         self.engine()?.ks.identities.get(codec::identity_key(identity))?.map(|v| id_from(&v)).transpose()
     }
 
+    /// How many devices hold an identity of `protocol`.
+    pub fn identity_count(&self, protocol: &str) -> Result<usize, StoreError> {
+        let mut prefix = protocol.as_bytes().to_vec();
+        prefix.push(0);
+        let mut n = 0;
+        for kv in self.engine()?.ks.identities.prefix(prefix) {
+            kv.key()?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// A device by its unique name.
     pub fn device_by_name(&self, name: &str) -> Result<Option<DeviceRecord>, StoreError> {
         let engine = self.engine()?;

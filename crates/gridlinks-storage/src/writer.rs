@@ -134,12 +134,15 @@ pub enum WriteOp {
     },
     /// The device a protocol knows by `identity`, created on first use, named
     /// `{protocol}-{id}` (a TCP listener's `auto_provision`). Refused when a device of that
-    /// name exists without this identity.
+    /// name exists without this identity, or when `max_devices` devices hold an identity of
+    /// the protocol already.
     ProtocolDevice {
         /// Whose.
         identity: ProtocolIdentity,
         /// The type of a created device (`default` when empty).
         device_type: String,
+        /// Most devices with an identity of this protocol.
+        max_devices: usize,
     },
     /// Assigns a device to a gateway (`Some`, which must be a gateway) or to none.
     AssignGateway {
@@ -411,6 +414,9 @@ struct Writer {
     unsaved: std::collections::VecDeque<(Instant, DeviceId)>,
     /// Devices owned per gateway, counted on first use (dropped on deletes and assignments).
     gateway_counts: HashMap<DeviceId, usize>,
+    /// Devices holding an identity of each protocol, counted on first use (dropped on
+    /// deletes and identity changes).
+    identity_counts: HashMap<String, usize>,
 }
 
 /// Telemetry and attribute writes of one round, merged before they hit the database.
@@ -479,6 +485,7 @@ impl Writer {
             latest: HashMap::default(),
             unsaved: std::collections::VecDeque::new(),
             gateway_counts: HashMap::default(),
+            identity_counts: HashMap::default(),
         }
     }
 
@@ -631,6 +638,7 @@ impl Writer {
         self.no_space |= is_no_space(e);
         self.latest.clear();
         self.gateway_counts.clear();
+        self.identity_counts.clear();
         self.space.invalidate();
         let free = self.space.free();
         match self.refusal(free) {
@@ -920,12 +928,14 @@ impl Writer {
             }
             WriteOp::DeleteDevice(id) => {
                 self.gateway_counts.clear();
+                self.identity_counts.clear();
                 self.delete_device(id)
             }
             WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => {
                 self.gateway_device(gateway, name, device_type, max_devices)
             }
             WriteOp::SetIdentity { device, identity } => {
+                self.identity_counts.clear();
                 let engine = self.engine()?;
                 let mut txn = DeviceTxn::new(&self.store, &engine);
                 let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
@@ -937,13 +947,26 @@ impl Writer {
                 txn.commit()?;
                 Ok(WriteOutcome::Device(new))
             }
-            WriteOp::ProtocolDevice { identity, device_type } => {
+            WriteOp::ProtocolDevice { identity, device_type, max_devices } => {
                 identity.validate().map_err(|e| StoreError::Invalid(e.to_string()))?;
                 let engine = self.engine()?;
                 let mut txn = DeviceTxn::new(&self.store, &engine);
                 if let Some(id) = txn.identity_owner(&identity)? {
                     return Ok(WriteOutcome::Device(txn.record(id)?.ok_or(StoreError::DeviceNotFound)?));
                 }
+                let holders = match self.identity_counts.get(&identity.protocol) {
+                    Some(n) => *n,
+                    None => self.store.identity_count(&identity.protocol)?,
+                };
+                if holders >= max_devices {
+                    self.identity_counts.insert(identity.protocol.clone(), holders);
+                    return Err(StoreError::Limit(format!(
+                        "{holders} devices have a {} identity, the limit (tcp.listeners max_devices); device {} was not created",
+                        identity.protocol,
+                        identity.device_name()
+                    )));
+                }
+                let protocol = identity.protocol.clone();
                 let save = SaveDevice {
                     id: None,
                     name: identity.device_name(),
@@ -956,6 +979,7 @@ impl Writer {
                 let rec = DeviceRecord { identity: Some(identity), ..created.clone() };
                 txn.put(rec.clone(), Some(&created))?;
                 txn.commit()?;
+                self.identity_counts.insert(protocol, holders + 1);
                 Ok(WriteOutcome::Device(rec))
             }
             WriteOp::AssignGateway { device, gateway } => {

@@ -502,11 +502,18 @@ async fn protocol_identities() {
     assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000001")).unwrap(), None);
 
     // Auto-provisioning: an existing identity is found, a new one creates lamp-{id}.
-    let found =
-        h.submit(WriteOp::ProtocolDevice { identity: ident("lamp", "000000000002"), device_type: "lamp".into() });
+    let found = h.submit(WriteOp::ProtocolDevice {
+        identity: ident("lamp", "000000000002"),
+        device_type: "lamp".into(),
+        max_devices: 100,
+    });
     assert!(matches!(found.await.unwrap(), WriteOutcome::Device(d) if d.id == a));
     let created = match h
-        .submit(WriteOp::ProtocolDevice { identity: ident("lamp", "000000000003"), device_type: "lamp".into() })
+        .submit(WriteOp::ProtocolDevice {
+            identity: ident("lamp", "000000000003"),
+            device_type: "lamp".into(),
+            max_devices: 100,
+        })
         .await
         .unwrap()
     {
@@ -517,11 +524,34 @@ async fn protocol_identities() {
     assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000003")).unwrap(), Some(created.id));
     // A device already named lamp-{id} without the identity is not taken over.
     device(&h, "lamp-000000000004").await;
-    let clash =
-        h.submit(WriteOp::ProtocolDevice { identity: ident("lamp", "000000000004"), device_type: "lamp".into() });
+    let clash = h.submit(WriteOp::ProtocolDevice {
+        identity: ident("lamp", "000000000004"),
+        device_type: "lamp".into(),
+        max_devices: 100,
+    });
     assert!(matches!(clash.await.unwrap_err(), StoreError::NameTaken(_)));
     assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000004")).unwrap(), None);
 
+    // A bound on the devices of a protocol: 2 hold a lamp identity now.
+    let full = h.submit(WriteOp::ProtocolDevice {
+        identity: ident("lamp", "000000000009"),
+        device_type: "lamp".into(),
+        max_devices: 2,
+    });
+    assert!(matches!(full.await.unwrap_err(), StoreError::Limit(_)));
+    // The refused name clash above did not count: with room for 3, it is created.
+    let room = h.submit(WriteOp::ProtocolDevice {
+        identity: ident("lamp", "000000000009"),
+        device_type: "lamp".into(),
+        max_devices: 3,
+    });
+    let room = match room.await.unwrap() {
+        WriteOutcome::Device(d) => d.id,
+        other => panic!("unexpected {other:?}"),
+    };
+    h.submit(WriteOp::DeleteDevice(room)).await.unwrap();
+    assert_eq!(store.identity_count("lamp").unwrap(), 2);
+    assert_eq!(store.identity_count("meter").unwrap(), 0);
     // Deleting the device deletes its identity.
     h.submit(WriteOp::DeleteDevice(created.id)).await.unwrap();
     assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000003")).unwrap(), None);
