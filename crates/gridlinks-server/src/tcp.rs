@@ -13,8 +13,14 @@
 //! A connection is bound to one device: its first frame that names a device logs it in
 //! (a device registered with that protocol identity, or with `auto_provision` one created
 //! for it); an unknown identity closes the connection. Frames naming another device are
-//! rejected. Problems are counted ([`TcpMetrics`]) and logged once per connection, at a
-//! bounded rate overall. Buffers are bounded by the framing's largest frame plus one read.
+//! rejected. One identity holds at most `mqtt.max_connections_per_credential` connections,
+//! and `auto_provision` stops at the listener's `max_devices`. Problems are counted
+//! ([`TcpMetrics`]) and logged once per connection, at a bounded rate overall. Buffers are
+//! bounded by the framing's largest frame plus one read.
+//!
+//! A logged-in connection holds its device's session: server-side RPC requests and shared
+//! attributes reach it there and go down as the decoder's encoder frames them; the device's
+//! answers (`rpc_responses`) complete two-way calls.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
