@@ -19,24 +19,13 @@ GRIDLINKS_BIN = os.environ.get(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "debug", "gridlinks"))
 
 
-def free_port():
-    """A free loopback port below Linux's ephemeral range (32768-60999): client sockets
-    of tests running meanwhile cannot take it before the server binds it."""
+def free_port(kind=socket.SOCK_STREAM):
+    """A free loopback port (TCP, or UDP with kind=socket.SOCK_DGRAM) below Linux's
+    ephemeral range (32768-60999): client sockets of tests running meanwhile cannot take it
+    before the server binds it."""
     while True:
         port = random.randint(10000, 31999)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-
-
-def free_udp_port():
-    """A free loopback UDP port, chosen like free_port."""
-    while True:
-        port = random.randint(10000, 31999)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        with socket.socket(socket.AF_INET, kind) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
@@ -53,7 +42,7 @@ def gridlinks_server(tmp, admin_password, **env):
         pytest.fail(f"gridlinks binary not found or not executable: {GRIDLINKS_BIN} (set GRIDLINKS_BIN)")
     log_path = tmp / "server.log"
     for _ in range(5):
-        port, mqtt_port, ws_port, coap_port = free_port(), free_port(), free_port(), free_udp_port()
+        port, mqtt_port, ws_port, coap_port = free_port(), free_port(), free_port(), free_port(socket.SOCK_DGRAM)
         log = open(log_path, "wb")
         proc = subprocess.Popen(
             [GRIDLINKS_BIN, "serve", "--data-dir", str(tmp / "data"),

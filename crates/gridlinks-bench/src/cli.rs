@@ -57,6 +57,24 @@ pub enum Command {
     CrashLoop(CrashLoopArgs),
 }
 
+/// What the scenarios that start their own GridLinks (`lamp-tcp`, `coap-telemetry`) share.
+#[derive(Debug, Args, Clone)]
+pub struct OwnServerArgs {
+    /// Local source addresses to spread the devices' connections or sockets over, comma
+    /// separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sources: Vec<IpAddr>,
+    /// Check through the REST API that every acknowledged message is stored.
+    #[arg(long)]
+    pub verify: bool,
+    /// The gridlinks binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    pub gridlinks_bin: Option<PathBuf>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
 /// Options of `coap-telemetry`.
 #[derive(Debug, Args, Clone)]
 pub struct CoapTelemetryArgs {
@@ -69,18 +87,8 @@ pub struct CoapTelemetryArgs {
     /// Offered load: requests per second over all devices (0: as fast as ACKs allow).
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
-    /// Local source addresses to spread sockets over, comma separated.
-    #[arg(long, value_delimiter = ',')]
-    pub sources: Vec<IpAddr>,
-    /// Check through the REST API that every acknowledged point is stored.
-    #[arg(long)]
-    pub verify: bool,
-    /// The gridlinks binary (default: next to this one, else on PATH).
-    #[arg(long)]
-    pub gridlinks_bin: Option<PathBuf>,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub server: OwnServerArgs,
 }
 
 /// Which decoder the lamp listener uses.
@@ -122,18 +130,8 @@ pub struct LampTcpArgs {
     /// New connections per second while controllers connect.
     #[arg(long, default_value_t = 2000.0)]
     pub connect_rate: f64,
-    /// Local source addresses to spread connections over, comma separated.
-    #[arg(long, value_delimiter = ',')]
-    pub sources: Vec<IpAddr>,
-    /// Check through the REST API that every answered report is stored.
-    #[arg(long)]
-    pub verify: bool,
-    /// The gridlinks binary (default: next to this one, else on PATH).
-    #[arg(long)]
-    pub gridlinks_bin: Option<PathBuf>,
-    /// Also write the result as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub server: OwnServerArgs,
 }
 
 /// How `crash-loop` devices send their points.
@@ -469,10 +467,7 @@ impl ServersArgs {
 
     /// Where the binaries are.
     pub fn binaries(&self) -> crate::servers::Binaries {
-        let mut bins = crate::servers::Binaries::discover();
-        if let Some(p) = &self.gridlinks_bin {
-            bins.gridlinks = p.clone();
-        }
+        let mut bins = crate::servers::Binaries::with_gridlinks(self.gridlinks_bin.as_deref());
         if let Some(p) = &self.mosquitto_bin {
             bins.mosquitto = p.clone();
         }

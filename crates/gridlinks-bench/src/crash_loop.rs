@@ -275,10 +275,7 @@ pub async fn run(args: CrashLoopArgs) -> anyhow::Result<std::process::ExitCode> 
     }
     crate::scenario::check_fd_limit(args.devices)?;
     let seed = args.seed.unwrap_or_else(random_seed);
-    let mut bins = Binaries::discover();
-    if let Some(bin) = &args.gridlinks_bin {
-        bins.gridlinks = bin.clone();
-    }
+    let bins = Binaries::with_gridlinks(args.gridlinks_bin.as_deref());
     let mut server = ManagedServer::start_on(ServerKind::Gridlinks, &bins, args.data_dir.as_deref())
         .await
         .context("starting gridlinks")?;

@@ -84,6 +84,15 @@ impl Binaries {
         }
     }
 
+    /// [`discover`](Self::discover)ed, with `gridlinks` instead when given (`--gridlinks-bin`).
+    pub fn with_gridlinks(gridlinks: Option<&Path>) -> Self {
+        let mut bins = Self::discover();
+        if let Some(bin) = gridlinks {
+            bins.gridlinks = bin.to_path_buf();
+        }
+        bins
+    }
+
     fn of(&self, kind: ServerKind) -> &Path {
         match kind {
             ServerKind::Gridlinks => &self.gridlinks,
@@ -121,6 +130,17 @@ pub fn free_port() -> anyhow::Result<u16> {
         }
     }
     anyhow::bail!("no free port found in 10000-31999 on 127.0.0.1")
+}
+
+/// A free UDP port on 127.0.0.1, chosen like [`free_port`].
+pub fn free_udp_port() -> anyhow::Result<u16> {
+    for _ in 0..1000 {
+        let port = free_port()?;
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free UDP port found")
 }
 
 /// Mosquitto's configuration: anonymous, in memory, no Nagle delay, queues large

@@ -24,7 +24,7 @@ use crate::loss_check::{self, AckLog, DeviceAcks, LossReport};
 use crate::proc_stats::ProcessStats;
 use crate::report::LatencySummary;
 use crate::rest_api::{random_tokens, ApiTarget, RestClient};
-use crate::servers::{Binaries, ManagedServer};
+use crate::servers::{free_udp_port, Binaries, ManagedServer};
 use crate::stats::LatencyShards;
 
 /// First retransmission timeout (RFC 7252 ACK_TIMEOUT); it doubles per retransmission.
@@ -79,10 +79,7 @@ struct Shared {
 /// Runs the scenario and prints its figures.
 pub async fn run(args: CoapTelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
     super::check_fd_limit(args.devices)?;
-    let mut bins = Binaries::discover();
-    if let Some(bin) = &args.gridlinks_bin {
-        bins.gridlinks = bin.clone();
-    }
+    let bins = Binaries::with_gridlinks(args.server.gridlinks_bin.as_deref());
     let port = free_udp_port()?;
     let server = ManagedServer::start_gridlinks_with(&bins, "", Some(port)).await.context("starting gridlinks")?;
     let (base, password) = server.api().context("gridlinks has an API")?;
@@ -98,7 +95,7 @@ pub async fn run(args: CoapTelemetryArgs) -> anyhow::Result<std::process::ExitCo
     let (phase_tx, phase_rx) = tokio::sync::watch::channel(None);
     let shared = Arc::new(Shared {
         port,
-        sources: args.sources.clone(),
+        sources: args.server.sources.clone(),
         start: Barrier::new(n + 1),
         phase: phase_rx,
         latency: LatencyShards::new(16),
@@ -126,7 +123,7 @@ pub async fn run(args: CoapTelemetryArgs) -> anyhow::Result<std::process::ExitCo
         }
         devices.push(DeviceAcks { name, acks });
     }
-    let loss = if args.verify {
+    let loss = if args.server.verify {
         Some(tokio::task::spawn_blocking(move || loss_check::check(&api, &devices, 8)).await??)
     } else {
         None
@@ -165,21 +162,10 @@ pub async fn run(args: CoapTelemetryArgs) -> anyhow::Result<std::process::ExitCo
     if let Some(e) = &run.first_error {
         println!("first failure: {e}");
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.server.json {
         crate::report::write_json(path, &serde_json::json!({"scenario": "coap-telemetry", "run": run}))?;
     }
     Ok(crate::exit_code(run.failed == 0 && run.loss.as_ref().is_none_or(LossReport::passed)))
-}
-
-/// A free UDP port on 127.0.0.1 below the ephemeral range.
-fn free_udp_port() -> anyhow::Result<u16> {
-    for _ in 0..1000 {
-        let port = crate::servers::free_port()?;
-        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    anyhow::bail!("no free UDP port found")
 }
 
 /// One device: its acknowledged points, and how it ended.

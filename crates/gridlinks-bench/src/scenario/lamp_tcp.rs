@@ -89,17 +89,14 @@ pub async fn run(mut args: LampTcpArgs) -> anyhow::Result<std::process::ExitCode
         args.duration = Duration::from_secs_f64(120.0 * args.scale);
     }
     super::check_fd_limit(args.controllers)?;
-    let mut bins = Binaries::discover();
-    if let Some(bin) = &args.gridlinks_bin {
-        bins.gridlinks = bin.clone();
-    }
+    let bins = Binaries::with_gridlinks(args.server.gridlinks_bin.as_deref());
     let mut runs = Vec::new();
     for &decoder in &args.decoders {
         eprintln!("=== lamp-tcp, {} decoder: {} controllers", label(decoder), args.controllers);
         runs.push(run_one(&args, &bins, decoder).await?);
     }
     println!("{}", human(&args, &runs));
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.server.json {
         let doc = serde_json::json!({"scenario": "lamp-tcp", "runs": runs});
         crate::report::write_json(path, &doc)?;
     }
@@ -174,7 +171,7 @@ async fn run_one(args: &LampTcpArgs, bins: &Binaries, decoder: LampDecoder) -> a
     let (phase_tx, phase_rx) = tokio::sync::watch::channel(None);
     let shared = Arc::new(Shared {
         port,
-        sources: args.sources.clone(),
+        sources: args.server.sources.clone(),
         pacer: ConnectPacer::new(args.connect_rate, MAX_PENDING),
         logged_in: Barrier::new(n + 1),
         phase: phase_rx,
@@ -206,7 +203,7 @@ async fn run_one(args: &LampTcpArgs, bins: &Binaries, decoder: LampDecoder) -> a
         acks.push(device);
     }
     let seconds = args.duration.as_secs_f64();
-    let loss = if args.verify {
+    let loss = if args.server.verify {
         let (base, password) = server.api().context("gridlinks has an API")?;
         let api = crate::rest_api::ApiTarget { base, user: "admin".into(), password };
         let by =
