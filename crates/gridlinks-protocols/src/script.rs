@@ -143,11 +143,8 @@ impl Engine {
 }
 
 /// `crc16modbus(bytes, from?, to?)`: CRC-16/MODBUS of `bytes[from..to]`.
-fn crc16<'js>(bytes: Value<'js>, from: Opt<usize>, to: Opt<usize>) -> rquickjs::Result<u32> {
-    let data: Vec<u8> = match TypedArray::<u8>::from_value(bytes.clone()) {
-        Ok(t) => t.as_bytes().map(<[u8]>::to_vec).unwrap_or_default(),
-        Err(_) => rquickjs::FromJs::from_js(&bytes.ctx().clone(), bytes)?,
-    };
+fn crc16<'js>(data: Value<'js>, from: Opt<usize>, to: Opt<usize>) -> rquickjs::Result<u32> {
+    let data = bytes(data).map_err(|e| rquickjs::Error::new_from_js_message("value", "bytes", e))?;
     let to = to.0.unwrap_or(data.len()).min(data.len());
     let from = from.0.unwrap_or(0).min(to);
     Ok(u32::from(crc16_modbus(&data[from..to])))
@@ -422,6 +419,23 @@ fn typed<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> Result<Option<GlValue>, String> 
     }))
 }
 
+/// A `Uint8Array`, or an array of integers 0..255, as bytes (replies, `crc16modbus`).
+fn bytes(v: Value<'_>) -> Result<Vec<u8>, &'static str> {
+    if let Ok(t) = TypedArray::<u8>::from_value(v.clone()) {
+        return Ok(t.as_bytes().map(<[u8]>::to_vec).unwrap_or_default());
+    }
+    let arr = v.into_array().ok_or("not a Uint8Array or an array of bytes")?;
+    arr.iter::<Value>()
+        .map(|b| {
+            b.ok()
+                .and_then(|b| b.as_number())
+                .filter(|n| n.fract() == 0.0 && (0.0..=255.0).contains(n))
+                .map(|n| n as u8)
+                .ok_or("a byte is not an integer 0..255")
+        })
+        .collect()
+}
+
 /// Reply frames: an array of `Uint8Array`s or arrays of bytes, at most [`MAX_REPLY_BYTES`].
 fn replies(v: Value<'_>) -> Result<Vec<Vec<u8>>, String> {
     let arr = v.into_array().ok_or("replies must be an array of frames")?;
@@ -429,22 +443,7 @@ fn replies(v: Value<'_>) -> Result<Vec<Vec<u8>>, String> {
     let mut total = 0;
     for item in arr.iter::<Value>() {
         let item = item.map_err(|e| e.to_string())?;
-        let frame = match TypedArray::<u8>::from_value(item.clone()) {
-            Ok(t) => t.as_bytes().map(<[u8]>::to_vec).unwrap_or_default(),
-            Err(_) => {
-                let bytes = item.into_array().ok_or("a reply must be a Uint8Array or an array of bytes")?;
-                bytes
-                    .iter::<Value>()
-                    .map(|b| {
-                        b.ok()
-                            .and_then(|b| b.as_number())
-                            .filter(|n| n.fract() == 0.0 && (0.0..=255.0).contains(n))
-                            .map(|n| n as u8)
-                            .ok_or_else(|| "a reply byte must be an integer 0..255".to_string())
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-        };
+        let frame = bytes(item).map_err(|e| format!("a reply: {e}"))?;
         total += frame.len();
         if total > MAX_REPLY_BYTES {
             return Err(format!("replies exceed {MAX_REPLY_BYTES} bytes"));
@@ -585,6 +584,18 @@ mod tests {
         assert!(missing.contains("decode"), "{missing}");
         let looping = Script::load("top.js", "for (;;) {}", limits()).unwrap_err().to_string();
         assert!(looping.contains("interrupted"), "{looping}");
+    }
+
+    #[test]
+    fn crc16modbus_takes_typed_and_plain_arrays_and_refuses_other_values() {
+        let src = "function decode(b) { return { telemetry: { t: crc16modbus(b), a: crc16modbus([7, 21], 1) } }; }";
+        let up = run(src, &[7, 21]).unwrap();
+        let want = |d: &[u8]| Value::Long(i64::from(crc16_modbus(d)));
+        assert_eq!(up.telemetry[0].values, vec![("t".into(), want(&[7, 21])), ("a".into(), want(&[21]))]);
+        for bad in ["[300]", "'text'", "[1.5]"] {
+            let src = format!("function decode(b) {{ return {{ telemetry: {{ t: crc16modbus({bad}) }} }}; }}");
+            assert!(matches!(run(&src, &[0]), Err(DecodeError::Script(_))), "{bad}");
+        }
     }
 
     #[test]
