@@ -434,7 +434,6 @@ pub async fn serve(
     let sessions = crate::mqtt::pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
     let cfg = core.cfg.clone();
-    let core_for_coap = core.clone();
     let app = router(Http(Arc::new(Handles {
         core,
         auth: auth.clone(),
@@ -452,7 +451,7 @@ pub async fn serve(
     let ws_task = ws_listener
         .map(|l| tokio::spawn(crate::mqtt::listen_ws(l, mqtt.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
     let coap_task =
-        coap_socket.map(|s| tokio::spawn(crate::coap::serve(s, core_for_coap, coap_metrics, stop_rx.clone())));
+        coap_socket.map(|s| tokio::spawn(crate::coap::serve(s, mqtt.clone(), coap_metrics, stop_rx.clone())));
     let mut tcp_tasks = Vec::new();
     let mut tcp_locals = Vec::new();
     for (listener, shared) in tcp_shared {

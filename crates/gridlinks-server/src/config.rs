@@ -140,13 +140,15 @@ pub struct MqttConfig {
 pub struct CoapConfig {
     /// UDP listen address; empty: off.
     pub bind: String,
-    /// Largest request payload, bytes (4.13 above it).
+    /// Largest request payload, bytes (4.13 above it), whether in one message or in blocks.
     pub max_payload_bytes: usize,
+    /// Most live observations (RFC 7641) at once; past it a registration gets 5.03.
+    pub max_observations: usize,
 }
 
 impl Default for CoapConfig {
     fn default() -> Self {
-        Self { bind: "0.0.0.0:5683".into(), max_payload_bytes: 16 * 1024 }
+        Self { bind: "0.0.0.0:5683".into(), max_payload_bytes: 16 * 1024, max_observations: 100_000 }
     }
 }
 

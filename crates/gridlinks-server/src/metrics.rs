@@ -114,7 +114,19 @@ fn coap(e: &mut DescriptorEncoder, m: &CoapMetrics) -> fmt::Result {
         "UDP datagrams on the CoAP port that were not CoAP.",
         l(&m.malformed),
     )?;
-    counter(e, "gridlinks_coap_errors_total", "CoAP requests answered with a 4.xx or 5.xx code.", l(&m.errors))
+    counter(e, "gridlinks_coap_errors_total", "CoAP requests answered with a 4.xx or 5.xx code.", l(&m.errors))?;
+    gauge(
+        e,
+        "gridlinks_coap_observations",
+        "Live CoAP observations (attributes and RPC).",
+        m.observations.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "gridlinks_coap_notifications_total",
+        "CoAP notifications sent, retransmissions included.",
+        l(&m.notifications),
+    )
 }
 
 /// Custom TCP protocols' counters (all listeners together).

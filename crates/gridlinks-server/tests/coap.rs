@@ -181,3 +181,229 @@ fn bad_tokens_payloads_paths_methods_sizes_and_packets_get_clear_codes() {
     // The server still serves.
     assert_eq!(con(10, RequestType::Post, "/api/v1/COAPTOKEN2/telemetry", br#"{"ok":1}"#).0, ResponseType::Created);
 }
+
+/// A GET with Observe `value` (0 registers, 1 deregisters) and its own `token`.
+fn observe(mid: u16, path: &str, token: &[u8], value: u32) -> Packet {
+    let mut p = request(MessageType::Confirmable, RequestType::Get, mid, path, b"");
+    p.set_token(token.to_vec());
+    p.set_observe_value(value);
+    p
+}
+
+fn empty(kind: MessageType, mid: u16) -> Packet {
+    let mut p = Packet::new();
+    p.header.set_version(1);
+    p.header.set_type(kind);
+    p.header.code = MessageClass::Empty;
+    p.header.message_id = mid;
+    p
+}
+
+fn observe_seq(p: &Packet) -> u32 {
+    p.get_observe_value().expect("an Observe option").unwrap()
+}
+
+fn metric(s: &Server, name: &str) -> String {
+    let (_, text) = s.req("GET", "/metrics", None, None);
+    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {text}"));
+    line.rsplit(' ').next().unwrap().to_owned()
+}
+
+#[test]
+fn observed_attributes_and_rpc_reach_the_device_and_its_answers_complete_the_call() {
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "coap-obs", "OBSTOKEN");
+    let other = s.device(&jwt, "coap-other", "OTHERTOKEN");
+    let shared = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SHARED_SCOPE");
+    assert_eq!(s.json("POST", &shared, &jwt, Some(json!({"mode": "eco"}))).0, 200);
+    let c = Client::new(s.coap_port);
+
+    // Registration: answered with the current shared attributes and an Observe value.
+    c.send(&observe(0x2001, "/api/v1/OBSTOKEN/attributes", b"at", 0));
+    let r = c.recv();
+    assert_eq!((r.header.get_type(), code(&r)), (MessageType::Acknowledgement, ResponseType::Content));
+    assert_eq!(serde_json::from_slice::<J>(&r.payload).unwrap(), json!({"mode": "eco"}));
+    let mut seq = observe_seq(&r);
+    assert_eq!(metric(&s, "gridlinks_coap_observations"), "1");
+
+    // Each shared update arrives as a confirmable notification with a growing Observe value.
+    for value in ["boost", "off"] {
+        assert_eq!(s.json("POST", &shared, &jwt, Some(json!({"mode": value}))).0, 200);
+        let n = c.recv();
+        assert_eq!((n.header.get_type(), code(&n)), (MessageType::Confirmable, ResponseType::Content));
+        assert_eq!(n.get_token(), b"at");
+        assert_eq!(serde_json::from_slice::<J>(&n.payload).unwrap(), json!({"mode": value}));
+        assert!(observe_seq(&n) > seq);
+        seq = observe_seq(&n);
+        c.send(&empty(MessageType::Acknowledgement, n.header.message_id));
+    }
+    // Another device's update is not this device's business.
+    let theirs = format!("/api/plugins/telemetry/DEVICE/{other}/attributes/SHARED_SCOPE");
+    assert_eq!(s.json("POST", &theirs, &jwt, Some(json!({"mode": "x"}))).0, 200);
+    assert!(c.silent());
+
+    // Server-side RPC: the observer of …/rpc receives it, its POST …/rpc/{id} answers it.
+    c.send(&observe(0x2002, "/api/v1/OBSTOKEN/rpc", b"rp", 0));
+    let r = c.recv();
+    assert_eq!(code(&r), ResponseType::Content);
+    assert!(r.get_observe_value().is_some());
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            let body = json!({"method": "setDim", "params": {"level": 3}, "timeout": 10000});
+            s.json("POST", &format!("/api/rpc/twoway/{id}"), &jwt, Some(body))
+        });
+        let n = c.recv();
+        assert_eq!((n.header.get_type(), n.get_token()), (MessageType::Confirmable, &b"rp"[..]));
+        let req: J = serde_json::from_slice(&n.payload).unwrap();
+        assert_eq!((&req["method"], &req["params"]), (&json!("setDim"), &json!({"level": 3})));
+        c.send(&empty(MessageType::Acknowledgement, n.header.message_id));
+        let answer_path = format!("/api/v1/OBSTOKEN/rpc/{}", req["id"]);
+        c.send(&request(MessageType::Confirmable, RequestType::Post, 0x2003, &answer_path, br#"{"done":true}"#));
+        assert_eq!(code(&c.recv()), ResponseType::Created);
+        assert_eq!(call.join().unwrap(), (200, json!({"done": true})));
+    });
+
+    // Deregistering (Observe 1, same token): the device is no longer reachable for RPC.
+    c.send(&observe(0x2004, "/api/v1/OBSTOKEN/rpc", b"rp", 1));
+    let r = c.recv();
+    assert_eq!(code(&r), ResponseType::Content);
+    assert!(r.get_observe_value().is_none(), "a deregistration's answer is not a notification");
+    let oneway = json!({"method": "ping", "params": {}});
+    assert_eq!(s.json("POST", &format!("/api/rpc/oneway/{id}"), &jwt, Some(oneway)).0, 409);
+
+    // A Reset in answer to a notification ends that observation.
+    assert_eq!(s.json("POST", &shared, &jwt, Some(json!({"mode": "reset-me"}))).0, 200);
+    let n = c.recv();
+    c.send(&empty(MessageType::Reset, n.header.message_id));
+    wait_until(|| metric(&s, "gridlinks_coap_observations") == "0");
+    assert_eq!(s.json("POST", &shared, &jwt, Some(json!({"mode": "unheard"}))).0, 200);
+    assert!(c.silent());
+
+    // Deleting the device ends its observations with a final 4.04.
+    c.send(&observe(0x2005, "/api/v1/OBSTOKEN/attributes", b"a2", 0));
+    assert_eq!(code(&c.recv()), ResponseType::Content);
+    assert_eq!(s.req("DELETE", &format!("/api/device/{id}"), Some(&jwt), None).0, 200);
+    let end = c.recv();
+    assert_eq!((end.get_token(), code(&end)), (&b"a2"[..], ResponseType::NotFound));
+    wait_until(|| metric(&s, "gridlinks_coap_observations") == "0");
+
+    // Client-side RPC: the session limits, as ThingsBoard's SDK asks them.
+    let ask = request(
+        MessageType::Confirmable,
+        RequestType::Post,
+        0x2006,
+        "/api/v1/OTHERTOKEN/rpc",
+        br#"{"method":"getSessionLimits","params":{}}"#,
+    );
+    c.send(&ask);
+    let r = c.recv();
+    assert_eq!(code(&r), ResponseType::Content);
+    assert_eq!(serde_json::from_slice::<J>(&r.payload).unwrap()["maxPayloadSize"], json!(16384));
+    // GET …/rpc without Observe is refused with a reason.
+    let (plain, why) = {
+        c.send(&request(MessageType::Confirmable, RequestType::Get, 0x2007, "/api/v1/OTHERTOKEN/rpc", b""));
+        let r = c.recv();
+        (code(&r), String::from_utf8_lossy(&r.payload).into_owned())
+    };
+    assert_eq!(plain, ResponseType::BadRequest);
+    assert!(why.contains("Observe"), "{why}");
+}
+
+fn wait_until(mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "condition not reached in 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A request carrying `block` as its Block1 or Block2 option.
+fn with_block(mut p: Packet, option: CoapOption, num: u32, more: bool, szx: u8) -> Packet {
+    let v = num << 4 | u32::from(more) << 3 | u32::from(szx);
+    let bytes: Vec<u8> = v.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+    p.add_option(option, bytes);
+    p
+}
+
+fn block_of(p: &Packet, option: CoapOption) -> (u32, bool, u8) {
+    let v = p.get_first_option(option).unwrap_or_else(|| panic!("{option:?} in {p:?}"));
+    let v = v.iter().fold(0u32, |v, b| v << 8 | u32::from(*b));
+    (v >> 4, v & 8 != 0, (v & 7) as u8)
+}
+
+#[test]
+fn bodies_and_answers_travel_in_blocks() {
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "coap-blocks", "BLOCKTOKEN");
+    let c = Client::new(s.coap_port);
+    let mut mid = 0x3000;
+    let ask = |p: Packet| {
+        c.send(&p);
+        let r = c.recv();
+        assert_eq!(r.header.message_id, p.header.message_id);
+        r
+    };
+    let mut next = || {
+        mid += 1;
+        mid
+    };
+
+    // A telemetry body in 16-byte blocks: 2.31 Continue for each but the last, then 2.01.
+    let body = br#"{"temperature":21.5,"humidity":40,"pressure":1013}"#;
+    let blocks: Vec<&[u8]> = body.chunks(16).collect();
+    for (n, chunk) in blocks.iter().enumerate() {
+        let more = n + 1 < blocks.len();
+        let p = request(MessageType::Confirmable, RequestType::Post, next(), "/api/v1/BLOCKTOKEN/telemetry", chunk);
+        let r = ask(with_block(p, CoapOption::Block1, n as u32, more, 0));
+        let want = if more { ResponseType::Continue } else { ResponseType::Created };
+        assert_eq!(code(&r), want, "block {n}");
+        assert_eq!(block_of(&r, CoapOption::Block1), (n as u32, more, 0));
+    }
+    assert_eq!(stored(&s, &jwt, &id, "pressure"), 1);
+
+    // A block out of order: 4.08; a body past coap.max_payload_bytes: 4.13 with Size1.
+    let p = request(MessageType::Confirmable, RequestType::Post, next(), "/api/v1/BLOCKTOKEN/attributes", &[b'x'; 16]);
+    assert_eq!(code(&ask(with_block(p, CoapOption::Block1, 2, true, 0))), ResponseType::RequestEntityIncomplete);
+    let p = request(MessageType::Confirmable, RequestType::Post, next(), "/api/v1/BLOCKTOKEN/telemetry", &[b'x'; 256]);
+    let r = ask(with_block(p, CoapOption::Block1, 64, true, 4));
+    assert_eq!(code(&r), ResponseType::RequestEntityTooLarge);
+    assert_eq!(r.get_first_option(CoapOption::Size1), Some(&16384u32.to_be_bytes()[2..].to_vec()));
+    // A block bigger than its size exponent says: 4.00.
+    let p = request(MessageType::Confirmable, RequestType::Post, next(), "/api/v1/BLOCKTOKEN/telemetry", &[b'x'; 40]);
+    assert_eq!(code(&ask(with_block(p, CoapOption::Block1, 0, false, 0))), ResponseType::BadRequest);
+
+    // Attributes larger than one block: read in 1,024-byte blocks, or smaller ones asked for.
+    let many: serde_json::Map<String, J> = (0..40).map(|i| (format!("key{i:02}"), json!("v".repeat(40)))).collect();
+    let shared = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SHARED_SCOPE");
+    assert_eq!(s.json("POST", &shared, &jwt, Some(J::Object(many.clone()))).0, 200);
+    let whole = json!({"shared": many});
+    for szx in [None, Some(2u8)] {
+        let mut got = Vec::new();
+        let mut etag = None;
+        for n in 0.. {
+            let p = request(MessageType::Confirmable, RequestType::Get, next(), "/api/v1/BLOCKTOKEN/attributes", b"");
+            let p = match szx {
+                Some(szx) => with_block(p, CoapOption::Block2, n, false, szx),
+                None if n == 0 => p,
+                None => with_block(p, CoapOption::Block2, n, false, 6),
+            };
+            let r = ask(p);
+            assert_eq!(code(&r), ResponseType::Content);
+            let (num, more, size) = block_of(&r, CoapOption::Block2);
+            assert_eq!((num, size), (n, szx.unwrap_or(6)));
+            assert!(r.payload.len() <= 16 << size);
+            let tag = r.get_first_option(CoapOption::ETag).cloned();
+            assert!(etag.is_none() || etag == tag, "one representation, one ETag");
+            etag = tag;
+            got.extend_from_slice(&r.payload);
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(serde_json::from_slice::<J>(&got).unwrap(), whole);
+    }
+    let p = request(MessageType::Confirmable, RequestType::Get, next(), "/api/v1/BLOCKTOKEN/attributes", b"");
+    assert_eq!(code(&ask(with_block(p, CoapOption::Block2, 99, false, 6))), ResponseType::BadOption);
+}

@@ -149,7 +149,9 @@ pub async fn handle_publish(
             Ok(None)
         }
         DeviceTopic::RpcRequest(id) => {
-            Ok(Some(Reply { topic: rpc_response(id), payload: Bytes::from(client_rpc(&st, &body).to_string()) }))
+            let (max_payload, in_flight) = (st.core.cfg.mqtt.max_packet_size, st.core.cfg.mqtt.receive_maximum);
+            let answer = client_rpc(&body, max_payload, usize::from(in_flight));
+            Ok(Some(Reply { topic: rpc_response(id), payload: Bytes::from(answer.to_string()) }))
         }
     }
 }
@@ -159,16 +161,16 @@ fn all_ok(results: Vec<Result<(), IngestError>>) -> Result<(), IngestError> {
     results.into_iter().collect()
 }
 
-/// Client-side RPC. ThingsBoard's device SDK asks `getSessionLimits` on every connect;
-/// GridLinks answers with its real limits (no rate limits: empty strings, as the SDK reads
-/// them). Any other method is answered "not supported".
-fn client_rpc(st: &Mqtt, body: &[u8]) -> J {
+/// Client-side RPC (MQTT and CoAP). ThingsBoard's device SDK asks `getSessionLimits` on
+/// every connect; GridLinks answers with the transport's real limits (no rate limits: empty
+/// strings, as the SDK reads them). Any other method is answered "not supported".
+pub fn client_rpc(body: &[u8], max_payload: usize, max_in_flight: usize) -> J {
     let method =
         serde_json::from_slice::<J>(body).ok().and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
     match method.as_deref() {
         Some("getSessionLimits") => json!({
-            "maxPayloadSize": st.core.cfg.mqtt.max_packet_size,
-            "maxInflightMessages": st.core.cfg.mqtt.receive_maximum,
+            "maxPayloadSize": max_payload,
+            "maxInflightMessages": max_in_flight,
             "rateLimits": {"messages": "", "telemetryMessages": "", "telemetryDataPoints": ""},
         }),
         _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),

@@ -1,6 +1,8 @@
 //! ThingsBoard's CoAP device API resources, from a request's method, Uri-Path segments and
 //! Uri-Query options ([`Parts`], read from a coap-lite packet): what the request asks for,
-//! or why it cannot be served.
+//! or why it cannot be served; and block-wise transfer ([`block`]).
+
+pub mod block;
 
 use coap_lite::{CoapOption, MessageClass, Packet, RequestType};
 
@@ -60,18 +62,39 @@ pub enum Resource<'a> {
     PostTelemetry(&'a str),
     /// `POST /api/v1/{token}/attributes` (client scope).
     PostAttributes(&'a str),
-    /// `GET /api/v1/{token}/attributes?clientKeys=&sharedKeys=`.
+    /// `GET /api/v1/{token}/attributes?clientKeys=&sharedKeys=`; with Observe, shared
+    /// attribute updates.
     GetAttributes(&'a str, AttributeRequest),
+    /// `GET /api/v1/{token}/rpc` with Observe: server-side RPC requests.
+    GetRpc(&'a str),
+    /// `POST /api/v1/{token}/rpc`: client-side RPC.
+    ClientRpc(&'a str),
+    /// `POST /api/v1/{token}/rpc/{id}`: the device's answer to server-side RPC `id`.
+    RpcResponse(&'a str, u32),
+}
+
+impl<'a> Resource<'a> {
+    /// The access token the request carries.
+    pub fn token(&self) -> &'a str {
+        match self {
+            Resource::PostTelemetry(t)
+            | Resource::PostAttributes(t)
+            | Resource::GetAttributes(t, _)
+            | Resource::GetRpc(t)
+            | Resource::ClientRpc(t)
+            | Resource::RpcResponse(t, _) => t,
+        }
+    }
 }
 
 /// Why a request names no resource.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     /// No such resource (4.04).
-    #[error("no such resource: use /api/v1/{{token}}/telemetry or /attributes")]
+    #[error("no such resource: use /api/v1/{{token}}/telemetry, /attributes, /rpc or /rpc/{{id}}")]
     NotFound,
     /// The resource exists but not with this method (4.05).
-    #[error("telemetry: POST; attributes: POST or GET")]
+    #[error("telemetry: POST; attributes and rpc: POST or GET; rpc/{{id}}: POST")]
     MethodNotAllowed,
     /// A query parameter the resource does not take (4.00).
     #[error("unknown query parameter {0:?}: clientKeys and sharedKeys are accepted")]
@@ -80,8 +103,17 @@ pub enum RouteError {
 
 /// The resource `method` on `path` (Uri-Path segments) with `query` (Uri-Query options) names.
 pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Resource<'a>, RouteError> {
+    if let ["api", "v1", token, "rpc", id] = path {
+        let Ok(id) = id.parse() else { return Err(RouteError::NotFound) };
+        return match method {
+            Method::Post => Ok(Resource::RpcResponse(token, id)),
+            _ => Err(RouteError::MethodNotAllowed),
+        };
+    }
     let ["api", "v1", token, resource] = path else { return Err(RouteError::NotFound) };
     match (method, *resource) {
+        (Method::Get, "rpc") => Ok(Resource::GetRpc(token)),
+        (Method::Post, "rpc") => Ok(Resource::ClientRpc(token)),
         (Method::Post, "telemetry") => Ok(Resource::PostTelemetry(token)),
         (Method::Post, "attributes") => Ok(Resource::PostAttributes(token)),
         (Method::Get, "attributes") => {
@@ -95,7 +127,7 @@ pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Res
             }
             Ok(Resource::GetAttributes(token, AttributeRequest::from_key_lists(client, shared)))
         }
-        (_, "telemetry" | "attributes") => Err(RouteError::MethodNotAllowed),
+        (_, "telemetry" | "attributes" | "rpc") => Err(RouteError::MethodNotAllowed),
         _ => Err(RouteError::NotFound),
     }
 }
@@ -113,7 +145,14 @@ mod tests {
         assert_eq!(get, Ok(Resource::GetAttributes("T", AttributeRequest::from_key_lists(Some("a,b"), Some("c")))));
         assert_eq!(route(Method::Get, &p("/api/v1/T/telemetry"), &[]), Err(RouteError::MethodNotAllowed));
         assert_eq!(route(Method::Other, &p("/api/v1/T/attributes"), &[]), Err(RouteError::MethodNotAllowed));
-        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc"), &[]), Err(RouteError::NotFound));
+        assert_eq!(route(Method::Get, &p("/api/v1/T/rpc"), &[]), Ok(Resource::GetRpc("T")));
+        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc"), &[]), Ok(Resource::ClientRpc("T")));
+        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/7"), &[]), Ok(Resource::RpcResponse("T", 7)));
+        assert_eq!(route(Method::Get, &p("/api/v1/T/rpc/7"), &[]), Err(RouteError::MethodNotAllowed));
+        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/x"), &[]), Err(RouteError::NotFound));
+        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/4294967296"), &[]), Err(RouteError::NotFound));
+        assert_eq!(route(Method::Post, &p("/api/v1/T/other"), &[]), Err(RouteError::NotFound));
+        assert_eq!(Resource::RpcResponse("T", 1).token(), "T");
         assert_eq!(route(Method::Post, &p("/api/v2/T/telemetry"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/telemetry/x"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Get, &p("/api/v1/T/attributes"), &["x=1"]), Err(RouteError::BadQuery("x=1".into())));
