@@ -1,26 +1,57 @@
 //! The CoAP side of the server: arbitrary datagrams through the packet parser GridLinks
-//! uses (coap-lite) and the device API's router (`gridlinks-thingsboard::coap`). Never
-//! panics; an accepted packet re-encodes and parses back to the same packet; routing any
-//! accepted request gives a resource or a reason.
+//! uses (coap-lite), the device API's router and the block-wise transfer state
+//! (`gridlinks-thingsboard::coap`). The input is a sequence of datagrams, each preceded by
+//! its length byte. Never panics; an accepted packet re-encodes and parses back to the same
+//! packet; routing any accepted request gives a resource or a reason; a Block option that
+//! decodes encodes back to itself; request bodies put together from blocks stay within
+//! their bounds (count and size) whatever the blocks say.
 #![no_main]
 
-use coap_lite::{MessageClass, Packet};
+use std::time::{Duration, Instant};
+
+use coap_lite::{CoapOption, MessageClass, Packet};
+use gridlinks_thingsboard::coap::block::{self, Block, Offer, Uploads};
 use gridlinks_thingsboard::coap::Parts;
 use libfuzzer_sys::fuzz_target;
 
+const MAX_UPLOADS: usize = 3;
+const MAX_BODY: usize = 2048;
+
 fuzz_target!(|data: &[u8]| {
-    let Ok(packet) = Packet::from_bytes(data) else { return };
-    // An Empty message (code 0.00) with bytes after its header is a format error that
-    // coap-lite parses into a token it cannot re-encode (found by this target). The server
-    // reads nothing of an Empty message but its type and message id (a ping gets a Reset),
-    // so only requests and responses are held to the round trip.
-    if let Some(bytes) = (packet.header.code != MessageClass::Empty).then(|| packet.to_bytes_unlimited().ok()).flatten() {
-        let again = Packet::from_bytes(&bytes).expect("an encoded packet parses");
-        assert_eq!(again.header.message_id, packet.header.message_id);
-        assert_eq!(again.header.code, packet.header.code);
-        assert_eq!(again.get_token(), packet.get_token());
-        assert_eq!(again.payload, packet.payload);
+    let mut uploads = Uploads::new(MAX_UPLOADS, MAX_BODY, Duration::from_secs(247));
+    let now = Instant::now();
+    let mut rest = data;
+    while let Some((&len, tail)) = rest.split_first() {
+        let (datagram, next) = tail.split_at(usize::from(len).min(tail.len()));
+        rest = next;
+        let Ok(packet) = Packet::from_bytes(datagram) else { continue };
+        // An Empty message (code 0.00) with bytes after its header is a format error that
+        // coap-lite parses into a token it cannot re-encode (found by this target). The
+        // server reads nothing of an Empty message but its type and message id (a ping gets
+        // a Reset), so only requests and responses are held to the round trip.
+        if let Some(bytes) = (packet.header.code != MessageClass::Empty).then(|| packet.to_bytes_unlimited().ok()).flatten() {
+            let again = Packet::from_bytes(&bytes).expect("an encoded packet parses");
+            assert_eq!(again.header.message_id, packet.header.message_id);
+            assert_eq!(again.header.code, packet.header.code);
+            assert_eq!(again.get_token(), packet.get_token());
+            assert_eq!(again.payload, packet.payload);
+        }
+        // What the server routes on, through the server's own reading of the packet.
+        let _ = Parts::of(&packet).route();
+        if let Some(b) = packet.get_first_option(CoapOption::Block2).and_then(|v| Block::decode(v)) {
+            assert_eq!(Block::decode(&b.encode()), Some(b));
+            if let Ok(Some((cut, range))) = block::slice(packet.payload.len(), Some(b)) {
+                assert!(range.end <= packet.payload.len() && range.len() <= cut.size());
+            }
+        }
+        if let Some(b) = packet.get_first_option(CoapOption::Block1).and_then(|v| Block::decode(v)) {
+            assert_eq!(Block::decode(&b.encode()), Some(b));
+            // The message id picks one of a few resources, so blocks meet each other.
+            match uploads.offer(packet.header.message_id % 5, b, &packet.payload, now) {
+                Offer::Complete(body, _) => assert!(body.len() <= MAX_BODY),
+                Offer::Continue(_) | Offer::Incomplete | Offer::TooLarge | Offer::Malformed(_) => {}
+            }
+            assert!(uploads.len() <= MAX_UPLOADS);
+        }
     }
-    // What the server routes on, through the server's own reading of the packet.
-    let _ = Parts::of(&packet).route();
 });
