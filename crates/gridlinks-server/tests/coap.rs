@@ -142,7 +142,8 @@ fn confirmable_and_non_confirmable_posts_are_stored_once_and_answered_after_the_
 
 #[test]
 fn bad_tokens_payloads_paths_methods_sizes_and_packets_get_clear_codes() {
-    let s = Server::start_env(&[("GRIDLINKS_COAP_MAX_PAYLOAD_BYTES", "1024")]);
+    let s =
+        Server::start_env(&[("GRIDLINKS_COAP_MAX_PAYLOAD_BYTES", "1024"), ("GRIDLINKS_COAP_MAX_OBSERVATIONS", "2")]);
     let jwt = s.login();
     s.device(&jwt, "coap-2", "COAPTOKEN2");
     let c = Client::new(s.coap_port);
@@ -180,6 +181,23 @@ fn bad_tokens_payloads_paths_methods_sizes_and_packets_get_clear_codes() {
     assert_eq!(c.recv().header.get_type(), MessageType::Reset);
     // The server still serves.
     assert_eq!(con(10, RequestType::Post, "/api/v1/COAPTOKEN2/telemetry", br#"{"ok":1}"#).0, ResponseType::Created);
+
+    // Observations: a bad token registers nothing; past coap.max_observations a new one
+    // gets 5.03 naming the setting, while re-registering an existing token still works.
+    let watch = |mid, token: &[u8], path: &str, value| {
+        c.send(&observe(mid, path, token, value));
+        let r = c.recv();
+        (code(&r), String::from_utf8_lossy(&r.payload).into_owned())
+    };
+    assert_eq!(watch(20, b"o0", "/api/v1/WRONG/rpc", 0).0, ResponseType::Unauthorized);
+    assert_eq!(watch(21, b"o1", "/api/v1/COAPTOKEN2/rpc", 0).0, ResponseType::Content);
+    assert_eq!(watch(22, b"o2", "/api/v1/COAPTOKEN2/attributes", 0).0, ResponseType::Content);
+    let (full, why) = watch(23, b"o3", "/api/v1/COAPTOKEN2/rpc", 0);
+    assert_eq!(full, ResponseType::ServiceUnavailable);
+    assert!(why.contains("coap.max_observations"), "{why}");
+    assert_eq!(watch(24, b"o1", "/api/v1/COAPTOKEN2/rpc", 0).0, ResponseType::Content);
+    assert_eq!(watch(25, b"o1", "/api/v1/COAPTOKEN2/rpc", 7).0, ResponseType::BadOption);
+    assert_eq!(metric(&s, "gridlinks_coap_observations"), "2");
 }
 
 /// A GET with Observe `value` (0 registers, 1 deregisters) and its own `token`.
