@@ -29,7 +29,7 @@ from gridlinks_server import gridlinks_server
 # cannot even build a Device without a device_profile_id; GridLinks serves
 # /api/deviceProfileInfo/default and /api/deviceProfileInfos for it.)
 from tb_rest_client.rest_client import RestClient as TbRestClient
-from tb_rest_client.models import Device
+from tb_rest_client.models import Device, DeviceProfile, DeviceProfileData, DeviceProfileId
 from tb_rest_client.rest import ApiException
 
 ADMIN_USER = "admin"
@@ -250,6 +250,36 @@ def test_current_user_and_device_profiles(client):
     infos = client.get_device_profile_infos(page_size=10, page=0)
     names = sorted(p.name for p in infos.data)
     assert "default" in names and infos.total_elements == len(names)
+
+
+def test_device_profiles_as_entities(client):
+    # A profile with ThingsBoard's model classes, a device pointing at it by id, the
+    # refusals ThingsBoard gives, and the profile gone once nothing uses it.
+    data = DeviceProfileData(configuration={"type": "DEFAULT"},
+                             transport_configuration={"type": "DEFAULT"},
+                             provision_configuration={"type": "DISABLED", "provisionDeviceSecret": None})
+    saved = client.save_device_profile(DeviceProfile(name="compat-meter", description="meters", type="DEFAULT",
+                                                     transport_type="DEFAULT", provision_type="DISABLED",
+                                                     profile_data=data))
+    assert saved.id.entity_type == "DEVICE_PROFILE" and saved.name == "compat-meter"
+    again = client.get_device_profile_by_id(device_profile_id=saved.id.id)
+    assert again.description == "meters" and again.profile_data.to_dict()["configuration"] == {"type": "DEFAULT"}
+    assert "compat-meter" in [p.name for p in client.get_device_profiles(page_size=100, page=0).data]
+
+    device = client.save_device(Device(name="compat-meter-1", device_profile_id=saved.id))
+    assert device.type == "compat-meter" and device.device_profile_id.id == saved.id.id
+    with pytest.raises(ApiException) as err:
+        client.delete_device_profile(device_profile_id=saved.id.id)
+    assert err.value.status == 400 and "cannot be deleted" in _body(err.value)
+    with pytest.raises(ApiException) as err:
+        client.delete_device_profile(device_profile_id=client.get_default_device_profile_info().id.id)
+    assert err.value.status == 400
+
+    client.delete_device(device_id=device.id.id)
+    client.delete_device_profile(device_profile_id=saved.id.id)
+    with pytest.raises(ApiException) as err:
+        client.get_device_profile_by_id(device_profile_id=saved.id.id)
+    assert err.value.status == 404
 
 
 def test_delete_device(server, client, state):

@@ -55,6 +55,10 @@ impl From<StoreError> for IngestError {
             | StoreError::TokenTaken
             | StoreError::IdentityTaken(_)
             | StoreError::CredentialClash(_)
+            | StoreError::ProfileNotFound(_)
+            | StoreError::ProfileNameTaken(_)
+            | StoreError::ProfileInUse
+            | StoreError::ProfileIsDefault
             | StoreError::Invalid(_)) => Self::Rejected(e.to_string()),
             StoreError::Overloaded => Self::Overloaded,
             StoreError::DiskFull(m) => Self::DiskFull(m),

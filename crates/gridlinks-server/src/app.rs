@@ -11,7 +11,7 @@ use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use gridlinks_storage::{Health, Store, StoreOptions, WriterConfig, WriterHandle};
 use serde_json::json;
@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, device_api, relations};
+use crate::thingsboard::{api, device_api, profiles, relations};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
@@ -133,8 +133,18 @@ pub fn router(state: Http) -> Router {
         .route("/api/auth/token", post(api::refresh))
         .route("/api/auth/logout", post(api::logout))
         .route("/api/auth/user", get(api::current_user))
-        .route("/api/deviceProfileInfo/default", get(api::default_profile_info))
-        .route("/api/deviceProfileInfos", get(api::profile_infos))
+        .route("/api/deviceProfiles", get(profiles::list))
+        .route("/api/deviceProfileInfos", get(profiles::infos))
+        .route("/api/deviceProfile", post(profiles::save))
+        .route("/api/deviceProfile/names", get(profiles::names))
+        .route("/api/deviceProfile/{id}", get(profiles::get).delete(profiles::delete))
+        .route("/api/deviceProfile/{id}/default", post(profiles::set_default))
+        .route("/api/deviceProfileInfo/default", get(profiles::default_info))
+        .route("/api/deviceProfileInfo/{id}", get(profiles::info))
+        .route("/api/ruleChains", any(profiles::rule_engine))
+        .route("/api/ruleChain", any(profiles::rule_engine))
+        .route("/api/ruleChain/{*rest}", any(profiles::rule_engine))
+        .route("/api/ruleNode/{*rest}", any(profiles::rule_engine))
         .route("/api/device", post(api::save_device))
         .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
         .route("/api/device/{id}/credentials", get(api::get_credentials))

@@ -11,6 +11,7 @@
 //! | `gateways`| gateway id ‖ device id       | empty: the device belongs to the gateway |
 //! | `tokens`  | access token                 | device id                               |
 //! | `identities` | protocol ‖ 0 ‖ identity   | device id (custom TCP protocols' devices) |
+//! | `profiles` | profile id (16 B)           | [`ProfileRecord`] as JSON               |
 //! | `ts`      | device id ‖ ts (BE, 8 B)     | every (key, value) reported at that ts  |
 //! | `latest`  | device id                    | (key, ts, value) for every key          |
 //! | `attrs`   | device id ‖ scope ‖ key name | (last update ts, value)                 |
@@ -51,7 +52,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
-use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts, Value};
+use gridlinks_types::{AttributeScope, DeviceId, ProfileId, ProtocolIdentity, Ts, Value};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +60,8 @@ use crate::codec::KeyId;
 use crate::keydict::KeyDict;
 
 pub use writer::{
-    BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, WriteOp, WriteOutcome, WriterConfig, WriterHandle,
+    BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, WriteOp, WriteOutcome, WriterConfig,
+    WriterHandle,
 };
 
 /// Version of the on-disk layout, kept in `meta` under [`FORMAT_KEY`].
@@ -93,6 +95,18 @@ pub enum StoreError {
     /// The device does not exist (or was deleted).
     #[error("device not found")]
     DeviceNotFound,
+    /// No device profile has this id.
+    #[error("Device profile with id [{0}] is not found")]
+    ProfileNotFound(ProfileId),
+    /// Another device profile has this name.
+    #[error("Device profile with such name already exists!")]
+    ProfileNameTaken(String),
+    /// Devices use the profile.
+    #[error("The device profile referenced by the devices cannot be deleted!")]
+    ProfileInUse,
+    /// The default profile cannot be deleted.
+    #[error("Deletion of Default Device Profile is prohibited!")]
+    ProfileIsDefault,
     /// A gateway wrote to a device it neither created nor was assigned.
     #[error("device '{0}' does not belong to this gateway")]
     ForeignDevice(String),
@@ -138,6 +152,10 @@ impl StoreError {
             Self::TokenTaken => Self::TokenTaken,
             Self::IdentityTaken(m) => Self::IdentityTaken(m.clone()),
             Self::DeviceNotFound => Self::DeviceNotFound,
+            Self::ProfileNotFound(id) => Self::ProfileNotFound(*id),
+            Self::ProfileNameTaken(n) => Self::ProfileNameTaken(n.clone()),
+            Self::ProfileInUse => Self::ProfileInUse,
+            Self::ProfileIsDefault => Self::ProfileIsDefault,
             Self::ForeignDevice(n) => Self::ForeignDevice(n.clone()),
             Self::CredentialClash(m) => Self::CredentialClash(m.clone()),
             Self::NotGateway => Self::NotGateway,
@@ -177,9 +195,18 @@ pub struct DeviceRecord {
     /// credential beside the access token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<ProtocolIdentity>,
+    /// Its device profile. Devices stored before profiles were entities have none: theirs
+    /// is the profile created for their type ([`ProfileId::for_name`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileId>,
 }
 
 impl DeviceRecord {
+    /// Its device profile's id.
+    pub fn profile_id(&self) -> ProfileId {
+        self.profile.unwrap_or_else(|| ProfileId::for_name(&self.device_type))
+    }
+
     /// Whether the device is a gateway (ThingsBoard's `additionalInfo.gateway: true`), so
     /// that it may use the gateway API.
     pub fn is_gateway(&self) -> bool {
@@ -190,6 +217,27 @@ impl DeviceRecord {
             .unwrap_or(false)
     }
 }
+
+/// A device profile (ThingsBoard's `DeviceProfile`). Devices reference it by id; their
+/// `type` is its name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileRecord {
+    /// Its id.
+    pub id: ProfileId,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Unique name.
+    pub name: String,
+    /// The tenant's default profile (exactly one is).
+    pub default: bool,
+    /// Everything else the client gave, kept as given: `description`, `type`,
+    /// `transportType`, `provisionType`, `profileData` (alarm rules included),
+    /// `provisionDeviceKey`, `image`, … (an object).
+    pub doc: serde_json::Value,
+}
+
+/// The name of the profile every installation starts with.
+pub const DEFAULT_PROFILE: &str = "default";
 
 /// An attribute as read back.
 #[derive(Clone, Debug, PartialEq)]
@@ -260,6 +308,7 @@ pub(crate) struct Keyspaces {
     pub gateways: Keyspace,
     pub tokens: Keyspace,
     pub identities: Keyspace,
+    pub profiles: Keyspace,
     pub ts: Keyspace,
     pub latest: Keyspace,
     pub attrs: Keyspace,
@@ -295,6 +344,11 @@ pub(crate) struct DerivedLatest {
 }
 
 impl Engine {
+    /// Every device profile, in id order.
+    pub(crate) fn profiles(&self) -> Result<Vec<ProfileRecord>, StoreError> {
+        self.ks.profiles.iter().map(|kv| decode_profile(&kv.into_inner()?.1)).collect()
+    }
+
     /// A device by id.
     fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
         self.ks.devices.get(id.as_bytes())?.map(|v| decode_device(&v)).transpose()
@@ -384,6 +438,7 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
         gateways: ks("gateways", small)?,
         tokens: ks("tokens", small)?,
         identities: ks("identities", small)?,
+        profiles: ks("profiles", small)?,
         ts: ks("ts", opts.memtable_bytes)?,
         latest: ks("latest", small)?,
         attrs: ks("attrs", small)?,
@@ -403,7 +458,35 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
             }
         }
     }
-    Ok(Engine { db, ks })
+    let engine = Engine { db, ks };
+    engine.ensure_profiles()?;
+    Ok(engine)
+}
+
+impl Engine {
+    /// A data directory without device profiles (new, or written before profiles were
+    /// entities) gets the default profile and one profile for each device type in use, with
+    /// the ids devices without a profile point at ([`ProfileId::for_name`]).
+    fn ensure_profiles(&self) -> Result<(), StoreError> {
+        if self.ks.profiles.first_key_value().is_some() {
+            return Ok(());
+        }
+        let mut names = std::collections::BTreeSet::from([DEFAULT_PROFILE.to_owned()]);
+        for kv in self.ks.devices.iter() {
+            names.insert(decode_device(&kv.into_inner()?.1)?.device_type);
+        }
+        let now = Ts::now().0;
+        let mut batch = self.db.batch();
+        for name in names {
+            let id = ProfileId::for_name(&name);
+            let doc = serde_json::json!({"type": "DEFAULT", "transportType": "DEFAULT", "provisionType": "DISABLED"});
+            let rec = ProfileRecord { id, created_time: now, default: name == DEFAULT_PROFILE, name, doc };
+            batch.insert(&self.ks.profiles, id.0.as_bytes().to_vec(), encode_profile(&rec)?);
+        }
+        batch.commit()?;
+        self.db.persist(fjall::PersistMode::SyncAll)?;
+        Ok(())
+    }
 }
 
 impl Store {
@@ -536,6 +619,18 @@ impl Store {
     /// A device by id.
     pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
         self.engine()?.device(id)
+    }
+
+    /// Every device profile, by name.
+    pub fn profiles(&self) -> Result<Vec<ProfileRecord>, StoreError> {
+        let mut out = self.engine()?.profiles()?;
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// A device profile by id.
+    pub fn profile(&self, id: ProfileId) -> Result<Option<ProfileRecord>, StoreError> {
+        self.engine()?.ks.profiles.get(id.0.as_bytes())?.map(|v| decode_profile(&v)).transpose()
     }
 
     /// The device a protocol knows by `identity`.
@@ -685,6 +780,14 @@ pub(crate) fn id_from(v: &[u8]) -> Result<DeviceId, StoreError> {
     <[u8; 16]>::try_from(v).map(DeviceId::from_bytes).map_err(|_| StoreError::Corrupt("device id length"))
 }
 
+pub(crate) fn decode_profile(v: &[u8]) -> Result<ProfileRecord, StoreError> {
+    serde_json::from_slice(v).map_err(|_| StoreError::Corrupt("device profile record"))
+}
+
+pub(crate) fn encode_profile(p: &ProfileRecord) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(p).map_err(|_| StoreError::Corrupt("device profile encode"))
+}
+
 pub(crate) fn decode_device(v: &[u8]) -> Result<DeviceRecord, StoreError> {
     serde_json::from_slice(v).map_err(|_| StoreError::Corrupt("device record"))
 }
@@ -708,4 +811,48 @@ pub fn generate_token() -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+    use super::*;
+
+    /// A data directory written before device profiles were entities: devices without a
+    /// profile, no `profiles` rows. Opening it gives every type in use a profile with the
+    /// id those devices point at, and the default profile.
+    #[test]
+    fn a_directory_without_profiles_gets_one_per_device_type() {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = StoreOptions::default();
+        {
+            let store = Store::open(tmp.path(), &opts).unwrap();
+            let engine = store.engine().unwrap();
+            for key in engine.ks.profiles.iter().map(|kv| kv.key().unwrap()).collect::<Vec<_>>() {
+                engine.ks.profiles.remove(key).unwrap();
+            }
+            for (name, ty) in [("a", "boiler"), ("b", "boiler"), ("c", "pump")] {
+                let id = DeviceId::new_random();
+                let legacy = serde_json::json!({"id": id, "created_time": 1, "name": name, "device_type": ty,
+                    "label": null, "token": format!("tok-{name}"), "additional_info": null});
+                engine.ks.devices.insert(id.as_bytes(), serde_json::to_vec(&legacy).unwrap()).unwrap();
+                engine.ks.names.insert(name, id.as_bytes()).unwrap();
+            }
+            engine.db.persist(fjall::PersistMode::SyncAll).unwrap();
+        }
+        let store = Store::open(tmp.path(), &opts).unwrap();
+        let profiles = store.profiles().unwrap();
+        let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["boiler", "default", "pump"]);
+        assert_eq!(profiles.iter().filter(|p| p.default).map(|p| p.name.as_str()).collect::<Vec<_>>(), ["default"]);
+        for d in store.devices().unwrap() {
+            assert_eq!(d.profile, None, "the record itself is not rewritten");
+            let p = store.profile(d.profile_id()).unwrap().unwrap();
+            assert_eq!(p.name, d.device_type);
+        }
+        // Opening again changes nothing.
+        drop(store);
+        let store = Store::open(tmp.path(), &opts).unwrap();
+        assert_eq!(store.profiles().unwrap(), profiles);
+    }
 }

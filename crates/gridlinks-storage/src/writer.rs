@@ -20,12 +20,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjall::{OwnedWriteBatch, PersistMode};
-use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts, TsRecord, Value};
+use gridlinks_types::{AttributeScope, DeviceId, ProfileId, ProtocolIdentity, Ts, TsRecord, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::{self, KeyId};
 use crate::space::Space;
-use crate::{encode_device, id_from, BrokerTable, DeviceRecord, Engine, Health, Store, StoreError};
+use crate::{
+    decode_device, encode_device, encode_profile, id_from, BrokerTable, DeviceRecord, Engine, Health, ProfileRecord,
+    Store, StoreError, DEFAULT_PROFILE,
+};
 
 /// How many devices' latest rows the writer keeps decoded in memory.
 const LATEST_CACHE_DEVICES: usize = 200_000;
@@ -110,6 +113,12 @@ pub enum WriteOp {
     DeleteTelemetry(DeleteTelemetry),
     /// Creates or updates a device.
     SaveDevice(SaveDevice),
+    /// Creates or updates a device profile; a new name is written into its devices' type.
+    SaveProfile(SaveProfile),
+    /// Deletes a device profile no device uses that is not the default.
+    DeleteProfile(ProfileId),
+    /// Makes a profile the default one.
+    SetDefaultProfile(ProfileId),
     /// Deletes a device with all its data; its token stops working.
     DeleteDevice(DeviceId),
     /// The device named `name` for a gateway to write to: an existing one it owns, or a
@@ -189,6 +198,17 @@ pub struct DeleteTelemetry {
     pub rewrite_latest: bool,
 }
 
+/// A device profile to create (`id: None`) or update.
+#[derive(Debug, Clone)]
+pub struct SaveProfile {
+    /// The profile to update; `None` creates one.
+    pub id: Option<ProfileId>,
+    /// Unique name.
+    pub name: String,
+    /// The rest of the profile, kept as given (an object).
+    pub doc: serde_json::Value,
+}
+
 /// A device to create (`id: None`) or update.
 #[derive(Debug, Clone)]
 pub struct SaveDevice {
@@ -196,8 +216,12 @@ pub struct SaveDevice {
     pub id: Option<DeviceId>,
     /// Unique name.
     pub name: String,
-    /// Type (`default` when empty).
+    /// Type: the name of its profile, created when no profile has that name (as ThingsBoard
+    /// does). Ignored when `profile` is given; empty keeps the device's profile, or gives a
+    /// new device the default one.
     pub device_type: String,
+    /// Its profile by id (which must exist).
+    pub profile: Option<ProfileId>,
     /// Label.
     pub label: Option<String>,
     /// Access token; `None` keeps the current one, or generates one for a new device.
@@ -281,6 +305,8 @@ pub enum WriteOutcome {
     Device(DeviceRecord),
     /// Import counts.
     Import(ImportOutcome),
+    /// The device profile as saved.
+    Profile(ProfileRecord),
 }
 
 /// Counters of the writer, for `/metrics`.
@@ -926,6 +952,40 @@ impl Writer {
                 txn.commit()?;
                 Ok(WriteOutcome::Device(rec))
             }
+            WriteOp::SaveProfile(p) => {
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let rec = txn.save_profile(p)?;
+                txn.commit()?;
+                Ok(WriteOutcome::Profile(rec))
+            }
+            WriteOp::DeleteProfile(id) => {
+                let engine = self.engine()?;
+                let rec = self.store.profile(id)?.ok_or(StoreError::ProfileNotFound(id))?;
+                if rec.default {
+                    return Err(StoreError::ProfileIsDefault);
+                }
+                for kv in engine.ks.devices.iter() {
+                    if decode_device(&kv.into_inner()?.1)?.profile_id() == id {
+                        return Err(StoreError::ProfileInUse);
+                    }
+                }
+                engine.ks.profiles.remove(id.0.as_bytes())?;
+                Ok(WriteOutcome::Done)
+            }
+            WriteOp::SetDefaultProfile(id) => {
+                let engine = self.engine()?;
+                let target = self.store.profile(id)?.ok_or(StoreError::ProfileNotFound(id))?;
+                let mut batch = engine.db.batch();
+                for p in engine.profiles()? {
+                    if p.default != (p.id == id) {
+                        let p = ProfileRecord { default: p.id == id, ..p };
+                        batch.insert(&engine.ks.profiles, p.id.0.as_bytes().to_vec(), encode_profile(&p)?);
+                    }
+                }
+                batch.commit()?;
+                Ok(WriteOutcome::Profile(ProfileRecord { default: true, ..target }))
+            }
             WriteOp::DeleteDevice(id) => {
                 self.gateway_counts.clear();
                 self.identity_counts.clear();
@@ -968,6 +1028,7 @@ impl Writer {
                 }
                 let protocol = identity.protocol.clone();
                 let save = SaveDevice {
+                    profile: None,
                     id: None,
                     name: identity.device_name(),
                     device_type,
@@ -1039,6 +1100,7 @@ impl Writer {
         }
         let rec = txn.save(
             SaveDevice {
+                profile: None,
                 id: None,
                 name,
                 device_type: device_type.unwrap_or_default(),
@@ -1208,6 +1270,8 @@ struct DeviceTxn<'a> {
     /// `identities` key → owner as of this transaction.
     identities: HashMap<Vec<u8>, Option<DeviceId>>,
     records: HashMap<DeviceId, DeviceRecord>,
+    /// Every profile as of this transaction (read when first needed).
+    profiles: Option<Vec<ProfileRecord>>,
 }
 
 impl<'a> DeviceTxn<'a> {
@@ -1220,7 +1284,97 @@ impl<'a> DeviceTxn<'a> {
             tokens: HashMap::default(),
             identities: HashMap::default(),
             records: HashMap::default(),
+            profiles: None,
         }
+    }
+
+    fn profiles(&mut self) -> Result<&mut Vec<ProfileRecord>, StoreError> {
+        if self.profiles.is_none() {
+            self.profiles = Some(self.engine.profiles()?);
+        }
+        self.profiles.as_mut().ok_or(StoreError::Corrupt("profiles"))
+    }
+
+    /// Stages `p` as the profile of its id.
+    fn put_profile(&mut self, p: ProfileRecord) -> Result<(), StoreError> {
+        self.batch.insert(&self.engine.ks.profiles, p.id.0.as_bytes().to_vec(), encode_profile(&p)?);
+        let all = self.profiles()?;
+        all.retain(|q| q.id != p.id);
+        all.push(p);
+        Ok(())
+    }
+
+    /// The profile a saved device gets: `id` (must exist); else the one named `name`,
+    /// created if there is none; else (`name` empty) `current`'s, or the default one.
+    fn resolve_profile(
+        &mut self,
+        id: Option<ProfileId>,
+        name: &str,
+        current: Option<ProfileId>,
+    ) -> Result<ProfileRecord, StoreError> {
+        let all = self.profiles()?;
+        let found = match (id, name, current) {
+            (Some(id), _, _) => Some(all.iter().find(|p| p.id == id).ok_or(StoreError::ProfileNotFound(id))?),
+            (None, "", Some(c)) => all.iter().find(|p| p.id == c).or_else(|| all.iter().find(|p| p.default)),
+            (None, "", None) => all.iter().find(|p| p.default),
+            (None, name, _) => all.iter().find(|p| p.name == name),
+        };
+        if let Some(p) = found {
+            return Ok(p.clone());
+        }
+        let name = if name.is_empty() { DEFAULT_PROFILE } else { name };
+        let doc = serde_json::json!({"type": "DEFAULT", "transportType": "DEFAULT", "provisionType": "DISABLED"});
+        let p = ProfileRecord {
+            id: ProfileId::new_random(),
+            created_time: Ts::now().0,
+            name: name.to_owned(),
+            default: self.profiles()?.iter().all(|p| !p.default),
+            doc,
+        };
+        self.put_profile(p.clone())?;
+        Ok(p)
+    }
+
+    /// [`WriteOp::SaveProfile`]: a renamed profile's devices take the new name as their type.
+    fn save_profile(&mut self, s: SaveProfile) -> Result<ProfileRecord, StoreError> {
+        if s.name.trim().is_empty() {
+            return Err(StoreError::Invalid("Device profile name should be specified!".into()));
+        }
+        if s.name.chars().count() > 255 || s.name.chars().any(char::is_control) {
+            return Err(StoreError::Invalid(
+                "device profile name must be at most 255 characters, without control characters".into(),
+            ));
+        }
+        if !s.doc.is_object() {
+            return Err(StoreError::Invalid("a device profile is a JSON object".into()));
+        }
+        let all = self.profiles()?;
+        let old = match s.id {
+            Some(id) => Some(all.iter().find(|p| p.id == id).cloned().ok_or(StoreError::ProfileNotFound(id))?),
+            None => None,
+        };
+        let id = old.as_ref().map_or_else(ProfileId::new_random, |o| o.id);
+        if all.iter().any(|p| p.name == s.name && p.id != id) {
+            return Err(StoreError::ProfileNameTaken(s.name));
+        }
+        let rec = ProfileRecord {
+            id,
+            created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
+            name: s.name,
+            default: old.as_ref().is_some_and(|o| o.default),
+            doc: s.doc,
+        };
+        if old.as_ref().is_some_and(|o| o.name != rec.name) {
+            for kv in self.engine.ks.devices.iter() {
+                let d = decode_device(&kv.into_inner()?.1)?;
+                if d.profile_id() == id {
+                    let new = DeviceRecord { device_type: rec.name.clone(), profile: Some(id), ..d.clone() };
+                    self.put(new, Some(&d))?;
+                }
+            }
+        }
+        self.put_profile(rec.clone())?;
+        Ok(rec)
     }
 
     fn commit(self) -> Result<(), StoreError> {
@@ -1355,11 +1509,13 @@ impl<'a> DeviceTxn<'a> {
             (None, Some(o)) => o.token.clone(),
             (None, None) => self.fresh_token()?,
         };
+        let profile = self.resolve_profile(s.profile, &s.device_type, old.as_ref().map(DeviceRecord::profile_id))?;
         let rec = DeviceRecord {
             id,
             created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
             name: s.name,
-            device_type: if s.device_type.is_empty() { "default".into() } else { s.device_type },
+            device_type: profile.name,
+            profile: Some(profile.id),
             label: s.label,
             token,
             additional_info: s.additional_info,
@@ -1390,6 +1546,7 @@ impl<'a> DeviceTxn<'a> {
                 }
             }
             let save = SaveDevice {
+                profile: None,
                 id: existing.as_ref().map(|e| e.id),
                 name: row.name,
                 device_type: row

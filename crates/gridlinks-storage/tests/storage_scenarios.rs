@@ -18,6 +18,7 @@ fn open(dir: &std::path::Path) -> (Store, WriterHandle, std::thread::JoinHandle<
 async fn device(h: &WriterHandle, name: &str) -> DeviceId {
     match h
         .submit(WriteOp::SaveDevice(SaveDevice {
+            profile: None,
             id: None,
             name: name.into(),
             device_type: String::new(),
@@ -152,6 +153,7 @@ async fn devices_names_tokens_and_delete() {
     let d = device(&h, "a").await;
     let dup = h
         .submit(WriteOp::SaveDevice(SaveDevice {
+            profile: None,
             id: None,
             name: "a".into(),
             device_type: String::new(),
@@ -286,6 +288,7 @@ async fn broker_rows_last_write_wins_per_round_and_survive_reopen() {
 
 async fn save(h: &WriterHandle, name: &str, info: Option<serde_json::Value>) -> DeviceId {
     let op = WriteOp::SaveDevice(SaveDevice {
+        profile: None,
         id: None,
         name: name.into(),
         device_type: String::new(),
@@ -487,6 +490,7 @@ async fn protocol_identities() {
     assert!(matches!(bad, StoreError::Invalid(_)), "{bad:?}");
     // An update through the REST shape keeps the identity; the token still works.
     let save = SaveDevice {
+        profile: None,
         id: Some(a),
         name: "a2".into(),
         device_type: String::new(),

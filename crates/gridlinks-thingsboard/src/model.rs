@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use gridlinks_types::{DeviceId, Ts, Value};
+use gridlinks_types::{DeviceId, ProfileId, Ts, Value};
 use serde::Deserialize;
 use serde_json::{json, Value as J};
 use uuid::Uuid;
@@ -71,12 +71,6 @@ pub fn entity_id(entity_type: &str, id: impl serde::Serialize) -> J {
     json!({"entityType": entity_type, "id": id})
 }
 
-/// Stable id of the device profile named `type` (GridLinks has no profile entities;
-/// the id lets clients group devices by profile as they would in ThingsBoard).
-pub fn profile_id(device_type: &str) -> Uuid {
-    Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("gridlinks/device-profile/{device_type}").as_bytes())
-}
-
 /// What the device JSON shows of a device, borrowed from wherever it is kept.
 #[derive(Clone, Copy, Debug)]
 pub struct Device<'a> {
@@ -88,6 +82,8 @@ pub struct Device<'a> {
     pub name: &'a str,
     /// Device type (the device profile's name).
     pub device_type: &'a str,
+    /// Its device profile.
+    pub profile: ProfileId,
     /// Free-text label.
     pub label: Option<&'a str>,
     /// Its access token.
@@ -110,7 +106,7 @@ pub fn device(d: &Device<'_>, tenant: Uuid) -> J {
         "name": d.name,
         "type": d.device_type,
         "label": d.label,
-        "deviceProfileId": entity_id("DEVICE_PROFILE", profile_id(d.device_type)),
+        "deviceProfileId": entity_id("DEVICE_PROFILE", d.profile),
         "deviceData": {"configuration": {"type": "DEFAULT"}, "transportConfiguration": {"type": "DEFAULT"}},
         "firmwareId": null,
         "softwareId": null,
@@ -191,16 +187,73 @@ pub fn attributes<'a>(entries: impl IntoIterator<Item = (&'a str, Ts, &'a Value)
     )
 }
 
-/// A device profile info (GridLinks derives one profile per device type).
-pub fn profile_info(device_type: &str, tenant: Uuid) -> J {
-    json!({
-        "id": entity_id("DEVICE_PROFILE", profile_id(device_type)),
-        "tenantId": entity_id("TENANT", tenant),
-        "name": device_type,
-        "image": null,
-        "defaultDashboardId": null,
+/// What the device profile JSON shows of a profile, borrowed from wherever it is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Profile<'a> {
+    /// Its id.
+    pub id: ProfileId,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Unique name.
+    pub name: &'a str,
+    /// The tenant's default profile.
+    pub default: bool,
+    /// The rest, as the client gave it (an object).
+    pub doc: &'a J,
+}
+
+/// The fields of a profile GridLinks keeps itself; a client's copy of them is ignored.
+pub const PROFILE_OWN_FIELDS: [&str; 6] = ["id", "createdTime", "tenantId", "name", "default", "version"];
+
+/// A device profile as `GET /api/deviceProfile/{id}` returns it: what the client stored,
+/// ThingsBoard's defaults for what it left out.
+pub fn profile(p: &Profile<'_>, tenant: Uuid) -> J {
+    let mut j = json!({
+        "description": null,
         "type": "DEFAULT",
         "transportType": "DEFAULT",
+        "provisionType": "DISABLED",
+        "profileData": {
+            "configuration": {"type": "DEFAULT"},
+            "transportConfiguration": {"type": "DEFAULT"},
+            "provisionConfiguration": {"type": "DISABLED", "provisionDeviceSecret": null},
+            "alarms": null,
+        },
+        "image": null,
+        "defaultRuleChainId": null,
+        "defaultDashboardId": null,
+        "defaultQueueName": null,
+        "defaultEdgeRuleChainId": null,
+        "provisionDeviceKey": null,
+        "firmwareId": null,
+        "softwareId": null,
+        "externalId": null,
+    });
+    if let (Some(out), Some(doc)) = (j.as_object_mut(), p.doc.as_object()) {
+        for (k, v) in doc.iter().filter(|(k, _)| !PROFILE_OWN_FIELDS.contains(&k.as_str())) {
+            out.insert(k.clone(), v.clone());
+        }
+        out.insert("id".into(), entity_id("DEVICE_PROFILE", p.id));
+        out.insert("createdTime".into(), p.created_time.into());
+        out.insert("tenantId".into(), entity_id("TENANT", tenant));
+        out.insert("name".into(), p.name.into());
+        out.insert("default".into(), p.default.into());
+        out.insert("version".into(), 1.into());
+    }
+    j
+}
+
+/// A device profile info (`GET /api/deviceProfileInfos`).
+pub fn profile_info(p: &Profile<'_>, tenant: Uuid) -> J {
+    let full = profile(p, tenant);
+    json!({
+        "id": full["id"],
+        "tenantId": full["tenantId"],
+        "name": p.name,
+        "image": full["image"],
+        "defaultDashboardId": full["defaultDashboardId"],
+        "type": full["type"],
+        "transportType": full["transportType"],
     })
 }
 
@@ -258,6 +311,7 @@ mod tests {
             created_time: 5,
             name: "Boiler",
             device_type: "boiler",
+            profile: ProfileId::for_name("boiler"),
             label: None,
             token: "tok",
             additional_info: Some(&info),
@@ -271,8 +325,25 @@ mod tests {
         assert_eq!(j["label"], J::Null);
         assert_eq!(j["additionalInfo"]["gateway"], true);
         assert_eq!(j["customerId"]["id"], NULL_UUID);
-        assert_eq!(j["deviceProfileId"]["id"], profile_id("boiler").to_string());
+        assert_eq!(j["deviceProfileId"]["id"], ProfileId::for_name("boiler").to_string());
         assert_eq!(credentials(&d)["credentialsId"], "tok");
+    }
+
+    #[test]
+    fn profiles_keep_what_the_client_gave_and_fill_in_the_rest() {
+        let doc = json!({"description": "pumps", "provisionType": "ALLOW_CREATE_NEW_DEVICES", "name": "ignored",
+                         "profileData": {"alarms": [{"id": "a1"}]}});
+        let p = Profile { id: ProfileId::for_name("pump"), created_time: 9, name: "pump", default: false, doc: &doc };
+        let j = profile(&p, Uuid::nil());
+        assert_eq!(j["name"], "pump", "the name is the profile's, not the document's");
+        assert_eq!(j["description"], "pumps");
+        assert_eq!(j["provisionType"], "ALLOW_CREATE_NEW_DEVICES");
+        assert_eq!(j["profileData"]["alarms"][0]["id"], "a1");
+        assert_eq!(j["transportType"], "DEFAULT");
+        assert_eq!((j["default"].as_bool(), j["createdTime"].as_i64()), (Some(false), Some(9)));
+        let info = profile_info(&p, Uuid::nil());
+        assert_eq!((info["name"].as_str(), info["type"].as_str()), (Some("pump"), Some("DEFAULT")));
+        assert_eq!(info["id"], j["id"]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Core domain types shared by every GridLinks crate: newtype ids ([`DeviceId`]),
+//! Core domain types shared by every GridLinks crate: newtype ids ([`DeviceId`],
+//! [`ProfileId`]),
 //! millisecond timestamps ([`Ts`]), typed telemetry values ([`Value`]), one message's
 //! worth of points at one timestamp ([`TsRecord`]), attribute scopes ([`AttributeScope`]) and
 //! the identities device protocols without tokens name devices by ([`ProtocolIdentity`]).
@@ -42,6 +43,38 @@ impl fmt::Display for DeviceId {
 }
 
 impl FromStr for DeviceId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s).map(Self)
+    }
+}
+
+/// A device profile's identity (`{"entityType":"DEVICE_PROFILE","id":"…"}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProfileId(pub Uuid);
+
+impl ProfileId {
+    /// A fresh random id (profiles created through the API).
+    pub fn new_random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// The id of a profile created for a device type name: the same for the same name in
+    /// every installation (devices stored before profiles were entities name their profile
+    /// by type only, and keep pointing at it by this id).
+    pub fn for_name(name: &str) -> Self {
+        Self(Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("gridlinks/device-profile/{name}").as_bytes()))
+    }
+}
+
+impl fmt::Display for ProfileId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for ProfileId {
     type Err = uuid::Error;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Uuid::parse_str(s).map(Self)

@@ -121,12 +121,13 @@ fn entity_error(e: EntityError) -> ApiError {
 }
 
 /// The device JSON's view of a stored device.
-fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<'_> {
+pub(crate) fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<'_> {
     model::Device {
         id: d.id,
         created_time: d.created_time,
         name: &d.name,
         device_type: &d.device_type,
+        profile: d.profile_id(),
         label: d.label.as_deref(),
         token: &d.token,
         additional_info: d.additional_info.as_ref(),
@@ -170,28 +171,24 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
         .name
         .filter(|n| !n.trim().is_empty())
         .ok_or_else(|| ApiError::bad_request("Device name should be specified!"))?;
-    let device_type = match (b.device_type.filter(|t| !t.is_empty()), b.device_profile_id) {
-        (Some(t), _) => t,
-        // Clients that only know a profile id (tb-rest-client 4.3) get that profile's type.
-        (None, Some(profile)) => {
-            let types = device_types(&st).await?;
-            types
-                .into_iter()
-                .find(|t| model::profile_id(t).to_string() == profile.id)
-                .ok_or_else(|| ApiError::not_found(format!("Device profile with id [{}] is not found", profile.id)))?
-        }
-        (None, None) => String::new(),
+    // A profile id wins over a type; a type names a profile, created if it does not exist.
+    let profile = match b.device_profile_id {
+        Some(p) => Some(super::profiles::profile_id(&p.id)?),
+        None => None,
     };
+    let device_type = b.device_type.unwrap_or_default();
     let id = match b.id {
         Some(e) => Some(device_id(&e.id)?),
         None => None,
     };
     let save = SaveDevice {
         id,
+        profile,
         name,
         device_type,
         label: b.label,
-        token: p.access_token,
+        // Empty or absent: a new device gets a random 20-character token, as in ThingsBoard.
+        token: p.access_token.filter(|t| !t.is_empty()),
         additional_info: b.additional_info.filter(|v| !v.is_null()),
     };
     let op = WriteOp::SaveDevice(save);
@@ -258,6 +255,7 @@ pub async fn save_credentials(_: Admin, State(st): St, Body(body): Body) -> ApiR
             let d = load_device(&st, id).await?;
             let token = cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the access token) is required"))?;
             let save = SaveDevice {
+                profile: None,
                 id: Some(id),
                 name: d.name,
                 device_type: d.device_type,
@@ -379,54 +377,6 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
     Ok(Json(model::page(data, total, page_size, page)))
 }
 
-/// Every device type in use, plus `default` (GridLinks' device profiles).
-async fn device_types(st: &Core) -> ApiResult<Vec<String>> {
-    let store = st.store.clone();
-    let devices = blocking(move || store.devices()).await?;
-    let mut types: Vec<String> = devices.into_iter().map(|d| d.device_type).collect();
-    types.push("default".into());
-    types.sort();
-    types.dedup();
-    Ok(types)
-}
-
-/// `GET /api/deviceProfileInfo/default`.
-pub async fn default_profile_info(_: Admin, State(st): St) -> Json<J> {
-    Json(model::profile_info("default", st.tenant_id))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ProfileListParams {
-    page_size: i64,
-    page: i64,
-    text_search: Option<String>,
-    sort_property: Option<String>,
-    sort_order: Option<String>,
-    transport_type: Option<String>,
-}
-
-/// `GET /api/deviceProfileInfos?pageSize=&page=`: one profile per device type.
-pub async fn profile_infos(_: Admin, State(st): St, Q(p): Q<ProfileListParams>) -> ApiResult<Json<J>> {
-    let _ = (p.sort_property, p.transport_type);
-    if p.page_size < 1 || p.page_size > st.cfg.http.max_page_size as i64 || p.page < 0 {
-        return Err(ApiError::bad_request(
-            "pageSize must be between 1 and http.max_page_size and page must not be negative",
-        ));
-    }
-    let mut types = device_types(&st).await?;
-    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
-        types.retain(|t| t.to_lowercase().contains(&q));
-    }
-    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
-        types.reverse();
-    }
-    let (size, page) = (p.page_size as usize, p.page as usize);
-    let data =
-        types.iter().skip(page.saturating_mul(size)).take(size).map(|t| model::profile_info(t, st.tenant_id)).collect();
-    Ok(Json(model::page(data, types.len(), size, page)))
-}
-
 /// `GET /api/auth/user`: the logged-in administrator.
 pub async fn current_user(_: Admin, State(st): St) -> Json<J> {
     Json(model::admin_user(&st.cfg.admin.user, st.tenant_id))
@@ -540,6 +490,7 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
             continue;
         }
         let checked = SaveDevice {
+            profile: None,
             id: None,
             name: row.name.clone(),
             device_type: row.device_type.clone().unwrap_or_default(),

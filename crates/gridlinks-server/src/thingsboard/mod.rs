@@ -12,5 +12,6 @@ pub mod device_api;
 pub mod device_mqtt;
 pub mod error;
 pub mod extract;
+pub mod profiles;
 pub mod relations;
 pub mod rpc;

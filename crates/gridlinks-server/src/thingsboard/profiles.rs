@@ -1,0 +1,187 @@
+//! Device profiles, as ThingsBoard serves them: `GET /api/deviceProfiles`,
+//! `/api/deviceProfileInfos`, `POST /api/deviceProfile`, `GET`/`DELETE
+//! /api/deviceProfile/{id}`, `POST /api/deviceProfile/{id}/default`,
+//! `GET /api/deviceProfileInfo/{id}` and `/api/deviceProfileInfo/default`. Profiles are
+//! stored entities; a device references one by id and shows its name as `type`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_storage::{ProfileRecord, SaveProfile, WriteOp, WriteOutcome};
+use gridlinks_thingsboard::model;
+use gridlinks_types::ProfileId;
+use serde::Deserialize;
+use serde_json::Value as J;
+
+use super::api::{blocking, parse_json};
+use super::error::{ApiError, ApiResult};
+use super::extract::{Admin, Body, Q};
+use crate::app::Core;
+
+type St = State<Arc<Core>>;
+
+/// A profile id from a path or body.
+pub fn profile_id(s: &str) -> ApiResult<ProfileId> {
+    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid device profile id: {s}")))
+}
+
+fn view(p: &ProfileRecord) -> model::Profile<'_> {
+    model::Profile { id: p.id, created_time: p.created_time, name: &p.name, default: p.default, doc: &p.doc }
+}
+
+async fn load(st: &Core, id: ProfileId) -> ApiResult<ProfileRecord> {
+    let store = st.store.clone();
+    blocking(move || store.profile(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Device profile with id [{id}] is not found")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ListParams {
+    page_size: i64,
+    page: i64,
+    text_search: Option<String>,
+    sort_property: Option<String>,
+    sort_order: Option<String>,
+    transport_type: Option<String>,
+}
+
+/// The page of profiles `p` asks for: name containing `textSearch` (any case), of
+/// `transportType` if given, sorted by `sortProperty` (`name`, `createdTime`, `type`,
+/// `transportType`, `description`, `isDefault`; `name` when absent) in `sortOrder`.
+async fn page(st: &Core, p: ListParams, render: fn(&model::Profile<'_>, uuid::Uuid) -> J) -> ApiResult<Json<J>> {
+    let max = st.cfg.http.max_page_size as i64;
+    if p.page_size < 1 || p.page_size > max || p.page < 0 {
+        return Err(ApiError::bad_request(
+            "pageSize must be between 1 and http.max_page_size and page must not be negative",
+        ));
+    }
+    let store = st.store.clone();
+    let mut all = blocking(move || store.profiles()).await?;
+    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
+        all.retain(|r| r.name.to_lowercase().contains(&q));
+    }
+    let field = |r: &ProfileRecord, f: &str| r.doc.get(f).and_then(J::as_str).unwrap_or("DEFAULT").to_owned();
+    if let Some(t) = p.transport_type.filter(|t| !t.is_empty()) {
+        all.retain(|r| field(r, "transportType") == t);
+    }
+    match p.sort_property.as_deref().unwrap_or("name") {
+        "name" => {}
+        "createdTime" => all.sort_by_key(|r| r.created_time),
+        "isDefault" => all.sort_by_key(|r| r.default),
+        f @ ("type" | "transportType" | "description") => all.sort_by_cached_key(|r| field(r, f)),
+        other => return Err(ApiError::bad_request(format!("Unsupported sort property: {other}"))),
+    }
+    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
+        all.reverse();
+    }
+    let (size, page) = (p.page_size as usize, p.page as usize);
+    let data = all.iter().skip(page.saturating_mul(size)).take(size).map(|r| render(&view(r), st.tenant_id)).collect();
+    Ok(Json(model::page(data, all.len(), size, page)))
+}
+
+/// `GET /api/deviceProfiles?pageSize=&page=`: full profiles.
+pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    page(&st, p, model::profile).await
+}
+
+/// `GET /api/deviceProfileInfos?pageSize=&page=`: profile infos.
+pub async fn infos(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    page(&st, p, model::profile_info).await
+}
+
+/// `GET /api/deviceProfile/{id}`.
+pub async fn get(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let p = load(&st, profile_id(&id)?).await?;
+    Ok(Json(model::profile(&view(&p), st.tenant_id)))
+}
+
+/// `GET /api/deviceProfileInfo/{id}`.
+pub async fn info(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let p = load(&st, profile_id(&id)?).await?;
+    Ok(Json(model::profile_info(&view(&p), st.tenant_id)))
+}
+
+/// `GET /api/deviceProfileInfo/default`.
+pub async fn default_info(_: Admin, State(st): St) -> ApiResult<Json<J>> {
+    let store = st.store.clone();
+    let all = blocking(move || store.profiles()).await?;
+    let p = all.iter().find(|p| p.default).ok_or_else(|| ApiError::not_found("No default device profile"))?;
+    Ok(Json(model::profile_info(&view(p), st.tenant_id)))
+}
+
+/// `POST /api/deviceProfile`: create, or update when the body has an id. The body is kept
+/// as given (alarm rules, transport and provisioning settings are data here).
+pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let doc: J = parse_json(&body)?;
+    if !doc.is_object() {
+        return Err(ApiError::bad_request("Invalid request body: a device profile is a JSON object"));
+    }
+    let name = doc.get("name").and_then(J::as_str).unwrap_or_default().to_owned();
+    let id = match doc.get("id").filter(|v| !v.is_null()) {
+        Some(e) => {
+            let e: model::Id = serde_json::from_value(e.clone())
+                .map_err(|e| ApiError::bad_request(format!("Invalid request body: id: {e}")))?;
+            Some(profile_id(&e.id)?)
+        }
+        None => None,
+    };
+    match st.writer.submit(WriteOp::SaveProfile(SaveProfile { id, name, doc })).await? {
+        WriteOutcome::Profile(p) => Ok(Json(model::profile(&view(&p), st.tenant_id))),
+        _ => Err(ApiError::internal("unexpected write outcome")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NamesParams {
+    active_only: Option<bool>,
+}
+
+/// `GET /api/deviceProfile/names[?activeOnly=true]`: `[{"id", "name"}]` of every profile,
+/// or only of those devices use.
+pub async fn names(_: Admin, State(st): St, Q(p): Q<NamesParams>) -> ApiResult<Json<J>> {
+    let store = st.store.clone();
+    let active = p.active_only.unwrap_or(false);
+    let (all, used) = blocking(move || {
+        let used: std::collections::HashSet<ProfileId> = match active {
+            true => store.devices()?.iter().map(|d| d.profile_id()).collect(),
+            false => Default::default(),
+        };
+        Ok((store.profiles()?, used))
+    })
+    .await?;
+    let list = all
+        .iter()
+        .filter(|p| !active || used.contains(&p.id))
+        .map(|p| serde_json::json!({"id": model::entity_id("DEVICE_PROFILE", p.id), "name": p.name}))
+        .collect();
+    Ok(Json(J::Array(list)))
+}
+
+/// `DELETE /api/deviceProfile/{id}`: refused (400) for the default profile and for one
+/// that devices use.
+pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    st.writer.submit(WriteOp::DeleteProfile(profile_id(&id)?)).await?;
+    Ok(StatusCode::OK)
+}
+
+/// `POST /api/deviceProfile/{id}/default`: makes it the default profile.
+pub async fn set_default(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    match st.writer.submit(WriteOp::SetDefaultProfile(profile_id(&id)?)).await? {
+        WriteOutcome::Profile(p) => Ok(Json(model::profile(&view(&p), st.tenant_id))),
+        _ => Err(ApiError::internal("unexpected write outcome")),
+    }
+}
+
+/// Rule chains, rule nodes and the rule engine are outside GridLinks: 501, naming it.
+pub async fn rule_engine() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        gridlinks_thingsboard::error::ErrorCode::General,
+        "Rule chains are not supported by GridLinks: the rule engine is out of its scope",
+    )
+}
