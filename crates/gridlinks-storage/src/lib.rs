@@ -1,5 +1,5 @@
 //! GridLinks' embedded storage. It owns everything on disk under the data directory:
-//! devices (with their name and access-token indexes), telemetry time series, the
+//! devices (with their name and access-token indexes), device profiles, telemetry time series, the
 //! latest value of every (device, key), and attributes in three scopes.
 //!
 //! Layout (one [fjall] database, one keyspace per kind of row):
