@@ -334,3 +334,24 @@ def test_gateway_sub_device_telemetry(server, rest):
     finally:
         gw.stop()
         gw.disconnect()
+
+
+def test_sdk_provisioning_call(server, rest):
+    # A profile that lets devices create themselves, then the SDK's own provisioning call,
+    # unchanged; the credentials it returns work at once.
+    key, secret = "sdk-key-" + uuid.uuid4().hex[:6], "sdk-secret-" + uuid.uuid4().hex[:6]
+    profile = {"name": "sdk-provisioned", "provisionType": "ALLOW_CREATE_NEW_DEVICES", "provisionDeviceKey": key,
+               "profileData": {"provisionConfiguration": {"type": "ALLOW_CREATE_NEW_DEVICES",
+                                                          "provisionDeviceSecret": secret}}}
+    r = rest.post(server["base"] + "/api/deviceProfile", json=profile, timeout=HTTP_TIMEOUT)
+    assert r.status_code == 200, r.text
+    credentials = TBDeviceMqttClient.provision("127.0.0.1", key, secret, port=server["mqtt_port"],
+                                               device_name="sdk-provisioned-1")
+    assert credentials is not None and credentials["status"] == "SUCCESS", credentials
+    assert credentials["credentialsType"] == "ACCESS_TOKEN"
+    token = credentials["credentialsValue"]
+    r = requests.post(server["base"] + f"/api/v1/{token}/telemetry", json={"provisioned": True}, timeout=HTTP_TIMEOUT)
+    assert r.status_code == 200, r.text
+    # A wrong secret: the SDK gets no credentials.
+    assert TBDeviceMqttClient.provision("127.0.0.1", key, "wrong", port=server["mqtt_port"],
+                                        device_name="sdk-provisioned-2") is None

@@ -170,6 +170,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/rpc/{kind}/{device_id}", post(rpc::rpc_v2))
         .route("/api/mqtt/clients", post(clients::save).get(clients::list))
         .route("/api/mqtt/clients/{username}", get(clients::get).delete(clients::delete))
+        .route("/api/v1/provision", post(device_api::provision))
         .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
         .route("/api/v1/{token}/attributes", post(device_api::post_attributes).get(device_api::get_attributes))
         .fallback(api::not_found)

@@ -439,7 +439,12 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
     if request.payload.len() > max {
         return too_large(max);
     }
-    let device = match core.ingest.authenticate(resource.token()) {
+    let Some(token) = resource.token() else {
+        // Provisioning, the one resource without a token.
+        let answer = crate::thingsboard::provision::provision(mqtt, peer.ip(), &request.payload).await;
+        return json(ResponseType::Content, answer.to_string().into_bytes());
+    };
+    let device = match core.ingest.authenticate(token) {
         Ok(d) => d,
         Err(e) => return ingest_error(e),
     };
@@ -474,6 +479,7 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
             let watch = register.then_some((token, Watched::Attributes));
             return observed(server, request, peer, device, watch, Some(req)).await;
         }
+        Resource::Provision => return text(ResponseType::InternalServerError, "provisioning routed wrongly"),
         Resource::GetRpc(token) => {
             return match observe_flag(request) {
                 Ok(Some(register)) => {

@@ -70,3 +70,13 @@ pub async fn get_attributes(State(st): St, Path(token): Path<String>, Q(p): Q<At
     let req = AttributeRequest::from_key_lists(p.client_keys.as_deref(), p.shared_keys.as_deref());
     Ok(Json(attributes::read_for_device(&st.store, device, req).await?))
 }
+
+/// `POST /api/v1/provision`: device provisioning ([`super::provision`]); always 200 with
+/// the provisioning status in the body, as ThingsBoard answers.
+pub async fn provision(
+    State(mqtt): State<Arc<crate::mqtt::Mqtt>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    Body(body): Body,
+) -> Json<J> {
+    Json(super::provision::provision(&mqtt, peer.ip(), &body).await)
+}

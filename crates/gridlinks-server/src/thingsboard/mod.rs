@@ -13,5 +13,6 @@ pub mod device_mqtt;
 pub mod error;
 pub mod extract;
 pub mod profiles;
+pub mod provision;
 pub mod relations;
 pub mod rpc;

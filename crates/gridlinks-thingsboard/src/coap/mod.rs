@@ -71,18 +71,21 @@ pub enum Resource<'a> {
     ClientRpc(&'a str),
     /// `POST /api/v1/{token}/rpc/{id}`: the device's answer to server-side RPC `id`.
     RpcResponse(&'a str, u32),
+    /// `POST /api/v1/provision`: device provisioning (no token).
+    Provision,
 }
 
 impl<'a> Resource<'a> {
-    /// The access token the request carries.
-    pub fn token(&self) -> &'a str {
+    /// The access token the request carries (provisioning has none).
+    pub fn token(&self) -> Option<&'a str> {
         match self {
             Resource::PostTelemetry(t)
             | Resource::PostAttributes(t)
             | Resource::GetAttributes(t, _)
             | Resource::GetRpc(t)
             | Resource::ClientRpc(t)
-            | Resource::RpcResponse(t, _) => t,
+            | Resource::RpcResponse(t, _) => Some(t),
+            Resource::Provision => None,
         }
     }
 }
@@ -103,6 +106,12 @@ pub enum RouteError {
 
 /// The resource `method` on `path` (Uri-Path segments) with `query` (Uri-Query options) names.
 pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Resource<'a>, RouteError> {
+    if let ["api", "v1", "provision"] = path {
+        return match method {
+            Method::Post => Ok(Resource::Provision),
+            _ => Err(RouteError::MethodNotAllowed),
+        };
+    }
     if let ["api", "v1", token, "rpc", id] = path {
         let Ok(id) = id.parse() else { return Err(RouteError::NotFound) };
         return match method {
@@ -152,7 +161,10 @@ mod tests {
         assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/x"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/4294967296"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/other"), &[]), Err(RouteError::NotFound));
-        assert_eq!(Resource::RpcResponse("T", 1).token(), "T");
+        assert_eq!(Resource::RpcResponse("T", 1).token(), Some("T"));
+        assert_eq!(route(Method::Post, &p("/api/v1/provision"), &[]), Ok(Resource::Provision));
+        assert_eq!(Resource::Provision.token(), None);
+        assert_eq!(route(Method::Get, &p("/api/v1/provision"), &[]), Err(RouteError::MethodNotAllowed));
         assert_eq!(route(Method::Post, &p("/api/v2/T/telemetry"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/telemetry/x"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Get, &p("/api/v1/T/attributes"), &["x=1"]), Err(RouteError::BadQuery("x=1".into())));

@@ -44,6 +44,7 @@ use gridlinks_thingsboard::topic::{ATTRIBUTES as ATTRIBUTES_TOPIC, TELEMETRY as 
 mod handshake;
 mod inbound;
 mod outbound;
+mod provision;
 
 pub(crate) use inbound::message;
 use inbound::{may_publish, Batch};
@@ -206,6 +207,13 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         conn.version = connect.protocol;
         if let Some(max) = connect.properties.maximum_packet_size {
             conn.max_out = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        // ThingsBoard's provisioning user name: a short exchange, no session.
+        if connect.username.as_deref() == Some("provision") && connect.password.as_deref().is_none_or(<[u8]>::is_empty)
+        {
+            drop(connect);
+            Box::pin(conn.provision()).await;
+            return;
         }
         // Boxed, as reading the CONNECT above: the handshake's state (timer, storage and
         // credential checks) would otherwise size every connection's task for its whole life.
