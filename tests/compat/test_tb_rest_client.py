@@ -29,7 +29,7 @@ from gridlinks_server import gridlinks_server
 # cannot even build a Device without a device_profile_id; GridLinks serves
 # /api/deviceProfileInfo/default and /api/deviceProfileInfos for it.)
 from tb_rest_client.rest_client import RestClient as TbRestClient
-from tb_rest_client.models import Device, DeviceProfile, DeviceProfileData, DeviceProfileId
+from tb_rest_client.models import Dashboard, Device, DeviceProfile, DeviceProfileData
 from tb_rest_client.rest import ApiException
 
 ADMIN_USER = "admin"
@@ -279,6 +279,21 @@ def test_device_profiles_as_entities(client):
     client.delete_device_profile(device_profile_id=saved.id.id)
     with pytest.raises(ApiException) as err:
         client.get_device_profile_by_id(device_profile_id=saved.id.id)
+    assert err.value.status == 404
+
+
+def test_dashboards(client):
+    config = {"widgets": {"w1": {"type": "latest", "config": {}}}, "states": {"default": {"name": "main"}}}
+    saved = client.save_dashboard(Dashboard(title="compat-dashboard", configuration=config))
+    assert saved.id.entity_type == "DASHBOARD" and saved.title == "compat-dashboard"
+    again = client.get_dashboard_by_id(dashboard_id=saved.id.id)
+    assert again.configuration == config
+    assert client.get_dashboard_info_by_id(dashboard_id=saved.id.id).title == "compat-dashboard"
+    page = client.get_tenant_dashboards(page_size=10, page=0, text_search="compat")
+    assert [d.title for d in page.data] == ["compat-dashboard"]
+    client.delete_dashboard(dashboard_id=saved.id.id)
+    with pytest.raises(ApiException) as err:
+        client.get_dashboard_by_id(dashboard_id=saved.id.id)
     assert err.value.status == 404
 
 

@@ -56,6 +56,7 @@ impl From<StoreError> for IngestError {
             | StoreError::IdentityTaken(_)
             | StoreError::CredentialClash(_)
             | StoreError::ProfileNotFound(_)
+            | StoreError::DocNotFound(..)
             | StoreError::ProfileNameTaken(_)
             | StoreError::ProfileInUse
             | StoreError::ProfileIsDefault

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, device_api, profiles, relations};
+use crate::thingsboard::{api, dashboards, device_api, profiles, relations};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
@@ -141,6 +141,10 @@ pub fn router(state: Http) -> Router {
         .route("/api/deviceProfile/{id}/default", post(profiles::set_default))
         .route("/api/deviceProfileInfo/default", get(profiles::default_info))
         .route("/api/deviceProfileInfo/{id}", get(profiles::info))
+        .route("/api/dashboard", post(dashboards::save))
+        .route("/api/dashboard/{id}", get(dashboards::get).delete(dashboards::delete))
+        .route("/api/dashboard/info/{id}", get(dashboards::info))
+        .route("/api/tenant/dashboards", get(dashboards::list))
         .route("/api/ruleChains", any(profiles::rule_engine))
         .route("/api/ruleChain", any(profiles::rule_engine))
         .route("/api/ruleChain/{*rest}", any(profiles::rule_engine))

@@ -12,6 +12,7 @@
 //! | `tokens`  | access token                 | device id                               |
 //! | `identities` | protocol ‖ 0 ‖ identity   | device id (custom TCP protocols' devices) |
 //! | `profiles` | profile id (16 B)           | [`ProfileRecord`] as JSON               |
+//! | `docs`    | kind (1 B) ‖ id (16 B)       | [`DocRecord`] as JSON (dashboards)      |
 //! | `ts`      | device id ‖ ts (BE, 8 B)     | every (key, value) reported at that ts  |
 //! | `latest`  | device id                    | (key, ts, value) for every key          |
 //! | `attrs`   | device id ‖ scope ‖ key name | (last update ts, value)                 |
@@ -95,6 +96,9 @@ pub enum StoreError {
     /// The device does not exist (or was deleted).
     #[error("device not found")]
     DeviceNotFound,
+    /// No document of this kind has this id.
+    #[error("{0:?} with id [{1}] is not found")]
+    DocNotFound(DocKind, uuid::Uuid),
     /// No device profile has this id.
     #[error("Device profile with id [{0}] is not found")]
     ProfileNotFound(ProfileId),
@@ -153,6 +157,7 @@ impl StoreError {
             Self::IdentityTaken(m) => Self::IdentityTaken(m.clone()),
             Self::DeviceNotFound => Self::DeviceNotFound,
             Self::ProfileNotFound(id) => Self::ProfileNotFound(*id),
+            Self::DocNotFound(k, id) => Self::DocNotFound(*k, *id),
             Self::ProfileNameTaken(n) => Self::ProfileNameTaken(n.clone()),
             Self::ProfileInUse => Self::ProfileInUse,
             Self::ProfileIsDefault => Self::ProfileIsDefault,
@@ -236,6 +241,36 @@ pub struct ProfileRecord {
     pub doc: serde_json::Value,
 }
 
+/// Entities stored as documents: an id, a title and the client's JSON ([`DocRecord`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DocKind {
+    /// ThingsBoard dashboards.
+    Dashboard = 1,
+}
+
+impl DocKind {
+    fn key(self, id: uuid::Uuid) -> Vec<u8> {
+        let mut k = Vec::with_capacity(17);
+        k.push(self as u8);
+        k.extend_from_slice(id.as_bytes());
+        k
+    }
+}
+
+/// An entity kept as a document (a dashboard: its title and configuration).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DocRecord {
+    /// Its id.
+    pub id: uuid::Uuid,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Its title.
+    pub title: String,
+    /// Everything else the client gave, kept as given (an object).
+    pub doc: serde_json::Value,
+}
+
 /// The name of the profile every installation starts with.
 pub const DEFAULT_PROFILE: &str = "default";
 
@@ -309,6 +344,7 @@ pub(crate) struct Keyspaces {
     pub tokens: Keyspace,
     pub identities: Keyspace,
     pub profiles: Keyspace,
+    pub docs: Keyspace,
     pub ts: Keyspace,
     pub latest: Keyspace,
     pub attrs: Keyspace,
@@ -439,6 +475,7 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
         tokens: ks("tokens", small)?,
         identities: ks("identities", small)?,
         profiles: ks("profiles", small)?,
+        docs: ks("docs", small)?,
         ts: ks("ts", opts.memtable_bytes)?,
         latest: ks("latest", small)?,
         attrs: ks("attrs", small)?,
@@ -621,6 +658,21 @@ impl Store {
         self.engine()?.device(id)
     }
 
+    /// Every document of `kind`, by title.
+    pub fn docs(&self, kind: DocKind) -> Result<Vec<DocRecord>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.engine()?.ks.docs.prefix([kind as u8]) {
+            out.push(decode_doc(&kv.into_inner()?.1)?);
+        }
+        out.sort_by(|a, b| a.title.cmp(&b.title));
+        Ok(out)
+    }
+
+    /// A document by kind and id.
+    pub fn doc(&self, kind: DocKind, id: uuid::Uuid) -> Result<Option<DocRecord>, StoreError> {
+        self.engine()?.ks.docs.get(kind.key(id))?.map(|v| decode_doc(&v)).transpose()
+    }
+
     /// Every device profile, by name.
     pub fn profiles(&self) -> Result<Vec<ProfileRecord>, StoreError> {
         let mut out = self.engine()?.profiles()?;
@@ -778,6 +830,14 @@ impl Store {
 
 pub(crate) fn id_from(v: &[u8]) -> Result<DeviceId, StoreError> {
     <[u8; 16]>::try_from(v).map(DeviceId::from_bytes).map_err(|_| StoreError::Corrupt("device id length"))
+}
+
+pub(crate) fn decode_doc(v: &[u8]) -> Result<DocRecord, StoreError> {
+    serde_json::from_slice(v).map_err(|_| StoreError::Corrupt("document record"))
+}
+
+pub(crate) fn encode_doc(d: &DocRecord) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(d).map_err(|_| StoreError::Corrupt("document encode"))
 }
 
 pub(crate) fn decode_profile(v: &[u8]) -> Result<ProfileRecord, StoreError> {

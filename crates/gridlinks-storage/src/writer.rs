@@ -26,8 +26,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::codec::{self, KeyId};
 use crate::space::Space;
 use crate::{
-    decode_device, encode_device, encode_profile, id_from, BrokerTable, DeviceRecord, Engine, Health, ProfileRecord,
-    Store, StoreError, DEFAULT_PROFILE,
+    decode_device, encode_device, encode_doc, encode_profile, id_from, BrokerTable, DeviceRecord, DocKind, DocRecord,
+    Engine, Health, ProfileRecord, Store, StoreError, DEFAULT_PROFILE,
 };
 
 /// How many devices' latest rows the writer keeps decoded in memory.
@@ -119,6 +119,19 @@ pub enum WriteOp {
     DeleteProfile(ProfileId),
     /// Makes a profile the default one.
     SetDefaultProfile(ProfileId),
+    /// Creates (`id: None`) or updates a document (a dashboard).
+    SaveDoc {
+        /// Which kind.
+        kind: DocKind,
+        /// The document to update; `None` creates one.
+        id: Option<uuid::Uuid>,
+        /// Its title (1 to 255 characters, no control characters).
+        title: String,
+        /// The rest, kept as given (an object).
+        doc: serde_json::Value,
+    },
+    /// Deletes a document.
+    DeleteDoc(DocKind, uuid::Uuid),
     /// Deletes a device with all its data; its token stops working.
     DeleteDevice(DeviceId),
     /// The device named `name` for a gateway to write to: an existing one it owns, or a
@@ -307,6 +320,8 @@ pub enum WriteOutcome {
     Import(ImportOutcome),
     /// The device profile as saved.
     Profile(ProfileRecord),
+    /// The document as saved.
+    Doc(DocRecord),
 }
 
 /// Counters of the writer, for `/metrics`.
@@ -985,6 +1000,36 @@ impl Writer {
                 }
                 batch.commit()?;
                 Ok(WriteOutcome::Profile(ProfileRecord { default: true, ..target }))
+            }
+            WriteOp::SaveDoc { kind, id, title, doc } => {
+                if title.trim().is_empty() || title.chars().count() > 255 || title.chars().any(char::is_control) {
+                    return Err(StoreError::Invalid(
+                        "title should be specified: 1 to 255 characters, without control characters".into(),
+                    ));
+                }
+                if !doc.is_object() {
+                    return Err(StoreError::Invalid("the document is a JSON object".into()));
+                }
+                let old = match id {
+                    Some(id) => Some(self.store.doc(kind, id)?.ok_or(StoreError::DocNotFound(kind, id))?),
+                    None => None,
+                };
+                let rec = DocRecord {
+                    id: old.as_ref().map_or_else(uuid::Uuid::new_v4, |o| o.id),
+                    created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
+                    title,
+                    doc,
+                };
+                self.engine()?.ks.docs.insert(kind.key(rec.id), encode_doc(&rec)?)?;
+                Ok(WriteOutcome::Doc(rec))
+            }
+            WriteOp::DeleteDoc(kind, id) => {
+                let engine = self.engine()?;
+                if !engine.ks.docs.contains_key(kind.key(id))? {
+                    return Err(StoreError::DocNotFound(kind, id));
+                }
+                engine.ks.docs.remove(kind.key(id))?;
+                Ok(WriteOutcome::Done)
             }
             WriteOp::DeleteDevice(id) => {
                 self.gateway_counts.clear();

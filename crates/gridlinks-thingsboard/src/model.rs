@@ -257,6 +257,47 @@ pub fn profile_info(p: &Profile<'_>, tenant: Uuid) -> J {
     })
 }
 
+/// What the dashboard JSON shows of a dashboard, borrowed from wherever it is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Dashboard<'a> {
+    /// Its id.
+    pub id: Uuid,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Its title.
+    pub title: &'a str,
+    /// The rest, as the client gave it (an object: `configuration`, `image`, …).
+    pub doc: &'a J,
+}
+
+/// A dashboard info (`GET /api/tenant/dashboards`): everything but the configuration.
+pub fn dashboard_info(d: &Dashboard<'_>, tenant: Uuid) -> J {
+    let field = |k: &str| d.doc.get(k).cloned().unwrap_or(J::Null);
+    json!({
+        "id": entity_id("DASHBOARD", d.id),
+        "createdTime": d.created_time,
+        "tenantId": entity_id("TENANT", tenant),
+        "title": d.title,
+        "name": d.title,
+        "image": field("image"),
+        "assignedCustomers": null,
+        "mobileHide": d.doc.get("mobileHide").and_then(J::as_bool).unwrap_or(false),
+        "mobileOrder": field("mobileOrder"),
+        "externalId": null,
+        "version": 1,
+    })
+}
+
+/// A dashboard as `GET /api/dashboard/{id}` returns it: the info and its configuration.
+pub fn dashboard(d: &Dashboard<'_>, tenant: Uuid) -> J {
+    let mut j = dashboard_info(d, tenant);
+    if let Some(obj) = j.as_object_mut() {
+        obj.insert("configuration".into(), d.doc.get("configuration").cloned().unwrap_or(J::Null));
+        obj.insert("resources".into(), d.doc.get("resources").cloned().unwrap_or(J::Null));
+    }
+    j
+}
+
 /// The administrator as `GET /api/auth/user` returns a ThingsBoard user.
 pub fn admin_user(name: &str, tenant: Uuid) -> J {
     json!({

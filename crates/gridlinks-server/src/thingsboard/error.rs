@@ -61,7 +61,7 @@ impl From<StoreError> for ApiError {
             StoreError::NameTaken(_) => Self::bad_request("Device with such name already exists!"),
             StoreError::TokenTaken => Self::bad_request("Device credentials are already assigned to another device!"),
             StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
-            e @ StoreError::ProfileNotFound(_) => Self::not_found(e.to_string()),
+            e @ (StoreError::ProfileNotFound(_) | StoreError::DocNotFound(..)) => Self::not_found(e.to_string()),
             e @ (StoreError::ProfileNameTaken(_) | StoreError::ProfileInUse | StoreError::ProfileIsDefault) => {
                 Self::bad_request(e.to_string())
             }

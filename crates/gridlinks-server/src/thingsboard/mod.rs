@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod attributes;
+pub mod dashboards;
 pub mod device_api;
 pub mod device_mqtt;
 pub mod error;

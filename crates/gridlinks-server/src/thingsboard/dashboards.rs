@@ -1,0 +1,125 @@
+//! Dashboards, stored as documents: `POST /api/dashboard`, `GET /api/dashboard/{id}`,
+//! `GET /api/dashboard/info/{id}`, `DELETE /api/dashboard/{id}` and
+//! `GET /api/tenant/dashboards`. GridLinks keeps a dashboard's configuration as given and
+//! serves it back; it renders none.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
+use gridlinks_thingsboard::model;
+use serde::Deserialize;
+use serde_json::Value as J;
+use uuid::Uuid;
+
+use super::api::{blocking, parse_json};
+use super::error::{ApiError, ApiResult};
+use super::extract::{Admin, Body, Q};
+use crate::app::Core;
+
+type St = State<Arc<Core>>;
+
+fn dashboard_id(s: &str) -> ApiResult<Uuid> {
+    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid dashboard id: {s}")))
+}
+
+fn view(d: &DocRecord) -> model::Dashboard<'_> {
+    model::Dashboard { id: d.id, created_time: d.created_time, title: &d.title, doc: &d.doc }
+}
+
+async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
+    let store = st.store.clone();
+    blocking(move || store.doc(DocKind::Dashboard, id))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Dashboard with id [{id}] is not found")))
+}
+
+/// `POST /api/dashboard`: create, or update when the body has an id.
+pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let doc: J = parse_json(&body)?;
+    if !doc.is_object() {
+        return Err(ApiError::bad_request("Invalid request body: a dashboard is a JSON object"));
+    }
+    let title = doc.get("title").and_then(J::as_str).unwrap_or_default().to_owned();
+    if title.trim().is_empty() {
+        return Err(ApiError::bad_request("Dashboard title should be specified!"));
+    }
+    let id = match doc.get("id").filter(|v| !v.is_null()) {
+        Some(e) => {
+            let e: model::Id = serde_json::from_value(e.clone())
+                .map_err(|e| ApiError::bad_request(format!("Invalid request body: id: {e}")))?;
+            Some(dashboard_id(&e.id)?)
+        }
+        None => None,
+    };
+    match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await? {
+        WriteOutcome::Doc(d) => Ok(Json(model::dashboard(&view(&d), st.tenant_id))),
+        _ => Err(ApiError::internal("unexpected write outcome")),
+    }
+}
+
+/// `GET /api/dashboard/{id}`: with its configuration.
+pub async fn get(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load(&st, dashboard_id(&id)?).await?;
+    Ok(Json(model::dashboard(&view(&d), st.tenant_id)))
+}
+
+/// `GET /api/dashboard/info/{id}`: without it.
+pub async fn info(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load(&st, dashboard_id(&id)?).await?;
+    Ok(Json(model::dashboard_info(&view(&d), st.tenant_id)))
+}
+
+/// `DELETE /api/dashboard/{id}`.
+pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    st.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, dashboard_id(&id)?)).await?;
+    Ok(StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ListParams {
+    page_size: i64,
+    page: i64,
+    text_search: Option<String>,
+    sort_property: Option<String>,
+    sort_order: Option<String>,
+    mobile: Option<bool>,
+}
+
+/// `GET /api/tenant/dashboards?pageSize=&page=[&textSearch=&sortProperty=&sortOrder=]`:
+/// dashboard infos; `textSearch` matches the title (any case); sort by `title` (default)
+/// or `createdTime`.
+pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    if p.page_size < 1 || p.page_size > st.cfg.http.max_page_size as i64 || p.page < 0 {
+        return Err(ApiError::bad_request(
+            "pageSize must be between 1 and http.max_page_size and page must not be negative",
+        ));
+    }
+    let store = st.store.clone();
+    let mut all = blocking(move || store.docs(DocKind::Dashboard)).await?;
+    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
+        all.retain(|d| d.title.to_lowercase().contains(&q));
+    }
+    if p.mobile == Some(true) {
+        all.retain(|d| !d.doc.get("mobileHide").and_then(J::as_bool).unwrap_or(false));
+    }
+    match p.sort_property.as_deref().unwrap_or("title") {
+        "title" | "name" => {}
+        "createdTime" => all.sort_by_key(|d| d.created_time),
+        other => return Err(ApiError::bad_request(format!("Unsupported sort property: {other}"))),
+    }
+    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
+        all.reverse();
+    }
+    let (size, page) = (p.page_size as usize, p.page as usize);
+    let data = all
+        .iter()
+        .skip(page.saturating_mul(size))
+        .take(size)
+        .map(|d| model::dashboard_info(&view(d), st.tenant_id))
+        .collect();
+    Ok(Json(model::page(data, all.len(), size, page)))
+}
