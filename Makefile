@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap
+.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -139,6 +139,10 @@ bench-coap: bench-deps
 	  mqtt-telemetry --devices 1000 --inflight 1 --duration 30s --verify
 	$(BENCH) compare --against mosquitto --json $(RESULTS)/mqtt-1k-inflight1-5k.json \
 	  mqtt-telemetry --devices 1000 --inflight 1 --rate 5000 --duration 30s --verify
+
+## Device provisioning: 100 profiles × 300 devices through POST /api/v1/provision.
+bench-provision: bench-deps
+	$(BENCH) provision --profiles 100 --devices-per-profile 300 --connections 64 --json $(RESULTS)/provision.json
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync

@@ -45,6 +45,9 @@ pub enum Command {
     /// properties, each report answered once durable; per decoder (native, script), each on
     /// a GridLinks the tool starts, with the loss check.
     LampTcp(LampTcpArgs),
+    /// Devices provision themselves (ThingsBoard's `POST /api/v1/provision`) into P device
+    /// profiles on a GridLinks the tool starts; every returned token is then used once.
+    Provision(ProvisionArgs),
     /// (Internal) one worker process of a `--workers` run: reads its job from stdin.
     #[command(hide = true)]
     Worker,
@@ -87,6 +90,22 @@ pub struct CoapTelemetryArgs {
     /// Offered load: requests per second over all devices (0: as fast as ACKs allow).
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
+    #[command(flatten)]
+    pub server: OwnServerArgs,
+}
+
+/// Options of `provision`.
+#[derive(Debug, Args, Clone)]
+pub struct ProvisionArgs {
+    /// Device profiles, each with its own provision key and secret.
+    #[arg(long, default_value_t = 100, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub profiles: usize,
+    /// Devices provisioned into each profile.
+    #[arg(long, default_value_t = 300, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub devices_per_profile: usize,
+    /// HTTP/1.1 keep-alive connections, one request in flight on each.
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub connections: usize,
     #[command(flatten)]
     pub server: OwnServerArgs,
 }

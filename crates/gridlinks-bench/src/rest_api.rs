@@ -96,6 +96,18 @@ impl RestClient {
         Ok(())
     }
 
+    /// `POST {path}` with a JSON body; the JSON answer.
+    pub fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        Ok(self
+            .agent
+            .post(&format!("{}{path}", self.base))
+            .set("X-Authorization", &self.bearer)
+            .send_json(body)
+            .map_err(describe)
+            .with_context(|| format!("POST {path}"))?
+            .into_json()?)
+    }
+
     /// The id of the device named `name`, `None` when there is none.
     pub fn device_id(&self, name: &str) -> anyhow::Result<Option<String>> {
         let reply = self

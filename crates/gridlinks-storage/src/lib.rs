@@ -444,6 +444,9 @@ pub(crate) struct Inner {
     pub health: std::sync::atomic::AtomicU8,
     /// Key-name dictionary shared by the writer (which interns) and readers (which resolve).
     pub keys: RwLock<KeyDict>,
+    /// Every device profile, by name, read once ([`Store::profiles`]); emptied by the
+    /// writer, under this lock, whenever it commits a profile change.
+    profiles: RwLock<Option<Arc<Vec<ProfileRecord>>>>,
     /// Where the store lives and how it was opened, for reopening.
     pub dir: PathBuf,
     opts: StoreOptions,
@@ -535,6 +538,7 @@ impl Store {
             inner: Arc::new(Inner {
                 engine: RwLock::new(Some(Arc::new(engine))),
                 keys: RwLock::new(keys),
+                profiles: RwLock::new(None),
                 tokens: TokenCache::default(),
                 health: std::sync::atomic::AtomicU8::new(Health::Ok as u8),
                 dir: dir.to_owned(),
@@ -568,6 +572,7 @@ impl Store {
         tokens.clear();
         self.inner.tokens.generation.fetch_add(1, Ordering::AcqRel);
         *self.inner.engine.write() = Some(Arc::new(engine));
+        *self.inner.profiles.write() = None;
         Ok(())
     }
 
@@ -673,16 +678,33 @@ impl Store {
         self.engine()?.ks.docs.get(kind.key(id))?.map(|v| decode_doc(&v)).transpose()
     }
 
-    /// Every device profile, by name.
-    pub fn profiles(&self) -> Result<Vec<ProfileRecord>, StoreError> {
-        let mut out = self.engine()?.profiles()?;
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+    /// Every device profile, by name (from memory after the first read).
+    pub fn profiles(&self) -> Result<Arc<Vec<ProfileRecord>>, StoreError> {
+        if let Some(p) = self.inner.profiles.read().clone() {
+            return Ok(p);
+        }
+        let mut slot = self.inner.profiles.write();
+        if let Some(p) = slot.clone() {
+            return Ok(p);
+        }
+        let mut all = self.engine()?.profiles()?;
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        let all = Arc::new(all);
+        *slot = Some(all.clone());
+        Ok(all)
     }
 
     /// A device profile by id.
     pub fn profile(&self, id: ProfileId) -> Result<Option<ProfileRecord>, StoreError> {
-        self.engine()?.ks.profiles.get(id.0.as_bytes())?.map(|v| decode_profile(&v)).transpose()
+        Ok(self.profiles()?.iter().find(|p| p.id == id).cloned())
+    }
+
+    /// Runs `commit`, a write of profiles, so that no reader keeps what it replaced.
+    pub(crate) fn change_profiles<T>(&self, commit: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut slot = self.inner.profiles.write();
+        let out = commit();
+        *slot = None;
+        out
     }
 
     /// The device a protocol knows by `identity`.

@@ -985,20 +985,18 @@ impl Writer {
                         return Err(StoreError::ProfileInUse);
                     }
                 }
-                engine.ks.profiles.remove(id.0.as_bytes())?;
+                self.store.change_profiles(|| Ok(engine.ks.profiles.remove(id.0.as_bytes())?))?;
                 Ok(WriteOutcome::Done)
             }
             WriteOp::SetDefaultProfile(id) => {
                 let engine = self.engine()?;
                 let target = self.store.profile(id)?.ok_or(StoreError::ProfileNotFound(id))?;
                 let mut batch = engine.db.batch();
-                for p in engine.profiles()? {
-                    if p.default != (p.id == id) {
-                        let p = ProfileRecord { default: p.id == id, ..p };
-                        batch.insert(&engine.ks.profiles, p.id.0.as_bytes().to_vec(), encode_profile(&p)?);
-                    }
+                for p in self.store.profiles()?.iter().filter(|p| p.default != (p.id == id)) {
+                    let p = ProfileRecord { default: p.id == id, ..p.clone() };
+                    batch.insert(&engine.ks.profiles, p.id.0.as_bytes().to_vec(), encode_profile(&p)?);
                 }
-                batch.commit()?;
+                self.store.change_profiles(|| Ok(batch.commit()?))?;
                 Ok(WriteOutcome::Profile(ProfileRecord { default: true, ..target }))
             }
             WriteOp::SaveDoc { kind, id, title, doc } => {
@@ -1315,8 +1313,8 @@ struct DeviceTxn<'a> {
     /// `identities` key → owner as of this transaction.
     identities: HashMap<Vec<u8>, Option<DeviceId>>,
     records: HashMap<DeviceId, DeviceRecord>,
-    /// Every profile as of this transaction (read when first needed).
-    profiles: Option<Vec<ProfileRecord>>,
+    /// Profiles written by this transaction (they win over the store's).
+    staged_profiles: Vec<ProfileRecord>,
 }
 
 impl<'a> DeviceTxn<'a> {
@@ -1329,23 +1327,25 @@ impl<'a> DeviceTxn<'a> {
             tokens: HashMap::default(),
             identities: HashMap::default(),
             records: HashMap::default(),
-            profiles: None,
+            staged_profiles: Vec::new(),
         }
     }
 
-    fn profiles(&mut self) -> Result<&mut Vec<ProfileRecord>, StoreError> {
-        if self.profiles.is_none() {
-            self.profiles = Some(self.engine.profiles()?);
+    /// The first profile, as of this transaction, that `pred` accepts.
+    fn find_profile(&self, pred: impl Fn(&ProfileRecord) -> bool) -> Result<Option<ProfileRecord>, StoreError> {
+        let staged = &self.staged_profiles;
+        if let Some(p) = staged.iter().find(|p| pred(p)) {
+            return Ok(Some(p.clone()));
         }
-        self.profiles.as_mut().ok_or(StoreError::Corrupt("profiles"))
+        let stored = self.store.profiles()?;
+        Ok(stored.iter().filter(|p| staged.iter().all(|s| s.id != p.id)).find(|p| pred(p)).cloned())
     }
 
     /// Stages `p` as the profile of its id.
     fn put_profile(&mut self, p: ProfileRecord) -> Result<(), StoreError> {
         self.batch.insert(&self.engine.ks.profiles, p.id.0.as_bytes().to_vec(), encode_profile(&p)?);
-        let all = self.profiles()?;
-        all.retain(|q| q.id != p.id);
-        all.push(p);
+        self.staged_profiles.retain(|q| q.id != p.id);
+        self.staged_profiles.push(p);
         Ok(())
     }
 
@@ -1357,15 +1357,17 @@ impl<'a> DeviceTxn<'a> {
         name: &str,
         current: Option<ProfileId>,
     ) -> Result<ProfileRecord, StoreError> {
-        let all = self.profiles()?;
         let found = match (id, name, current) {
-            (Some(id), _, _) => Some(all.iter().find(|p| p.id == id).ok_or(StoreError::ProfileNotFound(id))?),
-            (None, "", Some(c)) => all.iter().find(|p| p.id == c).or_else(|| all.iter().find(|p| p.default)),
-            (None, "", None) => all.iter().find(|p| p.default),
-            (None, name, _) => all.iter().find(|p| p.name == name),
+            (Some(id), _, _) => Some(self.find_profile(|p| p.id == id)?.ok_or(StoreError::ProfileNotFound(id))?),
+            (None, "", Some(c)) => match self.find_profile(|p| p.id == c)? {
+                Some(p) => Some(p),
+                None => self.find_profile(|p| p.default)?,
+            },
+            (None, "", None) => self.find_profile(|p| p.default)?,
+            (None, name, _) => self.find_profile(|p| p.name == name)?,
         };
         if let Some(p) = found {
-            return Ok(p.clone());
+            return Ok(p);
         }
         let name = if name.is_empty() { DEFAULT_PROFILE } else { name };
         let doc = serde_json::json!({"type": "DEFAULT", "transportType": "DEFAULT", "provisionType": "DISABLED"});
@@ -1373,7 +1375,7 @@ impl<'a> DeviceTxn<'a> {
             id: ProfileId::new_random(),
             created_time: Ts::now().0,
             name: name.to_owned(),
-            default: self.profiles()?.iter().all(|p| !p.default),
+            default: self.find_profile(|p| p.default)?.is_none(),
             doc,
         };
         self.put_profile(p.clone())?;
@@ -1393,13 +1395,12 @@ impl<'a> DeviceTxn<'a> {
         if !s.doc.is_object() {
             return Err(StoreError::Invalid("a device profile is a JSON object".into()));
         }
-        let all = self.profiles()?;
         let old = match s.id {
-            Some(id) => Some(all.iter().find(|p| p.id == id).cloned().ok_or(StoreError::ProfileNotFound(id))?),
+            Some(id) => Some(self.find_profile(|p| p.id == id)?.ok_or(StoreError::ProfileNotFound(id))?),
             None => None,
         };
         let id = old.as_ref().map_or_else(ProfileId::new_random, |o| o.id);
-        if all.iter().any(|p| p.name == s.name && p.id != id) {
+        if self.find_profile(|p| p.name == s.name && p.id != id)?.is_some() {
             return Err(StoreError::ProfileNameTaken(s.name));
         }
         let rec = ProfileRecord {
@@ -1423,8 +1424,11 @@ impl<'a> DeviceTxn<'a> {
     }
 
     fn commit(self) -> Result<(), StoreError> {
-        let changed = self.tokens.into_keys();
-        self.store.commit_token_change(self.batch, changed)
+        let (store, batch, changed) = (self.store, self.batch, self.tokens.into_keys());
+        if self.staged_profiles.is_empty() {
+            return store.commit_token_change(batch, changed);
+        }
+        store.change_profiles(|| store.commit_token_change(batch, changed))
     }
 
     fn name_owner(&self, name: &str) -> Result<Option<DeviceId>, StoreError> {

@@ -443,18 +443,34 @@ impl Device {
 
 /// What matters of a response.
 #[derive(Debug, PartialEq, Eq)]
-struct Response {
-    status: u16,
+pub(crate) struct Response {
+    pub(crate) status: u16,
     /// `Connection: close`.
-    close: bool,
+    pub(crate) close: bool,
+    /// Bytes of body (the last bytes of the response).
+    pub(crate) body_len: usize,
 }
 
 /// Reads one response (head and Content-Length body) into `buf`, consuming it.
-async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<Response> {
+pub(crate) async fn read_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<Response> {
+    let (response, len) = next_response(stream, buf).await?;
+    buf.advance(len);
+    Ok(response)
+}
+
+/// [`read_response`], and its body.
+pub(crate) async fn read_response_body(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<(Response, Vec<u8>)> {
+    let (response, len) = next_response(stream, buf).await?;
+    let body = buf[len - response.body_len..len].to_vec();
+    buf.advance(len);
+    Ok((response, body))
+}
+
+/// Reads until `buf` starts with a whole response; it and its length, not consumed.
+async fn next_response(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<(Response, usize)> {
     loop {
-        if let Some((response, len)) = parse_response(buf)? {
-            buf.advance(len);
-            return Ok(response);
+        if let Some(found) = parse_response(buf)? {
+            return Ok(found);
         }
         if buf.len() > MAX_HEAD + MAX_BODY {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "response too large"));
@@ -505,7 +521,7 @@ fn parse_response(buf: &[u8]) -> io::Result<Option<(Response, usize)>> {
     if buf.len() < total {
         return Ok(None);
     }
-    Ok(Some((Response { status, close }, total)))
+    Ok(Some((Response { status, close, body_len: length }, total)))
 }
 
 #[cfg(test)]
@@ -516,11 +532,11 @@ mod tests {
     fn responses_parse_with_and_without_body() {
         let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\ndate: x\r\n\r\nHTTP/1.1 503";
         let (r, len) = parse_response(ok).unwrap().unwrap();
-        assert_eq!(r, Response { status: 200, close: false });
+        assert_eq!(r, Response { status: 200, close: false, body_len: 0 });
         assert_eq!(&ok[len..], b"HTTP/1.1 503");
         let busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbusy!";
         let (r, len) = parse_response(busy).unwrap().unwrap();
-        assert_eq!(r, Response { status: 503, close: true });
+        assert_eq!(r, Response { status: 503, close: true, body_len: 5 });
         assert_eq!(len, busy.len());
         // Incomplete head or body: wait for more.
         assert!(parse_response(b"HTTP/1.1 200 OK\r\n").unwrap().is_none());

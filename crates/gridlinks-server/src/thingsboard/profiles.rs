@@ -60,7 +60,7 @@ async fn page(st: &Core, p: ListParams, render: fn(&model::Profile<'_>, uuid::Uu
         ));
     }
     let store = st.store.clone();
-    let mut all = blocking(move || store.profiles()).await?;
+    let mut all = Vec::clone(&*blocking(move || store.profiles()).await?);
     if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
         all.retain(|r| r.name.to_lowercase().contains(&q));
     }

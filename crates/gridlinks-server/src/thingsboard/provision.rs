@@ -61,10 +61,13 @@ pub async fn provision(mqtt: &Mqtt, peer: IpAddr, body: &[u8]) -> J {
         Ok(Ok(p)) => p,
         _ => return failure("FAILURE", "storage unavailable: retry later"),
     };
-    let profile = profiles.into_iter().find(|p| {
-        !req.provision_device_key.is_empty()
-            && p.doc.get("provisionDeviceKey").and_then(J::as_str) == Some(req.provision_device_key.as_str())
-    });
+    let profile = profiles
+        .iter()
+        .find(|p| {
+            !req.provision_device_key.is_empty()
+                && p.doc.get("provisionDeviceKey").and_then(J::as_str) == Some(req.provision_device_key.as_str())
+        })
+        .cloned();
     let Some(profile) = profile.filter(|p| secret_matches(p, &req.provision_device_secret)) else {
         throttle.failed(peer, &who);
         return failure("NOT_FOUND", "no device profile has this provision key and secret");
