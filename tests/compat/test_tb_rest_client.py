@@ -29,7 +29,7 @@ from gridlinks_server import gridlinks_server
 # cannot even build a Device without a device_profile_id; GridLinks serves
 # /api/deviceProfileInfo/default and /api/deviceProfileInfos for it.)
 from tb_rest_client.rest_client import RestClient as TbRestClient
-from tb_rest_client.models import Dashboard, Device, DeviceProfile, DeviceProfileData
+from tb_rest_client.models import ApiKeyInfo, Dashboard, Device, DeviceProfile, DeviceProfileData
 from tb_rest_client.rest import ApiException
 
 ADMIN_USER = "admin"
@@ -295,6 +295,24 @@ def test_dashboards(client):
     with pytest.raises(ApiException) as err:
         client.get_dashboard_by_id(dashboard_id=saved.id.id)
     assert err.value.status == 404
+
+
+def test_api_keys(server, client):
+    # A key made with the client's own call, then a second client that logs in with it only.
+    user = client.get_user()
+    key = client.save_api_key(ApiKeyInfo(description="compat-automation", expiration_time=0, enabled=True,
+                                         user_id=user.id))
+    assert key.value and key.enabled
+    automation = TbRestClient(base_url=server)
+    automation.api_key_login(key.value)
+    assert automation.get_user().email == ADMIN_USER
+    assert automation.get_tenant_devices(page_size=10, page=0).total_elements >= 0
+    keys = client.get_user_api_keys(user_id=user.id.id, page_size=10, page=0)
+    assert [k.description for k in keys.data] == ["compat-automation"]
+    client.delete_api_key(id=key.id.id)
+    with pytest.raises(ApiException) as err:
+        automation.get_tenant_devices(page_size=10, page=0)
+    assert err.value.status == 401
 
 
 def test_delete_device(server, client, state):

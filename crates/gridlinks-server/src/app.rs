@@ -11,7 +11,7 @@ use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{any, delete, get, post};
+use axum::routing::{any, delete, get, post, put};
 use axum::Router;
 use gridlinks_storage::{Health, Store, StoreOptions, WriterConfig, WriterHandle};
 use serde_json::json;
@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, dashboards, device_api, profiles, relations};
+use crate::thingsboard::{api, api_keys, dashboards, device_api, profiles, relations};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
@@ -141,6 +141,11 @@ pub fn router(state: Http) -> Router {
         .route("/api/deviceProfile/{id}/default", post(profiles::set_default))
         .route("/api/deviceProfileInfo/default", get(profiles::default_info))
         .route("/api/deviceProfileInfo/{id}", get(profiles::info))
+        .route("/api/apiKey", post(api_keys::create))
+        .route("/api/apiKeys/{user}", get(api_keys::list))
+        .route("/api/apiKey/{id}", delete(api_keys::delete))
+        .route("/api/apiKey/{id}/enabled/{enabled}", put(api_keys::set_enabled))
+        .route("/api/apiKey/{id}/description", put(api_keys::set_description))
         .route("/api/dashboard", post(dashboards::save))
         .route("/api/dashboard/{id}", get(dashboards::get).delete(dashboards::delete))
         .route("/api/dashboard/info/{id}", get(dashboards::info))

@@ -97,7 +97,7 @@ pub enum StoreError {
     #[error("device not found")]
     DeviceNotFound,
     /// No document of this kind has this id.
-    #[error("{0:?} with id [{1}] is not found")]
+    #[error("{kind} with id [{1}] is not found", kind = .0.name())]
     DocNotFound(DocKind, uuid::Uuid),
     /// No device profile has this id.
     #[error("Device profile with id [{0}] is not found")]
@@ -247,10 +247,20 @@ pub struct ProfileRecord {
 pub enum DocKind {
     /// ThingsBoard dashboards.
     Dashboard = 1,
+    /// API keys (their SHA-256, never the key).
+    ApiKey = 2,
 }
 
 impl DocKind {
-    fn key(self, id: uuid::Uuid) -> Vec<u8> {
+    /// As ThingsBoard's messages name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DocKind::Dashboard => "Dashboard",
+            DocKind::ApiKey => "API key",
+        }
+    }
+
+    pub(crate) fn key(self, id: uuid::Uuid) -> Vec<u8> {
         let mut k = Vec::with_capacity(17);
         k.push(self as u8);
         k.extend_from_slice(id.as_bytes());

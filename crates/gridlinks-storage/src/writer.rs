@@ -130,6 +130,17 @@ pub enum WriteOp {
         /// The rest, kept as given (an object).
         doc: serde_json::Value,
     },
+    /// Creates a document with a given id (an API key, whose value contains it).
+    InsertDoc {
+        /// Which kind.
+        kind: DocKind,
+        /// Its id (`Invalid` if taken).
+        id: uuid::Uuid,
+        /// Its title.
+        title: String,
+        /// The rest (an object).
+        doc: serde_json::Value,
+    },
     /// Deletes a document.
     DeleteDoc(DocKind, uuid::Uuid),
     /// Deletes a device with all its data; its token stops working.
@@ -1000,26 +1011,18 @@ impl Writer {
                 Ok(WriteOutcome::Profile(ProfileRecord { default: true, ..target }))
             }
             WriteOp::SaveDoc { kind, id, title, doc } => {
-                if title.trim().is_empty() || title.chars().count() > 255 || title.chars().any(char::is_control) {
-                    return Err(StoreError::Invalid(
-                        "title should be specified: 1 to 255 characters, without control characters".into(),
-                    ));
-                }
-                if !doc.is_object() {
-                    return Err(StoreError::Invalid("the document is a JSON object".into()));
-                }
                 let old = match id {
                     Some(id) => Some(self.store.doc(kind, id)?.ok_or(StoreError::DocNotFound(kind, id))?),
                     None => None,
                 };
-                let rec = DocRecord {
-                    id: old.as_ref().map_or_else(uuid::Uuid::new_v4, |o| o.id),
-                    created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
-                    title,
-                    doc,
-                };
-                self.engine()?.ks.docs.insert(kind.key(rec.id), encode_doc(&rec)?)?;
-                Ok(WriteOutcome::Doc(rec))
+                let (id, created) = old.map_or_else(|| (uuid::Uuid::new_v4(), Ts::now().0), |o| (o.id, o.created_time));
+                self.put_doc(kind, DocRecord { id, created_time: created, title, doc })
+            }
+            WriteOp::InsertDoc { kind, id, title, doc } => {
+                if self.store.doc(kind, id)?.is_some() {
+                    return Err(StoreError::Invalid(format!("{} {id} exists already", kind.name())));
+                }
+                self.put_doc(kind, DocRecord { id, created_time: Ts::now().0, title, doc })
             }
             WriteOp::DeleteDoc(kind, id) => {
                 let engine = self.engine()?;
@@ -1111,6 +1114,21 @@ impl Writer {
             | WriteOp::DeleteAttributes { .. }
             | WriteOp::Broker(_) => Err(StoreError::Corrupt("op routed wrongly")),
         }
+    }
+
+    /// Checks and writes a document ([`WriteOp::SaveDoc`], [`WriteOp::InsertDoc`]).
+    fn put_doc(&self, kind: DocKind, rec: DocRecord) -> Result<WriteOutcome, StoreError> {
+        let title = &rec.title;
+        if title.trim().is_empty() || title.chars().count() > 255 || title.chars().any(char::is_control) {
+            return Err(StoreError::Invalid(
+                "title should be specified: 1 to 255 characters, without control characters".into(),
+            ));
+        }
+        if !rec.doc.is_object() {
+            return Err(StoreError::Invalid("the document is a JSON object".into()));
+        }
+        self.engine()?.ks.docs.insert(kind.key(rec.id), encode_doc(&rec)?)?;
+        Ok(WriteOutcome::Doc(rec))
     }
 
     /// [`WriteOp::GatewayDevice`].

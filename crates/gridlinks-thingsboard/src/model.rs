@@ -298,10 +298,46 @@ pub fn dashboard(d: &Dashboard<'_>, tenant: Uuid) -> J {
     j
 }
 
+/// An API key as ThingsBoard 4.3 shows it (`ApiKeyInfo`; never its value).
+#[derive(Clone, Copy, Debug)]
+pub struct ApiKey<'a> {
+    /// Its id.
+    pub id: Uuid,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Whose it is.
+    pub user: Uuid,
+    /// Ms since epoch; 0: never.
+    pub expiration_time: i64,
+    /// What it is for.
+    pub description: &'a str,
+    /// Whether it works.
+    pub enabled: bool,
+}
+
+/// `ApiKeyInfo` at `now` (ms since epoch).
+pub fn api_key_info(k: &ApiKey<'_>, tenant: Uuid, now: i64) -> J {
+    json!({
+        "id": entity_id("API_KEY", k.id),
+        "createdTime": k.created_time,
+        "tenantId": entity_id("TENANT", tenant),
+        "userId": entity_id("USER", k.user),
+        "expirationTime": k.expiration_time,
+        "description": k.description,
+        "enabled": k.enabled,
+        "expired": k.expiration_time != 0 && now >= k.expiration_time,
+    })
+}
+
+/// The administrator's user id: the same in every start of one installation.
+pub fn admin_user_id(name: &str, tenant: Uuid) -> Uuid {
+    Uuid::new_v5(&tenant, name.as_bytes())
+}
+
 /// The administrator as `GET /api/auth/user` returns a ThingsBoard user.
 pub fn admin_user(name: &str, tenant: Uuid) -> J {
     json!({
-        "id": entity_id("USER", Uuid::new_v5(&tenant, name.as_bytes())),
+        "id": entity_id("USER", admin_user_id(name, tenant)),
         "createdTime": 0,
         "tenantId": entity_id("TENANT", tenant),
         "customerId": entity_id("CUSTOMER", NULL_UUID),

@@ -11,6 +11,7 @@
 //!
 //! The same throttle and hashing pool guard MQTT application logins (`crate::mqtt::clients`).
 
+pub mod api_keys;
 pub mod jwt;
 pub mod logins;
 pub mod password;
@@ -82,6 +83,8 @@ pub struct Auth {
     pub throttle: Throttle,
     /// Password hashing threads.
     pub passwords: PasswordPool,
+    /// API keys in force (`X-Authorization: ApiKey …`).
+    pub api_keys: api_keys::ApiKeys,
     admin_user: String,
     admin_hash: String,
     token_ttl: u64,
@@ -96,6 +99,7 @@ impl Auth {
             logins: logins::Logins::load(store)?,
             throttle: Throttle::new(cfg.auth.login_free_attempts, cfg.auth.login_max_delay.duration()),
             passwords: PasswordPool::start(cfg.auth.password_threads)?,
+            api_keys: api_keys::ApiKeys::load(store)?,
             admin_user: cfg.admin.user.clone(),
             admin_hash,
             token_ttl: cfg.auth.token_ttl.0,

@@ -68,14 +68,25 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
+/// The key of an `X-Authorization: ApiKey …` header.
+pub fn api_key(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers.get("x-authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("ApiKey ")).map(str::trim)
+}
+
 /// A request carrying a valid admin access token (`X-Authorization: Bearer …`) of a login
-/// in force.
+/// in force, or a live API key of the administrator (`X-Authorization: ApiKey …`).
 pub struct Admin;
 
 impl FromRequestParts<Http> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
+        if let Some(key) = api_key(&parts.headers) {
+            return match state.auth.api_keys.check(key, gridlinks_types::Ts::now().0) {
+                true => Ok(Admin),
+                false => Err(ApiError::unauthorized("Invalid, disabled or expired API key")),
+            };
+        }
         let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
         match state.auth.access(token) {
             Ok(_) => Ok(Admin),

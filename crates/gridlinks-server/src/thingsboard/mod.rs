@@ -7,6 +7,7 @@
 //! handler says so.
 
 pub mod api;
+pub mod api_keys;
 pub mod attributes;
 pub mod dashboards;
 pub mod device_api;

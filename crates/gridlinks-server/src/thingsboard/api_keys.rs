@@ -1,0 +1,186 @@
+//! API keys over REST, as ThingsBoard 4.3 serves them: `POST /api/apiKey` (the value is
+//! in this answer only), `GET /api/apiKeys/{userId}`, `PUT /api/apiKey/{id}/enabled/{value}`,
+//! `PUT /api/apiKey/{id}/description`, `DELETE /api/apiKey/{id}`. What a key is and how it
+//! is checked: `crate::auth::api_keys`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
+use gridlinks_thingsboard::model;
+use gridlinks_types::Ts;
+use serde::Deserialize;
+use serde_json::Value as J;
+use uuid::Uuid;
+
+use super::api::{blocking, parse_json};
+use super::error::{ApiError, ApiResult};
+use super::extract::{Admin, Body, Q};
+use crate::app::Core;
+use crate::auth::{api_keys, Auth};
+
+type St = State<Arc<Core>>;
+
+fn uuid(s: &str, what: &str) -> ApiResult<Uuid> {
+    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid {what} id: {s}")))
+}
+
+fn info(st: &Core, d: &DocRecord) -> J {
+    let field = |k: &str| d.doc.get(k);
+    let key = model::ApiKey {
+        id: d.id,
+        created_time: d.created_time,
+        user: field("userId").and_then(J::as_str).and_then(|u| u.parse().ok()).unwrap_or_default(),
+        expiration_time: field("expirationTime").and_then(J::as_i64).unwrap_or(0),
+        description: field("description").and_then(J::as_str).unwrap_or_default(),
+        enabled: field("enabled").and_then(J::as_bool).unwrap_or(true),
+    };
+    model::api_key_info(&key, st.tenant_id, Ts::now().0)
+}
+
+/// The administrator's user id: the only user there is yet.
+fn admin_id(st: &Core) -> Uuid {
+    model::admin_user_id(&st.cfg.admin.user, st.tenant_id)
+}
+
+async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
+    let store = st.store.clone();
+    blocking(move || store.doc(DocKind::ApiKey, id))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("API key with id [{id}] is not found")))
+}
+
+/// Stores `d` (an update of an existing key) and takes it into the keys in force.
+async fn store(st: &Core, auth: &Auth, id: Option<Uuid>, title: String, doc: J) -> ApiResult<DocRecord> {
+    match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::ApiKey, id, title, doc }).await? {
+        WriteOutcome::Doc(d) => {
+            auth.api_keys.put(&d);
+            Ok(d)
+        }
+        _ => Err(ApiError::internal("unexpected write outcome")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewKey {
+    description: Option<String>,
+    expiration_time: Option<i64>,
+    enabled: Option<bool>,
+    user_id: Option<model::Id>,
+}
+
+/// `POST /api/apiKey`: a new key for the administrator; its value is in this answer only.
+pub async fn create(_: Admin, State(st): St, State(auth): State<Arc<Auth>>, Body(body): Body) -> ApiResult<Json<J>> {
+    let b: NewKey = parse_json(&body)?;
+    let user = admin_id(&st);
+    if b.user_id.is_some_and(|u| u.id != user.to_string()) {
+        return Err(ApiError::not_found("User not found: API keys are for the administrator"));
+    }
+    let expiration = b.expiration_time.unwrap_or(0);
+    if expiration < 0 {
+        return Err(ApiError::bad_request("expirationTime must be 0 (never) or a time in ms since epoch"));
+    }
+    let description = b.description.unwrap_or_default();
+    // The id is part of the value, so the key is made for an id the writer then keeps.
+    let id = Uuid::new_v4();
+    let (value, hash) = api_keys::generate(id);
+    let doc = api_keys::doc(&hash, &description, expiration, b.enabled.unwrap_or(true), user);
+    let title = if description.trim().is_empty() { "API key".to_owned() } else { description };
+    let d = match st.writer.submit(WriteOp::InsertDoc { kind: DocKind::ApiKey, id, title, doc }).await? {
+        WriteOutcome::Doc(d) => d,
+        _ => return Err(ApiError::internal("unexpected write outcome")),
+    };
+    auth.api_keys.put(&d);
+    let mut out = info(&st, &d);
+    if let Some(o) = out.as_object_mut() {
+        o.insert("value".into(), value.into());
+    }
+    Ok(Json(out))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ListParams {
+    page_size: i64,
+    page: i64,
+    text_search: Option<String>,
+    sort_property: Option<String>,
+    sort_order: Option<String>,
+}
+
+/// `GET /api/apiKeys/{userId}?pageSize=&page=`: the user's keys, without their values.
+pub async fn list(_: Admin, State(st): St, Path(user): Path<String>, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    let _ = p.sort_property;
+    if uuid(&user, "user")? != admin_id(&st) {
+        return Err(ApiError::not_found(format!("User with id [{user}] is not found")));
+    }
+    if p.page_size < 1 || p.page_size > st.cfg.http.max_page_size as i64 || p.page < 0 {
+        return Err(ApiError::bad_request(
+            "pageSize must be between 1 and http.max_page_size and page must not be negative",
+        ));
+    }
+    let store = st.store.clone();
+    let mut all = blocking(move || store.docs(DocKind::ApiKey)).await?;
+    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
+        all.retain(|d| d.title.to_lowercase().contains(&q));
+    }
+    all.sort_by_key(|d| d.created_time);
+    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
+        all.reverse();
+    }
+    let (size, page) = (p.page_size as usize, p.page as usize);
+    let data = all.iter().skip(page.saturating_mul(size)).take(size).map(|d| info(&st, d)).collect();
+    Ok(Json(model::page(data, all.len(), size, page)))
+}
+
+/// `PUT /api/apiKey/{id}/enabled/{value}`.
+pub async fn set_enabled(
+    _: Admin,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path((id, enabled)): Path<(String, bool)>,
+) -> ApiResult<Json<J>> {
+    let mut d = load(&st, uuid(&id, "API key")?).await?;
+    if let Some(o) = d.doc.as_object_mut() {
+        o.insert("enabled".into(), enabled.into());
+    }
+    let d = store(&st, &auth, Some(d.id), d.title, d.doc).await?;
+    Ok(Json(info(&st, &d)))
+}
+
+/// `PUT /api/apiKey/{id}/description` with the new description (a JSON string or plain text).
+pub async fn set_description(
+    _: Admin,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
+    let text = match serde_json::from_slice::<J>(&body) {
+        Ok(J::String(s)) => s,
+        _ => String::from_utf8_lossy(&body).into_owned(),
+    };
+    let mut d = load(&st, uuid(&id, "API key")?).await?;
+    if let Some(o) = d.doc.as_object_mut() {
+        o.insert("description".into(), text.clone().into());
+    }
+    let title = if text.trim().is_empty() { "API key".to_owned() } else { text };
+    let d = store(&st, &auth, Some(d.id), title, d.doc).await?;
+    Ok(Json(info(&st, &d)))
+}
+
+/// `DELETE /api/apiKey/{id}`: the key stops working at once.
+pub async fn delete(
+    _: Admin,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let id = uuid(&id, "API key")?;
+    st.writer.submit(WriteOp::DeleteDoc(DocKind::ApiKey, id)).await?;
+    auth.api_keys.remove(id);
+    Ok(StatusCode::OK)
+}
