@@ -16,6 +16,7 @@ The steps are separate test functions that share one server, one device and one
 SDK connection, so they run in file order. Every wait is bounded by WAIT_S.
 """
 
+import json
 import threading
 import time
 import uuid
@@ -355,3 +356,24 @@ def test_sdk_provisioning_call(server, rest):
     # A wrong secret: the SDK gets no credentials.
     assert TBDeviceMqttClient.provision("127.0.0.1", key, "wrong", port=server["mqtt_port"],
                                         device_name="sdk-provisioned-2") is None
+
+
+def test_sdk_connects_with_mqtt_basic_credentials(server, rest):
+    # MQTT_BASIC credentials set over REST; the SDK connects with client id, user name and
+    # password, unchanged, and its telemetry is stored.
+    device = _create_device(server, rest, "basicTok" + uuid.uuid4().hex[:8], {"name": "sdk-basic"})
+    value = {"clientId": "sdk-basic-client", "userName": "sdk-basic-user", "password": "sdk-basic-pw"}
+    r = rest.post(f"{server['base']}/api/device/credentials", timeout=HTTP_TIMEOUT,
+                  json={"deviceId": {"entityType": "DEVICE", "id": device}, "credentialsType": "MQTT_BASIC",
+                        "credentialsValue": json.dumps(value)})
+    assert r.status_code == 200, r.text
+    client = TBDeviceMqttClient("127.0.0.1", port=server["mqtt_port"], username="sdk-basic-user",
+                                password="sdk-basic-pw", client_id="sdk-basic-client")
+    client.connect()
+    try:
+        _wait_until(client.is_connected, "the SDK connected with MQTT_BASIC")
+        _assert_published(client.send_telemetry({"basic": 1}))
+        assert _latest(server, rest, device, ["basic"])["basic"][0]["value"] == 1
+    finally:
+        client.stop()
+        client.disconnect()

@@ -13,6 +13,7 @@
 //! | `identities` | protocol ‖ 0 ‖ identity   | device id (custom TCP protocols' devices) |
 //! | `profiles` | profile id (16 B)           | [`ProfileRecord`] as JSON               |
 //! | `docs`    | kind (1 B) ‖ id (16 B)       | [`DocRecord`] as JSON (dashboards)      |
+//! | `basic`   | `u` ‖ user name, or `c` ‖ client id | device id (MQTT_BASIC credentials) |
 //! | `ts`      | device id ‖ ts (BE, 8 B)     | every (key, value) reported at that ts  |
 //! | `latest`  | device id                    | (key, ts, value) for every key          |
 //! | `attrs`   | device id ‖ scope ‖ key name | (last update ts, value)                 |
@@ -200,6 +201,9 @@ pub struct DeviceRecord {
     /// credential beside the access token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<ProtocolIdentity>,
+    /// MQTT_BASIC credentials, when the device has them instead of a usable access token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic: Option<BasicCredentials>,
     /// Its device profile. Devices stored before profiles were entities have none: theirs
     /// is the profile created for their type ([`ProfileId::for_name`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +224,29 @@ impl DeviceRecord {
             .and_then(|i| i.get("gateway"))
             .and_then(serde_json::Value::as_bool)
             .unwrap_or(false)
+    }
+}
+
+/// ThingsBoard's MQTT_BASIC device credentials: a client id, a user name or both, and an
+/// optional password (kept as an argon2 PHC string, never in the clear).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BasicCredentials {
+    /// The MQTT client id the device must use, if any.
+    pub client_id: Option<String>,
+    /// The MQTT user name, if any (at least one of the two).
+    pub user_name: Option<String>,
+    /// The password's argon2 hash; `None`: no password.
+    pub password_hash: Option<String>,
+}
+
+impl BasicCredentials {
+    /// The `basic` index key: by user name, or by client id when there is none.
+    pub(crate) fn index_key(&self) -> Option<Vec<u8>> {
+        match (&self.user_name, &self.client_id) {
+            (Some(u), _) => Some([b"u".as_slice(), u.as_bytes()].concat()),
+            (None, Some(c)) => Some([b"c".as_slice(), c.as_bytes()].concat()),
+            (None, None) => None,
+        }
     }
 }
 
@@ -355,6 +382,7 @@ pub(crate) struct Keyspaces {
     pub identities: Keyspace,
     pub profiles: Keyspace,
     pub docs: Keyspace,
+    pub basic: Keyspace,
     pub ts: Keyspace,
     pub latest: Keyspace,
     pub attrs: Keyspace,
@@ -489,6 +517,7 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
         identities: ks("identities", small)?,
         profiles: ks("profiles", small)?,
         docs: ks("docs", small)?,
+        basic: ks("basic", small)?,
         ts: ks("ts", opts.memtable_bytes)?,
         latest: ks("latest", small)?,
         attrs: ks("attrs", small)?,
@@ -715,6 +744,24 @@ impl Store {
         let out = commit();
         *slot = None;
         out
+    }
+
+    /// The device with MQTT_BASIC credentials of this user name, or (`user_name` `None`) of
+    /// this client id and no user name.
+    pub fn device_by_basic(
+        &self,
+        user_name: Option<&str>,
+        client_id: &str,
+    ) -> Result<Option<DeviceRecord>, StoreError> {
+        let key = BasicCredentials {
+            client_id: Some(client_id.to_owned()),
+            user_name: user_name.map(str::to_owned),
+            password_hash: None,
+        }
+        .index_key();
+        let engine = self.engine()?;
+        let Some(id) = key.map(|k| engine.ks.basic.get(k)).transpose()?.flatten() else { return Ok(None) };
+        engine.device(id_from(&id)?)
     }
 
     /// The device a protocol knows by `identity`.

@@ -26,8 +26,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::codec::{self, KeyId};
 use crate::space::Space;
 use crate::{
-    decode_device, encode_device, encode_doc, encode_profile, id_from, BrokerTable, DeviceRecord, DocKind, DocRecord,
-    Engine, Health, ProfileRecord, Store, StoreError, DEFAULT_PROFILE,
+    decode_device, encode_device, encode_doc, encode_profile, id_from, BasicCredentials, BrokerTable, DeviceRecord,
+    DocKind, DocRecord, Engine, Health, ProfileRecord, Store, StoreError, DEFAULT_PROFILE,
 };
 
 /// How many devices' latest rows the writer keeps decoded in memory.
@@ -176,6 +176,15 @@ pub enum WriteOp {
         device_type: String,
         /// Most devices with an identity of this protocol.
         max_devices: usize,
+    },
+    /// Gives a device MQTT_BASIC credentials (the password already hashed). Its access token
+    /// is replaced by a fresh one nobody knows, as ThingsBoard keeps one credential per
+    /// device; saving an access token again takes the MQTT_BASIC credentials away.
+    SetBasic {
+        /// The device.
+        device: DeviceId,
+        /// Its credentials from now on.
+        basic: BasicCredentials,
     },
     /// Assigns a device to a gateway (`Some`, which must be a gateway) or to none.
     AssignGateway {
@@ -1089,6 +1098,17 @@ impl Writer {
                 self.identity_counts.insert(protocol, holders + 1);
                 Ok(WriteOutcome::Device(rec))
             }
+            WriteOp::SetBasic { device, basic } => {
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
+                txn.check_basic(&basic, device)?;
+                let token = txn.fresh_token()?;
+                let new = DeviceRecord { basic: Some(basic), token, ..old.clone() };
+                txn.put(new.clone(), Some(&old))?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(new))
+            }
             WriteOp::AssignGateway { device, gateway } => {
                 self.gateway_counts.clear();
                 let engine = self.engine()?;
@@ -1190,6 +1210,9 @@ impl Writer {
         batch.remove(&ks.tokens, rec.token.clone().into_bytes());
         if let Some(i) = &rec.identity {
             batch.remove(&ks.identities, codec::identity_key(i));
+        }
+        if let Some(k) = rec.basic.as_ref().and_then(BasicCredentials::index_key) {
+            batch.remove(&ks.basic, k);
         }
         batch.remove(&ks.latest, id.as_bytes().to_vec());
         if let Some(g) = rec.gateway {
@@ -1330,6 +1353,8 @@ struct DeviceTxn<'a> {
     tokens: HashMap<String, Option<DeviceId>>,
     /// `identities` key → owner as of this transaction.
     identities: HashMap<Vec<u8>, Option<DeviceId>>,
+    /// `basic` key → owner as of this transaction.
+    basic: HashMap<Vec<u8>, Option<DeviceId>>,
     records: HashMap<DeviceId, DeviceRecord>,
     /// Profiles written by this transaction (they win over the store's).
     staged_profiles: Vec<ProfileRecord>,
@@ -1344,6 +1369,7 @@ impl<'a> DeviceTxn<'a> {
             names: HashMap::default(),
             tokens: HashMap::default(),
             identities: HashMap::default(),
+            basic: HashMap::default(),
             records: HashMap::default(),
             staged_profiles: Vec::new(),
         }
@@ -1489,6 +1515,39 @@ impl<'a> DeviceTxn<'a> {
         Ok(())
     }
 
+    /// The owner of a `basic` index key as of this transaction.
+    fn basic_owner(&self, key: &[u8]) -> Result<Option<DeviceId>, StoreError> {
+        match self.basic.get(key) {
+            Some(o) => Ok(*o),
+            None => self.engine.ks.basic.get(key)?.map(|v| id_from(&v)).transpose(),
+        }
+    }
+
+    /// `basic` is well-formed, no other device has it, and its user name is neither a
+    /// device's access token nor an MQTT application's user name (a CONNECT must name one
+    /// thing only).
+    fn check_basic(&self, basic: &BasicCredentials, device: DeviceId) -> Result<(), StoreError> {
+        let key =
+            basic.index_key().ok_or_else(|| StoreError::Invalid("MQTT_BASIC needs a clientId or a userName".into()))?;
+        for v in [&basic.client_id, &basic.user_name].into_iter().flatten() {
+            if v.is_empty() || v.chars().count() > 255 || v.chars().any(char::is_control) {
+                return Err(StoreError::Invalid(
+                    "clientId and userName are 1 to 255 characters without control characters".into(),
+                ));
+            }
+        }
+        if self.basic_owner(&key)?.is_some_and(|o| o != device) {
+            return Err(StoreError::CredentialClash("these MQTT_BASIC credentials belong to another device".into()));
+        }
+        if let Some(u) = &basic.user_name {
+            if self.token_owner(u)?.is_some_and(|o| o != device) {
+                return Err(StoreError::CredentialClash("this userName is another device's access token".into()));
+            }
+            self.check_not_a_user_name(u)?;
+        }
+        Ok(())
+    }
+
     /// `NotGateway` unless device `id` is a gateway (`DeviceNotFound` if there is none).
     fn require_gateway(&self, id: DeviceId) -> Result<(), StoreError> {
         match self.record(id)? {
@@ -1525,6 +1584,14 @@ impl<'a> DeviceTxn<'a> {
                 self.batch.remove(&ks.identities, key.clone());
                 self.identities.insert(key, None);
             }
+        }
+        if let Some(k) = old.and_then(|o| o.basic.as_ref()).and_then(BasicCredentials::index_key) {
+            self.batch.remove(&ks.basic, k.clone());
+            self.basic.insert(k, None);
+        }
+        if let Some(k) = new.basic.as_ref().and_then(BasicCredentials::index_key) {
+            self.batch.insert(&ks.basic, k.clone(), new.id.as_bytes().to_vec());
+            self.basic.insert(k, Some(new.id));
         }
         if let Some(i) = &new.identity {
             let key = codec::identity_key(i);
@@ -1570,6 +1637,11 @@ impl<'a> DeviceTxn<'a> {
                 if self.token_owner(t)?.is_some_and(|o| o != id) {
                     return Err(StoreError::TokenTaken);
                 }
+                if self.basic_owner(&[b"u".as_slice(), t.as_bytes()].concat())?.is_some_and(|o| o != id) {
+                    return Err(StoreError::CredentialClash(
+                        "access token is another device's MQTT_BASIC userName".into(),
+                    ));
+                }
                 self.check_not_a_user_name(t)?;
                 t.clone()
             }
@@ -1588,6 +1660,8 @@ impl<'a> DeviceTxn<'a> {
             additional_info: s.additional_info,
             gateway: old.as_ref().map_or(gateway, |o| o.gateway),
             identity: old.as_ref().and_then(|o| o.identity.clone()),
+            // A new access token replaces MQTT_BASIC credentials (one credential per device).
+            basic: old.as_ref().and_then(|o| o.basic.clone()).filter(|_| s.token.is_none()),
         };
         self.put(rec.clone(), old.as_ref())?;
         Ok(rec)

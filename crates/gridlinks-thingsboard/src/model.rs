@@ -92,6 +92,8 @@ pub struct Device<'a> {
     pub additional_info: Option<&'a J>,
     /// The custom-protocol identity (protocol, identity), a credential beside the token.
     pub identity: Option<(&'a str, &'a str)>,
+    /// MQTT_BASIC credentials (client id, user name), when the device has them.
+    pub basic: Option<(Option<&'a str>, Option<&'a str>)>,
 }
 
 /// A device as `GET /api/device/{id}` returns it; one with a custom-protocol identity
@@ -136,13 +138,21 @@ pub fn identity_credentials(d: &Device<'_>) -> J {
 
 /// A device's credentials as `GET /api/device/{id}/credentials` returns them.
 pub fn credentials(d: &Device<'_>) -> J {
+    // MQTT_BASIC: the password is never shown (only its hash is kept).
+    let (kind, id, value) = match d.basic {
+        Some((client_id, user_name)) => {
+            let value = json!({"clientId": client_id, "userName": user_name, "password": null}).to_string();
+            ("MQTT_BASIC", J::Null, J::String(value))
+        }
+        None => ("ACCESS_TOKEN", J::String(d.token.to_owned()), J::Null),
+    };
     json!({
         "id": {"id": Uuid::new_v5(&Uuid::NAMESPACE_OID, d.id.0.as_bytes())},
         "createdTime": d.created_time,
         "deviceId": entity_id("DEVICE", d.id),
-        "credentialsType": "ACCESS_TOKEN",
-        "credentialsId": d.token,
-        "credentialsValue": null,
+        "credentialsType": kind,
+        "credentialsId": id,
+        "credentialsValue": value,
         "version": 1,
     })
 }
@@ -393,6 +403,7 @@ mod tests {
             token: "tok",
             additional_info: Some(&info),
             identity: None,
+            basic: None,
         };
         let j = device(&d, Uuid::nil());
         assert!(j.get("protocolIdentity").is_none());
@@ -404,6 +415,10 @@ mod tests {
         assert_eq!(j["customerId"]["id"], NULL_UUID);
         assert_eq!(j["deviceProfileId"]["id"], ProfileId::for_name("boiler").to_string());
         assert_eq!(credentials(&d)["credentialsId"], "tok");
+        let basic = credentials(&Device { basic: Some((Some("c1"), Some("u1"))), ..d });
+        assert_eq!(basic["credentialsType"], "MQTT_BASIC");
+        let value: J = serde_json::from_str(basic["credentialsValue"].as_str().unwrap()).unwrap();
+        assert_eq!(value, json!({"clientId": "c1", "userName": "u1", "password": null}));
     }
 
     #[test]

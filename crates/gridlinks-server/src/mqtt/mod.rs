@@ -93,6 +93,45 @@ impl Default for MqttMetrics {
     }
 }
 
+impl Mqtt {
+    /// A device's MQTT_BASIC login: `Ok(None)` when no device has credentials of this user
+    /// name (or, without one, of this client id alone); the device when the client id and
+    /// password match. Password checks are throttled per address and user name and run on
+    /// the password threads, like application logins.
+    pub async fn basic_login(
+        &self,
+        peer: std::net::IpAddr,
+        user_name: Option<&str>,
+        client_id: &str,
+        password: Option<&[u8]>,
+    ) -> Result<Option<gridlinks_types::DeviceId>, crate::auth::AuthError> {
+        use crate::auth::AuthError;
+        let store = self.core.store.clone();
+        let (user, client) = (user_name.map(str::to_owned), client_id.to_owned());
+        let found = tokio::task::spawn_blocking(move || store.device_by_basic(user.as_deref(), &client))
+            .await
+            .map_err(|_| AuthError::Busy)?
+            .map_err(|_| AuthError::Busy)?;
+        let Some(device) = found else { return Ok(None) };
+        let Some(basic) = &device.basic else { return Ok(None) };
+        let key = format!("\0basic/{}", user_name.unwrap_or(client_id));
+        self.auth.throttle.check(peer, &key).map_err(AuthError::Throttled)?;
+        let client_ok = basic.client_id.as_deref().is_none_or(|c| c == client_id);
+        let password_ok = match (&basic.password_hash, password.filter(|p| !p.is_empty())) {
+            (Some(phc), Some(p)) => self.auth.passwords.verify(p, Some(phc)).await?,
+            (None, None) => true,
+            _ => false,
+        };
+        if client_ok && password_ok {
+            self.auth.throttle.succeeded(peer, &key);
+            Ok(Some(device.id))
+        } else {
+            self.auth.throttle.failed(peer, &key);
+            Err(AuthError::BadCredentials)
+        }
+    }
+}
+
 impl MqttMetrics {
     /// Records the time from a device's PUBLISH decoded to its PUBACK ready.
     pub fn observe_puback(&self, elapsed: Duration) {

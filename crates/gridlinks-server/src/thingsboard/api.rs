@@ -132,6 +132,7 @@ pub(crate) fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<
         token: &d.token,
         additional_info: d.additional_info.as_ref(),
         identity: d.identity.as_ref().map(|i| (i.protocol.as_str(), i.id.as_str())),
+        basic: d.basic.as_ref().map(|b| (b.client_id.as_deref(), b.user_name.as_deref())),
     }
 }
 
@@ -231,6 +232,15 @@ pub async fn get_credentials(_: Admin, State(st): St, Path(id): Path<String>) ->
     Ok(Json(model::credentials(&device_view(&d))))
 }
 
+/// MQTT_BASIC's `credentialsValue`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BasicValue {
+    client_id: Option<String>,
+    user_name: Option<String>,
+    password: Option<String>,
+}
+
 /// What `POST /api/device/credentials` reads of ThingsBoard's credentials object (the rest
 /// of what a client sends back, ids and versions, is ignored).
 #[derive(Deserialize)]
@@ -245,8 +255,14 @@ struct CredentialsBody {
 /// `POST /api/device/credentials`: `ACCESS_TOKEN` sets the device's token (as in
 /// ThingsBoard); `PROTOCOL_IDENTITY` gives it the identity a custom TCP protocol knows it by
 /// (`credentialsId` the identity, `credentialsValue` the protocol, e.g. `lamp`), beside its
-/// token.
-pub async fn save_credentials(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+/// token; `MQTT_BASIC` (`credentialsValue` `{"clientId","userName","password"}` as a JSON
+/// string) replaces its token, the password kept as an argon2 hash.
+pub async fn save_credentials(
+    _: Admin,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
     let b: CredentialsBody = parse_json(&body)?;
     let id = device_id(&b.device_id.id)?;
     let cred_id = b.credentials_id.filter(|c| !c.is_empty());
@@ -275,14 +291,34 @@ pub async fn save_credentials(_: Admin, State(st): St, Body(body): Body) -> ApiR
             };
             st.writer.submit(WriteOp::SetIdentity { device: id, identity: Some(identity) }).await
         }
+        "MQTT_BASIC" => {
+            let value = b.credentials_value.unwrap_or_default();
+            let v: BasicValue = parse_json(value.as_bytes())?;
+            let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
+            let password_hash = match nonempty(v.password) {
+                Some(p) => Some(auth.passwords.hash(p).await.map_err(|e| ApiError::internal(e.to_string()))?),
+                None => None,
+            };
+            let basic = gridlinks_storage::BasicCredentials {
+                client_id: nonempty(v.client_id),
+                user_name: nonempty(v.user_name),
+                password_hash,
+            };
+            st.writer.submit(WriteOp::SetBasic { device: id, basic }).await
+        }
+        "X509_CERTIFICATE" => {
+            return Err(ApiError::bad_request(
+                "credentials type X509_CERTIFICATE needs TLS, which GridLinks has not yet",
+            ))
+        }
         other => {
             return Err(ApiError::bad_request(format!(
-                "credentials type {other} is not supported: use ACCESS_TOKEN or PROTOCOL_IDENTITY"
+                "credentials type {other} is not supported: use ACCESS_TOKEN, MQTT_BASIC or PROTOCOL_IDENTITY"
             )))
         }
     };
     match outcome {
-        Ok(WriteOutcome::Device(d)) if b.credentials_type == "ACCESS_TOKEN" => {
+        Ok(WriteOutcome::Device(d)) if b.credentials_type != "PROTOCOL_IDENTITY" => {
             Ok(Json(model::credentials(&device_view(&d))))
         }
         Ok(WriteOutcome::Device(d)) => Ok(Json(model::identity_credentials(&device_view(&d)))),

@@ -44,40 +44,50 @@ impl<T: Transport> Conn<T> {
         let assigned = c.client_id.is_empty().then(|| format!("gridlinks-{}", uuid::Uuid::new_v4().simple()));
         let client_id: Arc<str> = assigned.as_deref().unwrap_or(&c.client_id).into();
         let password = c.password.as_deref().filter(|p| !p.is_empty());
-        match c.username.as_deref() {
-            None | Some("") if self.st.core.cfg.mqtt.allow_anonymous => {
+        let peer = self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        let user = c.username.as_deref().filter(|u| !u.is_empty());
+        // A name is a device token unless it comes with a password and is an application's
+        // (names and tokens are kept apart; this settles older data).
+        let app = user.is_some_and(|u| password.is_some() && self.st.clients.contains(u));
+        let device = match user {
+            Some(u) if !app => self.st.core.ingest.authenticate(u),
+            _ => Err(IngestError::BadCredential),
+        };
+        // MQTT_BASIC device credentials: by user name, or by client id alone.
+        let basic = match (&device, app) {
+            (Err(IngestError::BadCredential), false) => self.st.basic_login(peer, user, &c.client_id, password).await,
+            _ => Ok(None),
+        };
+        let auth_refusal = |e: &AuthError| match e {
+            AuthError::Throttled(_) => refuse(rc::V3_SERVER_UNAVAILABLE, rc::CONNECTION_RATE_EXCEEDED),
+            AuthError::Busy => refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_BUSY),
+            _ => refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+        };
+        match (user, device, basic) {
+            (_, Ok(d), _) | (_, _, Ok(Some(d))) => who = Some(Who::Device(d)),
+            (_, _, Err(e)) => {
+                code = auth_refusal(&e);
+                refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
+            }
+            (None, _, Ok(None)) if self.st.core.cfg.mqtt.allow_anonymous => {
                 who = Some(Who::Client { id: client_id, owner: "".into(), acl: self.st.anonymous_acl.clone() });
             }
-            None | Some("") => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
-            Some(user) => {
-                // A name is a device token unless it comes with a password and is an
-                // application's (names and tokens are kept apart; this settles older data).
-                let app = password.is_some() && self.st.clients.contains(user);
-                let device = if app { Err(IngestError::BadCredential) } else { self.st.core.ingest.authenticate(user) };
-                match (device, password) {
-                    (Ok(d), _) => who = Some(Who::Device(d)),
-                    (Err(IngestError::BadCredential), None) => code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED),
-                    // An application's login; an unknown name costs what a wrong password costs.
-                    (Err(IngestError::BadCredential), Some(password)) => {
-                        let peer =
-                            self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-                        match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
-                            Ok(acl) => who = Some(Who::Client { id: client_id, owner: user.into(), acl }),
-                            Err(e) => {
-                                code = match e {
-                                    AuthError::Throttled(_) => {
-                                        refuse(rc::V3_SERVER_UNAVAILABLE, rc::CONNECTION_RATE_EXCEEDED)
-                                    }
-                                    AuthError::Busy => refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_BUSY),
-                                    _ => refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
-                                };
-                                refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
-                            }
-                        }
+            (None, _, Ok(None)) => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+            (Some(_), Err(IngestError::BadCredential), Ok(None)) if password.is_none() => {
+                code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED)
+            }
+            // An application's login; an unknown name costs what a wrong password costs.
+            (Some(user), Err(IngestError::BadCredential), Ok(None)) => {
+                let password = password.unwrap_or_default();
+                match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
+                    Ok(acl) => who = Some(Who::Client { id: client_id, owner: user.into(), acl }),
+                    Err(e) => {
+                        code = auth_refusal(&e);
+                        refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
                     }
-                    (Err(_), _) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
                 }
             }
+            (_, Err(_), Ok(None)) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
         }
         if let (Some(Who::Client { acl, .. }), Some(will)) = (&who, &c.will) {
             if may_publish(acl, &will.topic).is_err() {
