@@ -334,8 +334,8 @@ pub struct ImportOutcome {
 pub enum WriteOutcome {
     /// Committed.
     Done,
-    /// The device as saved.
-    Device(DeviceRecord),
+    /// The device as saved (boxed: every telemetry result carries this enum).
+    Device(Box<DeviceRecord>),
     /// Import counts.
     Import(ImportOutcome),
     /// The device profile as saved.
@@ -985,7 +985,7 @@ impl Writer {
                 let mut txn = DeviceTxn::new(&self.store, &engine);
                 let rec = txn.save(s, None)?;
                 txn.commit()?;
-                Ok(WriteOutcome::Device(rec))
+                Ok(WriteOutcome::Device(Box::new(rec)))
             }
             WriteOp::SaveProfile(p) => {
                 let engine = self.engine()?;
@@ -1060,14 +1060,14 @@ impl Writer {
                 let new = DeviceRecord { identity, ..old.clone() };
                 txn.put(new.clone(), Some(&old))?;
                 txn.commit()?;
-                Ok(WriteOutcome::Device(new))
+                Ok(WriteOutcome::Device(Box::new(new)))
             }
             WriteOp::ProtocolDevice { identity, device_type, max_devices } => {
                 identity.validate().map_err(|e| StoreError::Invalid(e.to_string()))?;
                 let engine = self.engine()?;
                 let mut txn = DeviceTxn::new(&self.store, &engine);
                 if let Some(id) = txn.identity_owner(&identity)? {
-                    return Ok(WriteOutcome::Device(txn.record(id)?.ok_or(StoreError::DeviceNotFound)?));
+                    return Ok(WriteOutcome::Device(Box::new(txn.record(id)?.ok_or(StoreError::DeviceNotFound)?)));
                 }
                 let holders = match self.identity_counts.get(&identity.protocol) {
                     Some(n) => *n,
@@ -1096,7 +1096,7 @@ impl Writer {
                 txn.put(rec.clone(), Some(&created))?;
                 txn.commit()?;
                 self.identity_counts.insert(protocol, holders + 1);
-                Ok(WriteOutcome::Device(rec))
+                Ok(WriteOutcome::Device(Box::new(rec)))
             }
             WriteOp::SetBasic { device, basic } => {
                 let engine = self.engine()?;
@@ -1107,7 +1107,7 @@ impl Writer {
                 let new = DeviceRecord { basic: Some(basic), token, ..old.clone() };
                 txn.put(new.clone(), Some(&old))?;
                 txn.commit()?;
-                Ok(WriteOutcome::Device(new))
+                Ok(WriteOutcome::Device(Box::new(new)))
             }
             WriteOp::AssignGateway { device, gateway } => {
                 self.gateway_counts.clear();
@@ -1120,7 +1120,7 @@ impl Writer {
                 let new = DeviceRecord { gateway, ..old.clone() };
                 txn.put(new.clone(), Some(&old))?;
                 txn.commit()?;
-                Ok(WriteOutcome::Device(new))
+                Ok(WriteOutcome::Device(Box::new(new)))
             }
             WriteOp::Import { rows, update } => {
                 let engine = self.engine()?;
@@ -1165,7 +1165,7 @@ impl Writer {
         if let Some(id) = txn.name_owner(&name)? {
             let rec = txn.record(id)?.ok_or(StoreError::DeviceNotFound)?;
             return match rec.gateway {
-                Some(g) if g == gateway => Ok(WriteOutcome::Device(rec)),
+                Some(g) if g == gateway => Ok(WriteOutcome::Device(Box::new(rec))),
                 _ => Err(StoreError::ForeignDevice(name)),
             };
         }
@@ -1195,7 +1195,7 @@ impl Writer {
         )?;
         txn.commit()?;
         self.gateway_counts.insert(gateway, owned + 1);
-        Ok(WriteOutcome::Device(rec))
+        Ok(WriteOutcome::Device(Box::new(rec)))
     }
 
     fn delete_device(&mut self, id: DeviceId) -> Result<WriteOutcome, StoreError> {
