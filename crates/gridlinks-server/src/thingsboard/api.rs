@@ -357,26 +357,8 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
             "Required request parameters 'pageSize' and 'page' are missing (or give 'deviceName')",
         ));
     };
-    let max = st.cfg.http.max_page_size as i64;
-    if page_size < 1 || page_size > max {
-        return Err(ApiError::bad_request(format!(
-            "Incorrect page link page size '{page_size}'. Page size must be between 1 and {max}."
-        )));
-    }
-    if page < 0 {
-        return Err(ApiError::bad_request(format!(
-            "Incorrect page link page '{page}'. Page must be positive integer."
-        )));
-    }
-    let desc = match p.sort_order.as_deref().map(str::to_ascii_uppercase).as_deref() {
-        None | Some("ASC") => false,
-        Some("DESC") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "Unsupported sort order '{other}'! Only 'ASC' or 'DESC' types are allowed."
-            )))
-        }
-    };
+    let link = page_link(&st, page_size, page)?;
+    let desc = descending(p.sort_order.as_deref())?;
     let sort = p.sort_property.unwrap_or_else(|| "name".into());
     if !matches!(sort.as_str(), "name" | "createdTime" | "type" | "label" | "deviceProfileName") {
         return Err(ApiError::bad_request(format!(
@@ -402,15 +384,41 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
     if desc {
         devices.reverse();
     }
-    let total = devices.len();
-    let (page_size, page) = (page_size as usize, page as usize);
-    let data = devices
-        .iter()
-        .skip(page.saturating_mul(page_size))
-        .take(page_size)
-        .map(|d| model::device(&device_view(d), st.tenant_id))
-        .collect();
-    Ok(Json(model::page(data, total, page_size, page)))
+    Ok(Json(page_of(&devices, link, |d| model::device(&device_view(d), st.tenant_id))))
+}
+
+/// A page request's size and number, checked as ThingsBoard checks them (400 naming the
+/// bound; the largest page is `http.max_page_size`).
+pub(crate) fn page_link(st: &Core, page_size: i64, page: i64) -> ApiResult<(usize, usize)> {
+    let max = st.cfg.http.max_page_size as i64;
+    if page_size < 1 || page_size > max {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect page link page size '{page_size}'. Page size must be between 1 and {max}."
+        )));
+    }
+    if page < 0 {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect page link page '{page}'. Page must be positive integer."
+        )));
+    }
+    Ok((page_size as usize, page as usize))
+}
+
+/// Whether `sortOrder` asks for descending order (`ASC` when absent).
+pub(crate) fn descending(order: Option<&str>) -> ApiResult<bool> {
+    match order.map(str::to_ascii_uppercase).as_deref() {
+        None | Some("ASC") => Ok(false),
+        Some("DESC") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Unsupported sort order '{other}'! Only 'ASC' or 'DESC' types are allowed."
+        ))),
+    }
+}
+
+/// Page `(size, number)` of `all`, each item rendered, as ThingsBoard's `PageData`.
+pub(crate) fn page_of<T>(all: &[T], (size, page): (usize, usize), render: impl Fn(&T) -> J) -> J {
+    let data = all.iter().skip(page.saturating_mul(size)).take(size).map(render).collect();
+    model::page(data, all.len(), size, page)
 }
 
 /// `GET /api/auth/user`: the logged-in administrator.

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, parse_json};
+use super::api::{blocking, descending, page_link, page_of, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use crate::app::Core;
@@ -117,23 +117,18 @@ pub async fn list(_: Admin, State(st): St, Path(user): Path<String>, Q(p): Q<Lis
     if uuid(&user, "user")? != admin_id(&st) {
         return Err(ApiError::not_found(format!("User with id [{user}] is not found")));
     }
-    if p.page_size < 1 || p.page_size > st.cfg.http.max_page_size as i64 || p.page < 0 {
-        return Err(ApiError::bad_request(
-            "pageSize must be between 1 and http.max_page_size and page must not be negative",
-        ));
-    }
+    let link = page_link(&st, p.page_size, p.page)?;
+    let desc = descending(p.sort_order.as_deref())?;
     let store = st.store.clone();
     let mut all = blocking(move || store.docs(DocKind::ApiKey)).await?;
     if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
         all.retain(|d| d.title.to_lowercase().contains(&q));
     }
     all.sort_by_key(|d| d.created_time);
-    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
+    if desc {
         all.reverse();
     }
-    let (size, page) = (p.page_size as usize, p.page as usize);
-    let data = all.iter().skip(page.saturating_mul(size)).take(size).map(|d| info(&st, d)).collect();
-    Ok(Json(model::page(data, all.len(), size, page)))
+    Ok(Json(page_of(&all, link, |d| info(&st, d))))
 }
 
 /// `PUT /api/apiKey/{id}/enabled/{value}`.

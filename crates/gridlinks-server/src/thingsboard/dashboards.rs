@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, parse_json};
+use super::api::{blocking, descending, page_link, page_of, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use crate::app::Core;
@@ -93,11 +93,8 @@ pub struct ListParams {
 /// dashboard infos; `textSearch` matches the title (any case); sort by `title` (default)
 /// or `createdTime`.
 pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
-    if p.page_size < 1 || p.page_size > st.cfg.http.max_page_size as i64 || p.page < 0 {
-        return Err(ApiError::bad_request(
-            "pageSize must be between 1 and http.max_page_size and page must not be negative",
-        ));
-    }
+    let link = page_link(&st, p.page_size, p.page)?;
+    let desc = descending(p.sort_order.as_deref())?;
     let store = st.store.clone();
     let mut all = blocking(move || store.docs(DocKind::Dashboard)).await?;
     if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
@@ -111,15 +108,8 @@ pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Jso
         "createdTime" => all.sort_by_key(|d| d.created_time),
         other => return Err(ApiError::bad_request(format!("Unsupported sort property: {other}"))),
     }
-    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
+    if desc {
         all.reverse();
     }
-    let (size, page) = (p.page_size as usize, p.page as usize);
-    let data = all
-        .iter()
-        .skip(page.saturating_mul(size))
-        .take(size)
-        .map(|d| model::dashboard_info(&view(d), st.tenant_id))
-        .collect();
-    Ok(Json(model::page(data, all.len(), size, page)))
+    Ok(Json(page_of(&all, link, |d| model::dashboard_info(&view(d), st.tenant_id))))
 }

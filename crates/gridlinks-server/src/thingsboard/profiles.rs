@@ -15,7 +15,7 @@ use gridlinks_types::ProfileId;
 use serde::Deserialize;
 use serde_json::Value as J;
 
-use super::api::{blocking, parse_json};
+use super::api::{blocking, descending, page_link, page_of, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use crate::app::Core;
@@ -53,12 +53,8 @@ pub struct ListParams {
 /// `transportType` if given, sorted by `sortProperty` (`name`, `createdTime`, `type`,
 /// `transportType`, `description`, `isDefault`; `name` when absent) in `sortOrder`.
 async fn page(st: &Core, p: ListParams, render: fn(&model::Profile<'_>, uuid::Uuid) -> J) -> ApiResult<Json<J>> {
-    let max = st.cfg.http.max_page_size as i64;
-    if p.page_size < 1 || p.page_size > max || p.page < 0 {
-        return Err(ApiError::bad_request(
-            "pageSize must be between 1 and http.max_page_size and page must not be negative",
-        ));
-    }
+    let link = page_link(st, p.page_size, p.page)?;
+    let desc = descending(p.sort_order.as_deref())?;
     let store = st.store.clone();
     let mut all = Vec::clone(&*blocking(move || store.profiles()).await?);
     if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
@@ -75,12 +71,10 @@ async fn page(st: &Core, p: ListParams, render: fn(&model::Profile<'_>, uuid::Uu
         f @ ("type" | "transportType" | "description") => all.sort_by_cached_key(|r| field(r, f)),
         other => return Err(ApiError::bad_request(format!("Unsupported sort property: {other}"))),
     }
-    if p.sort_order.as_deref().is_some_and(|o| o.eq_ignore_ascii_case("DESC")) {
+    if desc {
         all.reverse();
     }
-    let (size, page) = (p.page_size as usize, p.page as usize);
-    let data = all.iter().skip(page.saturating_mul(size)).take(size).map(|r| render(&view(r), st.tenant_id)).collect();
-    Ok(Json(model::page(data, all.len(), size, page)))
+    Ok(Json(page_of(&all, link, |r| render(&view(r), st.tenant_id))))
 }
 
 /// `GET /api/deviceProfiles?pageSize=&page=`: full profiles.
