@@ -29,7 +29,7 @@ from gridlinks_server import gridlinks_server
 # cannot even build a Device without a device_profile_id; GridLinks serves
 # /api/deviceProfileInfo/default and /api/deviceProfileInfos for it.)
 from tb_rest_client.rest_client import RestClient as TbRestClient
-from tb_rest_client.models import ApiKeyInfo, Dashboard, Device, DeviceProfile, DeviceProfileData
+from tb_rest_client.models import ApiKeyInfo, Customer, Dashboard, Device, DeviceProfile, DeviceProfileData
 from tb_rest_client.rest import ApiException
 
 ADMIN_USER = "admin"
@@ -313,6 +313,21 @@ def test_api_keys(server, client):
     with pytest.raises(ApiException) as err:
         automation.get_tenant_devices(page_size=10, page=0)
     assert err.value.status == 401
+
+
+def test_customers_and_assignment(client):
+    customer = client.save_customer(Customer(title="compat-customer", email="ops@example.test"))
+    assert customer.id.entity_type == "CUSTOMER" and customer.title == "compat-customer"
+    device = client.save_device(Device(name="compat-assigned", type="default"))
+    assigned = client.assign_device_to_customer(customer_id=customer.id.id, device_id=device.id.id)
+    assert assigned.customer_id.id == customer.id.id
+    page = client.get_customer_devices(customer_id=customer.id.id, page_size=10, page=0)
+    assert [d.name for d in page.data] == ["compat-assigned"]
+    back = client.unassign_device_from_customer(device_id=device.id.id)
+    assert back.customer_id.id == "13814000-1dd2-11b2-8080-808080808080"
+    assert "compat-customer" in [c.title for c in client.get_customers(page_size=10, page=0).data]
+    client.delete_customer(customer_id=customer.id.id)
+    client.delete_device(device_id=device.id.id)
 
 
 def test_delete_device(server, client, state):

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, api_keys, dashboards, device_api, profiles, relations};
+use crate::thingsboard::{api, api_keys, customers, dashboards, device_api, profiles, relations};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
@@ -146,6 +146,19 @@ pub fn router(state: Http) -> Router {
         .route("/api/apiKey/{id}", delete(api_keys::delete))
         .route("/api/apiKey/{id}/enabled/{enabled}", put(api_keys::set_enabled))
         .route("/api/apiKey/{id}/description", put(api_keys::set_description))
+        .route("/api/customer", post(customers::save))
+        .route("/api/customer/{id}", get(customers::get).delete(customers::delete))
+        .route("/api/customers", get(customers::list))
+        .route("/api/tenant/customers", get(customers::by_title))
+        .route("/api/customer/{customer}/device/{device}", post(customers::assign))
+        .route("/api/customer/device/{device}", delete(customers::unassign))
+        .route("/api/owner/{kind}/{owner}/{entity_type}/{entity}", post(customers::change_owner))
+        .route("/api/customer/{customer}/devices", get(customers::devices))
+        .route(
+            "/api/customer/{customer}/dashboard/{dashboard}",
+            post(customers::assign_dashboard_to).delete(customers::unassign_dashboard_from),
+        )
+        .route("/api/customer/{customer}/dashboards", get(customers::dashboards_of))
         .route("/api/dashboard", post(dashboards::save))
         .route("/api/dashboard/{id}", get(dashboards::get).delete(dashboards::delete))
         .route("/api/dashboard/info/{id}", get(dashboards::info))

@@ -12,7 +12,7 @@
 //! | `tokens`  | access token                 | device id                               |
 //! | `identities` | protocol ‖ 0 ‖ identity   | device id (custom TCP protocols' devices) |
 //! | `profiles` | profile id (16 B)           | [`ProfileRecord`] as JSON               |
-//! | `docs`    | kind (1 B) ‖ id (16 B)       | [`DocRecord`] as JSON (dashboards)      |
+//! | `docs`    | kind (1 B) ‖ id (16 B)       | [`DocRecord`] as JSON (dashboards, API keys, customers) |
 //! | `basic`   | `u` ‖ user name, or `c` ‖ client id | device id (MQTT_BASIC credentials) |
 //! | `ts`      | device id ‖ ts (BE, 8 B)     | every (key, value) reported at that ts  |
 //! | `latest`  | device id                    | (key, ts, value) for every key          |
@@ -201,6 +201,9 @@ pub struct DeviceRecord {
     /// credential beside the access token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<ProtocolIdentity>,
+    /// The customer it is assigned to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer: Option<uuid::Uuid>,
     /// MQTT_BASIC credentials, when the device has them instead of a usable access token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic: Option<BasicCredentials>,
@@ -276,6 +279,8 @@ pub enum DocKind {
     Dashboard = 1,
     /// API keys (their SHA-256, never the key).
     ApiKey = 2,
+    /// Customers.
+    Customer = 3,
 }
 
 impl DocKind {
@@ -284,6 +289,15 @@ impl DocKind {
         match self {
             DocKind::Dashboard => "Dashboard",
             DocKind::ApiKey => "API key",
+            DocKind::Customer => "Customer",
+        }
+    }
+
+    /// Fields of the document only the server writes (a client's copy is ignored).
+    pub(crate) fn server_fields(self) -> &'static [&'static str] {
+        match self {
+            DocKind::Dashboard => &["assignedCustomerIds"],
+            DocKind::ApiKey | DocKind::Customer => &[],
         }
     }
 

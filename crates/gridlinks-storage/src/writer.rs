@@ -186,6 +186,25 @@ pub enum WriteOp {
         /// Its credentials from now on.
         basic: BasicCredentials,
     },
+    /// Assigns a device to a customer (`Some`, which must exist) or to none.
+    AssignCustomer {
+        /// The device.
+        device: DeviceId,
+        /// Its customer from now on.
+        customer: Option<uuid::Uuid>,
+    },
+    /// Deletes a customer; its devices and dashboards are assigned to it no more.
+    DeleteCustomer(uuid::Uuid),
+    /// Assigns a dashboard to a customer (`assign`) or takes it back; a dashboard may be
+    /// assigned to several customers (their ids in its document's `assignedCustomerIds`).
+    AssignDashboard {
+        /// The dashboard.
+        dashboard: uuid::Uuid,
+        /// The customer (must exist to be assigned).
+        customer: uuid::Uuid,
+        /// Assign, or take back.
+        assign: bool,
+    },
     /// Assigns a device to a gateway (`Some`, which must be a gateway) or to none.
     AssignGateway {
         /// The device.
@@ -1019,11 +1038,19 @@ impl Writer {
                 self.store.change_profiles(|| Ok(batch.commit()?))?;
                 Ok(WriteOutcome::Profile(ProfileRecord { default: true, ..target }))
             }
-            WriteOp::SaveDoc { kind, id, title, doc } => {
+            WriteOp::SaveDoc { kind, id, title, mut doc } => {
                 let old = match id {
                     Some(id) => Some(self.store.doc(kind, id)?.ok_or(StoreError::DocNotFound(kind, id))?),
                     None => None,
                 };
+                if let Some(obj) = doc.as_object_mut() {
+                    for f in kind.server_fields() {
+                        match old.as_ref().and_then(|o| o.doc.get(*f)) {
+                            Some(v) => obj.insert((*f).to_owned(), v.clone()),
+                            None => obj.remove(*f),
+                        };
+                    }
+                }
                 let (id, created) = old.map_or_else(|| (uuid::Uuid::new_v4(), Ts::now().0), |o| (o.id, o.created_time));
                 self.put_doc(kind, DocRecord { id, created_time: created, title, doc })
             }
@@ -1108,6 +1135,52 @@ impl Writer {
                 txn.put(new.clone(), Some(&old))?;
                 txn.commit()?;
                 Ok(WriteOutcome::Device(Box::new(new)))
+            }
+            WriteOp::AssignCustomer { device, customer } => {
+                if let Some(c) = customer {
+                    self.store.doc(DocKind::Customer, c)?.ok_or(StoreError::DocNotFound(DocKind::Customer, c))?;
+                }
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
+                let new = DeviceRecord { customer, ..old.clone() };
+                txn.put(new.clone(), Some(&old))?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(Box::new(new)))
+            }
+            WriteOp::DeleteCustomer(id) => {
+                let engine = self.engine()?;
+                if !engine.ks.docs.contains_key(DocKind::Customer.key(id))? {
+                    return Err(StoreError::DocNotFound(DocKind::Customer, id));
+                }
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                for kv in engine.ks.devices.iter() {
+                    let d = decode_device(&kv.into_inner()?.1)?;
+                    if d.customer == Some(id) {
+                        txn.put(DeviceRecord { customer: None, ..d.clone() }, Some(&d))?;
+                    }
+                }
+                for mut d in self.store.docs(DocKind::Dashboard)? {
+                    if assign_to(&mut d.doc, id, false) {
+                        txn.batch.insert(&engine.ks.docs, DocKind::Dashboard.key(d.id), encode_doc(&d)?);
+                    }
+                }
+                txn.batch.remove(&engine.ks.docs, DocKind::Customer.key(id));
+                txn.commit()?;
+                Ok(WriteOutcome::Done)
+            }
+            WriteOp::AssignDashboard { dashboard, customer, assign } => {
+                let mut d = self
+                    .store
+                    .doc(DocKind::Dashboard, dashboard)?
+                    .ok_or(StoreError::DocNotFound(DocKind::Dashboard, dashboard))?;
+                if assign {
+                    self.store
+                        .doc(DocKind::Customer, customer)?
+                        .ok_or(StoreError::DocNotFound(DocKind::Customer, customer))?;
+                }
+                assign_to(&mut d.doc, customer, assign);
+                self.put_doc(DocKind::Dashboard, d)
             }
             WriteOp::AssignGateway { device, gateway } => {
                 self.gateway_counts.clear();
@@ -1340,6 +1413,22 @@ fn write_latest(batch: &mut OwnedWriteBatch, engine: &Engine, device: DeviceId, 
     } else {
         batch.insert(ks, device.as_bytes().to_vec(), codec::encode_latest_row(row));
     }
+}
+
+/// Adds `customer` to (`assign`) or removes it from a dashboard document's
+/// `assignedCustomerIds`; whether the document changed.
+fn assign_to(doc: &mut serde_json::Value, customer: uuid::Uuid, assign: bool) -> bool {
+    let Some(obj) = doc.as_object_mut() else { return false };
+    let list = obj.entry("assignedCustomerIds").or_insert_with(|| serde_json::json!([]));
+    let Some(ids) = list.as_array_mut() else { return false };
+    let id = serde_json::Value::String(customer.to_string());
+    let had = ids.contains(&id);
+    match (assign, had) {
+        (true, false) => ids.push(id),
+        (false, true) => ids.retain(|v| *v != id),
+        _ => return false,
+    }
+    true
 }
 
 /// Device creates and updates inside one batch, with an overlay so later rows of the
@@ -1660,6 +1749,7 @@ impl<'a> DeviceTxn<'a> {
             additional_info: s.additional_info,
             gateway: old.as_ref().map_or(gateway, |o| o.gateway),
             identity: old.as_ref().and_then(|o| o.identity.clone()),
+            customer: old.as_ref().and_then(|o| o.customer),
             // A new access token replaces MQTT_BASIC credentials (one credential per device).
             basic: old.as_ref().and_then(|o| o.basic.clone()).filter(|_| s.token.is_none()),
         };

@@ -94,6 +94,16 @@ pub struct Device<'a> {
     pub identity: Option<(&'a str, &'a str)>,
     /// MQTT_BASIC credentials (client id, user name), when the device has them.
     pub basic: Option<(Option<&'a str>, Option<&'a str>)>,
+    /// The customer it is assigned to.
+    pub customer: Option<Uuid>,
+}
+
+/// A customer reference: the id, or ThingsBoard's NULL_UUID for none.
+fn customer_id(customer: Option<Uuid>) -> J {
+    match customer {
+        Some(c) => entity_id("CUSTOMER", c),
+        None => entity_id("CUSTOMER", NULL_UUID),
+    }
 }
 
 /// A device as `GET /api/device/{id}` returns it; one with a custom-protocol identity
@@ -104,7 +114,7 @@ pub fn device(d: &Device<'_>, tenant: Uuid) -> J {
         "createdTime": d.created_time,
         "additionalInfo": d.additional_info,
         "tenantId": entity_id("TENANT", tenant),
-        "customerId": entity_id("CUSTOMER", NULL_UUID),
+        "customerId": customer_id(d.customer),
         "name": d.name,
         "type": d.device_type,
         "label": d.label,
@@ -278,6 +288,8 @@ pub struct Dashboard<'a> {
     pub title: &'a str,
     /// The rest, as the client gave it (an object: `configuration`, `image`, …).
     pub doc: &'a J,
+    /// The customers it is assigned to: (id, title).
+    pub customers: &'a [(Uuid, &'a str)],
 }
 
 /// A dashboard info (`GET /api/tenant/dashboards`): everything but the configuration.
@@ -290,7 +302,12 @@ pub fn dashboard_info(d: &Dashboard<'_>, tenant: Uuid) -> J {
         "title": d.title,
         "name": d.title,
         "image": field("image"),
-        "assignedCustomers": null,
+        "assignedCustomers": (!d.customers.is_empty()).then(|| {
+            d.customers
+                .iter()
+                .map(|(id, title)| json!({"customerId": entity_id("CUSTOMER", id), "title": title, "public": false}))
+                .collect::<Vec<_>>()
+        }),
         "mobileHide": d.doc.get("mobileHide").and_then(J::as_bool).unwrap_or(false),
         "mobileOrder": field("mobileOrder"),
         "externalId": null,
@@ -306,6 +323,42 @@ pub fn dashboard(d: &Dashboard<'_>, tenant: Uuid) -> J {
         obj.insert("resources".into(), d.doc.get("resources").cloned().unwrap_or(J::Null));
     }
     j
+}
+
+/// What the customer JSON shows of a customer.
+#[derive(Clone, Copy, Debug)]
+pub struct Customer<'a> {
+    /// Its id.
+    pub id: Uuid,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Its title (unique).
+    pub title: &'a str,
+    /// The rest, as the client gave it (address, email, phone, `additionalInfo`, …).
+    pub doc: &'a J,
+}
+
+/// A customer as `GET /api/customer/{id}` returns it.
+pub fn customer(c: &Customer<'_>, tenant: Uuid) -> J {
+    let field = |k: &str| c.doc.get(k).cloned().unwrap_or(J::Null);
+    json!({
+        "id": entity_id("CUSTOMER", c.id),
+        "createdTime": c.created_time,
+        "tenantId": entity_id("TENANT", tenant),
+        "title": c.title,
+        "name": c.title,
+        "country": field("country"),
+        "state": field("state"),
+        "city": field("city"),
+        "address": field("address"),
+        "address2": field("address2"),
+        "zip": field("zip"),
+        "phone": field("phone"),
+        "email": field("email"),
+        "additionalInfo": field("additionalInfo"),
+        "externalId": null,
+        "version": 1,
+    })
 }
 
 /// An API key as ThingsBoard 4.3 shows it (`ApiKeyInfo`; never its value).
@@ -404,6 +457,7 @@ mod tests {
             additional_info: Some(&info),
             identity: None,
             basic: None,
+            customer: None,
         };
         let j = device(&d, Uuid::nil());
         assert!(j.get("protocolIdentity").is_none());

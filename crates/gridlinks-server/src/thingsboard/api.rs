@@ -133,6 +133,7 @@ pub(crate) fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<
         additional_info: d.additional_info.as_ref(),
         identity: d.identity.as_ref().map(|i| (i.protocol.as_str(), i.id.as_str())),
         basic: d.basic.as_ref().map(|b| (b.client_id.as_deref(), b.user_name.as_deref())),
+        customer: d.customer,
     }
 }
 

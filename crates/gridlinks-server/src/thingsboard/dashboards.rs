@@ -25,8 +25,26 @@ fn dashboard_id(s: &str) -> ApiResult<Uuid> {
     s.parse().map_err(|_| ApiError::bad_request(format!("Invalid dashboard id: {s}")))
 }
 
-fn view(d: &DocRecord) -> model::Dashboard<'_> {
-    model::Dashboard { id: d.id, created_time: d.created_time, title: &d.title, doc: &d.doc }
+/// A dashboard's JSON: with its configuration (`full`) or its info; the customers it is
+/// assigned to named from `customers`.
+pub(crate) fn render(st: &Core, d: &DocRecord, customers: &[DocRecord], full: bool) -> J {
+    let assigned = d.doc.get("assignedCustomerIds").and_then(J::as_array).map(Vec::as_slice).unwrap_or_default();
+    let named: Vec<(Uuid, &str)> = assigned
+        .iter()
+        .filter_map(|v| v.as_str()?.parse::<Uuid>().ok())
+        .filter_map(|id| customers.iter().find(|c| c.id == id).map(|c| (c.id, c.title.as_str())))
+        .collect();
+    let view =
+        model::Dashboard { id: d.id, created_time: d.created_time, title: &d.title, doc: &d.doc, customers: &named };
+    match full {
+        true => model::dashboard(&view, st.tenant_id),
+        false => model::dashboard_info(&view, st.tenant_id),
+    }
+}
+
+pub(crate) async fn customers(st: &Core) -> ApiResult<Vec<DocRecord>> {
+    let store = st.store.clone();
+    blocking(move || store.docs(DocKind::Customer)).await
 }
 
 async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
@@ -55,7 +73,7 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
         None => None,
     };
     match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await? {
-        WriteOutcome::Doc(d) => Ok(Json(model::dashboard(&view(&d), st.tenant_id))),
+        WriteOutcome::Doc(d) => Ok(Json(render(&st, &d, &customers(&st).await?, true))),
         _ => Err(ApiError::internal("unexpected write outcome")),
     }
 }
@@ -63,13 +81,13 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
 /// `GET /api/dashboard/{id}`: with its configuration.
 pub async fn get(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
     let d = load(&st, dashboard_id(&id)?).await?;
-    Ok(Json(model::dashboard(&view(&d), st.tenant_id)))
+    Ok(Json(render(&st, &d, &customers(&st).await?, true)))
 }
 
 /// `GET /api/dashboard/info/{id}`: without it.
 pub async fn info(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
     let d = load(&st, dashboard_id(&id)?).await?;
-    Ok(Json(model::dashboard_info(&view(&d), st.tenant_id)))
+    Ok(Json(render(&st, &d, &customers(&st).await?, false)))
 }
 
 /// `DELETE /api/dashboard/{id}`.
@@ -111,5 +129,6 @@ pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Jso
     if desc {
         all.reverse();
     }
-    Ok(Json(page_of(&all, link, |d| model::dashboard_info(&view(d), st.tenant_id))))
+    let customers = customers(&st).await?;
+    Ok(Json(page_of(&all, link, |d| render(&st, d, &customers, false))))
 }

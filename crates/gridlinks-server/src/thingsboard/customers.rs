@@ -1,0 +1,263 @@
+//! Customers, as ThingsBoard serves them to a tenant administrator: `POST /api/customer`,
+//! `GET`/`DELETE /api/customer/{id}`, `GET /api/customers`, `GET /api/tenant/customers?
+//! customerTitle=`; devices assigned (`POST /api/customer/{customerId}/device/{deviceId}`,
+//! `DELETE /api/customer/device/{deviceId}`, `GET /api/customer/{id}/devices`) and dashboards
+//! assigned (`POST`/`DELETE /api/customer/{customerId}/dashboard/{dashboardId}`,
+//! `GET /api/customer/{id}/dashboards`). Customers are stored as documents; customer users,
+//! who would see only their customer's devices, are not built yet.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
+use gridlinks_thingsboard::model;
+use serde::Deserialize;
+use serde_json::Value as J;
+use uuid::Uuid;
+
+use super::api::{blocking, descending, device_id, device_view, page_link, page_of, parse_json};
+use super::dashboards;
+use super::error::{ApiError, ApiResult};
+use super::extract::{Admin, Body, Q};
+use crate::app::Core;
+
+type St = State<Arc<Core>>;
+
+fn uuid(s: &str, what: &str) -> ApiResult<Uuid> {
+    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid {what} id: {s}")))
+}
+
+fn render(st: &Core, c: &DocRecord) -> J {
+    model::customer(
+        &model::Customer { id: c.id, created_time: c.created_time, title: &c.title, doc: &c.doc },
+        st.tenant_id,
+    )
+}
+
+async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
+    let store = st.store.clone();
+    blocking(move || store.doc(DocKind::Customer, id))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Customer with id [{id}] is not found")))
+}
+
+/// `POST /api/customer`: create, or update when the body has an id. Titles are unique.
+pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let doc: J = parse_json(&body)?;
+    let title = doc.get("title").and_then(J::as_str).unwrap_or_default().to_owned();
+    if title.trim().is_empty() {
+        return Err(ApiError::bad_request("Customer title should be specified!"));
+    }
+    let id = match doc.get("id").filter(|v| !v.is_null()) {
+        Some(e) => {
+            let e: model::Id = serde_json::from_value(e.clone())
+                .map_err(|e| ApiError::bad_request(format!("Invalid request body: id: {e}")))?;
+            Some(uuid(&e.id, "customer")?)
+        }
+        None => None,
+    };
+    let store = st.store.clone();
+    let taken = blocking(move || store.docs(DocKind::Customer)).await?;
+    if taken.iter().any(|c| c.title == title && Some(c.id) != id) {
+        return Err(ApiError::bad_request("Customer with such title already exists!"));
+    }
+    match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Customer, id, title, doc }).await? {
+        WriteOutcome::Doc(c) => Ok(Json(render(&st, &c))),
+        _ => Err(ApiError::internal("unexpected write outcome")),
+    }
+}
+
+/// `GET /api/customer/{id}`.
+pub async fn get(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let c = load(&st, uuid(&id, "customer")?).await?;
+    Ok(Json(render(&st, &c)))
+}
+
+/// `DELETE /api/customer/{id}`: its devices and dashboards are assigned to it no more.
+pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    st.writer.submit(WriteOp::DeleteCustomer(uuid(&id, "customer")?)).await?;
+    Ok(StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ListParams {
+    page_size: i64,
+    page: i64,
+    text_search: Option<String>,
+    sort_property: Option<String>,
+    sort_order: Option<String>,
+}
+
+/// `GET /api/customers?pageSize=&page=`: by title (or `createdTime`), `textSearch` on it.
+pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    let link = page_link(&st, p.page_size, p.page)?;
+    let desc = descending(p.sort_order.as_deref())?;
+    let store = st.store.clone();
+    let mut all = blocking(move || store.docs(DocKind::Customer)).await?;
+    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
+        all.retain(|c| c.title.to_lowercase().contains(&q));
+    }
+    match p.sort_property.as_deref().unwrap_or("title") {
+        "title" | "name" => {}
+        "createdTime" => all.sort_by_key(|c| c.created_time),
+        other => return Err(ApiError::bad_request(format!("Unsupported sort property: {other}"))),
+    }
+    if desc {
+        all.reverse();
+    }
+    Ok(Json(page_of(&all, link, |c| render(&st, c))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TitleParams {
+    customer_title: String,
+}
+
+/// `GET /api/tenant/customers?customerTitle=`: the customer of that title.
+pub async fn by_title(_: Admin, State(st): St, Q(p): Q<TitleParams>) -> ApiResult<Json<J>> {
+    let store = st.store.clone();
+    let all = blocking(move || store.docs(DocKind::Customer)).await?;
+    let c = all
+        .iter()
+        .find(|c| c.title == p.customer_title)
+        .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))?;
+    Ok(Json(render(&st, c)))
+}
+
+async fn assign_device(st: &Core, device: &str, customer: Option<Uuid>) -> ApiResult<Json<J>> {
+    let op = WriteOp::AssignCustomer { device: device_id(device)?, customer };
+    match st.writer.submit(op).await {
+        Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&device_view(&d), st.tenant_id))),
+        Ok(_) => Err(ApiError::internal("unexpected write outcome")),
+        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
+            Err(ApiError::not_found(format!("Device with id [{device}] is not found")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /api/customer/{customerId}/device/{deviceId}`: the device, assigned.
+pub async fn assign(_: Admin, State(st): St, Path((customer, device)): Path<(String, String)>) -> ApiResult<Json<J>> {
+    assign_device(&st, &device, Some(uuid(&customer, "customer")?)).await
+}
+
+/// `POST /api/owner/{CUSTOMER|TENANT}/{ownerId}/DEVICE/{deviceId}` (ThingsBoard 4.4, where a
+/// customer owns what it is given): the device, assigned to that customer or to none.
+pub async fn change_owner(
+    _: Admin,
+    State(st): St,
+    Path((kind, owner, entity_type, entity)): Path<(String, String, String, String)>,
+) -> ApiResult<Json<J>> {
+    if entity_type != "DEVICE" {
+        return Err(ApiError::bad_request(format!(
+            "Changing the owner of {entity_type} is not supported: only DEVICE"
+        )));
+    }
+    let customer = match kind.as_str() {
+        "CUSTOMER" => Some(uuid(&owner, "customer")?),
+        "TENANT" if uuid(&owner, "tenant")? == st.tenant_id => None,
+        "TENANT" => return Err(ApiError::not_found(format!("Tenant with id [{owner}] is not found"))),
+        other => return Err(ApiError::bad_request(format!("Unknown owner type {other}: CUSTOMER or TENANT"))),
+    };
+    assign_device(&st, &entity, customer).await
+}
+
+/// `DELETE /api/customer/device/{deviceId}`: the device, assigned to no customer.
+pub async fn unassign(_: Admin, State(st): St, Path(device): Path<String>) -> ApiResult<Json<J>> {
+    assign_device(&st, &device, None).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceListParams {
+    page_size: i64,
+    page: i64,
+    #[serde(rename = "type")]
+    device_type: Option<String>,
+    text_search: Option<String>,
+    sort_property: Option<String>,
+    sort_order: Option<String>,
+}
+
+/// `GET /api/customer/{customerId}/devices?pageSize=&page=`: its devices, by name.
+pub async fn devices(
+    _: Admin,
+    State(st): St,
+    Path(customer): Path<String>,
+    Q(p): Q<DeviceListParams>,
+) -> ApiResult<Json<J>> {
+    let _ = p.sort_property;
+    let id = uuid(&customer, "customer")?;
+    load(&st, id).await?;
+    let link = page_link(&st, p.page_size, p.page)?;
+    let desc = descending(p.sort_order.as_deref())?;
+    let store = st.store.clone();
+    let mut all = blocking(move || store.devices()).await?;
+    all.retain(|d| d.customer == Some(id));
+    if let Some(t) = p.device_type.filter(|t| !t.is_empty()) {
+        all.retain(|d| d.device_type == t);
+    }
+    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
+        all.retain(|d| d.name.to_lowercase().contains(&q));
+    }
+    if desc {
+        all.reverse();
+    }
+    Ok(Json(page_of(&all, link, |d| model::device(&device_view(d), st.tenant_id))))
+}
+
+async fn assign_dashboard(st: &Core, customer: &str, dashboard: &str, assign: bool) -> ApiResult<Json<J>> {
+    let op = WriteOp::AssignDashboard {
+        dashboard: uuid(dashboard, "dashboard")?,
+        customer: uuid(customer, "customer")?,
+        assign,
+    };
+    match st.writer.submit(op).await? {
+        WriteOutcome::Doc(d) => Ok(Json(dashboards::render(st, &d, &dashboards::customers(st).await?, false))),
+        _ => Err(ApiError::internal("unexpected write outcome")),
+    }
+}
+
+/// `POST /api/customer/{customerId}/dashboard/{dashboardId}`: the dashboard info, assigned.
+pub async fn assign_dashboard_to(
+    _: Admin,
+    State(st): St,
+    Path((customer, dashboard)): Path<(String, String)>,
+) -> ApiResult<Json<J>> {
+    assign_dashboard(&st, &customer, &dashboard, true).await
+}
+
+/// `DELETE /api/customer/{customerId}/dashboard/{dashboardId}`.
+pub async fn unassign_dashboard_from(
+    _: Admin,
+    State(st): St,
+    Path((customer, dashboard)): Path<(String, String)>,
+) -> ApiResult<Json<J>> {
+    assign_dashboard(&st, &customer, &dashboard, false).await
+}
+
+/// `GET /api/customer/{customerId}/dashboards?pageSize=&page=`: dashboard infos.
+pub async fn dashboards_of(
+    _: Admin,
+    State(st): St,
+    Path(customer): Path<String>,
+    Q(p): Q<ListParams>,
+) -> ApiResult<Json<J>> {
+    let _ = (p.sort_property, p.text_search);
+    let id = uuid(&customer, "customer")?;
+    load(&st, id).await?;
+    let link = page_link(&st, p.page_size, p.page)?;
+    let store = st.store.clone();
+    let mut all = blocking(move || store.docs(DocKind::Dashboard)).await?;
+    let id_json = J::String(id.to_string());
+    all.retain(|d| d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id_json)));
+    if descending(p.sort_order.as_deref())? {
+        all.reverse();
+    }
+    let customers = dashboards::customers(&st).await?;
+    Ok(Json(page_of(&all, link, |d| dashboards::render(&st, d, &customers, false))))
+}
