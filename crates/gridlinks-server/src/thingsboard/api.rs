@@ -17,6 +17,7 @@ use serde_json::{json, Value as J};
 use super::attributes;
 use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, Q};
+use super::paging::{descending, page_link, page_of};
 use crate::app::Core;
 use crate::auth;
 use crate::auth::Auth;
@@ -386,40 +387,6 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
         devices.reverse();
     }
     Ok(Json(page_of(&devices, link, |d| model::device(&device_view(d), st.tenant_id))))
-}
-
-/// A page request's size and number, checked as ThingsBoard checks them (400 naming the
-/// bound; the largest page is `http.max_page_size`).
-pub(crate) fn page_link(st: &Core, page_size: i64, page: i64) -> ApiResult<(usize, usize)> {
-    let max = st.cfg.http.max_page_size as i64;
-    if page_size < 1 || page_size > max {
-        return Err(ApiError::bad_request(format!(
-            "Incorrect page link page size '{page_size}'. Page size must be between 1 and {max}."
-        )));
-    }
-    if page < 0 {
-        return Err(ApiError::bad_request(format!(
-            "Incorrect page link page '{page}'. Page must be positive integer."
-        )));
-    }
-    Ok((page_size as usize, page as usize))
-}
-
-/// Whether `sortOrder` asks for descending order (`ASC` when absent).
-pub(crate) fn descending(order: Option<&str>) -> ApiResult<bool> {
-    match order.map(str::to_ascii_uppercase).as_deref() {
-        None | Some("ASC") => Ok(false),
-        Some("DESC") => Ok(true),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "Unsupported sort order '{other}'! Only 'ASC' or 'DESC' types are allowed."
-        ))),
-    }
-}
-
-/// Page `(size, number)` of `all`, each item rendered, as ThingsBoard's `PageData`.
-pub(crate) fn page_of<T>(all: &[T], (size, page): (usize, usize), render: impl Fn(&T) -> J) -> J {
-    let data = all.iter().skip(page.saturating_mul(size)).take(size).map(render).collect();
-    model::page(data, all.len(), size, page)
 }
 
 /// `GET /api/auth/user`: the logged-in administrator.

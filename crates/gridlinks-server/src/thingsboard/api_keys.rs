@@ -15,9 +15,10 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, descending, page_link, page_of, parse_json};
+use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
+use super::paging::{doc_page, DocListParams};
 use crate::app::Core;
 use crate::auth::{api_keys, Auth};
 
@@ -101,34 +102,12 @@ pub async fn create(_: Admin, State(st): St, State(auth): State<Arc<Auth>>, Body
     Ok(Json(out))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ListParams {
-    page_size: i64,
-    page: i64,
-    text_search: Option<String>,
-    sort_property: Option<String>,
-    sort_order: Option<String>,
-}
-
 /// `GET /api/apiKeys/{userId}?pageSize=&page=`: the user's keys, without their values.
-pub async fn list(_: Admin, State(st): St, Path(user): Path<String>, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
-    let _ = p.sort_property;
+pub async fn list(_: Admin, State(st): St, Path(user): Path<String>, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
     if uuid(&user, "user")? != admin_id(&st) {
         return Err(ApiError::not_found(format!("User with id [{user}] is not found")));
     }
-    let link = page_link(&st, p.page_size, p.page)?;
-    let desc = descending(p.sort_order.as_deref())?;
-    let store = st.store.clone();
-    let mut all = blocking(move || store.docs(DocKind::ApiKey)).await?;
-    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
-        all.retain(|d| d.title.to_lowercase().contains(&q));
-    }
-    all.sort_by_key(|d| d.created_time);
-    if desc {
-        all.reverse();
-    }
-    Ok(Json(page_of(&all, link, |d| info(&st, d))))
+    Ok(Json(doc_page(&st, DocKind::ApiKey, p, |_| true, |d| info(&st, d)).await?))
 }
 
 /// `PUT /api/apiKey/{id}/enabled/{value}`.

@@ -17,10 +17,11 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, descending, device_id, device_view, page_link, page_of, parse_json};
+use super::api::{blocking, device_id, device_view, parse_json};
 use super::dashboards;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
+use super::paging::{descending, doc_page, page_link, page_of, DocListParams};
 use crate::app::Core;
 
 type St = State<Arc<Core>>;
@@ -81,34 +82,9 @@ pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResul
     Ok(StatusCode::OK)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ListParams {
-    page_size: i64,
-    page: i64,
-    text_search: Option<String>,
-    sort_property: Option<String>,
-    sort_order: Option<String>,
-}
-
 /// `GET /api/customers?pageSize=&page=`: by title (or `createdTime`), `textSearch` on it.
-pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
-    let link = page_link(&st, p.page_size, p.page)?;
-    let desc = descending(p.sort_order.as_deref())?;
-    let store = st.store.clone();
-    let mut all = blocking(move || store.docs(DocKind::Customer)).await?;
-    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
-        all.retain(|c| c.title.to_lowercase().contains(&q));
-    }
-    match p.sort_property.as_deref().unwrap_or("title") {
-        "title" | "name" => {}
-        "createdTime" => all.sort_by_key(|c| c.created_time),
-        other => return Err(ApiError::bad_request(format!("Unsupported sort property: {other}"))),
-    }
-    if desc {
-        all.reverse();
-    }
-    Ok(Json(page_of(&all, link, |c| render(&st, c))))
+pub async fn list(_: Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
+    Ok(Json(doc_page(&st, DocKind::Customer, p, |_| true, |c| render(&st, c)).await?))
 }
 
 #[derive(Deserialize)]
@@ -245,19 +221,15 @@ pub async fn dashboards_of(
     _: Admin,
     State(st): St,
     Path(customer): Path<String>,
-    Q(p): Q<ListParams>,
+    Q(p): Q<DocListParams>,
 ) -> ApiResult<Json<J>> {
-    let _ = (p.sort_property, p.text_search);
     let id = uuid(&customer, "customer")?;
     load(&st, id).await?;
-    let link = page_link(&st, p.page_size, p.page)?;
-    let store = st.store.clone();
-    let mut all = blocking(move || store.docs(DocKind::Dashboard)).await?;
     let id_json = J::String(id.to_string());
-    all.retain(|d| d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id_json)));
-    if descending(p.sort_order.as_deref())? {
-        all.reverse();
-    }
+    let assigned =
+        |d: &DocRecord| d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id_json));
     let customers = dashboards::customers(&st).await?;
-    Ok(Json(page_of(&all, link, |d| dashboards::render(&st, d, &customers, false))))
+    let page =
+        doc_page(&st, DocKind::Dashboard, p, assigned, |d| dashboards::render(&st, d, &customers, false)).await?;
+    Ok(Json(page))
 }

@@ -10,13 +10,13 @@ use axum::http::StatusCode;
 use axum::Json;
 use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
 use gridlinks_thingsboard::model;
-use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, descending, page_link, page_of, parse_json};
+use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
+use super::paging::{doc_page, DocListParams};
 use crate::app::Core;
 
 type St = State<Arc<Core>>;
@@ -96,39 +96,9 @@ pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResul
     Ok(StatusCode::OK)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ListParams {
-    page_size: i64,
-    page: i64,
-    text_search: Option<String>,
-    sort_property: Option<String>,
-    sort_order: Option<String>,
-    mobile: Option<bool>,
-}
-
-/// `GET /api/tenant/dashboards?pageSize=&page=[&textSearch=&sortProperty=&sortOrder=]`:
-/// dashboard infos; `textSearch` matches the title (any case); sort by `title` (default)
-/// or `createdTime`.
-pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
-    let link = page_link(&st, p.page_size, p.page)?;
-    let desc = descending(p.sort_order.as_deref())?;
-    let store = st.store.clone();
-    let mut all = blocking(move || store.docs(DocKind::Dashboard)).await?;
-    if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
-        all.retain(|d| d.title.to_lowercase().contains(&q));
-    }
-    if p.mobile == Some(true) {
-        all.retain(|d| !d.doc.get("mobileHide").and_then(J::as_bool).unwrap_or(false));
-    }
-    match p.sort_property.as_deref().unwrap_or("title") {
-        "title" | "name" => {}
-        "createdTime" => all.sort_by_key(|d| d.created_time),
-        other => return Err(ApiError::bad_request(format!("Unsupported sort property: {other}"))),
-    }
-    if desc {
-        all.reverse();
-    }
+/// `GET /api/tenant/dashboards?pageSize=&page=[&textSearch=&sortProperty=&sortOrder=&mobile=]`:
+/// dashboard infos; `textSearch` matches the title; sort by `title` (default) or `createdTime`.
+pub async fn list(_: Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
     let customers = customers(&st).await?;
-    Ok(Json(page_of(&all, link, |d| render(&st, d, &customers, false))))
+    Ok(Json(doc_page(&st, DocKind::Dashboard, p, |_| true, |d| render(&st, d, &customers, false)).await?))
 }

@@ -15,9 +15,10 @@ use gridlinks_types::ProfileId;
 use serde::Deserialize;
 use serde_json::Value as J;
 
-use super::api::{blocking, descending, page_link, page_of, parse_json};
+use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
+use super::paging::{descending, page_link, page_of};
 use crate::app::Core;
 
 type St = State<Arc<Core>>;
