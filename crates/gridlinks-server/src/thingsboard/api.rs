@@ -40,6 +40,14 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+/// The id an entity body carries (`"id": {"entityType", "id"}`), if any, read by `parse`.
+pub(crate) fn body_id<T>(body: &J, parse: impl FnOnce(&str) -> ApiResult<T>) -> ApiResult<Option<T>> {
+    let Some(e) = body.get("id").filter(|v| !v.is_null()) else { return Ok(None) };
+    let e: model::Id = serde_json::from_value(e.clone())
+        .map_err(|e| ApiError::bad_request(format!("Invalid request body: id: {e}")))?;
+    parse(&e.id).map(Some)
+}
+
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, device_id, device_view, parse_json};
+use super::api::{blocking, body_id, device_id, device_view, parse_json};
 use super::dashboards;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
@@ -51,14 +51,7 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
     if title.trim().is_empty() {
         return Err(ApiError::bad_request("Customer title should be specified!"));
     }
-    let id = match doc.get("id").filter(|v| !v.is_null()) {
-        Some(e) => {
-            let e: model::Id = serde_json::from_value(e.clone())
-                .map_err(|e| ApiError::bad_request(format!("Invalid request body: id: {e}")))?;
-            Some(uuid(&e.id, "customer")?)
-        }
-        None => None,
-    };
+    let id = body_id(&doc, |s| uuid(s, "customer"))?;
     let store = st.store.clone();
     let taken = blocking(move || store.docs(DocKind::Customer)).await?;
     if taken.iter().any(|c| c.title == title && Some(c.id) != id) {

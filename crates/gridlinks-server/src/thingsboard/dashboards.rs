@@ -13,7 +13,7 @@ use gridlinks_thingsboard::model;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, parse_json};
+use super::api::{blocking, body_id, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use super::paging::{doc_page, DocListParams};
@@ -64,14 +64,7 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
     if title.trim().is_empty() {
         return Err(ApiError::bad_request("Dashboard title should be specified!"));
     }
-    let id = match doc.get("id").filter(|v| !v.is_null()) {
-        Some(e) => {
-            let e: model::Id = serde_json::from_value(e.clone())
-                .map_err(|e| ApiError::bad_request(format!("Invalid request body: id: {e}")))?;
-            Some(dashboard_id(&e.id)?)
-        }
-        None => None,
-    };
+    let id = body_id(&doc, dashboard_id)?;
     match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await? {
         WriteOutcome::Doc(d) => Ok(Json(render(&st, &d, &customers(&st).await?, true))),
         _ => Err(ApiError::internal("unexpected write outcome")),

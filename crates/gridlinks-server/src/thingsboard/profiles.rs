@@ -15,7 +15,7 @@ use gridlinks_types::ProfileId;
 use serde::Deserialize;
 use serde_json::Value as J;
 
-use super::api::{blocking, parse_json};
+use super::api::{blocking, body_id, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use super::paging::{descending, page_link, page_of};
@@ -116,14 +116,7 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
         return Err(ApiError::bad_request("Invalid request body: a device profile is a JSON object"));
     }
     let name = doc.get("name").and_then(J::as_str).unwrap_or_default().to_owned();
-    let id = match doc.get("id").filter(|v| !v.is_null()) {
-        Some(e) => {
-            let e: model::Id = serde_json::from_value(e.clone())
-                .map_err(|e| ApiError::bad_request(format!("Invalid request body: id: {e}")))?;
-            Some(profile_id(&e.id)?)
-        }
-        None => None,
-    };
+    let id = body_id(&doc, profile_id)?;
     match st.writer.submit(WriteOp::SaveProfile(SaveProfile { id, name, doc })).await? {
         WriteOutcome::Profile(p) => Ok(Json(model::profile(&view(&p), st.tenant_id))),
         _ => Err(ApiError::internal("unexpected write outcome")),
