@@ -91,6 +91,9 @@ fn devices_provision_themselves_over_http_with_either_strategy() {
     let (st, text) = s.req("POST", "/api/v1/provision", None, Some("{not json"));
     assert_eq!(st, 200);
     assert!(text.contains("FAILURE"), "{text}");
+    // MQTT's provisioning user name cannot be a device's token.
+    let (st, err) = s.json("POST", "/api/device?accessToken=provision", &jwt, Some(json!({"name": "p"})));
+    assert_eq!(st, 400, "{err}");
 }
 
 #[test]

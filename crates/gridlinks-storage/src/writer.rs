@@ -309,6 +309,11 @@ impl SaveDevice {
             if t.is_empty() || t.contains(char::is_whitespace) {
                 return Err(StoreError::Invalid("access token must be 1 to 255 characters without spaces".into()));
             }
+            if t == "provision" {
+                return Err(StoreError::Invalid(
+                    "access token 'provision' is reserved: it is MQTT's provisioning user name".into(),
+                ));
+            }
         }
         Ok(())
     }
