@@ -37,7 +37,7 @@ use coap_lite::{CoapOption, MessageClass, MessageType, Packet, ResponseType};
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::coap::block::{self, Block, Offer, Uploads};
-use gridlinks_thingsboard::coap::{Parts, Resource, RouteError};
+use gridlinks_thingsboard::coap::{DeviceResource, Parts, Resource, RouteError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
 use parking_lot::Mutex;
@@ -439,10 +439,12 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
     if request.payload.len() > max {
         return too_large(max);
     }
-    let Some(token) = resource.token() else {
-        // Provisioning, the one resource without a token.
-        let answer = crate::thingsboard::provision::provision(mqtt, peer.ip(), &request.payload).await;
-        return json(ResponseType::Content, answer.to_string().into_bytes());
+    let (token, resource) = match resource {
+        Resource::Device(token, r) => (token, r),
+        Resource::Provision => {
+            let answer = crate::thingsboard::provision::provision(mqtt, peer.ip(), &request.payload).await;
+            return json(ResponseType::Content, answer.to_string().into_bytes());
+        }
     };
     let device = match core.ingest.authenticate(token) {
         Ok(d) => d,
@@ -450,27 +452,27 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
     };
     let lim = core.payload_limits();
     let submitted = match resource {
-        Resource::PostTelemetry(_) => match payload::parse_telemetry(&request.payload, Ts::now(), lim) {
+        DeviceResource::PostTelemetry => match payload::parse_telemetry(&request.payload, Ts::now(), lim) {
             Ok(records) => core.ingest.submit_one(Item::Telemetry { device, records }).await,
             Err(e) => return payload_error(e),
         },
-        Resource::PostAttributes(_) => match payload::parse_attributes(&request.payload, lim, true) {
+        DeviceResource::PostAttributes => match payload::parse_attributes(&request.payload, lim, true) {
             Ok(values) => {
                 core.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await
             }
             Err(e) => return payload_error(e),
         },
-        Resource::RpcResponse(_, id) => {
+        DeviceResource::RpcResponse(id) => {
             // An answer nobody waits for any more (timed out, one-way) is dropped, as
             // ThingsBoard does.
             mqtt.rpc.complete(device, id, request.payload.clone().into());
             Ok(())
         }
-        Resource::ClientRpc(_) => {
+        DeviceResource::ClientRpc => {
             let answer = crate::thingsboard::device_mqtt::client_rpc(&request.payload, max, MAX_IN_FLIGHT);
             return json(ResponseType::Content, answer.to_string().into_bytes());
         }
-        Resource::GetAttributes(token, req) => {
+        DeviceResource::GetAttributes(req) => {
             let observe = match observe_flag(request) {
                 Ok(o) => o,
                 Err(a) => return a,
@@ -479,8 +481,7 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
             let watch = register.then_some((token, Watched::Attributes));
             return observed(server, request, peer, device, watch, Some(req)).await;
         }
-        Resource::Provision => return text(ResponseType::InternalServerError, "provisioning routed wrongly"),
-        Resource::GetRpc(token) => {
+        DeviceResource::GetRpc => {
             return match observe_flag(request) {
                 Ok(Some(register)) => {
                     observed(server, request, peer, device, register.then_some((token, Watched::Rpc)), None).await

@@ -55,39 +55,30 @@ pub enum Method {
     Other,
 }
 
-/// What a device asks for.
+/// What a request asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resource<'a> {
-    /// `POST /api/v1/{token}/telemetry`.
-    PostTelemetry(&'a str),
-    /// `POST /api/v1/{token}/attributes` (client scope).
-    PostAttributes(&'a str),
-    /// `GET /api/v1/{token}/attributes?clientKeys=&sharedKeys=`; with Observe, shared
-    /// attribute updates.
-    GetAttributes(&'a str, AttributeRequest),
-    /// `GET /api/v1/{token}/rpc` with Observe: server-side RPC requests.
-    GetRpc(&'a str),
-    /// `POST /api/v1/{token}/rpc`: client-side RPC.
-    ClientRpc(&'a str),
-    /// `POST /api/v1/{token}/rpc/{id}`: the device's answer to server-side RPC `id`.
-    RpcResponse(&'a str, u32),
+    /// A device API resource, with the access token in the path.
+    Device(&'a str, DeviceResource),
     /// `POST /api/v1/provision`: device provisioning (no token).
     Provision,
 }
 
-impl<'a> Resource<'a> {
-    /// The access token the request carries (provisioning has none).
-    pub fn token(&self) -> Option<&'a str> {
-        match self {
-            Resource::PostTelemetry(t)
-            | Resource::PostAttributes(t)
-            | Resource::GetAttributes(t, _)
-            | Resource::GetRpc(t)
-            | Resource::ClientRpc(t)
-            | Resource::RpcResponse(t, _) => Some(t),
-            Resource::Provision => None,
-        }
-    }
+/// What a device asks for, under `/api/v1/{token}/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceResource {
+    /// `POST …/telemetry`.
+    PostTelemetry,
+    /// `POST …/attributes` (client scope).
+    PostAttributes,
+    /// `GET …/attributes?clientKeys=&sharedKeys=`; with Observe, shared attribute updates.
+    GetAttributes(AttributeRequest),
+    /// `GET …/rpc` with Observe: server-side RPC requests.
+    GetRpc,
+    /// `POST …/rpc`: client-side RPC.
+    ClientRpc,
+    /// `POST …/rpc/{id}`: the device's answer to server-side RPC `id`.
+    RpcResponse(u32),
 }
 
 /// Why a request names no resource.
@@ -115,16 +106,17 @@ pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Res
     if let ["api", "v1", token, "rpc", id] = path {
         let Ok(id) = id.parse() else { return Err(RouteError::NotFound) };
         return match method {
-            Method::Post => Ok(Resource::RpcResponse(token, id)),
+            Method::Post => Ok(Resource::Device(token, DeviceResource::RpcResponse(id))),
             _ => Err(RouteError::MethodNotAllowed),
         };
     }
     let ["api", "v1", token, resource] = path else { return Err(RouteError::NotFound) };
+    let device = |r| Ok(Resource::Device(token, r));
     match (method, *resource) {
-        (Method::Get, "rpc") => Ok(Resource::GetRpc(token)),
-        (Method::Post, "rpc") => Ok(Resource::ClientRpc(token)),
-        (Method::Post, "telemetry") => Ok(Resource::PostTelemetry(token)),
-        (Method::Post, "attributes") => Ok(Resource::PostAttributes(token)),
+        (Method::Get, "rpc") => device(DeviceResource::GetRpc),
+        (Method::Post, "rpc") => device(DeviceResource::ClientRpc),
+        (Method::Post, "telemetry") => device(DeviceResource::PostTelemetry),
+        (Method::Post, "attributes") => device(DeviceResource::PostAttributes),
         (Method::Get, "attributes") => {
             let (mut client, mut shared) = (None, None);
             for q in query {
@@ -134,7 +126,7 @@ pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Res
                     _ => return Err(RouteError::BadQuery((*q).to_owned())),
                 }
             }
-            Ok(Resource::GetAttributes(token, AttributeRequest::from_key_lists(client, shared)))
+            device(DeviceResource::GetAttributes(AttributeRequest::from_key_lists(client, shared)))
         }
         (_, "telemetry" | "attributes" | "rpc") => Err(RouteError::MethodNotAllowed),
         _ => Err(RouteError::NotFound),
@@ -148,22 +140,35 @@ mod tests {
     #[test]
     fn routes() {
         let p = |s: &'static str| s.split('/').filter(|x| !x.is_empty()).collect::<Vec<_>>();
-        assert_eq!(route(Method::Post, &p("/api/v1/T/telemetry"), &[]), Ok(Resource::PostTelemetry("T")));
-        assert_eq!(route(Method::Post, &p("/api/v1/T/attributes"), &[]), Ok(Resource::PostAttributes("T")));
+        assert_eq!(
+            route(Method::Post, &p("/api/v1/T/telemetry"), &[]),
+            Ok(Resource::Device("T", DeviceResource::PostTelemetry))
+        );
+        assert_eq!(
+            route(Method::Post, &p("/api/v1/T/attributes"), &[]),
+            Ok(Resource::Device("T", DeviceResource::PostAttributes))
+        );
         let get = route(Method::Get, &p("/api/v1/T/attributes"), &["clientKeys=a,b", "sharedKeys=c"]);
-        assert_eq!(get, Ok(Resource::GetAttributes("T", AttributeRequest::from_key_lists(Some("a,b"), Some("c")))));
+        assert_eq!(
+            get,
+            Ok(Resource::Device(
+                "T",
+                DeviceResource::GetAttributes(AttributeRequest::from_key_lists(Some("a,b"), Some("c")))
+            ))
+        );
         assert_eq!(route(Method::Get, &p("/api/v1/T/telemetry"), &[]), Err(RouteError::MethodNotAllowed));
         assert_eq!(route(Method::Other, &p("/api/v1/T/attributes"), &[]), Err(RouteError::MethodNotAllowed));
-        assert_eq!(route(Method::Get, &p("/api/v1/T/rpc"), &[]), Ok(Resource::GetRpc("T")));
-        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc"), &[]), Ok(Resource::ClientRpc("T")));
-        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/7"), &[]), Ok(Resource::RpcResponse("T", 7)));
+        assert_eq!(route(Method::Get, &p("/api/v1/T/rpc"), &[]), Ok(Resource::Device("T", DeviceResource::GetRpc)));
+        assert_eq!(route(Method::Post, &p("/api/v1/T/rpc"), &[]), Ok(Resource::Device("T", DeviceResource::ClientRpc)));
+        assert_eq!(
+            route(Method::Post, &p("/api/v1/T/rpc/7"), &[]),
+            Ok(Resource::Device("T", DeviceResource::RpcResponse(7)))
+        );
         assert_eq!(route(Method::Get, &p("/api/v1/T/rpc/7"), &[]), Err(RouteError::MethodNotAllowed));
         assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/x"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/rpc/4294967296"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/other"), &[]), Err(RouteError::NotFound));
-        assert_eq!(Resource::RpcResponse("T", 1).token(), Some("T"));
         assert_eq!(route(Method::Post, &p("/api/v1/provision"), &[]), Ok(Resource::Provision));
-        assert_eq!(Resource::Provision.token(), None);
         assert_eq!(route(Method::Get, &p("/api/v1/provision"), &[]), Err(RouteError::MethodNotAllowed));
         assert_eq!(route(Method::Post, &p("/api/v2/T/telemetry"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/telemetry/x"), &[]), Err(RouteError::NotFound));
@@ -180,7 +185,10 @@ mod tests {
         packet.add_option(CoapOption::UriQuery, b"sharedKeys=a".to_vec());
         let parts = Parts::of(&packet);
         assert_eq!(parts.method, Method::Get);
-        assert_eq!(parts.route(), Ok(Resource::GetAttributes("T", AttributeRequest::from_key_lists(None, Some("a")))));
+        assert_eq!(
+            parts.route(),
+            Ok(Resource::Device("T", DeviceResource::GetAttributes(AttributeRequest::from_key_lists(None, Some("a")))))
+        );
         packet.header.code = MessageClass::Request(RequestType::Delete);
         assert_eq!(Parts::of(&packet).route(), Err(RouteError::MethodNotAllowed));
     }
