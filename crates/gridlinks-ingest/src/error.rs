@@ -57,6 +57,7 @@ impl From<StoreError> for IngestError {
             | StoreError::CredentialClash(_)
             | StoreError::ProfileNotFound(_)
             | StoreError::DocNotFound(..)
+            | StoreError::TitleTaken(_)
             | StoreError::ProfileNameTaken(_)
             | StoreError::ProfileInUse
             | StoreError::ProfileIsDefault

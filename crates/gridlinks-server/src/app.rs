@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, api_keys, customers, dashboards, device_api, profiles, relations};
+use crate::thingsboard::{api, api_keys, customers, dashboards, device_api, profiles, relations, users};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
@@ -132,7 +132,15 @@ pub fn router(state: Http) -> Router {
         .route("/api/auth/login", post(api::login))
         .route("/api/auth/token", post(api::refresh))
         .route("/api/auth/logout", post(api::logout))
-        .route("/api/auth/user", get(api::current_user))
+        .route("/api/auth/user", get(users::current))
+        .route("/api/auth/changePassword", post(users::change_password))
+        .route("/api/noauth/activate", post(users::activate).get(users::activate_page))
+        .route("/api/user", post(users::save))
+        .route("/api/user/{id}", get(users::get).delete(users::delete))
+        .route("/api/user/{id}/activationLink", get(users::get_activation_link))
+        .route("/api/user/{id}/activationLinkInfo", get(users::get_activation_link_info))
+        .route("/api/users", get(users::list))
+        .route("/api/customer/{customer}/users", get(users::of_customer))
         .route("/api/deviceProfiles", get(profiles::list))
         .route("/api/deviceProfileInfos", get(profiles::infos))
         .route("/api/deviceProfile", post(profiles::save))
@@ -418,7 +426,7 @@ pub async fn serve(
     let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
     let anonymous_acl =
         Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
-    let auth = Arc::new(Auth::new(&cfg, &store, jwt_secret, admin_hash)?);
+    let auth = Arc::new(Auth::new(&cfg, &store, jwt_secret, admin_hash, tenant_id)?);
     let sessions = Arc::new(
         Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
             .drop_oldest_when_offline_queue_full(drop_oldest)

@@ -96,7 +96,7 @@ fn api_keys_authenticate_until_disabled_expired_or_deleted() {
     assert_eq!(with_key(&s, "GET", devices, &value, None).0, 200);
     assert_eq!(s.req("DELETE", &format!("/api/apiKey/{id}"), Some(&jwt), None).0, 200);
     assert_eq!(with_key(&s, "GET", devices, &value, None).0, 401);
-    // Another user's keys: there is none.
+    // No such user.
     let other = "00000000-0000-0000-0000-000000000001";
     assert_eq!(s.json("GET", &format!("/api/apiKeys/{other}?pageSize=10&page=0"), &jwt, None).0, 404);
 }

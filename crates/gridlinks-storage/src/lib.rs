@@ -100,6 +100,9 @@ pub enum StoreError {
     /// No document of this kind has this id.
     #[error("{kind} with id [{1}] is not found", kind = .0.name())]
     DocNotFound(DocKind, uuid::Uuid),
+    /// Another document of this kind has this title (customers, users by email).
+    #[error("{kind} with such {what} already exists!", kind = .0.name(), what = .0.title_name())]
+    TitleTaken(DocKind),
     /// No device profile has this id.
     #[error("Device profile with id [{0}] is not found")]
     ProfileNotFound(ProfileId),
@@ -159,6 +162,7 @@ impl StoreError {
             Self::DeviceNotFound => Self::DeviceNotFound,
             Self::ProfileNotFound(id) => Self::ProfileNotFound(*id),
             Self::DocNotFound(k, id) => Self::DocNotFound(*k, *id),
+            Self::TitleTaken(k) => Self::TitleTaken(*k),
             Self::ProfileNameTaken(n) => Self::ProfileNameTaken(n.clone()),
             Self::ProfileInUse => Self::ProfileInUse,
             Self::ProfileIsDefault => Self::ProfileIsDefault,
@@ -281,6 +285,10 @@ pub enum DocKind {
     ApiKey = 2,
     /// Customers.
     Customer = 3,
+    /// Tenant administrators and customer users (title: the email, lower case).
+    User = 4,
+    /// A user's password hash and activation (same id as the user; never sent to clients).
+    UserCredentials = 5,
 }
 
 impl DocKind {
@@ -290,14 +298,30 @@ impl DocKind {
             DocKind::Dashboard => "Dashboard",
             DocKind::ApiKey => "API key",
             DocKind::Customer => "Customer",
+            DocKind::User => "User",
+            DocKind::UserCredentials => "User credentials",
         }
+    }
+
+    /// What its title is called in messages.
+    pub fn title_name(self) -> &'static str {
+        match self {
+            DocKind::User => "email",
+            _ => "title",
+        }
+    }
+
+    /// Whether no two documents of this kind may have the same title (the writer checks
+    /// it, so two concurrent saves cannot both pass).
+    pub(crate) fn unique_titles(self) -> bool {
+        matches!(self, DocKind::Customer | DocKind::User)
     }
 
     /// Fields of the document only the server writes (a client's copy is ignored).
     pub(crate) fn server_fields(self) -> &'static [&'static str] {
         match self {
             DocKind::Dashboard => &["assignedCustomerIds"],
-            DocKind::ApiKey | DocKind::Customer => &[],
+            DocKind::ApiKey | DocKind::Customer | DocKind::User | DocKind::UserCredentials => &[],
         }
     }
 

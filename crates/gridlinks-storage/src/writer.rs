@@ -1070,7 +1070,12 @@ impl Writer {
                 if !engine.ks.docs.contains_key(kind.key(id))? {
                     return Err(StoreError::DocNotFound(kind, id));
                 }
-                engine.ks.docs.remove(kind.key(id))?;
+                let mut batch = engine.db.batch();
+                batch.remove(&engine.ks.docs, kind.key(id));
+                if kind == DocKind::User {
+                    batch.remove(&engine.ks.docs, DocKind::UserCredentials.key(id));
+                }
+                batch.commit()?;
                 Ok(WriteOutcome::Done)
             }
             WriteOp::DeleteDevice(id) => {
@@ -1170,6 +1175,14 @@ impl Writer {
                         txn.batch.insert(&engine.ks.docs, DocKind::Dashboard.key(d.id), encode_doc(&d)?);
                     }
                 }
+                // Its users go with it, as in ThingsBoard.
+                let id_json = serde_json::Value::String(id.to_string());
+                for u in self.store.docs(DocKind::User)? {
+                    if u.doc.get("customerId") == Some(&id_json) {
+                        txn.batch.remove(&engine.ks.docs, DocKind::User.key(u.id));
+                        txn.batch.remove(&engine.ks.docs, DocKind::UserCredentials.key(u.id));
+                    }
+                }
                 txn.batch.remove(&engine.ks.docs, DocKind::Customer.key(id));
                 txn.commit()?;
                 Ok(WriteOutcome::Done)
@@ -1224,6 +1237,9 @@ impl Writer {
         }
         if !rec.doc.is_object() {
             return Err(StoreError::Invalid("the document is a JSON object".into()));
+        }
+        if kind.unique_titles() && self.store.docs(kind)?.iter().any(|d| d.title == rec.title && d.id != rec.id) {
+            return Err(StoreError::TitleTaken(kind));
         }
         self.engine()?.ks.docs.insert(kind.key(rec.id), encode_doc(&rec)?)?;
         Ok(WriteOutcome::Doc(rec))

@@ -15,6 +15,8 @@ pub enum ErrorCode {
     Authentication = 10,
     /// JWT_TOKEN_EXPIRED.
     JwtExpired = 11,
+    /// PERMISSION_DENIED.
+    PermissionDenied = 20,
     /// BAD_REQUEST_PARAMS.
     BadRequestParams = 31,
     /// ITEM_NOT_FOUND.

@@ -21,6 +21,8 @@ struct Entry {
     enabled: bool,
     /// Ms since epoch; 0: never.
     expires: i64,
+    /// Whose it is.
+    user: Uuid,
 }
 
 /// The live API keys by id.
@@ -45,6 +47,7 @@ fn entry(d: &DocRecord) -> Option<Entry> {
         hash,
         enabled: d.doc.get("enabled").and_then(serde_json::Value::as_bool).unwrap_or(true),
         expires: d.doc.get("expirationTime").and_then(serde_json::Value::as_i64).unwrap_or(0),
+        user: d.doc.get("userId")?.as_str()?.parse().ok()?,
     })
 }
 
@@ -79,17 +82,19 @@ impl ApiKeys {
         self.keys.write().remove(&id);
     }
 
-    /// Whether `value` is a live key at `now` (ms since epoch). The hashes are compared in
-    /// constant time.
-    pub fn check(&self, value: &str, now: i64) -> bool {
-        let Some(id) = value.strip_prefix(PREFIX).and_then(|v| v.get(..32)).and_then(|h| Uuid::try_parse(h).ok())
-        else {
-            return false;
-        };
-        let Some(e) = self.keys.read().get(&id).copied() else { return false };
+    /// The user whose live key at `now` (ms since epoch) `value` is. The hashes are
+    /// compared in constant time.
+    pub fn check(&self, value: &str, now: i64) -> Option<Uuid> {
+        let id = value.strip_prefix(PREFIX).and_then(|v| v.get(..32)).and_then(|h| Uuid::try_parse(h).ok())?;
+        let e = self.keys.read().get(&id).copied()?;
         let given: [u8; 32] = Sha256::digest(value.as_bytes()).into();
         let same = given.iter().zip(e.hash).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-        same && e.enabled && (e.expires == 0 || now < e.expires)
+        (same && e.enabled && (e.expires == 0 || now < e.expires)).then_some(e.user)
+    }
+
+    /// Forgets every key of a deleted user.
+    pub fn remove_user(&self, user: Uuid) {
+        self.keys.write().retain(|_, e| e.user != user);
     }
 }
 
@@ -102,28 +107,29 @@ mod tests {
     fn only_the_generated_value_of_a_live_key_passes() {
         let keys = ApiKeys::default();
         let id = Uuid::new_v4();
+        let user = Uuid::new_v4();
         let (value, hash) = generate(id);
         assert!(value.starts_with(PREFIX) && value.len() == 4 + 32 + 40, "{value}");
         let record = |enabled: bool, expires: i64| DocRecord {
             id,
             created_time: 0,
             title: "k".into(),
-            doc: doc(&hash, "k", expires, enabled, Uuid::nil()),
+            doc: doc(&hash, "k", expires, enabled, user),
         };
-        assert!(!keys.check(&value, 1), "not stored yet");
+        assert!(keys.check(&value, 1).is_none(), "not stored yet");
         keys.put(&record(true, 0));
-        assert!(keys.check(&value, 1));
+        assert_eq!(keys.check(&value, 1), Some(user));
         let mut wrong = value.clone();
         wrong.pop();
         wrong.push('!');
-        assert!(!keys.check(&wrong, 1));
-        assert!(!keys.check("glk_nothing", 1));
-        assert!(!keys.check("", 1));
+        assert!(keys.check(&wrong, 1).is_none());
+        assert!(keys.check("glk_nothing", 1).is_none());
+        assert!(keys.check("", 1).is_none());
         keys.put(&record(false, 0));
-        assert!(!keys.check(&value, 1), "disabled");
+        assert!(keys.check(&value, 1).is_none(), "disabled");
         keys.put(&record(true, 100));
-        assert!(keys.check(&value, 99) && !keys.check(&value, 100), "expired at its time");
+        assert!(keys.check(&value, 99).is_some() && keys.check(&value, 100).is_none(), "expired at its time");
         keys.remove(id);
-        assert!(!keys.check(&value, 1), "deleted");
+        assert!(keys.check(&value, 1).is_none(), "deleted");
     }
 }

@@ -1,11 +1,13 @@
 //! HS256 JWT access and refresh tokens of ThingsBoard's `/api/auth/*` endpoints, encoded,
 //! signed and checked by the `jsonwebtoken` crate.
 //!
-//! Claims follow ThingsBoard's: `sub`, `scopes` (`TENANT_ADMIN` or `REFRESH_TOKEN`), `iss`,
-//! `iat`, `exp`, `sessionId` (one per login; a refresh keeps it), and on refresh tokens a
-//! `jti`. A token is accepted only with a valid HS256 signature under the current secret,
-//! the right scope, issuer `gridlinks`, the expected subject, `nbf`/`iat` not in the future
-//! and `exp` not past. The secret can be replaced at run time ([`Jwt::set_secret`]): every
+//! Claims follow ThingsBoard's: `sub` (the email), `scopes` (the authority, `TENANT_ADMIN` or
+//! `CUSTOMER_USER`, or `REFRESH_TOKEN`), `userId`, `firstName`, `lastName`, `enabled`,
+//! `isPublic`, `tenantId`, `customerId` (customer users), `iss`, `iat`, `exp`, `sessionId`
+//! (one per login; a refresh keeps it), and on refresh tokens a `jti`. A token is accepted
+//! here only with a valid HS256 signature under the current secret, the right scope, issuer
+//! `gridlinks`, `nbf`/`iat` not in the future and `exp` not past; whether its subject is a
+//! user who may still log in is `super::Auth`'s check. The secret can be replaced at run time ([`Jwt::set_secret`]): every
 //! token signed with the old one stops working.
 //!
 //! `jsonwebtoken` is built without its crypto back-ends (aws-lc-rs, or RustCrypto with
@@ -47,10 +49,45 @@ pub struct Claims {
     /// A refresh token's own id: each may be used once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jti: Option<String>,
+    /// The user's id (absent from tokens of releases before users existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// First name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_name: Option<String>,
+    /// Last name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_name: Option<String>,
+    /// Whether the account is enabled.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Always false: there are no public customers.
+    #[serde(default)]
+    pub is_public: bool,
+    /// The tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// A customer user's customer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_id: Option<String>,
 }
 
-/// Scope of an access token.
-pub const ACCESS_SCOPE: &str = "TENANT_ADMIN";
+/// Whom a token is issued to.
+pub struct Subject<'a> {
+    /// Email.
+    pub email: &'a str,
+    /// User id.
+    pub user_id: uuid::Uuid,
+    /// First name.
+    pub first_name: Option<&'a str>,
+    /// Last name.
+    pub last_name: Option<&'a str>,
+    /// Tenant.
+    pub tenant_id: uuid::Uuid,
+    /// A customer user's customer.
+    pub customer_id: Option<uuid::Uuid>,
+}
+
 /// Scope of a refresh token.
 pub const REFRESH_SCOPE: &str = "REFRESH_TOKEN";
 /// The issuer of every token.
@@ -88,10 +125,10 @@ impl Jwt {
         *self.keys.write() = Keys::new(&secret);
     }
 
-    /// A signed token for `sub` with one scope, valid for `ttl_secs`.
+    /// A signed token for `who` with one scope, valid for `ttl_secs`.
     pub fn issue(
         &self,
-        sub: &str,
+        who: &Subject<'_>,
         scope: &str,
         ttl_secs: u64,
         session_id: &str,
@@ -99,7 +136,7 @@ impl Jwt {
     ) -> Result<String, AuthError> {
         let now = Ts::now().0 / 1000;
         let claims = Claims {
-            sub: sub.to_owned(),
+            sub: who.email.to_owned(),
             scopes: vec![scope.to_owned()],
             iss: ISSUER.into(),
             iat: now,
@@ -107,6 +144,13 @@ impl Jwt {
             exp: now + i64::try_from(ttl_secs).unwrap_or(i64::MAX / 2),
             session_id: session_id.to_owned(),
             jti,
+            user_id: Some(who.user_id.to_string()),
+            first_name: who.first_name.map(str::to_owned),
+            last_name: who.last_name.map(str::to_owned),
+            enabled: true,
+            is_public: false,
+            tenant_id: Some(who.tenant_id.to_string()),
+            customer_id: who.customer_id.map(|c| c.to_string()),
         };
         self.sign(&claims)
     }
@@ -116,11 +160,10 @@ impl Jwt {
             .map_err(|e| AuthError::Sign(e.to_string()))
     }
 
-    /// Checks signature, issuer, subject, validity window and scope.
-    pub fn verify(&self, token: &str, scope: &str, subject: &str) -> Result<Claims, AuthError> {
+    /// Checks signature, issuer, validity window and that the scope is one of `scopes`.
+    pub fn verify(&self, token: &str, scopes: &[&str]) -> Result<Claims, AuthError> {
         let mut v = Validation::new(Algorithm::HS256);
         v.set_issuer(&[ISSUER]);
-        v.sub = Some(subject.to_owned());
         v.set_required_spec_claims(&["exp", "iss", "sub"]);
         v.validate_nbf = true;
         v.leeway = SKEW.unsigned_abs();
@@ -136,7 +179,7 @@ impl Jwt {
         if claims.exp <= now {
             return Err(AuthError::Expired);
         }
-        if !claims.scopes.iter().any(|s| s == scope) {
+        if !claims.scopes.iter().any(|s| scopes.contains(&s.as_str())) {
             return Err(AuthError::BadToken);
         }
         Ok(claims)
@@ -196,43 +239,60 @@ impl JwtVerifier for Hs256 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
     use super::*;
+
+    const ACCESS: &str = "TENANT_ADMIN";
+
+    fn admin() -> Subject<'static> {
+        Subject {
+            email: "admin",
+            user_id: uuid::Uuid::nil(),
+            first_name: None,
+            last_name: None,
+            tenant_id: uuid::Uuid::nil(),
+            customer_id: None,
+        }
+    }
 
     #[test]
     fn tokens_verify_and_reject_tampering_expiry_and_wrong_scope() {
         let jwt = Jwt::new(b"k".to_vec());
-        let t = jwt.issue("admin", ACCESS_SCOPE, 60, "s1", None).unwrap();
-        assert_eq!(jwt.verify(&t, ACCESS_SCOPE, "admin").unwrap().session_id, "s1");
-        assert_eq!(jwt.verify(&t, REFRESH_SCOPE, "admin"), Err(AuthError::BadToken));
-        assert_eq!(Jwt::new(b"other".to_vec()).verify(&t, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
+        let t = jwt.issue(&admin(), ACCESS, 60, "s1", None).unwrap();
+        assert_eq!(jwt.verify(&t, &[ACCESS]).unwrap().session_id, "s1");
+        assert_eq!(jwt.verify(&t, &[REFRESH_SCOPE]), Err(AuthError::BadToken));
+        assert_eq!(Jwt::new(b"other".to_vec()).verify(&t, &[ACCESS]), Err(AuthError::BadToken));
         let mut tampered = t.clone();
         tampered.insert(tampered.len() - 3, 'A');
-        assert!(jwt.verify(&tampered, ACCESS_SCOPE, "admin").is_err());
-        assert_eq!(
-            jwt.verify(&jwt.issue("admin", ACCESS_SCOPE, 0, "s", None).unwrap(), ACCESS_SCOPE, "admin"),
-            Err(AuthError::Expired)
-        );
-        assert_eq!(jwt.verify("a.b", ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
+        assert!(jwt.verify(&tampered, &[ACCESS]).is_err());
+        assert_eq!(jwt.verify(&jwt.issue(&admin(), ACCESS, 0, "s", None).unwrap(), &[ACCESS]), Err(AuthError::Expired));
+        assert_eq!(jwt.verify("a.b", &[ACCESS]), Err(AuthError::BadToken));
     }
 
     #[test]
-    fn issuer_subject_and_not_before_are_checked() {
+    fn issuer_and_not_before_are_checked() {
         let jwt = Jwt::new(b"k".to_vec());
         let now = Ts::now().0 / 1000;
         let good = Claims {
             sub: "admin".into(),
-            scopes: vec![ACCESS_SCOPE.into()],
+            scopes: vec![ACCESS.into()],
             iss: ISSUER.into(),
             iat: now,
             nbf: Some(now),
             exp: now + 60,
             session_id: "s".into(),
             jti: None,
+            user_id: None,
+            first_name: None,
+            last_name: None,
+            enabled: true,
+            is_public: false,
+            tenant_id: None,
+            customer_id: None,
         };
-        assert!(jwt.verify(&jwt.sign(&good).unwrap(), ACCESS_SCOPE, "admin").is_ok());
-        let forged = |c: Claims| jwt.verify(&jwt.sign(&c).unwrap(), ACCESS_SCOPE, "admin");
+        assert!(jwt.verify(&jwt.sign(&good).unwrap(), &[ACCESS]).is_ok());
+        let forged = |c: Claims| jwt.verify(&jwt.sign(&c).unwrap(), &[ACCESS]);
         assert_eq!(forged(Claims { iss: "thingsboard.io".into(), ..good.clone() }), Err(AuthError::BadToken));
-        assert_eq!(forged(Claims { sub: "mallory".into(), ..good.clone() }), Err(AuthError::BadToken));
         assert_eq!(forged(Claims { nbf: Some(now + 3600), ..good.clone() }), Err(AuthError::BadToken));
         assert_eq!(forged(Claims { iat: now + 3600, ..good.clone() }), Err(AuthError::BadToken));
         // Within the tolerated clock skew a token from a slightly fast clock is accepted.
@@ -240,7 +300,7 @@ mod tests {
         // A rotated secret invalidates every earlier token.
         let t = jwt.sign(&good).unwrap();
         jwt.set_secret(b"new".to_vec());
-        assert_eq!(jwt.verify(&t, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
+        assert_eq!(jwt.verify(&t, &[ACCESS]), Err(AuthError::BadToken));
     }
 
     /// Tokens issued by the earlier hand-written signer (header `{"alg":"HS256","typ":"JWT"}`,
@@ -252,12 +312,12 @@ mod tests {
         let claims = "eyJzdWIiOiJhZG1pbiIsInNjb3BlcyI6WyJURU5BTlRfQURNSU4iXSwiaXNzIjoiZ3JpZGxpbmtzIiwiaWF0IjoxNzY0MDAwMDAwLCJuYmYiOjE3NjQwMDAwMDAsImV4cCI6NDEwMjQ0NDgwMCwic2Vzc2lvbklkIjoiczEifQ";
         let hs256 =
             format!("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.{claims}.Wtgo6cEgqmoC4h3vW__Al7BBazK0Nh3-5bNYBBHtrsU");
-        assert_eq!(jwt.verify(&hs256, ACCESS_SCOPE, "admin").unwrap().session_id, "s1");
+        assert_eq!(jwt.verify(&hs256, &[ACCESS]).unwrap().session_id, "s1");
         let hs512 = format!(
             "eyJhbGciOiJIUzUxMiIsInR5cCI6IkpXVCJ9.{claims}.GlfuhxjC-_rLe_Jz1_fiMmuB4ujHhIiFbDPrj9HwpF1gTWt_q-Qd3pex3_ZiKqU9nqasOWA2V6prDYPUrXxwZg"
         );
-        assert_eq!(jwt.verify(&hs512, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
+        assert_eq!(jwt.verify(&hs512, &[ACCESS]), Err(AuthError::BadToken));
         let none = format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{claims}.");
-        assert_eq!(jwt.verify(&none, ACCESS_SCOPE, "admin"), Err(AuthError::BadToken));
+        assert_eq!(jwt.verify(&none, &[ACCESS]), Err(AuthError::BadToken));
     }
 }

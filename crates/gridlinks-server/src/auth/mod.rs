@@ -1,5 +1,5 @@
-//! Who may do what: the administrator's password and login, JWT access and refresh tokens,
-//! the signing secret, and the defences around password checks.
+//! Who may do what: users and their logins, JWT access and refresh tokens, API keys, the
+//! signing secret, and the defences around password checks.
 //!
 //! | module | owns |
 //! |---|---|
@@ -8,6 +8,8 @@
 //! | [`jwt`] | signing and checking tokens (signature, scope, `iss`, `sub`, `nbf`, `exp`) |
 //! | [`logins`] | logins (`sessionId`) and their one valid refresh token; reuse ends the login |
 //! | [`secret`] | the signing secret's file, its creation and rotation |
+//! | [`users`] | tenant administrators and customer users, what each may reach ([`Caller`]) |
+//! | [`api_keys`] | API keys, kept as SHA-256 |
 //!
 //! The same throttle and hashing pool guard MQTT application logins (`crate::mqtt::clients`).
 
@@ -17,16 +19,19 @@ pub mod logins;
 pub mod password;
 pub mod secret;
 pub mod throttle;
+pub mod users;
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use gridlinks_storage::{Store, StoreError};
 use gridlinks_types::Ts;
+use uuid::Uuid;
 
-pub use jwt::{Claims, Jwt, ACCESS_SCOPE, REFRESH_SCOPE};
+pub use jwt::{Claims, Jwt, REFRESH_SCOPE};
 pub use password::{hash_password, PasswordPool};
 pub use throttle::Throttle;
+pub use users::{Authority, Caller};
 
 use crate::config::Config;
 
@@ -36,6 +41,9 @@ pub enum AuthError {
     /// Wrong user name or password.
     #[error("Invalid username or password")]
     BadCredentials,
+    /// The user has not activated the account, or it is disabled.
+    #[error("User account is not active")]
+    NotActive,
     /// The token is malformed, its signature or claims are wrong, or its login ended.
     #[error("Invalid JWT token")]
     BadToken,
@@ -71,9 +79,11 @@ pub struct TokenPair {
     pub token: String,
     /// Refresh token.
     pub refresh_token: String,
+    /// The user's authority (the access token's scope).
+    pub scope: Authority,
 }
 
-/// The administrator's authentication.
+/// Users, their logins and keys.
 pub struct Auth {
     /// Token signer.
     pub jwt: Jwt,
@@ -85,65 +95,118 @@ pub struct Auth {
     pub passwords: PasswordPool,
     /// API keys in force (`X-Authorization: ApiKey …`).
     pub api_keys: api_keys::ApiKeys,
-    admin_user: String,
-    admin_hash: String,
+    /// Who can log in.
+    pub users: users::Users,
+    tenant: Uuid,
     token_ttl: u64,
     refresh_ttl: u64,
 }
 
 impl Auth {
-    /// Authentication for `cfg`'s administrator, whose password hash is `admin_hash`.
-    pub fn new(cfg: &Config, store: &Store, secret: Vec<u8>, admin_hash: String) -> Result<Self, AuthError> {
+    /// Authentication for `cfg`'s administrator, whose password hash is `admin_hash`, and
+    /// the users stored in `store`, all of tenant `tenant`.
+    pub fn new(
+        cfg: &Config,
+        store: &Store,
+        secret: Vec<u8>,
+        admin_hash: String,
+        tenant: Uuid,
+    ) -> Result<Self, AuthError> {
+        let admin_id = Uuid::new_v5(&tenant, cfg.admin.user.as_bytes());
         Ok(Self {
             jwt: Jwt::new(secret),
             logins: logins::Logins::load(store)?,
             throttle: Throttle::new(cfg.auth.login_free_attempts, cfg.auth.login_max_delay.duration()),
             passwords: PasswordPool::start(cfg.auth.password_threads)?,
             api_keys: api_keys::ApiKeys::load(store)?,
-            admin_user: cfg.admin.user.clone(),
-            admin_hash,
+            users: users::Users::load(store, &cfg.admin.user, admin_hash, admin_id)?,
+            tenant,
             token_ttl: cfg.auth.token_ttl.0,
             refresh_ttl: cfg.auth.refresh_ttl.0,
         })
     }
 
-    /// Checks a password login from `peer`: throttled, and an unknown user name costs what
-    /// a wrong password costs.
+    /// Checks a password login from `peer`: throttled (per address and per lower-case
+    /// name), and an unknown user name or an account not yet activated costs what a wrong
+    /// password costs.
     pub async fn login(&self, peer: IpAddr, user: &str, password: &str) -> Result<TokenPair, AuthError> {
-        self.throttle.check(peer, user).map_err(AuthError::Throttled)?;
-        let phc = (user == self.admin_user).then_some(self.admin_hash.as_str());
-        if !self.passwords.verify(password.as_bytes(), phc).await? {
-            self.throttle.failed(peer, user);
-            return Err(AuthError::BadCredentials);
+        let name = user.to_lowercase();
+        self.throttle.check(peer, &name).map_err(AuthError::Throttled)?;
+        let entry = self.users.by_email(&name);
+        let phc = entry.as_ref().and_then(|e| e.hash.as_deref());
+        let entry = match (self.passwords.verify(password.as_bytes(), phc).await?, entry) {
+            (true, Some(e)) => e,
+            _ => {
+                self.throttle.failed(peer, &name);
+                return Err(AuthError::BadCredentials);
+            }
+        };
+        self.throttle.succeeded(peer, &name);
+        if !entry.enabled {
+            return Err(AuthError::NotActive);
         }
-        self.throttle.succeeded(peer, user);
+        self.start(&entry).await
+    }
+
+    /// Starts a login for a user whose password was just checked (or set).
+    pub async fn start(&self, entry: &users::Entry) -> Result<TokenPair, AuthError> {
         let (session_id, jti) = self.logins.start(self.refresh_exp()).await?;
-        self.pair(&session_id, jti)
+        self.pair(entry, &session_id, jti)
     }
 
     /// A new token pair for a refresh token, which stops working; a refresh token used
     /// twice ends its login.
     pub async fn refresh(&self, refresh_token: &str) -> Result<TokenPair, AuthError> {
-        let claims = self.jwt.verify(refresh_token, REFRESH_SCOPE, &self.admin_user)?;
+        let claims = self.jwt.verify(refresh_token, &[REFRESH_SCOPE])?;
+        let entry = self.holder(&claims)?;
         let jti = claims.jti.as_deref().ok_or(AuthError::BadToken)?;
         match self.logins.rotate(&claims.session_id, jti, self.refresh_exp()).await? {
-            Ok(next) => self.pair(&claims.session_id, next),
+            Ok(next) => self.pair(&entry, &claims.session_id, next),
             Err(_) => Err(AuthError::BadToken),
         }
     }
 
-    /// The claims of a valid access token of a login in force.
-    pub fn access(&self, token: &str) -> Result<Claims, AuthError> {
-        let claims = self.jwt.verify(token, ACCESS_SCOPE, &self.admin_user)?;
-        if !self.logins.contains(&claims.session_id) {
+    /// The user of a valid access token of a login in force.
+    pub fn access(&self, token: &str) -> Result<Caller, AuthError> {
+        Ok(self.checked(token)?.1.caller.clone())
+    }
+
+    fn checked(&self, token: &str) -> Result<(Claims, std::sync::Arc<users::Entry>), AuthError> {
+        let scopes = [Authority::TenantAdmin.as_str(), Authority::CustomerUser.as_str()];
+        let claims = self.jwt.verify(token, &scopes)?;
+        let entry = self.holder(&claims)?;
+        if !claims.scopes.iter().any(|s| s == entry.caller.authority.as_str())
+            || !self.logins.contains(&claims.session_id)
+        {
             return Err(AuthError::BadToken);
         }
-        Ok(claims)
+        Ok((claims, entry))
+    }
+
+    /// The user a token was issued to, if it still exists, is enabled, has the same id,
+    /// and has not changed its password since. Tokens of releases before users existed
+    /// carry no user id: they are the configured administrator's.
+    fn holder(&self, claims: &Claims) -> Result<std::sync::Arc<users::Entry>, AuthError> {
+        let entry = self.users.by_email(&claims.sub).ok_or(AuthError::BadToken)?;
+        let same = match claims.user_id.as_deref() {
+            Some(id) => id == entry.caller.user.to_string(),
+            None => entry.configured,
+        };
+        if !same || !entry.enabled || claims.iat < entry.tokens_after {
+            return Err(AuthError::BadToken);
+        }
+        Ok(entry)
+    }
+
+    /// The user of a live API key.
+    pub fn api_key(&self, value: &str) -> Option<Caller> {
+        let user = self.api_keys.check(value, Ts::now().0)?;
+        self.users.by_id(user).filter(|e| e.enabled).map(|e| e.caller.clone())
     }
 
     /// Ends the login of a valid access token.
     pub async fn logout(&self, token: &str) -> Result<(), AuthError> {
-        let claims = self.access(token)?;
+        let (claims, _) = self.checked(token)?;
         Ok(self.logins.end(&claims.session_id).await?)
     }
 
@@ -157,10 +220,20 @@ impl Auth {
         Ts::now().0 / 1000 + i64::try_from(self.refresh_ttl).unwrap_or(i64::MAX / 4)
     }
 
-    fn pair(&self, session_id: &str, jti: String) -> Result<TokenPair, AuthError> {
+    fn pair(&self, e: &users::Entry, session_id: &str, jti: String) -> Result<TokenPair, AuthError> {
+        let who = jwt::Subject {
+            email: &e.caller.email,
+            user_id: e.caller.user,
+            first_name: e.first_name.as_deref(),
+            last_name: e.last_name.as_deref(),
+            tenant_id: self.tenant,
+            customer_id: e.caller.customer,
+        };
+        let scope = e.caller.authority;
         Ok(TokenPair {
-            token: self.jwt.issue(&self.admin_user, ACCESS_SCOPE, self.token_ttl, session_id, None)?,
-            refresh_token: self.jwt.issue(&self.admin_user, REFRESH_SCOPE, self.refresh_ttl, session_id, Some(jti))?,
+            token: self.jwt.issue(&who, scope.as_str(), self.token_ttl, session_id, None)?,
+            refresh_token: self.jwt.issue(&who, REFRESH_SCOPE, self.refresh_ttl, session_id, Some(jti))?,
+            scope,
         })
     }
 }

@@ -16,11 +16,11 @@ use serde_json::{json, Value as J};
 
 use super::attributes;
 use super::error::{ApiError, ApiResult};
-use super::extract::{lenient_bool, Admin, Body, Q};
+use super::extract::{lenient_bool, Admin, Body, User, Q};
 use super::paging::{descending, page_link, page_of};
 use crate::app::Core;
 use crate::auth;
-use crate::auth::Auth;
+use crate::auth::{Auth, Caller};
 use crate::mqtt::Mqtt;
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::error::ErrorCode;
@@ -74,7 +74,12 @@ pub async fn login(
     let req: LoginRequest =
         serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
     let pair = auth.login(peer.ip(), &req.username, &req.password).await.map_err(auth_error)?;
-    Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
+    Ok(Json(pair_json(&pair)))
+}
+
+/// ThingsBoard's `JwtPair`.
+pub(crate) fn pair_json(pair: &auth::TokenPair) -> J {
+    json!({"token": pair.token, "refreshToken": pair.refresh_token, "scope": pair.scope.as_str()})
 }
 
 /// The REST answer to an authentication failure.
@@ -82,6 +87,7 @@ pub(crate) fn auth_error(e: auth::AuthError) -> ApiError {
     match e {
         auth::AuthError::Expired => ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"),
         auth::AuthError::BadCredentials => ApiError::unauthorized("Invalid username or password"),
+        e @ auth::AuthError::NotActive => ApiError::unauthorized(e.to_string()),
         auth::AuthError::BadToken => ApiError::unauthorized("Invalid JWT token"),
         e @ auth::AuthError::Throttled(wait) => {
             ApiError::new(StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyRequests, e.to_string())
@@ -108,7 +114,7 @@ pub async fn refresh(State(auth): State<Arc<Auth>>, Body(body): Body) -> ApiResu
     let req: RefreshRequest =
         serde_json::from_slice(&body).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
     let pair = auth.refresh(&req.refresh_token).await.map_err(auth_error)?;
-    Ok(Json(json!({"token": pair.token, "refreshToken": pair.refresh_token})))
+    Ok(Json(pair_json(&pair)))
 }
 
 /// `POST /api/auth/logout`: ends the login of the access token (its refresh token too).
@@ -151,6 +157,16 @@ async fn load_device(st: &Core, id: DeviceId) -> ApiResult<gridlinks_storage::De
     blocking(move || store.device(id))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("Device with id [{id}] is not found")))
+}
+
+/// A device the caller may see and control: 404 when there is none, 403 when it is not
+/// assigned to a customer user's customer.
+pub(crate) async fn device_for(st: &Core, me: &Caller, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
+    let d = load_device(st, id).await?;
+    if !me.may_use(d.customer) {
+        return Err(ApiError::forbidden());
+    }
+    Ok(d)
 }
 
 #[derive(Deserialize)]
@@ -215,8 +231,8 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
 }
 
 /// `GET /api/device/{id}`.
-pub async fn get_device(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load_device(&st, device_id(&id)?).await?;
+pub async fn get_device(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = device_for(&st, &me, device_id(&id)?).await?;
     Ok(Json(model::device(&device_view(&d), st.tenant_id)))
 }
 
@@ -237,8 +253,8 @@ pub async fn delete_device(_: Admin, State(mqtt): State<Arc<Mqtt>>, Path(id): Pa
 }
 
 /// `GET /api/device/{id}/credentials`.
-pub async fn get_credentials(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load_device(&st, device_id(&id)?).await?;
+pub async fn get_credentials(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = device_for(&st, &me, device_id(&id)?).await?;
     Ok(Json(model::credentials(&device_view(&d))))
 }
 
@@ -395,11 +411,6 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
         devices.reverse();
     }
     Ok(Json(page_of(&devices, link, |d| model::device(&device_view(d), st.tenant_id))))
-}
-
-/// `GET /api/auth/user`: the logged-in administrator.
-pub async fn current_user(_: Admin, State(st): St) -> Json<J> {
-    Json(model::admin_user(&st.cfg.admin.user, st.tenant_id))
 }
 
 // ---- bulk import ----------------------------------------------------------------
@@ -568,11 +579,15 @@ pub(crate) fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     model::entity_device_id(entity_type, id).map_err(entity_error)
 }
 
-async fn existing_device(st: &Core, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
+/// The device of an entity reference, if the caller may see and control it (404, 403).
+async fn existing_device(st: &Core, me: &Caller, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     let id = entity(entity_type, id)?;
     let store = st.store.clone();
-    if blocking(move || store.device(id)).await?.is_none() {
-        return Err(ApiError::not_found("Device with requested id wasn't found!"));
+    let d = blocking(move || store.device(id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("Device with requested id wasn't found!"))?;
+    if !me.may_use(d.customer) {
+        return Err(ApiError::forbidden());
     }
     Ok(id)
 }
@@ -603,17 +618,17 @@ const MAX_LIMIT: i64 = 100_000;
 /// `GET /api/plugins/telemetry/{entityType}/{id}/values/timeseries`: latest values, or
 /// history when `startTs`/`endTs` are given.
 pub async fn get_timeseries(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id)): Path<(String, String)>,
     Q(p): Q<TsParams>,
 ) -> ApiResult<Json<J>> {
-    timeseries(st, &et, &id, p).await
+    timeseries(st, &me, &et, &id, p).await
 }
 
 /// `GET …/values/timeseries/history` (ThingsBoard 4.x): history only, startTs/endTs required.
 pub async fn get_timeseries_history(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id)): Path<(String, String)>,
     Q(p): Q<TsParams>,
@@ -621,11 +636,11 @@ pub async fn get_timeseries_history(
     if p.start_ts.is_none() || p.end_ts.is_none() {
         return Err(ApiError::bad_request("startTs and endTs are required"));
     }
-    timeseries(st, &et, &id, p).await
+    timeseries(st, &me, &et, &id, p).await
 }
 
-async fn timeseries(st: Arc<Core>, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, et, id).await?;
+async fn timeseries(st: Arc<Core>, me: &Caller, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
+    let device = existing_device(&st, me, et, id).await?;
     let strict = p.use_strict_data_types.unwrap_or(false);
     let keys = key_list(p.keys.as_deref());
     let store = st.store.clone();
@@ -701,12 +716,12 @@ pub struct NoParams {}
 
 /// `GET …/keys/timeseries`.
 pub async fn ts_keys(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id)): Path<(String, String)>,
     Q(_): Q<NoParams>,
 ) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     let store = st.store.clone();
     Ok(Json(json!(blocking(move || store.ts_keys(device)).await?)))
 }
@@ -722,24 +737,24 @@ async fn attribute_keys(st: Arc<Core>, device: DeviceId, scope: Option<Attribute
 
 /// `GET …/keys/attributes`.
 pub async fn attr_keys(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id)): Path<(String, String)>,
     Q(_): Q<NoParams>,
 ) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     attribute_keys(st, device, None).await
 }
 
 /// `GET …/keys/attributes/{scope}`.
 pub async fn attr_keys_scope(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id, sc)): Path<(String, String, String)>,
     Q(_): Q<NoParams>,
 ) -> ApiResult<Json<J>> {
     let sc = scope(&sc)?;
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     attribute_keys(st, device, Some(sc)).await
 }
 
@@ -761,58 +776,58 @@ async fn attribute_values(
 
 /// `GET …/values/attributes?keys=`.
 pub async fn get_attributes(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id)): Path<(String, String)>,
     Q(p): Q<KeysParam>,
 ) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     attribute_values(st, device, None, key_list(p.keys.as_deref())).await
 }
 
 /// `GET …/values/attributes/{scope}?keys=`.
 pub async fn get_attributes_scope(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id, sc)): Path<(String, String, String)>,
     Q(p): Q<KeysParam>,
 ) -> ApiResult<Json<J>> {
     let sc = scope(&sc)?;
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     attribute_values(st, device, Some(sc), key_list(p.keys.as_deref())).await
 }
 
 /// `POST …/attributes/{scope}` (SERVER_SCOPE or SHARED_SCOPE).
 pub async fn post_attributes(
-    _: Admin,
+    User(me): User,
     State(mqtt): State<Arc<Mqtt>>,
     Path((et, id, sc)): Path<(String, String, String)>,
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    save_attributes(&mqtt, &et, &id, &sc, &body).await
+    save_attributes(&mqtt, &me, &et, &id, &sc, &body).await
 }
 
 /// `POST /api/plugins/telemetry/{deviceId}/{scope}`: ThingsBoard's older device-only form.
 pub async fn post_device_attributes(
-    _: Admin,
+    User(me): User,
     State(mqtt): State<Arc<Mqtt>>,
     Path((id, sc)): Path<(String, String)>,
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    save_attributes(&mqtt, "DEVICE", &id, &sc, &body).await
+    save_attributes(&mqtt, &me, "DEVICE", &id, &sc, &body).await
 }
 
 /// Stores server or shared attributes; devices connected over MQTT and subscribed to
 /// `v1/devices/me/attributes` get a shared change at once.
-async fn save_attributes(mqtt: &Mqtt, et: &str, id: &str, sc: &str, body: &[u8]) -> ApiResult<StatusCode> {
+async fn save_attributes(mqtt: &Mqtt, me: &Caller, et: &str, id: &str, sc: &str, body: &[u8]) -> ApiResult<StatusCode> {
     let st = &mqtt.core;
     let sc = scope(sc)?;
     if sc == AttributeScope::Client {
         return Err(ApiError::bad_request("Invalid scope: CLIENT_SCOPE"));
     }
-    let device = existing_device(st, et, id).await?;
+    let device = existing_device(st, me, et, id).await?;
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
     let update = (sc == AttributeScope::Shared)
         .then(|| J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()).to_string());
@@ -825,13 +840,13 @@ async fn save_attributes(mqtt: &Mqtt, et: &str, id: &str, sc: &str, body: &[u8])
 
 /// `DELETE …/{scope}?keys=`: attribute delete.
 pub async fn delete_attributes(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id, sc)): Path<(String, String, String)>,
     Q(p): Q<KeysParam>,
 ) -> ApiResult<StatusCode> {
     let sc = scope(&sc)?;
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     let keys =
         key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     st.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
@@ -840,13 +855,13 @@ pub async fn delete_attributes(
 
 /// `POST …/timeseries/{scope}`: telemetry through the REST API (scope is ignored, as in ThingsBoard).
 pub async fn post_timeseries(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id, _scope)): Path<(String, String, String)>,
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(payload_error)?;
     st.ingest.submit_one(Item::Telemetry { device, records }).await?;
     Ok(StatusCode::OK)
@@ -868,12 +883,12 @@ pub struct DeleteParams {
 
 /// `DELETE …/timeseries/delete`.
 pub async fn delete_timeseries(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path((et, id)): Path<(String, String)>,
     Q(p): Q<DeleteParams>,
 ) -> ApiResult<StatusCode> {
-    let device = existing_device(&st, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id).await?;
     let keys =
         key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     let range = if p.delete_all_data_for_keys.unwrap_or(false) {

@@ -1,7 +1,8 @@
 //! API keys over REST, as ThingsBoard 4.3 serves them: `POST /api/apiKey` (the value is
 //! in this answer only), `GET /api/apiKeys/{userId}`, `PUT /api/apiKey/{id}/enabled/{value}`,
-//! `PUT /api/apiKey/{id}/description`, `DELETE /api/apiKey/{id}`. What a key is and how it
-//! is checked: `crate::auth::api_keys`.
+//! `PUT /api/apiKey/{id}/description`, `DELETE /api/apiKey/{id}`. A key acts as its user; a
+//! tenant administrator manages every user's keys, a customer user only its own. What a key
+//! is and how it is checked: `crate::auth::api_keys`.
 
 use std::sync::Arc;
 
@@ -17,10 +18,10 @@ use uuid::Uuid;
 
 use super::api::{blocking, parse_json};
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, Q};
+use super::extract::{Body, User, Q};
 use super::paging::{doc_page, DocListParams};
 use crate::app::Core;
-use crate::auth::{api_keys, Auth};
+use crate::auth::{api_keys, Auth, Authority, Caller};
 
 type St = State<Arc<Core>>;
 
@@ -41,16 +42,26 @@ fn info(st: &Core, d: &DocRecord) -> J {
     model::api_key_info(&key, st.tenant_id, Ts::now().0)
 }
 
-/// The administrator's user id: the only user there is yet.
-fn admin_id(st: &Core) -> Uuid {
-    model::admin_user_id(&st.cfg.admin.user, st.tenant_id)
+/// Whose key `d` is.
+fn owner(d: &DocRecord) -> Option<Uuid> {
+    d.doc.get("userId").and_then(J::as_str).and_then(|u| u.parse().ok())
 }
 
-async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
+/// Whether the caller may manage `user`'s keys: an administrator anyone's, others their own.
+fn may_manage(me: &Caller, user: Uuid) -> bool {
+    me.authority == Authority::TenantAdmin || me.user == user
+}
+
+/// A key the caller may manage.
+async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
     let store = st.store.clone();
-    blocking(move || store.doc(DocKind::ApiKey, id))
+    let d = blocking(move || store.doc(DocKind::ApiKey, id))
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("API key with id [{id}] is not found")))
+        .ok_or_else(|| ApiError::not_found(format!("API key with id [{id}] is not found")))?;
+    if !owner(&d).is_some_and(|u| may_manage(me, u)) {
+        return Err(ApiError::forbidden());
+    }
+    Ok(d)
 }
 
 /// Stores `d` (an update of an existing key) and takes it into the keys in force.
@@ -73,12 +84,24 @@ struct NewKey {
     user_id: Option<model::Id>,
 }
 
-/// `POST /api/apiKey`: a new key for the administrator; its value is in this answer only.
-pub async fn create(_: Admin, State(st): St, State(auth): State<Arc<Auth>>, Body(body): Body) -> ApiResult<Json<J>> {
+/// `POST /api/apiKey`: a new key for `userId` (the caller when absent); its value is in
+/// this answer only.
+pub async fn create(
+    User(me): User,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
     let b: NewKey = parse_json(&body)?;
-    let user = admin_id(&st);
-    if b.user_id.is_some_and(|u| u.id != user.to_string()) {
-        return Err(ApiError::not_found("User not found: API keys are for the administrator"));
+    let user = match b.user_id {
+        Some(u) => uuid(&u.id, "user")?,
+        None => me.user,
+    };
+    if !may_manage(&me, user) {
+        return Err(ApiError::forbidden());
+    }
+    if auth.users.by_id(user).is_none() {
+        return Err(ApiError::not_found(format!("User with id [{user}] is not found")));
     }
     let expiration = b.expiration_time.unwrap_or(0);
     if expiration < 0 {
@@ -103,21 +126,31 @@ pub async fn create(_: Admin, State(st): St, State(auth): State<Arc<Auth>>, Body
 }
 
 /// `GET /api/apiKeys/{userId}?pageSize=&page=`: the user's keys, without their values.
-pub async fn list(_: Admin, State(st): St, Path(user): Path<String>, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
-    if uuid(&user, "user")? != admin_id(&st) {
+pub async fn list(
+    User(me): User,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path(user): Path<String>,
+    Q(p): Q<DocListParams>,
+) -> ApiResult<Json<J>> {
+    let user = uuid(&user, "user")?;
+    if !may_manage(&me, user) {
+        return Err(ApiError::forbidden());
+    }
+    if auth.users.by_id(user).is_none() {
         return Err(ApiError::not_found(format!("User with id [{user}] is not found")));
     }
-    Ok(Json(doc_page(&st, DocKind::ApiKey, p, |_| true, |d| info(&st, d)).await?))
+    Ok(Json(doc_page(&st, DocKind::ApiKey, p, |d| owner(d) == Some(user), |d| info(&st, d)).await?))
 }
 
 /// `PUT /api/apiKey/{id}/enabled/{value}`.
 pub async fn set_enabled(
-    _: Admin,
+    User(me): User,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     Path((id, enabled)): Path<(String, bool)>,
 ) -> ApiResult<Json<J>> {
-    let mut d = load(&st, uuid(&id, "API key")?).await?;
+    let mut d = load(&st, &me, uuid(&id, "API key")?).await?;
     if let Some(o) = d.doc.as_object_mut() {
         o.insert("enabled".into(), enabled.into());
     }
@@ -127,7 +160,7 @@ pub async fn set_enabled(
 
 /// `PUT /api/apiKey/{id}/description` with the new description (a JSON string or plain text).
 pub async fn set_description(
-    _: Admin,
+    User(me): User,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
@@ -137,7 +170,7 @@ pub async fn set_description(
         Ok(J::String(s)) => s,
         _ => String::from_utf8_lossy(&body).into_owned(),
     };
-    let mut d = load(&st, uuid(&id, "API key")?).await?;
+    let mut d = load(&st, &me, uuid(&id, "API key")?).await?;
     if let Some(o) = d.doc.as_object_mut() {
         o.insert("description".into(), text.clone().into());
     }
@@ -148,12 +181,12 @@ pub async fn set_description(
 
 /// `DELETE /api/apiKey/{id}`: the key stops working at once.
 pub async fn delete(
-    _: Admin,
+    User(me): User,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let id = uuid(&id, "API key")?;
+    let id = load(&st, &me, uuid(&id, "API key")?).await?.id;
     st.writer.submit(WriteOp::DeleteDoc(DocKind::ApiKey, id)).await?;
     auth.api_keys.remove(id);
     Ok(StatusCode::OK)

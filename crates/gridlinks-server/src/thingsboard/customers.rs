@@ -3,8 +3,9 @@
 //! customerTitle=`; devices assigned (`POST /api/customer/{customerId}/device/{deviceId}`,
 //! `DELETE /api/customer/device/{deviceId}`, `GET /api/customer/{id}/devices`) and dashboards
 //! assigned (`POST`/`DELETE /api/customer/{customerId}/dashboard/{dashboardId}`,
-//! `GET /api/customer/{id}/dashboards`). Customers are stored as documents; customer users,
-//! who would see only their customer's devices, are not built yet.
+//! `GET /api/customer/{id}/dashboards`). Customers are stored as documents. A customer user
+//! may read its own customer, its devices and its dashboards; everything else here is the
+//! tenant administrator's.
 
 use std::sync::Arc;
 
@@ -20,9 +21,10 @@ use uuid::Uuid;
 use super::api::{blocking, body_id, device_id, device_view, parse_json};
 use super::dashboards;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, Q};
+use super::extract::{Admin, Body, User, Q};
 use super::paging::{descending, doc_page, page_link, page_of, DocListParams};
 use crate::app::Core;
+use crate::auth::{Auth, Caller};
 
 type St = State<Arc<Core>>;
 
@@ -35,6 +37,14 @@ fn render(st: &Core, c: &DocRecord) -> J {
         &model::Customer { id: c.id, created_time: c.created_time, title: &c.title, doc: &c.doc },
         st.tenant_id,
     )
+}
+
+/// A customer the caller may read: a customer user only its own (403 for others).
+async fn load_for(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
+    if !me.may_use(Some(id)) {
+        return Err(ApiError::forbidden());
+    }
+    load(st, id).await
 }
 
 async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
@@ -52,11 +62,6 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
         return Err(ApiError::bad_request("Customer title should be specified!"));
     }
     let id = body_id(&doc, |s| uuid(s, "customer"))?;
-    let store = st.store.clone();
-    let taken = blocking(move || store.docs(DocKind::Customer)).await?;
-    if taken.iter().any(|c| c.title == title && Some(c.id) != id) {
-        return Err(ApiError::bad_request("Customer with such title already exists!"));
-    }
     match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Customer, id, title, doc }).await? {
         WriteOutcome::Doc(c) => Ok(Json(render(&st, &c))),
         _ => Err(ApiError::internal("unexpected write outcome")),
@@ -64,14 +69,22 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
 }
 
 /// `GET /api/customer/{id}`.
-pub async fn get(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let c = load(&st, uuid(&id, "customer")?).await?;
+pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let c = load_for(&st, &me, uuid(&id, "customer")?).await?;
     Ok(Json(render(&st, &c)))
 }
 
-/// `DELETE /api/customer/{id}`: its devices and dashboards are assigned to it no more.
-pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+/// `DELETE /api/customer/{id}`: its devices and dashboards are assigned to it no more, and
+/// its users are deleted (their tokens and keys stop working at once).
+pub async fn delete(
+    _: Admin,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     st.writer.submit(WriteOp::DeleteCustomer(uuid(&id, "customer")?)).await?;
+    let store = st.store.clone();
+    blocking(move || auth.users.reload(&store)).await?;
     Ok(StatusCode::OK)
 }
 
@@ -154,14 +167,14 @@ pub struct DeviceListParams {
 
 /// `GET /api/customer/{customerId}/devices?pageSize=&page=`: its devices, by name.
 pub async fn devices(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path(customer): Path<String>,
     Q(p): Q<DeviceListParams>,
 ) -> ApiResult<Json<J>> {
     let _ = p.sort_property;
     let id = uuid(&customer, "customer")?;
-    load(&st, id).await?;
+    load_for(&st, &me, id).await?;
     let link = page_link(&st, p.page_size, p.page)?;
     let desc = descending(p.sort_order.as_deref())?;
     let store = st.store.clone();
@@ -211,17 +224,15 @@ pub async fn unassign_dashboard_from(
 
 /// `GET /api/customer/{customerId}/dashboards?pageSize=&page=`: dashboard infos.
 pub async fn dashboards_of(
-    _: Admin,
+    User(me): User,
     State(st): St,
     Path(customer): Path<String>,
     Q(p): Q<DocListParams>,
 ) -> ApiResult<Json<J>> {
     let id = uuid(&customer, "customer")?;
-    load(&st, id).await?;
-    let id_json = J::String(id.to_string());
-    let assigned =
-        |d: &DocRecord| d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id_json));
+    load_for(&st, &me, id).await?;
     let customers = dashboards::customers(&st).await?;
+    let assigned = |d: &DocRecord| dashboards::assigned(d, id);
     let page =
         doc_page(&st, DocKind::Dashboard, p, assigned, |d| dashboards::render(&st, d, &customers, false)).await?;
     Ok(Json(page))

@@ -15,9 +15,10 @@ use uuid::Uuid;
 
 use super::api::{blocking, body_id, parse_json};
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, Q};
+use super::extract::{Admin, Body, User, Q};
 use super::paging::{doc_page, DocListParams};
 use crate::app::Core;
+use crate::auth::Caller;
 
 type St = State<Arc<Core>>;
 
@@ -47,11 +48,22 @@ pub(crate) async fn customers(st: &Core) -> ApiResult<Vec<DocRecord>> {
     blocking(move || store.docs(DocKind::Customer)).await
 }
 
-async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
+/// Whether dashboard `d` is assigned to `customer`.
+pub(crate) fn assigned(d: &DocRecord, customer: Uuid) -> bool {
+    let id = J::String(customer.to_string());
+    d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id))
+}
+
+/// A dashboard the caller may see: a customer user only those assigned to its customer.
+async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
     let store = st.store.clone();
-    blocking(move || store.doc(DocKind::Dashboard, id))
+    let d = blocking(move || store.doc(DocKind::Dashboard, id))
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("Dashboard with id [{id}] is not found")))
+        .ok_or_else(|| ApiError::not_found(format!("Dashboard with id [{id}] is not found")))?;
+    match me.customer {
+        Some(c) if !assigned(&d, c) => Err(ApiError::forbidden()),
+        _ => Ok(d),
+    }
 }
 
 /// `POST /api/dashboard`: create, or update when the body has an id.
@@ -72,14 +84,14 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
 }
 
 /// `GET /api/dashboard/{id}`: with its configuration.
-pub async fn get(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load(&st, dashboard_id(&id)?).await?;
+pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load(&st, &me, dashboard_id(&id)?).await?;
     Ok(Json(render(&st, &d, &customers(&st).await?, true)))
 }
 
 /// `GET /api/dashboard/info/{id}`: without it.
-pub async fn info(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load(&st, dashboard_id(&id)?).await?;
+pub async fn info(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load(&st, &me, dashboard_id(&id)?).await?;
     Ok(Json(render(&st, &d, &customers(&st).await?, false)))
 }
 

@@ -49,6 +49,16 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Authentication, message)
     }
 
+    /// 403 with errorCode 20: the caller may not do this (a customer user on a tenant
+    /// administrator's path, or on a device not assigned to its customer).
+    pub fn forbidden() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            ErrorCode::PermissionDenied,
+            "You don't have permission to perform this operation!",
+        )
+    }
+
     /// 500 with errorCode 2.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::General, message)
@@ -62,9 +72,10 @@ impl From<StoreError> for ApiError {
             StoreError::TokenTaken => Self::bad_request("Device credentials are already assigned to another device!"),
             StoreError::DeviceNotFound => Self::not_found("Device with requested id wasn't found!"),
             e @ (StoreError::ProfileNotFound(_) | StoreError::DocNotFound(..)) => Self::not_found(e.to_string()),
-            e @ (StoreError::ProfileNameTaken(_) | StoreError::ProfileInUse | StoreError::ProfileIsDefault) => {
-                Self::bad_request(e.to_string())
-            }
+            e @ (StoreError::ProfileNameTaken(_)
+            | StoreError::ProfileInUse
+            | StoreError::ProfileIsDefault
+            | StoreError::TitleTaken(_)) => Self::bad_request(e.to_string()),
             e @ (StoreError::ForeignDevice(_)
             | StoreError::NotGateway
             | StoreError::CredentialClash(_)

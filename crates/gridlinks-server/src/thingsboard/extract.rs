@@ -1,5 +1,5 @@
 //! Request extractors that turn axum's plain-text rejections into ThingsBoard error
-//! bodies, and the admin JWT check.
+//! bodies, and who the caller is ([`User`], [`Admin`]).
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use crate::app::Http;
-use crate::auth::AuthError;
+use crate::auth::{AuthError, Authority, Caller};
 use gridlinks_thingsboard::error::ErrorCode;
 
 /// Query parameters; unknown parameters are rejected by the target type.
@@ -73,27 +73,42 @@ pub fn api_key(headers: &axum::http::HeaderMap) -> Option<&str> {
     headers.get("x-authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("ApiKey ")).map(str::trim)
 }
 
-/// A request carrying a valid admin access token (`X-Authorization: Bearer …`) of a login
-/// in force, or a live API key of the administrator (`X-Authorization: ApiKey …`).
-pub struct Admin;
+/// A request of a logged-in user: a valid access token (`X-Authorization: Bearer …`) of a
+/// login in force, or a live API key (`X-Authorization: ApiKey …`), which acts as its user.
+pub struct User(pub Caller);
+
+impl FromRequestParts<Http> for User {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
+        if let Some(key) = api_key(&parts.headers) {
+            return match state.auth.api_key(key) {
+                Some(c) => Ok(User(c)),
+                None => Err(ApiError::unauthorized("Invalid, disabled or expired API key")),
+            };
+        }
+        let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+        match state.auth.access(token) {
+            Ok(c) => Ok(User(c)),
+            Err(AuthError::Expired) => {
+                Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
+            }
+            Err(_) => Err(ApiError::unauthorized("Invalid JWT token")),
+        }
+    }
+}
+
+/// A request of a tenant administrator; any other user gets 403.
+pub struct Admin(pub Caller);
 
 impl FromRequestParts<Http> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
-        if let Some(key) = api_key(&parts.headers) {
-            return match state.auth.api_keys.check(key, gridlinks_types::Ts::now().0) {
-                true => Ok(Admin),
-                false => Err(ApiError::unauthorized("Invalid, disabled or expired API key")),
-            };
-        }
-        let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-        match state.auth.access(token) {
-            Ok(_) => Ok(Admin),
-            Err(AuthError::Expired) => {
-                Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
-            }
-            Err(_) => Err(ApiError::unauthorized("Invalid JWT token")),
+        let User(c) = User::from_request_parts(parts, state).await?;
+        match c.authority {
+            Authority::TenantAdmin => Ok(Admin(c)),
+            Authority::CustomerUser => Err(ApiError::forbidden()),
         }
     }
 }

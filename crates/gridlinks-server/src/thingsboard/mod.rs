@@ -20,3 +20,4 @@ pub mod profiles;
 pub mod provision;
 pub mod relations;
 pub mod rpc;
+pub mod users;

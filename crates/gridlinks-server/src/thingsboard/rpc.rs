@@ -20,7 +20,8 @@ use serde_json::{json, Value as J};
 use tokio::sync::oneshot;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body};
+use super::extract::{Body, User};
+use crate::auth::Caller;
 use crate::mqtt::Mqtt;
 
 /// Two-way calls waiting for the device's answer.
@@ -58,7 +59,7 @@ enum Version {
     V2,
 }
 
-async fn call(st: Arc<Mqtt>, version: Version, kind: &str, id: &str, body: &[u8]) -> ApiResult<Response> {
+async fn call(st: Arc<Mqtt>, me: &Caller, version: Version, kind: &str, id: &str, body: &[u8]) -> ApiResult<Response> {
     let two_way = match kind {
         "oneway" => false,
         "twoway" => true,
@@ -75,14 +76,7 @@ async fn call(st: Arc<Mqtt>, version: Version, kind: &str, id: &str, body: &[u8]
     let requested = req.get("timeout").and_then(J::as_u64).map(Duration::from_millis);
     let timeout =
         requested.unwrap_or(st.core.cfg.rpc.default_timeout.duration()).max(st.core.cfg.rpc.min_timeout.duration());
-    let store = st.core.store.clone();
-    let exists = tokio::task::spawn_blocking(move || store.device(device))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??
-        .is_some();
-    if !exists {
-        return Err(ApiError::not_found(format!("Device with id [{device}] is not found")));
-    }
+    super::api::device_for(&st.core, me, device).await?;
     let payload = Bytes::from(json!({"method": method, "params": params}).to_string());
     let (rpc_id, rx) = st.rpc.start(device);
     let delivered = st.sessions.deliver(device, &topic::rpc_request(rpc_id), payload);
@@ -113,20 +107,20 @@ async fn call(st: Arc<Mqtt>, version: Version, kind: &str, id: &str, body: &[u8]
 
 /// `POST /api/plugins/rpc/{kind}/{deviceId}`.
 pub async fn rpc_v1(
-    _: Admin,
+    User(me): User,
     State(st): State<Arc<Mqtt>>,
     Path((kind, id)): Path<(String, String)>,
     Body(body): Body,
 ) -> ApiResult<Response> {
-    call(st, Version::V1, &kind, &id, &body).await
+    call(st, &me, Version::V1, &kind, &id, &body).await
 }
 
 /// `POST /api/rpc/{kind}/{deviceId}`.
 pub async fn rpc_v2(
-    _: Admin,
+    User(me): User,
     State(st): State<Arc<Mqtt>>,
     Path((kind, id)): Path<(String, String)>,
     Body(body): Body,
 ) -> ApiResult<Response> {
-    call(st, Version::V2, &kind, &id, &body).await
+    call(st, &me, Version::V2, &kind, &id, &body).await
 }

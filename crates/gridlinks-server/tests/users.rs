@@ -1,0 +1,455 @@
+//! Users on the real binary: tenant administrators and customer users created over
+//! ThingsBoard's REST paths, activated through their link, logged in with ThingsBoard's JWT
+//! claims, changing their password; and the customer boundary tried as an attacker would:
+//! a customer user against every REST path of the server, on its own devices, on another
+//! customer's and on the tenant's.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+use common::*;
+
+/// The claims of a JWT (its middle part, base64url without padding).
+fn claims(token: &str) -> J {
+    let part = token.split('.').nth(1).unwrap();
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let (mut bits, mut n, mut out) = (0u32, 0, Vec::new());
+    for c in part.bytes() {
+        bits = (bits << 6) | alphabet.iter().position(|&a| a == c).unwrap() as u32;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+        }
+    }
+    serde_json::from_slice(&out).unwrap()
+}
+
+fn login(s: &Server, user: &str, password: &str) -> (u16, J) {
+    let (st, body) =
+        s.req("POST", "/api/auth/login", None, Some(&json!({"username": user, "password": password}).to_string()));
+    (st, serde_json::from_str(&body).unwrap_or(J::Null))
+}
+
+/// Creates a user (`authority`, of `customer` if any) and activates it with `password`;
+/// returns its id and access token.
+fn user(s: &Server, jwt: &str, email: &str, customer: Option<&str>, password: &str) -> (String, String) {
+    let authority = if customer.is_some() { "CUSTOMER_USER" } else { "TENANT_ADMIN" };
+    let body = json!({"email": email, "authority": authority, "firstName": "Ann", "lastName": "Lee",
+        "customerId": customer.map(|c| json!({"entityType": "CUSTOMER", "id": c}))});
+    let (st, u) = s.json("POST", "/api/user?sendActivationMail=false", jwt, Some(body));
+    assert_eq!(st, 200, "{u}");
+    let id = u["id"]["id"].as_str().unwrap().to_owned();
+    let (st, link) = s.req("GET", &format!("/api/user/{id}/activationLink"), Some(jwt), None);
+    assert_eq!(st, 200, "{link}");
+    let token = link.split("activateToken=").nth(1).unwrap();
+    let (st, pair) = s.req(
+        "POST",
+        "/api/noauth/activate?sendActivationMail=false",
+        None,
+        Some(&json!({"activateToken": token, "password": password}).to_string()),
+    );
+    assert_eq!(st, 200, "{pair}");
+    let pair: J = serde_json::from_str(&pair).unwrap();
+    (id, pair["token"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn users_activate_log_in_with_thingsboard_claims_and_change_password() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut s = Server::start_on(&dir, &[]);
+    let jwt = s.login();
+    let (_, acme) = s.json("POST", "/api/customer", &jwt, Some(json!({"title": "Acme"})));
+    let acme_id = acme["id"]["id"].as_str().unwrap().to_owned();
+
+    // Created without a password: no login until the link is used.
+    let body = json!({"email": "Ann@Acme.test", "authority": "CUSTOMER_USER", "firstName": "Ann",
+        "customerId": {"entityType": "CUSTOMER", "id": acme_id}});
+    let (st, ann) = s.json("POST", "/api/user?sendActivationMail=false", &jwt, Some(body.clone()));
+    assert_eq!(st, 200, "{ann}");
+    assert_eq!(
+        (ann["email"].as_str(), ann["authority"].as_str(), ann["customerId"]["id"].as_str()),
+        (Some("ann@acme.test"), Some("CUSTOMER_USER"), Some(&*acme_id))
+    );
+    let ann_id = ann["id"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(login(&s, "ann@acme.test", "").0, 401);
+    // Refused: the same email, the configured administrator's name, a bad email, a missing
+    // customer, a system administrator.
+    assert_eq!(s.json("POST", "/api/user", &jwt, Some(body)).0, 400);
+    assert_eq!(s.json("POST", "/api/user", &jwt, Some(json!({"email": "admin", "authority": "TENANT_ADMIN"}))).0, 400);
+    assert_eq!(s.json("POST", "/api/user", &jwt, Some(json!({"email": "no at", "authority": "TENANT_ADMIN"}))).0, 400);
+    let no_customer = json!({"email": "x@y.z", "authority": "CUSTOMER_USER"});
+    assert_eq!(s.json("POST", "/api/user", &jwt, Some(no_customer)).0, 400);
+    let sys = json!({"email": "root@y.z", "authority": "SYS_ADMIN"});
+    assert_eq!(s.json("POST", "/api/user", &jwt, Some(sys)).0, 403);
+
+    // The activation link: each request replaces the last; a bad token or a short password
+    // is refused; using it logs the user in.
+    let link = |s: &Server| {
+        let (st, link) = s.req("GET", &format!("/api/user/{ann_id}/activationLink"), Some(&jwt), None);
+        assert_eq!(st, 200, "{link}");
+        link.split("activateToken=").nth(1).unwrap().to_owned()
+    };
+    let first = link(&s);
+    let token = link(&s);
+    let activate = |t: &str, pw: &str| {
+        s.req("POST", "/api/noauth/activate", None, Some(&json!({"activateToken": t, "password": pw}).to_string()))
+    };
+    assert_eq!(activate(&first, "secret-1").0, 404, "an earlier link stops working");
+    assert_eq!(activate("guess", "secret-1").0, 404);
+    assert_eq!(activate(&token, "short").0, 400);
+    let (st, pair) = activate(&token, "secret-1");
+    assert_eq!(st, 200, "{pair}");
+    let pair: J = serde_json::from_str(&pair).unwrap();
+    assert_eq!(pair["scope"], "CUSTOMER_USER");
+    assert_eq!(activate(&token, "secret-2").0, 404, "a link works once");
+    assert_eq!(s.req("GET", &format!("/api/user/{ann_id}/activationLink"), Some(&jwt), None).0, 400);
+
+    // ThingsBoard's claims.
+    let (st, p) = login(&s, "ANN@acme.test", "secret-1");
+    assert_eq!(st, 200, "{p}");
+    let ann_jwt = p["token"].as_str().unwrap().to_owned();
+    let c = claims(&ann_jwt);
+    let (_, me) = s.json("GET", "/api/auth/user", &jwt, None);
+    let tenant = me["tenantId"]["id"].as_str().unwrap();
+    assert_eq!(c["sub"], "ann@acme.test");
+    assert_eq!(c["scopes"], json!(["CUSTOMER_USER"]));
+    assert_eq!((c["userId"].as_str(), c["customerId"].as_str()), (Some(&*ann_id), Some(&*acme_id)));
+    assert_eq!((c["tenantId"].as_str(), c["firstName"].as_str()), (Some(tenant), Some("Ann")));
+    assert_eq!((c["enabled"].as_bool(), c["isPublic"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(claims(&jwt)["customerId"], J::Null, "a tenant administrator has no customer");
+    let (st, me) = s.json("GET", "/api/auth/user", &ann_jwt, None);
+    assert_eq!((st, me["email"].as_str(), me["id"]["id"].as_str()), (200, Some("ann@acme.test"), Some(&*ann_id)));
+
+    // A password change: the wrong current password is refused; the right one gives a new
+    // pair, and tokens issued before stop working.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let change = |t: &str, cur: &str, new: &str| {
+        s.json("POST", "/api/auth/changePassword", t, Some(json!({"currentPassword": cur, "newPassword": new})))
+    };
+    assert_eq!(change(&ann_jwt, "wrong", "secret-2").0, 400);
+    let (st, pair) = change(&ann_jwt, "secret-1", "secret-2");
+    assert_eq!(st, 200, "{pair}");
+    assert_eq!(s.json("GET", "/api/auth/user", &ann_jwt, None).0, 401, "tokens issued before the change");
+    let new_jwt = pair["token"].as_str().unwrap().to_owned();
+    assert_eq!(s.json("GET", "/api/auth/user", &new_jwt, None).0, 200);
+    assert_eq!(login(&s, "ann@acme.test", "secret-1").0, 401);
+    assert_eq!(change(&jwt, ADMIN_PASSWORD, "whatever").0, 400, "the configured administrator's is configured");
+
+    // A second tenant administrator manages the tenant.
+    let (bob_id, bob_jwt) = user(&s, &jwt, "bob@corp.test", None, "bob-secret");
+    assert_eq!(claims(&bob_jwt)["scopes"], json!(["TENANT_ADMIN"]));
+    assert_eq!(s.json("GET", "/api/tenant/devices?pageSize=10&page=0", &bob_jwt, None).0, 200);
+    let (_, list) = s.json("GET", "/api/users?pageSize=10&page=0", &bob_jwt, None);
+    let emails: Vec<&str> = list["data"].as_array().unwrap().iter().map(|u| u["email"].as_str().unwrap()).collect();
+    assert_eq!(emails, ["ann@acme.test", "bob@corp.test"]);
+    let (_, list) = s.json("GET", &format!("/api/customer/{acme_id}/users?pageSize=10&page=0"), &jwt, None);
+    assert_eq!(list["totalElements"], 1);
+
+    // Users survive a restart; tokens stay valid.
+    s.sigterm();
+    let mut s = Server::start_on(&dir, &[]);
+    assert_eq!(s.json("GET", "/api/auth/user", &new_jwt, None).0, 200);
+    assert_eq!(login(&s, "bob@corp.test", "bob-secret").0, 200);
+
+    // A deleted user's tokens stop working at once; deleting oneself is refused.
+    let jwt = s.login();
+    assert_eq!(s.json("DELETE", &format!("/api/user/{bob_id}"), &bob_jwt, None).0, 400);
+    assert_eq!(s.json("DELETE", &format!("/api/user/{bob_id}"), &jwt, None).0, 200);
+    assert_eq!(s.json("GET", "/api/auth/user", &bob_jwt, None).0, 401);
+    assert_eq!(login(&s, "bob@corp.test", "bob-secret").0, 401);
+    // A deleted customer's users go with it.
+    assert_eq!(s.json("DELETE", &format!("/api/customer/{acme_id}"), &jwt, None).0, 200);
+    assert_eq!(s.json("GET", "/api/auth/user", &new_jwt, None).0, 401);
+    s.sigterm();
+    let s = Server::start_on(&dir, &[]);
+    assert_eq!(login(&s, "ann@acme.test", "secret-2").0, 401, "gone after a restart too");
+}
+
+/// Every route of the server (read from its source) a customer user is tried on: allowed on
+/// its own customer's devices, 403 (or 404 where the id is unknown) everywhere else, and no
+/// answer carries another's data.
+#[test]
+fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
+    let s = Server::start();
+    let jwt = s.login();
+    let customer = |title: &str| {
+        let (_, c) = s.json("POST", "/api/customer", &jwt, Some(json!({"title": title})));
+        c["id"]["id"].as_str().unwrap().to_owned()
+    };
+    let (a, b) = (customer("A"), customer("B"));
+    let mine = s.device(&jwt, "mine-1", "MINETOKEN1");
+    let theirs = s.device(&jwt, "theirs-1", "THEIRSTOKEN1");
+    let tenants = s.device(&jwt, "tenant-1", "TENANTTOKEN1");
+    for (c, d) in [(&a, &mine), (&b, &theirs)] {
+        assert_eq!(s.json("POST", &format!("/api/customer/{c}/device/{d}"), &jwt, None).0, 200);
+    }
+    for t in ["MINETOKEN1", "THEIRSTOKEN1", "TENANTTOKEN1"] {
+        assert_eq!(s.telemetry(t, &json!({"secret": format!("value-of-{t}")}).to_string()), 200);
+    }
+    let attrs = json!({"attr": "shared-secret"}).to_string();
+    for d in [&mine, &theirs, &tenants] {
+        let path = format!("/api/plugins/telemetry/DEVICE/{d}/attributes/SHARED_SCOPE");
+        assert_eq!(s.req("POST", &path, Some(&jwt), Some(&attrs)).0, 200);
+    }
+    let dashboard = |title: &str, c: &str| {
+        let (_, d) = s.json("POST", "/api/dashboard", &jwt, Some(json!({"title": title})));
+        let id = d["id"]["id"].as_str().unwrap().to_owned();
+        assert_eq!(s.json("POST", &format!("/api/customer/{c}/dashboard/{id}"), &jwt, None).0, 200);
+        id
+    };
+    let (dash_a, dash_b) = (dashboard("dash-A", &a), dashboard("dash-B", &b));
+    let (ann, ann_jwt) = user(&s, &jwt, "ann@a.test", Some(&a), "ann-secret");
+    let (bob, _) = user(&s, &jwt, "bob@b.test", Some(&b), "bob-secret");
+    let (_, admin) = s.json("GET", "/api/auth/user", &jwt, None);
+    let admin_id = admin["id"]["id"].as_str().unwrap().to_owned();
+
+    // Its own customer's device: read and controlled as ThingsBoard allows a customer user.
+    let tel = |d: &str| format!("/api/plugins/telemetry/DEVICE/{d}");
+    let ok = [
+        ("GET", format!("/api/device/{mine}"), None),
+        ("GET", format!("/api/device/{mine}/credentials"), None),
+        ("GET", format!("{}/values/timeseries?keys=secret", tel(&mine)), None),
+        ("GET", format!("{}/values/attributes/SHARED_SCOPE", tel(&mine)), None),
+        ("GET", format!("{}/keys/timeseries", tel(&mine)), None),
+        ("POST", format!("{}/attributes/SHARED_SCOPE", tel(&mine)), Some(attrs.clone())),
+        ("POST", format!("{}/timeseries/ANY", tel(&mine)), Some(r#"{"t":1}"#.to_owned())),
+        ("GET", format!("/api/customer/{a}"), None),
+        ("GET", format!("/api/customer/{a}/devices?pageSize=10&page=0"), None),
+        ("GET", format!("/api/customer/{a}/dashboards?pageSize=10&page=0"), None),
+        ("GET", format!("/api/dashboard/{dash_a}"), None),
+        ("GET", format!("/api/dashboard/info/{dash_a}"), None),
+        ("GET", format!("/api/user/{ann}"), None),
+        ("GET", format!("/api/apiKeys/{ann}?pageSize=10&page=0"), None),
+    ];
+    for (m, path, body) in &ok {
+        let (st, out) = s.req(m, path, Some(&ann_jwt), body.as_deref());
+        assert_eq!(st, 200, "{m} {path}: {out}");
+        assert!(!out.contains("THEIRS") && !out.contains("TENANTTOKEN") && !out.contains("dash-B"), "{path}: {out}");
+    }
+    let (_, page) = s.json("GET", &format!("/api/customer/{a}/devices?pageSize=10&page=0"), &ann_jwt, None);
+    assert_eq!(page["data"][0]["name"], "mine-1");
+    assert_eq!(page["totalElements"], 1);
+
+    // Everything else: each route of the server, with another customer's and the tenant's
+    // ids. `None` marks routes open to anyone or about the caller itself (tested above and
+    // in the first test).
+    let forbidden = |d: &str| -> Vec<(&str, &str, String, Option<String>)> {
+        let t = tel(d);
+        vec![
+            ("/api/device/{id}", "GET", format!("/api/device/{d}"), None),
+            ("/api/device/{id}", "DELETE", format!("/api/device/{mine}"), None),
+            ("/api/device/{id}/credentials", "GET", format!("/api/device/{d}/credentials"), None),
+            ("/api/device", "POST", "/api/device".into(), Some(r#"{"name":"evil","type":"default"}"#.into())),
+            (
+                "/api/device/credentials",
+                "POST",
+                "/api/device/credentials".into(),
+                Some(
+                    json!({"deviceId": {"id": d}, "credentialsType": "ACCESS_TOKEN", "credentialsId": "STOLEN"})
+                        .to_string(),
+                ),
+            ),
+            ("/api/device/bulk_import", "POST", "/api/device/bulk_import".into(), Some("{}".into())),
+            ("/api/tenant/devices", "GET", "/api/tenant/devices?pageSize=10&page=0".into(), None),
+            ("{tel}/values/timeseries", "GET", format!("{t}/values/timeseries?keys=secret"), None),
+            (
+                "{tel}/values/timeseries/history",
+                "GET",
+                format!("{t}/values/timeseries/history?keys=secret&startTs=0&endTs=9999999999999"),
+                None,
+            ),
+            ("{tel}/keys/timeseries", "GET", format!("{t}/keys/timeseries"), None),
+            ("{tel}/keys/attributes", "GET", format!("{t}/keys/attributes"), None),
+            ("{tel}/keys/attributes/{scope}", "GET", format!("{t}/keys/attributes/SHARED_SCOPE"), None),
+            ("{tel}/values/attributes", "GET", format!("{t}/values/attributes"), None),
+            ("{tel}/values/attributes/{scope}", "GET", format!("{t}/values/attributes/SHARED_SCOPE"), None),
+            ("{tel}/attributes/{scope}", "POST", format!("{t}/attributes/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+            (
+                "{tel}/timeseries/delete",
+                "DELETE",
+                format!("{t}/timeseries/delete?keys=secret&deleteAllDataForKeys=true"),
+                None,
+            ),
+            ("{tel}/timeseries/{scope}", "POST", format!("{t}/timeseries/ANY"), Some(r#"{"x":1}"#.into())),
+            ("{tel}/{scope}", "DELETE", format!("{t}/SHARED_SCOPE?keys=attr"), None),
+            ("{tel}/{scope}", "POST", format!("{t}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+            ("{tel}", "POST", format!("/api/plugins/telemetry/{d}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+            (
+                "/api/plugins/rpc/{kind}/{device_id}",
+                "POST",
+                format!("/api/plugins/rpc/oneway/{d}"),
+                Some(r#"{"method":"m"}"#.into()),
+            ),
+            ("/api/rpc/{kind}/{device_id}", "POST", format!("/api/rpc/twoway/{d}"), Some(r#"{"method":"m"}"#.into())),
+            ("/api/customer", "POST", "/api/customer".into(), Some(r#"{"title":"C"}"#.into())),
+            ("/api/customer/{id}", "GET", format!("/api/customer/{b}"), None),
+            ("/api/customer/{id}", "DELETE", format!("/api/customer/{a}"), None),
+            ("/api/customers", "GET", "/api/customers?pageSize=10&page=0".into(), None),
+            ("/api/tenant/customers", "GET", "/api/tenant/customers?customerTitle=B".into(), None),
+            ("/api/customer/{customer}/device/{device}", "POST", format!("/api/customer/{a}/device/{d}"), None),
+            ("/api/customer/device/{device}", "DELETE", format!("/api/customer/device/{mine}"), None),
+            (
+                "/api/owner/{kind}/{owner}/{entity_type}/{entity}",
+                "POST",
+                format!("/api/owner/CUSTOMER/{a}/DEVICE/{d}"),
+                None,
+            ),
+            ("/api/customer/{customer}/devices", "GET", format!("/api/customer/{b}/devices?pageSize=10&page=0"), None),
+            (
+                "/api/customer/{customer}/dashboard/{dashboard}",
+                "POST",
+                format!("/api/customer/{a}/dashboard/{dash_b}"),
+                None,
+            ),
+            (
+                "/api/customer/{customer}/dashboard/{dashboard}",
+                "DELETE",
+                format!("/api/customer/{a}/dashboard/{dash_a}"),
+                None,
+            ),
+            (
+                "/api/customer/{customer}/dashboards",
+                "GET",
+                format!("/api/customer/{b}/dashboards?pageSize=10&page=0"),
+                None,
+            ),
+            ("/api/customer/{customer}/users", "GET", format!("/api/customer/{a}/users?pageSize=10&page=0"), None),
+            ("/api/dashboard", "POST", "/api/dashboard".into(), Some(r#"{"title":"evil"}"#.into())),
+            ("/api/dashboard/{id}", "GET", format!("/api/dashboard/{dash_b}"), None),
+            ("/api/dashboard/{id}", "DELETE", format!("/api/dashboard/{dash_a}"), None),
+            ("/api/dashboard/info/{id}", "GET", format!("/api/dashboard/info/{dash_b}"), None),
+            ("/api/tenant/dashboards", "GET", "/api/tenant/dashboards?pageSize=10&page=0".into(), None),
+            ("/api/deviceProfiles", "GET", "/api/deviceProfiles?pageSize=10&page=0".into(), None),
+            ("/api/deviceProfileInfos", "GET", "/api/deviceProfileInfos?pageSize=10&page=0".into(), None),
+            ("/api/deviceProfile", "POST", "/api/deviceProfile".into(), Some(r#"{"name":"evil"}"#.into())),
+            ("/api/deviceProfile/names", "GET", "/api/deviceProfile/names".into(), None),
+            ("/api/deviceProfile/{id}", "GET", format!("/api/deviceProfile/{d}"), None),
+            ("/api/deviceProfile/{id}", "DELETE", format!("/api/deviceProfile/{d}"), None),
+            ("/api/deviceProfile/{id}/default", "POST", format!("/api/deviceProfile/{d}/default"), None),
+            ("/api/deviceProfileInfo/default", "GET", "/api/deviceProfileInfo/default".into(), None),
+            ("/api/deviceProfileInfo/{id}", "GET", format!("/api/deviceProfileInfo/{d}"), None),
+            (
+                "/api/user",
+                "POST",
+                "/api/user".into(),
+                Some(r#"{"email":"evil@x.y","authority":"TENANT_ADMIN"}"#.into()),
+            ),
+            ("/api/user/{id}", "GET", format!("/api/user/{bob}"), None),
+            ("/api/user/{id}", "DELETE", format!("/api/user/{bob}"), None),
+            ("/api/user/{id}/activationLink", "GET", format!("/api/user/{bob}/activationLink"), None),
+            ("/api/user/{id}/activationLinkInfo", "GET", format!("/api/user/{bob}/activationLinkInfo"), None),
+            ("/api/users", "GET", "/api/users?pageSize=10&page=0".into(), None),
+            ("/api/apiKey", "POST", "/api/apiKey".into(), Some(json!({"userId": {"id": admin_id}}).to_string())),
+            ("/api/apiKeys/{user}", "GET", format!("/api/apiKeys/{admin_id}?pageSize=10&page=0"), None),
+            ("/api/relation", "POST", "/api/relation".into(), Some("{}".into())),
+            ("/api/relation", "DELETE", "/api/relation".into(), None),
+            ("/api/relations", "GET", format!("/api/relations?fromId={d}&fromType=DEVICE"), None),
+            (
+                "/api/mqtt/clients",
+                "POST",
+                "/api/mqtt/clients".into(),
+                Some(r#"{"username":"evil","password":"p"}"#.into()),
+            ),
+            ("/api/mqtt/clients", "GET", "/api/mqtt/clients".into(), None),
+            ("/api/mqtt/clients/{username}", "GET", "/api/mqtt/clients/app".into(), None),
+            ("/api/mqtt/clients/{username}", "DELETE", "/api/mqtt/clients/app".into(), None),
+        ]
+    };
+    let public = [
+        "/healthz",
+        "/metrics",
+        "/api/auth/login",
+        "/api/auth/token",
+        "/api/auth/logout",
+        "/api/auth/user",
+        "/api/auth/changePassword",
+        "/api/noauth/activate",
+        "/api/ruleChains",
+        "/api/ruleChain",
+        "/api/ruleChain/{*rest}",
+        "/api/ruleNode/{*rest}",
+        "/api/v1/provision",
+        "/api/v1/{token}/telemetry",
+        "/api/v1/{token}/attributes",
+        // Per key: a key of another user is 403 (below).
+        "/api/apiKey/{id}",
+        "/api/apiKey/{id}/enabled/{enabled}",
+        "/api/apiKey/{id}/description",
+    ];
+    let checked: std::collections::HashSet<&str> = forbidden(&theirs).iter().map(|r| r.0).collect();
+    for route in routes() {
+        assert!(
+            checked.contains(route.as_str()) || public.contains(&route.as_str()),
+            "route {route} is not tried by this isolation test: add it to `forbidden` or `public`"
+        );
+    }
+    for target in [&theirs, &tenants] {
+        for (_, m, path, body) in forbidden(target) {
+            let (st, out) = s.req(m, &path, Some(&ann_jwt), body.as_deref());
+            assert_eq!(st, 403, "{m} {path}: {out}");
+            for secret in ["THEIRS", "TENANTTOKEN", "value-of", "shared-secret", "dash-B", "bob@"] {
+                assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
+            }
+        }
+    }
+    // Nothing changed: the other devices' data and tokens are as they were.
+    for d in [&theirs, &tenants] {
+        let (_, v) = s.json("GET", &format!("{}/values/attributes/SHARED_SCOPE", tel(d)), &jwt, None);
+        assert_eq!(v[0]["value"], "shared-secret", "{v}");
+    }
+    assert_eq!(s.telemetry("THEIRSTOKEN1", r#"{"still":1}"#), 200);
+    assert_eq!(s.json("GET", &format!("/api/dashboard/{dash_a}"), &jwt, None).0, 200);
+
+    // API keys act as their user: a customer user's key reaches what the user reaches.
+    let (st, key) = s.json("POST", "/api/apiKey", &ann_jwt, Some(json!({"description": "ann's"})));
+    assert_eq!(st, 200, "{key}");
+    let value = key["value"].as_str().unwrap();
+    let with_key = |path: &str| {
+        let resp = ureq::get(&format!("{}{path}", s.base)).set("X-Authorization", &format!("ApiKey {value}")).call();
+        match resp {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(code, _)) => code,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(with_key(&format!("/api/device/{mine}")), 200);
+    assert_eq!(with_key(&format!("/api/device/{theirs}")), 403);
+    assert_eq!(with_key("/api/tenant/devices?pageSize=10&page=0"), 403);
+    let (_, admin_key) = s.json("POST", "/api/apiKey", &jwt, Some(json!({"description": "admin's"})));
+    let admin_key_id = admin_key["id"]["id"].as_str().unwrap();
+    for (m, path) in [
+        ("DELETE", format!("/api/apiKey/{admin_key_id}")),
+        ("PUT", format!("/api/apiKey/{admin_key_id}/enabled/false")),
+        ("PUT", format!("/api/apiKey/{admin_key_id}/description")),
+    ] {
+        assert_eq!(s.req(m, &path, Some(&ann_jwt), Some("\"x\"")).0, 403, "{m} {path}");
+    }
+
+    // Taken from its customer, the device is out of reach at once.
+    assert_eq!(s.json("DELETE", &format!("/api/customer/device/{mine}"), &jwt, None).0, 200);
+    assert_eq!(s.json("GET", &format!("/api/device/{mine}"), &ann_jwt, None).0, 403);
+    assert_eq!(with_key(&format!("/api/device/{mine}")), 403);
+}
+
+/// The REST routes the server declares, read from its source.
+fn routes() -> Vec<String> {
+    let src = include_str!("../src/app.rs");
+    let tel = "{tel}";
+    let mut out = Vec::new();
+    for part in src.split(".route(").skip(1) {
+        let part = part.trim_start();
+        let route = if let Some(rest) = part.strip_prefix('"') {
+            rest.split('"').next().unwrap().to_owned()
+        } else if let Some(rest) = part.strip_prefix("&format!(\"") {
+            rest.split('"').next().unwrap().replace("{{", "{").replace("}}", "}")
+        } else if part.starts_with("tel,") {
+            tel.to_owned()
+        } else {
+            panic!("cannot read route: {}", &part[..40.min(part.len())]);
+        };
+        out.push(route);
+    }
+    assert!(out.len() > 60, "{out:?}");
+    out
+}
