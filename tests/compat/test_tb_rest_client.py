@@ -29,7 +29,17 @@ from gridlinks_server import gridlinks_server
 # cannot even build a Device without a device_profile_id; GridLinks serves
 # /api/deviceProfileInfo/default and /api/deviceProfileInfos for it.)
 from tb_rest_client.rest_client import RestClient as TbRestClient
-from tb_rest_client.models import ApiKeyInfo, Customer, Dashboard, Device, DeviceProfile, DeviceProfileData
+from tb_rest_client.models import (
+    ActivateUserRequest,
+    ApiKeyInfo,
+    ChangePasswordRequest,
+    Customer,
+    Dashboard,
+    Device,
+    DeviceProfile,
+    DeviceProfileData,
+    User,
+)
 from tb_rest_client.rest import ApiException
 
 ADMIN_USER = "admin"
@@ -328,6 +338,54 @@ def test_customers_and_assignment(client):
     assert "compat-customer" in [c.title for c in client.get_customers(page_size=10, page=0).data]
     client.delete_customer(customer_id=customer.id.id)
     client.delete_device(device_id=device.id.id)
+
+
+def test_customer_users_see_only_their_customers_devices(server, client):
+    customer = client.save_customer(Customer(title="compat-users"))
+    mine = client.save_device(Device(name="compat-cu-device", type="default"))
+    tenants = client.save_device(Device(name="compat-tenant-device", type="default"))
+    client.assign_device_to_customer(customer_id=customer.id.id, device_id=mine.id.id)
+    body = User(email="cu@compat.test", authority="CUSTOMER_USER", customer_id=customer.id, first_name="Cu")
+    user = client.save_user(body, send_activation_mail=False)
+    assert user.authority == "CUSTOMER_USER" and user.customer_id.id == customer.id.id
+
+    # Activated through its link (the client builds its API objects only at login, so the
+    # logged-in one calls this no-auth path).
+    link = client.get_activation_link(user_id=user.id.id)
+    token = link.split("activateToken=")[1]
+    pair = client.activate_user(ActivateUserRequest(activate_token=token, password="cu-secret-1"), send_activation_mail=False)
+    assert pair.token.count(".") == 2
+
+    cu = TbRestClient(base_url=server)
+    cu.login(username="cu@compat.test", password="cu-secret-1")
+    claims = jwt.decode(cu.get_token(), options={"verify_signature": False})
+    assert claims["scopes"] == ["CUSTOMER_USER"] and claims["customerId"] == customer.id.id
+    assert claims["userId"] == user.id.id
+    me = cu.get_user()
+    assert me.email == "cu@compat.test" and me.authority == "CUSTOMER_USER"
+    page = cu.get_customer_devices(customer_id=customer.id.id, page_size=10, page=0)
+    assert [d.name for d in page.data] == ["compat-cu-device"]
+    assert cu.get_device_by_id(device_id=mine.id.id).name == "compat-cu-device"
+    for call in (lambda: cu.get_device_by_id(device_id=tenants.id.id),
+                 lambda: cu.get_tenant_devices(page_size=10, page=0),
+                 lambda: cu.get_customers(page_size=10, page=0)):
+        with pytest.raises(ApiException) as e:
+            call()
+        assert e.value.status == 403, _body(e.value)
+        assert "compat-tenant-device" not in _body(e.value)
+
+    new = cu.change_password(ChangePasswordRequest(current_password="cu-secret-1", new_password="cu-secret-2"))
+    assert new.token.count(".") == 2
+    users = client.get_customer_users(customer_id=customer.id.id, page_size=10, page=0)
+    assert [u.email for u in users.data] == ["cu@compat.test"]
+    client.delete_user(user_id=user.id.id)
+    with pytest.raises(ApiException) as e:
+        cu.get_user()
+    assert e.value.status == 401
+    client.delete_customer(customer_id=customer.id.id)
+    client.delete_device(device_id=mine.id.id)
+    client.delete_device(device_id=tenants.id.id)
+    cu.stop()
 
 
 def test_delete_device(server, client, state):
