@@ -377,3 +377,31 @@ def test_sdk_connects_with_mqtt_basic_credentials(server, rest):
     finally:
         client.stop()
         client.disconnect()
+
+
+def test_sdk_claim_call(server, rest, device_id, sdk):
+    # The SDK's own claiming call, unchanged; then a customer user claims the device by name
+    # with the secret, as ThingsBoard's claiming widget does.
+    base = server["base"]
+    r = rest.post(base + "/api/customer", json={"title": "claimers"}, timeout=HTTP_TIMEOUT)
+    assert r.status_code == 200, r.text
+    customer = r.json()["id"]
+    r = rest.post(base + "/api/user", params={"sendActivationMail": "false"}, timeout=HTTP_TIMEOUT,
+                  json={"email": "claimer@compat.test", "authority": "CUSTOMER_USER", "customerId": customer})
+    assert r.status_code == 200, r.text
+    link = rest.get(f"{base}/api/user/{r.json()['id']['id']}/activationLink", timeout=HTTP_TIMEOUT).text
+    r = requests.post(base + "/api/noauth/activate", timeout=HTTP_TIMEOUT,
+                      json={"activateToken": link.split("activateToken=")[1], "password": "claimer-pw"})
+    assert r.status_code == 200, r.text
+    user = {"X-Authorization": "Bearer " + r.json()["token"]}
+
+    _assert_published(sdk.claim(secret_key="sdk-claim-secret", duration=60000))
+    claim = f"{base}/api/customer/device/{DEVICE_NAME}/claim"
+    r = requests.post(claim, json={"secretKey": "sdk-claim-secret"}, headers=user, timeout=HTTP_TIMEOUT)
+    assert r.status_code == 200 and r.json()["response"] == "SUCCESS", r.text
+    assert r.json()["device"]["customerId"]["id"] == customer["id"]
+    r = requests.get(f"{base}/api/device/{device_id}", headers=user, timeout=HTTP_TIMEOUT)
+    assert r.status_code == 200, r.text
+    # Given back: the device is the tenant's again.
+    assert requests.delete(claim, headers=user, timeout=HTTP_TIMEOUT).status_code == 200
+    assert requests.get(f"{base}/api/device/{device_id}", headers=user, timeout=HTTP_TIMEOUT).status_code == 403

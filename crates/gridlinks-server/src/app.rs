@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, api_keys, customers, dashboards, device_api, profiles, relations, users};
+use crate::thingsboard::{api, api_keys, claim, customers, dashboards, device_api, profiles, relations, users};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
@@ -43,6 +43,8 @@ pub struct Core {
     pub ingest: Ingest,
     /// This installation's tenant id (GridLinks has one tenant).
     pub tenant_id: Uuid,
+    /// Devices' open claims.
+    pub claims: Arc<crate::thingsboard::claim::Claims>,
 }
 
 impl Core {
@@ -160,6 +162,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/tenant/customers", get(customers::by_title))
         .route("/api/customer/{customer}/device/{device}", post(customers::assign))
         .route("/api/customer/device/{device}", delete(customers::unassign))
+        .route("/api/customer/device/{device}/claim", post(claim::claim).delete(claim::reclaim))
         .route("/api/owner/{kind}/{owner}/{entity_type}/{entity}", post(customers::change_owner))
         .route("/api/customer/{customer}/devices", get(customers::devices))
         .route(
@@ -203,6 +206,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/v1/provision", post(device_api::provision))
         .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
         .route("/api/v1/{token}/attributes", post(device_api::post_attributes).get(device_api::get_attributes))
+        .route("/api/v1/{token}/claim", post(device_api::post_claim))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
@@ -444,7 +448,7 @@ pub async fn serve(
         Arc::new(live),
         cfg.limits.max_devices_per_gateway,
     );
-    let core = Core { cfg: Arc::new(cfg), store: store.clone(), writer, ingest, tenant_id };
+    let core = Core { cfg: Arc::new(cfg), store: store.clone(), writer, ingest, tenant_id, claims: Default::default() };
     let mqtt = Arc::new(Mqtt {
         core: core.clone(),
         auth: auth.clone(),

@@ -30,29 +30,6 @@ fn login(s: &Server, user: &str, password: &str) -> (u16, J) {
     (st, serde_json::from_str(&body).unwrap_or(J::Null))
 }
 
-/// Creates a user (`authority`, of `customer` if any) and activates it with `password`;
-/// returns its id and access token.
-fn user(s: &Server, jwt: &str, email: &str, customer: Option<&str>, password: &str) -> (String, String) {
-    let authority = if customer.is_some() { "CUSTOMER_USER" } else { "TENANT_ADMIN" };
-    let body = json!({"email": email, "authority": authority, "firstName": "Ann", "lastName": "Lee",
-        "customerId": customer.map(|c| json!({"entityType": "CUSTOMER", "id": c}))});
-    let (st, u) = s.json("POST", "/api/user?sendActivationMail=false", jwt, Some(body));
-    assert_eq!(st, 200, "{u}");
-    let id = u["id"]["id"].as_str().unwrap().to_owned();
-    let (st, link) = s.req("GET", &format!("/api/user/{id}/activationLink"), Some(jwt), None);
-    assert_eq!(st, 200, "{link}");
-    let token = link.split("activateToken=").nth(1).unwrap();
-    let (st, pair) = s.req(
-        "POST",
-        "/api/noauth/activate?sendActivationMail=false",
-        None,
-        Some(&json!({"activateToken": token, "password": password}).to_string()),
-    );
-    assert_eq!(st, 200, "{pair}");
-    let pair: J = serde_json::from_str(&pair).unwrap();
-    (id, pair["token"].as_str().unwrap().to_owned())
-}
-
 #[test]
 fn users_activate_log_in_with_thingsboard_claims_and_change_password() {
     let tmp = tempfile::tempdir().unwrap();
@@ -137,7 +114,7 @@ fn users_activate_log_in_with_thingsboard_claims_and_change_password() {
     assert_eq!(change(&jwt, ADMIN_PASSWORD, "whatever").0, 400, "the configured administrator's is configured");
 
     // A second tenant administrator manages the tenant.
-    let (bob_id, bob_jwt) = user(&s, &jwt, "bob@corp.test", None, "bob-secret");
+    let (bob_id, bob_jwt) = s.user(&jwt, "bob@corp.test", None, "bob-secret");
     assert_eq!(claims(&bob_jwt)["scopes"], json!(["TENANT_ADMIN"]));
     assert_eq!(s.json("GET", "/api/tenant/devices?pageSize=10&page=0", &bob_jwt, None).0, 200);
     let (_, list) = s.json("GET", "/api/users?pageSize=10&page=0", &bob_jwt, None);
@@ -199,8 +176,8 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         id
     };
     let (dash_a, dash_b) = (dashboard("dash-A", &a), dashboard("dash-B", &b));
-    let (ann, ann_jwt) = user(&s, &jwt, "ann@a.test", Some(&a), "ann-secret");
-    let (bob, _) = user(&s, &jwt, "bob@b.test", Some(&b), "bob-secret");
+    let (ann, ann_jwt) = s.user(&jwt, "ann@a.test", Some(&a), "ann-secret");
+    let (bob, _) = s.user(&jwt, "bob@b.test", Some(&b), "bob-secret");
     let (_, admin) = s.json("GET", "/api/auth/user", &jwt, None);
     let admin_id = admin["id"]["id"].as_str().unwrap().to_owned();
 
@@ -236,7 +213,10 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
     // in the first test).
     let forbidden = |d: &str| -> Vec<(&str, &str, String, Option<String>)> {
         let t = tel(d);
+        let name = if d == theirs { "theirs-1" } else { "tenant-1" };
         vec![
+            // (Claiming, POST, needs the device's secret: tests/claiming.rs.)
+            ("/api/customer/device/{device}/claim", "DELETE", format!("/api/customer/device/{name}/claim"), None),
             ("/api/device/{id}", "GET", format!("/api/device/{d}"), None),
             ("/api/device/{id}", "DELETE", format!("/api/device/{mine}"), None),
             ("/api/device/{id}/credentials", "GET", format!("/api/device/{d}/credentials"), None),
@@ -372,6 +352,7 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         "/api/v1/provision",
         "/api/v1/{token}/telemetry",
         "/api/v1/{token}/attributes",
+        "/api/v1/{token}/claim",
         // Per key: a key of another user is 403 (below).
         "/api/apiKey/{id}",
         "/api/apiKey/{id}/enabled/{enabled}",

@@ -165,6 +165,48 @@ pub fn parse_gateway_device(body: &[u8]) -> Result<(String, Option<String>), Pay
     Ok((name, device_type))
 }
 
+/// A device's claiming request (`v1/devices/me/claim`, `POST /api/v1/{token}/claim`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The secret a customer user must give to claim the device ("" when none).
+    pub secret_key: String,
+    /// How long the claim is open, ms; `None`: the server's default.
+    pub duration_ms: Option<u64>,
+}
+
+/// Longest claiming secret, bytes.
+pub const MAX_CLAIM_SECRET: usize = 255;
+
+/// Decodes `{"secretKey":"…","durationMs":N}`; both are optional and an empty body is an
+/// empty object.
+pub fn parse_claim(body: &[u8]) -> Result<ClaimRequest, PayloadError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(ClaimRequest { secret_key: String::new(), duration_ms: None });
+    }
+    let Json::Object(m) = parse(body)? else {
+        return Err(shape("a claiming request is an object {\"secretKey\", \"durationMs\"}"));
+    };
+    let secret_key = match m.get("secretKey") {
+        None => String::new(),
+        Some(v) => serde_json::from_str::<String>(v.get())
+            .ok()
+            .filter(|k| k.len() <= MAX_CLAIM_SECRET && !k.chars().any(char::is_control))
+            .ok_or_else(|| {
+                shape(format!(
+                    "\"secretKey\" must be a string of at most {MAX_CLAIM_SECRET} bytes, without control characters"
+                ))
+            })?,
+    };
+    let duration_ms = match m.get("durationMs") {
+        None => None,
+        Some(v) => Some(
+            serde_json::from_str::<u64>(v.get())
+                .map_err(|_| shape("\"durationMs\" must be a positive whole number of milliseconds"))?,
+        ),
+    };
+    Ok(ClaimRequest { secret_key, duration_ms: duration_ms.filter(|d| *d > 0) })
+}
+
 /// A device name a gateway may use: not blank, at most 255 bytes, no control characters.
 fn valid_name(name: &str) -> bool {
     !name.trim().is_empty() && name.len() <= 255 && !name.chars().any(char::is_control)
@@ -459,5 +501,22 @@ mod tests {
         assert!(matches!(tel(&many), Err(PayloadError::TooMany(_))));
         assert!(parse_attributes(b"[]", LIM, true).is_err());
         assert!(parse_attributes(br#"{"a":null}"#, LIM, false).is_err());
+    }
+
+    #[test]
+    fn claim_requests_are_bounded_and_optional() {
+        let ok = |b: &str| parse_claim(b.as_bytes()).unwrap();
+        assert_eq!(ok(""), ClaimRequest { secret_key: String::new(), duration_ms: None });
+        assert_eq!(ok("{}"), ClaimRequest { secret_key: String::new(), duration_ms: None });
+        assert_eq!(
+            ok(r#"{"secretKey":"s3","durationMs":60000}"#),
+            ClaimRequest { secret_key: "s3".into(), duration_ms: Some(60_000) }
+        );
+        assert_eq!(ok(r#"{"durationMs":0}"#).duration_ms, None, "0: the default");
+        for bad in [r#"{"secretKey":1}"#, r#"{"durationMs":-5}"#, r#"{"durationMs":"x"}"#, "[1]", "{"] {
+            assert!(parse_claim(bad.as_bytes()).is_err(), "{bad}");
+        }
+        let long = format!(r#"{{"secretKey":"{}"}}"#, "k".repeat(MAX_CLAIM_SECRET + 1));
+        assert!(parse_claim(long.as_bytes()).is_err());
     }
 }

@@ -18,6 +18,8 @@ pub const TELEMETRY: &str = "v1/devices/me/telemetry";
 /// `v1/devices/me/attributes`: client attributes from the device, and the topic devices
 /// subscribe to for shared-attribute updates.
 pub const ATTRIBUTES: &str = "v1/devices/me/attributes";
+/// A device's claiming request: `{"secretKey","durationMs"}`.
+pub const CLAIM: &str = "v1/devices/me/claim";
 /// Prefix of every gateway topic; only gateways may publish under it.
 pub const GATEWAY_PREFIX: &str = "v1/gateway/";
 
@@ -42,6 +44,8 @@ pub enum DeviceTopic<'a> {
     RpcResponse(u32),
     /// `v1/devices/me/rpc/request/{id}`: client-side RPC, answered on [`rpc_response`]`(id)`.
     RpcRequest(&'a str),
+    /// `v1/devices/me/claim`: `{"secretKey":"…","durationMs":…}`, both optional.
+    Claim,
     /// `v1/gateway/connect`: `{"device":"Name","type":"…"}`.
     GatewayConnect,
     /// `v1/gateway/disconnect`: `{"device":"Name"}`.
@@ -59,6 +63,7 @@ impl<'a> DeviceTopic<'a> {
         Some(match topic {
             TELEMETRY => Self::Telemetry,
             ATTRIBUTES => Self::Attributes,
+            CLAIM => Self::Claim,
             "v1/gateway/connect" => Self::GatewayConnect,
             "v1/gateway/disconnect" => Self::GatewayDisconnect,
             "v1/gateway/telemetry" => Self::GatewayTelemetry,

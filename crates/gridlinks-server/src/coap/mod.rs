@@ -468,6 +468,10 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
             mqtt.rpc.complete(device, id, request.payload.clone().into());
             Ok(())
         }
+        DeviceResource::Claim => match crate::thingsboard::claim::open_from_device(core, device, &request.payload) {
+            Ok(()) => Ok(()),
+            Err(e) => return payload_error(e),
+        },
         DeviceResource::ClientRpc => {
             let answer = crate::thingsboard::device_mqtt::client_rpc(&request.payload, max, MAX_IN_FLIGHT);
             return json(ResponseType::Content, answer.to_string().into_bytes());

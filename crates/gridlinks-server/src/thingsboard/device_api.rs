@@ -1,4 +1,4 @@
-//! ThingsBoard's HTTP device API: `/api/v1/{token}/telemetry` and `/attributes`.
+//! ThingsBoard's HTTP device API: `/api/v1/{token}/telemetry`, `/attributes` and `/claim`.
 //! A 200 is sent only after the data is durably committed by the group commit.
 
 use std::sync::atomic::Ordering;
@@ -53,6 +53,19 @@ pub async fn post_attributes(
     let device = authenticate(&st, &token)?;
     let values = payload::parse_attributes(&body, st.payload_limits(), true).map_err(|e| rejected(&status, e))?;
     st.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await?;
+    Ok(StatusCode::OK)
+}
+
+/// `POST /api/v1/{token}/claim` `{"secretKey","durationMs"}`: the device may be claimed
+/// (`super::claim`).
+pub async fn post_claim(
+    State(st): St,
+    State(status): State<Arc<Status>>,
+    Path(token): Path<String>,
+    Body(body): Body,
+) -> ApiResult<StatusCode> {
+    let device = authenticate(&st, &token)?;
+    super::claim::open_from_device(&st, device, &body).map_err(|e| rejected(&status, e))?;
     Ok(StatusCode::OK)
 }
 

@@ -8,6 +8,7 @@
 //! | `v1/devices/me/attributes` | client-scope attributes |
 //! | `v1/devices/me/attributes/request/{id}` | `{"clientKeys":"a,b","sharedKeys":"c"}` → reply on `…/attributes/response/{id}` |
 //! | `v1/devices/me/rpc/response/{id}` | the device's answer to server-side RPC `{id}` |
+//! | `v1/devices/me/claim` | `{"secretKey","durationMs"}`: the device may be claimed by a customer user (`super::claim`) |
 //! | `v1/devices/me/rpc/request/{id}` | client-side RPC: `getSessionLimits` answered with the limits, anything else "not supported", on `…/rpc/response/{id}` |
 //! | `v1/gateway/connect`, `v1/gateway/disconnect` | `{"device":"Name","type":"…"}`; sub-devices are created on first use |
 //! | `v1/gateway/telemetry`, `v1/gateway/attributes` | `{"Device A": <telemetry or attributes>}` |
@@ -143,6 +144,10 @@ pub async fn handle_publish(
             Ok(None)
         }
         DeviceTopic::AttributeRequest(id) => attribute_request(&st, device, id, &body).await.map(Some),
+        DeviceTopic::Claim => {
+            super::claim::open_from_device(&st.core, device, &body)?;
+            Ok(None)
+        }
         DeviceTopic::RpcResponse(n) => {
             // An answer nobody waits for any more (timed out) is simply dropped, as ThingsBoard does.
             st.rpc.complete(device, n, body);

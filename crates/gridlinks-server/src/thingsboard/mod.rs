@@ -9,6 +9,7 @@
 pub mod api;
 pub mod api_keys;
 pub mod attributes;
+pub mod claim;
 pub mod customers;
 pub mod dashboards;
 pub mod device_api;

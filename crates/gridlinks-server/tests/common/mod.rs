@@ -196,6 +196,25 @@ impl Server {
         v["token"].as_str().unwrap().to_owned()
     }
 
+    /// Creates a user (a tenant administrator, or a customer user of `customer`) and
+    /// activates it with `password`; returns its id and access token.
+    pub fn user(&self, jwt: &str, email: &str, customer: Option<&str>, password: &str) -> (String, String) {
+        let authority = if customer.is_some() { "CUSTOMER_USER" } else { "TENANT_ADMIN" };
+        let body = json!({"email": email, "authority": authority, "firstName": "Ann", "lastName": "Lee",
+            "customerId": customer.map(|c| json!({"entityType": "CUSTOMER", "id": c}))});
+        let (st, u) = self.json("POST", "/api/user?sendActivationMail=false", jwt, Some(body));
+        assert_eq!(st, 200, "{u}");
+        let id = u["id"]["id"].as_str().unwrap().to_owned();
+        let (st, link) = self.req("GET", &format!("/api/user/{id}/activationLink"), Some(jwt), None);
+        assert_eq!(st, 200, "{link}");
+        let token = link.split("activateToken=").nth(1).unwrap();
+        let activate = json!({"activateToken": token, "password": password}).to_string();
+        let (st, pair) = self.req("POST", "/api/noauth/activate?sendActivationMail=false", None, Some(&activate));
+        assert_eq!(st, 200, "{pair}");
+        let pair: J = serde_json::from_str(&pair).unwrap();
+        (id, pair["token"].as_str().unwrap().to_owned())
+    }
+
     /// Creates a device with the given token; returns its id.
     pub fn device(&self, jwt: &str, name: &str, token: &str) -> String {
         let (s, d) = self.json(

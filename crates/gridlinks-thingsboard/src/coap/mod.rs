@@ -79,16 +79,18 @@ pub enum DeviceResource {
     ClientRpc,
     /// `POST …/rpc/{id}`: the device's answer to server-side RPC `id`.
     RpcResponse(u32),
+    /// `POST …/claim`: the device may be claimed (`{"secretKey","durationMs"}`).
+    Claim,
 }
 
 /// Why a request names no resource.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     /// No such resource (4.04).
-    #[error("no such resource: use /api/v1/{{token}}/telemetry, /attributes, /rpc or /rpc/{{id}}")]
+    #[error("no such resource: use /api/v1/{{token}}/telemetry, /attributes, /rpc, /rpc/{{id}} or /claim")]
     NotFound,
     /// The resource exists but not with this method (4.05).
-    #[error("telemetry: POST; attributes and rpc: POST or GET; rpc/{{id}}: POST")]
+    #[error("telemetry and claim: POST; attributes and rpc: POST or GET; rpc/{{id}}: POST")]
     MethodNotAllowed,
     /// A query parameter the resource does not take (4.00).
     #[error("unknown query parameter {0:?}: clientKeys and sharedKeys are accepted")]
@@ -117,6 +119,7 @@ pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Res
         (Method::Post, "rpc") => device(DeviceResource::ClientRpc),
         (Method::Post, "telemetry") => device(DeviceResource::PostTelemetry),
         (Method::Post, "attributes") => device(DeviceResource::PostAttributes),
+        (Method::Post, "claim") => device(DeviceResource::Claim),
         (Method::Get, "attributes") => {
             let (mut client, mut shared) = (None, None);
             for q in query {
@@ -128,7 +131,7 @@ pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Res
             }
             device(DeviceResource::GetAttributes(AttributeRequest::from_key_lists(client, shared)))
         }
-        (_, "telemetry" | "attributes" | "rpc") => Err(RouteError::MethodNotAllowed),
+        (_, "telemetry" | "attributes" | "rpc" | "claim") => Err(RouteError::MethodNotAllowed),
         _ => Err(RouteError::NotFound),
     }
 }
