@@ -38,12 +38,14 @@ from tb_rest_client.models import (
     Device,
     DeviceProfile,
     DeviceProfileData,
+    Tenant,
     User,
 )
 from tb_rest_client.rest import ApiException
 
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "compat-pw-" + uuid.uuid4().hex[:8]
+SYSADMIN_PASSWORD = "compat-sys-" + uuid.uuid4().hex[:8]
 DEVICE_NAME = "compat-thermo-1"
 DEVICE_TYPE = "thermostat"
 DEVICE_TOKEN = "compatTok" + uuid.uuid4().hex[:12]
@@ -71,7 +73,8 @@ def _body(exc):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with gridlinks_server(tmp_path_factory.mktemp("gridlinks"), ADMIN_PASSWORD) as s:
+    with gridlinks_server(tmp_path_factory.mktemp("gridlinks"), ADMIN_PASSWORD,
+                          GRIDLINKS_ADMIN_SYSADMIN_PASSWORD=SYSADMIN_PASSWORD) as s:
         yield s["base"]
 
 
@@ -386,6 +389,42 @@ def test_customer_users_see_only_their_customers_devices(server, client):
     client.delete_device(device_id=mine.id.id)
     client.delete_device(device_id=tenants.id.id)
     cu.stop()
+
+
+def test_tenants_and_their_administrators(server, client, state):
+    sys = TbRestClient(base_url=server)
+    sys.login(username="sysadmin", password=SYSADMIN_PASSWORD)
+    tenant = sys.save_tenant(Tenant(title="compat-beta"))
+    assert tenant.id.entity_type == "TENANT" and tenant.title == "compat-beta"
+    assert "compat-beta" in [t.title for t in sys.get_tenants(page_size=10, page=0).data]
+    body = User(email="boss@compat-beta.test", authority="TENANT_ADMIN", tenant_id=tenant.id)
+    boss = sys.save_user(body, send_activation_mail=False)
+    token = sys.get_activation_link(user_id=boss.id.id).split("activateToken=")[1]
+    sys.activate_user(ActivateUserRequest(activate_token=token, password="beta-secret"), send_activation_mail=False)
+    admins = sys.get_tenant_admins(tenant_id=tenant.id, page_size=10, page=0)
+    assert [u.email for u in admins.data] == ["boss@compat-beta.test"]
+
+    beta = TbRestClient(base_url=server)
+    beta.login(username="boss@compat-beta.test", password="beta-secret")
+    claims = jwt.decode(beta.get_token(), options={"verify_signature": False})
+    assert claims["scopes"] == ["TENANT_ADMIN"] and claims["tenantId"] == tenant.id.id
+    # The same device name as the first tenant's device: each tenant has its own names.
+    device = beta.save_device(Device(name=DEVICE_NAME, type="default"))
+    assert [d.name for d in beta.get_tenant_devices(page_size=10, page=0).data] == [DEVICE_NAME]
+    for call in (lambda: beta.get_device_by_id(device_id=_device_id(state)),
+                 lambda: client.get_device_by_id(device_id=device.id.id),
+                 lambda: sys.get_tenant_devices(page_size=10, page=0)):
+        with pytest.raises(ApiException) as e:
+            call()
+        assert e.value.status == 403, _body(e.value)
+
+    sys.delete_tenant(tenant_id=tenant.id)
+    with pytest.raises(ApiException) as e:
+        beta.get_user()
+    assert e.value.status == 401
+    assert client.get_device_by_id(device_id=_device_id(state)).name == DEVICE_NAME
+    sys.stop()
+    beta.stop()
 
 
 def test_delete_device(server, client, state):

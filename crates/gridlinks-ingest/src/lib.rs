@@ -174,9 +174,13 @@ impl Ingest {
     ) -> Result<DeviceId, IngestError> {
         let store = self.store.clone();
         let owned = name.to_owned();
-        let found = tokio::task::spawn_blocking(move || store.device_by_name(&owned))
-            .await
-            .map_err(|_| IngestError::Unavailable("lookup task failed".into()))??;
+        // A gateway's devices are of its tenant.
+        let found = tokio::task::spawn_blocking(move || {
+            let tenant = store.device(gateway)?.and_then(|g| g.tenant);
+            store.device_by_name(tenant, &owned)
+        })
+        .await
+        .map_err(|_| IngestError::Unavailable("lookup task failed".into()))??;
         if let Some(d) = found {
             return if d.gateway == Some(gateway) {
                 Ok(d.id)
@@ -219,15 +223,22 @@ impl Ingest {
 
     /// Whether gateway `gateway` owns the device named `name` (its `disconnect`).
     pub fn owns(&self, gateway: DeviceId, name: &str) -> Result<(), IngestError> {
-        match self.store.device_by_name(name)? {
+        let tenant = self.store.device(gateway)?.and_then(|g| g.tenant);
+        match self.store.device_by_name(tenant, name)? {
             Some(d) if d.gateway == Some(gateway) => Ok(()),
             _ => Err(IngestError::ForeignDevice(name.to_owned())),
         }
     }
 
-    /// Creates or updates devices from a bulk import, with their attributes, in one commit.
-    pub async fn import(&self, rows: Vec<ImportRow>, update: bool) -> Result<ImportOutcome, IngestError> {
-        match self.commit_one(WriteOp::Import { rows, update }).await? {
+    /// Creates or updates devices of `tenant` from a bulk import, with their attributes, in
+    /// one commit.
+    pub async fn import(
+        &self,
+        tenant: Option<uuid::Uuid>,
+        rows: Vec<ImportRow>,
+        update: bool,
+    ) -> Result<ImportOutcome, IngestError> {
+        match self.commit_one(WriteOp::Import { tenant, rows, update }).await? {
             WriteOutcome::Import(o) => Ok(o),
             _ => Err(IngestError::Failed("unexpected write outcome".into())),
         }

@@ -41,6 +41,7 @@ async fn a_batch_gets_one_result_per_item_and_only_committed_telemetry_goes_live
     let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
     let (writer, join) = store.start_writer(WriterConfig::default()).unwrap();
     let save = SaveDevice {
+        tenant: None,
         profile: None,
         id: None,
         name: "d".into(),

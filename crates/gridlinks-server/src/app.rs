@@ -22,7 +22,9 @@ use crate::config::Config;
 use crate::mqtt::clients::{self, Credentials};
 use crate::mqtt::{Mqtt, MqttMetrics};
 use crate::thingsboard::rpc::{self, RpcRegistry};
-use crate::thingsboard::{api, api_keys, claim, customers, dashboards, device_api, profiles, relations, users};
+use crate::thingsboard::{
+    api, api_keys, claim, customers, dashboards, device_api, profiles, relations, tenants, users,
+};
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_ingest::{Embedded, Ingest};
@@ -41,13 +43,38 @@ pub struct Core {
     pub writer: WriterHandle,
     /// Device data in: credentials, batched durable submits, live fan-out.
     pub ingest: Ingest,
-    /// This installation's tenant id (GridLinks has one tenant).
+    /// The first tenant's id: the tenant of everything stored without one.
     pub tenant_id: Uuid,
     /// Devices' open claims.
     pub claims: Arc<crate::thingsboard::claim::Claims>,
 }
 
 impl Core {
+    /// The tenant of an entity as storage keeps it (`None`: the first tenant).
+    pub fn tenant_of(&self, stored: Option<Uuid>) -> Uuid {
+        stored.unwrap_or(self.tenant_id)
+    }
+
+    /// A tenant as storage keeps it: the first one as `None`, as before tenants existed.
+    pub fn stored_tenant(&self, tenant: Uuid) -> Option<Uuid> {
+        (tenant != self.tenant_id).then_some(tenant)
+    }
+
+    /// The tenant of a document (its `tenantId`; none: the first tenant).
+    pub fn doc_tenant(&self, d: &gridlinks_storage::DocRecord) -> Uuid {
+        self.tenant_of(d.doc.get("tenantId").and_then(serde_json::Value::as_str).and_then(|t| t.parse().ok()))
+    }
+
+    /// Sets a document's tenant (a client's `tenantId` is never trusted).
+    pub fn set_doc_tenant(&self, doc: &mut serde_json::Value, tenant: Uuid) {
+        if let Some(o) = doc.as_object_mut() {
+            match self.stored_tenant(tenant) {
+                Some(t) => o.insert("tenantId".into(), t.to_string().into()),
+                None => o.remove("tenantId"),
+            };
+        }
+    }
+
     /// Payload bounds from the configuration.
     pub fn payload_limits(&self) -> PayloadLimits {
         PayloadLimits {
@@ -142,6 +169,10 @@ pub fn router(state: Http) -> Router {
         .route("/api/user/{id}/activationLink", get(users::get_activation_link))
         .route("/api/user/{id}/activationLinkInfo", get(users::get_activation_link_info))
         .route("/api/users", get(users::list))
+        .route("/api/tenant", post(tenants::save))
+        .route("/api/tenant/{id}", get(tenants::get).delete(tenants::delete))
+        .route("/api/tenant/{id}/users", get(users::of_tenant))
+        .route("/api/tenants", get(tenants::list))
         .route("/api/customer/{customer}/users", get(users::of_customer))
         .route("/api/deviceProfiles", get(profiles::list))
         .route("/api/deviceProfileInfos", get(profiles::infos))
@@ -235,6 +266,31 @@ async fn metrics(State(st): State<Http>) -> axum::response::Response {
         Ok(body) => ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics").into_response(),
     }
+}
+
+/// The password hash of a user of the configuration: of `password` when set, else the one
+/// kept in the store under `key`, generated and printed once on the first start.
+fn configured_password(store: &Store, cfg: &Config, user: &str, password: &str, key: &str) -> anyhow::Result<String> {
+    if !password.is_empty() {
+        return Ok(auth::hash_password(password)?);
+    }
+    let mut generated = None;
+    let (hash, _) = stored_secret(store, key, || {
+        let pw = gridlinks_storage::generate_token();
+        let hash = auth::hash_password(&pw)?;
+        generated = Some(pw);
+        Ok(hash)
+    })?;
+    if let Some(pw) = generated {
+        // Printed once, on the first start only; only the hash is kept.
+        println!(
+            "GridLinks generated the password for user '{user}': {pw}\n\
+             It is stored hashed in {} and will not be shown again. \
+             Set it in the configuration (admin section) to choose your own.",
+            cfg.data_dir.display()
+        );
+    }
+    Ok(hash)
 }
 
 /// Reads a secret from `meta`, creating it with `make` on first start.
@@ -337,28 +393,14 @@ pub async fn serve(
     )
     .with_context(|| format!("cannot open storage in {}", cfg.data_dir.display()))?;
 
-    let admin_hash = if cfg.admin.password.is_empty() {
-        let mut generated = None;
-        let (hash, _) = stored_secret(&store, "admin_password_hash", || {
-            let pw = gridlinks_storage::generate_token();
-            let hash = auth::hash_password(&pw)?;
-            generated = Some(pw);
-            Ok(hash)
-        })?;
-        if let Some(pw) = generated {
-            // Printed once, on the first start only; only the hash is kept.
-            println!(
-                "GridLinks generated the admin password for user '{}': {pw}\n\
-                 It is stored hashed in {} and will not be shown again. \
-                 Set GRIDLINKS_ADMIN_PASSWORD to choose your own.",
-                cfg.admin.user,
-                cfg.data_dir.display()
-            );
-        }
-        hash
-    } else {
-        auth::hash_password(&cfg.admin.password)?
-    };
+    let admin_hash = configured_password(&store, &cfg, &cfg.admin.user, &cfg.admin.password, "admin_password_hash")?;
+    let sysadmin_hash = configured_password(
+        &store,
+        &cfg,
+        &cfg.admin.sysadmin_user,
+        &cfg.admin.sysadmin_password,
+        "sysadmin_password_hash",
+    )?;
     let secret_file = cfg.auth.jwt_secret.is_empty().then(|| auth::secret::path(&cfg));
     let jwt_secret = match &secret_file {
         None => cfg.auth.jwt_secret.clone().into_bytes(),
@@ -430,7 +472,7 @@ pub async fn serve(
     let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
     let anonymous_acl =
         Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
-    let auth = Arc::new(Auth::new(&cfg, &store, jwt_secret, admin_hash, tenant_id)?);
+    let auth = Arc::new(Auth::new(&cfg, &store, jwt_secret, [admin_hash, sysadmin_hash], tenant_id)?);
     let sessions = Arc::new(
         Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
             .drop_oldest_when_offline_queue_full(drop_oldest)
@@ -449,6 +491,7 @@ pub async fn serve(
         cfg.limits.max_devices_per_gateway,
     );
     let core = Core { cfg: Arc::new(cfg), store: store.clone(), writer, ingest, tenant_id, claims: Default::default() };
+    crate::thingsboard::tenants::ensure_first(&core).await.context("writing the first tenant")?;
     let mqtt = Arc::new(Mqtt {
         core: core.clone(),
         auth: auth.clone(),

@@ -231,6 +231,10 @@ pub struct AdminConfig {
     /// Password; empty means: use the one stored in the data directory, generating
     /// and printing one on first start.
     pub password: String,
+    /// The system administrator's user name (manages tenants).
+    pub sysadmin_user: String,
+    /// The system administrator's password; empty as for `password`.
+    pub sysadmin_password: String,
 }
 
 /// JWT settings.
@@ -368,7 +372,12 @@ impl Default for RpcConfig {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { user: "admin".into(), password: String::new() }
+        Self {
+            user: "admin".into(),
+            password: String::new(),
+            sysadmin_user: "sysadmin".into(),
+            sysadmin_password: String::new(),
+        }
     }
 }
 
@@ -485,6 +494,9 @@ impl Config {
             if addr.parse::<std::net::SocketAddr>().is_err() && !(may_be_off && addr.is_empty()) {
                 return bad(format!("{name} = {addr:?} is not a socket address like 0.0.0.0:8080"));
             }
+        }
+        if self.admin.sysadmin_user.is_empty() || self.admin.sysadmin_user.eq_ignore_ascii_case(&self.admin.user) {
+            return bad("admin.sysadmin_user must not be empty nor admin.user".into());
         }
         if self.admin.user.is_empty() {
             return bad("admin.user must not be empty".into());

@@ -12,11 +12,7 @@ use common::*;
 fn a_customer_user_claims_a_device_with_its_secret() {
     let s = Server::start();
     let jwt = s.login();
-    let customer = |title: &str| {
-        let (_, c) = s.json("POST", "/api/customer", &jwt, Some(json!({"title": title})));
-        c["id"]["id"].as_str().unwrap().to_owned()
-    };
-    let (a, b) = (customer("A"), customer("B"));
+    let (a, b) = (s.customer(&jwt, "A"), s.customer(&jwt, "B"));
     let d1 = s.device(&jwt, "claim-me", "CLAIMTOKEN1");
     s.device(&jwt, "claim-mqtt", "CLAIMTOKEN2");
     let (_, ann) = s.user(&jwt, "ann@a.test", Some(&a), "ann-secret");

@@ -27,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut ids = Vec::new();
         for i in 0..devices {
             let op = WriteOp::SaveDevice(SaveDevice {
+                tenant: None,
                 profile: None,
                 id: None,
                 name: format!("d{i}"),

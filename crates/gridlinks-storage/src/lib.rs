@@ -215,6 +215,10 @@ pub struct DeviceRecord {
     /// is the profile created for their type ([`ProfileId::for_name`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<ProfileId>,
+    /// Its tenant; `None` is the installation's first tenant (every device stored before
+    /// tenants existed is one of its).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<uuid::Uuid>,
 }
 
 impl DeviceRecord {
@@ -267,8 +271,11 @@ pub struct ProfileRecord {
     pub created_time: i64,
     /// Unique name.
     pub name: String,
-    /// The tenant's default profile (exactly one is).
+    /// The tenant's default profile (exactly one of each tenant's is).
     pub default: bool,
+    /// Its tenant; `None` is the installation's first tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<uuid::Uuid>,
     /// Everything else the client gave, kept as given: `description`, `type`,
     /// `transportType`, `provisionType`, `profileData` (alarm rules included),
     /// `provisionDeviceKey`, `image`, … (an object).
@@ -289,6 +296,8 @@ pub enum DocKind {
     User = 4,
     /// A user's password hash and activation (same id as the user; never sent to clients).
     UserCredentials = 5,
+    /// Tenants.
+    Tenant = 6,
 }
 
 impl DocKind {
@@ -300,6 +309,7 @@ impl DocKind {
             DocKind::Customer => "Customer",
             DocKind::User => "User",
             DocKind::UserCredentials => "User credentials",
+            DocKind::Tenant => "Tenant",
         }
     }
 
@@ -321,7 +331,7 @@ impl DocKind {
     pub(crate) fn server_fields(self) -> &'static [&'static str] {
         match self {
             DocKind::Dashboard => &["assignedCustomerIds"],
-            DocKind::ApiKey | DocKind::Customer | DocKind::User | DocKind::UserCredentials => &[],
+            DocKind::ApiKey | DocKind::Customer | DocKind::User | DocKind::UserCredentials | DocKind::Tenant => &[],
         }
     }
 
@@ -597,7 +607,8 @@ impl Engine {
         for name in names {
             let id = ProfileId::for_name(&name);
             let doc = serde_json::json!({"type": "DEFAULT", "transportType": "DEFAULT", "provisionType": "DISABLED"});
-            let rec = ProfileRecord { id, created_time: now, default: name == DEFAULT_PROFILE, name, doc };
+            let rec =
+                ProfileRecord { id, created_time: now, default: name == DEFAULT_PROFILE, name, doc, tenant: None };
             batch.insert(&self.ks.profiles, id.0.as_bytes().to_vec(), encode_profile(&rec)?);
         }
         batch.commit()?;
@@ -819,16 +830,17 @@ impl Store {
         Ok(n)
     }
 
-    /// A device by its unique name.
-    pub fn device_by_name(&self, name: &str) -> Result<Option<DeviceRecord>, StoreError> {
+    /// A device of `tenant` by its name (unique in its tenant).
+    pub fn device_by_name(&self, tenant: Option<uuid::Uuid>, name: &str) -> Result<Option<DeviceRecord>, StoreError> {
         let engine = self.engine()?;
-        match engine.ks.names.get(name)? {
+        match engine.ks.names.get(name_key(tenant, name))? {
             Some(id) => engine.device(id_from(&id)?),
             None => Ok(None),
         }
     }
 
-    /// Every device, in name order.
+    /// Every device, of every tenant: the first tenant's in name order, then each other
+    /// tenant's in name order.
     pub fn devices(&self) -> Result<Vec<DeviceRecord>, StoreError> {
         let engine = self.engine()?;
         let mut out = Vec::new();
@@ -959,6 +971,15 @@ pub(crate) fn encode_doc(d: &DocRecord) -> Result<Vec<u8>, StoreError> {
 
 pub(crate) fn decode_profile(v: &[u8]) -> Result<ProfileRecord, StoreError> {
     serde_json::from_slice(v).map_err(|_| StoreError::Corrupt("device profile record"))
+}
+
+/// The `names` index key of a device name: the name itself in the first tenant (as before
+/// tenants existed); in another, 0xFF (never in UTF-8), the tenant's 16 bytes, the name.
+pub(crate) fn name_key(tenant: Option<uuid::Uuid>, name: &str) -> Vec<u8> {
+    match tenant {
+        None => name.as_bytes().to_vec(),
+        Some(t) => [&[0xFF][..], t.as_bytes(), name.as_bytes()].concat(),
+    }
 }
 
 pub(crate) fn encode_profile(p: &ProfileRecord) -> Result<Vec<u8>, StoreError> {

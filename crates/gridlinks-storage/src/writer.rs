@@ -195,6 +195,10 @@ pub enum WriteOp {
     },
     /// Deletes a customer; its devices and dashboards are assigned to it no more.
     DeleteCustomer(uuid::Uuid),
+    /// Deletes a tenant other than the first (`Some`) with everything of it: its devices
+    /// and their data, its profiles, and every document whose `tenantId` it is (customers,
+    /// dashboards, users with their credentials, API keys), and its own document.
+    DeleteTenant(uuid::Uuid),
     /// Assigns a dashboard to a customer (`assign`) or takes it back; a dashboard may be
     /// assigned to several customers (their ids in its document's `assignedCustomerIds`).
     AssignDashboard {
@@ -216,6 +220,8 @@ pub enum WriteOp {
     Broker(Vec<BrokerRow>),
     /// Creates or updates many devices in one commit.
     Import {
+        /// The tenant whose devices these are.
+        tenant: Option<uuid::Uuid>,
         /// Rows parsed from the CSV.
         rows: Vec<ImportRow>,
         /// Write the rows' attributes for devices that already existed too (ThingsBoard's
@@ -255,6 +261,8 @@ pub struct DeleteTelemetry {
 pub struct SaveProfile {
     /// The profile to update; `None` creates one.
     pub id: Option<ProfileId>,
+    /// The tenant of a new profile (`None`: the first tenant); an update keeps its own.
+    pub tenant: Option<uuid::Uuid>,
     /// Unique name.
     pub name: String,
     /// The rest of the profile, kept as given (an object).
@@ -266,6 +274,8 @@ pub struct SaveProfile {
 pub struct SaveDevice {
     /// The device to update; `None` creates one.
     pub id: Option<DeviceId>,
+    /// The tenant of a new device (`None`: the first tenant); an update keeps its own.
+    pub tenant: Option<uuid::Uuid>,
     /// Unique name.
     pub name: String,
     /// Type: the name of its profile, created when no profile has that name (as ThingsBoard
@@ -1036,7 +1046,8 @@ impl Writer {
                 let engine = self.engine()?;
                 let target = self.store.profile(id)?.ok_or(StoreError::ProfileNotFound(id))?;
                 let mut batch = engine.db.batch();
-                for p in self.store.profiles()?.iter().filter(|p| p.default != (p.id == id)) {
+                let same_tenant = self.store.profiles()?;
+                for p in same_tenant.iter().filter(|p| p.tenant == target.tenant && p.default != (p.id == id)) {
                     let p = ProfileRecord { default: p.id == id, ..p.clone() };
                     batch.insert(&engine.ks.profiles, p.id.0.as_bytes().to_vec(), encode_profile(&p)?);
                 }
@@ -1121,6 +1132,7 @@ impl Writer {
                 let protocol = identity.protocol.clone();
                 let save = SaveDevice {
                     profile: None,
+                    tenant: None,
                     id: None,
                     name: identity.device_name(),
                     device_type,
@@ -1158,6 +1170,7 @@ impl Writer {
                 txn.commit()?;
                 Ok(WriteOutcome::Device(Box::new(new)))
             }
+            WriteOp::DeleteTenant(tenant) => self.delete_tenant(tenant),
             WriteOp::DeleteCustomer(id) => {
                 let engine = self.engine()?;
                 if !engine.ks.docs.contains_key(DocKind::Customer.key(id))? {
@@ -1213,10 +1226,10 @@ impl Writer {
                 txn.commit()?;
                 Ok(WriteOutcome::Device(Box::new(new)))
             }
-            WriteOp::Import { rows, update } => {
+            WriteOp::Import { tenant, rows, update } => {
                 let engine = self.engine()?;
                 let mut txn = DeviceTxn::new(&self.store, &engine);
-                let out = txn.import(rows, update)?;
+                let out = txn.import(tenant, rows, update)?;
                 txn.commit()?;
                 Ok(WriteOutcome::Import(out))
             }
@@ -1238,11 +1251,54 @@ impl Writer {
         if !rec.doc.is_object() {
             return Err(StoreError::Invalid("the document is a JSON object".into()));
         }
-        if kind.unique_titles() && self.store.docs(kind)?.iter().any(|d| d.title == rec.title && d.id != rec.id) {
+        // Titles are unique in a tenant (`tenantId`); users' (their emails, login names) everywhere.
+        let same_scope = |d: &DocRecord| kind == DocKind::User || d.doc.get("tenantId") == rec.doc.get("tenantId");
+        if kind.unique_titles()
+            && self.store.docs(kind)?.iter().any(|d| d.title == rec.title && d.id != rec.id && same_scope(d))
+        {
             return Err(StoreError::TitleTaken(kind));
         }
         self.engine()?.ks.docs.insert(kind.key(rec.id), encode_doc(&rec)?)?;
         Ok(WriteOutcome::Doc(rec))
+    }
+
+    /// [`WriteOp::DeleteTenant`]: devices one by one (each with its data, as
+    /// [`WriteOp::DeleteDevice`]), then profiles and documents in one batch.
+    fn delete_tenant(&mut self, tenant: uuid::Uuid) -> Result<WriteOutcome, StoreError> {
+        let engine = self.engine()?;
+        if !engine.ks.docs.contains_key(DocKind::Tenant.key(tenant))? {
+            return Err(StoreError::DocNotFound(DocKind::Tenant, tenant));
+        }
+        let mut devices = Vec::new();
+        for kv in engine.ks.devices.iter() {
+            let d = decode_device(&kv.into_inner()?.1)?;
+            if d.tenant == Some(tenant) {
+                devices.push(d.id);
+            }
+        }
+        self.gateway_counts.clear();
+        self.identity_counts.clear();
+        for id in devices {
+            self.delete_device(id)?;
+        }
+        let mut batch = engine.db.batch();
+        for p in self.store.profiles()?.iter().filter(|p| p.tenant == Some(tenant)) {
+            batch.remove(&engine.ks.profiles, p.id.0.as_bytes().to_vec());
+        }
+        let id_json = serde_json::Value::String(tenant.to_string());
+        for kind in [DocKind::Customer, DocKind::Dashboard, DocKind::User, DocKind::ApiKey] {
+            for d in self.store.docs(kind)? {
+                if d.doc.get("tenantId") == Some(&id_json) {
+                    batch.remove(&engine.ks.docs, kind.key(d.id));
+                    if kind == DocKind::User {
+                        batch.remove(&engine.ks.docs, DocKind::UserCredentials.key(d.id));
+                    }
+                }
+            }
+        }
+        batch.remove(&engine.ks.docs, DocKind::Tenant.key(tenant));
+        self.store.change_profiles(|| Ok(batch.commit()?))?;
+        Ok(WriteOutcome::Done)
     }
 
     /// [`WriteOp::GatewayDevice`].
@@ -1256,7 +1312,9 @@ impl Writer {
         let engine = self.engine()?;
         let mut txn = DeviceTxn::new(&self.store, &engine);
         txn.require_gateway(gateway)?;
-        if let Some(id) = txn.name_owner(&name)? {
+        // A gateway's devices are of its tenant.
+        let tenant = txn.record(gateway)?.and_then(|g| g.tenant);
+        if let Some(id) = txn.name_owner(tenant, &name)? {
             let rec = txn.record(id)?.ok_or(StoreError::DeviceNotFound)?;
             return match rec.gateway {
                 Some(g) if g == gateway => Ok(WriteOutcome::Device(Box::new(rec))),
@@ -1276,6 +1334,7 @@ impl Writer {
         let rec = txn.save(
             SaveDevice {
                 profile: None,
+                tenant,
                 id: None,
                 name,
                 device_type: device_type.unwrap_or_default(),
@@ -1300,7 +1359,7 @@ impl Writer {
         };
         let mut batch = engine.db.batch();
         batch.remove(&ks.devices, id.as_bytes().to_vec());
-        batch.remove(&ks.names, rec.name.into_bytes());
+        batch.remove(&ks.names, crate::name_key(rec.tenant, &rec.name));
         batch.remove(&ks.tokens, rec.token.clone().into_bytes());
         if let Some(i) = &rec.identity {
             batch.remove(&ks.identities, codec::identity_key(i));
@@ -1458,8 +1517,8 @@ struct DeviceTxn<'a> {
     store: &'a Store,
     engine: &'a Engine,
     batch: OwnedWriteBatch,
-    /// name → owner as of this transaction (`None`: freed).
-    names: HashMap<String, Option<DeviceId>>,
+    /// name index key → owner as of this transaction (`None`: freed).
+    names: HashMap<Vec<u8>, Option<DeviceId>>,
     tokens: HashMap<String, Option<DeviceId>>,
     /// `identities` key → owner as of this transaction.
     identities: HashMap<Vec<u8>, Option<DeviceId>>,
@@ -1507,18 +1566,22 @@ impl<'a> DeviceTxn<'a> {
     /// created if there is none; else (`name` empty) `current`'s, or the default one.
     fn resolve_profile(
         &mut self,
+        tenant: Option<uuid::Uuid>,
         id: Option<ProfileId>,
         name: &str,
         current: Option<ProfileId>,
     ) -> Result<ProfileRecord, StoreError> {
+        // Only the tenant's own profiles: another tenant's id is as unknown as a wrong one.
         let found = match (id, name, current) {
-            (Some(id), _, _) => Some(self.find_profile(|p| p.id == id)?.ok_or(StoreError::ProfileNotFound(id))?),
-            (None, "", Some(c)) => match self.find_profile(|p| p.id == c)? {
+            (Some(id), _, _) => {
+                Some(self.find_profile(|p| p.id == id && p.tenant == tenant)?.ok_or(StoreError::ProfileNotFound(id))?)
+            }
+            (None, "", Some(c)) => match self.find_profile(|p| p.id == c && p.tenant == tenant)? {
                 Some(p) => Some(p),
-                None => self.find_profile(|p| p.default)?,
+                None => self.find_profile(|p| p.default && p.tenant == tenant)?,
             },
-            (None, "", None) => self.find_profile(|p| p.default)?,
-            (None, name, _) => self.find_profile(|p| p.name == name)?,
+            (None, "", None) => self.find_profile(|p| p.default && p.tenant == tenant)?,
+            (None, name, _) => self.find_profile(|p| p.name == name && p.tenant == tenant)?,
         };
         if let Some(p) = found {
             return Ok(p);
@@ -1529,8 +1592,9 @@ impl<'a> DeviceTxn<'a> {
             id: ProfileId::new_random(),
             created_time: Ts::now().0,
             name: name.to_owned(),
-            default: self.find_profile(|p| p.default)?.is_none(),
+            default: self.find_profile(|p| p.default && p.tenant == tenant)?.is_none(),
             doc,
+            tenant,
         };
         self.put_profile(p.clone())?;
         Ok(p)
@@ -1554,15 +1618,21 @@ impl<'a> DeviceTxn<'a> {
             None => None,
         };
         let id = old.as_ref().map_or_else(ProfileId::new_random, |o| o.id);
-        if self.find_profile(|p| p.name == s.name && p.id != id)?.is_some() {
+        let tenant = old.as_ref().map_or(s.tenant, |o| o.tenant);
+        if self.find_profile(|p| p.name == s.name && p.id != id && p.tenant == tenant)?.is_some() {
             return Err(StoreError::ProfileNameTaken(s.name));
         }
         let rec = ProfileRecord {
             id,
             created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
             name: s.name,
-            default: old.as_ref().is_some_and(|o| o.default),
+            // A tenant's first profile is its default.
+            default: match &old {
+                Some(o) => o.default,
+                None => self.find_profile(|p| p.default && p.tenant == tenant)?.is_none(),
+            },
             doc: s.doc,
+            tenant,
         };
         if old.as_ref().is_some_and(|o| o.name != rec.name) {
             for kv in self.engine.ks.devices.iter() {
@@ -1585,10 +1655,11 @@ impl<'a> DeviceTxn<'a> {
         store.change_profiles(|| store.commit_token_change(batch, changed))
     }
 
-    fn name_owner(&self, name: &str) -> Result<Option<DeviceId>, StoreError> {
-        match self.names.get(name) {
+    fn name_owner(&self, tenant: Option<uuid::Uuid>, name: &str) -> Result<Option<DeviceId>, StoreError> {
+        let key = crate::name_key(tenant, name);
+        match self.names.get(&key) {
             Some(o) => Ok(*o),
-            None => self.engine.ks.names.get(name)?.map(|v| id_from(&v)).transpose(),
+            None => self.engine.ks.names.get(key)?.map(|v| id_from(&v)).transpose(),
         }
     }
 
@@ -1678,9 +1749,10 @@ impl<'a> DeviceTxn<'a> {
     fn put(&mut self, new: DeviceRecord, old: Option<&DeviceRecord>) -> Result<(), StoreError> {
         let ks = &self.engine.ks;
         if let Some(old) = old {
-            if old.name != new.name {
-                self.batch.remove(&ks.names, old.name.clone().into_bytes());
-                self.names.insert(old.name.clone(), None);
+            if old.name != new.name || old.tenant != new.tenant {
+                let key = crate::name_key(old.tenant, &old.name);
+                self.batch.remove(&ks.names, key.clone());
+                self.names.insert(key, None);
             }
             if old.token != new.token {
                 self.batch.remove(&ks.tokens, old.token.clone().into_bytes());
@@ -1713,9 +1785,10 @@ impl<'a> DeviceTxn<'a> {
         }
         let id = new.id.as_bytes().to_vec();
         self.batch.insert(&ks.devices, id.clone(), encode_device(&new)?);
-        self.batch.insert(&ks.names, new.name.clone().into_bytes(), id.clone());
+        let name_key = crate::name_key(new.tenant, &new.name);
+        self.batch.insert(&ks.names, name_key.clone(), id.clone());
         self.batch.insert(&ks.tokens, new.token.clone().into_bytes(), id);
-        self.names.insert(new.name.clone(), Some(new.id));
+        self.names.insert(name_key, Some(new.id));
         self.tokens.insert(new.token.clone(), Some(new.id));
         self.records.insert(new.id, new);
         Ok(())
@@ -1739,7 +1812,8 @@ impl<'a> DeviceTxn<'a> {
             None => None,
         };
         let id = old.as_ref().map_or_else(DeviceId::new_random, |o| o.id);
-        if self.name_owner(&s.name)?.is_some_and(|o| o != id) {
+        let tenant = old.as_ref().map_or(s.tenant, |o| o.tenant);
+        if self.name_owner(tenant, &s.name)?.is_some_and(|o| o != id) {
             return Err(StoreError::NameTaken(s.name));
         }
         let token = match (&s.token, &old) {
@@ -1758,7 +1832,8 @@ impl<'a> DeviceTxn<'a> {
             (None, Some(o)) => o.token.clone(),
             (None, None) => self.fresh_token()?,
         };
-        let profile = self.resolve_profile(s.profile, &s.device_type, old.as_ref().map(DeviceRecord::profile_id))?;
+        let profile =
+            self.resolve_profile(tenant, s.profile, &s.device_type, old.as_ref().map(DeviceRecord::profile_id))?;
         let rec = DeviceRecord {
             id,
             created_time: old.as_ref().map_or_else(|| Ts::now().0, |o| o.created_time),
@@ -1773,17 +1848,23 @@ impl<'a> DeviceTxn<'a> {
             customer: old.as_ref().and_then(|o| o.customer),
             // A new access token replaces MQTT_BASIC credentials (one credential per device).
             basic: old.as_ref().and_then(|o| o.basic.clone()).filter(|_| s.token.is_none()),
+            tenant,
         };
         self.put(rec.clone(), old.as_ref())?;
         Ok(rec)
     }
 
-    fn import(&mut self, rows: Vec<ImportRow>, update: bool) -> Result<ImportOutcome, StoreError> {
+    fn import(
+        &mut self,
+        tenant: Option<uuid::Uuid>,
+        rows: Vec<ImportRow>,
+        update: bool,
+    ) -> Result<ImportOutcome, StoreError> {
         let mut out = ImportOutcome::default();
         let now = Ts::now();
         for row in rows {
             let line = row.line;
-            let existing = match self.name_owner(&row.name)? {
+            let existing = match self.name_owner(tenant, &row.name)? {
                 Some(id) => self.record(id)?,
                 None => None,
             };
@@ -1799,6 +1880,7 @@ impl<'a> DeviceTxn<'a> {
             }
             let save = SaveDevice {
                 profile: None,
+                tenant,
                 id: existing.as_ref().map(|e| e.id),
                 name: row.name,
                 device_type: row

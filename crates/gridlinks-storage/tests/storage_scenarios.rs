@@ -18,6 +18,7 @@ fn open(dir: &std::path::Path) -> (Store, WriterHandle, std::thread::JoinHandle<
 async fn device(h: &WriterHandle, name: &str) -> DeviceId {
     match h
         .submit(WriteOp::SaveDevice(SaveDevice {
+            tenant: None,
             profile: None,
             id: None,
             name: name.into(),
@@ -153,6 +154,7 @@ async fn devices_names_tokens_and_delete() {
     let d = device(&h, "a").await;
     let dup = h
         .submit(WriteOp::SaveDevice(SaveDevice {
+            tenant: None,
             profile: None,
             id: None,
             name: "a".into(),
@@ -203,11 +205,14 @@ async fn import_creates_updates_and_reports_bad_rows() {
         row(5, "d4", Some("tok-taken")), // token of an existing device
         row(6, "d1", Some("t1")),        // same device again: an update
     ];
-    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: true }).await.unwrap() else { panic!() };
+    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { tenant: None, rows, update: true }).await.unwrap()
+    else {
+        panic!()
+    };
     assert_eq!((out.created, out.updated), (2, 2 - 1));
     assert_eq!(out.errors.len(), 2, "{:?}", out.errors);
     assert!(out.errors[0].starts_with("Line 4:"));
-    let d1 = store.device_by_name("d1").unwrap().unwrap();
+    let d1 = store.device_by_name(None, "d1").unwrap().unwrap();
     assert_eq!(d1.device_type, "sensor");
     assert_eq!(d1.additional_info, Some(serde_json::json!({"gateway": true})));
     let attrs = store.attributes(d1.id, Some(AttributeScope::Shared), None).unwrap();
@@ -215,7 +220,10 @@ async fn import_creates_updates_and_reports_bad_rows() {
     assert_eq!(store.devices().unwrap().len(), 3);
     // Without `update`, an existing device is still updated but its attributes are not.
     let rows = vec![row(2, "d1", None)];
-    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { rows, update: false }).await.unwrap() else { panic!() };
+    let WriteOutcome::Import(out) = h.submit(WriteOp::Import { tenant: None, rows, update: false }).await.unwrap()
+    else {
+        panic!()
+    };
     assert_eq!((out.created, out.updated, out.errors.len()), (0, 1, 0));
     let attrs = store.attributes(d1.id, Some(AttributeScope::Shared), None).unwrap();
     assert_eq!(attrs[0].value, Value::Long(6));
@@ -288,6 +296,7 @@ async fn broker_rows_last_write_wins_per_round_and_survive_reopen() {
 
 async fn save(h: &WriterHandle, name: &str, info: Option<serde_json::Value>) -> DeviceId {
     let op = WriteOp::SaveDevice(SaveDevice {
+        tenant: None,
         profile: None,
         id: None,
         name: name.into(),
@@ -329,7 +338,7 @@ async fn gateways_own_the_devices_they_create_or_are_assigned_and_no_others() {
     // The per-gateway bound: a second device, then no third.
     for_gateway(&h, gw, "child2").await.unwrap();
     assert!(matches!(for_gateway(&h, gw, "child3").await, Err(StoreError::Limit(_))));
-    assert!(store.device_by_name("child3").unwrap().is_none());
+    assert!(store.device_by_name(None, "child3").unwrap().is_none());
     // An administrator assigns a device; it then counts against that gateway.
     h.submit(WriteOp::AssignGateway { device: plain, gateway: Some(other_gw) }).await.unwrap();
     assert_eq!(for_gateway(&h, other_gw, "plain").await.unwrap(), plain);
@@ -347,7 +356,7 @@ async fn gateways_own_the_devices_they_create_or_are_assigned_and_no_others() {
     let (store, _h, _j) = open(dir.path());
     let mut owned = store.gateway_devices(gw).unwrap();
     owned.sort();
-    let mut expected = vec![child, store.device_by_name("child2").unwrap().unwrap().id];
+    let mut expected = vec![child, store.device_by_name(None, "child2").unwrap().unwrap().id];
     expected.sort();
     assert_eq!(owned, expected);
 }
@@ -490,6 +499,7 @@ async fn protocol_identities() {
     assert!(matches!(bad, StoreError::Invalid(_)), "{bad:?}");
     // An update through the REST shape keeps the identity; the token still works.
     let save = SaveDevice {
+        tenant: None,
         profile: None,
         id: Some(a),
         name: "a2".into(),
@@ -566,4 +576,71 @@ async fn protocol_identities() {
     assert_eq!(store.device_id_by_identity(&ident("lamp", "000000000002")).unwrap(), Some(a));
     drop(h);
     j.join().unwrap();
+}
+
+/// Tenants: the same device name in two tenants, each found only in its own; each tenant
+/// gets its own profiles (a type names the tenant's profile) and its own default; a
+/// gateway's devices are of its tenant; all of it after a reopen too.
+#[tokio::test]
+async fn tenants_have_their_own_device_names_and_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = uuid::Uuid::new_v4();
+    let save = |tenant: Option<uuid::Uuid>, name: &str, ty: &str, token: &str, info: Option<serde_json::Value>| {
+        WriteOp::SaveDevice(SaveDevice {
+            tenant,
+            profile: None,
+            id: None,
+            name: name.into(),
+            device_type: ty.into(),
+            label: None,
+            token: Some(token.into()),
+            additional_info: info,
+        })
+    };
+    let (a, b, gw) = {
+        let (store, h, _j) = open(dir.path());
+        let dev = |o| match o {
+            WriteOutcome::Device(d) => *d,
+            other => panic!("unexpected {other:?}"),
+        };
+        let a = dev(h.submit(save(None, "pump", "boiler", "tok-a", None)).await.unwrap());
+        let b = dev(h.submit(save(Some(t), "pump", "boiler", "tok-b", None)).await.unwrap());
+        assert!(matches!(h.submit(save(Some(t), "pump", "", "tok-c", None)).await, Err(StoreError::NameTaken(_))));
+        assert!(
+            matches!(h.submit(save(Some(t), "other", "", "tok-a", None)).await, Err(StoreError::TokenTaken)),
+            "tokens are unique across tenants: a device's token alone names it"
+        );
+        assert_ne!(a.profile_id(), b.profile_id(), "each tenant has its own 'boiler' profile");
+        let profiles = store.profiles().unwrap();
+        let of = |tenant| profiles.iter().filter(|p| p.tenant == tenant).count();
+        assert_eq!(of(Some(t)), 1, "{profiles:?}");
+        assert!(profiles.iter().any(|p| p.tenant == Some(t) && p.default), "the tenant's first profile is its default");
+        assert_eq!(profiles.iter().filter(|p| p.default).count(), 2);
+        // A profile id of another tenant is unknown here.
+        let foreign = WriteOp::SaveDevice(SaveDevice {
+            profile: Some(a.profile_id()),
+            ..match save(Some(t), "x", "", "tok-x", None) {
+                WriteOp::SaveDevice(s) => s,
+                _ => unreachable!(),
+            }
+        });
+        assert!(matches!(h.submit(foreign).await, Err(StoreError::ProfileNotFound(_))));
+        let gw =
+            dev(h.submit(save(Some(t), "gw", "", "tok-gw", Some(serde_json::json!({"gateway": true})))).await.unwrap());
+        let op = WriteOp::GatewayDevice { gateway: gw.id, name: "pump".into(), device_type: None, max_devices: 10 };
+        assert!(
+            matches!(h.submit(op).await, Err(StoreError::ForeignDevice(_))),
+            "the tenant's own 'pump' is not the gateway's"
+        );
+        let op = WriteOp::GatewayDevice { gateway: gw.id, name: "child".into(), device_type: None, max_devices: 10 };
+        let child = dev(h.submit(op).await.unwrap());
+        assert_eq!(child.tenant, Some(t));
+        (a.id, b.id, gw.id)
+    };
+    let (store, _h, _j) = open(dir.path());
+    assert_eq!(store.device_by_name(None, "pump").unwrap().unwrap().id, a);
+    assert_eq!(store.device_by_name(Some(t), "pump").unwrap().unwrap().id, b);
+    assert!(store.device_by_name(None, "child").unwrap().is_none());
+    assert_eq!(store.device_by_name(Some(t), "child").unwrap().unwrap().gateway, Some(gw));
+    assert_eq!(store.device_id_by_token("tok-b").unwrap(), Some(b));
 }

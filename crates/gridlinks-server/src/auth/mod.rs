@@ -97,30 +97,38 @@ pub struct Auth {
     pub api_keys: api_keys::ApiKeys,
     /// Who can log in.
     pub users: users::Users,
-    tenant: Uuid,
     token_ttl: u64,
     refresh_ttl: u64,
 }
 
 impl Auth {
-    /// Authentication for `cfg`'s administrator, whose password hash is `admin_hash`, and
-    /// the users stored in `store`, all of tenant `tenant`.
+    /// Authentication for `cfg`'s administrator of the first tenant `first_tenant` and its
+    /// system administrator (their password hashes: `[admin, sysadmin]`), and the users
+    /// stored in `store`.
     pub fn new(
         cfg: &Config,
         store: &Store,
         secret: Vec<u8>,
-        admin_hash: String,
-        tenant: Uuid,
+        [admin_hash, sysadmin_hash]: [String; 2],
+        first_tenant: Uuid,
     ) -> Result<Self, AuthError> {
-        let admin_id = Uuid::new_v5(&tenant, cfg.admin.user.as_bytes());
+        let admin = users::Configured {
+            email: &cfg.admin.user,
+            hash: admin_hash,
+            id: Uuid::new_v5(&first_tenant, cfg.admin.user.as_bytes()),
+        };
+        let sysadmin = users::Configured {
+            email: &cfg.admin.sysadmin_user,
+            hash: sysadmin_hash,
+            id: Uuid::new_v5(&Uuid::nil(), cfg.admin.sysadmin_user.as_bytes()),
+        };
         Ok(Self {
             jwt: Jwt::new(secret),
             logins: logins::Logins::load(store)?,
             throttle: Throttle::new(cfg.auth.login_free_attempts, cfg.auth.login_max_delay.duration()),
             passwords: PasswordPool::start(cfg.auth.password_threads)?,
             api_keys: api_keys::ApiKeys::load(store)?,
-            users: users::Users::load(store, &cfg.admin.user, admin_hash, admin_id)?,
-            tenant,
+            users: users::Users::load(store, admin, sysadmin, first_tenant)?,
             token_ttl: cfg.auth.token_ttl.0,
             refresh_ttl: cfg.auth.refresh_ttl.0,
         })
@@ -172,7 +180,7 @@ impl Auth {
     }
 
     fn checked(&self, token: &str) -> Result<(Claims, std::sync::Arc<users::Entry>), AuthError> {
-        let scopes = [Authority::TenantAdmin.as_str(), Authority::CustomerUser.as_str()];
+        let scopes = [Authority::SysAdmin.as_str(), Authority::TenantAdmin.as_str(), Authority::CustomerUser.as_str()];
         let claims = self.jwt.verify(token, &scopes)?;
         let entry = self.holder(&claims)?;
         if !claims.scopes.iter().any(|s| s == entry.caller.authority.as_str())
@@ -226,7 +234,7 @@ impl Auth {
             user_id: e.caller.user,
             first_name: e.first_name.as_deref(),
             last_name: e.last_name.as_deref(),
-            tenant_id: self.tenant,
+            tenant_id: e.caller.tenant,
             customer_id: e.caller.customer,
         };
         let scope = e.caller.authority;

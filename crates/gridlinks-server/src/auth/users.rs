@@ -1,8 +1,10 @@
 //! Who can log in to the REST API, and what each may reach.
 //!
-//! There are two kinds of users, as in ThingsBoard CE:
-//! - **tenant administrators** manage everything: the administrator of the configuration
-//!   (`admin.user`, never stored as a document) and those created with `POST /api/user`;
+//! Three kinds of users, as in ThingsBoard CE:
+//! - the **system administrator** (`admin.sysadmin_user`, of the configuration) manages
+//!   tenants and their administrators, and sees no tenant's data;
+//! - **tenant administrators** manage everything of their tenant: the administrator of the
+//!   configuration (`admin.user`, of the first tenant) and those created with `POST /api/user`;
 //! - **customer users** see and control only the devices assigned to their customer.
 //!
 //! Stored users are `DocKind::User` documents (title: the email, lower case) with a
@@ -23,6 +25,8 @@ use uuid::Uuid;
 /// A user's authority (ThingsBoard's `authority`, the access token's scope).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Authority {
+    /// Manages tenants and their administrators.
+    SysAdmin,
     /// Manages the tenant's devices, customers, users, profiles and dashboards.
     TenantAdmin,
     /// Sees and controls the devices assigned to its customer.
@@ -33,6 +37,7 @@ impl Authority {
     /// As ThingsBoard writes it.
     pub fn as_str(self) -> &'static str {
         match self {
+            Authority::SysAdmin => "SYS_ADMIN",
             Authority::TenantAdmin => "TENANT_ADMIN",
             Authority::CustomerUser => "CUSTOMER_USER",
         }
@@ -41,6 +46,7 @@ impl Authority {
     /// From ThingsBoard's name.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
+            "SYS_ADMIN" => Some(Authority::SysAdmin),
             "TENANT_ADMIN" => Some(Authority::TenantAdmin),
             "CUSTOMER_USER" => Some(Authority::CustomerUser),
             _ => None,
@@ -57,17 +63,32 @@ pub struct Caller {
     pub email: String,
     /// Authority.
     pub authority: Authority,
+    /// Its tenant (nil for the system administrator).
+    pub tenant: Uuid,
     /// The customer of a customer user.
     pub customer: Option<Uuid>,
 }
 
 impl Caller {
-    /// Whether it may see and control a device (or dashboard) assigned to `customer`: a
-    /// tenant administrator all, a customer user its own customer's only.
-    pub fn may_use(&self, customer: Option<Uuid>) -> bool {
+    /// Whether it may create, read, change and delete user `other`: the system administrator
+    /// tenant administrators; a tenant administrator its tenant's administrators and
+    /// customer users; a customer user nobody (itself through other paths).
+    pub fn may_manage(&self, other: &Caller) -> bool {
         match self.authority {
-            Authority::TenantAdmin => true,
-            Authority::CustomerUser => customer.is_some() && customer == self.customer,
+            Authority::SysAdmin => other.authority == Authority::TenantAdmin,
+            Authority::TenantAdmin => other.authority != Authority::SysAdmin && other.tenant == self.tenant,
+            Authority::CustomerUser => false,
+        }
+    }
+
+    /// Whether it may see and control an entity of `tenant` assigned to `customer`: a
+    /// tenant administrator all of its tenant's, a customer user its own customer's only,
+    /// the system administrator none.
+    pub fn may_use(&self, tenant: Uuid, customer: Option<Uuid>) -> bool {
+        match self.authority {
+            Authority::SysAdmin => false,
+            Authority::TenantAdmin => tenant == self.tenant,
+            Authority::CustomerUser => tenant == self.tenant && customer.is_some() && customer == self.customer,
         }
     }
 }
@@ -111,7 +132,20 @@ struct Maps {
 /// The users who can log in.
 pub struct Users {
     maps: RwLock<Maps>,
-    admin: Arc<Entry>,
+    /// The users of the configuration: the first tenant's administrator and the system
+    /// administrator.
+    configured: [Arc<Entry>; 2],
+    first_tenant: Uuid,
+}
+
+/// A user of the configuration.
+pub struct Configured<'a> {
+    /// Login name.
+    pub email: &'a str,
+    /// Argon2 PHC string.
+    pub hash: String,
+    /// Its id.
+    pub id: Uuid,
 }
 
 /// The SHA-256 of an activation token, in hex as stored.
@@ -128,11 +162,12 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
 }
 
 /// A user document's fields: what clients send and get back, besides id and time.
-pub fn user_doc(email: &str, authority: Authority, customer: Option<Uuid>, body: &J) -> J {
+pub fn user_doc(email: &str, authority: Authority, tenant: Uuid, customer: Option<Uuid>, body: &J) -> J {
     let text = |k: &str| body.get(k).filter(|v| v.is_string()).cloned().unwrap_or(J::Null);
     json!({
         "email": email,
         "authority": authority.as_str(),
+        "tenantId": tenant.to_string(),
         "customerId": customer.map(|c| c.to_string()),
         "firstName": text("firstName"),
         "lastName": text("lastName"),
@@ -157,12 +192,14 @@ fn str_of<'a>(d: &'a J, k: &str) -> Option<&'a str> {
 }
 
 /// The entry of user document `u` with its credentials `c`.
-fn entry(u: &DocRecord, c: Option<&DocRecord>) -> Option<(Entry, Option<Activation>)> {
+/// (Users stored before tenants existed carry no `tenantId`: they are of `first_tenant`.)
+fn entry(u: &DocRecord, c: Option<&DocRecord>, first_tenant: Uuid) -> Option<(Entry, Option<Activation>)> {
     let authority = Authority::parse(str_of(&u.doc, "authority")?)?;
     let customer = str_of(&u.doc, "customerId").and_then(|s| s.parse().ok());
+    let tenant = str_of(&u.doc, "tenantId").and_then(|s| s.parse().ok()).unwrap_or(first_tenant);
     let cred = c.map(|c| &c.doc);
     let e = Entry {
-        caller: Caller { user: u.id, email: u.title.clone(), authority, customer },
+        caller: Caller { user: u.id, email: u.title.clone(), authority, tenant, customer },
         first_name: str_of(&u.doc, "firstName").map(str::to_owned),
         last_name: str_of(&u.doc, "lastName").map(str::to_owned),
         hash: cred.and_then(|c| str_of(c, "hash")).map(str::to_owned),
@@ -178,24 +215,33 @@ fn entry(u: &DocRecord, c: Option<&DocRecord>) -> Option<(Entry, Option<Activati
 }
 
 impl Users {
-    /// The stored users, and the configured administrator (`admin.user`, whose password
-    /// hash is `admin_hash` and id `admin_id`).
-    pub fn load(store: &Store, admin_email: &str, admin_hash: String, admin_id: Uuid) -> Result<Self, StoreError> {
-        let admin = Arc::new(Entry {
-            caller: Caller {
-                user: admin_id,
-                email: admin_email.to_owned(),
-                authority: Authority::TenantAdmin,
-                customer: None,
-            },
-            first_name: None,
-            last_name: None,
-            hash: Some(admin_hash),
-            enabled: true,
-            tokens_after: 0,
-            configured: true,
-        });
-        let users = Self { maps: RwLock::new(Maps::default()), admin };
+    /// The stored users, the administrator of `first_tenant` and the system administrator
+    /// of the configuration.
+    pub fn load(
+        store: &Store,
+        admin: Configured<'_>,
+        sysadmin: Configured<'_>,
+        first_tenant: Uuid,
+    ) -> Result<Self, StoreError> {
+        let configured = |c: Configured<'_>, authority, tenant| {
+            Arc::new(Entry {
+                caller: Caller { user: c.id, email: c.email.to_owned(), authority, tenant, customer: None },
+                first_name: None,
+                last_name: None,
+                hash: Some(c.hash),
+                enabled: true,
+                tokens_after: 0,
+                configured: true,
+            })
+        };
+        let users = Self {
+            maps: RwLock::new(Maps::default()),
+            configured: [
+                configured(admin, Authority::TenantAdmin, first_tenant),
+                configured(sysadmin, Authority::SysAdmin, Uuid::nil()),
+            ],
+            first_tenant,
+        };
         users.reload(store)?;
         Ok(users)
     }
@@ -206,11 +252,13 @@ impl Users {
             store.docs(DocKind::UserCredentials)?.into_iter().map(|c| (c.id, c)).collect();
         let mut maps = Maps::default();
         for u in store.docs(DocKind::User)? {
-            if let Some((e, activation)) = entry(&u, creds.get(&u.id)) {
+            if let Some((e, activation)) = entry(&u, creds.get(&u.id), self.first_tenant) {
                 Self::insert(&mut maps, e, activation);
             }
         }
-        Self::insert(&mut maps, (*self.admin).clone(), None);
+        for c in &self.configured {
+            Self::insert(&mut maps, (**c).clone(), None);
+        }
         *self.maps.write() = maps;
         Ok(())
     }
@@ -226,7 +274,7 @@ impl Users {
 
     /// Takes in a user as stored (after a create or change).
     pub fn put(&self, user: &DocRecord, credentials: Option<&DocRecord>) {
-        let Some((e, activation)) = entry(user, credentials) else { return };
+        let Some((e, activation)) = entry(user, credentials, self.first_tenant) else { return };
         let mut maps = self.maps.write();
         Self::forget(&mut maps, user.id);
         Self::insert(&mut maps, e, activation);
@@ -254,9 +302,9 @@ impl Users {
         self.maps.read().by_id.get(&id).cloned()
     }
 
-    /// Whether `email` is the configured administrator's name.
-    pub fn is_admin_email(&self, email: &str) -> bool {
-        self.admin.caller.email.eq_ignore_ascii_case(email)
+    /// Whether `email` is the name of a user of the configuration.
+    pub fn is_configured_email(&self, email: &str) -> bool {
+        self.configured.iter().any(|c| c.caller.email.eq_ignore_ascii_case(email))
     }
 
     /// The user a live activation token at `now` (ms) belongs to.
@@ -267,21 +315,14 @@ impl Users {
         maps.by_id.get(&a.user).cloned()
     }
 
-    /// Every user of `customer`, or the tenant administrators when `None`, by email.
-    pub fn of(&self, customer: Option<Uuid>) -> Vec<Arc<Entry>> {
-        let mut out: Vec<_> = self
-            .maps
-            .read()
-            .by_id
-            .values()
-            .filter(|e| match customer {
-                Some(c) => e.caller.customer == Some(c),
-                None => e.caller.authority == Authority::TenantAdmin,
-            })
-            .cloned()
-            .collect();
-        out.sort_by(|a, b| a.caller.email.cmp(&b.caller.email));
-        out
+    /// Forgets the users of a deleted tenant.
+    pub fn remove_tenant(&self, tenant: Uuid) {
+        let mut maps = self.maps.write();
+        let gone: Vec<Uuid> =
+            maps.by_id.values().filter(|e| e.caller.tenant == tenant && !e.configured).map(|e| e.caller.user).collect();
+        for id in gone {
+            Self::forget(&mut maps, id);
+        }
     }
 }
 
@@ -297,22 +338,37 @@ mod tests {
     #[test]
     fn a_customer_user_may_use_only_its_customers_devices() {
         let c = Uuid::new_v4();
-        let user =
-            Caller { user: Uuid::new_v4(), email: "u@x".into(), authority: Authority::CustomerUser, customer: Some(c) };
-        assert!(user.may_use(Some(c)));
-        assert!(!user.may_use(Some(Uuid::new_v4())));
-        assert!(!user.may_use(None), "unassigned devices are the tenant's");
-        let admin = Caller { authority: Authority::TenantAdmin, customer: None, ..user };
-        assert!(admin.may_use(None) && admin.may_use(Some(c)));
+        let t = Uuid::new_v4();
+        let user = Caller {
+            user: Uuid::new_v4(),
+            email: "u@x".into(),
+            authority: Authority::CustomerUser,
+            tenant: t,
+            customer: Some(c),
+        };
+        assert!(user.may_use(t, Some(c)));
+        assert!(!user.may_use(t, Some(Uuid::new_v4())));
+        assert!(!user.may_use(t, None), "unassigned devices are the tenant's");
+        assert!(!user.may_use(Uuid::new_v4(), Some(c)), "another tenant's, whatever its customer field says");
+        let admin = Caller { authority: Authority::TenantAdmin, customer: None, ..user.clone() };
+        assert!(admin.may_use(t, None) && admin.may_use(t, Some(c)));
+        assert!(!admin.may_use(Uuid::new_v4(), None), "another tenant's");
+        let sys = Caller { authority: Authority::SysAdmin, tenant: Uuid::nil(), customer: None, ..user };
+        assert!(!sys.may_use(t, None) && !sys.may_use(Uuid::nil(), None), "no tenant's data");
     }
 
     #[test]
     fn activation_tokens_work_until_they_expire_and_go_with_their_user() {
         let store_dir = tempfile::tempdir().unwrap();
         let store = Store::open(store_dir.path(), &gridlinks_storage::StoreOptions::default()).unwrap();
-        let users = Users::load(&store, "admin", "phc".into(), Uuid::new_v4()).unwrap();
+        let conf = |email| Configured { email, hash: "phc".into(), id: Uuid::new_v4() };
+        let users = Users::load(&store, conf("admin"), conf("sysadmin"), Uuid::new_v4()).unwrap();
         let id = Uuid::new_v4();
-        let u = doc(id, "cu@x", user_doc("cu@x", Authority::CustomerUser, Some(Uuid::new_v4()), &json!({})));
+        let u = doc(
+            id,
+            "cu@x",
+            user_doc("cu@x", Authority::CustomerUser, Uuid::new_v4(), Some(Uuid::new_v4()), &json!({})),
+        );
         let c = doc(id, "credentials", credentials_doc(None, false, Some((&token_hash("tok"), 100)), 0));
         users.put(&u, Some(&c));
         assert_eq!(users.by_email("CU@x").unwrap().caller.user, id);

@@ -29,7 +29,7 @@ use sha2::Sha256;
 use crate::auth::{Auth, AuthError};
 use crate::mqtt::Mqtt;
 use crate::thingsboard::error::{ApiError, ApiResult};
-use crate::thingsboard::extract::{Admin, Body};
+use crate::thingsboard::extract::{Body, FirstTenantAdmin};
 
 /// Longest user name, client id or topic filter accepted in a credential.
 const MAX_FIELD: usize = 256;
@@ -176,7 +176,7 @@ fn check_filters(what: &str, filters: &[String]) -> ApiResult<()> {
 
 /// `POST /api/mqtt/clients`: creates or updates a credential. Live connections that use
 /// it are closed, so they reconnect under the new rules.
-pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
+pub async fn save(_: FirstTenantAdmin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
     let req: SaveRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
     if req.username.is_empty() || req.username.len() > MAX_FIELD || req.username.chars().any(char::is_control) {
@@ -219,7 +219,7 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<s
 }
 
 /// `GET /api/mqtt/clients`: every credential, by user name.
-pub async fn list(_: Admin, State(st): St) -> Json<serde_json::Value> {
+pub async fn list(_: FirstTenantAdmin, State(st): St) -> Json<serde_json::Value> {
     let map = st.clients.map.read();
     let mut all: Vec<&Arc<Entry>> = map.values().collect();
     all.sort_by(|a, b| a.cred.username.cmp(&b.cred.username));
@@ -227,13 +227,17 @@ pub async fn list(_: Admin, State(st): St) -> Json<serde_json::Value> {
 }
 
 /// `GET /api/mqtt/clients/{username}`.
-pub async fn get(_: Admin, State(st): St, Path(username): Path<String>) -> ApiResult<Json<serde_json::Value>> {
+pub async fn get(
+    _: FirstTenantAdmin,
+    State(st): St,
+    Path(username): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
     st.clients.get(&username).map(|c| Json(c.view())).ok_or_else(|| not_found(&username))
 }
 
 /// `DELETE /api/mqtt/clients/{username}`: the credential stops working and live
 /// connections that use it are closed.
-pub async fn delete(_: Admin, State(st): St, Path(username): Path<String>) -> ApiResult<StatusCode> {
+pub async fn delete(_: FirstTenantAdmin, State(st): St, Path(username): Path<String>) -> ApiResult<StatusCode> {
     if !st.clients.contains(&username) {
         return Err(not_found(&username));
     }

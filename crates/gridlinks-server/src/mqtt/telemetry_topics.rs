@@ -7,6 +7,10 @@
 //! is percent-encoded where it holds `/`, `+`, `#`, `%` or NUL, so it is always one level.
 //!
 //! Nothing is built while no client subscription overlaps the topics (one atomic read).
+//!
+//! The broker's application clients belong to the first tenant, so only its devices are
+//! published here; other tenants' devices never reach a topic (device names are unique only
+//! within a tenant).
 
 use std::sync::Arc;
 
@@ -68,8 +72,9 @@ impl LiveData for CanonicalTopics {
     fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             for (device, records) in committed {
-                // A device deleted meanwhile has no topic any more.
-                let Some(d) = self.store.device(device)? else { continue };
+                // A device deleted meanwhile has no topic any more. Only the first tenant's
+                // devices are published: the broker's application clients are its own.
+                let Some(d) = self.store.device(device)?.filter(|d| d.tenant.is_none()) else { continue };
                 let msg = Message::new(&topic(&d.name), QoS::AtLeastOnce, payload(&records));
                 let routing = super::pubsub::route_with(&self.sessions, &self.writer, "", &msg, false, None);
                 if let Some(pending) = routing.pending {

@@ -152,6 +152,11 @@ pub(crate) fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<
     }
 }
 
+/// ThingsBoard's device JSON of a stored device.
+pub(crate) fn device_json(st: &Core, d: &gridlinks_storage::DeviceRecord) -> J {
+    model::device(&device_view(d), st.tenant_of(d.tenant))
+}
+
 async fn load_device(st: &Core, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
     let store = st.store.clone();
     blocking(move || store.device(id))
@@ -159,11 +164,11 @@ async fn load_device(st: &Core, id: DeviceId) -> ApiResult<gridlinks_storage::De
         .ok_or_else(|| ApiError::not_found(format!("Device with id [{id}] is not found")))
 }
 
-/// A device the caller may see and control: 404 when there is none, 403 when it is not
-/// assigned to a customer user's customer.
+/// A device the caller may see and control: 404 when there is none, 403 when it is another
+/// tenant's or not assigned to a customer user's customer.
 pub(crate) async fn device_for(st: &Core, me: &Caller, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
     let d = load_device(st, id).await?;
-    if !me.may_use(d.customer) {
+    if !me.may_use(st.tenant_of(d.tenant), d.customer) {
         return Err(ApiError::forbidden());
     }
     Ok(d)
@@ -189,7 +194,12 @@ struct DeviceBody {
 }
 
 /// `POST /api/device[?accessToken=]`: create, or update when the body has an id.
-pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Body(body): Body) -> ApiResult<Json<J>> {
+pub async fn save_device(
+    Admin(me): Admin,
+    State(st): St,
+    Q(p): Q<SaveDeviceParams>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
     if p.name_conflict_policy.as_deref().is_some_and(|v| v != "FAIL") {
         return Err(ApiError::bad_request("only nameConflictPolicy=FAIL is supported"));
     }
@@ -208,7 +218,11 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
         Some(e) => Some(device_id(&e.id)?),
         None => None,
     };
+    if let Some(id) = id {
+        device_for(&st, &me, id).await?;
+    }
     let save = SaveDevice {
+        tenant: st.stored_tenant(me.tenant),
         id,
         profile,
         name,
@@ -220,7 +234,7 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
     };
     let op = WriteOp::SaveDevice(save);
     match st.writer.submit(op).await {
-        Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&device_view(&d), st.tenant_id))),
+        Ok(WriteOutcome::Device(d)) => Ok(Json(device_json(&st, &d))),
         Ok(_) => Err(ApiError::internal("unexpected write outcome")),
         Err(gridlinks_storage::StoreError::DeviceNotFound) => Err(ApiError::not_found(format!(
             "Device with id [{}] is not found",
@@ -233,12 +247,17 @@ pub async fn save_device(_: Admin, State(st): St, Q(p): Q<SaveDeviceParams>, Bod
 /// `GET /api/device/{id}`.
 pub async fn get_device(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
     let d = device_for(&st, &me, device_id(&id)?).await?;
-    Ok(Json(model::device(&device_view(&d), st.tenant_id)))
+    Ok(Json(device_json(&st, &d)))
 }
 
 /// `DELETE /api/device/{id}`: the device, its data and its token go at once.
-pub async fn delete_device(_: Admin, State(mqtt): State<Arc<Mqtt>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn delete_device(
+    Admin(me): Admin,
+    State(mqtt): State<Arc<Mqtt>>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     let id = device_id(&id)?;
+    device_for(&mqtt.core, &me, id).await?;
     match mqtt.core.writer.submit(WriteOp::DeleteDevice(id)).await {
         Ok(_) => {
             // Its token no longer works; its live MQTT connections go too.
@@ -284,19 +303,20 @@ struct CredentialsBody {
 /// token; `MQTT_BASIC` (`credentialsValue` `{"clientId","userName","password"}` as a JSON
 /// string) replaces its token, the password kept as an argon2 hash.
 pub async fn save_credentials(
-    _: Admin,
+    Admin(me): Admin,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     Body(body): Body,
 ) -> ApiResult<Json<J>> {
     let b: CredentialsBody = parse_json(&body)?;
     let id = device_id(&b.device_id.id)?;
+    let d = device_for(&st, &me, id).await?;
     let cred_id = b.credentials_id.filter(|c| !c.is_empty());
     let outcome = match b.credentials_type.as_str() {
         "ACCESS_TOKEN" => {
-            let d = load_device(&st, id).await?;
             let token = cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the access token) is required"))?;
             let save = SaveDevice {
+                tenant: d.tenant,
                 profile: None,
                 id: Some(id),
                 name: d.name,
@@ -370,13 +390,14 @@ pub struct ListParams {
 }
 
 /// `GET /api/tenant/devices?pageSize=&page=…` or `?deviceName=`.
-pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+pub async fn list_devices(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    let tenant = st.stored_tenant(me.tenant);
     if let Some(name) = p.device_name {
         let store = st.store.clone();
-        let d = blocking(move || store.device_by_name(&name))
+        let d = blocking(move || store.device_by_name(tenant, &name))
             .await?
             .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))?;
-        return Ok(Json(model::device(&device_view(&d), st.tenant_id)));
+        return Ok(Json(device_json(&st, &d)));
     }
     let (Some(page_size), Some(page)) = (p.page_size, p.page) else {
         return Err(ApiError::bad_request(
@@ -393,6 +414,7 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
     }
     let store = st.store.clone();
     let mut devices = blocking(move || store.devices()).await?;
+    devices.retain(|d| d.tenant == tenant);
     if let Some(t) = p.device_type.filter(|t| !t.is_empty()) {
         devices.retain(|d| d.device_type == t);
     }
@@ -410,7 +432,7 @@ pub async fn list_devices(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiRe
     if desc {
         devices.reverse();
     }
-    Ok(Json(page_of(&devices, link, |d| model::device(&device_view(d), st.tenant_id))))
+    Ok(Json(page_of(&devices, link, |d| device_json(&st, d))))
 }
 
 // ---- bulk import ----------------------------------------------------------------
@@ -439,7 +461,7 @@ struct ImportColumn {
 }
 
 /// `POST /api/device/bulk_import`: ThingsBoard's CSV import, one commit for all rows.
-pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
     let req: ImportRequest = parse_json(&body)?;
     let delimiter = match req.mapping.delimiter.as_deref() {
         None | Some("") => b',',
@@ -521,6 +543,7 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
             continue;
         }
         let checked = SaveDevice {
+            tenant: None,
             profile: None,
             id: None,
             name: row.name.clone(),
@@ -540,7 +563,8 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
         rows.push(row);
     }
     let update = req.mapping.update;
-    let mut out = st.ingest.import(rows, update).await?;
+    let tenant = st.stored_tenant(me.tenant);
+    let mut out = st.ingest.import(tenant, rows, update).await?;
     // TIMESERIES columns: one record per device at import time, submitted together so they
     // share group commits instead of paying one commit each.
     let now = Ts::now();
@@ -548,7 +572,7 @@ pub async fn bulk_import(_: Admin, State(st): St, Body(body): Body) -> ApiResult
     let batches = blocking(move || {
         let mut batches = Vec::with_capacity(telemetry.len());
         for (name, values) in telemetry {
-            if let Some(d) = store.device_by_name(&name)? {
+            if let Some(d) = store.device_by_name(tenant, &name)? {
                 batches.push((d.id, vec![TsRecord { ts: now, values }]));
             }
         }
@@ -586,7 +610,7 @@ async fn existing_device(st: &Core, me: &Caller, entity_type: &str, id: &str) ->
     let d = blocking(move || store.device(id))
         .await?
         .ok_or_else(|| ApiError::not_found("Device with requested id wasn't found!"))?;
-    if !me.may_use(d.customer) {
+    if !me.may_use(st.tenant_of(d.tenant), d.customer) {
         return Err(ApiError::forbidden());
     }
     Ok(id)

@@ -1,7 +1,8 @@
 //! API keys over REST, as ThingsBoard 4.3 serves them: `POST /api/apiKey` (the value is
 //! in this answer only), `GET /api/apiKeys/{userId}`, `PUT /api/apiKey/{id}/enabled/{value}`,
 //! `PUT /api/apiKey/{id}/description`, `DELETE /api/apiKey/{id}`. A key acts as its user; a
-//! tenant administrator manages every user's keys, a customer user only its own. What a key
+//! user manages its own keys and those of the users it manages (a tenant administrator its
+//! tenant's users'). What a key
 //! is and how it is checked: `crate::auth::api_keys`.
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Body, User, Q};
 use super::paging::{doc_page, DocListParams};
 use crate::app::Core;
-use crate::auth::{api_keys, Auth, Authority, Caller};
+use crate::auth::{api_keys, Auth, Caller};
 
 type St = State<Arc<Core>>;
 
@@ -39,7 +40,7 @@ fn info(st: &Core, d: &DocRecord) -> J {
         description: field("description").and_then(J::as_str).unwrap_or_default(),
         enabled: field("enabled").and_then(J::as_bool).unwrap_or(true),
     };
-    model::api_key_info(&key, st.tenant_id, Ts::now().0)
+    model::api_key_info(&key, st.doc_tenant(d), Ts::now().0)
 }
 
 /// Whose key `d` is.
@@ -47,21 +48,26 @@ fn owner(d: &DocRecord) -> Option<Uuid> {
     d.doc.get("userId").and_then(J::as_str).and_then(|u| u.parse().ok())
 }
 
-/// Whether the caller may manage `user`'s keys: an administrator anyone's, others their own.
-fn may_manage(me: &Caller, user: Uuid) -> bool {
-    me.authority == Authority::TenantAdmin || me.user == user
+/// The user whose keys the caller would manage: itself, or a user it manages (404 when
+/// there is none, 403 when it is not the caller's to manage).
+fn managed_user(auth: &Auth, me: &Caller, user: Uuid) -> ApiResult<Caller> {
+    let e = auth.users.by_id(user).ok_or_else(|| ApiError::not_found(format!("User with id [{user}] is not found")))?;
+    if e.caller.user != me.user && !me.may_manage(&e.caller) {
+        return Err(ApiError::forbidden());
+    }
+    Ok(e.caller.clone())
 }
 
 /// A key the caller may manage.
-async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
+async fn load(st: &Core, auth: &Auth, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
     let store = st.store.clone();
     let d = blocking(move || store.doc(DocKind::ApiKey, id))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("API key with id [{id}] is not found")))?;
-    if !owner(&d).is_some_and(|u| may_manage(me, u)) {
-        return Err(ApiError::forbidden());
+    match owner(&d) {
+        Some(u) if managed_user(auth, me, u).is_ok() => Ok(d),
+        _ => Err(ApiError::forbidden()),
     }
-    Ok(d)
 }
 
 /// Stores `d` (an update of an existing key) and takes it into the keys in force.
@@ -97,12 +103,7 @@ pub async fn create(
         Some(u) => uuid(&u.id, "user")?,
         None => me.user,
     };
-    if !may_manage(&me, user) {
-        return Err(ApiError::forbidden());
-    }
-    if auth.users.by_id(user).is_none() {
-        return Err(ApiError::not_found(format!("User with id [{user}] is not found")));
-    }
+    let owner = managed_user(&auth, &me, user)?;
     let expiration = b.expiration_time.unwrap_or(0);
     if expiration < 0 {
         return Err(ApiError::bad_request("expirationTime must be 0 (never) or a time in ms since epoch"));
@@ -111,7 +112,8 @@ pub async fn create(
     // The id is part of the value, so the key is made for an id the writer then keeps.
     let id = Uuid::new_v4();
     let (value, hash) = api_keys::generate(id);
-    let doc = api_keys::doc(&hash, &description, expiration, b.enabled.unwrap_or(true), user);
+    let mut doc = api_keys::doc(&hash, &description, expiration, b.enabled.unwrap_or(true), user);
+    st.set_doc_tenant(&mut doc, owner.tenant);
     let title = if description.trim().is_empty() { "API key".to_owned() } else { description };
     let d = match st.writer.submit(WriteOp::InsertDoc { kind: DocKind::ApiKey, id, title, doc }).await? {
         WriteOutcome::Doc(d) => d,
@@ -134,12 +136,7 @@ pub async fn list(
     Q(p): Q<DocListParams>,
 ) -> ApiResult<Json<J>> {
     let user = uuid(&user, "user")?;
-    if !may_manage(&me, user) {
-        return Err(ApiError::forbidden());
-    }
-    if auth.users.by_id(user).is_none() {
-        return Err(ApiError::not_found(format!("User with id [{user}] is not found")));
-    }
+    managed_user(&auth, &me, user)?;
     Ok(Json(doc_page(&st, DocKind::ApiKey, p, |d| owner(d) == Some(user), |d| info(&st, d)).await?))
 }
 
@@ -150,7 +147,7 @@ pub async fn set_enabled(
     State(auth): State<Arc<Auth>>,
     Path((id, enabled)): Path<(String, bool)>,
 ) -> ApiResult<Json<J>> {
-    let mut d = load(&st, &me, uuid(&id, "API key")?).await?;
+    let mut d = load(&st, &auth, &me, uuid(&id, "API key")?).await?;
     if let Some(o) = d.doc.as_object_mut() {
         o.insert("enabled".into(), enabled.into());
     }
@@ -170,7 +167,7 @@ pub async fn set_description(
         Ok(J::String(s)) => s,
         _ => String::from_utf8_lossy(&body).into_owned(),
     };
-    let mut d = load(&st, &me, uuid(&id, "API key")?).await?;
+    let mut d = load(&st, &auth, &me, uuid(&id, "API key")?).await?;
     if let Some(o) = d.doc.as_object_mut() {
         o.insert("description".into(), text.clone().into());
     }
@@ -186,7 +183,7 @@ pub async fn delete(
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let id = load(&st, &me, uuid(&id, "API key")?).await?.id;
+    let id = load(&st, &auth, &me, uuid(&id, "API key")?).await?.id;
     st.writer.submit(WriteOp::DeleteDoc(DocKind::ApiKey, id)).await?;
     auth.api_keys.remove(id);
     Ok(StatusCode::OK)

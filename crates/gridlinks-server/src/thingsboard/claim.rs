@@ -16,13 +16,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gridlinks_storage::{StoreError, WriteOp, WriteOutcome};
-use gridlinks_thingsboard::model;
 use gridlinks_thingsboard::payload::{parse_claim, ClaimRequest};
 use gridlinks_types::{DeviceId, Ts};
 use parking_lot::Mutex;
 use serde_json::{json, Value as J};
 
-use super::api::{blocking, device_view};
+use super::api::{blocking, device_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, User};
 use crate::app::Core;
@@ -97,9 +96,11 @@ fn customer_of(me: &Caller) -> ApiResult<uuid::Uuid> {
     }
 }
 
-async fn device_named(st: &Core, name: String) -> ApiResult<gridlinks_storage::DeviceRecord> {
+/// The device of the caller's tenant named `name`.
+async fn device_named(st: &Core, me: &Caller, name: String) -> ApiResult<gridlinks_storage::DeviceRecord> {
     let store = st.store.clone();
-    blocking(move || store.device_by_name(&name))
+    let tenant = st.stored_tenant(me.tenant);
+    blocking(move || store.device_by_name(tenant, &name))
         .await?
         .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))
 }
@@ -119,7 +120,7 @@ pub async fn claim(
 ) -> ApiResult<Response> {
     let customer = customer_of(&me)?;
     let secret = parse_claim(&body).map_err(|e| ApiError::bad_request(e.to_string()))?.secret_key;
-    let d = device_named(&st, name).await?;
+    let d = device_named(&st, &me, name).await?;
     let taken = st.claims.take(d.id, &secret, Ts::now().0);
     match (taken, d.customer) {
         (Taken::Yes, None) => {}
@@ -127,9 +128,7 @@ pub async fn claim(
         _ => return Ok(result(StatusCode::BAD_REQUEST, J::Null, "FAILURE")),
     }
     match st.writer.submit(WriteOp::AssignCustomer { device: d.id, customer: Some(customer) }).await {
-        Ok(WriteOutcome::Device(d)) => {
-            Ok(result(StatusCode::OK, model::device(&device_view(&d), st.tenant_id), "SUCCESS"))
-        }
+        Ok(WriteOutcome::Device(d)) => Ok(result(StatusCode::OK, device_json(&st, &d), "SUCCESS")),
         Ok(_) => Err(ApiError::internal("unexpected write outcome")),
         Err(StoreError::DeviceNotFound) => Err(ApiError::not_found("Requested item wasn't found!")),
         Err(e) => Err(e.into()),
@@ -140,7 +139,7 @@ pub async fn claim(
 /// device goes back to the tenant.
 pub async fn reclaim(User(me): User, State(st): State<Arc<Core>>, Path(name): Path<String>) -> ApiResult<StatusCode> {
     let customer = customer_of(&me)?;
-    let d = device_named(&st, name).await?;
+    let d = device_named(&st, &me, name).await?;
     if d.customer != Some(customer) {
         return Err(ApiError::forbidden());
     }

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, body_id, device_id, device_view, parse_json};
+use super::api::{blocking, body_id, device_for, device_id, device_json, parse_json};
 use super::dashboards;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, User, Q};
@@ -35,33 +35,36 @@ fn uuid(s: &str, what: &str) -> ApiResult<Uuid> {
 fn render(st: &Core, c: &DocRecord) -> J {
     model::customer(
         &model::Customer { id: c.id, created_time: c.created_time, title: &c.title, doc: &c.doc },
-        st.tenant_id,
+        st.doc_tenant(c),
     )
 }
 
-/// A customer the caller may read: a customer user only its own (403 for others).
-async fn load_for(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
-    if !me.may_use(Some(id)) {
+/// A customer the caller may read: a tenant administrator its tenant's, a customer user only
+/// its own (403 for others).
+pub(crate) async fn load_for(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
+    let store = st.store.clone();
+    let c = blocking(move || store.doc(DocKind::Customer, id))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Customer with id [{id}] is not found")))?;
+    if !me.may_use(st.doc_tenant(&c), Some(id)) {
         return Err(ApiError::forbidden());
     }
-    load(st, id).await
+    Ok(c)
 }
 
-async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
-    let store = st.store.clone();
-    blocking(move || store.doc(DocKind::Customer, id))
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Customer with id [{id}] is not found")))
-}
-
-/// `POST /api/customer`: create, or update when the body has an id. Titles are unique.
-pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
-    let doc: J = parse_json(&body)?;
+/// `POST /api/customer`: create, or update when the body has an id. Titles are unique in
+/// a tenant.
+pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let mut doc: J = parse_json(&body)?;
     let title = doc.get("title").and_then(J::as_str).unwrap_or_default().to_owned();
     if title.trim().is_empty() {
         return Err(ApiError::bad_request("Customer title should be specified!"));
     }
     let id = body_id(&doc, |s| uuid(s, "customer"))?;
+    if let Some(id) = id {
+        load_for(&st, &me, id).await?;
+    }
+    st.set_doc_tenant(&mut doc, me.tenant);
     match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Customer, id, title, doc }).await? {
         WriteOutcome::Doc(c) => Ok(Json(render(&st, &c))),
         _ => Err(ApiError::internal("unexpected write outcome")),
@@ -77,20 +80,22 @@ pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiRe
 /// `DELETE /api/customer/{id}`: its devices and dashboards are assigned to it no more, and
 /// its users are deleted (their tokens and keys stop working at once).
 pub async fn delete(
-    _: Admin,
+    Admin(me): Admin,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    st.writer.submit(WriteOp::DeleteCustomer(uuid(&id, "customer")?)).await?;
+    let c = load_for(&st, &me, uuid(&id, "customer")?).await?;
+    st.writer.submit(WriteOp::DeleteCustomer(c.id)).await?;
     let store = st.store.clone();
     blocking(move || auth.users.reload(&store)).await?;
     Ok(StatusCode::OK)
 }
 
 /// `GET /api/customers?pageSize=&page=`: by title (or `createdTime`), `textSearch` on it.
-pub async fn list(_: Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
-    Ok(Json(doc_page(&st, DocKind::Customer, p, |_| true, |c| render(&st, c)).await?))
+pub async fn list(Admin(me): Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
+    let mine = |c: &DocRecord| st.doc_tenant(c) == me.tenant;
+    Ok(Json(doc_page(&st, DocKind::Customer, p, mine, |c| render(&st, c)).await?))
 }
 
 #[derive(Deserialize)]
@@ -100,20 +105,25 @@ pub struct TitleParams {
 }
 
 /// `GET /api/tenant/customers?customerTitle=`: the customer of that title.
-pub async fn by_title(_: Admin, State(st): St, Q(p): Q<TitleParams>) -> ApiResult<Json<J>> {
+pub async fn by_title(Admin(me): Admin, State(st): St, Q(p): Q<TitleParams>) -> ApiResult<Json<J>> {
     let store = st.store.clone();
     let all = blocking(move || store.docs(DocKind::Customer)).await?;
     let c = all
         .iter()
-        .find(|c| c.title == p.customer_title)
+        .find(|c| c.title == p.customer_title && st.doc_tenant(c) == me.tenant)
         .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))?;
     Ok(Json(render(&st, c)))
 }
 
-async fn assign_device(st: &Core, device: &str, customer: Option<Uuid>) -> ApiResult<Json<J>> {
-    let op = WriteOp::AssignCustomer { device: device_id(device)?, customer };
+/// Assigns a device of the caller's tenant to one of its customers, or to none.
+async fn assign_device(st: &Core, me: &Caller, device: &str, customer: Option<Uuid>) -> ApiResult<Json<J>> {
+    let device = device_for(st, me, device_id(device)?).await?.id;
+    if let Some(c) = customer {
+        load_for(st, me, c).await?;
+    }
+    let op = WriteOp::AssignCustomer { device, customer };
     match st.writer.submit(op).await {
-        Ok(WriteOutcome::Device(d)) => Ok(Json(model::device(&device_view(&d), st.tenant_id))),
+        Ok(WriteOutcome::Device(d)) => Ok(Json(device_json(st, &d))),
         Ok(_) => Err(ApiError::internal("unexpected write outcome")),
         Err(gridlinks_storage::StoreError::DeviceNotFound) => {
             Err(ApiError::not_found(format!("Device with id [{device}] is not found")))
@@ -123,14 +133,18 @@ async fn assign_device(st: &Core, device: &str, customer: Option<Uuid>) -> ApiRe
 }
 
 /// `POST /api/customer/{customerId}/device/{deviceId}`: the device, assigned.
-pub async fn assign(_: Admin, State(st): St, Path((customer, device)): Path<(String, String)>) -> ApiResult<Json<J>> {
-    assign_device(&st, &device, Some(uuid(&customer, "customer")?)).await
+pub async fn assign(
+    Admin(me): Admin,
+    State(st): St,
+    Path((customer, device)): Path<(String, String)>,
+) -> ApiResult<Json<J>> {
+    assign_device(&st, &me, &device, Some(uuid(&customer, "customer")?)).await
 }
 
 /// `POST /api/owner/{CUSTOMER|TENANT}/{ownerId}/DEVICE/{deviceId}` (ThingsBoard 4.4, where a
 /// customer owns what it is given): the device, assigned to that customer or to none.
 pub async fn change_owner(
-    _: Admin,
+    Admin(me): Admin,
     State(st): St,
     Path((kind, owner, entity_type, entity)): Path<(String, String, String, String)>,
 ) -> ApiResult<Json<J>> {
@@ -141,16 +155,16 @@ pub async fn change_owner(
     }
     let customer = match kind.as_str() {
         "CUSTOMER" => Some(uuid(&owner, "customer")?),
-        "TENANT" if uuid(&owner, "tenant")? == st.tenant_id => None,
-        "TENANT" => return Err(ApiError::not_found(format!("Tenant with id [{owner}] is not found"))),
+        "TENANT" if uuid(&owner, "tenant")? == me.tenant => None,
+        "TENANT" => return Err(ApiError::forbidden()),
         other => return Err(ApiError::bad_request(format!("Unknown owner type {other}: CUSTOMER or TENANT"))),
     };
-    assign_device(&st, &entity, customer).await
+    assign_device(&st, &me, &entity, customer).await
 }
 
 /// `DELETE /api/customer/device/{deviceId}`: the device, assigned to no customer.
-pub async fn unassign(_: Admin, State(st): St, Path(device): Path<String>) -> ApiResult<Json<J>> {
-    assign_device(&st, &device, None).await
+pub async fn unassign(Admin(me): Admin, State(st): St, Path(device): Path<String>) -> ApiResult<Json<J>> {
+    assign_device(&st, &me, &device, None).await
 }
 
 #[derive(Deserialize)]
@@ -179,7 +193,8 @@ pub async fn devices(
     let desc = descending(p.sort_order.as_deref())?;
     let store = st.store.clone();
     let mut all = blocking(move || store.devices()).await?;
-    all.retain(|d| d.customer == Some(id));
+    let tenant = st.stored_tenant(me.tenant);
+    all.retain(|d| d.customer == Some(id) && d.tenant == tenant);
     if let Some(t) = p.device_type.filter(|t| !t.is_empty()) {
         all.retain(|d| d.device_type == t);
     }
@@ -189,15 +204,13 @@ pub async fn devices(
     if desc {
         all.reverse();
     }
-    Ok(Json(page_of(&all, link, |d| model::device(&device_view(d), st.tenant_id))))
+    Ok(Json(page_of(&all, link, |d| device_json(&st, d))))
 }
 
-async fn assign_dashboard(st: &Core, customer: &str, dashboard: &str, assign: bool) -> ApiResult<Json<J>> {
-    let op = WriteOp::AssignDashboard {
-        dashboard: uuid(dashboard, "dashboard")?,
-        customer: uuid(customer, "customer")?,
-        assign,
-    };
+async fn assign_dashboard(st: &Core, me: &Caller, customer: &str, dashboard: &str, assign: bool) -> ApiResult<Json<J>> {
+    let customer = load_for(st, me, uuid(customer, "customer")?).await?.id;
+    let dashboard = dashboards::load(st, me, uuid(dashboard, "dashboard")?).await?.id;
+    let op = WriteOp::AssignDashboard { dashboard, customer, assign };
     match st.writer.submit(op).await? {
         WriteOutcome::Doc(d) => Ok(Json(dashboards::render(st, &d, &dashboards::customers(st).await?, false))),
         _ => Err(ApiError::internal("unexpected write outcome")),
@@ -206,20 +219,20 @@ async fn assign_dashboard(st: &Core, customer: &str, dashboard: &str, assign: bo
 
 /// `POST /api/customer/{customerId}/dashboard/{dashboardId}`: the dashboard info, assigned.
 pub async fn assign_dashboard_to(
-    _: Admin,
+    Admin(me): Admin,
     State(st): St,
     Path((customer, dashboard)): Path<(String, String)>,
 ) -> ApiResult<Json<J>> {
-    assign_dashboard(&st, &customer, &dashboard, true).await
+    assign_dashboard(&st, &me, &customer, &dashboard, true).await
 }
 
 /// `DELETE /api/customer/{customerId}/dashboard/{dashboardId}`.
 pub async fn unassign_dashboard_from(
-    _: Admin,
+    Admin(me): Admin,
     State(st): St,
     Path((customer, dashboard)): Path<(String, String)>,
 ) -> ApiResult<Json<J>> {
-    assign_dashboard(&st, &customer, &dashboard, false).await
+    assign_dashboard(&st, &me, &customer, &dashboard, false).await
 }
 
 /// `GET /api/customer/{customerId}/dashboards?pageSize=&page=`: dashboard infos.

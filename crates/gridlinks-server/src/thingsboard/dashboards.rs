@@ -38,8 +38,8 @@ pub(crate) fn render(st: &Core, d: &DocRecord, customers: &[DocRecord], full: bo
     let view =
         model::Dashboard { id: d.id, created_time: d.created_time, title: &d.title, doc: &d.doc, customers: &named };
     match full {
-        true => model::dashboard(&view, st.tenant_id),
-        false => model::dashboard_info(&view, st.tenant_id),
+        true => model::dashboard(&view, st.doc_tenant(d)),
+        false => model::dashboard_info(&view, st.doc_tenant(d)),
     }
 }
 
@@ -54,21 +54,22 @@ pub(crate) fn assigned(d: &DocRecord, customer: Uuid) -> bool {
     d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id))
 }
 
-/// A dashboard the caller may see: a customer user only those assigned to its customer.
-async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
+/// A dashboard the caller may see: its tenant's, and for a customer user only those
+/// assigned to its customer (403 for others).
+pub(crate) async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
     let store = st.store.clone();
     let d = blocking(move || store.doc(DocKind::Dashboard, id))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("Dashboard with id [{id}] is not found")))?;
-    match me.customer {
-        Some(c) if !assigned(&d, c) => Err(ApiError::forbidden()),
-        _ => Ok(d),
+    if !me.may_use(st.doc_tenant(&d), me.customer) || me.customer.is_some_and(|c| !assigned(&d, c)) {
+        return Err(ApiError::forbidden());
     }
+    Ok(d)
 }
 
 /// `POST /api/dashboard`: create, or update when the body has an id.
-pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
-    let doc: J = parse_json(&body)?;
+pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let mut doc: J = parse_json(&body)?;
     if !doc.is_object() {
         return Err(ApiError::bad_request("Invalid request body: a dashboard is a JSON object"));
     }
@@ -77,6 +78,10 @@ pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J
         return Err(ApiError::bad_request("Dashboard title should be specified!"));
     }
     let id = body_id(&doc, dashboard_id)?;
+    if let Some(id) = id {
+        load(&st, &me, id).await?;
+    }
+    st.set_doc_tenant(&mut doc, me.tenant);
     match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await? {
         WriteOutcome::Doc(d) => Ok(Json(render(&st, &d, &customers(&st).await?, true))),
         _ => Err(ApiError::internal("unexpected write outcome")),
@@ -96,14 +101,16 @@ pub async fn info(User(me): User, State(st): St, Path(id): Path<String>) -> ApiR
 }
 
 /// `DELETE /api/dashboard/{id}`.
-pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    st.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, dashboard_id(&id)?)).await?;
+pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let d = load(&st, &me, dashboard_id(&id)?).await?;
+    st.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, d.id)).await?;
     Ok(StatusCode::OK)
 }
 
 /// `GET /api/tenant/dashboards?pageSize=&page=[&textSearch=&sortProperty=&sortOrder=&mobile=]`:
 /// dashboard infos; `textSearch` matches the title; sort by `title` (default) or `createdTime`.
-pub async fn list(_: Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
+pub async fn list(Admin(me): Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
     let customers = customers(&st).await?;
-    Ok(Json(doc_page(&st, DocKind::Dashboard, p, |_| true, |d| render(&st, d, &customers, false)).await?))
+    let mine = |d: &DocRecord| st.doc_tenant(d) == me.tenant;
+    Ok(Json(doc_page(&st, DocKind::Dashboard, p, mine, |d| render(&st, d, &customers, false)).await?))
 }

@@ -98,7 +98,8 @@ impl FromRequestParts<Http> for User {
     }
 }
 
-/// A request of a tenant administrator; any other user gets 403.
+/// A request of a tenant administrator; any other user (the system administrator too: it
+/// sees no tenant's data) gets 403.
 pub struct Admin(pub Caller);
 
 impl FromRequestParts<Http> for Admin {
@@ -108,7 +109,42 @@ impl FromRequestParts<Http> for Admin {
         let User(c) = User::from_request_parts(parts, state).await?;
         match c.authority {
             Authority::TenantAdmin => Ok(Admin(c)),
-            Authority::CustomerUser => Err(ApiError::forbidden()),
+            Authority::CustomerUser | Authority::SysAdmin => Err(ApiError::forbidden()),
+        }
+    }
+}
+
+/// A request of an administrator of the first tenant, which the broker's application
+/// clients belong to (per-tenant broker namespaces are not built); anyone else gets 403.
+pub struct FirstTenantAdmin;
+
+impl FromRequestParts<Http> for FirstTenantAdmin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
+        let Admin(c) = Admin::from_request_parts(parts, state).await?;
+        match c.tenant == state.core.tenant_id {
+            true => Ok(FirstTenantAdmin),
+            false => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                ErrorCode::PermissionDenied,
+                "MQTT application clients belong to the first tenant: per-tenant broker namespaces are not built",
+            )),
+        }
+    }
+}
+
+/// A request of the system administrator; any other user gets 403.
+pub struct SysAdmin(pub Caller);
+
+impl FromRequestParts<Http> for SysAdmin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
+        let User(c) = User::from_request_parts(parts, state).await?;
+        match c.authority {
+            Authority::SysAdmin => Ok(SysAdmin(c)),
+            Authority::TenantAdmin | Authority::CustomerUser => Err(ApiError::forbidden()),
         }
     }
 }

@@ -21,4 +21,5 @@ pub mod profiles;
 pub mod provision;
 pub mod relations;
 pub mod rpc;
+pub mod tenants;
 pub mod users;

@@ -20,6 +20,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use super::paging::{descending, page_link, page_of};
 use crate::app::Core;
+use crate::auth::Caller;
 
 type St = State<Arc<Core>>;
 
@@ -32,11 +33,27 @@ fn view(p: &ProfileRecord) -> model::Profile<'_> {
     model::Profile { id: p.id, created_time: p.created_time, name: &p.name, default: p.default, doc: &p.doc }
 }
 
-async fn load(st: &Core, id: ProfileId) -> ApiResult<ProfileRecord> {
+/// A profile of the caller's tenant (403 for another tenant's).
+async fn load(st: &Core, me: &Caller, id: ProfileId) -> ApiResult<ProfileRecord> {
     let store = st.store.clone();
-    blocking(move || store.profile(id))
+    let p = blocking(move || store.profile(id))
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("Device profile with id [{id}] is not found")))
+        .ok_or_else(|| ApiError::not_found(format!("Device profile with id [{id}] is not found")))?;
+    if st.tenant_of(p.tenant) != me.tenant {
+        return Err(ApiError::forbidden());
+    }
+    Ok(p)
+}
+
+/// The caller's tenant's profiles, by name.
+async fn of_tenant(st: &Core, me: &Caller) -> ApiResult<Vec<ProfileRecord>> {
+    let store = st.store.clone();
+    let tenant = st.stored_tenant(me.tenant);
+    Ok(blocking(move || store.profiles()).await?.iter().filter(|p| p.tenant == tenant).cloned().collect())
+}
+
+fn json(st: &Core, p: &ProfileRecord, render: fn(&model::Profile<'_>, uuid::Uuid) -> J) -> J {
+    render(&view(p), st.tenant_of(p.tenant))
 }
 
 #[derive(Deserialize)]
@@ -53,11 +70,15 @@ pub struct ListParams {
 /// The page of profiles `p` asks for: name containing `textSearch` (any case), of
 /// `transportType` if given, sorted by `sortProperty` (`name`, `createdTime`, `type`,
 /// `transportType`, `description`, `isDefault`; `name` when absent) in `sortOrder`.
-async fn page(st: &Core, p: ListParams, render: fn(&model::Profile<'_>, uuid::Uuid) -> J) -> ApiResult<Json<J>> {
+async fn page(
+    st: &Core,
+    me: &Caller,
+    p: ListParams,
+    render: fn(&model::Profile<'_>, uuid::Uuid) -> J,
+) -> ApiResult<Json<J>> {
     let link = page_link(st, p.page_size, p.page)?;
     let desc = descending(p.sort_order.as_deref())?;
-    let store = st.store.clone();
-    let mut all = Vec::clone(&*blocking(move || store.profiles()).await?);
+    let mut all = of_tenant(st, me).await?;
     if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
         all.retain(|r| r.name.to_lowercase().contains(&q));
     }
@@ -75,50 +96,63 @@ async fn page(st: &Core, p: ListParams, render: fn(&model::Profile<'_>, uuid::Uu
     if desc {
         all.reverse();
     }
-    Ok(Json(page_of(&all, link, |r| render(&view(r), st.tenant_id))))
+    Ok(Json(page_of(&all, link, |r| json(st, r, render))))
 }
 
 /// `GET /api/deviceProfiles?pageSize=&page=`: full profiles.
-pub async fn list(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
-    page(&st, p, model::profile).await
+pub async fn list(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    page(&st, &me, p, model::profile).await
 }
 
 /// `GET /api/deviceProfileInfos?pageSize=&page=`: profile infos.
-pub async fn infos(_: Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
-    page(&st, p, model::profile_info).await
+pub async fn infos(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    page(&st, &me, p, model::profile_info).await
 }
 
 /// `GET /api/deviceProfile/{id}`.
-pub async fn get(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let p = load(&st, profile_id(&id)?).await?;
-    Ok(Json(model::profile(&view(&p), st.tenant_id)))
+pub async fn get(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let p = load(&st, &me, profile_id(&id)?).await?;
+    Ok(Json(json(&st, &p, model::profile)))
 }
 
 /// `GET /api/deviceProfileInfo/{id}`.
-pub async fn info(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let p = load(&st, profile_id(&id)?).await?;
-    Ok(Json(model::profile_info(&view(&p), st.tenant_id)))
+pub async fn info(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let p = load(&st, &me, profile_id(&id)?).await?;
+    Ok(Json(json(&st, &p, model::profile_info)))
 }
 
 /// `GET /api/deviceProfileInfo/default`.
-pub async fn default_info(_: Admin, State(st): St) -> ApiResult<Json<J>> {
-    let store = st.store.clone();
-    let all = blocking(move || store.profiles()).await?;
+pub async fn default_info(Admin(me): Admin, State(st): St) -> ApiResult<Json<J>> {
+    let all = of_tenant(&st, &me).await?;
     let p = all.iter().find(|p| p.default).ok_or_else(|| ApiError::not_found("No default device profile"))?;
-    Ok(Json(model::profile_info(&view(p), st.tenant_id)))
+    Ok(Json(json(&st, p, model::profile_info)))
 }
 
 /// `POST /api/deviceProfile`: create, or update when the body has an id. The body is kept
 /// as given (alarm rules, transport and provisioning settings are data here).
-pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+///
+/// A provision key is unique across tenants: it alone names the profile a device provisions
+/// into.
+pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
     let doc: J = parse_json(&body)?;
     if !doc.is_object() {
         return Err(ApiError::bad_request("Invalid request body: a device profile is a JSON object"));
     }
     let name = doc.get("name").and_then(J::as_str).unwrap_or_default().to_owned();
     let id = body_id(&doc, profile_id)?;
-    match st.writer.submit(WriteOp::SaveProfile(SaveProfile { id, name, doc })).await? {
-        WriteOutcome::Profile(p) => Ok(Json(model::profile(&view(&p), st.tenant_id))),
+    if let Some(id) = id {
+        load(&st, &me, id).await?;
+    }
+    if let Some(key) = doc.get("provisionDeviceKey").and_then(J::as_str).filter(|k| !k.is_empty()) {
+        let store = st.store.clone();
+        let all = blocking(move || store.profiles()).await?;
+        if all.iter().any(|p| Some(p.id) != id && p.doc.get("provisionDeviceKey").and_then(J::as_str) == Some(key)) {
+            return Err(ApiError::bad_request("Device profile with such provision device key already exists!"));
+        }
+    }
+    let tenant = st.stored_tenant(me.tenant);
+    match st.writer.submit(WriteOp::SaveProfile(SaveProfile { id, tenant, name, doc })).await? {
+        WriteOutcome::Profile(p) => Ok(Json(json(&st, &p, model::profile))),
         _ => Err(ApiError::internal("unexpected write outcome")),
     }
 }
@@ -131,17 +165,18 @@ pub struct NamesParams {
 
 /// `GET /api/deviceProfile/names[?activeOnly=true]`: `[{"id", "name"}]` of every profile,
 /// or only of those devices use.
-pub async fn names(_: Admin, State(st): St, Q(p): Q<NamesParams>) -> ApiResult<Json<J>> {
+pub async fn names(Admin(me): Admin, State(st): St, Q(p): Q<NamesParams>) -> ApiResult<Json<J>> {
     let store = st.store.clone();
     let active = p.active_only.unwrap_or(false);
-    let (all, used) = blocking(move || {
+    let used = blocking(move || {
         let used: std::collections::HashSet<ProfileId> = match active {
             true => store.devices()?.iter().map(|d| d.profile_id()).collect(),
             false => Default::default(),
         };
-        Ok((store.profiles()?, used))
+        Ok(used)
     })
     .await?;
+    let all = of_tenant(&st, &me).await?;
     let list = all
         .iter()
         .filter(|p| !active || used.contains(&p.id))
@@ -152,15 +187,17 @@ pub async fn names(_: Admin, State(st): St, Q(p): Q<NamesParams>) -> ApiResult<J
 
 /// `DELETE /api/deviceProfile/{id}`: refused (400) for the default profile and for one
 /// that devices use.
-pub async fn delete(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    st.writer.submit(WriteOp::DeleteProfile(profile_id(&id)?)).await?;
+pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let p = load(&st, &me, profile_id(&id)?).await?;
+    st.writer.submit(WriteOp::DeleteProfile(p.id)).await?;
     Ok(StatusCode::OK)
 }
 
 /// `POST /api/deviceProfile/{id}/default`: makes it the default profile.
-pub async fn set_default(_: Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    match st.writer.submit(WriteOp::SetDefaultProfile(profile_id(&id)?)).await? {
-        WriteOutcome::Profile(p) => Ok(Json(model::profile(&view(&p), st.tenant_id))),
+pub async fn set_default(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let p = load(&st, &me, profile_id(&id)?).await?;
+    match st.writer.submit(WriteOp::SetDefaultProfile(p.id)).await? {
+        WriteOutcome::Profile(p) => Ok(Json(json(&st, &p, model::profile))),
         _ => Err(ApiError::internal("unexpected write outcome")),
     }
 }

@@ -116,6 +116,7 @@ fn store_failure(e: StoreError) -> J {
 
 async fn create(mqtt: &Mqtt, profile: &ProfileRecord, name: String, token: Option<String>) -> Result<String, J> {
     let save = SaveDevice {
+        tenant: profile.tenant,
         id: None,
         name,
         device_type: String::new(),
@@ -138,8 +139,9 @@ async fn pre_provisioned(
     token: Option<String>,
 ) -> Result<String, J> {
     let store = mqtt.core.store.clone();
+    let tenant = profile.tenant;
     let found = tokio::task::spawn_blocking(move || {
-        let Some(d) = store.device_by_name(&name)? else { return Ok(None) };
+        let Some(d) = store.device_by_name(tenant, &name)? else { return Ok(None) };
         let keys = [PROVISION_STATE.to_owned()];
         let state = store.attributes(d.id, Some(AttributeScope::Server), Some(&keys))?;
         Ok::<_, StoreError>(Some((d, !state.is_empty())))
@@ -157,6 +159,7 @@ async fn pre_provisioned(
     let mut token_now = device.token.clone();
     if let Some(t) = token.filter(|t| *t != device.token) {
         let save = SaveDevice {
+            tenant: device.tenant,
             id: Some(device.id),
             name: device.name.clone(),
             device_type: String::new(),
@@ -196,6 +199,7 @@ mod tests {
             name: "p".into(),
             default: false,
             doc,
+            tenant: None,
         };
         let p = profile(json!({"profileData": {"provisionConfiguration": {"provisionDeviceSecret": "s3cret"}}}));
         assert!(secret_matches(&p, "s3cret"));

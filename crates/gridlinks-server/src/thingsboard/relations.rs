@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Value as J};
 use std::sync::Arc;
 
-use super::api::{blocking, parse_json};
+use super::api::{blocking, device_for, parse_json};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use crate::app::Core;
@@ -54,13 +54,15 @@ async fn assign(st: &Core, device: DeviceId, gateway: Option<DeviceId>) -> ApiRe
 }
 
 /// `POST /api/relation`: assigns `to` to gateway `from`.
-pub async fn save(_: Admin, State(st): St, Body(body): Body) -> ApiResult<StatusCode> {
+pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<StatusCode> {
     let r: RelationBody = parse_json(&body)?;
     created_only(&r.relation_type)?;
     let (gateway, device) = (device_ref(&r.from)?, device_ref(&r.to)?);
     if gateway == device {
         return Err(ApiError::bad_request("a device cannot be its own gateway"));
     }
+    device_for(&st, &me, gateway).await?;
+    device_for(&st, &me, device).await?;
     assign(&st, device, Some(gateway)).await?;
     Ok(StatusCode::OK)
 }
@@ -81,15 +83,12 @@ fn param_ref(id: Option<String>, entity_type: Option<String>) -> ApiResult<Optio
 }
 
 /// `DELETE /api/relation?fromId=&fromType=&relationType=Created&toId=&toType=`.
-pub async fn delete(_: Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<StatusCode> {
+pub async fn delete(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<StatusCode> {
     created_only(p.relation_type.as_deref().unwrap_or_default())?;
     let (Some(gateway), Some(device)) = (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) else {
         return Err(ApiError::bad_request("fromId and toId are required"));
     };
-    let store = st.store.clone();
-    let current = blocking(move || store.device(device))
-        .await?
-        .ok_or_else(|| ApiError::not_found("Device with requested id wasn't found!"))?;
+    let current = device_for(&st, &me, device).await?;
     if current.gateway != Some(gateway) {
         return Err(ApiError::not_found("Requested item wasn't found!"));
     }
@@ -99,7 +98,7 @@ pub async fn delete(_: Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResu
 
 /// `GET /api/relations?fromId=&fromType=` (a gateway's devices) or `?toId=&toType=` (a
 /// device's gateway).
-pub async fn list(_: Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
+pub async fn list(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
     let _ = p.relation_type_group;
     if p.relation_type.as_deref().is_some_and(|t| t != CREATED) {
         return Ok(Json(json!([])));
@@ -107,11 +106,12 @@ pub async fn list(_: Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult
     let store = st.store.clone();
     match (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) {
         (Some(gateway), None) => {
+            device_for(&st, &me, gateway).await?;
             let devices = blocking(move || store.gateway_devices(gateway)).await?;
             Ok(Json(J::Array(devices.into_iter().map(|d| relation(gateway, d)).collect())))
         }
         (None, Some(device)) => {
-            let gateway = blocking(move || store.device(device)).await?.and_then(|d| d.gateway);
+            let gateway = device_for(&st, &me, device).await?.gateway;
             Ok(Json(J::Array(gateway.map(|g| relation(g, device)).into_iter().collect())))
         }
         _ => Err(ApiError::bad_request("give either fromId and fromType, or toId and toType")),

@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
-use gridlinks_thingsboard::model::{self, entity_id, NULL_UUID};
+use gridlinks_thingsboard::model::{entity_id, NULL_UUID};
 use gridlinks_types::Ts;
 use serde::Deserialize;
 use serde_json::{json, Value as J};
@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::api::{auth_error, blocking, body_id, pair_json, parse_json};
 use super::error::{ApiError, ApiResult};
-use super::extract::{lenient_bool, Admin, Body, User, Q};
+use super::extract::{lenient_bool, Admin, Body, SysAdmin, User, Q};
 use super::paging::{doc_page, DocListParams};
 use crate::app::Core;
 use crate::auth::users::{self as u, Authority, Caller, Entry};
@@ -46,7 +46,7 @@ fn render(st: &Core, d: &DocRecord) -> J {
     json!({
         "id": entity_id("USER", d.id),
         "createdTime": d.created_time,
-        "tenantId": entity_id("TENANT", st.tenant_id),
+        "tenantId": entity_id("TENANT", st.doc_tenant(d)),
         "customerId": entity_id("CUSTOMER", customer),
         "email": d.title,
         "name": d.title,
@@ -58,12 +58,38 @@ fn render(st: &Core, d: &DocRecord) -> J {
     })
 }
 
-/// The user JSON of `c`: the configured administrator has no stored document.
-async fn render_caller(st: &Core, c: &Caller, configured: bool) -> ApiResult<J> {
-    if configured {
-        return Ok(model::admin_user(&st.cfg.admin.user, st.tenant_id));
+/// The user JSON of `e`: the users of the configuration have no stored document.
+async fn render_entry(st: &Core, e: &Entry) -> ApiResult<J> {
+    if !e.configured {
+        return Ok(render(st, &load(st, e.caller.user).await?));
     }
-    Ok(render(st, &load(st, c.user).await?))
+    let c = &e.caller;
+    let tenant = match c.authority {
+        Authority::SysAdmin => NULL_UUID.to_owned(),
+        _ => c.tenant.to_string(),
+    };
+    Ok(json!({
+        "id": entity_id("USER", c.user),
+        "createdTime": 0,
+        "tenantId": entity_id("TENANT", tenant),
+        "customerId": entity_id("CUSTOMER", NULL_UUID),
+        "email": c.email,
+        "name": c.email,
+        "authority": c.authority.as_str(),
+        "firstName": null,
+        "lastName": null,
+        "phone": null,
+        "additionalInfo": {},
+    }))
+}
+
+/// A user the caller manages (403 otherwise; 404 when there is none).
+fn managed(auth: &Auth, me: &Caller, id: Uuid) -> ApiResult<std::sync::Arc<Entry>> {
+    let e = auth.users.by_id(id).ok_or_else(|| ApiError::not_found(format!("User with id [{id}] is not found")))?;
+    if !me.may_manage(&e.caller) {
+        return Err(ApiError::forbidden());
+    }
+    Ok(e)
 }
 
 async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
@@ -90,9 +116,11 @@ pub struct SaveParams {
 }
 
 /// `POST /api/user[?sendActivationMail=]`: create, or update when the body has an id. A
-/// new user has no password: it gets one through its activation link.
+/// new user has no password: it gets one through its activation link. A tenant
+/// administrator creates its tenant's administrators and customer users; the system
+/// administrator creates tenant administrators of any tenant (`tenantId`).
 pub async fn save(
-    Admin(me): Admin,
+    User(me): User,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     Q(p): Q<SaveParams>,
@@ -105,48 +133,62 @@ pub async fn save(
     if !valid_email(&email) {
         return Err(ApiError::bad_request(format!("Invalid email address format '{email}'!")));
     }
-    if auth.users.is_admin_email(&email) {
+    if auth.users.is_configured_email(&email) {
         return Err(ApiError::bad_request("User with such email already exists!"));
     }
     let authority = match b.get("authority").and_then(J::as_str) {
-        Some(a) => Authority::parse(a).ok_or_else(|| {
-            if a == "SYS_ADMIN" {
-                ApiError::forbidden()
-            } else {
-                ApiError::bad_request(format!("Invalid authority '{a}': TENANT_ADMIN or CUSTOMER_USER"))
-            }
-        })?,
+        Some(a) => Authority::parse(a)
+            .ok_or_else(|| ApiError::bad_request(format!("Invalid authority '{a}': TENANT_ADMIN or CUSTOMER_USER")))?,
         None => return Err(ApiError::bad_request("User authority should be specified!")),
     };
     let customer =
         body_id(&json!({"id": b.get("customerId")}), |s| uuid(s, "customer"))?.filter(|c| c.to_string() != NULL_UUID);
+    // The tenant: the caller's own; the system administrator names it.
+    let tenant = match me.authority {
+        Authority::SysAdmin => {
+            let t = body_id(&json!({"id": b.get("tenantId")}), |s| uuid(s, "tenant"))?
+                .ok_or_else(|| ApiError::bad_request("A tenant administrator needs a tenantId"))?;
+            super::tenants::load(&st, t).await?;
+            t
+        }
+        _ => me.tenant,
+    };
+    let target = Caller { user: Uuid::nil(), email: email.clone(), authority, tenant, customer };
+    if !me.may_manage(&target) {
+        return Err(ApiError::forbidden());
+    }
     match (authority, customer) {
         (Authority::CustomerUser, None) => {
             return Err(ApiError::bad_request("A customer user needs a customerId"));
         }
         (Authority::CustomerUser, Some(c)) => {
             let store = st.store.clone();
-            if blocking(move || store.doc(DocKind::Customer, c)).await?.is_none() {
-                return Err(ApiError::not_found(format!("Customer with id [{c}] is not found")));
+            let found = blocking(move || store.doc(DocKind::Customer, c)).await?;
+            match found {
+                Some(d) if st.doc_tenant(&d) == tenant => {}
+                Some(_) => return Err(ApiError::forbidden()),
+                None => return Err(ApiError::not_found(format!("Customer with id [{c}] is not found"))),
             }
         }
-        (Authority::TenantAdmin, Some(_)) => {
+        (_, Some(_)) => {
             return Err(ApiError::bad_request("A tenant administrator belongs to no customer"));
         }
-        (Authority::TenantAdmin, None) => {}
+        (_, None) => {}
     }
     let id = body_id(&b, |s| uuid(s, "user"))?;
     if let Some(id) = id {
-        let old = auth.users.by_id(id).filter(|e| !e.configured);
-        let old = old.ok_or_else(|| ApiError::not_found(format!("User with id [{id}] is not found")))?;
-        if old.caller.authority != authority || old.caller.customer != customer {
-            return Err(ApiError::bad_request("A user's authority and customer cannot change"));
+        let old = managed(&auth, &me, id)?;
+        if old.configured {
+            return Err(ApiError::bad_request("The users of the configuration are changed in the configuration"));
+        }
+        if old.caller.authority != authority || old.caller.customer != customer || old.caller.tenant != tenant {
+            return Err(ApiError::bad_request("A user's authority, tenant and customer cannot change"));
         }
         if id == me.user && old.caller.email != email {
             return Err(ApiError::bad_request("Change your own email by logging in as another administrator"));
         }
     }
-    let doc = u::user_doc(&email, authority, customer, &b);
+    let doc = u::user_doc(&email, authority, tenant, customer, &b);
     let user = match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::User, id, title: email, doc }).await? {
         WriteOutcome::Doc(d) => d,
         _ => return Err(ApiError::internal("unexpected write outcome")),
@@ -176,7 +218,7 @@ async fn write_credentials(st: &Core, user: Uuid, doc: J) -> ApiResult<DocRecord
     }
 }
 
-/// `GET /api/user/{id}`: any user for an administrator; a customer user only itself.
+/// `GET /api/user/{id}`: a user the caller manages, or itself.
 pub async fn get(
     User(me): User,
     State(st): St,
@@ -184,28 +226,28 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<J>> {
     let id = uuid(&id, "user")?;
-    if me.authority != Authority::TenantAdmin && id != me.user {
-        return Err(ApiError::forbidden());
-    }
-    let e = auth.users.by_id(id).ok_or_else(|| ApiError::not_found(format!("User with id [{id}] is not found")))?;
-    Ok(Json(render_caller(&st, &e.caller, e.configured).await?))
+    let e = match id == me.user {
+        true => auth.users.by_id(id).ok_or_else(|| ApiError::unauthorized("Invalid JWT token"))?,
+        false => managed(&auth, &me, id)?,
+    };
+    Ok(Json(render_entry(&st, &e).await?))
 }
 
 /// `GET /api/auth/user`: the caller.
 pub async fn current(User(me): User, State(st): St, State(auth): State<Arc<Auth>>) -> ApiResult<Json<J>> {
-    let configured = auth.users.by_id(me.user).is_some_and(|e| e.configured);
-    Ok(Json(render_caller(&st, &me, configured).await?))
+    let e = auth.users.by_id(me.user).ok_or_else(|| ApiError::unauthorized("Invalid JWT token"))?;
+    Ok(Json(render_entry(&st, &e).await?))
 }
 
 /// `DELETE /api/user/{id}`: its tokens and API keys stop working at once.
 pub async fn delete(
-    Admin(me): Admin,
+    User(me): User,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = uuid(&id, "user")?;
-    if id == me.user || auth.users.by_id(id).is_some_and(|e| e.configured) {
+    if id == me.user || managed(&auth, &me, id)?.configured {
         return Err(ApiError::bad_request("The administrator of the configuration, or yourself, cannot be deleted"));
     }
     st.writer.submit(WriteOp::DeleteDoc(DocKind::User, id)).await?;
@@ -214,23 +256,62 @@ pub async fn delete(
     Ok(StatusCode::OK)
 }
 
-/// `GET /api/users?pageSize=&page=`: every stored user, by email.
-pub async fn list(_: Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
-    Ok(Json(doc_page(&st, DocKind::User, p, |_| true, |d| render(&st, d)).await?))
+/// The stored users the caller manages that `keep` accepts, as a page.
+async fn page_of_users(
+    st: &Core,
+    auth: &Auth,
+    me: &Caller,
+    p: DocListParams,
+    keep: impl Fn(&Caller) -> bool,
+) -> ApiResult<J> {
+    let mine = |d: &DocRecord| auth.users.by_id(d.id).is_some_and(|e| me.may_manage(&e.caller) && keep(&e.caller));
+    doc_page(st, DocKind::User, p, mine, |d| render(st, d)).await
+}
+
+/// `GET /api/users?pageSize=&page=`: the stored users the caller manages, by email (the
+/// system administrator: tenant administrators; a tenant administrator: its tenant's).
+pub async fn list(
+    User(me): User,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Q(p): Q<DocListParams>,
+) -> ApiResult<Json<J>> {
+    if me.authority == Authority::CustomerUser {
+        return Err(ApiError::forbidden());
+    }
+    Ok(Json(page_of_users(&st, &auth, &me, p, |_| true).await?))
 }
 
 /// `GET /api/customer/{customerId}/users?pageSize=&page=`.
-pub async fn of_customer(_: Admin, State(st): St, Path(c): Path<String>, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
-    let c = J::String(uuid(&c, "customer")?.to_string());
-    Ok(Json(doc_page(&st, DocKind::User, p, |d| d.doc.get("customerId") == Some(&c), |d| render(&st, d)).await?))
+pub async fn of_customer(
+    Admin(me): Admin,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path(c): Path<String>,
+    Q(p): Q<DocListParams>,
+) -> ApiResult<Json<J>> {
+    let c = super::customers::load_for(&st, &me, uuid(&c, "customer")?).await?.id;
+    Ok(Json(page_of_users(&st, &auth, &me, p, |u| u.customer == Some(c)).await?))
+}
+
+/// `GET /api/tenant/{tenantId}/users?pageSize=&page=` (the system administrator): the
+/// tenant's administrators.
+pub async fn of_tenant(
+    SysAdmin(me): SysAdmin,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path(t): Path<String>,
+    Q(p): Q<DocListParams>,
+) -> ApiResult<Json<J>> {
+    let t = super::tenants::load(&st, uuid(&t, "tenant")?).await?.id;
+    Ok(Json(page_of_users(&st, &auth, &me, p, |u| u.tenant == t).await?))
 }
 
 /// The link a user activates its account with: a fresh token each time (earlier links of
 /// the user stop working), valid for 24 hours; only its SHA-256 is stored.
-async fn activation_link(st: &Core, auth: &Auth, headers: &HeaderMap, id: &str) -> ApiResult<String> {
+async fn activation_link(st: &Core, auth: &Auth, me: &Caller, headers: &HeaderMap, id: &str) -> ApiResult<String> {
     let id = uuid(id, "user")?;
-    let user = auth.users.by_id(id).filter(|e| !e.configured);
-    let user = user.ok_or_else(|| ApiError::not_found(format!("User with id [{id}] is not found")))?;
+    let user = managed(auth, me, id)?;
     if user.hash.is_some() {
         return Err(ApiError::bad_request("User is already activated!"));
     }
@@ -245,25 +326,25 @@ async fn activation_link(st: &Core, auth: &Auth, headers: &HeaderMap, id: &str) 
 
 /// `GET /api/user/{id}/activationLink`: the link, as plain text.
 pub async fn get_activation_link(
-    _: Admin,
+    User(me): User,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
-    let link = activation_link(&st, &auth, &headers, &id).await?;
+    let link = activation_link(&st, &auth, &me, &headers, &id).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], link))
 }
 
 /// `GET /api/user/{id}/activationLinkInfo` (ThingsBoard 3.6+): `{"value": link, "ttlMs"}`.
 pub async fn get_activation_link_info(
-    _: Admin,
+    User(me): User,
     State(st): St,
     State(auth): State<Arc<Auth>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<J>> {
-    let link = activation_link(&st, &auth, &headers, &id).await?;
+    let link = activation_link(&st, &auth, &me, &headers, &id).await?;
     Ok(Json(json!({"value": link, "ttlMs": ACTIVATION_TTL_MS})))
 }
 

@@ -12,6 +12,7 @@ pub mod mqtt;
 pub use serde_json::{json, Value as J};
 
 pub const ADMIN_PASSWORD: &str = "test-password";
+pub const SYSADMIN_PASSWORD: &str = "test-sysadmin-password";
 
 pub struct Server {
     pub child: Child,
@@ -121,6 +122,7 @@ impl Server {
             .args(["--mqtt-ws-bind", &format!("127.0.0.1:{ws_port}")])
             .args(["--coap-bind", &format!("127.0.0.1:{coap_port}")])
             .env("GRIDLINKS_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            .env("GRIDLINKS_ADMIN_SYSADMIN_PASSWORD", SYSADMIN_PASSWORD)
             .env("GRIDLINKS_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(match log {
@@ -184,16 +186,25 @@ impl Server {
         (s, serde_json::from_str(&b).unwrap_or(J::Null))
     }
 
+    /// The first tenant's administrator's access token.
     pub fn login(&self) -> String {
-        let (s, b) = self.req(
-            "POST",
-            "/api/auth/login",
-            None,
-            Some(&json!({"username":"admin","password":ADMIN_PASSWORD}).to_string()),
-        );
+        self.login_as("admin", ADMIN_PASSWORD)
+    }
+
+    /// The access token of `user`.
+    pub fn login_as(&self, user: &str, password: &str) -> String {
+        let body = json!({"username": user, "password": password}).to_string();
+        let (s, b) = self.req("POST", "/api/auth/login", None, Some(&body));
         assert_eq!(s, 200, "{b}");
         let v: J = serde_json::from_str(&b).unwrap();
         v["token"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates a customer; returns its id.
+    pub fn customer(&self, jwt: &str, title: &str) -> String {
+        let (st, c) = self.json("POST", "/api/customer", jwt, Some(json!({"title": title})));
+        assert_eq!(st, 200, "{c}");
+        c["id"]["id"].as_str().unwrap().to_owned()
     }
 
     /// Creates a user (a tenant administrator, or a customer user of `customer`) and
@@ -202,6 +213,12 @@ impl Server {
         let authority = if customer.is_some() { "CUSTOMER_USER" } else { "TENANT_ADMIN" };
         let body = json!({"email": email, "authority": authority, "firstName": "Ann", "lastName": "Lee",
             "customerId": customer.map(|c| json!({"entityType": "CUSTOMER", "id": c}))});
+        self.activated_user(jwt, body, password)
+    }
+
+    /// Creates the user `body` describes and activates it with `password`; returns its id
+    /// and access token.
+    pub fn activated_user(&self, jwt: &str, body: J, password: &str) -> (String, String) {
         let (st, u) = self.json("POST", "/api/user?sendActivationMail=false", jwt, Some(body));
         assert_eq!(st, 200, "{u}");
         let id = u["id"]["id"].as_str().unwrap().to_owned();
@@ -283,4 +300,26 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The REST routes the server declares, read from its source (`{tel}` stands for the
+/// telemetry prefix `/api/plugins/telemetry/{entity_type}/{id}`).
+pub fn server_routes() -> Vec<String> {
+    let src = include_str!("../../src/app.rs");
+    let mut out = Vec::new();
+    for part in src.split(".route(").skip(1) {
+        let part = part.trim_start();
+        let route = if let Some(rest) = part.strip_prefix('"') {
+            rest.split('"').next().unwrap().to_owned()
+        } else if let Some(rest) = part.strip_prefix("&format!(\"") {
+            rest.split('"').next().unwrap().replace("{{", "{").replace("}}", "}")
+        } else if part.starts_with("tel,") {
+            "{tel}".to_owned()
+        } else {
+            panic!("cannot read route: {}", &part[..40.min(part.len())]);
+        };
+        out.push(route);
+    }
+    assert!(out.len() > 60, "{out:?}");
+    out
 }

@@ -1,0 +1,255 @@
+//! Tenants on the real binary: the system administrator creates a tenant and its
+//! administrator; the two tenants' administrators then try every REST path of the server on
+//! each other's ids (403 or 404, never data), their lists show only their own, the same
+//! device name lives in both, the broker's canonical topics carry only the first tenant's
+//! devices, and deleting the tenant ends its users' tokens and devices' credentials.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+use common::mqtt::*;
+use common::*;
+
+const NULL_UUID: &str = "13814000-1dd2-11b2-8080-808080808080";
+
+#[test]
+fn tenants_see_nothing_of_each_other() {
+    let s = Server::start();
+    let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
+    let alpha = s.login();
+
+    // The system administrator manages tenants and sees no tenant's data; tenant
+    // administrators do not manage tenants.
+    let (st, beta_tenant) = s.json("POST", "/api/tenant", &sys, Some(json!({"title": "Beta", "city": "Lviv"})));
+    assert_eq!(st, 200, "{beta_tenant}");
+    assert_eq!((beta_tenant["title"].as_str(), beta_tenant["city"].as_str()), (Some("Beta"), Some("Lviv")));
+    let beta_id = beta_tenant["id"]["id"].as_str().unwrap().to_owned();
+    let (_, me) = s.json("GET", "/api/auth/user", &alpha, None);
+    let alpha_id = me["tenantId"]["id"].as_str().unwrap().to_owned();
+    let (_, tenants) = s.json("GET", "/api/tenants?pageSize=10&page=0", &sys, None);
+    assert_eq!(tenants["totalElements"], 2, "{tenants}");
+    for (m, path) in [
+        ("GET", "/api/tenant/devices?pageSize=10&page=0".to_owned()),
+        ("POST", "/api/device".to_owned()),
+        ("GET", "/api/customers?pageSize=10&page=0".to_owned()),
+    ] {
+        assert_eq!(s.req(m, &path, Some(&sys), Some("{}")).0, 403, "sysadmin {m} {path}");
+    }
+    assert_eq!(s.json("POST", "/api/tenant", &alpha, Some(json!({"title": "Evil"}))).0, 403);
+    assert_eq!(s.json("GET", "/api/tenants?pageSize=10&page=0", &alpha, None).0, 403);
+    assert_eq!(s.json("GET", &format!("/api/tenant/{beta_id}"), &alpha, None).0, 403);
+    assert_eq!(s.json("GET", &format!("/api/tenant/{alpha_id}"), &alpha, None).0, 200, "its own");
+    assert_eq!(s.json("DELETE", &format!("/api/tenant/{alpha_id}"), &sys, None).0, 400, "the first tenant stays");
+    // A tenant administrator creates users in its own tenant only, whatever tenantId says.
+    let evil = json!({"email": "evil@x.y", "authority": "TENANT_ADMIN", "tenantId": {"id": beta_id}});
+    let (_, made) = s.json("POST", "/api/user", &alpha, Some(evil));
+    assert_eq!(made["tenantId"]["id"].as_str(), Some(&*alpha_id), "{made}");
+
+    // Beta's administrator, created by the system administrator.
+    let body = json!({"email": "boss@beta.test", "authority": "TENANT_ADMIN",
+        "tenantId": {"entityType": "TENANT", "id": beta_id}});
+    let (boss_id, beta) = s.activated_user(&sys, body, "beta-secret");
+    let (_, claims_user) = s.json("GET", "/api/auth/user", &beta, None);
+    assert_eq!(claims_user["tenantId"]["id"].as_str(), Some(&*beta_id));
+    let (_, admins) = s.json("GET", &format!("/api/tenant/{beta_id}/users?pageSize=10&page=0"), &sys, None);
+    assert_eq!(admins["data"][0]["email"], "boss@beta.test");
+    assert_eq!(s.json("GET", &format!("/api/tenant/{beta_id}/users?pageSize=10&page=0"), &alpha, None).0, 403);
+
+    // Each tenant fills itself: the same device name in both, tokens unique everywhere.
+    let a_pump = s.device(&alpha, "pump", "ALPHAPUMP");
+    let b_pump = s.device(&beta, "pump", "BETAPUMP");
+    assert_eq!(s.json("POST", "/api/device?accessToken=ALPHAPUMP", &beta, Some(json!({"name": "p2"}))).0, 400);
+    let a_cust = s.customer(&alpha, "Acme");
+    let b_cust = s.customer(&beta, "Acme");
+    let (_, a_dash) = s.json("POST", "/api/dashboard", &alpha, Some(json!({"title": "alpha-dash"})));
+    let a_dash = a_dash["id"]["id"].as_str().unwrap().to_owned();
+    let (_, b_dash) = s.json("POST", "/api/dashboard", &beta, Some(json!({"title": "beta-dash"})));
+    let b_dash = b_dash["id"]["id"].as_str().unwrap().to_owned();
+    let (_, a_prof) = s.json("POST", "/api/deviceProfile", &alpha, Some(json!({"name": "alpha-profile"})));
+    let a_prof = a_prof["id"]["id"].as_str().unwrap().to_owned();
+    let (_, b_prof) = s.json("GET", "/api/deviceProfileInfo/default", &beta, None);
+    assert_eq!(b_prof["name"], "default", "a new tenant starts with its default profile");
+    let (a_user, _) = s.user(&alpha, "cu@alpha.test", Some(&a_cust), "alpha-cu-pw");
+    let (_, a_key) = s.json("POST", "/api/apiKey", &alpha, Some(json!({"description": "alpha-key"})));
+    let a_key = a_key["id"]["id"].as_str().unwrap().to_owned();
+    for (jwt, token) in [(&alpha, "ALPHAPUMP"), (&beta, "BETAPUMP")] {
+        let _ = jwt;
+        assert_eq!(s.telemetry(token, &json!({"secret": format!("value-of-{token}")}).to_string()), 200);
+    }
+    let attrs = json!({"attr": "alpha-secret"}).to_string();
+    let tel = |d: &str| format!("/api/plugins/telemetry/DEVICE/{d}");
+    assert_eq!(s.req("POST", &format!("{}/attributes/SHARED_SCOPE", tel(&a_pump)), Some(&alpha), Some(&attrs)).0, 200);
+
+    // Lists show only the caller's tenant.
+    let names = |jwt: &str, path: &str, field: &str| -> Vec<String> {
+        let (st, p) = s.json("GET", path, jwt, None);
+        assert_eq!(st, 200, "{path}: {p}");
+        p["data"].as_array().unwrap().iter().map(|d| d[field].as_str().unwrap_or_default().to_owned()).collect()
+    };
+    let page = "pageSize=100&page=0";
+    assert_eq!(names(&beta, &format!("/api/tenant/devices?{page}"), "name"), ["pump"]);
+    assert_eq!(names(&beta, &format!("/api/customers?{page}"), "title"), ["Acme"]);
+    assert_eq!(names(&beta, &format!("/api/tenant/dashboards?{page}"), "title"), ["beta-dash"]);
+    assert_eq!(names(&beta, &format!("/api/deviceProfileInfos?{page}"), "name"), ["default", "sensor"]);
+    assert_eq!(names(&beta, &format!("/api/users?{page}"), "email"), ["boss@beta.test"]);
+    let (_, found) = s.json("GET", "/api/tenant/devices?deviceName=pump", &beta, None);
+    assert_eq!(found["id"]["id"].as_str(), Some(&*b_pump));
+    let (_, found) = s.json("GET", "/api/tenant/customers?customerTitle=Acme", &beta, None);
+    assert_eq!(found["id"]["id"].as_str(), Some(&*b_cust));
+
+    // Every route, tried by Beta's administrator with Alpha's ids.
+    let t = tel(&a_pump);
+    let tried: Vec<(&str, &str, String, Option<String>)> = vec![
+        ("/api/device/{id}", "GET", format!("/api/device/{a_pump}"), None),
+        ("/api/device/{id}", "DELETE", format!("/api/device/{a_pump}"), None),
+        ("/api/device/{id}/credentials", "GET", format!("/api/device/{a_pump}/credentials"), None),
+        ("/api/device", "POST", "/api/device".into(), Some(json!({"id": {"id": a_pump}, "name": "stolen"}).to_string())),
+        (
+            "/api/device/credentials",
+            "POST",
+            "/api/device/credentials".into(),
+            Some(json!({"deviceId": {"id": a_pump}, "credentialsType": "ACCESS_TOKEN", "credentialsId": "STOLEN"}).to_string()),
+        ),
+        ("{tel}/values/timeseries", "GET", format!("{t}/values/timeseries?keys=secret"), None),
+        (
+            "{tel}/values/timeseries/history",
+            "GET",
+            format!("{t}/values/timeseries/history?keys=secret&startTs=0&endTs=9999999999999"),
+            None,
+        ),
+        ("{tel}/keys/timeseries", "GET", format!("{t}/keys/timeseries"), None),
+        ("{tel}/keys/attributes", "GET", format!("{t}/keys/attributes"), None),
+        ("{tel}/keys/attributes/{scope}", "GET", format!("{t}/keys/attributes/SHARED_SCOPE"), None),
+        ("{tel}/values/attributes", "GET", format!("{t}/values/attributes"), None),
+        ("{tel}/values/attributes/{scope}", "GET", format!("{t}/values/attributes/SHARED_SCOPE"), None),
+        ("{tel}/attributes/{scope}", "POST", format!("{t}/attributes/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+        ("{tel}/timeseries/delete", "DELETE", format!("{t}/timeseries/delete?keys=secret&deleteAllDataForKeys=true"), None),
+        ("{tel}/timeseries/{scope}", "POST", format!("{t}/timeseries/ANY"), Some(r#"{"x":1}"#.into())),
+        ("{tel}/{scope}", "DELETE", format!("{t}/SHARED_SCOPE?keys=attr"), None),
+        ("{tel}", "POST", format!("/api/plugins/telemetry/{a_pump}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+        ("/api/plugins/rpc/{kind}/{device_id}", "POST", format!("/api/plugins/rpc/oneway/{a_pump}"), Some(r#"{"method":"m"}"#.into())),
+        ("/api/rpc/{kind}/{device_id}", "POST", format!("/api/rpc/twoway/{a_pump}"), Some(r#"{"method":"m"}"#.into())),
+        ("/api/customer", "POST", "/api/customer".into(), Some(json!({"id": {"id": a_cust}, "title": "stolen"}).to_string())),
+        ("/api/customer/{id}", "GET", format!("/api/customer/{a_cust}"), None),
+        ("/api/customer/{id}", "DELETE", format!("/api/customer/{a_cust}"), None),
+        ("/api/customer/{customer}/device/{device}", "POST", format!("/api/customer/{b_cust}/device/{a_pump}"), None),
+        ("/api/customer/{customer}/device/{device}", "POST", format!("/api/customer/{a_cust}/device/{b_pump}"), None),
+        ("/api/customer/device/{device}", "DELETE", format!("/api/customer/device/{a_pump}"), None),
+        ("/api/owner/{kind}/{owner}/{entity_type}/{entity}", "POST", format!("/api/owner/TENANT/{alpha_id}/DEVICE/{b_pump}"), None),
+        ("/api/owner/{kind}/{owner}/{entity_type}/{entity}", "POST", format!("/api/owner/CUSTOMER/{a_cust}/DEVICE/{b_pump}"), None),
+        ("/api/customer/{customer}/devices", "GET", format!("/api/customer/{a_cust}/devices?{page}"), None),
+        ("/api/customer/{customer}/dashboard/{dashboard}", "POST", format!("/api/customer/{b_cust}/dashboard/{a_dash}"), None),
+        ("/api/customer/{customer}/dashboard/{dashboard}", "DELETE", format!("/api/customer/{a_cust}/dashboard/{b_dash}"), None),
+        ("/api/customer/{customer}/dashboards", "GET", format!("/api/customer/{a_cust}/dashboards?{page}"), None),
+        ("/api/customer/{customer}/users", "GET", format!("/api/customer/{a_cust}/users?{page}"), None),
+        ("/api/customer/device/{device}/claim", "DELETE", "/api/customer/device/pump/claim".into(), None),
+        ("/api/dashboard", "POST", "/api/dashboard".into(), Some(json!({"id": {"id": a_dash}, "title": "stolen"}).to_string())),
+        ("/api/dashboard/{id}", "GET", format!("/api/dashboard/{a_dash}"), None),
+        ("/api/dashboard/{id}", "DELETE", format!("/api/dashboard/{a_dash}"), None),
+        ("/api/dashboard/info/{id}", "GET", format!("/api/dashboard/info/{a_dash}"), None),
+        ("/api/deviceProfile", "POST", "/api/deviceProfile".into(), Some(json!({"id": {"id": a_prof}, "name": "stolen"}).to_string())),
+        ("/api/deviceProfile/{id}", "GET", format!("/api/deviceProfile/{a_prof}"), None),
+        ("/api/deviceProfile/{id}", "DELETE", format!("/api/deviceProfile/{a_prof}"), None),
+        ("/api/deviceProfile/{id}/default", "POST", format!("/api/deviceProfile/{a_prof}/default"), None),
+        ("/api/deviceProfileInfo/{id}", "GET", format!("/api/deviceProfileInfo/{a_prof}"), None),
+        ("/api/user", "POST", "/api/user".into(), Some(json!({"id": {"id": a_user}, "email": "cu@alpha.test", "authority": "CUSTOMER_USER", "customerId": {"id": a_cust}}).to_string())),
+        ("/api/user/{id}", "GET", format!("/api/user/{a_user}"), None),
+        ("/api/user/{id}", "DELETE", format!("/api/user/{a_user}"), None),
+        ("/api/user/{id}/activationLink", "GET", format!("/api/user/{a_user}/activationLink"), None),
+        ("/api/user/{id}/activationLinkInfo", "GET", format!("/api/user/{a_user}/activationLinkInfo"), None),
+        ("/api/apiKey", "POST", "/api/apiKey".into(), Some(json!({"userId": {"id": a_user}}).to_string())),
+        ("/api/apiKeys/{user}", "GET", format!("/api/apiKeys/{a_user}?{page}"), None),
+        ("/api/apiKey/{id}", "DELETE", format!("/api/apiKey/{a_key}"), None),
+        ("/api/apiKey/{id}/enabled/{enabled}", "PUT", format!("/api/apiKey/{a_key}/enabled/false"), None),
+        ("/api/apiKey/{id}/description", "PUT", format!("/api/apiKey/{a_key}/description"), Some("\"stolen\"".into())),
+        ("/api/relation", "POST", "/api/relation".into(), Some(json!({"from": {"entityType": "DEVICE", "id": b_pump}, "to": {"entityType": "DEVICE", "id": a_pump}, "type": "Created"}).to_string())),
+        ("/api/relation", "DELETE", format!("/api/relation?fromId={b_pump}&fromType=DEVICE&relationType=Created&toId={a_pump}&toType=DEVICE"), None),
+        ("/api/relations", "GET", format!("/api/relations?toId={a_pump}&toType=DEVICE"), None),
+        ("/api/tenant", "POST", "/api/tenant".into(), Some(json!({"id": {"id": alpha_id}, "title": "stolen"}).to_string())),
+        ("/api/tenant/{id}", "GET", format!("/api/tenant/{alpha_id}"), None),
+        ("/api/tenant/{id}", "DELETE", format!("/api/tenant/{alpha_id}"), None),
+        ("/api/tenant/{id}/users", "GET", format!("/api/tenant/{alpha_id}/users?{page}"), None),
+        ("/api/tenants", "GET", format!("/api/tenants?{page}"), None),
+        ("/api/mqtt/clients", "POST", "/api/mqtt/clients".into(), Some(r#"{"username":"evil","password":"p"}"#.into())),
+        ("/api/mqtt/clients", "GET", "/api/mqtt/clients".into(), None),
+        ("/api/mqtt/clients/{username}", "GET", "/api/mqtt/clients/app".into(), None),
+        ("/api/mqtt/clients/{username}", "DELETE", "/api/mqtt/clients/app".into(), None),
+    ];
+    // Lists and lookups by name that answer with the caller's own tenant (checked above),
+    // paths about the caller itself, and paths that need no login.
+    let own = [
+        "/api/tenant/devices",
+        "/api/tenant/customers",
+        "/api/tenant/dashboards",
+        "/api/customers",
+        "/api/deviceProfiles",
+        "/api/deviceProfileInfos",
+        "/api/deviceProfile/names",
+        "/api/deviceProfileInfo/default",
+        "/api/users",
+        "/api/device/bulk_import",
+        "/api/customer/device/{device}/claim",
+        "/healthz",
+        "/metrics",
+        "/api/auth/login",
+        "/api/auth/token",
+        "/api/auth/logout",
+        "/api/auth/user",
+        "/api/auth/changePassword",
+        "/api/noauth/activate",
+        "/api/ruleChains",
+        "/api/ruleChain",
+        "/api/ruleChain/{*rest}",
+        "/api/ruleNode/{*rest}",
+        "/api/v1/provision",
+        "/api/v1/{token}/telemetry",
+        "/api/v1/{token}/attributes",
+        "/api/v1/{token}/claim",
+    ];
+    let checked: std::collections::HashSet<&str> = tried.iter().map(|r| r.0).chain(own).collect();
+    for route in server_routes() {
+        assert!(checked.contains(route.as_str()), "route {route} is not tried across tenants: add it to this test");
+    }
+    for (_, m, path, body) in &tried {
+        let (st, out) = s.req(m, path, Some(&beta), body.as_deref());
+        assert!(st == 403 || st == 404, "{m} {path}: {st} {out}");
+        for secret in
+            ["ALPHAPUMP", "value-of-ALPHA", "alpha-secret", "alpha-dash", "alpha-profile", "cu@alpha", "alpha-key"]
+        {
+            assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
+        }
+    }
+    // Nothing of Alpha's changed.
+    let (_, v) = s.json("GET", &format!("{}/values/attributes/SHARED_SCOPE", tel(&a_pump)), &alpha, None);
+    assert_eq!(v[0]["value"], "alpha-secret");
+    let (_, d) = s.json("GET", &format!("/api/device/{a_pump}"), &alpha, None);
+    assert_eq!((d["name"].as_str(), d["customerId"]["id"].as_str()), (Some("pump"), Some(NULL_UUID)));
+    assert_eq!(s.json("GET", &format!("/api/dashboard/{a_dash}"), &alpha, None).0, 200);
+    assert_eq!(s.json("GET", &format!("/api/deviceProfile/{a_prof}"), &alpha, None).0, 200);
+    assert_eq!(s.telemetry("ALPHAPUMP", r#"{"still":1}"#), 200);
+    let (_, keys) = s.json("GET", &format!("/api/apiKeys/{}?{page}", me["id"]["id"].as_str().unwrap()), &alpha, None);
+    assert_eq!(keys["data"][0]["enabled"], true);
+
+    // The broker's canonical topics carry the first tenant's devices only.
+    let app = json!({"username": "app", "password": "app-pw", "subscribe": ["gridlinks/devices/#"], "publish": []});
+    assert_eq!(s.json("POST", "/api/mqtt/clients", &alpha, Some(app)).0, 200);
+    let (mut sub, _) = Raw::login(s.mqtt_port, ProtocolVersion::V5, "app-1", "app", "app-pw");
+    sub.subscribe(1, &["gridlinks/devices/+/telemetry"]);
+    assert_eq!(s.telemetry("BETAPUMP", r#"{"beta":1}"#), 200);
+    assert_eq!(s.telemetry("ALPHAPUMP", r#"{"alpha":2}"#), 200);
+    match sub.recv() {
+        Some(Packet::Publish(p)) => {
+            let payload = String::from_utf8_lossy(&p.payload).into_owned();
+            assert!(payload.contains("alpha") && !payload.contains("beta"), "{payload}");
+        }
+        other => panic!("expected Alpha's telemetry, got {other:?}"),
+    }
+
+    // Deleting Beta ends its users' tokens and its devices' tokens; Alpha is untouched.
+    assert_eq!(s.json("DELETE", &format!("/api/tenant/{beta_id}"), &sys, None).0, 200);
+    assert_eq!(s.json("GET", "/api/auth/user", &beta, None).0, 401);
+    assert_eq!(s.telemetry("BETAPUMP", r#"{"x":1}"#), 401);
+    assert_eq!(s.json("GET", &format!("/api/user/{boss_id}"), &sys, None).0, 404);
+    assert_eq!(s.telemetry("ALPHAPUMP", r#"{"x":1}"#), 200);
+    let (_, tenants) = s.json("GET", "/api/tenants?pageSize=10&page=0", &sys, None);
+    assert_eq!(tenants["totalElements"], 1);
+}
