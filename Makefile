@@ -143,6 +143,7 @@ bench-coap: bench-deps
 ## Device provisioning: 100 profiles × 300 devices through POST /api/v1/provision.
 bench-provision: bench-deps
 	$(BENCH) provision --profiles 100 --devices-per-profile 300 --connections 64 --json $(RESULTS)/provision.json
+	$(BENCH) provision --tenants --profiles 100 --devices-per-profile 300 --connections 64 --json $(RESULTS)/provision-tenants.json
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync

@@ -106,6 +106,10 @@ pub struct ProvisionArgs {
     /// HTTP/1.1 keep-alive connections, one request in flight on each.
     #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub connections: usize,
+    /// Each profile in a tenant of its own, made by the system administrator with an
+    /// administrator who then makes the profile.
+    #[arg(long)]
+    pub tenants: bool,
     #[command(flatten)]
     pub server: OwnServerArgs,
 }
@@ -462,6 +466,10 @@ pub struct ServersArgs {
     /// The rumqttd binary (default: on PATH, else ~/.cargo/bin/rumqttd).
     #[arg(long)]
     pub rumqttd_bin: Option<PathBuf>,
+    /// GridLinks' devices in a tenant of their own (made by the system administrator),
+    /// not the first tenant: the cost of tenants on the data path.
+    #[arg(long)]
+    pub tenant: bool,
 }
 
 impl ServersArgs {

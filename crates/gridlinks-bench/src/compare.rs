@@ -18,7 +18,7 @@ use crate::cli::{ConnectArgs, OutputArgs, PubsubArgs, TelemetryArgs};
 use crate::figures::{self, comparison_table, RunResult};
 use crate::html::{Page, Table};
 use crate::report::{self, ConnectReport, PubsubReport, TelemetryReport};
-use crate::rest_api::ApiTarget;
+use crate::rest_api::{ApiTarget, RestClient};
 use crate::scenario;
 use crate::scenario::telemetry::{provision, provisioned_name};
 use crate::servers::{Binaries, ManagedServer, ServerKind};
@@ -103,8 +103,9 @@ impl Scenario {
 /// first through the REST API (tokens and names into files in the server's directory)
 /// and the server restarted, so the run measures a server that did not just
 /// bulk-import (the same as a long-running one); the loss check and storage lag use the
-/// API. Peers are driven anonymously, without those checks.
-pub async fn aim(scenario: &Scenario, server: &mut ManagedServer) -> anyhow::Result<Scenario> {
+/// API. Peers are driven anonymously, without those checks. With `tenant`, GridLinks'
+/// devices are made in a tenant of their own by its administrator.
+pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) -> anyhow::Result<Scenario> {
     let mut s = scenario.clone();
     let devices = match &s {
         Scenario::MqttTelemetry(a) => a.devices,
@@ -116,7 +117,15 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer) -> anyhow::Res
     let api = server.api().filter(|_| devices > 0);
     if let Some((base, password)) = api {
         let names: Vec<String> = (0..devices).map(provisioned_name).collect();
-        let api = ApiTarget { base: base.clone(), user: "admin".into(), password: password.clone() };
+        let mut api = ApiTarget { base: base.clone(), user: "admin".into(), password: password.clone() };
+        if tenant {
+            let sys = ApiTarget { user: "sysadmin".into(), ..api.clone() };
+            api = tokio::task::spawn_blocking(move || {
+                RestClient::login(&sys)?.tenant_admin("bench-tenant", "admin@bench-tenant.test", &sys.password)
+            })
+            .await??;
+        }
+        let user = api.user.clone();
         let tokens = provision(api, names.clone()).await?;
         let (tokens_file, names_file) = (server.dir().join("tokens"), server.dir().join("names"));
         std::fs::write(&tokens_file, tokens.join("\n"))?;
@@ -124,6 +133,7 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer) -> anyhow::Res
         server.restart().await.context("restarting after provisioning")?;
         let api = |a: &mut crate::cli::ApiArgs| {
             a.api = Some(base.clone());
+            a.api_user = user.clone();
             a.api_password = Some(password.clone());
         };
         match &mut s {
@@ -229,14 +239,19 @@ pub struct Run {
 }
 
 /// Runs `scenario` against each server in turn (started fresh, stopped after).
-pub async fn compare(servers: &[ServerKind], scenario: &Scenario, bins: &Binaries) -> anyhow::Result<Vec<Run>> {
+pub async fn compare(
+    servers: &[ServerKind],
+    scenario: &Scenario,
+    bins: &Binaries,
+    tenant: bool,
+) -> anyhow::Result<Vec<Run>> {
     let mut runs = Vec::new();
     for &kind in servers {
         eprintln!("--- {}: starting", kind.label());
         let mut server =
             ManagedServer::start(kind, bins).await.with_context(|| format!("starting {}", kind.label()))?;
         let version = server.version().to_string();
-        let aimed = aim(scenario, &mut server).await?;
+        let aimed = aim(scenario, &mut server, tenant).await?;
         eprintln!("--- {version}: {} on port {}", scenario.name(), server.mqtt_port());
         let outcome = measure(&aimed).await;
         server.stop().await.with_context(|| format!("stopping {}", kind.label()))?;

@@ -106,7 +106,7 @@ async fn compare_cmd(args: cli::CompareArgs) -> anyhow::Result<std::process::Exi
         html: args.output.html.clone().or_else(|| given.html.clone()),
     };
     let servers = args.servers.list();
-    let runs = compare::compare(&servers, &args.scenario, &args.servers.binaries()).await?;
+    let runs = compare::compare(&servers, &args.scenario, &args.servers.binaries(), args.servers.tenant).await?;
     let title = "gridlinks-bench compare";
     let names: Vec<&str> = servers.iter().map(|k| k.label()).collect();
     compare::finish(
@@ -144,7 +144,7 @@ async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitC
             scenario.set_duration(d);
         }
         eprintln!("=== {title}");
-        steps.push((title.to_string(), compare::compare(&servers, &scenario, &bins).await?));
+        steps.push((title.to_string(), compare::compare(&servers, &scenario, &bins, args.servers.tenant).await?));
     }
     compare::finish(
         &format!("gridlinks-bench preset {}", preset.name),

@@ -108,6 +108,32 @@ impl RestClient {
             .into_json()?)
     }
 
+    /// `GET {path}`; the JSON answer.
+    pub fn get_json(&self, path: &str) -> anyhow::Result<Value> {
+        Ok(self
+            .agent
+            .get(&format!("{}{path}", self.base))
+            .set("X-Authorization", &self.bearer)
+            .call()
+            .map_err(describe)
+            .with_context(|| format!("GET {path}"))?
+            .into_json()?)
+    }
+
+    /// As the system administrator: a new tenant titled `title` and its administrator
+    /// `email`, activated with `password`; the administrator's API target.
+    pub fn tenant_admin(&self, title: &str, email: &str, password: &str) -> anyhow::Result<ApiTarget> {
+        let tenant = self.post_json("/api/tenant", &json!({"title": title}))?;
+        let body = json!({"email": email, "authority": "TENANT_ADMIN", "tenantId": tenant["id"]});
+        let user = self.post_json("/api/user?sendActivationMail=false", &body)?;
+        let id = user["id"]["id"].as_str().context("the new user has no id")?;
+        let link = self.get_json(&format!("/api/user/{id}/activationLinkInfo"))?;
+        let token = link["value"].as_str().and_then(|l| l.split("activateToken=").nth(1));
+        let token = token.context("the activation link has no token")?;
+        self.post_json("/api/noauth/activate", &json!({"activateToken": token, "password": password}))?;
+        Ok(ApiTarget { base: self.base.clone(), user: email.to_owned(), password: password.to_owned() })
+    }
+
     /// The id of the device named `name`, `None` when there is none.
     pub fn device_id(&self, name: &str) -> anyhow::Result<Option<String>> {
         let reply = self

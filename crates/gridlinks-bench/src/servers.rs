@@ -261,6 +261,8 @@ impl ManagedServer {
                     .arg("--coap-bind")
                     .arg(coap_port.map(|p| format!("127.0.0.1:{p}")).unwrap_or_default())
                     .env("GRIDLINKS_ADMIN_PASSWORD", &password)
+                    // The system administrator (user `sysadmin`) has the same password.
+                    .env("GRIDLINKS_ADMIN_SYSADMIN_PASSWORD", &password)
                     // Pub/sub scenarios connect without credentials, as with the peers.
                     .env("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true");
                 api = Some((format!("http://127.0.0.1:{http_port}"), password));

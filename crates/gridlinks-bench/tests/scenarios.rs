@@ -30,6 +30,38 @@ fn assert_publish_counts(result: &Value, connections: u64) {
     assert_eq!(n(&result["failed"]), 0, "{result}");
 }
 
+/// With `--tenant` GridLinks' devices live in a tenant of their own: the tool makes it as
+/// the system administrator, and the loss check reads through the tenant's administrator.
+#[test]
+fn compare_with_devices_in_a_tenant_of_their_own_checks_every_point() {
+    let dir = scratch("compare-tenant");
+    let json = dir.join("c.json");
+    let out = run_bench(&[
+        "compare",
+        "--servers",
+        "gridlinks",
+        "--tenant",
+        "--gridlinks-bin",
+        server_bin().to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "mqtt-telemetry",
+        "--devices",
+        "10",
+        "--duration",
+        "2s",
+        "--ramp-up",
+        "500ms",
+        "--verify",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let runs = runs(&read_json(&json), 0);
+    let gl = &runs[0].1["result"];
+    assert_publish_counts(gl, 10);
+    assert_eq!(gl["loss_check"]["passed"], true, "{gl}");
+    assert_eq!(gl["loss_check"]["points_found"], gl["acked"]);
+}
+
 #[test]
 fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
     let dir = scratch("compare-telemetry");

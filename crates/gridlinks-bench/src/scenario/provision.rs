@@ -2,8 +2,10 @@
 //! (`POST /api/v1/provision`) on a GridLinks the tool starts. It creates `--profiles`
 //! device profiles (`ALLOW_CREATE_NEW_DEVICES`, each with its own key and secret); then
 //! `--connections` HTTP/1.1 keep-alive connections provision profiles × devices-per-profile
-//! devices, one request in flight each. Devices per second, per server CPU-second and the
-//! latency are measured over that phase alone. Afterwards every returned token posts one
+//! devices, one request in flight each. With `--tenants` each profile is in a tenant of its
+//! own (the system administrator makes the tenants and their administrators, each of whom
+//! makes its profile). Devices per second, per server CPU-second and the latency are
+//! measured over that phase alone. Afterwards every returned token posts one
 //! telemetry message: a token that does not work is counted as lost.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -31,6 +33,8 @@ use crate::stats::LatencyShards;
 pub struct ProvisionRun {
     /// Device profiles.
     pub profiles: usize,
+    /// Whether each profile is in a tenant of its own.
+    pub tenants: bool,
     /// Devices asked for.
     pub devices: usize,
     /// Connections.
@@ -62,12 +66,20 @@ pub async fn run(args: ProvisionArgs) -> anyhow::Result<std::process::ExitCode> 
     let (base, password) = server.api().context("gridlinks has an API")?;
     let addr: SocketAddr = base.trim_start_matches("http://").parse().context("the API address")?;
     let api = ApiTarget { base, user: "admin".into(), password };
-    let profiles = args.profiles;
+    let (profiles, tenants) = (args.profiles, args.tenants);
     {
         let api = api.clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            let rest = RestClient::login(&api)?;
+            let admin = RestClient::login(&api)?;
+            let sys = RestClient::login(&ApiTarget { user: "sysadmin".into(), ..api.clone() })?;
             for p in 0..profiles {
+                let rest = match tenants {
+                    true => {
+                        let email = format!("admin-{p}@bench.test");
+                        RestClient::login(&sys.tenant_admin(&format!("bench-tenant-{p}"), &email, &api.password)?)?
+                    }
+                    false => admin.clone(),
+                };
                 rest.post_json(
                     "/api/deviceProfile",
                     &json!({
@@ -128,6 +140,7 @@ pub async fn run(args: ProvisionArgs) -> anyhow::Result<std::process::ExitCode> 
     server.stop().await?;
     let run = ProvisionRun {
         profiles,
+        tenants,
         devices: total,
         connections: args.connections,
         provisioned,
@@ -141,9 +154,10 @@ pub async fn run(args: ProvisionArgs) -> anyhow::Result<std::process::ExitCode> 
         tokens_working,
     };
     println!(
-        "provision: {} profiles × {} devices over {} connections\n\
+        "provision: {} profiles{} × {} devices over {} connections\n\
          devices/s {:.0}  per server CPU-s {:.0}  p50 {:.2} ms  p99 {:.2} ms  provisioned {}/{}  tokens working {}",
         profiles,
+        if tenants { " (one per tenant)" } else { "" },
         args.devices_per_profile,
         args.connections,
         run.devices_per_second,
