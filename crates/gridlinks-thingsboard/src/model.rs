@@ -392,28 +392,6 @@ pub fn api_key_info(k: &ApiKey<'_>, tenant: Uuid, now: i64) -> J {
     })
 }
 
-/// The administrator's user id: the same in every start of one installation.
-pub fn admin_user_id(name: &str, tenant: Uuid) -> Uuid {
-    Uuid::new_v5(&tenant, name.as_bytes())
-}
-
-/// The administrator as `GET /api/auth/user` returns a ThingsBoard user.
-pub fn admin_user(name: &str, tenant: Uuid) -> J {
-    json!({
-        "id": entity_id("USER", admin_user_id(name, tenant)),
-        "createdTime": 0,
-        "tenantId": entity_id("TENANT", tenant),
-        "customerId": entity_id("CUSTOMER", NULL_UUID),
-        "email": name,
-        "name": name,
-        "authority": "TENANT_ADMIN",
-        "firstName": null,
-        "lastName": null,
-        "phone": null,
-        "additionalInfo": {},
-    })
-}
-
 /// A "Created" relation from a gateway to one of its devices.
 pub fn relation(gateway: DeviceId, device: DeviceId) -> J {
     json!({
