@@ -1017,8 +1017,9 @@ mod tests {
     use super::*;
 
     /// A data directory written before device profiles were entities: devices without a
-    /// profile, no `profiles` rows. Opening it gives every type in use a profile with the
-    /// id those devices point at, and the default profile.
+    /// profile, no `profiles` rows, no tenants. Opening it gives every type in use a profile
+    /// with the id those devices point at, and the default profile; every device and
+    /// profile is the first tenant's.
     #[test]
     fn a_directory_without_profiles_gets_one_per_device_type() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1047,6 +1048,9 @@ mod tests {
             assert_eq!(d.profile, None, "the record itself is not rewritten");
             let p = store.profile(d.profile_id()).unwrap().unwrap();
             assert_eq!(p.name, d.device_type);
+            // Written before tenants: the first tenant's, found by name there.
+            assert_eq!((d.tenant, p.tenant), (None, None));
+            assert_eq!(store.device_by_name(None, &d.name).unwrap().map(|f| f.id), Some(d.id));
         }
         // Opening again changes nothing.
         drop(store);
