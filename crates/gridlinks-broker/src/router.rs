@@ -138,6 +138,9 @@ pub struct Router {
     /// A filter some publisher wants to know it has subscribers for, and how many
     /// subscriptions overlap it (see [`Router::with_interest`]).
     interest: Option<(String, usize)>,
+    /// The root of namespaces (`{root}{name}/{filter}`) whose subscriptions count for the
+    /// interest as their `{filter}` would.
+    namespaces: Option<String>,
 }
 
 /// Splits `$share/{group}/{filter}`; `None` for a plain filter.
@@ -159,9 +162,11 @@ impl Router {
     }
 
     /// An empty table that counts the subscriptions overlapping `filter`, so a publisher
-    /// can skip building messages nobody would receive ([`Router::interested`]).
-    pub fn with_interest(filter: &str) -> Self {
-        Self { interest: Some((filter.to_owned(), 0)), ..Self::default() }
+    /// can skip building messages nobody would receive ([`Router::interested`]). A
+    /// subscription `{namespaces}{name}/{f}` counts as `{f}` would: the publisher publishes
+    /// in namespaces too.
+    pub fn with_interest(filter: &str, namespaces: Option<&str>) -> Self {
+        Self { interest: Some((filter.to_owned(), 0)), namespaces: namespaces.map(str::to_owned), ..Self::default() }
     }
 
     /// Subscriptions overlapping the filter given to [`Router::with_interest`].
@@ -170,6 +175,8 @@ impl Router {
     }
 
     fn count_interest(&mut self, filter: &str, delta: isize) {
+        let in_namespace = self.namespaces.as_deref().and_then(|root| filter.strip_prefix(root));
+        let filter = in_namespace.and_then(|r| r.split_once('/')).map_or(filter, |(_, f)| f);
         if let Some((f, n)) = &mut self.interest {
             if filters_overlap(f, filter) {
                 *n = n.saturating_add_signed(delta);

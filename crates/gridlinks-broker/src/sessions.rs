@@ -445,9 +445,9 @@ pub struct Sessions {
 
 impl Sessions {
     /// No sessions; client subscriptions overlapping `filter` are counted
-    /// ([`Sessions::interested`]).
-    pub fn with_interest(filter: &str) -> Self {
-        Self { router: Mutex::new(Router::with_interest(filter)), ..Self::default() }
+    /// ([`Sessions::interested`]), those in a namespace under `namespaces` too.
+    pub fn with_interest(filter: &str, namespaces: Option<&str>) -> Self {
+        Self { router: Mutex::new(Router::with_interest(filter, namespaces)), ..Self::default() }
     }
 
     /// Whether a client subscription overlaps the filter given to
@@ -959,7 +959,7 @@ mod tests {
 
     #[test]
     fn interest_counts_overlapping_subscriptions() {
-        let s = Sessions::with_interest("gridlinks/devices/+/telemetry");
+        let s = Sessions::with_interest("gridlinks/devices/+/telemetry", Some("$ns/"));
         let opts = SubOptions::default();
         let _a = s.register_client("a", "".into(), 10, true, 0);
         assert!(!s.interested());
@@ -974,6 +974,14 @@ mod tests {
         assert!(!s.interested(), "a takeover starts clean");
         s.subscribe_client("a", "#", opts).unwrap();
         s.unregister_client("a", &a2, Vec::new());
+        assert!(!s.interested());
+        // A subscription in a namespace counts as the same filter would.
+        let _b = s.register_client("b", "".into(), 10, true, 0);
+        s.subscribe_client("b", "$ns/t1/other/#", opts).unwrap();
+        assert!(!s.interested());
+        s.subscribe_client("b", "$share/g/$ns/t1/gridlinks/devices/+/telemetry", opts).unwrap();
+        assert!(s.interested());
+        assert!(s.unsubscribe_client("b", "$share/g/$ns/t1/gridlinks/devices/+/telemetry"));
         assert!(!s.interested());
     }
 

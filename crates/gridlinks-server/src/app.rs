@@ -474,7 +474,7 @@ pub async fn serve(
         Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
     let auth = Arc::new(Auth::new(&cfg, &store, jwt_secret, [admin_hash, sysadmin_hash], tenant_id)?);
     let sessions = Arc::new(
-        Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER)
+        Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER, Some(crate::mqtt::MOUNT_ROOT))
             .drop_oldest_when_offline_queue_full(drop_oldest)
             .hard_limit(hard_limit)
             .max_subscriptions(max_subscriptions),

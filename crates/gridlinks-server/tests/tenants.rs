@@ -1,8 +1,9 @@
 //! Tenants on the real binary: the system administrator creates a tenant and its
 //! administrator; the two tenants' administrators then try every REST path of the server on
 //! each other's ids (403 or 404, never data), their lists show only their own, the same
-//! device name lives in both, the broker's canonical topics carry only the first tenant's
-//! devices, and deleting the tenant ends its users' tokens and devices' credentials.
+//! device name lives in both, each tenant's MQTT clients live in their own broker namespace
+//! (topics, client ids, retained messages, canonical device topics), and deleting the
+//! tenant ends its users' tokens, its devices' tokens and its MQTT clients.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -78,6 +79,9 @@ fn tenants_see_nothing_of_each_other() {
     let attrs = json!({"attr": "alpha-secret"}).to_string();
     let tel = |d: &str| format!("/api/plugins/telemetry/DEVICE/{d}");
     assert_eq!(s.req("POST", &format!("{}/attributes/SHARED_SCOPE", tel(&a_pump)), Some(&alpha), Some(&attrs)).0, 200);
+
+    let app = json!({"username": "app", "password": "app-pw", "subscribe": ["#"], "publish": ["#"]});
+    assert_eq!(s.json("POST", "/api/mqtt/clients", &alpha, Some(app)).0, 200);
 
     // Lists show only the caller's tenant.
     let names = |jwt: &str, path: &str, field: &str| -> Vec<String> {
@@ -169,8 +173,6 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/tenant/{id}", "DELETE", format!("/api/tenant/{alpha_id}"), None),
         ("/api/tenant/{id}/users", "GET", format!("/api/tenant/{alpha_id}/users?{page}"), None),
         ("/api/tenants", "GET", format!("/api/tenants?{page}"), None),
-        ("/api/mqtt/clients", "POST", "/api/mqtt/clients".into(), Some(r#"{"username":"evil","password":"p"}"#.into())),
-        ("/api/mqtt/clients", "GET", "/api/mqtt/clients".into(), None),
         ("/api/mqtt/clients/{username}", "GET", "/api/mqtt/clients/app".into(), None),
         ("/api/mqtt/clients/{username}", "DELETE", "/api/mqtt/clients/app".into(), None),
     ];
@@ -186,6 +188,7 @@ fn tenants_see_nothing_of_each_other() {
         "/api/deviceProfile/names",
         "/api/deviceProfileInfo/default",
         "/api/users",
+        "/api/mqtt/clients",
         "/api/device/bulk_import",
         "/api/customer/device/{device}/claim",
         "/healthz",
@@ -229,20 +232,56 @@ fn tenants_see_nothing_of_each_other() {
     let (_, keys) = s.json("GET", &format!("/api/apiKeys/{}?{page}", me["id"]["id"].as_str().unwrap()), &alpha, None);
     assert_eq!(keys["data"][0]["enabled"], true);
 
-    // The broker's canonical topics carry the first tenant's devices only.
-    let app = json!({"username": "app", "password": "app-pw", "subscribe": ["gridlinks/devices/#"], "publish": []});
-    assert_eq!(s.json("POST", "/api/mqtt/clients", &alpha, Some(app)).0, 200);
-    let (mut sub, _) = Raw::login(s.mqtt_port, ProtocolVersion::V5, "app-1", "app", "app-pw");
-    sub.subscribe(1, &["gridlinks/devices/+/telemetry"]);
+    // Broker namespaces. Beta's clients are its own: same user name refused, lists apart.
+    let beta_app = json!({"username": "beta-app", "password": "beta-app-pw", "subscribe": ["#"], "publish": ["#"]});
+    assert_eq!(s.json("POST", "/api/mqtt/clients", &beta, Some(beta_app)).0, 200);
+    let taken = json!({"username": "app", "password": "stolen-pw"});
+    assert_eq!(s.json("POST", "/api/mqtt/clients", &beta, Some(taken)).0, 400, "Alpha's user name");
+    let (_, list) = s.json("GET", "/api/mqtt/clients", &beta, None);
+    assert_eq!(list.as_array().unwrap().iter().map(|c| c["username"].clone()).collect::<Vec<_>>(), ["beta-app"]);
+    // The same client id in both tenants is two sessions: neither takes the other over.
+    let (mut a_sub, _) = Raw::login(s.mqtt_port, ProtocolVersion::V5, "same-id", "app", "app-pw");
+    let (mut b_sub, _) = Raw::login(s.mqtt_port, ProtocolVersion::V5, "same-id", "beta-app", "beta-app-pw");
+    for c in [&mut a_sub, &mut b_sub] {
+        assert_eq!(c.subscribe(1, &["gridlinks/devices/+/telemetry", "apps/#"]).return_codes, [1, 1]);
+    }
+    // Nobody names a namespace itself.
+    assert_eq!(b_sub.subscribe(2, &["$tenant/#"]).return_codes, [reason::NOT_AUTHORIZED]);
+    let alpha_view = format!("$tenant/{beta_id}/#");
+    assert_eq!(a_sub.subscribe(2, &[alpha_view.as_str()]).return_codes, [reason::NOT_AUTHORIZED]);
+    b_sub.publish(&format!("$tenant/{alpha_id}/apps/x"), b"forged", QoS::AtLeastOnce, Some(3));
+    assert!(matches!(b_sub.recv(), Some(Packet::PubAck(a)) if a.reason == reason::NOT_AUTHORIZED));
+    // Each tenant's device telemetry reaches its own clients, under the device's name.
+    let delivered = |c: &mut Raw| match c.recv() {
+        Some(Packet::Publish(p)) => (p.topic.to_string(), String::from_utf8_lossy(&p.payload).into_owned()),
+        other => panic!("expected a PUBLISH, got {other:?}"),
+    };
     assert_eq!(s.telemetry("BETAPUMP", r#"{"beta":1}"#), 200);
     assert_eq!(s.telemetry("ALPHAPUMP", r#"{"alpha":2}"#), 200);
-    match sub.recv() {
-        Some(Packet::Publish(p)) => {
-            let payload = String::from_utf8_lossy(&p.payload).into_owned();
-            assert!(payload.contains("alpha") && !payload.contains("beta"), "{payload}");
+    let (topic, payload) = delivered(&mut a_sub);
+    assert_eq!(topic, "gridlinks/devices/pump/telemetry");
+    assert!(payload.contains("alpha") && !payload.contains("beta"), "{payload}");
+    let (topic, payload) = delivered(&mut b_sub);
+    assert_eq!(topic, "gridlinks/devices/pump/telemetry");
+    assert!(payload.contains("beta") && !payload.contains("alpha"), "{payload}");
+    // A client publish (retained too) stays in its tenant: Alpha's next message is its own
+    // marker, not Beta's publish before it.
+    let (mut b_pub, _) = Raw::login(s.mqtt_port, ProtocolVersion::V5, "b-pub", "beta-app", "beta-app-pw");
+    for (id, retain) in [(4, false), (5, true)] {
+        let mut p = publish_packet("apps/x", b"beta-message", QoS::AtLeastOnce, Some(id));
+        if let Packet::Publish(p) = &mut p {
+            p.retain = retain;
         }
-        other => panic!("expected Alpha's telemetry, got {other:?}"),
+        b_pub.send(&p);
+        // Routed (and the retained message stored) once acknowledged.
+        assert!(matches!(b_pub.recv(), Some(Packet::PubAck(a)) if a.reason == 0));
     }
+    a_sub.publish("apps/x", b"alpha-marker", QoS::AtMostOnce, None);
+    assert_eq!(delivered(&mut a_sub), ("apps/x".to_owned(), "alpha-marker".to_owned()));
+    let (mut late, _) = Raw::login(s.mqtt_port, ProtocolVersion::V5, "late", "app", "app-pw");
+    late.subscribe(1, &["apps/#"]);
+    a_sub.publish("apps/y", b"alpha-marker-2", QoS::AtMostOnce, None);
+    assert_eq!(delivered(&mut late), ("apps/y".to_owned(), "alpha-marker-2".to_owned()), "no Beta retained message");
 
     // Deleting Beta ends its users' tokens and its devices' tokens; Alpha is untouched.
     assert_eq!(s.json("DELETE", &format!("/api/tenant/{beta_id}"), &sys, None).0, 200);
@@ -250,6 +289,8 @@ fn tenants_see_nothing_of_each_other() {
     assert_eq!(s.telemetry("BETAPUMP", r#"{"x":1}"#), 401);
     assert_eq!(s.json("GET", &format!("/api/user/{boss_id}"), &sys, None).0, 404);
     assert_eq!(s.telemetry("ALPHAPUMP", r#"{"x":1}"#), 200);
+    assert_ne!(Raw::login(s.mqtt_port, ProtocolVersion::V5, "c", "beta-app", "beta-app-pw").1.code, 0);
+    assert_eq!(Raw::login(s.mqtt_port, ProtocolVersion::V5, "c", "app", "app-pw").1.code, 0);
     let (_, tenants) = s.json("GET", "/api/tenants?pageSize=10&page=0", &sys, None);
     assert_eq!(tenants["totalElements"], 1);
 }

@@ -9,6 +9,11 @@
 //!
 //! A user name never equals a device access token (the store refuses either when the other
 //! exists), so a credential cannot lock a device out of MQTT.
+//!
+//! A credential belongs to a tenant. The first tenant's clients see the broker as it is; a
+//! client of another tenant works inside its tenant's namespace ([`super::mount`]): its
+//! topics, filters, client id and retained messages are its tenant's alone. User names are
+//! unique across tenants: a client logs in by name alone.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -26,10 +31,11 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use crate::auth::Caller;
 use crate::auth::{Auth, AuthError};
 use crate::mqtt::Mqtt;
 use crate::thingsboard::error::{ApiError, ApiResult};
-use crate::thingsboard::extract::{Body, FirstTenantAdmin};
+use crate::thingsboard::extract::{Admin, Body};
 
 /// Longest user name, client id or topic filter accepted in a credential.
 const MAX_FIELD: usize = 256;
@@ -52,6 +58,9 @@ pub struct Credential {
     pub subscribe: Vec<String>,
     /// Creation time, ms since epoch.
     pub created_time: i64,
+    /// Its tenant; `None`: the first tenant (as every credential stored before tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<uuid::Uuid>,
 }
 
 impl Credential {
@@ -70,6 +79,8 @@ impl Credential {
 struct Entry {
     cred: Credential,
     acl: Arc<Acl>,
+    /// Its tenant's namespace (none for the first tenant).
+    mount: Option<Arc<str>>,
     /// HMAC of the last password that verified against `cred.password_hash`.
     verified: Mutex<Option<Vec<u8>>>,
 }
@@ -108,7 +119,7 @@ impl Credentials {
         username: &str,
         password: &[u8],
         client_id: &str,
-    ) -> Result<Arc<Acl>, AuthError> {
+    ) -> Result<AppLogin, AuthError> {
         auth.throttle.check(peer, username).map_err(AuthError::Throttled)?;
         let entry = self.map.read().get(username).cloned();
         let mac = self.mac(password);
@@ -119,7 +130,7 @@ impl Credentials {
             Some(e) => {
                 auth.throttle.succeeded(peer, username);
                 *e.verified.lock() = Some(mac);
-                Ok(e.acl.clone())
+                Ok(AppLogin { acl: e.acl.clone(), mount: e.mount.clone() })
             }
             None => {
                 auth.throttle.failed(peer, username);
@@ -138,11 +149,39 @@ impl Credentials {
     fn get(&self, username: &str) -> Option<Credential> {
         self.map.read().get(username).map(|e| e.cred.clone())
     }
+
+    /// The user names of `tenant`'s credentials.
+    pub fn of_tenant(&self, tenant: Option<uuid::Uuid>) -> Vec<String> {
+        self.map.read().values().filter(|e| e.cred.tenant == tenant).map(|e| e.cred.username.clone()).collect()
+    }
+
+    /// Deletes credentials (stored and in memory) and closes their live connections.
+    pub async fn delete(&self, st: &Mqtt, usernames: Vec<String>) -> Result<(), StoreError> {
+        let rows = usernames
+            .iter()
+            .map(|u| BrokerRow { table: BrokerTable::Credentials, key: u.clone().into_bytes(), value: None })
+            .collect();
+        st.core.writer.submit(WriteOp::Broker(rows)).await?;
+        for u in &usernames {
+            self.map.write().remove(u);
+            st.sessions.close_clients_of(u);
+        }
+        Ok(())
+    }
+}
+
+/// What an application's login gives its connection.
+pub struct AppLogin {
+    /// What it may publish and subscribe to (in its own terms).
+    pub acl: Arc<Acl>,
+    /// Its tenant's namespace, for a tenant other than the first.
+    pub mount: Option<Arc<str>>,
 }
 
 fn entry(cred: Credential) -> Entry {
     let acl = Arc::new(Acl { publish: cred.publish.clone(), subscribe: cred.subscribe.clone() });
-    Entry { cred, acl, verified: Mutex::new(None) }
+    let mount = cred.tenant.map(super::mount);
+    Entry { cred, acl, mount, verified: Mutex::new(None) }
 }
 
 // ---- REST ------------------------------------------------------------------------
@@ -174,9 +213,15 @@ fn check_filters(what: &str, filters: &[String]) -> ApiResult<()> {
     Ok(())
 }
 
-/// `POST /api/mqtt/clients`: creates or updates a credential. Live connections that use
-/// it are closed, so they reconnect under the new rules.
-pub async fn save(_: FirstTenantAdmin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
+/// A credential of the caller's tenant (404 for another tenant's: user names are the
+/// tenants' own business).
+fn of_caller(st: &Mqtt, me: &Caller, username: &str) -> Option<Credential> {
+    st.clients.get(username).filter(|c| c.tenant == st.core.stored_tenant(me.tenant))
+}
+
+/// `POST /api/mqtt/clients`: creates or updates a credential of the caller's tenant. Live
+/// connections that use it are closed, so they reconnect under the new rules.
+pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
     let req: SaveRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
     if req.username.is_empty() || req.username.len() > MAX_FIELD || req.username.chars().any(char::is_control) {
@@ -192,6 +237,10 @@ pub async fn save(_: FirstTenantAdmin, State(st): St, Body(body): Body) -> ApiRe
     check_filters("publish", &req.publish)?;
     check_filters("subscribe", &req.subscribe)?;
     let old = st.clients.get(&req.username);
+    let tenant = st.core.stored_tenant(me.tenant);
+    if old.as_ref().is_some_and(|o| o.tenant != tenant) {
+        return Err(ApiError::bad_request("This MQTT user name is taken: choose another"));
+    }
     let password_hash = match (req.password, &old) {
         (Some(pw), _) if !pw.is_empty() => {
             st.auth.passwords.hash(pw).await.map_err(crate::thingsboard::api::auth_error)?
@@ -206,6 +255,7 @@ pub async fn save(_: FirstTenantAdmin, State(st): St, Body(body): Body) -> ApiRe
         publish: req.publish,
         subscribe: req.subscribe,
         created_time: old.map_or_else(|| Ts::now().0, |o| o.created_time),
+        tenant,
     };
     let value = serde_json::to_vec(&cred).map_err(|e| ApiError::internal(e.to_string()))?;
     let row =
@@ -218,33 +268,27 @@ pub async fn save(_: FirstTenantAdmin, State(st): St, Body(body): Body) -> ApiRe
     Ok(Json(view))
 }
 
-/// `GET /api/mqtt/clients`: every credential, by user name.
-pub async fn list(_: FirstTenantAdmin, State(st): St) -> Json<serde_json::Value> {
+/// `GET /api/mqtt/clients`: the caller's tenant's credentials, by user name.
+pub async fn list(Admin(me): Admin, State(st): St) -> Json<serde_json::Value> {
+    let tenant = st.core.stored_tenant(me.tenant);
     let map = st.clients.map.read();
-    let mut all: Vec<&Arc<Entry>> = map.values().collect();
+    let mut all: Vec<&Arc<Entry>> = map.values().filter(|e| e.cred.tenant == tenant).collect();
     all.sort_by(|a, b| a.cred.username.cmp(&b.cred.username));
     Json(all.iter().map(|e| e.cred.view()).collect())
 }
 
 /// `GET /api/mqtt/clients/{username}`.
-pub async fn get(
-    _: FirstTenantAdmin,
-    State(st): St,
-    Path(username): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    st.clients.get(&username).map(|c| Json(c.view())).ok_or_else(|| not_found(&username))
+pub async fn get(Admin(me): Admin, State(st): St, Path(username): Path<String>) -> ApiResult<Json<serde_json::Value>> {
+    of_caller(&st, &me, &username).map(|c| Json(c.view())).ok_or_else(|| not_found(&username))
 }
 
 /// `DELETE /api/mqtt/clients/{username}`: the credential stops working and live
 /// connections that use it are closed.
-pub async fn delete(_: FirstTenantAdmin, State(st): St, Path(username): Path<String>) -> ApiResult<StatusCode> {
-    if !st.clients.contains(&username) {
+pub async fn delete(Admin(me): Admin, State(st): St, Path(username): Path<String>) -> ApiResult<StatusCode> {
+    if of_caller(&st, &me, &username).is_none() {
         return Err(not_found(&username));
     }
-    let row = BrokerRow { table: BrokerTable::Credentials, key: username.clone().into_bytes(), value: None };
-    st.core.writer.submit(WriteOp::Broker(vec![row])).await?;
-    st.clients.map.write().remove(&username);
-    st.sessions.close_clients_of(&username);
+    st.clients.delete(&st, vec![username]).await?;
     Ok(StatusCode::OK)
 }
 

@@ -24,6 +24,19 @@ use crate::thingsboard::rpc::RpcRegistry;
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
 
+/// Where every tenant but the first has its broker namespace: `$tenant/{id}/`. A client of
+/// such a tenant publishes and subscribes in its own terms; the broker prefixes its topics,
+/// filters and client id with its namespace, and takes the prefix off what it delivers. No
+/// client may name a topic or filter under this root itself, and first-level wildcards never
+/// match `$` topics, so no tenant reaches another's namespace, nor the first tenant's into
+/// theirs.
+pub const MOUNT_ROOT: &str = "$tenant/";
+
+/// The namespace of `tenant` (not the first).
+pub fn mount(tenant: uuid::Uuid) -> Arc<str> {
+    format!("{MOUNT_ROOT}{tenant}/").into()
+}
+
 /// The MQTT subsystem's handle: what the listeners, every connection and the broker's
 /// routing share. The REST endpoints that manage application credentials and call device
 /// RPCs use it too.

@@ -8,9 +8,9 @@
 //!
 //! Nothing is built while no client subscription overlaps the topics (one atomic read).
 //!
-//! The broker's application clients belong to the first tenant, so only its devices are
-//! published here; other tenants' devices never reach a topic (device names are unique only
-//! within a tenant).
+//! A device of a tenant other than the first is published in its tenant's namespace
+//! (`super::mount`), where only that tenant's clients subscribe: device names are unique only
+//! within a tenant.
 
 use std::sync::Arc;
 
@@ -72,10 +72,14 @@ impl LiveData for CanonicalTopics {
     fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             for (device, records) in committed {
-                // A device deleted meanwhile has no topic any more. Only the first tenant's
-                // devices are published: the broker's application clients are its own.
-                let Some(d) = self.store.device(device)?.filter(|d| d.tenant.is_none()) else { continue };
-                let msg = Message::new(&topic(&d.name), QoS::AtLeastOnce, payload(&records));
+                // A device deleted meanwhile has no topic any more. Another tenant's device
+                // is published in that tenant's namespace.
+                let Some(d) = self.store.device(device)? else { continue };
+                let topic = match d.tenant {
+                    Some(t) => format!("{}{}", super::mount(t), topic(&d.name)),
+                    None => topic(&d.name),
+                };
+                let msg = Message::new(&topic, QoS::AtLeastOnce, payload(&records));
                 let routing = super::pubsub::route_with(&self.sessions, &self.writer, "", &msg, false, None);
                 if let Some(pending) = routing.pending {
                     pending.await?;

@@ -114,26 +114,6 @@ impl FromRequestParts<Http> for Admin {
     }
 }
 
-/// A request of an administrator of the first tenant, which the broker's application
-/// clients belong to (per-tenant broker namespaces are not built); anyone else gets 403.
-pub struct FirstTenantAdmin;
-
-impl FromRequestParts<Http> for FirstTenantAdmin {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
-        let Admin(c) = Admin::from_request_parts(parts, state).await?;
-        match c.tenant == state.core.tenant_id {
-            true => Ok(FirstTenantAdmin),
-            false => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                ErrorCode::PermissionDenied,
-                "MQTT application clients belong to the first tenant: per-tenant broker namespaces are not built",
-            )),
-        }
-    }
-}
-
 /// A request of the system administrator; any other user gets 403.
 pub struct SysAdmin(pub Caller);
 

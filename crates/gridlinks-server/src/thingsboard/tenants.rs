@@ -107,8 +107,8 @@ pub async fn list(_: SysAdmin, State(st): St, Q(p): Q<DocListParams>) -> ApiResu
 }
 
 /// `DELETE /api/tenant/{id}`: the tenant with its devices (and their data), profiles,
-/// customers, dashboards, users and API keys. Its users' tokens and devices' connections
-/// end at once. The first tenant cannot be deleted.
+/// customers, dashboards, users, API keys and MQTT clients. Its users' tokens, its devices'
+/// and MQTT clients' connections end at once. The first tenant cannot be deleted.
 pub async fn delete(
     _: SysAdmin,
     State(mqtt): State<Arc<Mqtt>>,
@@ -125,6 +125,7 @@ pub async fn delete(
     let store = st.store.clone();
     let devices: Vec<_> =
         blocking(move || store.devices()).await?.into_iter().filter(|d| d.tenant == Some(id)).map(|d| d.id).collect();
+    mqtt.clients.delete(&mqtt, mqtt.clients.of_tenant(Some(id))).await?;
     st.writer.submit(WriteOp::DeleteTenant(id)).await?;
     auth.users.remove_tenant(id);
     for d in devices {

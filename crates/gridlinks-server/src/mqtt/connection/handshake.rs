@@ -70,7 +70,8 @@ impl<T: Transport> Conn<T> {
                 refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
             }
             (None, _, Ok(None)) if self.st.core.cfg.mqtt.allow_anonymous => {
-                who = Some(Who::Client { id: client_id, owner: "".into(), acl: self.st.anonymous_acl.clone() });
+                let acl = self.st.anonymous_acl.clone();
+                who = Some(Who::Client { id: client_id, owner: "".into(), acl, mount: None });
             }
             (None, _, Ok(None)) => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
             (Some(_), Err(IngestError::BadCredential), Ok(None)) if password.is_none() => {
@@ -80,7 +81,15 @@ impl<T: Transport> Conn<T> {
             (Some(user), Err(IngestError::BadCredential), Ok(None)) => {
                 let password = password.unwrap_or_default();
                 match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
-                    Ok(acl) => who = Some(Who::Client { id: client_id, owner: user.into(), acl }),
+                    Ok(login) => {
+                        // Another tenant's client: its session is keyed in its namespace, so
+                        // the same client id in two tenants is two sessions.
+                        let id = match &login.mount {
+                            Some(m) => format!("{m}{client_id}").into(),
+                            None => client_id,
+                        };
+                        who = Some(Who::Client { id, owner: user.into(), acl: login.acl, mount: login.mount })
+                    }
                     Err(e) => {
                         code = auth_refusal(&e);
                         refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);

@@ -40,10 +40,21 @@ impl Batch {
     }
 }
 
+/// A client's topic filter in its tenant's namespace (`$share/{group}/` stays in front).
+fn mounted(mount: Option<&str>, filter: &str) -> String {
+    let Some(m) = mount else { return filter.to_owned() };
+    match filter.strip_prefix("$share/").and_then(|r| r.split_once('/')) {
+        Some((group, rest)) => format!("$share/{group}/{m}{rest}"),
+        None => format!("{m}{filter}"),
+    }
+}
+
 /// May a pub/sub client with `acl` publish to `topic`? If not, why.
 pub(super) fn may_publish(acl: &Acl, topic: &str) -> Result<(), String> {
     if topic.starts_with(DEVICE_API_PREFIX) {
         Err(format!("not authorized to publish to {topic:?}: the device API needs a device token"))
+    } else if topic.starts_with(crate::mqtt::MOUNT_ROOT) {
+        Err(format!("not authorized to publish to {topic:?}: tenants' namespaces are the server's"))
     } else if topic.starts_with(SERVER_PREFIX) {
         Err(format!("not authorized to publish to {topic:?}: only the server publishes under {SERVER_PREFIX}"))
     } else if !is_valid_topic_name(topic) || !acl.may_publish(topic) {
@@ -200,7 +211,7 @@ impl<T: Transport> Conn<T> {
                 }
                 let device = match who {
                     Who::Device(device) => *device,
-                    Who::Client { id, acl, .. } => return self.route(id, acl, p, pending),
+                    Who::Client { id, acl, mount, .. } => return self.route(id, acl, mount.as_deref(), p, pending),
                 };
                 let st = self.st.clone();
                 let (version, decoded) = (self.version, Instant::now());
@@ -328,7 +339,8 @@ impl<T: Transport> Conn<T> {
         &mut self,
         client: &str,
         acl: &Acl,
-        p: Publish,
+        mount: Option<&str>,
+        mut p: Publish,
         pending: &mut FuturesOrdered<InFlight>,
     ) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
@@ -340,6 +352,9 @@ impl<T: Transport> Conn<T> {
             }
             pending.push_back(ready(pub_ack(qos, packet_id, rc::NOT_AUTHORIZED, Some(text))));
             return None;
+        }
+        if let Some(m) = mount {
+            p.topic = format!("{m}{}", p.topic);
         }
         let retain = p.retain;
         let msg = message(p);
@@ -425,15 +440,19 @@ impl<T: Transport> Conn<T> {
                             }
                         }
                     }
-                    Who::Client { id: client, acl, .. } => {
+                    Who::Client { id: client, acl, mount, .. } => {
                         let plain = f
                             .filter
                             .strip_prefix("$share/")
                             .and_then(|r| r.split_once('/'))
                             .map_or(f.filter.as_str(), |(_, p)| p);
-                        if plain.starts_with(DEVICE_API_PREFIX) || !acl.may_subscribe(&f.filter) {
+                        if plain.starts_with(DEVICE_API_PREFIX)
+                            || plain.starts_with(crate::mqtt::MOUNT_ROOT)
+                            || !acl.may_subscribe(&f.filter)
+                        {
                             return if v5 { rc::NOT_AUTHORIZED } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
+                        let filter = mounted(mount.as_deref(), &f.filter);
                         let opts = SubOptions {
                             qos: granted,
                             no_local: f.no_local,
@@ -441,7 +460,7 @@ impl<T: Transport> Conn<T> {
                             retain_handling: f.retain_handling,
                             subscription_id: s.subscription_identifier,
                         };
-                        match self.st.sessions.subscribe_client(client, &f.filter, opts) {
+                        match self.st.sessions.subscribe_client(client, &filter, opts) {
                             Ok(r) => {
                                 retained.extend(r.into_iter().map(|(msg, qos)| Outbound {
                                     retain: true,
@@ -485,7 +504,9 @@ impl<T: Transport> Conn<T> {
             .map(|f| {
                 let existed = match who {
                     Who::Device(device) => self.st.sessions.unsubscribe(*device, self.session, f),
-                    Who::Client { id, .. } => self.st.sessions.unsubscribe_client(id, f),
+                    Who::Client { id, mount, .. } => {
+                        self.st.sessions.unsubscribe_client(id, &mounted(mount.as_deref(), f))
+                    }
                 };
                 if existed {
                     0

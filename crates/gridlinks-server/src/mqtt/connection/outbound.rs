@@ -282,7 +282,8 @@ impl<T: Transport> Conn<T> {
             dup,
             qos,
             retain: out.retain,
-            topic: &out.msg.topic,
+            // A client in a tenant's namespace sees its topics in its own terms.
+            topic: self.mount.as_deref().and_then(|m| out.msg.topic.strip_prefix(m)).unwrap_or(&out.msg.topic),
             packet_id,
             payload: &out.msg.payload,
             properties,
