@@ -114,3 +114,37 @@ fn wrong_basic_passwords_are_throttled() {
     // Throttled, the right password is refused too.
     assert_ne!(connect(s.mqtt_port, "x", Some(("guarded", "right"))).0, ConnectReturnCode::Success);
 }
+
+/// X509_CERTIFICATE credentials: stored with ThingsBoard's fingerprint (SHA3-256 of the PEM
+/// body), one device's only, replacing the access token until a token is set again. (A
+/// device connects with one once a TLS transport exists.)
+#[test]
+fn x509_credentials_are_fingerprinted_unique_and_replace_the_token() {
+    let s = Server::start();
+    let jwt = s.login();
+    let a = s.device(&jwt, "x509-a", "X509ATOKEN");
+    let b = s.device(&jwt, "x509-b", "X509BTOKEN");
+    let set = |id: &str, kind: &str, value: Option<&str>, cred_id: Option<&str>| {
+        let body = json!({"deviceId": {"entityType": "DEVICE", "id": id}, "credentialsType": kind,
+            "credentialsValue": value, "credentialsId": cred_id});
+        s.json("POST", "/api/device/credentials", &jwt, Some(body))
+    };
+    let pem = "-----BEGIN CERTIFICATE-----\nTUlJQg==\nQUJD\n-----END CERTIFICATE-----\n";
+    let (st, cred) = set(&a, "X509_CERTIFICATE", Some(pem), None);
+    assert_eq!(st, 200, "{cred}");
+    // SHA3-256 of "TUlJQg==QUJD", as ThingsBoard's EncryptionUtil.getSha3Hash gives it.
+    let fingerprint = "00b152cc25250420dd9c200022cd0ce522d13694e66c3c48f91e7ce165561b55";
+    assert_eq!(
+        (cred["credentialsType"].as_str(), cred["credentialsId"].as_str(), cred["credentialsValue"].as_str()),
+        (Some("X509_CERTIFICATE"), Some(fingerprint), Some("TUlJQg==QUJD"))
+    );
+    let (_, again) = s.json("GET", &format!("/api/device/{a}/credentials"), &jwt, None);
+    assert_eq!(again["credentialsId"], fingerprint);
+    assert_eq!(s.telemetry("X509ATOKEN", r#"{"t":1}"#), 401, "the token no longer works");
+    assert_eq!(set(&b, "X509_CERTIFICATE", Some(pem), None).0, 400, "another device's certificate");
+    assert_eq!(set(&b, "X509_CERTIFICATE", Some("not a certificate!"), None).0, 400);
+    // A token again: the certificate is free for another device.
+    assert_eq!(set(&a, "ACCESS_TOKEN", None, Some("X509ANEW")).0, 200);
+    assert_eq!(s.telemetry("X509ANEW", r#"{"t":2}"#), 200);
+    assert_eq!(set(&b, "X509_CERTIFICATE", Some(pem), None).0, 200);
+}

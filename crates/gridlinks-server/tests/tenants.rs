@@ -245,7 +245,10 @@ fn tenants_see_nothing_of_each_other() {
     for c in [&mut a_sub, &mut b_sub] {
         assert_eq!(c.subscribe(1, &["gridlinks/devices/+/telemetry", "apps/#"]).return_codes, [1, 1]);
     }
-    // Nobody names a namespace itself.
+    // Nobody names a namespace itself, not even as a client id.
+    let (_, refused) =
+        Raw::login(s.mqtt_port, ProtocolVersion::V5, &format!("$tenant/{beta_id}/same-id"), "app", "app-pw");
+    assert_eq!(refused.code, reason::CLIENT_IDENTIFIER_NOT_VALID);
     assert_eq!(b_sub.subscribe(2, &["$tenant/#"]).return_codes, [reason::NOT_AUTHORIZED]);
     let alpha_view = format!("$tenant/{beta_id}/#");
     assert_eq!(a_sub.subscribe(2, &[alpha_view.as_str()]).return_codes, [reason::NOT_AUTHORIZED]);

@@ -219,6 +219,26 @@ pub struct DeviceRecord {
     /// tenants existed is one of its).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<uuid::Uuid>,
+    /// X509_CERTIFICATE credentials, when the device has them instead of a usable access
+    /// token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x509: Option<X509Credentials>,
+}
+
+/// A device's X.509 certificate, as ThingsBoard keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct X509Credentials {
+    /// The SHA3-256 of `cert`, lower-case hex (ThingsBoard's `credentialsId`).
+    pub fingerprint: String,
+    /// The certificate's PEM body without its BEGIN/END lines and line breaks.
+    pub cert: String,
+}
+
+impl X509Credentials {
+    /// Its key in the `basic` index (beside MQTT_BASIC's `u…` and `c…` keys).
+    pub(crate) fn index_key(&self) -> Vec<u8> {
+        [b"x".as_slice(), self.fingerprint.as_bytes()].concat()
+    }
 }
 
 impl DeviceRecord {

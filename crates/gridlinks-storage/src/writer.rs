@@ -186,6 +186,14 @@ pub enum WriteOp {
         /// Its credentials from now on.
         basic: BasicCredentials,
     },
+    /// Gives a device X509_CERTIFICATE credentials, which replace its access token (and
+    /// MQTT_BASIC credentials): a certificate is one device's only.
+    SetX509 {
+        /// The device.
+        device: DeviceId,
+        /// Its certificate from now on.
+        x509: crate::X509Credentials,
+    },
     /// Assigns a device to a customer (`Some`, which must exist) or to none.
     AssignCustomer {
         /// The device.
@@ -1153,7 +1161,20 @@ impl Writer {
                 let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
                 txn.check_basic(&basic, device)?;
                 let token = txn.fresh_token()?;
-                let new = DeviceRecord { basic: Some(basic), token, ..old.clone() };
+                let new = DeviceRecord { basic: Some(basic), x509: None, token, ..old.clone() };
+                txn.put(new.clone(), Some(&old))?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(Box::new(new)))
+            }
+            WriteOp::SetX509 { device, x509 } => {
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
+                if txn.basic_owner(&x509.index_key())?.is_some_and(|o| o != device) {
+                    return Err(StoreError::CredentialClash("this certificate belongs to another device".into()));
+                }
+                let token = txn.fresh_token()?;
+                let new = DeviceRecord { x509: Some(x509), basic: None, token, ..old.clone() };
                 txn.put(new.clone(), Some(&old))?;
                 txn.commit()?;
                 Ok(WriteOutcome::Device(Box::new(new)))
@@ -1363,6 +1384,9 @@ impl Writer {
         batch.remove(&ks.tokens, rec.token.clone().into_bytes());
         if let Some(i) = &rec.identity {
             batch.remove(&ks.identities, codec::identity_key(i));
+        }
+        if let Some(k) = rec.x509.as_ref().map(crate::X509Credentials::index_key) {
+            batch.remove(&ks.basic, k);
         }
         if let Some(k) = rec.basic.as_ref().and_then(BasicCredentials::index_key) {
             batch.remove(&ks.basic, k);
@@ -1771,6 +1795,14 @@ impl<'a> DeviceTxn<'a> {
             self.batch.remove(&ks.basic, k.clone());
             self.basic.insert(k, None);
         }
+        if let Some(k) = old.and_then(|o| o.x509.as_ref()).map(crate::X509Credentials::index_key) {
+            self.batch.remove(&ks.basic, k.clone());
+            self.basic.insert(k, None);
+        }
+        if let Some(k) = new.x509.as_ref().map(crate::X509Credentials::index_key) {
+            self.batch.insert(&ks.basic, k.clone(), new.id.as_bytes().to_vec());
+            self.basic.insert(k, Some(new.id));
+        }
         if let Some(k) = new.basic.as_ref().and_then(BasicCredentials::index_key) {
             self.batch.insert(&ks.basic, k.clone(), new.id.as_bytes().to_vec());
             self.basic.insert(k, Some(new.id));
@@ -1848,6 +1880,7 @@ impl<'a> DeviceTxn<'a> {
             customer: old.as_ref().and_then(|o| o.customer),
             // A new access token replaces MQTT_BASIC credentials (one credential per device).
             basic: old.as_ref().and_then(|o| o.basic.clone()).filter(|_| s.token.is_none()),
+            x509: old.as_ref().and_then(|o| o.x509.clone()).filter(|_| s.token.is_none()),
             tenant,
         };
         self.put(rec.clone(), old.as_ref())?;

@@ -22,3 +22,4 @@ pub mod keys;
 pub mod model;
 pub mod payload;
 pub mod topic;
+pub mod x509;

@@ -94,6 +94,8 @@ pub struct Device<'a> {
     pub identity: Option<(&'a str, &'a str)>,
     /// MQTT_BASIC credentials (client id, user name), when the device has them.
     pub basic: Option<(Option<&'a str>, Option<&'a str>)>,
+    /// X509_CERTIFICATE credentials (fingerprint, certificate), when it has them.
+    pub x509: Option<(&'a str, &'a str)>,
     /// The customer it is assigned to.
     pub customer: Option<Uuid>,
 }
@@ -149,12 +151,13 @@ pub fn identity_credentials(d: &Device<'_>) -> J {
 /// A device's credentials as `GET /api/device/{id}/credentials` returns them.
 pub fn credentials(d: &Device<'_>) -> J {
     // MQTT_BASIC: the password is never shown (only its hash is kept).
-    let (kind, id, value) = match d.basic {
-        Some((client_id, user_name)) => {
+    let (kind, id, value) = match (d.basic, d.x509) {
+        (Some((client_id, user_name)), _) => {
             let value = json!({"clientId": client_id, "userName": user_name, "password": null}).to_string();
             ("MQTT_BASIC", J::Null, J::String(value))
         }
-        None => ("ACCESS_TOKEN", J::String(d.token.to_owned()), J::Null),
+        (None, Some((fingerprint, cert))) => ("X509_CERTIFICATE", J::from(fingerprint), J::from(cert)),
+        (None, None) => ("ACCESS_TOKEN", J::String(d.token.to_owned()), J::Null),
     };
     json!({
         "id": {"id": Uuid::new_v5(&Uuid::NAMESPACE_OID, d.id.0.as_bytes())},
@@ -435,6 +438,7 @@ mod tests {
             additional_info: Some(&info),
             identity: None,
             basic: None,
+            x509: None,
             customer: None,
         };
         let j = device(&d, Uuid::nil());

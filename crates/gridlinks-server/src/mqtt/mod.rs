@@ -37,6 +37,13 @@ pub fn mount(tenant: uuid::Uuid) -> Arc<str> {
     format!("{MOUNT_ROOT}{tenant}/").into()
 }
 
+/// The namespace a pub/sub client's session id is in (its id is the namespace and the
+/// client id the client gave; a client id may not start with [`MOUNT_ROOT`]).
+pub fn mount_of(session_id: &str) -> Option<&str> {
+    let rest = session_id.strip_prefix(MOUNT_ROOT)?;
+    rest.find('/').map(|end| &session_id[..MOUNT_ROOT.len() + end + 1])
+}
+
 /// The MQTT subsystem's handle: what the listeners, every connection and the broker's
 /// routing share. The REST endpoints that manage application credentials and call device
 /// RPCs use it too.

@@ -148,6 +148,7 @@ pub(crate) fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<
         additional_info: d.additional_info.as_ref(),
         identity: d.identity.as_ref().map(|i| (i.protocol.as_str(), i.id.as_str())),
         basic: d.basic.as_ref().map(|b| (b.client_id.as_deref(), b.user_name.as_deref())),
+        x509: d.x509.as_ref().map(|x| (x.fingerprint.as_str(), x.cert.as_str())),
         customer: d.customer,
     }
 }
@@ -353,13 +354,16 @@ pub async fn save_credentials(
             st.writer.submit(WriteOp::SetBasic { device: id, basic }).await
         }
         "X509_CERTIFICATE" => {
-            return Err(ApiError::bad_request(
-                "credentials type X509_CERTIFICATE needs TLS, which GridLinks has not yet",
-            ))
+            // Stored and unique now; a device connects with it once a TLS transport exists.
+            let pem = b.credentials_value.unwrap_or_default();
+            let (cert, fingerprint) =
+                gridlinks_thingsboard::x509::fingerprint(&pem).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let x509 = gridlinks_storage::X509Credentials { fingerprint, cert };
+            st.writer.submit(WriteOp::SetX509 { device: id, x509 }).await
         }
         other => {
             return Err(ApiError::bad_request(format!(
-                "credentials type {other} is not supported: use ACCESS_TOKEN, MQTT_BASIC or PROTOCOL_IDENTITY"
+                "credentials type {other} is not supported: use ACCESS_TOKEN, MQTT_BASIC, X509_CERTIFICATE or PROTOCOL_IDENTITY"
             )))
         }
     };

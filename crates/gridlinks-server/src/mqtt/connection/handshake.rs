@@ -70,8 +70,7 @@ impl<T: Transport> Conn<T> {
                 refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
             }
             (None, _, Ok(None)) if self.st.core.cfg.mqtt.allow_anonymous => {
-                let acl = self.st.anonymous_acl.clone();
-                who = Some(Who::Client { id: client_id, owner: "".into(), acl, mount: None });
+                who = Some(Who::Client { id: client_id, owner: "".into(), acl: self.st.anonymous_acl.clone() });
             }
             (None, _, Ok(None)) => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
             (Some(_), Err(IngestError::BadCredential), Ok(None)) if password.is_none() => {
@@ -88,7 +87,7 @@ impl<T: Transport> Conn<T> {
                             Some(m) => format!("{m}{client_id}").into(),
                             None => client_id,
                         };
-                        who = Some(Who::Client { id, owner: user.into(), acl: login.acl, mount: login.mount })
+                        who = Some(Who::Client { id, owner: user.into(), acl: login.acl })
                     }
                     Err(e) => {
                         code = auth_refusal(&e);
@@ -106,6 +105,13 @@ impl<T: Transport> Conn<T> {
         }
         if code == 0 && c.client_id.is_empty() && !v5 && (!c.clean_start || c.protocol == ProtocolVersion::V3_1) {
             code = rc::V3_IDENTIFIER_REJECTED;
+            who = None;
+        }
+        // Tenants' namespaces are the server's: a client id there would be another
+        // tenant's session.
+        if code == 0 && c.client_id.starts_with(crate::mqtt::MOUNT_ROOT) {
+            code = refuse(rc::V3_IDENTIFIER_REJECTED, rc::CLIENT_IDENTIFIER_NOT_VALID);
+            refusal = v5.then(|| format!("client ids may not start with {}", crate::mqtt::MOUNT_ROOT));
             who = None;
         }
         let mut props = ConnAckProperties::default();

@@ -40,9 +40,10 @@ impl Batch {
     }
 }
 
-/// A client's topic filter in its tenant's namespace (`$share/{group}/` stays in front).
-fn mounted(mount: Option<&str>, filter: &str) -> String {
-    let Some(m) = mount else { return filter.to_owned() };
+/// Client `session`'s topic filter in its tenant's namespace (`$share/{group}/` stays in
+/// front).
+fn mounted(session: &str, filter: &str) -> String {
+    let Some(m) = crate::mqtt::mount_of(session) else { return filter.to_owned() };
     match filter.strip_prefix("$share/").and_then(|r| r.split_once('/')) {
         Some((group, rest)) => format!("$share/{group}/{m}{rest}"),
         None => format!("{m}{filter}"),
@@ -211,7 +212,7 @@ impl<T: Transport> Conn<T> {
                 }
                 let device = match who {
                     Who::Device(device) => *device,
-                    Who::Client { id, acl, mount, .. } => return self.route(id, acl, mount.as_deref(), p, pending),
+                    Who::Client { id, acl, .. } => return self.route(id, acl, p, pending),
                 };
                 let st = self.st.clone();
                 let (version, decoded) = (self.version, Instant::now());
@@ -339,7 +340,6 @@ impl<T: Transport> Conn<T> {
         &mut self,
         client: &str,
         acl: &Acl,
-        mount: Option<&str>,
         mut p: Publish,
         pending: &mut FuturesOrdered<InFlight>,
     ) -> Option<End> {
@@ -353,7 +353,7 @@ impl<T: Transport> Conn<T> {
             pending.push_back(ready(pub_ack(qos, packet_id, rc::NOT_AUTHORIZED, Some(text))));
             return None;
         }
-        if let Some(m) = mount {
+        if let Some(m) = crate::mqtt::mount_of(client) {
             p.topic = format!("{m}{}", p.topic);
         }
         let retain = p.retain;
@@ -440,7 +440,7 @@ impl<T: Transport> Conn<T> {
                             }
                         }
                     }
-                    Who::Client { id: client, acl, mount, .. } => {
+                    Who::Client { id: client, acl, .. } => {
                         let plain = f
                             .filter
                             .strip_prefix("$share/")
@@ -452,7 +452,7 @@ impl<T: Transport> Conn<T> {
                         {
                             return if v5 { rc::NOT_AUTHORIZED } else { rc::V3_SUBSCRIPTION_FAILURE };
                         }
-                        let filter = mounted(mount.as_deref(), &f.filter);
+                        let filter = mounted(client, &f.filter);
                         let opts = SubOptions {
                             qos: granted,
                             no_local: f.no_local,
@@ -504,9 +504,7 @@ impl<T: Transport> Conn<T> {
             .map(|f| {
                 let existed = match who {
                     Who::Device(device) => self.st.sessions.unsubscribe(*device, self.session, f),
-                    Who::Client { id, mount, .. } => {
-                        self.st.sessions.unsubscribe_client(id, &mounted(mount.as_deref(), f))
-                    }
+                    Who::Client { id, .. } => self.st.sessions.unsubscribe_client(id, &mounted(id, f)),
                 };
                 if existed {
                     0

@@ -120,10 +120,9 @@ struct Conn<T> {
     disconnect_expiry: Option<u32>,
     /// Durable queue rows of copies the client acknowledged, to delete.
     acked_rows: Vec<BrokerRow>,
-    /// A pub/sub client's id (its durable rows are keyed by it).
+    /// A pub/sub client's session id (its durable rows are keyed by it): the client id, in
+    /// its tenant's namespace for a tenant other than the first (`crate::mqtt::mount_of`).
     client_id: Option<Arc<str>>,
-    /// A pub/sub client's broker namespace, taken off the topics delivered to it.
-    mount: Option<Arc<str>>,
     /// The client's Maximum Packet Size (MQTT 5 CONNECT); larger packets are not sent.
     max_out: usize,
     /// A publish of this client met a full subscriber queue (its QoS 0 copy was dropped):
@@ -148,8 +147,6 @@ enum Who {
         owner: Arc<str>,
         /// What it may publish and subscribe to.
         acl: Arc<Acl>,
-        /// Its tenant's broker namespace (`crate::mqtt::mount`); none for the first tenant.
-        mount: Option<Arc<str>>,
     },
 }
 
@@ -191,7 +188,6 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         disconnect_expiry: None,
         acked_rows: Vec::new(),
         client_id: None,
-        mount: None,
         max_out: usize::MAX,
         congested: false,
         extra_in_flight: 0,
@@ -229,9 +225,8 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         st.metrics.connects.fetch_add(1, Ordering::Relaxed);
         st.metrics.connections.fetch_add(1, Ordering::Relaxed);
         conn.session = link.id;
-        if let Who::Client { id, mount, .. } = &who {
+        if let Who::Client { id, .. } = &who {
             conn.client_id = Some(id.clone());
-            conn.mount.clone_from(mount);
         }
         conn.rate = RateLimit::new(st.core.cfg.mqtt.rate_limit_messages).map(Box::new);
         let keep_alive = connect.keep_alive;
@@ -241,8 +236,8 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         );
         // Devices' wills are not published: their topics are the device API's.
         let will = match &who {
-            Who::Client { mount, .. } => connect.will.take().map(|mut w| {
-                if let Some(m) = mount {
+            Who::Client { id, .. } => connect.will.take().map(|mut w| {
+                if let Some(m) = crate::mqtt::mount_of(id) {
                     w.topic = format!("{m}{}", w.topic);
                 }
                 Box::new(w)

@@ -283,7 +283,12 @@ impl<T: Transport> Conn<T> {
             qos,
             retain: out.retain,
             // A client in a tenant's namespace sees its topics in its own terms.
-            topic: self.mount.as_deref().and_then(|m| out.msg.topic.strip_prefix(m)).unwrap_or(&out.msg.topic),
+            topic: self
+                .client_id
+                .as_deref()
+                .and_then(crate::mqtt::mount_of)
+                .and_then(|m| out.msg.topic.strip_prefix(m))
+                .unwrap_or(&out.msg.topic),
             packet_id,
             payload: &out.msg.payload,
             properties,
