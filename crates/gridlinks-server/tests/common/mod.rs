@@ -302,6 +302,27 @@ impl Drop for Server {
     }
 }
 
+/// Routes open to anyone (device API, login, health) or about the caller itself: the
+/// isolation sweeps do not try them with another's ids.
+pub const OPEN_ROUTES: &[&str] = &[
+    "/healthz",
+    "/metrics",
+    "/api/auth/login",
+    "/api/auth/token",
+    "/api/auth/logout",
+    "/api/auth/user",
+    "/api/auth/changePassword",
+    "/api/noauth/activate",
+    "/api/ruleChains",
+    "/api/ruleChain",
+    "/api/ruleChain/{*rest}",
+    "/api/ruleNode/{*rest}",
+    "/api/v1/provision",
+    "/api/v1/{token}/telemetry",
+    "/api/v1/{token}/attributes",
+    "/api/v1/{token}/claim",
+];
+
 /// The REST routes the server declares, read from its source (`{tel}` stands for the
 /// telemetry prefix `/api/plugins/telemetry/{entity_type}/{id}`).
 pub fn server_routes() -> Vec<String> {
