@@ -67,7 +67,7 @@ impl CommitLog for Embedded {
     }
 }
 
-/// Receives committed telemetry: the canonical MQTT topics today, WebSocket live data later.
+/// Receives committed telemetry: the canonical MQTT topics and the WebSocket API.
 pub trait LiveData: Send + Sync + 'static {
     /// Whether anyone listens at all (checked before records are copied for it).
     fn wants_telemetry(&self) -> bool;

@@ -117,6 +117,8 @@ pub struct Handles {
     pub tcp: Arc<crate::tcp::TcpMetrics>,
     /// CoAP counters.
     pub coap: Arc<crate::coap::CoapMetrics>,
+    /// WebSocket API subscriptions.
+    pub ws: Arc<crate::ws::Hub>,
 }
 
 impl std::ops::Deref for Http {
@@ -158,6 +160,8 @@ pub fn router(state: Http) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/api/ws", get(crate::ws::upgrade))
+        .route("/api/ws/plugins/telemetry", get(crate::ws::upgrade_legacy))
         .route("/api/auth/login", post(api::login))
         .route("/api/auth/token", post(api::refresh))
         .route("/api/auth/logout", post(api::logout))
@@ -479,10 +483,13 @@ pub async fn serve(
             .hard_limit(hard_limit)
             .max_subscriptions(max_subscriptions),
     );
+    let ws_hub = Arc::new(crate::ws::Hub::default());
     let live = crate::mqtt::telemetry_topics::CanonicalTopics {
         sessions: sessions.clone(),
         writer: writer.clone(),
         store: store.clone(),
+        ws: ws_hub.clone(),
+        first_tenant: tenant_id,
     };
     let ingest = Ingest::new(
         store.clone(),
@@ -529,6 +536,7 @@ pub async fn serve(
         status: status.clone(),
         tcp: tcp_metrics,
         coap: coap_metrics.clone(),
+        ws: ws_hub,
     })));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);

@@ -56,6 +56,8 @@ pub struct Config {
     pub coap: CoapConfig,
     /// Server-side RPC.
     pub rpc: RpcConfig,
+    /// ThingsBoard's WebSocket API (`/api/ws`).
+    pub ws: WsConfig,
     /// The administrator account.
     pub admin: AdminConfig,
     /// JWT sessions of the REST API.
@@ -222,6 +224,36 @@ pub struct RpcConfig {
     pub min_timeout: Millis,
 }
 
+/// ThingsBoard's WebSocket API.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WsConfig {
+    /// Most subscriptions one session holds; more are refused with an error update.
+    pub max_subscriptions: usize,
+    /// Updates queued for one session; a session that falls this far behind is closed
+    /// (ThingsBoard: 1,000).
+    pub queue: usize,
+    /// Largest message a client may send, bytes.
+    pub max_message_bytes: usize,
+    /// A ping goes out when the session has been quiet this long, seconds.
+    pub ping_interval: Seconds,
+    /// A session that sends nothing (not even a pong) for this long is closed, seconds
+    /// (ThingsBoard: 90).
+    pub idle_timeout: Seconds,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        Self {
+            max_subscriptions: 1_000,
+            queue: 1_000,
+            max_message_bytes: 65_536,
+            ping_interval: Seconds(30),
+            idle_timeout: Seconds(90),
+        }
+    }
+}
+
 /// Administrator account.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -305,6 +337,7 @@ impl Default for Config {
             tcp: TcpConfig::default(),
             coap: CoapConfig::default(),
             rpc: RpcConfig::default(),
+            ws: WsConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),
             storage: StorageConfig::default(),

@@ -21,3 +21,4 @@ pub mod metrics;
 pub mod mqtt;
 pub mod tcp;
 pub mod thingsboard;
+pub mod ws;

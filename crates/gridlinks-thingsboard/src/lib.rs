@@ -13,6 +13,8 @@
 //!   time series, attributes, profiles, relations).
 //! - [`error`]: ThingsBoard's error body and `errorCode`s.
 //! - [`csv`]: the bulk import's CSV lines and cell typing.
+//! - [`x509`]: X.509 device credentials and their fingerprint.
+//! - [`ws`]: the WebSocket API's telemetry commands and updates.
 
 pub mod attributes;
 pub mod coap;
@@ -22,4 +24,5 @@ pub mod keys;
 pub mod model;
 pub mod payload;
 pub mod topic;
+pub mod ws;
 pub mod x509;

@@ -179,6 +179,12 @@ impl Auth {
         Ok(self.checked(token)?.1.caller.clone())
     }
 
+    /// [`Auth::access`], and when the token expires (seconds since epoch).
+    pub fn access_with_expiry(&self, token: &str) -> Result<(Caller, i64), AuthError> {
+        let (claims, entry) = self.checked(token)?;
+        Ok((entry.caller.clone(), claims.exp))
+    }
+
     fn checked(&self, token: &str) -> Result<(Claims, std::sync::Arc<users::Entry>), AuthError> {
         let scopes = [Authority::SysAdmin.as_str(), Authority::TenantAdmin.as_str(), Authority::CustomerUser.as_str()];
         let claims = self.jwt.verify(token, &scopes)?;

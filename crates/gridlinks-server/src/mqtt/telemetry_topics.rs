@@ -62,11 +62,15 @@ pub struct CanonicalTopics {
     pub writer: WriterHandle,
     /// For device names.
     pub store: Store,
+    /// The WebSocket API's subscriptions: the same committed data, through this one path.
+    pub ws: std::sync::Arc<crate::ws::Hub>,
+    /// The first tenant (devices stored without one are its).
+    pub first_tenant: uuid::Uuid,
 }
 
 impl LiveData for CanonicalTopics {
     fn wants_telemetry(&self) -> bool {
-        self.sessions.interested()
+        self.sessions.interested() || self.ws.interested()
     }
 
     fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -75,6 +79,12 @@ impl LiveData for CanonicalTopics {
                 // A device deleted meanwhile has no topic any more. Another tenant's device
                 // is published in that tenant's namespace.
                 let Some(d) = self.store.device(device)? else { continue };
+                if self.ws.interested() {
+                    self.ws.deliver(device, d.tenant.unwrap_or(self.first_tenant), d.customer, &records);
+                }
+                if !self.sessions.interested() {
+                    continue;
+                }
                 let topic = match d.tenant {
                     Some(t) => format!("{}{}", super::mount(t), topic(&d.name)),
                     None => topic(&d.name),

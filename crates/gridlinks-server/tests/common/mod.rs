@@ -321,6 +321,9 @@ pub const OPEN_ROUTES: &[&str] = &[
     "/api/v1/{token}/telemetry",
     "/api/v1/{token}/attributes",
     "/api/v1/{token}/claim",
+    // Authenticated inside the protocol, each subscription checked: tests/websocket.rs.
+    "/api/ws",
+    "/api/ws/plugins/telemetry",
 ];
 
 /// The REST routes the server declares, read from its source (`{tel}` stands for the

@@ -1,0 +1,401 @@
+//! ThingsBoard's WebSocket API for live telemetry: `ws://host/api/ws` (first message
+//! `{"authCmd": {"cmdId", "token"}}`, commands in `cmds`) and the older
+//! `ws://host/api/ws/plugins/telemetry?token=JWT` (`tsSubCmds`, `historyCmds`). The commands
+//! and update JSON are `gridlinks_thingsboard::ws`'s.
+//!
+//! A `TIMESERIES` subscription answers with the current values (or the points of its time
+//! window), then with every committed change of the device. Changes come from the same
+//! fan-out as the canonical MQTT topics (`crate::mqtt::telemetry_topics`), after the durable
+//! commit and never before.
+//!
+//! Each subscription is checked as the REST paths check a device (`Caller::may_use`), at
+//! subscription and again at every delivery (an unassigned device stops at once). The
+//! session's token is checked again at every ping, so a deleted user's session ends
+//! within `ws.ping_interval`; it ends at the token's expiry too.
+//!
+//! Every session is bounded:
+//! - its queue of updates (`ws.queue`): a session that falls that far behind is closed,
+//!   and nothing waits on it;
+//! - its subscriptions (`ws.max_subscriptions`);
+//! - its messages (`ws.max_message_bytes`);
+//! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use gridlinks_storage::query::{HistoryQuery, Order};
+use gridlinks_storage::{Store, StoreError};
+use gridlinks_thingsboard::ws::{self as proto, code, Cmd, HistoryCmd, TsSub};
+use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
+use parking_lot::RwLock;
+use serde::Deserialize;
+use serde_json::Value as J;
+use tokio::sync::{mpsc, Notify};
+
+use crate::app::{Core, Http};
+use crate::auth::{Auth, Caller};
+
+/// A session's outgoing queue, as the hub sees it.
+struct Outbox {
+    tx: mpsc::Sender<Utf8Bytes>,
+    /// Set when an update found the queue full: the session closes.
+    overflowed: AtomicBool,
+    wake: Notify,
+}
+
+impl Outbox {
+    fn push(&self, text: String) {
+        if self.tx.try_send(text.into()).is_err() && !self.overflowed.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
+}
+
+struct Sub {
+    session: u64,
+    cmd_id: i64,
+    keys: Option<Vec<String>>,
+    caller: Caller,
+    out: Arc<Outbox>,
+}
+
+/// The live subscriptions of every session, by device.
+#[derive(Default)]
+pub struct Hub {
+    subs: RwLock<HashMap<DeviceId, Vec<Sub>>>,
+    count: AtomicUsize,
+    next_session: AtomicU64,
+}
+
+impl Hub {
+    /// Whether any session subscribes to anything (a lock-free read for the commit path).
+    pub fn interested(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    /// Delivers committed telemetry of `device` (of `tenant`, assigned to `customer`) to its
+    /// subscriptions whose caller may still see it.
+    pub fn deliver(&self, device: DeviceId, tenant: uuid::Uuid, customer: Option<uuid::Uuid>, records: &[TsRecord]) {
+        let subs = self.subs.read();
+        let Some(list) = subs.get(&device) else { return };
+        for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
+            let mut series: Vec<(&str, Vec<(i64, String)>)> = Vec::new();
+            for r in records {
+                for (k, v) in &r.values {
+                    if s.keys.as_ref().is_some_and(|keys| !keys.contains(k)) {
+                        continue;
+                    }
+                    match series.iter_mut().find(|(key, _)| key == k) {
+                        Some((_, points)) => points.push((r.ts.0, v.to_display_string())),
+                        None => series.push((k, vec![(r.ts.0, v.to_display_string())])),
+                    }
+                }
+            }
+            if !series.is_empty() {
+                s.out.push(proto::update(s.cmd_id, series).to_string());
+            }
+        }
+    }
+
+    fn add(&self, device: DeviceId, sub: Sub) {
+        let mut subs = self.subs.write();
+        self.remove_locked(&mut subs, sub.session, sub.cmd_id);
+        subs.entry(device).or_default().push(sub);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn remove(&self, session: u64, cmd_id: i64) {
+        self.remove_locked(&mut self.subs.write(), session, cmd_id);
+    }
+
+    fn remove_locked(&self, subs: &mut HashMap<DeviceId, Vec<Sub>>, session: u64, cmd_id: i64) {
+        subs.retain(|_, list| {
+            let before = list.len();
+            list.retain(|s| s.session != session || s.cmd_id != cmd_id);
+            self.count.fetch_sub(before - list.len(), Ordering::Relaxed);
+            !list.is_empty()
+        });
+    }
+
+    fn remove_session(&self, session: u64) {
+        self.subs.write().retain(|_, list| {
+            let before = list.len();
+            list.retain(|s| s.session != session);
+            self.count.fetch_sub(before - list.len(), Ordering::Relaxed);
+            !list.is_empty()
+        });
+    }
+
+    fn subscriptions_of(&self, session: u64) -> usize {
+        self.subs.read().values().flatten().filter(|s| s.session == session).count()
+    }
+}
+
+/// `?token=` of the older endpoint.
+#[derive(Deserialize)]
+pub struct TokenParam {
+    token: Option<String>,
+}
+
+/// `GET /api/ws`: the first message authenticates (`authCmd`).
+pub async fn upgrade(ws: WebSocketUpgrade, State(h): State<Http>) -> Response {
+    let max = h.core.cfg.ws.max_message_bytes;
+    ws.max_message_size(max).on_upgrade(move |socket| serve(h, socket, None))
+}
+
+/// `GET /api/ws/plugins/telemetry?token=JWT`.
+pub async fn upgrade_legacy(ws: WebSocketUpgrade, State(h): State<Http>, Query(p): Query<TokenParam>) -> Response {
+    let max = h.core.cfg.ws.max_message_bytes;
+    ws.max_message_size(max).on_upgrade(move |socket| serve(h, socket, Some(p.token.unwrap_or_default())))
+}
+
+/// The caller of a token and when the token expires (seconds), if it is valid.
+fn authenticate(auth: &Auth, token: &str) -> Option<(Caller, i64)> {
+    auth.access_with_expiry(token).ok()
+}
+
+/// A session's state while it runs.
+struct Session {
+    h: Http,
+    id: u64,
+    out: Arc<Outbox>,
+    caller: Option<(Caller, i64)>,
+    token: String,
+}
+
+enum Next {
+    Go,
+    Close(Option<String>),
+}
+
+async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
+    let cfg = h.core.cfg.ws.clone();
+    let (tx, mut rx) = mpsc::channel(cfg.queue.max(1));
+    let out = Arc::new(Outbox { tx, overflowed: AtomicBool::new(false), wake: Notify::new() });
+    let id = h.ws.next_session.fetch_add(1, Ordering::Relaxed);
+    let (mut sink, mut stream) = socket.split();
+    let mut s = Session { h: h.clone(), id, out: out.clone(), caller: None, token: String::new() };
+    if let Some(t) = token {
+        s.caller = authenticate(&h.auth, &t);
+        s.token = t;
+        if s.caller.is_none() {
+            let e = proto::error(0, code::UNAUTHORIZED, "Invalid JWT token").to_string();
+            let _ = sink.send(Message::Text(e.into())).await;
+            let _ = sink.close().await;
+            return;
+        }
+    }
+    let idle = cfg.idle_timeout.duration();
+    let ping = cfg.ping_interval.duration();
+    let mut last_heard = tokio::time::Instant::now();
+    let mut ticker = tokio::time::interval(ping);
+    ticker.tick().await;
+    let end = loop {
+        let expiry = s.caller.as_ref().map_or(i64::MAX, |c| c.1);
+        let expires_in = Duration::from_secs(u64::try_from(expiry - Ts::now().0 / 1000).unwrap_or(0));
+        tokio::select! {
+            msg = stream.next() => {
+                last_heard = tokio::time::Instant::now();
+                let text = match msg {
+                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break None,
+                    Some(Ok(Message::Binary(_))) => {
+                        let e = proto::error(0, code::BAD_REQUEST, "commands are JSON text messages");
+                        if sink.send(Message::Text(e.to_string().into())).await.is_err() { break None; }
+                        continue;
+                    }
+                    Some(Ok(_)) => continue,
+                };
+                let (answers, next) = s.handle(&text).await;
+                let mut failed = false;
+                for a in answers {
+                    if sink.send(Message::Text(a.to_string().into())).await.is_err() { failed = true; break; }
+                }
+                match (failed, next) {
+                    (true, _) => break None,
+                    (false, Next::Close(why)) => break why,
+                    (false, Next::Go) => {}
+                }
+            }
+            update = rx.recv() => {
+                let Some(update) = update else { break None };
+                if sink.send(Message::Text(update)).await.is_err() { break None; }
+            }
+            () = out.wake.notified() => {
+                break Some(format!("too many updates queued for this session (ws.queue = {}): it was closed", cfg.queue));
+            }
+            _ = ticker.tick() => {
+                if last_heard.elapsed() >= idle {
+                    break Some("idle for ws.idle_timeout".into());
+                }
+                // A user deleted or disabled, or whose password changed, is out.
+                if s.caller.is_some() && authenticate(&h.auth, &s.token).is_none() {
+                    break Some("Invalid JWT token".into());
+                }
+                if sink.send(Message::Ping(Default::default())).await.is_err() { break None; }
+            }
+            () = tokio::time::sleep(expires_in), if s.caller.is_some() => {
+                break Some("Token has expired".into());
+            }
+        }
+    };
+    h.ws.remove_session(id);
+    if let Some(why) = end {
+        let e = proto::error(0, code::UNAUTHORIZED, &why).to_string();
+        let _ = sink.send(Message::Text(e.into())).await;
+    }
+    let _ = sink.close().await;
+}
+
+impl Session {
+    /// Answers a client message: the updates to send at once, and whether to go on.
+    async fn handle(&mut self, text: &str) -> (Vec<J>, Next) {
+        let msg = match proto::parse(text, Ts::now().0) {
+            Ok(m) => m,
+            Err(e) => return (vec![proto::error(0, code::BAD_REQUEST, &e)], Next::Go),
+        };
+        if let Some((cmd_id, token)) = msg.auth {
+            self.caller = authenticate(&self.h.auth, &token);
+            self.token = token;
+            if self.caller.is_none() {
+                return (vec![proto::error(cmd_id, code::UNAUTHORIZED, "Invalid JWT token")], Next::Close(None));
+            }
+        }
+        let Some((caller, _)) = self.caller.clone() else {
+            let cmd_id = msg.cmds.first().map_or(0, cmd_id);
+            let e = proto::error(cmd_id, code::UNAUTHORIZED, "Unauthorized: send authCmd first");
+            return (vec![e], Next::Close(None));
+        };
+        let mut answers = Vec::new();
+        for cmd in msg.cmds {
+            answers.push(match cmd {
+                Cmd::Subscribe(sub) => self.subscribe(&caller, sub).await,
+                Cmd::History(q) => self.history(&caller, q).await,
+                Cmd::Unsubscribe(cmd_id) => {
+                    self.h.ws.remove(self.id, cmd_id);
+                    continue;
+                }
+                Cmd::Unsupported(cmd_id, why) => proto::error(cmd_id, code::BAD_REQUEST, &why),
+            });
+        }
+        (answers, Next::Go)
+    }
+
+    async fn subscribe(&self, caller: &Caller, sub: TsSub) -> J {
+        let max = self.h.core.cfg.ws.max_subscriptions;
+        if self.h.ws.subscriptions_of(self.id) >= max {
+            let why = format!("too many subscriptions: at most {max} per session (ws.max_subscriptions)");
+            return proto::error(sub.cmd_id, code::BAD_REQUEST, &why);
+        }
+        let device = match device_for(&self.h.core, caller, &sub.entity_type, &sub.entity_id).await {
+            Ok(d) => d,
+            Err(e) => return proto::error(sub.cmd_id, e.0, &e.1),
+        };
+        // Registered before the first read, so no change committed in between is missed.
+        let s = Sub {
+            session: self.id,
+            cmd_id: sub.cmd_id,
+            keys: sub.keys.clone(),
+            caller: caller.clone(),
+            out: self.out.clone(),
+        };
+        self.h.ws.add(device, s);
+        let store = self.h.core.store.clone();
+        let read = tokio::task::spawn_blocking(move || first_values(&store, device, &sub)).await;
+        match read {
+            Ok(Ok(u)) => u,
+            Ok(Err(e)) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
+            Err(e) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
+        }
+    }
+
+    async fn history(&self, caller: &Caller, q: HistoryCmd) -> J {
+        let device = match device_for(&self.h.core, caller, &q.entity_type, &q.entity_id).await {
+            Ok(d) => d,
+            Err(e) => return proto::error(q.cmd_id, e.0, &e.1),
+        };
+        let store = self.h.core.store.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let series = store.history(device, &raw_query(q.keys.clone(), q.start_ts, q.end_ts, q.limit))?;
+            Ok::<_, StoreError>(proto::update(q.cmd_id, texts(&series)))
+        })
+        .await;
+        match read {
+            Ok(Ok(u)) => u,
+            Ok(Err(e)) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
+            Err(e) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
+        }
+    }
+}
+
+fn cmd_id(c: &Cmd) -> i64 {
+    match c {
+        Cmd::Subscribe(s) => s.cmd_id,
+        Cmd::History(h) => h.cmd_id,
+        Cmd::Unsubscribe(id) | Cmd::Unsupported(id, _) => *id,
+    }
+}
+
+/// The device an entity reference names, if the caller may see it: an error code and
+/// message otherwise.
+async fn device_for(core: &Core, caller: &Caller, entity_type: &str, id: &str) -> Result<DeviceId, (u8, String)> {
+    let id = gridlinks_thingsboard::model::entity_device_id(entity_type, id)
+        .map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
+    let store = core.store.clone();
+    let d = tokio::task::spawn_blocking(move || store.device(id))
+        .await
+        .map_err(|e| (code::INTERNAL_ERROR, e.to_string()))?
+        .map_err(|e| (code::INTERNAL_ERROR, e.to_string()))?
+        .ok_or_else(|| (code::BAD_REQUEST, "Device with requested id wasn't found!".to_owned()))?;
+    if !caller.may_use(core.tenant_of(d.tenant), d.customer) {
+        return Err((code::UNAUTHORIZED, "You don't have permission to perform this operation!".into()));
+    }
+    Ok(id)
+}
+
+/// Raw points of `keys` in `[start, end)`, newest first, at most `limit` per key.
+fn raw_query(keys: Vec<String>, start: i64, end: i64, limit: usize) -> HistoryQuery {
+    HistoryQuery {
+        keys,
+        start: Ts(start),
+        end: Ts(end),
+        interval: 0,
+        agg: gridlinks_storage::query::Agg::None,
+        limit,
+        order: Order::Desc,
+    }
+}
+
+fn texts(series: &[(String, Vec<(Ts, Value)>)]) -> Vec<(&str, Vec<(i64, String)>)> {
+    series
+        .iter()
+        .map(|(k, points)| (k.as_str(), points.iter().map(|(ts, v)| (ts.0, v.to_display_string())).collect()))
+        .collect()
+}
+
+/// A subscription's first update: its window's points, or the latest values.
+fn first_values(store: &Store, device: DeviceId, sub: &TsSub) -> Result<J, StoreError> {
+    match sub.history {
+        Some((start, limit)) => {
+            let keys = match &sub.keys {
+                Some(k) => k.clone(),
+                None => store.ts_keys(device)?,
+            };
+            let series = store.history(device, &raw_query(keys, start, Ts::now().0 + 1, limit))?;
+            Ok(proto::update(sub.cmd_id, texts(&series)))
+        }
+        None => {
+            let latest = store.latest(device, sub.keys.as_deref())?;
+            Ok(proto::update(
+                sub.cmd_id,
+                latest.iter().map(|(k, ts, v)| (k.as_str(), vec![(ts.0, v.to_display_string())])),
+            ))
+        }
+    }
+}

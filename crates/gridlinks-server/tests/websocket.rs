@@ -1,0 +1,183 @@
+//! ThingsBoard's WebSocket API on the real binary, driven by tungstenite (a WebSocket client
+//! written outside the project) with the messages of ThingsBoard's documentation: the
+//! first update is the current state, then every committed change of the subscribed keys;
+//! history; unsubscribe; the older `plugins/telemetry` endpoint; errors; a customer user
+//! kept to its customer's devices, at subscription and at every delivery; the subscription
+//! limit; and a session ended by its token's expiry.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
+
+fn open(s: &Server, path: &str) -> Ws {
+    let url = format!("{}{path}", s.base.replacen("http://", "ws://", 1));
+    let (ws, _) = tungstenite::connect(url).unwrap();
+    if let MaybeTlsStream::Plain(t) = ws.get_ref() {
+        t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    }
+    ws
+}
+
+fn send(ws: &mut Ws, msg: J) {
+    ws.send(Message::Text(msg.to_string().into())).unwrap();
+}
+
+/// The next JSON message (pings are answered by tungstenite itself).
+fn next(ws: &mut Ws) -> J {
+    loop {
+        match ws.read().unwrap() {
+            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            Message::Close(_) => panic!("closed"),
+            _ => {}
+        }
+    }
+}
+
+/// Whether the server closes the session (after any messages, returned).
+fn closes(ws: &mut Ws) -> (bool, Vec<J>) {
+    let mut seen = Vec::new();
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => seen.push(serde_json::from_str(&t).unwrap()),
+            Ok(Message::Close(_)) | Err(_) => return (true, seen),
+            Ok(_) => {}
+        }
+    }
+}
+
+fn ts_cmd(cmd_id: i64, device: &str, keys: &str) -> J {
+    json!({"cmdId": cmd_id, "type": "TIMESERIES", "entityType": "DEVICE", "entityId": device, "keys": keys})
+}
+
+#[test]
+fn telemetry_subscriptions_deliver_committed_changes() {
+    let s = Server::start();
+    let jwt = s.login();
+    let d1 = s.device(&jwt, "ws-1", "WSTOKEN1");
+    let d2 = s.device(&jwt, "ws-2", "WSTOKEN2");
+    assert_eq!(s.telemetry("WSTOKEN1", r#"{"ts":1000,"values":{"temperature":20.5}}"#), 200);
+
+    // The first message authenticates and may carry commands; the first update is the
+    // current value.
+    let mut ws = open(&s, "/api/ws");
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [ts_cmd(1, &d1, "temperature")]}));
+    let first = next(&mut ws);
+    assert_eq!(
+        first,
+        json!({"subscriptionId": 1, "errorCode": 0, "errorMsg": null, "data": {"temperature": [[1000, "20.5"]]},
+            "latestValues": {"temperature": 1000}})
+    );
+    // Committed changes follow, only of the subscribed keys and device.
+    assert_eq!(s.telemetry("WSTOKEN2", r#"{"temperature":99}"#), 200);
+    assert_eq!(s.telemetry("WSTOKEN1", r#"{"ts":2000,"values":{"temperature":21.5,"other":1}}"#), 200);
+    let u = next(&mut ws);
+    assert_eq!(u["subscriptionId"], 1);
+    assert_eq!(u["data"], json!({"temperature": [[2000, "21.5"]]}), "{u}");
+
+    // History once, and a subscription with a time window starting with its points.
+    send(
+        &mut ws,
+        json!({"cmds": [{"cmdId": 2, "type": "TIMESERIES_HISTORY", "entityType": "DEVICE", "entityId": d1,
+            "keys": "temperature", "startTs": 0, "endTs": 5000, "limit": 10, "agg": "NONE"}]}),
+    );
+    let h = next(&mut ws);
+    assert_eq!(h["subscriptionId"], 2);
+    assert_eq!(h["data"]["temperature"], json!([[2000, "21.5"], [1000, "20.5"]]), "{h}");
+    let mut windowed = ts_cmd(3, &d1, "temperature,other");
+    windowed["startTs"] = json!(1500);
+    send(&mut ws, json!({"cmds": [windowed]}));
+    let w = next(&mut ws);
+    assert_eq!(w["data"], json!({"temperature": [[2000, "21.5"]], "other": [[2000, "1"]]}), "{w}");
+
+    // Unsubscribed: only subscription 3 still gets updates.
+    send(&mut ws, json!({"cmds": [{"cmdId": 1, "type": "TIMESERIES", "unsubscribe": true}]}));
+    assert_eq!(s.telemetry("WSTOKEN1", r#"{"ts":3000,"values":{"temperature":22.5}}"#), 200);
+    let u = next(&mut ws);
+    assert_eq!((u["subscriptionId"].as_i64(), &u["data"]), (Some(3), &json!({"temperature": [[3000, "22.5"]]})));
+
+    // Commands not served and malformed messages get error updates; the session goes on.
+    send(&mut ws, json!({"cmds": [{"cmdId": 4, "type": "ENTITY_DATA"}]}));
+    assert_eq!(next(&mut ws)["errorCode"], 2);
+    ws.send(Message::Text("{not json".into())).unwrap();
+    assert_eq!(next(&mut ws)["errorCode"], 2);
+    send(&mut ws, json!({"cmds": [ts_cmd(5, "00000000-0000-0000-0000-000000000009", "t")]}));
+    assert_eq!(next(&mut ws)["errorCode"], 2, "no such device");
+
+    // The older endpoint: token in the query, tsSubCmds.
+    let mut old = open(&s, &format!("/api/ws/plugins/telemetry?token={jwt}"));
+    send(
+        &mut old,
+        json!({"tsSubCmds": [{"cmdId": 7, "entityType": "DEVICE", "entityId": d2, "scope": "LATEST_TELEMETRY"}]}),
+    );
+    assert_eq!(next(&mut old)["data"]["temperature"][0][1], "99");
+    assert_eq!(s.telemetry("WSTOKEN2", r#"{"humidity":40}"#), 200);
+    assert_eq!(next(&mut old)["data"]["humidity"][0][1], "40");
+
+    // Without a valid token nothing is served and the session ends.
+    let mut anon = open(&s, "/api/ws");
+    send(&mut anon, json!({"cmds": [ts_cmd(1, &d1, "temperature")]}));
+    let (closed, seen) = closes(&mut anon);
+    assert!(closed && seen[0]["errorCode"] == 3, "{seen:?}");
+    let mut bad = open(&s, "/api/ws/plugins/telemetry?token=forged");
+    let (closed, seen) = closes(&mut bad);
+    assert!(closed && seen[0]["errorCode"] == 3, "{seen:?}");
+}
+
+/// A customer user's subscriptions: only its customer's devices, and a device taken from
+/// the customer stops reaching it at once.
+#[test]
+fn a_customer_user_gets_only_its_customers_devices() {
+    let s = Server::start();
+    let jwt = s.login();
+    let a = s.customer(&jwt, "A");
+    let mine = s.device(&jwt, "mine", "WSMINE");
+    let marker = s.device(&jwt, "marker", "WSMARKER");
+    let theirs = s.device(&jwt, "theirs", "WSTHEIRS");
+    for d in [&mine, &marker] {
+        assert_eq!(s.json("POST", &format!("/api/customer/{a}/device/{d}"), &jwt, None).0, 200);
+    }
+    let (_, ann) = s.user(&jwt, "ann@a.test", Some(&a), "ann-secret");
+    let mut ws = open(&s, "/api/ws");
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": ann}, "cmds": [ts_cmd(1, &theirs, "")]}));
+    let refused = next(&mut ws);
+    assert_eq!((refused["subscriptionId"].as_i64(), refused["errorCode"].as_i64()), (Some(1), Some(3)), "{refused}");
+    send(&mut ws, json!({"cmds": [ts_cmd(2, &mine, ""), ts_cmd(3, &marker, "")]}));
+    assert_eq!(next(&mut ws)["subscriptionId"], 2);
+    assert_eq!(next(&mut ws)["subscriptionId"], 3);
+    assert_eq!(s.telemetry("WSTHEIRS", r#"{"secret":1}"#), 200);
+    assert_eq!(s.telemetry("WSMINE", r#"{"v":1}"#), 200);
+    assert_eq!(next(&mut ws)["subscriptionId"], 2, "its own device; nothing of theirs");
+    // Unassigned: the next update it sees is the marker's.
+    assert_eq!(s.json("DELETE", &format!("/api/customer/device/{mine}"), &jwt, None).0, 200);
+    assert_eq!(s.telemetry("WSMINE", r#"{"v":2}"#), 200);
+    assert_eq!(s.telemetry("WSMARKER", r#"{"v":3}"#), 200);
+    let u = next(&mut ws);
+    assert_eq!((u["subscriptionId"].as_i64(), &u["data"]["v"][0][1]), (Some(3), &json!("3")), "{u}");
+}
+
+#[test]
+fn sessions_are_bounded_and_end_with_their_token() {
+    let s = Server::start_env(&[("GRIDLINKS_WS_MAX_SUBSCRIPTIONS", "2"), ("GRIDLINKS_AUTH_TOKEN_TTL", "3")]);
+    let jwt = s.login();
+    let d = s.device(&jwt, "bounded", "WSBOUNDED");
+    let mut ws = open(&s, "/api/ws");
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [ts_cmd(1, &d, "a"), ts_cmd(2, &d, "b")]}));
+    assert_eq!(next(&mut ws)["errorCode"], 0);
+    assert_eq!(next(&mut ws)["errorCode"], 0);
+    send(&mut ws, json!({"cmds": [ts_cmd(3, &d, "c")]}));
+    let refused = next(&mut ws);
+    assert_eq!((refused["subscriptionId"].as_i64(), refused["errorCode"].as_i64()), (Some(3), Some(2)), "{refused}");
+    assert!(refused["errorMsg"].as_str().unwrap().contains("ws.max_subscriptions"));
+    // The token expires after 3 s: the session ends, saying why.
+    let started = std::time::Instant::now();
+    let (closed, seen) = closes(&mut ws);
+    assert!(closed && started.elapsed() < Duration::from_secs(8), "{seen:?}");
+    assert_eq!(seen.last().unwrap()["errorMsg"], "Token has expired", "{seen:?}");
+}
