@@ -206,6 +206,19 @@ fn tenants_see_nothing_of_each_other() {
             assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
         }
     }
+    // Nor over the WebSocket API: a subscription to Alpha's device is refused.
+    let url = format!("{}/api/ws", s.base.replacen("http://", "ws://", 1));
+    let (mut ws, _) = tungstenite::connect(url).unwrap();
+    let sub = json!({"authCmd": {"cmdId": 0, "token": beta}, "cmds": [{"cmdId": 1, "type": "TIMESERIES",
+        "entityType": "DEVICE", "entityId": a_pump, "keys": "secret"}]});
+    ws.send(tungstenite::Message::Text(sub.to_string().into())).unwrap();
+    let answer: J = loop {
+        if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+            break serde_json::from_str(&t).unwrap();
+        }
+    };
+    assert_eq!((answer["errorCode"].as_i64(), answer["data"].clone()), (Some(3), json!({})), "{answer}");
+
     // Nothing of Alpha's changed.
     let (_, v) = s.json("GET", &format!("{}/values/attributes/SHARED_SCOPE", tel(&a_pump)), &alpha, None);
     assert_eq!(v[0]["value"], "alpha-secret");
