@@ -74,6 +74,13 @@ pub trait LiveData: Send + Sync + 'static {
     /// Publishes committed telemetry; resolves once it is queued (and durable where a
     /// listener's session is). An error fails the items it carried.
     fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Whether anyone listens to attribute changes.
+    fn wants_attributes(&self) -> bool {
+        false
+    }
+    /// Committed attribute changes: queued for listeners that hold nothing durable, so
+    /// this neither waits nor fails.
+    fn attributes(&self, _committed: &[(DeviceId, AttributeScope, Vec<(String, Value)>)]) {}
 }
 
 /// No live listeners (tests, tools).
@@ -119,8 +126,10 @@ impl Ingest {
     /// item is `Ok` only once it is durable (and, for telemetry, handed to live fan-out).
     pub async fn submit(&self, items: Vec<Item>) -> Vec<Result<(), IngestError>> {
         let live = self.live.wants_telemetry();
+        let live_attrs = self.live.wants_attributes();
         // Telemetry for live fan-out: (item index, device, records), copied only when wanted.
         let mut copies = Vec::new();
+        let mut attr_copies = Vec::new();
         let ops: Vec<WriteOp> = items
             .into_iter()
             .enumerate()
@@ -131,7 +140,12 @@ impl Ingest {
                     }
                     WriteOp::Telemetry { device, records }
                 }
-                Item::Attributes { device, scope, values } => WriteOp::Attributes { device, scope, values },
+                Item::Attributes { device, scope, values } => {
+                    if live_attrs {
+                        attr_copies.push((i, (device, scope, values.clone())));
+                    }
+                    WriteOp::Attributes { device, scope, values }
+                }
             })
             .collect();
         let n = ops.len();
@@ -143,6 +157,11 @@ impl Ingest {
             }
         };
         // Only what was committed goes live.
+        if !attr_copies.is_empty() {
+            let committed: Vec<_> =
+                attr_copies.into_iter().filter(|(i, _)| results[*i].is_ok()).map(|(_, c)| c).collect();
+            self.live.attributes(&committed);
+        }
         copies.retain(|(i, _, _)| results[*i].is_ok());
         if copies.is_empty() {
             return results;

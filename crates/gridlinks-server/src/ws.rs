@@ -4,7 +4,8 @@
 //! and update JSON are `gridlinks_thingsboard::ws`'s.
 //!
 //! A `TIMESERIES` subscription answers with the current values (or the points of its time
-//! window), then with every committed change of the device. Changes come from the same
+//! window), then with every committed change of the device; an `ATTRIBUTES` subscription
+//! the same for its attributes (of one scope, or all). Changes come from the same
 //! fan-out as the canonical MQTT topics (`crate::mqtt::telemetry_topics`), after the durable
 //! commit and never before.
 //!
@@ -31,8 +32,8 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use gridlinks_storage::query::{HistoryQuery, Order};
 use gridlinks_storage::{Store, StoreError};
-use gridlinks_thingsboard::ws::{self as proto, code, Cmd, HistoryCmd, TsSub};
-use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
+use gridlinks_thingsboard::ws::{self as proto, code, AttrSub, Cmd, HistoryCmd, TsSub};
+use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use parking_lot::RwLock;
 use serde::Deserialize;
 use serde_json::Value as J;
@@ -57,9 +58,18 @@ impl Outbox {
     }
 }
 
+/// What a subscription follows.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Telemetry,
+    /// One scope's attributes, or all scopes'.
+    Attributes(Option<AttributeScope>),
+}
+
 struct Sub {
     session: u64,
     cmd_id: i64,
+    kind: Kind,
     keys: Option<Vec<String>>,
     caller: Caller,
     out: Arc<Outbox>,
@@ -84,7 +94,7 @@ impl Hub {
     pub fn deliver(&self, device: DeviceId, tenant: uuid::Uuid, customer: Option<uuid::Uuid>, records: &[TsRecord]) {
         let subs = self.subs.read();
         let Some(list) = subs.get(&device) else { return };
-        for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
+        for s in list.iter().filter(|s| s.kind == Kind::Telemetry && s.caller.may_use(tenant, customer)) {
             let mut series: Vec<(&str, Vec<(i64, String)>)> = Vec::new();
             for r in records {
                 for (k, v) in &r.values {
@@ -97,6 +107,34 @@ impl Hub {
                     }
                 }
             }
+            if !series.is_empty() {
+                s.out.push(proto::update(s.cmd_id, series).to_string());
+            }
+        }
+    }
+
+    /// Delivers committed attribute changes of `device` (as [`Hub::deliver`]), stamped `now`.
+    pub fn deliver_attributes(
+        &self,
+        device: DeviceId,
+        tenant: uuid::Uuid,
+        customer: Option<uuid::Uuid>,
+        scope: AttributeScope,
+        values: &[(String, Value)],
+        now: Ts,
+    ) {
+        let subs = self.subs.read();
+        let Some(list) = subs.get(&device) else { return };
+        for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
+            let Kind::Attributes(wanted) = s.kind else { continue };
+            if wanted.is_some_and(|w| w != scope) {
+                continue;
+            }
+            let series: Vec<(&str, Vec<(i64, String)>)> = values
+                .iter()
+                .filter(|(k, _)| s.keys.as_ref().is_none_or(|keys| keys.contains(k)))
+                .map(|(k, v)| (k.as_str(), vec![(now.0, v.to_display_string())]))
+                .collect();
             if !series.is_empty() {
                 s.out.push(proto::update(s.cmd_id, series).to_string());
             }
@@ -277,6 +315,7 @@ impl Session {
             answers.push(match cmd {
                 Cmd::Subscribe(sub) => self.subscribe(&caller, sub).await,
                 Cmd::History(q) => self.history(&caller, q).await,
+                Cmd::Attributes(a) => self.attributes(&caller, a).await,
                 Cmd::Unsubscribe(cmd_id) => {
                     self.h.ws.remove(self.id, cmd_id);
                     continue;
@@ -288,30 +327,57 @@ impl Session {
     }
 
     async fn subscribe(&self, caller: &Caller, sub: TsSub) -> J {
-        let max = self.h.core.cfg.ws.max_subscriptions;
-        if self.h.ws.subscriptions_of(self.id) >= max {
-            let why = format!("too many subscriptions: at most {max} per session (ws.max_subscriptions)");
-            return proto::error(sub.cmd_id, code::BAD_REQUEST, &why);
+        if let Some(e) = self.over_limit(sub.cmd_id) {
+            return e;
         }
         let device = match device_for(&self.h.core, caller, &sub.entity_type, &sub.entity_id).await {
             Ok(d) => d,
             Err(e) => return proto::error(sub.cmd_id, e.0, &e.1),
         };
         // Registered before the first read, so no change committed in between is missed.
-        let s = Sub {
-            session: self.id,
-            cmd_id: sub.cmd_id,
-            keys: sub.keys.clone(),
-            caller: caller.clone(),
-            out: self.out.clone(),
-        };
-        self.h.ws.add(device, s);
+        self.register(device, sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller);
         let store = self.h.core.store.clone();
         let read = tokio::task::spawn_blocking(move || first_values(&store, device, &sub)).await;
         match read {
             Ok(Ok(u)) => u,
             Ok(Err(e)) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
             Err(e) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
+        }
+    }
+
+    fn register(&self, device: DeviceId, cmd_id: i64, kind: Kind, keys: Option<Vec<String>>, caller: &Caller) {
+        let s = Sub { session: self.id, cmd_id, kind, keys, caller: caller.clone(), out: self.out.clone() };
+        self.h.ws.add(device, s);
+    }
+
+    /// Too many subscriptions already: the error update.
+    fn over_limit(&self, cmd_id: i64) -> Option<J> {
+        let max = self.h.core.cfg.ws.max_subscriptions;
+        (self.h.ws.subscriptions_of(self.id) >= max).then(|| {
+            let why = format!("too many subscriptions: at most {max} per session (ws.max_subscriptions)");
+            proto::error(cmd_id, code::BAD_REQUEST, &why)
+        })
+    }
+
+    async fn attributes(&self, caller: &Caller, sub: AttrSub) -> J {
+        if let Some(e) = self.over_limit(sub.cmd_id) {
+            return e;
+        }
+        let scope = match sub.scope.as_deref().map(str::parse::<AttributeScope>).transpose() {
+            Ok(s) => s,
+            Err(e) => return proto::error(sub.cmd_id, code::BAD_REQUEST, &e),
+        };
+        let device = match device_for(&self.h.core, caller, &sub.entity_type, &sub.entity_id).await {
+            Ok(d) => d,
+            Err(e) => return proto::error(sub.cmd_id, e.0, &e.1),
+        };
+        self.register(device, sub.cmd_id, Kind::Attributes(scope), sub.keys.clone(), caller);
+        match crate::thingsboard::attributes::read(&self.h.core.store, device, scope, sub.keys).await {
+            Ok(attrs) => proto::update(
+                sub.cmd_id,
+                attrs.iter().map(|a| (a.key.as_str(), vec![(a.last_update_ts.0, a.value.to_display_string())])),
+            ),
+            Err(e) => proto::error(sub.cmd_id, code::INTERNAL_ERROR, &e.to_string()),
         }
     }
 
@@ -338,6 +404,7 @@ fn cmd_id(c: &Cmd) -> i64 {
     match c {
         Cmd::Subscribe(s) => s.cmd_id,
         Cmd::History(h) => h.cmd_id,
+        Cmd::Attributes(a) => a.cmd_id,
         Cmd::Unsubscribe(id) | Cmd::Unsupported(id, _) => *id,
     }
 }

@@ -181,3 +181,57 @@ fn sessions_are_bounded_and_end_with_their_token() {
     assert!(closed && started.elapsed() < Duration::from_secs(8), "{seen:?}");
     assert_eq!(seen.last().unwrap()["errorMsg"], "Token has expired", "{seen:?}");
 }
+
+/// Attribute subscriptions: the current attributes of a scope (or all), then every committed
+/// change, from REST (shared, server) and from the device itself (client).
+#[test]
+fn attribute_subscriptions_deliver_committed_changes() {
+    let s = Server::start();
+    let jwt = s.login();
+    let d = s.device(&jwt, "attrs", "WSATTRS");
+    let shared = |body: &str| {
+        let path = format!("/api/plugins/telemetry/DEVICE/{d}/attributes/SHARED_SCOPE");
+        assert_eq!(s.req("POST", &path, Some(&jwt), Some(body)).0, 200);
+    };
+    shared(r#"{"mode":"eco"}"#);
+    let mut ws = open(&s, "/api/ws");
+    let attrs = |cmd_id: i64, scope: Option<&str>| json!({"cmdId": cmd_id, "type": "ATTRIBUTES", "entityType": "DEVICE", "entityId": d, "scope": scope});
+    send(
+        &mut ws,
+        json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [attrs(1, Some("SHARED_SCOPE")), attrs(2, None)]}),
+    );
+    for cmd_id in [1, 2] {
+        let first = next(&mut ws);
+        assert_eq!(
+            (first["subscriptionId"].as_i64(), &first["data"]["mode"][0][1]),
+            (Some(cmd_id), &json!("eco")),
+            "{first}"
+        );
+    }
+    // The device's own (client) attribute reaches only the subscription of every scope.
+    let (st, _) = s.req("POST", "/api/v1/WSATTRS/attributes", None, Some(r#"{"fw":"1.0"}"#));
+    assert_eq!(st, 200);
+    let u = next(&mut ws);
+    assert_eq!((u["subscriptionId"].as_i64(), &u["data"]["fw"][0][1]), (Some(2), &json!("1.0")), "{u}");
+    // A shared change reaches both.
+    shared(r#"{"mode":"boost"}"#);
+    let mut got: Vec<i64> = (0..2)
+        .map(|_| {
+            let u = next(&mut ws);
+            assert_eq!(u["data"]["mode"][0][1], "boost", "{u}");
+            u["subscriptionId"].as_i64().unwrap()
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [1, 2]);
+    // The older form.
+    let mut old = open(&s, &format!("/api/ws/plugins/telemetry?token={jwt}"));
+    send(
+        &mut old,
+        json!({"attrSubCmds": [{"cmdId": 5, "entityType": "DEVICE", "entityId": d, "scope": "CLIENT_SCOPE"}]}),
+    );
+    let first = next(&mut old);
+    assert_eq!((first["data"]["fw"][0][1].as_str(), first["data"].get("mode")), (Some("1.0"), None), "{first}");
+    send(&mut old, json!({"attrSubCmds": [{"cmdId": 6, "entityType": "DEVICE", "entityId": d, "scope": "NO_SCOPE"}]}));
+    assert_eq!(next(&mut old)["errorCode"], 2);
+}

@@ -3,7 +3,7 @@
 //!
 //! Two forms of the same commands are read:
 //! - `/api/ws`: `{"authCmd": {"cmdId", "token"}, "cmds": [{"cmdId", "type": "TIMESERIES" |
-//!   "TIMESERIES_HISTORY" | …, "entityType", "entityId", "keys", …}]}`;
+//!   "TIMESERIES_HISTORY" | "ATTRIBUTES" | …, "entityType", "entityId", "keys", …}]}`;
 //! - the older `/api/ws/plugins/telemetry`: `{"tsSubCmds": […], "historyCmds": […],
 //!   "attrSubCmds": […]}`.
 //!
@@ -33,6 +33,8 @@ pub enum Cmd {
     Subscribe(TsSub),
     /// Points of a device's keys in a window, once.
     History(HistoryCmd),
+    /// A device's attributes (of one scope, or all), then every committed change.
+    Attributes(AttrSub),
     /// Ends subscription `cmdId`.
     Unsubscribe(i64),
     /// A command this server does not serve (its `cmdId` and why).
@@ -52,6 +54,21 @@ pub struct TsSub {
     pub keys: Option<Vec<String>>,
     /// With a time window: `(startTs, limit)`, the points since `startTs` first.
     pub history: Option<(i64, usize)>,
+}
+
+/// An attribute subscription.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttrSub {
+    /// The client's id for it.
+    pub cmd_id: i64,
+    /// Entity type (`DEVICE`).
+    pub entity_type: String,
+    /// Entity id.
+    pub entity_id: String,
+    /// Keys; `None`: all.
+    pub keys: Option<Vec<String>>,
+    /// `CLIENT_SCOPE`, `SERVER_SCOPE` or `SHARED_SCOPE`; `None`: all three.
+    pub scope: Option<String>,
 }
 
 /// A one-off history query.
@@ -164,6 +181,17 @@ fn subscription(c: RawCmd, now: i64) -> Cmd {
     })
 }
 
+fn attributes(c: RawCmd) -> Cmd {
+    if c.unsubscribe {
+        return Cmd::Unsubscribe(c.cmd_id);
+    }
+    let (entity_type, entity_id) = match entity(&c) {
+        Ok(e) => e,
+        Err(e) => return e,
+    };
+    Cmd::Attributes(AttrSub { cmd_id: c.cmd_id, entity_type, entity_id, keys: keys(c.keys.as_deref()), scope: c.scope })
+}
+
 fn history(c: RawCmd) -> Cmd {
     let (entity_type, entity_id) = match entity(&c) {
         Ok(e) => e,
@@ -186,19 +214,19 @@ pub fn parse(text: &str, now: i64) -> Result<Message, String> {
         cmds.push(match c.cmd_type.as_deref() {
             Some("TIMESERIES") => subscription(c, now),
             Some("TIMESERIES_HISTORY") => history(c),
+            Some("ATTRIBUTES") => attributes(c),
             other => Cmd::Unsupported(
                 c.cmd_id,
-                format!("command type {:?} is not served: TIMESERIES and TIMESERIES_HISTORY are", other.unwrap_or("")),
+                format!(
+                    "command type {:?} is not served: TIMESERIES, TIMESERIES_HISTORY and ATTRIBUTES are",
+                    other.unwrap_or("")
+                ),
             ),
         });
     }
     cmds.extend(raw.ts_sub_cmds.into_iter().map(|c| subscription(c, now)));
     cmds.extend(raw.history_cmds.into_iter().map(history));
-    cmds.extend(
-        raw.attr_sub_cmds
-            .into_iter()
-            .map(|c| Cmd::Unsupported(c.cmd_id, "attribute subscriptions are not served yet".into())),
-    );
+    cmds.extend(raw.attr_sub_cmds.into_iter().map(attributes));
     Ok(Message { auth: raw.auth_cmd.map(|a| (a.cmd_id.unwrap_or(0), a.token)), cmds })
 }
 
@@ -254,6 +282,10 @@ mod tests {
         assert!(matches!(&old.cmds[0], Cmd::Subscribe(s) if s.cmd_id == 7 && s.keys.is_none() && s.history.is_none()));
         assert!(parse("{", 0).is_err());
         assert!(parse("[]", 0).is_err());
+        let attrs =
+            parse(r#"{"attrSubCmds":[{"cmdId":9,"entityType":"DEVICE","entityId":"D","scope":"SHARED_SCOPE"}]}"#, 0)
+                .unwrap();
+        assert!(matches!(&attrs.cmds[0], Cmd::Attributes(a) if a.scope.as_deref() == Some("SHARED_SCOPE")));
         let bad = parse(r#"{"tsSubCmds":[{"cmdId":8}]}"#, 0).unwrap();
         assert!(matches!(&bad.cmds[0], Cmd::Unsupported(8, _)));
     }

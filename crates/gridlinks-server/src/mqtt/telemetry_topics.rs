@@ -20,7 +20,7 @@ use gridlinks_broker::sessions::Sessions;
 use gridlinks_codec::mqtt::QoS;
 use gridlinks_ingest::{BoxFuture, LiveData};
 use gridlinks_storage::{Store, StoreError, WriterHandle};
-use gridlinks_types::{DeviceId, TsRecord};
+use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
 use serde_json::{json, Map};
 
 /// The filter matching every canonical telemetry topic.
@@ -71,6 +71,21 @@ pub struct CanonicalTopics {
 impl LiveData for CanonicalTopics {
     fn wants_telemetry(&self) -> bool {
         self.sessions.interested() || self.ws.interested()
+    }
+
+    fn wants_attributes(&self) -> bool {
+        self.ws.interested()
+    }
+
+    fn attributes(&self, committed: &[(DeviceId, AttributeScope, Vec<(String, Value)>)]) {
+        let now = gridlinks_types::Ts::now();
+        for (device, scope, values) in committed {
+            // A device deleted meanwhile has no subscriptions left to read it.
+            if let Ok(Some(d)) = self.store.device(*device) {
+                let tenant = d.tenant.unwrap_or(self.first_tenant);
+                self.ws.deliver_attributes(*device, tenant, d.customer, *scope, values, now);
+            }
+        }
     }
 
     fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
