@@ -67,6 +67,9 @@ impl CommitLog for Embedded {
     }
 }
 
+/// Committed attribute values of one device in one scope.
+pub type AttributeChange = (DeviceId, AttributeScope, Vec<(String, Value)>);
+
 /// Receives committed telemetry: the canonical MQTT topics and the WebSocket API.
 pub trait LiveData: Send + Sync + 'static {
     /// Whether anyone listens at all (checked before records are copied for it).
@@ -80,7 +83,7 @@ pub trait LiveData: Send + Sync + 'static {
     }
     /// Committed attribute changes: queued for listeners that hold nothing durable, so
     /// this neither waits nor fails.
-    fn attributes(&self, _committed: &[(DeviceId, AttributeScope, Vec<(String, Value)>)]) {}
+    fn attributes(&self, _committed: &[AttributeChange]) {}
 }
 
 /// No live listeners (tests, tools).

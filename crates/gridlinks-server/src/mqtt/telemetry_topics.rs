@@ -18,9 +18,9 @@ use bytes::Bytes;
 use gridlinks_broker::router::Message;
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_codec::mqtt::QoS;
-use gridlinks_ingest::{BoxFuture, LiveData};
+use gridlinks_ingest::{AttributeChange, BoxFuture, LiveData};
 use gridlinks_storage::{Store, StoreError, WriterHandle};
-use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
+use gridlinks_types::{DeviceId, TsRecord};
 use serde_json::{json, Map};
 
 /// The filter matching every canonical telemetry topic.
@@ -77,7 +77,7 @@ impl LiveData for CanonicalTopics {
         self.ws.interested()
     }
 
-    fn attributes(&self, committed: &[(DeviceId, AttributeScope, Vec<(String, Value)>)]) {
+    fn attributes(&self, committed: &[AttributeChange]) {
         let now = gridlinks_types::Ts::now();
         for (device, scope, values) in committed {
             // A device deleted meanwhile has no subscriptions left to read it.
