@@ -209,7 +209,8 @@ struct Session {
 
 enum Next {
     Go,
-    Close(Option<String>),
+    /// Close, with the last error update's code and message, if any.
+    Close(Option<(u8, String)>),
 }
 
 async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
@@ -266,26 +267,26 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
                 if sink.send(Message::Text(update)).await.is_err() { break None; }
             }
             () = out.wake.notified() => {
-                break Some(format!("too many updates queued for this session (ws.queue = {}): it was closed", cfg.queue));
+                break Some((code::INTERNAL_ERROR, format!("too many updates queued for this session (ws.queue = {}): it was closed", cfg.queue)));
             }
             _ = ticker.tick() => {
                 if last_heard.elapsed() >= idle {
-                    break Some("idle for ws.idle_timeout".into());
+                    break Some((code::BAD_REQUEST, "idle for ws.idle_timeout".into()));
                 }
                 // A user deleted or disabled, or whose password changed, is out.
                 if s.caller.is_some() && authenticate(&h.auth, &s.token).is_none() {
-                    break Some("Invalid JWT token".into());
+                    break Some((code::UNAUTHORIZED, "Invalid JWT token".into()));
                 }
                 if sink.send(Message::Ping(Default::default())).await.is_err() { break None; }
             }
             () = tokio::time::sleep(expires_in), if s.caller.is_some() => {
-                break Some("Token has expired".into());
+                break Some((code::UNAUTHORIZED, "Token has expired".into()));
             }
         }
     };
     h.ws.remove_session(id);
-    if let Some(why) = end {
-        let e = proto::error(0, code::UNAUTHORIZED, &why).to_string();
+    if let Some((code, why)) = end {
+        let e = proto::error(0, code, &why).to_string();
         let _ = sink.send(Message::Text(e.into())).await;
     }
     let _ = sink.close().await;
