@@ -240,6 +240,9 @@ pub struct WsConfig {
     /// A session that sends nothing (not even a pong) for this long is closed, seconds
     /// (ThingsBoard: 90).
     pub idle_timeout: Seconds,
+    /// A session of `/api/ws` that has not authenticated (`authCmd`) this long after it
+    /// opened is closed, seconds.
+    pub auth_timeout: Seconds,
 }
 
 impl Default for WsConfig {
@@ -250,6 +253,7 @@ impl Default for WsConfig {
             max_message_bytes: 65_536,
             ping_interval: Seconds(30),
             idle_timeout: Seconds(90),
+            auth_timeout: Seconds(10),
         }
     }
 }

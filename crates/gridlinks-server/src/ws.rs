@@ -19,7 +19,8 @@
 //!   and nothing waits on it;
 //! - its subscriptions (`ws.max_subscriptions`);
 //! - its messages (`ws.max_message_bytes`);
-//! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`).
+//! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`), and the time
+//!   it has to authenticate (`ws.auth_timeout`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -233,6 +234,7 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let idle = cfg.idle_timeout.duration();
     let ping = cfg.ping_interval.duration();
     let mut last_heard = tokio::time::Instant::now();
+    let auth_deadline = last_heard + cfg.auth_timeout.duration();
     let mut ticker = tokio::time::interval(ping);
     ticker.tick().await;
     let end = loop {
@@ -278,6 +280,9 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
                     break Some((code::UNAUTHORIZED, "Invalid JWT token".into()));
                 }
                 if sink.send(Message::Ping(Default::default())).await.is_err() { break None; }
+            }
+            () = tokio::time::sleep_until(auth_deadline), if s.caller.is_none() => {
+                break Some((code::UNAUTHORIZED, "no authCmd within ws.auth_timeout".into()));
             }
             () = tokio::time::sleep(expires_in), if s.caller.is_some() => {
                 break Some((code::UNAUTHORIZED, "Token has expired".into()));

@@ -235,3 +235,33 @@ fn attribute_subscriptions_deliver_committed_changes() {
     send(&mut old, json!({"attrSubCmds": [{"cmdId": 6, "entityType": "DEVICE", "entityId": d, "scope": "NO_SCOPE"}]}));
     assert_eq!(next(&mut old)["errorCode"], 2);
 }
+
+/// A session that does not authenticate in time is closed; one that stops reading is
+/// closed once its queue is full, and nothing waits for it meanwhile.
+#[test]
+fn silent_and_slow_sessions_are_closed() {
+    let s = Server::start_env(&[("GRIDLINKS_WS_AUTH_TIMEOUT", "1"), ("GRIDLINKS_WS_QUEUE", "4")]);
+    let jwt = s.login();
+    let d = s.device(&jwt, "slow", "WSSLOW");
+    let mut silent = open(&s, "/api/ws");
+    let (closed, seen) = closes(&mut silent);
+    assert!(closed && seen[0]["errorCode"] == 3, "{seen:?}");
+
+    let mut slow = open(&s, "/api/ws");
+    send(&mut slow, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [ts_cmd(1, &d, "blob")]}));
+    assert_eq!(next(&mut slow)["subscriptionId"], 1);
+    // The client stops reading; 400 updates of 60 KB are more than socket buffers hold.
+    let blob = "x".repeat(60_000);
+    let started = std::time::Instant::now();
+    for i in 0..400 {
+        let body = json!({"blob": format!("{i}{blob}")}).to_string();
+        assert_eq!(s.telemetry("WSSLOW", &body), 200, "the device never waits for the slow session");
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let (closed, seen) = closes(&mut slow);
+    let last = seen.last().unwrap();
+    assert!(closed, "the slow session is closed");
+    assert_eq!(last["errorCode"], 1, "{}", last["errorMsg"]);
+    assert!(last["errorMsg"].as_str().unwrap().contains("ws.queue"), "{last}");
+    assert!(seen.len() < 400, "{} updates reached the slow client", seen.len());
+}
