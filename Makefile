@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision
+.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
 run:
@@ -144,6 +144,12 @@ bench-coap: bench-deps
 bench-provision: bench-deps
 	$(BENCH) provision --profiles 100 --devices-per-profile 300 --connections 64 --json $(RESULTS)/provision.json
 	$(BENCH) provision --tenants --profiles 100 --devices-per-profile 300 --connections 64 --json $(RESULTS)/provision-tenants.json
+
+## Live telemetry over the WebSocket API (issue 16): 1,000 devices at 10 msgs/s, one session
+## per device, then one session for all of them.
+bench-ws: bench-deps
+	$(BENCH) ws-telemetry --devices 1000 --rate 10 --duration 20s --json $(RESULTS)/ws-telemetry.json
+	$(BENCH) ws-telemetry --devices 1000 --rate 10 --duration 20s --one-session --json $(RESULTS)/ws-telemetry-one.json
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync

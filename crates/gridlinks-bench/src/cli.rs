@@ -48,6 +48,10 @@ pub enum Command {
     /// Devices provision themselves (ThingsBoard's `POST /api/v1/provision`) into P device
     /// profiles on a GridLinks the tool starts; every returned token is then used once.
     Provision(ProvisionArgs),
+    /// Live telemetry over ThingsBoard's WebSocket API: devices post over HTTP, sessions
+    /// subscribed to them receive each committed point; post → update latency, server CPU
+    /// per update, RSS per session.
+    WsTelemetry(WsTelemetryArgs),
     /// (Internal) one worker process of a `--workers` run: reads its job from stdin.
     #[command(hide = true)]
     Worker,
@@ -110,6 +114,28 @@ pub struct ProvisionArgs {
     /// administrator who then makes the profile.
     #[arg(long)]
     pub tenants: bool,
+    #[command(flatten)]
+    pub server: OwnServerArgs,
+}
+
+/// Options of `ws-telemetry`.
+#[derive(Debug, Args)]
+pub struct WsTelemetryArgs {
+    /// Devices, each posting `--rate` messages per second.
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub devices: usize,
+    /// Messages per second per device.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// How long devices post.
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    pub duration: Duration,
+    /// HTTP/1.1 keep-alive connections the devices post over.
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub connections: usize,
+    /// One session subscribed to every device, instead of one session per device.
+    #[arg(long)]
+    pub one_session: bool,
     #[command(flatten)]
     pub server: OwnServerArgs,
 }

@@ -134,6 +134,11 @@ impl RestClient {
         Ok(ApiTarget { base: self.base.clone(), user: email.to_owned(), password: password.to_owned() })
     }
 
+    /// The access token of this login.
+    pub fn token(&self) -> &str {
+        self.bearer.trim_start_matches("Bearer ")
+    }
+
     /// The id of the device named `name`, `None` when there is none.
     pub fn device_id(&self, name: &str) -> anyhow::Result<Option<String>> {
         let reply = self

@@ -9,6 +9,7 @@ pub mod lamp_tcp;
 pub mod provision;
 pub mod pubsub;
 pub mod telemetry;
+pub mod ws_telemetry;
 
 use std::borrow::Cow;
 use std::future::Future;

@@ -1,0 +1,233 @@
+//! `ws-telemetry`: live telemetry over ThingsBoard's WebSocket API on a GridLinks the tool
+//! starts. `--devices` devices are made through the bulk import. Then either one WebSocket
+//! session per device subscribes to that device (`TIMESERIES`), or one session subscribes
+//! to every device (`--one-session`). Each device posts `--rate` messages per second over
+//! HTTP keep-alive connections (`--connections`), every point carrying its send time in
+//! microseconds.
+//!
+//! Measured over the posting phase:
+//! - post → update latency at the WebSocket client, which includes the durable commit;
+//! - server CPU per update delivered;
+//! - the server's RSS per session, from RSS before and after the sessions open;
+//! - updates received against posts acknowledged: one update per acknowledged post and
+//!   subscription, none missing.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::http_telemetry::read_response;
+use crate::cli::WsTelemetryArgs;
+use crate::proc_stats::ProcessStats;
+use crate::report::LatencySummary;
+use crate::rest_api::{random_tokens, ApiTarget, RestClient};
+use crate::servers::{Binaries, ManagedServer};
+use crate::stats::LatencyShards;
+
+/// The run's figures.
+#[derive(Debug, Serialize)]
+pub struct WsRun {
+    /// Devices, each posting at `rate`.
+    pub devices: usize,
+    /// WebSocket sessions.
+    pub sessions: usize,
+    /// Messages per second per device.
+    pub rate: f64,
+    /// Seconds of posting.
+    pub seconds: f64,
+    /// Posts answered 200.
+    pub posted: u64,
+    /// Updates received (points, one per post and subscription).
+    pub received: u64,
+    /// Posts acknowledged that no update carried.
+    pub missing: u64,
+    /// Server CPU seconds over the posting phase.
+    pub server_cpu_seconds: f64,
+    /// Server CPU microseconds per update delivered (posting included).
+    pub server_cpu_us_per_update: f64,
+    /// Server RSS growth per session, KiB.
+    pub rss_kib_per_session: f64,
+    /// Post → update latency.
+    pub latency: LatencySummary,
+}
+
+fn now_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Runs the scenario and prints its figures.
+pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
+    let bins = Binaries::with_gridlinks(args.server.gridlinks_bin.as_deref());
+    let server = ManagedServer::start_gridlinks_with(&bins, "", None).await.context("starting gridlinks")?;
+    let (base, password) = server.api().context("gridlinks has an API")?;
+    let addr: SocketAddr = base.trim_start_matches("http://").parse().context("the API address")?;
+    let api = ApiTarget { base: base.clone(), user: "admin".into(), password };
+    let n = args.devices;
+    let names: Vec<String> = (0..n).map(|i| format!("ws-bench-{i}")).collect();
+    let tokens = random_tokens(n)?;
+    let (ids, jwt) = {
+        let (api, names, tokens) = (api.clone(), names.clone(), tokens.clone());
+        tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<String>, String)> {
+            let rest = RestClient::login(&api)?;
+            rest.bulk_import(&names, &tokens)?;
+            let ids =
+                names.iter().map(|n| rest.device_id(n)?.context("an imported device")).collect::<Result<_, _>>()?;
+            Ok((ids, rest.token().to_owned()))
+        })
+        .await??
+    };
+    let proc = ProcessStats::new(server.pid())?;
+    let rss_before = proc.memory()?.rss_kib;
+    // Sessions: one per device, or one for all.
+    let groups: Vec<Vec<String>> = match args.one_session {
+        true => vec![ids.clone()],
+        false => ids.iter().map(|id| vec![id.clone()]).collect(),
+    };
+    let url = format!("{}/api/ws", base.replacen("http://", "ws://", 1));
+    let mut sessions = Vec::with_capacity(groups.len());
+    for group in &groups {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.context("opening a WebSocket")?;
+        let cmds: Vec<Value> = group
+            .iter()
+            .enumerate()
+            .map(|(i, id)| json!({"cmdId": i, "type": "TIMESERIES", "entityType": "DEVICE", "entityId": id, "keys": "t"}))
+            .collect();
+        ws.send(Message::Text(json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": cmds}).to_string().into())).await?;
+        // The first update of each subscription.
+        for _ in group {
+            loop {
+                match ws.next().await.context("a session closed early")?? {
+                    Message::Text(t) => {
+                        let v: Value = serde_json::from_str(&t)?;
+                        anyhow::ensure!(v["errorCode"] == 0, "subscription refused: {v}");
+                        break;
+                    }
+                    _ => continue,
+                }
+            }
+        }
+        sessions.push(ws);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after = proc.memory()?.rss_kib;
+    let received = Arc::new(AtomicU64::new(0));
+    let latency = LatencyShards::new(sessions.len().max(1));
+    let readers: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut ws)| {
+            let (received, mut rec) = (received.clone(), latency.recorder(i));
+            tokio::spawn(async move {
+                while let Some(Ok(msg)) = ws.next().await {
+                    let Message::Text(t) = msg else { continue };
+                    let Ok(v) = serde_json::from_str::<Value>(&t) else { continue };
+                    let now = now_us();
+                    for point in v["data"]["t"].as_array().into_iter().flatten() {
+                        if let Some(sent) = point[1].as_str().and_then(|s| s.parse::<u64>().ok()) {
+                            rec.record(Duration::from_micros(now.saturating_sub(sent)));
+                            received.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                rec.flush();
+            })
+        })
+        .collect();
+    // Posting: each connection takes an equal share of the devices and posts each device's
+    // message once per period.
+    let period = Duration::from_secs_f64(1.0 / args.rate);
+    let cpu_start = proc.cpu_seconds()?;
+    let started = Instant::now();
+    let deadline = started + args.duration;
+    let posted = Arc::new(AtomicU64::new(0));
+    let conns = args.connections.min(n);
+    let mut posters = Vec::with_capacity(conns);
+    for c in 0..conns {
+        let mine: Vec<String> = tokens.iter().skip(c).step_by(conns).cloned().collect();
+        let posted = posted.clone();
+        posters.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let mut buf = BytesMut::new();
+            let mut next = Instant::now();
+            while Instant::now() < deadline {
+                for token in &mine {
+                    let body = format!(r#"{{"t":"{}"}}"#, now_us());
+                    let req = format!(
+                        "POST /api/v1/{token}/telemetry HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    stream.write_all(req.as_bytes()).await?;
+                    if read_response(&mut stream, &mut buf).await?.status == 200 {
+                        posted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                next += period;
+                tokio::time::sleep_until(next).await;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for p in posters {
+        p.await??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // Let the last updates arrive.
+    let posted = posted.load(Ordering::Relaxed);
+    // Each device has exactly one subscription (its own session's, or the one session's).
+    let expected = posted;
+    let wait_until = Instant::now() + Duration::from_secs(5);
+    while received.load(Ordering::Relaxed) < expected && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cpu = proc.cpu_seconds()? - cpu_start;
+    server.stop().await?;
+    for r in readers {
+        let _ = r.await;
+    }
+    let received = received.load(Ordering::Relaxed);
+    let sessions_n = groups.len();
+    let run = WsRun {
+        devices: n,
+        sessions: sessions_n,
+        rate: args.rate,
+        seconds,
+        posted,
+        received,
+        missing: expected.saturating_sub(received),
+        server_cpu_seconds: cpu,
+        server_cpu_us_per_update: if received > 0 { cpu * 1e6 / received as f64 } else { 0.0 },
+        rss_kib_per_session: rss_after.saturating_sub(rss_before) as f64 / sessions_n as f64,
+        latency: LatencySummary::from_histogram(&latency.merged()),
+    };
+    println!(
+        "ws-telemetry: {} devices at {}/s, {} session(s)\n\
+         posted {}  updates {}  missing {}  post→update p50 {:.2} ms  p99 {:.2} ms  \
+         server CPU {:.1} µs/update  RSS {:.1} KiB/session",
+        n,
+        args.rate,
+        sessions_n,
+        run.posted,
+        run.received,
+        run.missing,
+        run.latency.p50_us as f64 / 1000.0,
+        run.latency.p99_us as f64 / 1000.0,
+        run.server_cpu_us_per_update,
+        run.rss_kib_per_session,
+    );
+    if let Some(path) = &args.server.json {
+        crate::report::write_json(path, &json!({"scenario": "ws-telemetry", "run": run}))?;
+    }
+    Ok(crate::exit_code(run.missing == 0 && run.posted > 0))
+}

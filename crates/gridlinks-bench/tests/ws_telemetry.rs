@@ -1,0 +1,47 @@
+//! `ws-telemetry` against the real `gridlinks` binary: every acknowledged post reaches its
+//! WebSocket subscription, with one session per device and with one session for all.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+
+use common::{read_json, run_bench, scratch, server_bin, stdout};
+
+fn ws_telemetry(extra: &[&str]) -> serde_json::Value {
+    let dir = scratch(if extra.is_empty() { "ws-telemetry" } else { "ws-telemetry-one" });
+    let json = dir.join("result.json");
+    let bin = server_bin();
+    let mut args = vec![
+        "ws-telemetry",
+        "--devices",
+        "20",
+        "--rate",
+        "5",
+        "--duration",
+        "2s",
+        "--connections",
+        "4",
+        "--gridlinks-bin",
+        bin.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = run_bench(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let run = read_json(&json)["run"].clone();
+    assert!(run["posted"].as_u64().unwrap() > 0, "{run}");
+    assert_eq!(run["received"], run["posted"], "{run}");
+    assert_eq!(run["missing"], 0, "{run}");
+    assert!(run["latency"]["p50_us"].as_u64().unwrap() > 0, "{run}");
+    run
+}
+
+#[test]
+fn every_post_reaches_its_session() {
+    assert_eq!(ws_telemetry(&[])["sessions"], 20);
+}
+
+#[test]
+fn every_post_reaches_the_one_session() {
+    assert_eq!(ws_telemetry(&["--one-session"])["sessions"], 1);
+}
