@@ -182,16 +182,21 @@ pub struct TokenParam {
     token: Option<String>,
 }
 
+/// The upgrade with the session's bounds. Buffers start small (tungstenite's default is
+/// 128 KiB each way): commands and updates are small, and every idle session pays them.
+fn bounded(ws: WebSocketUpgrade, h: &Http) -> WebSocketUpgrade {
+    let max = h.core.cfg.ws.max_message_bytes;
+    ws.max_message_size(max).max_frame_size(max).read_buffer_size(4096).write_buffer_size(4096)
+}
+
 /// `GET /api/ws`: the first message authenticates (`authCmd`).
 pub async fn upgrade(ws: WebSocketUpgrade, State(h): State<Http>) -> Response {
-    let max = h.core.cfg.ws.max_message_bytes;
-    ws.max_message_size(max).on_upgrade(move |socket| serve(h, socket, None))
+    bounded(ws, &h).on_upgrade(move |socket| serve(h, socket, None))
 }
 
 /// `GET /api/ws/plugins/telemetry?token=JWT`.
 pub async fn upgrade_legacy(ws: WebSocketUpgrade, State(h): State<Http>, Query(p): Query<TokenParam>) -> Response {
-    let max = h.core.cfg.ws.max_message_bytes;
-    ws.max_message_size(max).on_upgrade(move |socket| serve(h, socket, Some(p.token.unwrap_or_default())))
+    bounded(ws, &h).on_upgrade(move |socket| serve(h, socket, Some(p.token.unwrap_or_default())))
 }
 
 /// The caller of a token and when the token expires (seconds), if it is valid.

@@ -56,7 +56,10 @@ pub struct WsRun {
     pub server_cpu_seconds: f64,
     /// Server CPU microseconds per update delivered (posting included).
     pub server_cpu_us_per_update: f64,
-    /// Server RSS growth per session, KiB.
+    /// Server RSS before the sessions opened and once they had subscribed, KiB.
+    pub rss_kib: (u64, u64),
+    /// Server RSS growth per session, KiB (negative: the allocator gave back more than
+    /// the sessions took).
     pub rss_kib_per_session: f64,
     /// Post → update latency.
     pub latency: LatencySummary,
@@ -88,6 +91,8 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
         .await??
     };
     let proc = ProcessStats::new(server.pid())?;
+    // The import's memory settles before the baseline is taken.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = proc.memory()?.rss_kib;
     // Sessions: one per device, or one for all.
     let groups: Vec<Vec<String>> = match args.one_session {
@@ -103,7 +108,11 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
             .enumerate()
             .map(|(i, id)| json!({"cmdId": i, "type": "TIMESERIES", "entityType": "DEVICE", "entityId": id, "keys": "t"}))
             .collect();
-        ws.send(Message::Text(json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": cmds}).to_string().into())).await?;
+        // Authentication, then the commands in messages within the server's size bound.
+        ws.send(Message::Text(json!({"authCmd": {"cmdId": 0, "token": jwt}}).to_string().into())).await?;
+        for chunk in cmds.chunks(100) {
+            ws.send(Message::Text(json!({"cmds": chunk}).to_string().into())).await?;
+        }
         // The first update of each subscription.
         for _ in group {
             loop {
@@ -208,7 +217,8 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
         missing: expected.saturating_sub(received),
         server_cpu_seconds: cpu,
         server_cpu_us_per_update: if received > 0 { cpu * 1e6 / received as f64 } else { 0.0 },
-        rss_kib_per_session: rss_after.saturating_sub(rss_before) as f64 / sessions_n as f64,
+        rss_kib: (rss_before, rss_after),
+        rss_kib_per_session: (rss_after as f64 - rss_before as f64) / sessions_n as f64,
         latency: LatencySummary::from_histogram(&latency.merged()),
     };
     println!(
