@@ -209,7 +209,6 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
     // ids. `None` marks routes open to anyone or about the caller itself (tested above and
     // in the first test).
     let forbidden = |d: &str| -> Vec<(&str, &str, String, Option<String>)> {
-        let t = tel(d);
         let name = if d == theirs { "theirs-1" } else { "tenant-1" };
         vec![
             // (Claiming, POST, needs the device's secret: tests/claiming.rs.)
@@ -229,36 +228,6 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
             ),
             ("/api/device/bulk_import", "POST", "/api/device/bulk_import".into(), Some("{}".into())),
             ("/api/tenant/devices", "GET", "/api/tenant/devices?pageSize=10&page=0".into(), None),
-            ("{tel}/values/timeseries", "GET", format!("{t}/values/timeseries?keys=secret"), None),
-            (
-                "{tel}/values/timeseries/history",
-                "GET",
-                format!("{t}/values/timeseries/history?keys=secret&startTs=0&endTs=9999999999999"),
-                None,
-            ),
-            ("{tel}/keys/timeseries", "GET", format!("{t}/keys/timeseries"), None),
-            ("{tel}/keys/attributes", "GET", format!("{t}/keys/attributes"), None),
-            ("{tel}/keys/attributes/{scope}", "GET", format!("{t}/keys/attributes/SHARED_SCOPE"), None),
-            ("{tel}/values/attributes", "GET", format!("{t}/values/attributes"), None),
-            ("{tel}/values/attributes/{scope}", "GET", format!("{t}/values/attributes/SHARED_SCOPE"), None),
-            ("{tel}/attributes/{scope}", "POST", format!("{t}/attributes/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
-            (
-                "{tel}/timeseries/delete",
-                "DELETE",
-                format!("{t}/timeseries/delete?keys=secret&deleteAllDataForKeys=true"),
-                None,
-            ),
-            ("{tel}/timeseries/{scope}", "POST", format!("{t}/timeseries/ANY"), Some(r#"{"x":1}"#.into())),
-            ("{tel}/{scope}", "DELETE", format!("{t}/SHARED_SCOPE?keys=attr"), None),
-            ("{tel}/{scope}", "POST", format!("{t}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
-            ("{tel}", "POST", format!("/api/plugins/telemetry/{d}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
-            (
-                "/api/plugins/rpc/{kind}/{device_id}",
-                "POST",
-                format!("/api/plugins/rpc/oneway/{d}"),
-                Some(r#"{"method":"m"}"#.into()),
-            ),
-            ("/api/rpc/{kind}/{device_id}", "POST", format!("/api/rpc/twoway/{d}"), Some(r#"{"method":"m"}"#.into())),
             ("/api/customer", "POST", "/api/customer".into(), Some(r#"{"title":"C"}"#.into())),
             ("/api/customer/{id}", "GET", format!("/api/customer/{b}"), None),
             ("/api/customer/{id}", "DELETE", format!("/api/customer/{a}"), None),
@@ -337,6 +306,9 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
             ("/api/tenant/{id}/users", "GET", format!("/api/tenant/{tenant}/users?pageSize=10&page=0"), None),
             ("/api/tenants", "GET", "/api/tenants?pageSize=10&page=0".into(), None),
         ]
+        .into_iter()
+        .chain(device_data_routes(d))
+        .collect()
     };
     let per_key = [
         // A key of another user is 403 (below).

@@ -302,6 +302,47 @@ impl Drop for Server {
     }
 }
 
+/// A request an isolation sweep tries: route template, method, path, body.
+pub type Tried = (&'static str, &'static str, String, Option<String>);
+
+/// The device-data routes (telemetry, attributes, RPC) an isolation sweep tries on device
+/// `d`.
+pub fn device_data_routes(d: &str) -> Vec<Tried> {
+    let t = format!("/api/plugins/telemetry/DEVICE/{d}");
+    vec![
+        ("{tel}/values/timeseries", "GET", format!("{t}/values/timeseries?keys=secret"), None),
+        (
+            "{tel}/values/timeseries/history",
+            "GET",
+            format!("{t}/values/timeseries/history?keys=secret&startTs=0&endTs=9999999999999"),
+            None,
+        ),
+        ("{tel}/keys/timeseries", "GET", format!("{t}/keys/timeseries"), None),
+        ("{tel}/keys/attributes", "GET", format!("{t}/keys/attributes"), None),
+        ("{tel}/keys/attributes/{scope}", "GET", format!("{t}/keys/attributes/SHARED_SCOPE"), None),
+        ("{tel}/values/attributes", "GET", format!("{t}/values/attributes"), None),
+        ("{tel}/values/attributes/{scope}", "GET", format!("{t}/values/attributes/SHARED_SCOPE"), None),
+        ("{tel}/attributes/{scope}", "POST", format!("{t}/attributes/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+        (
+            "{tel}/timeseries/delete",
+            "DELETE",
+            format!("{t}/timeseries/delete?keys=secret&deleteAllDataForKeys=true"),
+            None,
+        ),
+        ("{tel}/timeseries/{scope}", "POST", format!("{t}/timeseries/ANY"), Some(r#"{"x":1}"#.into())),
+        ("{tel}/{scope}", "DELETE", format!("{t}/SHARED_SCOPE?keys=attr"), None),
+        ("{tel}/{scope}", "POST", format!("{t}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+        ("{tel}", "POST", format!("/api/plugins/telemetry/{d}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+        (
+            "/api/plugins/rpc/{kind}/{device_id}",
+            "POST",
+            format!("/api/plugins/rpc/oneway/{d}"),
+            Some(r#"{"method":"m"}"#.into()),
+        ),
+        ("/api/rpc/{kind}/{device_id}", "POST", format!("/api/rpc/twoway/{d}"), Some(r#"{"method":"m"}"#.into())),
+    ]
+}
+
 /// Routes open to anyone (device API, login, health) or about the caller itself: the
 /// isolation sweeps do not try them with another's ids.
 pub const OPEN_ROUTES: &[&str] = &[
