@@ -150,6 +150,8 @@ bench-provision: bench-deps
 bench-ws: bench-deps
 	$(BENCH) ws-telemetry --devices 1000 --rate 10 --duration 20s --json $(RESULTS)/ws-telemetry.json
 	$(BENCH) ws-telemetry --devices 1000 --rate 10 --duration 20s --one-session --json $(RESULTS)/ws-telemetry-one.json
+	$(BENCH) ws-telemetry --devices 1000 --rate 10 --duration 20s --via mqtt --json $(RESULTS)/ws-telemetry-mqtt.json
+	$(BENCH) ws-telemetry --devices 1000 --rate 10 --duration 20s --via mqtt --one-session --json $(RESULTS)/ws-telemetry-mqtt-one.json
 
 bench-storage:
 	$(CARGO) run --release -p gridlinks-storage --example storage_bench -- 1000 10 fsync

@@ -118,6 +118,15 @@ pub struct ProvisionArgs {
     pub server: OwnServerArgs,
 }
 
+/// How `ws-telemetry` receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Via {
+    /// ThingsBoard's WebSocket API.
+    Ws,
+    /// The canonical MQTT topics.
+    Mqtt,
+}
+
 /// Options of `ws-telemetry`.
 #[derive(Debug, Args)]
 pub struct WsTelemetryArgs {
@@ -136,6 +145,9 @@ pub struct WsTelemetryArgs {
     /// One session subscribed to every device, instead of one session per device.
     #[arg(long)]
     pub one_session: bool,
+    /// Receive through the WebSocket API (`ws`) or the canonical MQTT topics (`mqtt`).
+    #[arg(long, value_enum, default_value_t = Via::Ws)]
+    pub via: Via,
     #[command(flatten)]
     pub server: OwnServerArgs,
 }

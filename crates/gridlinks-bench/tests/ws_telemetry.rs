@@ -1,5 +1,6 @@
 //! `ws-telemetry` against the real `gridlinks` binary: every acknowledged post reaches its
-//! WebSocket subscription, with one session per device and with one session for all.
+//! WebSocket subscription, with one session per device and with one session for all, and
+//! its canonical-topic MQTT subscriber.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -7,7 +8,7 @@ mod common;
 use common::{read_json, run_bench, scratch, server_bin, stdout};
 
 fn ws_telemetry(extra: &[&str]) -> serde_json::Value {
-    let dir = scratch(if extra.is_empty() { "ws-telemetry" } else { "ws-telemetry-one" });
+    let dir = scratch(&format!("ws-telemetry{}", extra.join("")));
     let json = dir.join("result.json");
     let bin = server_bin();
     let mut args = vec![
@@ -44,4 +45,11 @@ fn every_post_reaches_its_session() {
 #[test]
 fn every_post_reaches_the_one_session() {
     assert_eq!(ws_telemetry(&["--one-session"])["sessions"], 1);
+}
+
+#[test]
+fn every_post_reaches_its_mqtt_subscriber() {
+    let run = ws_telemetry(&["--via", "mqtt"]);
+    assert_eq!((run["via"].as_str(), run["sessions"].as_u64()), (Some("mqtt"), Some(20)));
+    assert_eq!(ws_telemetry(&["--via", "mqtt", "--one-session"])["sessions"], 1);
 }

@@ -11,6 +11,10 @@
 //! - the server's RSS per session, from RSS before and after the sessions open;
 //! - updates received against posts acknowledged: one update per acknowledged post and
 //!   subscription, none missing.
+//!
+//! `--via mqtt` receives the same data through the canonical MQTT topics instead
+//! (`gridlinks/devices/{name}/telemetry`, anonymous QoS 0 subscribers, one per device or one
+//! on `gridlinks/devices/+/telemetry`), for a side-by-side comparison of the two fan-outs.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,15 +24,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use bytes::BytesMut;
 use futures_util::{SinkExt, StreamExt};
+use gridlinks_codec::mqtt::{Packet, ProtocolVersion, QoS, Subscribe, SubscriptionRequest};
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::http_telemetry::read_response;
-use crate::cli::WsTelemetryArgs;
+use crate::cli::{Via, WsTelemetryArgs};
+use crate::mqtt_client::{ClientOptions, Endpoint, MqttConnection};
 use crate::proc_stats::ProcessStats;
 use crate::report::LatencySummary;
 use crate::rest_api::{random_tokens, ApiTarget, RestClient};
@@ -40,6 +47,8 @@ use crate::stats::LatencyShards;
 pub struct WsRun {
     /// Devices, each posting at `rate`.
     pub devices: usize,
+    /// `ws` or `mqtt`.
+    pub via: String,
     /// WebSocket sessions.
     pub sessions: usize,
     /// Messages per second per device.
@@ -99,60 +108,21 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
         true => vec![ids.clone()],
         false => ids.iter().map(|id| vec![id.clone()]).collect(),
     };
-    let url = format!("{}/api/ws", base.replacen("http://", "ws://", 1));
-    let mut sessions = Vec::with_capacity(groups.len());
-    for group in &groups {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.context("opening a WebSocket")?;
-        let cmds: Vec<Value> = group
-            .iter()
-            .enumerate()
-            .map(|(i, id)| json!({"cmdId": i, "type": "TIMESERIES", "entityType": "DEVICE", "entityId": id, "keys": "t"}))
-            .collect();
-        // Authentication, then the commands in messages within the server's size bound.
-        ws.send(Message::Text(json!({"authCmd": {"cmdId": 0, "token": jwt}}).to_string().into())).await?;
-        for chunk in cmds.chunks(100) {
-            ws.send(Message::Text(json!({"cmds": chunk}).to_string().into())).await?;
-        }
-        // The first update of each subscription.
-        for _ in group {
-            loop {
-                match ws.next().await.context("a session closed early")?? {
-                    Message::Text(t) => {
-                        let v: Value = serde_json::from_str(&t)?;
-                        anyhow::ensure!(v["errorCode"] == 0, "subscription refused: {v}");
-                        break;
-                    }
-                    _ => continue,
-                }
-            }
-        }
-        sessions.push(ws);
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss_after = proc.memory()?.rss_kib;
     let received = Arc::new(AtomicU64::new(0));
-    let latency = LatencyShards::new(sessions.len().max(1));
-    let readers: Vec<_> = sessions
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut ws)| {
-            let (received, mut rec) = (received.clone(), latency.recorder(i));
-            tokio::spawn(async move {
-                while let Some(Ok(msg)) = ws.next().await {
-                    let Message::Text(t) = msg else { continue };
-                    let Ok(v) = serde_json::from_str::<Value>(&t) else { continue };
-                    let now = now_us();
-                    for point in v["data"]["t"].as_array().into_iter().flatten() {
-                        if let Some(sent) = point[1].as_str().and_then(|s| s.parse::<u64>().ok()) {
-                            rec.record(Duration::from_micros(now.saturating_sub(sent)));
-                            received.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                rec.flush();
-            })
-        })
-        .collect();
+    let latency = LatencyShards::new(groups.len().max(1));
+    let (readers, rss_after) = match args.via {
+        Via::Ws => {
+            let sessions = open_ws(&base, &jwt, &groups).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            (read_ws(sessions, &received, &latency), proc.memory()?.rss_kib)
+        }
+        Via::Mqtt => {
+            let server_addr = SocketAddr::new(addr.ip(), server.mqtt_port());
+            let subscribers = open_mqtt(server_addr, &names, args.one_session).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            (read_mqtt(subscribers, &received, &latency), proc.memory()?.rss_kib)
+        }
+    };
     // Posting: each connection takes an equal share of the devices and posts each device's
     // message once per period.
     let period = Duration::from_secs_f64(1.0 / args.rate);
@@ -209,6 +179,7 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
     let sessions_n = groups.len();
     let run = WsRun {
         devices: n,
+        via: format!("{:?}", args.via).to_lowercase(),
         sessions: sessions_n,
         rate: args.rate,
         seconds,
@@ -222,12 +193,13 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
         latency: LatencySummary::from_histogram(&latency.merged()),
     };
     println!(
-        "ws-telemetry: {} devices at {}/s, {} session(s)\n\
+        "ws-telemetry: {} devices at {}/s, {} session(s) via {}\n\
          posted {}  updates {}  missing {}  post→update p50 {:.2} ms  p99 {:.2} ms  \
          server CPU {:.1} µs/update  RSS {:.1} KiB/session",
         n,
         args.rate,
         sessions_n,
+        run.via,
         run.posted,
         run.received,
         run.missing,
@@ -240,4 +212,140 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
         crate::report::write_json(path, &json!({"scenario": "ws-telemetry", "run": run}))?;
     }
     Ok(crate::exit_code(run.missing == 0 && run.posted > 0))
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+/// One WebSocket session per group, subscribed to the group's devices (each first update
+/// read).
+async fn open_ws(base: &str, jwt: &str, groups: &[Vec<String>]) -> anyhow::Result<Vec<Ws>> {
+    let url = format!("{}/api/ws", base.replacen("http://", "ws://", 1));
+    let mut sessions = Vec::with_capacity(groups.len());
+    for group in groups {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.context("opening a WebSocket")?;
+        let cmds: Vec<Value> = group
+            .iter()
+            .enumerate()
+            .map(|(i, id)| json!({"cmdId": i, "type": "TIMESERIES", "entityType": "DEVICE", "entityId": id, "keys": "t"}))
+            .collect();
+        // Authentication, then the commands in messages within the server's size bound.
+        ws.send(Message::Text(json!({"authCmd": {"cmdId": 0, "token": jwt}}).to_string().into())).await?;
+        for chunk in cmds.chunks(100) {
+            ws.send(Message::Text(json!({"cmds": chunk}).to_string().into())).await?;
+        }
+        for _ in group {
+            loop {
+                if let Message::Text(t) = ws.next().await.context("a session closed early")?? {
+                    let v: Value = serde_json::from_str(&t)?;
+                    anyhow::ensure!(v["errorCode"] == 0, "subscription refused: {v}");
+                    break;
+                }
+            }
+        }
+        sessions.push(ws);
+    }
+    Ok(sessions)
+}
+
+/// Records the latency of every point `t` (its send time, µs, as text) at `now`.
+fn record(points: impl Iterator<Item = u64>, received: &AtomicU64, rec: &mut crate::stats::LatencyRecorder) {
+    let now = now_us();
+    for sent in points {
+        rec.record(Duration::from_micros(now.saturating_sub(sent)));
+        received.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn read_ws(sessions: Vec<Ws>, received: &Arc<AtomicU64>, latency: &Arc<LatencyShards>) -> Vec<JoinHandle<()>> {
+    sessions
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut ws)| {
+            let (received, mut rec) = (received.clone(), latency.recorder(i));
+            tokio::spawn(async move {
+                while let Some(Ok(msg)) = ws.next().await {
+                    let Message::Text(t) = msg else { continue };
+                    let Ok(v) = serde_json::from_str::<Value>(&t) else { continue };
+                    let points = v["data"]["t"].as_array().cloned().unwrap_or_default();
+                    let sent = points.iter().filter_map(|p| p[1].as_str()?.parse::<u64>().ok());
+                    record(sent, &received, &mut rec);
+                }
+                rec.flush();
+            })
+        })
+        .collect()
+}
+
+/// One anonymous QoS 0 subscriber per device (`gridlinks/devices/{name}/telemetry`), or one
+/// on every device's topic.
+async fn open_mqtt(server: SocketAddr, names: &[String], one: bool) -> anyhow::Result<Vec<MqttConnection>> {
+    let filters: Vec<String> = match one {
+        true => vec!["gridlinks/devices/+/telemetry".to_owned()],
+        false => names.iter().map(|n| format!("gridlinks/devices/{n}/telemetry")).collect(),
+    };
+    let mut subscribers = Vec::with_capacity(filters.len());
+    for (i, filter) in filters.into_iter().enumerate() {
+        let opts = ClientOptions {
+            client_id: format!("ws-bench-sub-{i}"),
+            username: None,
+            password: None,
+            keep_alive: Duration::from_secs(60),
+            version: ProtocolVersion::V5,
+            connect_timeout: Duration::from_secs(10),
+            session_expiry: None,
+        };
+        let mut c = MqttConnection::connect(Endpoint { server, source: None }, &opts)
+            .await
+            .map_err(|e| anyhow::anyhow!("connecting a subscriber: {}", e.reason()))?;
+        let subscribe = Packet::Subscribe(Subscribe {
+            packet_id: 1,
+            filters: vec![SubscriptionRequest {
+                filter,
+                qos: QoS::AtMostOnce,
+                no_local: false,
+                retain_as_published: false,
+                retain_handling: 0,
+            }],
+            subscription_identifier: None,
+            user_properties: Vec::new(),
+        });
+        c.queue(&subscribe)?;
+        c.flush().await?;
+        loop {
+            match c.read_packet().await.map_err(|e| anyhow::anyhow!("subscribing: {}", e.reason()))? {
+                Packet::SubAck(a) if a.return_codes.iter().all(|c| *c < 0x80) => break,
+                Packet::SubAck(a) => anyhow::bail!("subscription refused: {:?}", a.return_codes),
+                _ => {}
+            }
+        }
+        subscribers.push(c);
+    }
+    Ok(subscribers)
+}
+
+fn read_mqtt(
+    subscribers: Vec<MqttConnection>,
+    received: &Arc<AtomicU64>,
+    latency: &Arc<LatencyShards>,
+) -> Vec<JoinHandle<()>> {
+    subscribers
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            let (received, mut rec) = (received.clone(), latency.recorder(i));
+            tokio::spawn(async move {
+                while let Ok(p) = c.read_packet().await {
+                    let Packet::Publish(p) = p else { continue };
+                    // `[{"ts", "values": {"t": <sent µs>}}]`
+                    let Ok(v) = serde_json::from_slice::<Value>(&p.payload) else { continue };
+                    let points = v.as_array().cloned().unwrap_or_default();
+                    // The server typed the numeric text as a number.
+                    let t = |r: &Value| r["values"]["t"].as_u64().or_else(|| r["values"]["t"].as_str()?.parse().ok());
+                    let sent = points.iter().filter_map(t);
+                    record(sent, &received, &mut rec);
+                }
+                rec.flush();
+            })
+        })
+        .collect()
 }
