@@ -3,7 +3,8 @@
 //! first update is the current state, then every committed change of the subscribed keys;
 //! history; unsubscribe; the older `plugins/telemetry` endpoint; errors; a customer user
 //! kept to its customer's devices, at subscription and at every delivery; the subscription
-//! limit; and a session ended by its token's expiry.
+//! limit; a session ended by its token's expiry; and `ENTITY_DATA` as ThingsBoard's widgets
+//! send it.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -103,7 +104,7 @@ fn telemetry_subscriptions_deliver_committed_changes() {
     assert_eq!((u["subscriptionId"].as_i64(), &u["data"]), (Some(3), &json!({"temperature": [[3000, "22.5"]]})));
 
     // Commands not served and malformed messages get error updates; the session goes on.
-    send(&mut ws, json!({"cmds": [{"cmdId": 4, "type": "ENTITY_DATA"}]}));
+    send(&mut ws, json!({"cmds": [{"cmdId": 4, "type": "ALARM_DATA"}]}));
     assert_eq!(next(&mut ws)["errorCode"], 2);
     ws.send(Message::Text("{not json".into())).unwrap();
     assert_eq!(next(&mut ws)["errorCode"], 2);
@@ -160,6 +161,155 @@ fn a_customer_user_gets_only_its_customers_devices() {
     assert_eq!(s.telemetry("WSMARKER", r#"{"v":3}"#), 200);
     let u = next(&mut ws);
     assert_eq!((u["subscriptionId"].as_i64(), &u["data"]["v"][0][1]), (Some(3), &json!("3")), "{u}");
+}
+
+fn entity_query(cmd_id: i64, filter: J, page_size: usize) -> J {
+    json!({"cmdId": cmd_id, "type": "ENTITY_DATA", "query": {
+        "entityFilter": filter,
+        "pageLink": {"pageSize": page_size, "page": 0, "textSearch": null,
+            "sortOrder": {"key": {"type": "ENTITY_FIELD", "key": "name"}, "direction": "ASC"}},
+        "entityFields": [{"type": "ENTITY_FIELD", "key": "name"}, {"type": "ENTITY_FIELD", "key": "type"}],
+        "latestValues": [{"type": "TIME_SERIES", "key": "temperature"}, {"type": "SHARED_ATTRIBUTE", "key": "target"}]}})
+}
+
+fn names(page: &J) -> Vec<&str> {
+    page["data"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["latest"]["ENTITY_FIELD"]["name"]["value"].as_str().unwrap())
+        .collect()
+}
+
+/// `ENTITY_DATA` as ThingsBoard's widgets send it: a page of a device type's devices with
+/// entity fields and latest values, then the committed changes its `latestCmd` follows and
+/// the points its `tsCmd` follows; a customer user's page holds its customer's devices only.
+#[test]
+fn entity_data_pages_and_follows_devices() {
+    let s = Server::start();
+    let jwt = s.login();
+    let mut ids = Vec::new();
+    for (name, token, ty) in [
+        ("th-1", "EDTH1", "thermostat"),
+        ("th-2", "EDTH2", "thermostat"),
+        ("th-3", "EDTH3", "thermostat"),
+        ("meter", "EDMETER", "meter"),
+    ] {
+        let (st, d) =
+            s.json("POST", &format!("/api/device?accessToken={token}"), &jwt, Some(json!({"name": name, "type": ty})));
+        assert_eq!(st, 200, "{d}");
+        ids.push(d["id"]["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(s.telemetry("EDTH1", r#"{"ts":1000,"values":{"temperature":20}}"#), 200);
+    let path = format!("/api/plugins/telemetry/DEVICE/{}/attributes/SHARED_SCOPE", ids[1]);
+    assert_eq!(s.req("POST", &path, Some(&jwt), Some(r#"{"target":22}"#)).0, 200);
+
+    let mut ws = open(&s, "/api/ws");
+    let thermostats = json!({"type": "deviceType", "deviceTypes": ["thermostat"], "deviceNameFilter": "th"});
+    let mut cmd = entity_query(1, thermostats, 2);
+    cmd["latestCmd"] =
+        json!({"keys": [{"type": "TIME_SERIES", "key": "temperature"}, {"type": "SHARED_ATTRIBUTE", "key": "target"}]});
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [cmd]}));
+    let page = next(&mut ws);
+    assert_eq!(
+        (page["cmdId"].as_i64(), page["cmdUpdateType"].as_str(), page["errorCode"].as_i64()),
+        (Some(1), Some("ENTITY_DATA"), Some(0)),
+        "{page}"
+    );
+    assert_eq!(
+        (
+            page["data"]["totalElements"].as_i64(),
+            page["data"]["totalPages"].as_i64(),
+            page["data"]["hasNext"].as_bool()
+        ),
+        (Some(3), Some(2), Some(true))
+    );
+    assert_eq!(names(&page), ["th-1", "th-2"]);
+    let rows = &page["data"]["data"];
+    assert_eq!(rows[0]["entityId"], json!({"entityType": "DEVICE", "id": ids[0]}));
+    assert_eq!(rows[0]["latest"]["TIME_SERIES"]["temperature"], json!({"ts": 1000, "value": "20"}));
+    assert_eq!(rows[0]["latest"]["ENTITY_FIELD"]["type"]["value"], "thermostat");
+    assert_eq!(rows[1]["latest"]["SHARED_ATTRIBUTE"]["target"]["value"], "22", "{page}");
+    assert!(rows[1]["latest"].get("TIME_SERIES").is_none(), "a value never written is left out: {page}");
+
+    // Committed changes of the page's devices follow; nothing of devices off the page.
+    assert_eq!(s.telemetry("EDTH3", r#"{"temperature":30}"#), 200);
+    assert_eq!(s.telemetry("EDTH2", r#"{"ts":2000,"values":{"temperature":25,"other":1}}"#), 200);
+    let u = next(&mut ws);
+    assert_eq!(u["data"], J::Null);
+    assert_eq!(
+        u["update"],
+        json!([{"entityId": {"entityType": "DEVICE", "id": ids[1]},
+        "latest": {"TIME_SERIES": {"temperature": {"ts": 2000, "value": "25"}}}, "timeseries": {}}]),
+        "{u}"
+    );
+    assert_eq!(s.req("POST", &path, Some(&jwt), Some(r#"{"target":23}"#)).0, 200);
+    let u = next(&mut ws);
+    assert_eq!(u["update"][0]["latest"]["SHARED_ATTRIBUTE"]["target"]["value"], "23", "{u}");
+
+    // tsCmd on the same cmdId, no query: the window's points of the page, then new points.
+    send(
+        &mut ws,
+        json!({"cmds": [{"cmdId": 1, "type": "ENTITY_DATA", "tsCmd": {"keys": ["temperature"], "startTs": 0, "timeWindow": 0, "limit": 10}}]}),
+    );
+    let w = next(&mut ws);
+    assert_eq!(w["update"][0]["timeseries"]["temperature"], json!([{"ts": 1000, "value": "20"}]), "{w}");
+    assert_eq!(w["update"][1]["timeseries"]["temperature"], json!([{"ts": 2000, "value": "25"}]), "{w}");
+    assert_eq!(s.telemetry("EDTH1", r#"{"ts":3000,"values":{"temperature":21}}"#), 200);
+    let u = next(&mut ws);
+    assert_eq!(u["update"][0]["timeseries"]["temperature"], json!([{"ts": 3000, "value": "21"}]), "{u}");
+    assert!(u["update"][0]["latest"].as_object().unwrap().is_empty(), "tsCmd replaced latestCmd: {u}");
+    // historyCmd: once.
+    send(
+        &mut ws,
+        json!({"cmds": [{"cmdId": 1, "type": "ENTITY_DATA", "historyCmd": {"keys": ["temperature"], "startTs": 1500, "endTs": 5000}}]}),
+    );
+    let h = next(&mut ws);
+    assert_eq!(h["update"][0]["timeseries"]["temperature"], json!([{"ts": 3000, "value": "21"}]), "{h}");
+    // Unsubscribed: a single-entity query on another cmdId is what still updates.
+    let mut single =
+        entity_query(2, json!({"type": "singleEntity", "singleEntity": {"entityType": "DEVICE", "id": ids[3]}}), 10);
+    single["latestCmd"] = json!({"keys": [{"type": "TIME_SERIES", "key": "kwh"}]});
+    send(&mut ws, json!({"cmds": [{"cmdId": 1, "type": "ENTITY_DATA_UNSUBSCRIBE"}, single]}));
+    assert_eq!(names(&next(&mut ws)), ["meter"]);
+    assert_eq!(s.telemetry("EDTH1", r#"{"temperature":22}"#), 200);
+    assert_eq!(s.telemetry("EDMETER", r#"{"kwh":7}"#), 200);
+    let u = next(&mut ws);
+    assert_eq!(
+        (u["cmdId"].as_i64(), &u["update"][0]["latest"]["TIME_SERIES"]["kwh"]["value"]),
+        (Some(2), &json!("7")),
+        "{u}"
+    );
+    // Errors answer in the entity shape.
+    send(
+        &mut ws,
+        json!({"cmds": [{"cmdId": 3, "type": "ENTITY_DATA", "latestCmd": {"keys": []}},
+        entity_query(4, json!({"type": "assetType", "assetTypes": ["x"]}), 10)]}),
+    );
+    for cmd_id in [3, 4] {
+        let e = next(&mut ws);
+        assert_eq!(
+            (e["cmdId"].as_i64(), e["errorCode"].as_i64(), e["cmdUpdateType"].as_str()),
+            (Some(cmd_id), Some(2), Some("ENTITY_DATA")),
+            "{e}"
+        );
+    }
+
+    // A customer user's query over every device holds its customer's devices only, and the
+    // older endpoint's entityDataCmds serve it too.
+    let a = s.customer(&jwt, "A");
+    assert_eq!(s.json("POST", &format!("/api/customer/{a}/device/{}", ids[2]), &jwt, None).0, 200);
+    let (_, ann) = s.user(&jwt, "ann@a.test", Some(&a), "ann-secret");
+    let mut old = open(&s, &format!("/api/ws/plugins/telemetry?token={ann}"));
+    let mut all = entity_query(9, json!({"type": "entityType", "entityType": "DEVICE"}), 100);
+    all.as_object_mut().unwrap().remove("type");
+    send(&mut old, json!({"entityDataCmds": [all]}));
+    let p = next(&mut old);
+    assert_eq!((names(&p), p["data"]["totalElements"].as_i64()), (vec!["th-3"], Some(1)), "{p}");
+    let other =
+        entity_query(10, json!({"type": "singleEntity", "singleEntity": {"entityType": "DEVICE", "id": ids[0]}}), 10);
+    send(&mut old, json!({"entityDataCmds": [other]}));
+    assert_eq!(next(&mut old)["data"]["totalElements"], 0, "another customer's device is not in its pages");
 }
 
 #[test]

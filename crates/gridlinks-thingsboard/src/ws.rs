@@ -9,6 +9,13 @@
 //!
 //! An update is `{"subscriptionId", "errorCode", "errorMsg", "data": {"key": [[ts, "value"]]},
 //! "latestValues": {"key": ts}}`, values as text, as ThingsBoard sends them.
+//!
+//! `ENTITY_DATA` (and the older `entityDataCmds`) is the command ThingsBoard's UI widgets
+//! use: a query (an entity filter, a page, entity fields and latest values) answered with
+//! a page of entities (`{"cmdId", "data": {"data": [entity…], "totalPages", …}, "update":
+//! null, "errorCode", "errorMsg", "cmdUpdateType": "ENTITY_DATA"}`), then, for a `latestCmd`
+//! or `tsCmd`, updates of the page's entities in `"update": [entity…]` ([`entity_page`],
+//! [`entity_update`], [`entity_data`]).
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value as J};
@@ -37,6 +44,12 @@ pub enum Cmd {
     Attributes(AttrSub),
     /// Ends subscription `cmdId`.
     Unsubscribe(i64),
+    /// An entity data query and its subscriptions (`ENTITY_DATA`).
+    EntityData(Box<EntityDataCmd>),
+    /// Ends entity data subscription `cmdId` (`ENTITY_DATA_UNSUBSCRIBE`).
+    EntityUnsubscribe(i64),
+    /// An `ENTITY_DATA` command this server cannot serve (answered with [`entity_error`]).
+    BadEntityData(i64, String),
     /// A command this server does not serve (its `cmdId` and why).
     Unsupported(i64, String),
 }
@@ -90,6 +103,126 @@ pub struct HistoryCmd {
     pub limit: usize,
 }
 
+/// What kind of value an entity key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyType {
+    /// A field of the entity itself: `name`, `type`, `label`, `createdTime`, …
+    EntityField,
+    /// A time series' latest value.
+    TimeSeries,
+    /// An attribute of any scope.
+    Attribute,
+    /// A client-side attribute.
+    ClientAttribute,
+    /// A shared attribute.
+    SharedAttribute,
+    /// A server-side attribute.
+    ServerAttribute,
+}
+
+impl KeyType {
+    /// ThingsBoard's name of it (`EntityKeyType`).
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyType::EntityField => "ENTITY_FIELD",
+            KeyType::TimeSeries => "TIME_SERIES",
+            KeyType::Attribute => "ATTRIBUTE",
+            KeyType::ClientAttribute => "CLIENT_ATTRIBUTE",
+            KeyType::SharedAttribute => "SHARED_ATTRIBUTE",
+            KeyType::ServerAttribute => "SERVER_ATTRIBUTE",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "ENTITY_FIELD" => KeyType::EntityField,
+            "TIME_SERIES" => KeyType::TimeSeries,
+            "ATTRIBUTE" => KeyType::Attribute,
+            "CLIENT_ATTRIBUTE" => KeyType::ClientAttribute,
+            "SHARED_ATTRIBUTE" => KeyType::SharedAttribute,
+            "SERVER_ATTRIBUTE" => KeyType::ServerAttribute,
+            other => return Err(format!("key type {other:?} is not served")),
+        })
+    }
+}
+
+/// An entity key: `{"type", "key"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EntityKey {
+    /// What it names.
+    pub key_type: KeyType,
+    /// Its name.
+    pub key: String,
+}
+
+/// Which entities a query selects (devices only).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EntityFilter {
+    /// `singleEntity`: one device.
+    Single(String),
+    /// `entityList`: these devices.
+    List(Vec<String>),
+    /// `entityType` `DEVICE`: every device the caller may see.
+    AllDevices,
+    /// `deviceType`: devices of these types whose name starts with the filter (any case).
+    DeviceType {
+        /// The types (`deviceTypes`, or the older single `deviceType`).
+        types: Vec<String>,
+        /// `deviceNameFilter`.
+        name_filter: Option<String>,
+    },
+}
+
+/// An `ENTITY_DATA` query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityQuery {
+    /// The entities.
+    pub filter: EntityFilter,
+    /// `pageLink.pageSize` (at most [`MAX_PAGE`]).
+    pub page_size: usize,
+    /// `pageLink.page`.
+    pub page: usize,
+    /// `pageLink.textSearch`: name contains (any case).
+    pub text_search: Option<String>,
+    /// `pageLink.sortOrder`: the key, and whether descending.
+    pub sort: Option<(EntityKey, bool)>,
+    /// `entityFields`.
+    pub entity_fields: Vec<EntityKey>,
+    /// `latestValues`.
+    pub latest_values: Vec<EntityKey>,
+}
+
+/// A `tsCmd` or `historyCmd` of an `ENTITY_DATA` command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntitySeriesCmd {
+    /// Keys.
+    pub keys: Vec<String>,
+    /// Window start, ms.
+    pub start_ts: i64,
+    /// Window end, ms (a `tsCmd`: now).
+    pub end_ts: i64,
+    /// Most points per key.
+    pub limit: usize,
+}
+
+/// An `ENTITY_DATA` command: a query, and what to follow of its entities.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityDataCmd {
+    /// The client's id for it.
+    pub cmd_id: i64,
+    /// The query; `None`: the one this `cmdId` sent before.
+    pub query: Option<EntityQuery>,
+    /// `latestCmd.keys`: follow these latest values.
+    pub latest: Option<Vec<EntityKey>>,
+    /// `tsCmd`: the window's points, then every new point.
+    pub ts: Option<EntitySeriesCmd>,
+    /// `historyCmd`: the window's points, once.
+    pub history: Option<EntitySeriesCmd>,
+}
+
+/// Largest page an `ENTITY_DATA` query may ask for.
+pub const MAX_PAGE: usize = 1000;
+
 /// A message: its authentication (`cmdId`, token), if any, and its commands.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Message {
@@ -116,6 +249,10 @@ struct RawMessage {
     history_cmds: Vec<RawCmd>,
     #[serde(default)]
     attr_sub_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    entity_data_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    entity_data_unsubscribe_cmds: Vec<RawCmd>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +279,81 @@ struct RawCmd {
     agg: Option<String>,
     #[serde(default)]
     unsubscribe: bool,
+    query: Option<RawQuery>,
+    latest_cmd: Option<RawLatest>,
+    ts_cmd: Option<RawSeries>,
+    history_cmd: Option<RawSeries>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawQuery {
+    entity_filter: RawFilter,
+    page_link: Option<RawPageLink>,
+    #[serde(default)]
+    entity_fields: Vec<RawKey>,
+    #[serde(default)]
+    latest_values: Vec<RawKey>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawFilter {
+    #[serde(rename = "type")]
+    filter_type: String,
+    single_entity: Option<RawEntityId>,
+    entity_type: Option<String>,
+    entity_list: Option<Vec<String>>,
+    device_type: Option<String>,
+    device_types: Option<Vec<String>>,
+    device_name_filter: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEntityId {
+    entity_type: String,
+    id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawPageLink {
+    page_size: Option<i64>,
+    page: Option<i64>,
+    text_search: Option<String>,
+    sort_order: Option<RawSort>,
+}
+
+#[derive(Deserialize)]
+struct RawSort {
+    key: RawKey,
+    direction: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawKey {
+    #[serde(rename = "type")]
+    key_type: String,
+    key: String,
+}
+
+#[derive(Deserialize)]
+struct RawLatest {
+    #[serde(default)]
+    keys: Vec<RawKey>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawSeries {
+    #[serde(default)]
+    keys: Vec<String>,
+    start_ts: Option<i64>,
+    end_ts: Option<i64>,
+    time_window: Option<i64>,
+    limit: Option<i64>,
+    agg: Option<String>,
 }
 
 fn keys(s: Option<&str>) -> Option<Vec<String>> {
@@ -206,6 +418,93 @@ fn history(c: RawCmd) -> Cmd {
     Cmd::History(HistoryCmd { cmd_id: c.cmd_id, entity_type, entity_id, keys, start_ts, end_ts, limit: limit(c.limit) })
 }
 
+fn entity_key(k: RawKey) -> Result<EntityKey, String> {
+    Ok(EntityKey { key_type: KeyType::parse(&k.key_type)?, key: k.key })
+}
+
+fn entity_keys(keys: Vec<RawKey>) -> Result<Vec<EntityKey>, String> {
+    keys.into_iter().map(entity_key).collect()
+}
+
+fn filter(f: RawFilter) -> Result<EntityFilter, String> {
+    let devices_only = |t: &str| {
+        if t == "DEVICE" {
+            Ok(())
+        } else {
+            Err(format!("entity type {t:?} is not served: DEVICE is"))
+        }
+    };
+    Ok(match f.filter_type.as_str() {
+        "singleEntity" => {
+            let e = f.single_entity.ok_or("singleEntity filter without singleEntity")?;
+            devices_only(&e.entity_type)?;
+            EntityFilter::Single(e.id)
+        }
+        "entityList" => {
+            devices_only(f.entity_type.as_deref().unwrap_or(""))?;
+            EntityFilter::List(f.entity_list.unwrap_or_default())
+        }
+        "entityType" => {
+            devices_only(f.entity_type.as_deref().unwrap_or(""))?;
+            EntityFilter::AllDevices
+        }
+        "deviceType" => EntityFilter::DeviceType {
+            types: f.device_types.unwrap_or_default().into_iter().chain(f.device_type).collect(),
+            name_filter: f.device_name_filter.filter(|n| !n.is_empty()),
+        },
+        other => {
+            return Err(format!(
+                "entity filter {other:?} is not served: singleEntity, entityList, entityType and deviceType are"
+            ))
+        }
+    })
+}
+
+fn query(q: RawQuery) -> Result<EntityQuery, String> {
+    let link = q.page_link.unwrap_or(RawPageLink { page_size: None, page: None, text_search: None, sort_order: None });
+    let page_size = link.page_size.unwrap_or(10);
+    if !(1..=MAX_PAGE as i64).contains(&page_size) {
+        return Err(format!("pageSize must be between 1 and {MAX_PAGE}"));
+    }
+    let sort = match link.sort_order {
+        Some(s) => Some((entity_key(s.key)?, s.direction.is_some_and(|d| d.eq_ignore_ascii_case("DESC")))),
+        None => None,
+    };
+    Ok(EntityQuery {
+        filter: filter(q.entity_filter)?,
+        page_size: page_size as usize,
+        page: usize::try_from(link.page.unwrap_or(0)).map_err(|_| "page must not be negative")?,
+        text_search: link.text_search.filter(|t| !t.is_empty()),
+        sort,
+        entity_fields: entity_keys(q.entity_fields)?,
+        latest_values: entity_keys(q.latest_values)?,
+    })
+}
+
+fn series(s: RawSeries, now: i64, live: bool) -> Result<EntitySeriesCmd, String> {
+    if s.agg.as_deref().is_some_and(|a| a != "NONE") {
+        return Err("agg: only NONE (raw points) over WebSocket; use the REST API".into());
+    }
+    let start_ts =
+        s.start_ts.or(s.time_window.map(|w| now.saturating_sub(w))).ok_or("startTs or timeWindow is required")?;
+    let end_ts = if live { now + 1 } else { s.end_ts.ok_or("endTs is required")? };
+    Ok(EntitySeriesCmd { keys: s.keys, start_ts, end_ts, limit: limit(s.limit) })
+}
+
+fn entity_data_cmd(c: RawCmd, now: i64) -> Cmd {
+    let cmd_id = c.cmd_id;
+    let read = || -> Result<EntityDataCmd, String> {
+        Ok(EntityDataCmd {
+            cmd_id,
+            query: c.query.map(query).transpose()?,
+            latest: c.latest_cmd.map(|l| entity_keys(l.keys)).transpose()?,
+            ts: c.ts_cmd.map(|s| series(s, now, true)).transpose()?,
+            history: c.history_cmd.map(|s| series(s, now, false)).transpose()?,
+        })
+    };
+    read().map_or_else(|e| Cmd::BadEntityData(cmd_id, e), |e| Cmd::EntityData(Box::new(e)))
+}
+
 /// Reads a client message at `now` (ms; a `timeWindow` counts back from it).
 pub fn parse(text: &str, now: i64) -> Result<Message, String> {
     let raw: RawMessage = serde_json::from_str(text).map_err(|e| format!("invalid command message: {e}"))?;
@@ -215,15 +514,20 @@ pub fn parse(text: &str, now: i64) -> Result<Message, String> {
             Some("TIMESERIES") => subscription(c, now),
             Some("TIMESERIES_HISTORY") => history(c),
             Some("ATTRIBUTES") => attributes(c),
+            Some("ENTITY_DATA") => entity_data_cmd(c, now),
+            Some("ENTITY_DATA_UNSUBSCRIBE") => Cmd::EntityUnsubscribe(c.cmd_id),
             other => Cmd::Unsupported(
                 c.cmd_id,
                 format!(
-                    "command type {:?} is not served: TIMESERIES, TIMESERIES_HISTORY and ATTRIBUTES are",
+                    "command type {:?} is not served: TIMESERIES, TIMESERIES_HISTORY, ATTRIBUTES, ENTITY_DATA and \
+                     ENTITY_DATA_UNSUBSCRIBE are",
                     other.unwrap_or("")
                 ),
             ),
         });
     }
+    cmds.extend(raw.entity_data_cmds.into_iter().map(|c| entity_data_cmd(c, now)));
+    cmds.extend(raw.entity_data_unsubscribe_cmds.into_iter().map(|c| Cmd::EntityUnsubscribe(c.cmd_id)));
     cmds.extend(raw.ts_sub_cmds.into_iter().map(|c| subscription(c, now)));
     cmds.extend(raw.history_cmds.into_iter().map(history));
     cmds.extend(raw.attr_sub_cmds.into_iter().map(attributes));
@@ -249,6 +553,49 @@ pub fn error(cmd_id: i64, code: u8, msg: &str) -> J {
     json!({"subscriptionId": cmd_id, "errorCode": code, "errorMsg": msg, "data": {}, "latestValues": {}})
 }
 
+/// An entity as an `ENTITY_DATA` answer shows it: its id, its latest values by key type
+/// (`{"TIME_SERIES": {"key": {"ts", "value"}}}`) and its time series (`{"key": [{"ts",
+/// "value"}]}`).
+pub fn entity_data(
+    device_id: &str,
+    latest: impl IntoIterator<Item = (KeyType, String, i64, String)>,
+    timeseries: impl IntoIterator<Item = (String, Vec<(i64, String)>)>,
+) -> J {
+    let mut by_type = Map::new();
+    for (t, key, ts, value) in latest {
+        let section = by_type.entry(t.name()).or_insert_with(|| J::Object(Map::new()));
+        if let J::Object(m) = section {
+            m.insert(key, json!({"ts": ts, "value": value}));
+        }
+    }
+    let series: Map<String, J> = timeseries
+        .into_iter()
+        .map(|(k, points)| (k, points.into_iter().map(|(ts, v)| json!({"ts": ts, "value": v})).collect()))
+        .collect();
+    json!({"entityId": {"entityType": "DEVICE", "id": device_id}, "latest": by_type, "timeseries": series})
+}
+
+/// The first answer to an `ENTITY_DATA` query: a page of entities ([`entity_data`]).
+pub fn entity_page(cmd_id: i64, data: Vec<J>, total: usize, page_size: usize, page: usize) -> J {
+    let total_pages = total.div_ceil(page_size.max(1));
+    let page = json!({"data": data, "totalPages": total_pages, "totalElements": total,
+        "hasNext": (page + 1) < total_pages});
+    json!({"cmdId": cmd_id, "data": page, "update": null, "errorCode": code::NO_ERROR, "errorMsg": null,
+        "cmdUpdateType": "ENTITY_DATA"})
+}
+
+/// A later answer to an `ENTITY_DATA` command: what changed of some of its entities.
+pub fn entity_update(cmd_id: i64, update: Vec<J>) -> J {
+    json!({"cmdId": cmd_id, "data": null, "update": update, "errorCode": code::NO_ERROR, "errorMsg": null,
+        "cmdUpdateType": "ENTITY_DATA"})
+}
+
+/// An error answer to `ENTITY_DATA` command `cmd_id`.
+pub fn entity_error(cmd_id: i64, code: u8, msg: &str) -> J {
+    json!({"cmdId": cmd_id, "data": null, "update": null, "errorCode": code, "errorMsg": msg,
+        "cmdUpdateType": "ENTITY_DATA"})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,7 +606,7 @@ mod tests {
             r#"{"authCmd":{"cmdId":0,"token":"T"},"cmds":[
                 {"cmdId":1,"type":"TIMESERIES","entityType":"DEVICE","entityId":"D","keys":"a, b","timeWindow":1000},
                 {"cmdId":2,"type":"TIMESERIES_HISTORY","entityType":"DEVICE","entityId":"D","keys":"a","startTs":1,"endTs":9,"limit":5},
-                {"cmdId":3,"type":"ENTITY_DATA"},
+                {"cmdId":3,"type":"ALARM_DATA"},
                 {"cmdId":1,"type":"TIMESERIES","unsubscribe":true}]}"#,
             5000,
         )
@@ -299,5 +646,60 @@ mod tests {
                 "latestValues": {"t": 3}})
         );
         assert_eq!(error(5, code::UNAUTHORIZED, "no")["errorCode"], 3);
+    }
+
+    #[test]
+    fn entity_data_commands_are_read() {
+        let m = parse(
+            r#"{"cmds":[{"cmdId":4,"type":"ENTITY_DATA","query":{
+                "entityFilter":{"type":"deviceType","deviceTypes":["thermostat"],"deviceNameFilter":"Th"},
+                "pageLink":{"pageSize":5,"page":1,"textSearch":"","sortOrder":{"key":{"type":"ENTITY_FIELD","key":"name"},"direction":"DESC"}},
+                "entityFields":[{"type":"ENTITY_FIELD","key":"name"}],
+                "latestValues":[{"type":"TIME_SERIES","key":"t"},{"type":"SHARED_ATTRIBUTE","key":"target"}]},
+              "latestCmd":{"keys":[{"type":"TIME_SERIES","key":"t"}]},
+              "tsCmd":{"keys":["t"],"timeWindow":1000,"limit":7}},
+              {"cmdId":5,"type":"ENTITY_DATA","historyCmd":{"keys":["t"],"startTs":1,"endTs":9}},
+              {"cmdId":6,"type":"ENTITY_DATA","query":{"entityFilter":{"type":"singleEntity","singleEntity":{"entityType":"ASSET","id":"A"}}}},
+              {"cmdId":7,"type":"ENTITY_DATA","tsCmd":{"keys":["t"],"timeWindow":1,"agg":"AVG"}},
+              {"cmdId":4,"type":"ENTITY_DATA_UNSUBSCRIBE"}]}"#,
+            5000,
+        )
+        .unwrap();
+        let Cmd::EntityData(e) = &m.cmds[0] else { panic!("{:?}", m.cmds[0]) };
+        let q = e.query.as_ref().unwrap();
+        assert_eq!(
+            q.filter,
+            EntityFilter::DeviceType { types: vec!["thermostat".into()], name_filter: Some("Th".into()) }
+        );
+        assert_eq!((q.page_size, q.page, q.text_search.as_deref()), (5, 1, None));
+        assert_eq!(q.sort, Some((EntityKey { key_type: KeyType::EntityField, key: "name".into() }, true)));
+        assert_eq!(q.latest_values[1].key_type, KeyType::SharedAttribute);
+        assert_eq!(e.latest.as_ref().unwrap()[0].key, "t");
+        assert_eq!(e.ts, Some(EntitySeriesCmd { keys: vec!["t".into()], start_ts: 4000, end_ts: 5001, limit: 7 }));
+        assert!(matches!(&m.cmds[1], Cmd::EntityData(h) if h.query.is_none()
+            && h.history == Some(EntitySeriesCmd { keys: vec!["t".into()], start_ts: 1, end_ts: 9, limit: DEFAULT_LIMIT })));
+        assert!(matches!(&m.cmds[2], Cmd::BadEntityData(6, why) if why.contains("ASSET")));
+        assert!(matches!(&m.cmds[3], Cmd::BadEntityData(7, why) if why.contains("agg")));
+        assert_eq!(m.cmds[4], Cmd::EntityUnsubscribe(4));
+        let old = parse(r#"{"entityDataCmds":[{"cmdId":1,"query":{"entityFilter":{"type":"entityType","entityType":"DEVICE"},"pageLink":{"pageSize":100000}}}]}"#, 0).unwrap();
+        assert!(matches!(&old.cmds[0], Cmd::BadEntityData(1, why) if why.contains("pageSize")));
+    }
+
+    #[test]
+    fn entity_answers_have_thingsboards_shape() {
+        let e = entity_data(
+            "D",
+            [(KeyType::TimeSeries, "t".to_owned(), 5, "21".to_owned())],
+            [("t".to_owned(), vec![(5, "21".to_owned())])],
+        );
+        assert_eq!(
+            entity_page(3, vec![e.clone()], 11, 10, 0),
+            json!({"cmdId": 3, "data": {"data": [{"entityId": {"entityType": "DEVICE", "id": "D"},
+                "latest": {"TIME_SERIES": {"t": {"ts": 5, "value": "21"}}}, "timeseries": {"t": [{"ts": 5, "value": "21"}]}}],
+                "totalPages": 2, "totalElements": 11, "hasNext": true},
+                "update": null, "errorCode": 0, "errorMsg": null, "cmdUpdateType": "ENTITY_DATA"})
+        );
+        assert_eq!(entity_update(3, vec![e])["update"][0]["entityId"]["id"], "D");
+        assert_eq!(entity_error(3, code::BAD_REQUEST, "x")["errorCode"], 2);
     }
 }

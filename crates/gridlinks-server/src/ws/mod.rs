@@ -5,7 +5,8 @@
 //!
 //! A `TIMESERIES` subscription answers with the current values (or the points of its time
 //! window), then with every committed change of the device; an `ATTRIBUTES` subscription
-//! the same for its attributes (of one scope, or all). Changes come from the same
+//! the same for its attributes (of one scope, or all); an `ENTITY_DATA` command with a
+//! page of devices, then the changes of their keys it follows ([`entity`]). Changes come from the same
 //! fan-out as the canonical MQTT topics (`crate::mqtt::telemetry_topics`), after the durable
 //! commit and never before.
 //!
@@ -22,6 +23,8 @@
 //! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`), and the time
 //!   it has to authenticate (`ws.auth_timeout`).
 
+mod entity;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -33,7 +36,7 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use gridlinks_storage::query::{HistoryQuery, Order};
 use gridlinks_storage::{Store, StoreError};
-use gridlinks_thingsboard::ws::{self as proto, code, AttrSub, Cmd, HistoryCmd, TsSub};
+use gridlinks_thingsboard::ws::{self as proto, code, AttrSub, Cmd, EntityDataCmd, HistoryCmd, TsSub};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use parking_lot::RwLock;
 use serde::Deserialize;
@@ -60,11 +63,13 @@ impl Outbox {
 }
 
 /// What a subscription follows.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone)]
 enum Kind {
     Telemetry,
     /// One scope's attributes, or all scopes'.
     Attributes(Option<AttributeScope>),
+    /// One device of an `ENTITY_DATA` page.
+    Entity(Arc<entity::EntityKeys>),
 }
 
 struct Sub {
@@ -95,7 +100,17 @@ impl Hub {
     pub fn deliver(&self, device: DeviceId, tenant: uuid::Uuid, customer: Option<uuid::Uuid>, records: &[TsRecord]) {
         let subs = self.subs.read();
         let Some(list) = subs.get(&device) else { return };
-        for s in list.iter().filter(|s| s.kind == Kind::Telemetry && s.caller.may_use(tenant, customer)) {
+        for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
+            match &s.kind {
+                Kind::Telemetry => {}
+                Kind::Entity(keys) => {
+                    if let Some(u) = entity_telemetry(device, keys, records) {
+                        s.out.push(proto::entity_update(s.cmd_id, vec![u]).to_string());
+                    }
+                    continue;
+                }
+                Kind::Attributes(_) => continue,
+            }
             let mut series: Vec<(&str, Vec<(i64, String)>)> = Vec::new();
             for r in records {
                 for (k, v) in &r.values {
@@ -127,7 +142,16 @@ impl Hub {
         let subs = self.subs.read();
         let Some(list) = subs.get(&device) else { return };
         for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
-            let Kind::Attributes(wanted) = s.kind else { continue };
+            let wanted = match &s.kind {
+                Kind::Attributes(wanted) => *wanted,
+                Kind::Entity(keys) => {
+                    if let Some(u) = entity::attribute_update(device, keys, scope, values, now.0) {
+                        s.out.push(proto::entity_update(s.cmd_id, vec![u]).to_string());
+                    }
+                    continue;
+                }
+                Kind::Telemetry => continue,
+            };
             if wanted.is_some_and(|w| w != scope) {
                 continue;
             }
@@ -142,11 +166,21 @@ impl Hub {
         }
     }
 
-    fn add(&self, device: DeviceId, sub: Sub) {
+    /// Subscribes `sub` to `devices` (replacing what its command followed before).
+    fn add(&self, devices: &[DeviceId], sub: Sub) {
         let mut subs = self.subs.write();
         self.remove_locked(&mut subs, sub.session, sub.cmd_id);
-        subs.entry(device).or_default().push(sub);
-        self.count.fetch_add(1, Ordering::Relaxed);
+        for &device in devices {
+            let s = Sub {
+                kind: sub.kind.clone(),
+                keys: sub.keys.clone(),
+                caller: sub.caller.clone(),
+                out: sub.out.clone(),
+                ..sub
+            };
+            subs.entry(device).or_default().push(s);
+        }
+        self.count.fetch_add(devices.len(), Ordering::Relaxed);
     }
 
     fn remove(&self, session: u64, cmd_id: i64) {
@@ -171,9 +205,34 @@ impl Hub {
         });
     }
 
-    fn subscriptions_of(&self, session: u64) -> usize {
-        self.subs.read().values().flatten().filter(|s| s.session == session).count()
+    /// Subscriptions of `session`, those of command `except` left out.
+    fn subscriptions_of(&self, session: u64, except: i64) -> usize {
+        self.subs.read().values().flatten().filter(|s| s.session == session && s.cmd_id != except).count()
     }
+}
+
+/// Committed telemetry as an entity update for `keys`, if any key matches.
+fn entity_telemetry(device: DeviceId, keys: &entity::EntityKeys, records: &[TsRecord]) -> Option<J> {
+    let mut latest: Vec<(proto::KeyType, String, i64, String)> = Vec::new();
+    let mut series: Vec<(String, Vec<(i64, String)>)> = Vec::new();
+    for r in records {
+        for (k, v) in &r.values {
+            if keys.latest_ts.contains(k) {
+                match latest.iter_mut().find(|l| l.1 == *k) {
+                    Some(l) if l.2 > r.ts.0 => {}
+                    Some(l) => (l.2, l.3) = (r.ts.0, v.to_display_string()),
+                    None => latest.push((proto::KeyType::TimeSeries, k.clone(), r.ts.0, v.to_display_string())),
+                }
+            }
+            if keys.series.contains(k) {
+                match series.iter_mut().find(|(key, _)| key == k) {
+                    Some((_, points)) => points.push((r.ts.0, v.to_display_string())),
+                    None => series.push((k.clone(), vec![(r.ts.0, v.to_display_string())])),
+                }
+            }
+        }
+    }
+    (!latest.is_empty() || !series.is_empty()).then(|| proto::entity_data(&device.to_string(), latest, series))
 }
 
 /// `?token=` of the older endpoint.
@@ -211,6 +270,9 @@ struct Session {
     out: Arc<Outbox>,
     caller: Option<(Caller, i64)>,
     token: String,
+    /// The devices of each `ENTITY_DATA` command's page (a later command with the same
+    /// `cmdId` and no query follows them).
+    pages: HashMap<i64, Vec<DeviceId>>,
 }
 
 enum Next {
@@ -225,7 +287,8 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let out = Arc::new(Outbox { tx, overflowed: AtomicBool::new(false), wake: Notify::new() });
     let id = h.ws.next_session.fetch_add(1, Ordering::Relaxed);
     let (mut sink, mut stream) = socket.split();
-    let mut s = Session { h: h.clone(), id, out: out.clone(), caller: None, token: String::new() };
+    let mut s =
+        Session { h: h.clone(), id, out: out.clone(), caller: None, token: String::new(), pages: HashMap::new() };
     if let Some(t) = token {
         s.caller = authenticate(&h.auth, &t);
         s.token = t;
@@ -324,6 +387,15 @@ impl Session {
         let mut answers = Vec::new();
         for cmd in msg.cmds {
             answers.push(match cmd {
+                Cmd::EntityData(e) => {
+                    answers.extend(self.entity_data(&caller, *e).await);
+                    continue;
+                }
+                Cmd::EntityUnsubscribe(cmd_id) => {
+                    self.h.ws.remove(self.id, cmd_id);
+                    self.pages.remove(&cmd_id);
+                    continue;
+                }
                 Cmd::Subscribe(sub) => self.subscribe(&caller, sub).await,
                 Cmd::History(q) => self.history(&caller, q).await,
                 Cmd::Attributes(a) => self.attributes(&caller, a).await,
@@ -332,6 +404,7 @@ impl Session {
                     continue;
                 }
                 Cmd::Unsupported(cmd_id, why) => proto::error(cmd_id, code::BAD_REQUEST, &why),
+                Cmd::BadEntityData(cmd_id, why) => proto::entity_error(cmd_id, code::BAD_REQUEST, &why),
             });
         }
         (answers, Next::Go)
@@ -346,7 +419,7 @@ impl Session {
             Err(e) => return proto::error(sub.cmd_id, e.0, &e.1),
         };
         // Registered before the first read, so no change committed in between is missed.
-        self.register(device, sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller);
+        self.register(&[device], sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller);
         let store = self.h.core.store.clone();
         let read = tokio::task::spawn_blocking(move || first_values(&store, device, &sub)).await;
         match read {
@@ -356,18 +429,74 @@ impl Session {
         }
     }
 
-    fn register(&self, device: DeviceId, cmd_id: i64, kind: Kind, keys: Option<Vec<String>>, caller: &Caller) {
+    fn register(&self, devices: &[DeviceId], cmd_id: i64, kind: Kind, keys: Option<Vec<String>>, caller: &Caller) {
         let s = Sub { session: self.id, cmd_id, kind, keys, caller: caller.clone(), out: self.out.clone() };
-        self.h.ws.add(device, s);
+        self.h.ws.add(devices, s);
+    }
+
+    /// Whether `more` subscriptions for command `cmd_id` (replacing its own) would pass
+    /// `ws.max_subscriptions`: why, if so.
+    fn over(&self, cmd_id: i64, more: usize) -> Option<String> {
+        let max = self.h.core.cfg.ws.max_subscriptions;
+        (self.h.ws.subscriptions_of(self.id, cmd_id) + more > max)
+            .then(|| format!("too many subscriptions: at most {max} per session (ws.max_subscriptions)"))
     }
 
     /// Too many subscriptions already: the error update.
     fn over_limit(&self, cmd_id: i64) -> Option<J> {
-        let max = self.h.core.cfg.ws.max_subscriptions;
-        (self.h.ws.subscriptions_of(self.id) >= max).then(|| {
-            let why = format!("too many subscriptions: at most {max} per session (ws.max_subscriptions)");
-            proto::error(cmd_id, code::BAD_REQUEST, &why)
-        })
+        self.over(cmd_id, 1).map(|why| proto::error(cmd_id, code::BAD_REQUEST, &why))
+    }
+
+    /// `ENTITY_DATA`: the page of its query (or of the query this `cmdId` sent before),
+    /// its subscriptions, and the points of its `tsCmd` or `historyCmd` window.
+    async fn entity_data(&mut self, caller: &Caller, e: EntityDataCmd) -> Vec<J> {
+        let cmd_id = e.cmd_id;
+        match self.try_entity_data(caller, e).await {
+            Ok(answers) => answers,
+            Err((code, why)) => vec![proto::entity_error(cmd_id, code, &why)],
+        }
+    }
+
+    async fn try_entity_data(&mut self, caller: &Caller, e: EntityDataCmd) -> Result<Vec<J>, entity::Refusal> {
+        let mut answers = Vec::new();
+        let core = self.h.core.clone();
+        let max = core.cfg.ws.max_subscriptions;
+        if e.query.is_some() && !self.pages.contains_key(&e.cmd_id) && self.pages.len() >= max {
+            return Err((code::BAD_REQUEST, format!("too many ENTITY_DATA queries: at most {max} per session")));
+        }
+        if let Some(q) = e.query {
+            let who = caller.clone();
+            let mut keys = q.entity_fields.clone();
+            keys.extend(q.latest_values.iter().chain(e.latest.iter().flatten()).cloned());
+            let (page, ids) = blocking(move || {
+                let (total, devices) = entity::select(&core, &who, &q)?;
+                let rows = devices.iter().map(|d| entity::row(&core.store, d, &keys)).collect::<Result<_, _>>()?;
+                let ids: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
+                Ok((proto::entity_page(e.cmd_id, rows, total, q.page_size, q.page), ids))
+            })
+            .await?;
+            // A new query ends what the command followed before.
+            self.h.ws.remove(self.id, e.cmd_id);
+            answers.push(page);
+            self.pages.insert(e.cmd_id, ids);
+        }
+        let Some(devices) = self.pages.get(&e.cmd_id).cloned() else {
+            return Err((code::BAD_REQUEST, format!("no query for cmdId {}: send one first", e.cmd_id)));
+        };
+        let keys = entity::EntityKeys::new(e.latest.as_deref().unwrap_or_default(), e.ts.as_ref());
+        if !keys.is_empty() {
+            if let Some(why) = self.over(e.cmd_id, devices.len()) {
+                return Err((code::BAD_REQUEST, why));
+            }
+            // Registered before the window is read, so no change committed in between is missed.
+            self.register(&devices, e.cmd_id, Kind::Entity(Arc::new(keys)), None, caller);
+        }
+        for window in [e.ts, e.history].into_iter().flatten() {
+            let (store, devices) = (self.h.core.store.clone(), devices.clone());
+            let update = blocking(move || entity::series(&store, &devices, &window)).await?;
+            answers.push(proto::entity_update(e.cmd_id, update));
+        }
+        Ok(answers)
     }
 
     async fn attributes(&self, caller: &Caller, sub: AttrSub) -> J {
@@ -382,7 +511,7 @@ impl Session {
             Ok(d) => d,
             Err(e) => return proto::error(sub.cmd_id, e.0, &e.1),
         };
-        self.register(device, sub.cmd_id, Kind::Attributes(scope), sub.keys.clone(), caller);
+        self.register(&[device], sub.cmd_id, Kind::Attributes(scope), sub.keys.clone(), caller);
         match crate::thingsboard::attributes::read(&self.h.core.store, device, scope, sub.keys).await {
             Ok(attrs) => proto::update(
                 sub.cmd_id,
@@ -416,8 +545,16 @@ fn cmd_id(c: &Cmd) -> i64 {
         Cmd::Subscribe(s) => s.cmd_id,
         Cmd::History(h) => h.cmd_id,
         Cmd::Attributes(a) => a.cmd_id,
-        Cmd::Unsubscribe(id) | Cmd::Unsupported(id, _) => *id,
+        Cmd::EntityData(e) => e.cmd_id,
+        Cmd::Unsubscribe(id) | Cmd::EntityUnsubscribe(id) | Cmd::Unsupported(id, _) | Cmd::BadEntityData(id, _) => *id,
     }
+}
+
+/// `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, entity::Refusal> + Send + 'static,
+) -> Result<T, entity::Refusal> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| (code::INTERNAL_ERROR, e.to_string()))?
 }
 
 /// The device an entity reference names, if the caller may see it: an error code and
@@ -438,7 +575,7 @@ async fn device_for(core: &Core, caller: &Caller, entity_type: &str, id: &str) -
 }
 
 /// Raw points of `keys` in `[start, end)`, newest first, at most `limit` per key.
-fn raw_query(keys: Vec<String>, start: i64, end: i64, limit: usize) -> HistoryQuery {
+pub(super) fn raw_query(keys: Vec<String>, start: i64, end: i64, limit: usize) -> HistoryQuery {
     HistoryQuery {
         keys,
         start: Ts(start),

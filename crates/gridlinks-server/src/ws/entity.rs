@@ -1,0 +1,192 @@
+//! `ENTITY_DATA`: a query over the caller's devices (a filter, a page, entity fields and
+//! latest values), answered with a page, then, for its `latestCmd` and `tsCmd`, the
+//! committed changes of the page's devices from the same fan-out as every other
+//! subscription ([`super::Hub`]).
+
+use gridlinks_storage::{DeviceRecord, Store, StoreError};
+use gridlinks_thingsboard::ws::{self as proto, code, EntityFilter, EntityKey, EntityQuery, EntitySeriesCmd, KeyType};
+use gridlinks_types::{AttributeScope, DeviceId, Value};
+use serde_json::Value as J;
+
+use crate::app::Core;
+use crate::auth::Caller;
+
+/// What an `ENTITY_DATA` subscription follows of each device of its page.
+#[derive(Default)]
+pub(super) struct EntityKeys {
+    /// Time series whose latest value goes to `latest.TIME_SERIES` (`latestCmd`).
+    pub latest_ts: Vec<String>,
+    /// Attributes whose value goes to `latest.{scope}` (`latestCmd`).
+    pub attrs: Vec<EntityKey>,
+    /// Time series whose every point goes to `timeseries` (`tsCmd`).
+    pub series: Vec<String>,
+}
+
+impl EntityKeys {
+    pub(super) fn new(latest: &[EntityKey], ts: Option<&EntitySeriesCmd>) -> Self {
+        let latest_ts = latest.iter().filter(|k| k.key_type == KeyType::TimeSeries).map(|k| k.key.clone()).collect();
+        let attrs = latest.iter().filter(|k| attribute_scope(k.key_type).is_some()).cloned().collect();
+        Self { latest_ts, attrs, series: ts.map(|t| t.keys.clone()).unwrap_or_default() }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.latest_ts.is_empty() && self.attrs.is_empty() && self.series.is_empty()
+    }
+}
+
+/// The scope an attribute key type reads: `Some(None)` for any scope, `None` for a key
+/// type that is not an attribute.
+pub(super) fn attribute_scope(t: KeyType) -> Option<Option<AttributeScope>> {
+    match t {
+        KeyType::Attribute => Some(None),
+        KeyType::ClientAttribute => Some(Some(AttributeScope::Client)),
+        KeyType::SharedAttribute => Some(Some(AttributeScope::Shared)),
+        KeyType::ServerAttribute => Some(Some(AttributeScope::Server)),
+        KeyType::EntityField | KeyType::TimeSeries => None,
+    }
+}
+
+/// The key type a change of `scope` shows under for a subscriber who asked for `asked`.
+pub(super) fn attribute_matches(asked: KeyType, scope: AttributeScope) -> bool {
+    attribute_scope(asked).is_some_and(|s| s.is_none_or(|s| s == scope))
+}
+
+/// An error as `(code, message)`.
+pub(super) type Refusal = (u8, String);
+
+fn internal(e: StoreError) -> Refusal {
+    (code::INTERNAL_ERROR, e.to_string())
+}
+
+/// The devices `q` selects that `caller` may see, sorted as it asks: how many in all, and
+/// those of its page.
+pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(usize, Vec<DeviceRecord>), Refusal> {
+    let mut devices = match &q.filter {
+        EntityFilter::Single(id) => one_or_none(&core.store, id)?,
+        EntityFilter::List(ids) => {
+            let mut all = Vec::new();
+            for id in ids.iter().take(proto::MAX_PAGE) {
+                all.extend(one_or_none(&core.store, id)?);
+            }
+            all
+        }
+        // In name order.
+        EntityFilter::AllDevices | EntityFilter::DeviceType { .. } => core.store.devices().map_err(internal)?,
+    };
+    devices.retain(|d| caller.may_use(core.tenant_of(d.tenant), d.customer));
+    if let EntityFilter::DeviceType { types, name_filter } = &q.filter {
+        let prefix = name_filter.as_ref().map(|n| n.to_lowercase());
+        devices.retain(|d| {
+            (types.is_empty() || types.contains(&d.device_type))
+                && prefix.as_ref().is_none_or(|p| d.name.to_lowercase().starts_with(p))
+        });
+    }
+    if let Some(t) = q.text_search.as_ref().map(|t| t.to_lowercase()) {
+        devices.retain(|d| d.name.to_lowercase().contains(&t));
+    }
+    if let Some((key, desc)) = &q.sort {
+        match (key.key_type, key.key.as_str()) {
+            (KeyType::EntityField, "name") => devices.sort_by(|a, b| a.name.cmp(&b.name)),
+            (KeyType::EntityField, "createdTime") => devices.sort_by_key(|d| d.created_time),
+            (KeyType::EntityField, "type") => devices.sort_by(|a, b| a.device_type.cmp(&b.device_type)),
+            (KeyType::EntityField, "label") => devices.sort_by(|a, b| a.label.cmp(&b.label)),
+            _ => {
+                return Err((
+                    code::BAD_REQUEST,
+                    format!(
+                        "sort by {} {:?}: ENTITY_FIELD name, type, label or createdTime",
+                        key.key_type.name(),
+                        key.key
+                    ),
+                ))
+            }
+        }
+        if *desc {
+            devices.reverse();
+        }
+    }
+    let total = devices.len();
+    let page = devices.into_iter().skip(q.page.saturating_mul(q.page_size)).take(q.page_size).collect();
+    Ok((total, page))
+}
+
+fn one_or_none(store: &Store, id: &str) -> Result<Vec<DeviceRecord>, Refusal> {
+    let id = gridlinks_thingsboard::model::device_id(id).map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
+    Ok(store.device(id).map_err(internal)?.into_iter().collect())
+}
+
+fn field(d: &DeviceRecord, key: &str) -> Option<String> {
+    Some(match key {
+        "name" => d.name.clone(),
+        "type" | "deviceProfileName" => d.device_type.clone(),
+        "label" => d.label.clone().unwrap_or_default(),
+        "createdTime" => d.created_time.to_string(),
+        "entityType" => "DEVICE".to_owned(),
+        "additionalInfo" => d.additional_info.as_ref().map(J::to_string).unwrap_or_default(),
+        _ => return None,
+    })
+}
+
+/// One device of a page: the entity fields and latest values `keys` name (a value never
+/// written is left out).
+pub(super) fn row(store: &Store, d: &DeviceRecord, keys: &[EntityKey]) -> Result<J, Refusal> {
+    let mut latest = Vec::new();
+    let ts_keys: Vec<String> =
+        keys.iter().filter(|k| k.key_type == KeyType::TimeSeries).map(|k| k.key.clone()).collect();
+    if !ts_keys.is_empty() {
+        for (k, ts, v) in store.latest(d.id, Some(&ts_keys)).map_err(internal)? {
+            latest.push((KeyType::TimeSeries, k, ts.0, v.to_display_string()));
+        }
+    }
+    for k in keys {
+        match k.key_type {
+            KeyType::EntityField => {
+                if let Some(v) = field(d, &k.key) {
+                    latest.push((KeyType::EntityField, k.key.clone(), 0, v));
+                }
+            }
+            KeyType::TimeSeries => {}
+            t => {
+                let scope = attribute_scope(t).flatten();
+                let found = store.attributes(d.id, scope, Some(std::slice::from_ref(&k.key))).map_err(internal)?;
+                if let Some(a) = found.into_iter().max_by_key(|a| a.last_update_ts) {
+                    latest.push((t, k.key.clone(), a.last_update_ts.0, a.value.to_display_string()));
+                }
+            }
+        }
+    }
+    Ok(proto::entity_data(&d.id.to_string(), latest, []))
+}
+
+/// The points of `cmd`'s window of `devices`, newest first: one entity per device.
+pub(super) fn series(store: &Store, devices: &[DeviceId], cmd: &EntitySeriesCmd) -> Result<Vec<J>, Refusal> {
+    let mut out = Vec::with_capacity(devices.len());
+    for &d in devices {
+        let q = super::raw_query(cmd.keys.clone(), cmd.start_ts, cmd.end_ts, cmd.limit);
+        let found = store.history(d, &q).map_err(internal)?;
+        let points =
+            found.into_iter().map(|(k, p)| (k, p.into_iter().map(|(ts, v)| (ts.0, v.to_display_string())).collect()));
+        out.push(proto::entity_data(&d.to_string(), [], points));
+    }
+    Ok(out)
+}
+
+/// A committed attribute change as an entity update for `keys`' attributes, if any match.
+pub(super) fn attribute_update(
+    device: DeviceId,
+    keys: &EntityKeys,
+    scope: AttributeScope,
+    values: &[(String, Value)],
+    now: i64,
+) -> Option<J> {
+    let latest: Vec<_> = keys
+        .attrs
+        .iter()
+        .filter(|k| attribute_matches(k.key_type, scope))
+        .filter_map(|k| {
+            let (_, v) = values.iter().find(|(key, _)| *key == k.key)?;
+            Some((k.key_type, k.key.clone(), now, v.to_display_string()))
+        })
+        .collect();
+    (!latest.is_empty()).then(|| proto::entity_data(&device.to_string(), latest, []))
+}
