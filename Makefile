@@ -5,16 +5,17 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws
+.PHONY: run test deps lint console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws
 
-## Build and run the server on embedded defaults (data in ./data, HTTP on :8080).
-run:
+## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
+## console at http://localhost:8080/).
+run: console
 	$(CARGO) run --release -p gridlinks-server --bin gridlinks -- serve
 
 ## The whole test suite: formatting and lints, Rust unit + integration tests (real binary),
 ## the compatibility tests with ThingsBoard's own Python clients and paho against Mosquitto,
 ## then MQTT.js in Node and in a real headless Chromium.
-test: deps lint rust-test compat-test js-test
+test: deps console lint rust-test compat-test js-test
 
 ## rustfmt (rustfmt.toml) and clippy with warnings as errors on every target (libraries,
 ## binaries, tests, examples), with the workspace's lints (Cargo.toml [workspace.lints]).
@@ -28,7 +29,20 @@ deps:
 	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin >/dev/null; }
 
-rust-test:
+## The web console (console/: TypeScript, Preact, Pico CSS, uPlot) built by npm into
+## console/dist, which the server's build.rs embeds; rebuilt only when its sources change.
+CONSOLE_SRC := $(shell find console/src -type f) console/index.html console/vite.config.ts console/tsconfig.json
+
+console/node_modules/.installed: console/package-lock.json
+	cd console && npm ci --no-audit --no-fund
+	touch $@
+
+console/dist/index.html: console/node_modules/.installed $(CONSOLE_SRC)
+	cd console && npm run build
+
+console: console/dist/index.html
+
+rust-test: console
 	$(CARGO) test --workspace
 
 ## What `cargo test --workspace` builds, the gridlinks binary included (its integration
@@ -36,7 +50,7 @@ rust-test:
 ## browser tests run that same binary; `cargo build -p gridlinks-server` would build it
 ## again with another feature set (no dev-dependencies to unify with), i.e. a second
 ## compilation of the server and of the dependencies whose features differ.
-test-build:
+test-build: console
 	$(CARGO) test --workspace --no-run
 
 $(VENV)/.installed: tests/compat/requirements.txt

@@ -158,6 +158,8 @@ pub fn router(state: Http) -> Router {
     let import_limit = state.core.cfg.http.max_import_bytes;
     let tel = "/api/plugins/telemetry/{entity_type}/{id}";
     Router::new()
+        .route("/", get(crate::console::index))
+        .route("/assets/{file}", get(crate::console::asset))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/api/ws", get(crate::ws::upgrade))
@@ -568,7 +570,7 @@ pub async fn serve(
     };
     let http_task = tokio::spawn(crate::listener::serve_http(listener, app, limits, stop_rx, over_limit));
     status.ready.store(true, Ordering::Release);
-    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, tcp = ?tcp_locals, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), "gridlinks ready");
+    tracing::info!(http = %local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, tcp = ?tcp_locals, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), console = crate::console::embedded(), "gridlinks ready");
 
     shutdown.await;
     status.ready.store(false, Ordering::Release);

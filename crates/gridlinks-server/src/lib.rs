@@ -15,6 +15,7 @@ pub mod app;
 pub mod auth;
 pub mod coap;
 pub mod config;
+pub mod console;
 pub mod listener;
 pub(crate) mod logging;
 pub mod metrics;

@@ -87,6 +87,13 @@ impl Collector for Scrape {
             "QoS 1/2 copies dropped because an offline session's queue was full.",
             st.mqtt.sessions.dropped_offline(),
         )?;
+        gauge(&mut e, "gridlinks_ws_sessions", "Open WebSocket API sessions (/api/ws).", st.ws.sessions() as u64)?;
+        gauge(
+            &mut e,
+            "gridlinks_ws_subscriptions",
+            "WebSocket API subscriptions (an ENTITY_DATA page's devices count one each).",
+            st.ws.subscriptions() as u64,
+        )?;
         mqtt(&mut e, &st.mqtt)?;
         tcp(&mut e, &st.tcp)?;
         coap(&mut e, &st.coap)
@@ -233,6 +240,7 @@ fn storage(e: &mut DescriptorEncoder, st: &Core) -> fmt::Result {
         l(&w.reopens),
     )?;
     gauge(e, "gridlinks_storage_health", "Storage health: 0 ok, 1 disk full, 2 failed.", st.store.health() as u64)?;
+    gauge(e, "gridlinks_storage_bytes", "Bytes the store's files take on disk.", st.store.disk_bytes())?;
     histogram(
         e,
         "gridlinks_storage_commit_seconds",

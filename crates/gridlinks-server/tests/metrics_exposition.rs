@@ -50,6 +50,10 @@ const NAMES: &[&str] = &[
     "gridlinks_coap_duplicates_total",
     "gridlinks_coap_malformed_total",
     "gridlinks_coap_errors_total",
+    // The WebSocket API and the console's system page (issue 16).
+    "gridlinks_storage_bytes",
+    "gridlinks_ws_sessions",
+    "gridlinks_ws_subscriptions",
 ];
 
 /// The histograms and what their `_count` counts.
@@ -122,4 +126,7 @@ fn metrics_have_help_lines_and_histograms_count_mqtt_publishes() {
         value(&after, "gridlinks_storage_write_ops_total")
     );
     assert!(value(&after, "gridlinks_storage_commit_seconds_bucket{le=\"10.0\"}") > 0.0, "{after}");
+    // The store holds what was committed: its files take some room.
+    assert!(value(&after, "gridlinks_storage_bytes") > 0.0, "{after}");
+    assert_eq!(value(&after, "gridlinks_ws_sessions"), 0.0);
 }

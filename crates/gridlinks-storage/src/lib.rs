@@ -684,6 +684,22 @@ impl Store {
         Ok(())
     }
 
+    /// Bytes the store's files take on disk (its directory, walked now).
+    pub fn disk_bytes(&self) -> u64 {
+        fn walk(dir: &Path) -> u64 {
+            let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+            entries
+                .flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => walk(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        }
+        walk(&self.inner.dir)
+    }
+
     /// Whether the store takes writes now.
     pub fn health(&self) -> Health {
         match self.inner.health.load(Ordering::Acquire) {

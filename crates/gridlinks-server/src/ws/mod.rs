@@ -87,9 +87,20 @@ pub struct Hub {
     subs: RwLock<HashMap<DeviceId, Vec<Sub>>>,
     count: AtomicUsize,
     next_session: AtomicU64,
+    sessions: AtomicUsize,
 }
 
 impl Hub {
+    /// Open sessions.
+    pub fn sessions(&self) -> usize {
+        self.sessions.load(Ordering::Relaxed)
+    }
+
+    /// Subscriptions of every session (an `ENTITY_DATA` page's devices count one each).
+    pub fn subscriptions(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
     /// Whether any session subscribes to anything (a lock-free read for the commit path).
     pub fn interested(&self) -> bool {
         self.count.load(Ordering::Relaxed) > 0
@@ -286,6 +297,8 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let (tx, mut rx) = mpsc::channel(cfg.queue.max(1));
     let out = Arc::new(Outbox { tx, overflowed: AtomicBool::new(false), wake: Notify::new() });
     let id = h.ws.next_session.fetch_add(1, Ordering::Relaxed);
+    h.ws.sessions.fetch_add(1, Ordering::Relaxed);
+    let _open = Open(&h.ws.sessions);
     let (mut sink, mut stream) = socket.split();
     let mut s =
         Session { h: h.clone(), id, out: out.clone(), caller: None, token: String::new(), pages: HashMap::new() };
@@ -363,6 +376,15 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
         let _ = sink.send(Message::Text(e.into())).await;
     }
     let _ = sink.close().await;
+}
+
+/// Counts a session down when it ends, however it ends.
+struct Open<'a>(&'a AtomicUsize);
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Session {

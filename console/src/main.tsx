@@ -1,0 +1,103 @@
+// GridLinks' web console: log in, then the pages of the hash route (#/devices, …). Served by
+// the gridlinks binary at /, talking to its REST and WebSocket APIs on the same origin.
+import '@picocss/pico/css/pico.min.css';
+import './style.css';
+import { render } from 'preact';
+import { useEffect, useState } from 'preact/hooks';
+import { get, login, logout, session, type User } from './api';
+import { ErrorBox, useAction } from './components';
+import { closeLive } from './live';
+import { DevicePage } from './pages/device';
+import { Devices } from './pages/devices';
+import { Customers, Dashboards, MqttClients, Profiles, Users } from './pages/entities';
+import { Import } from './pages/import';
+import { System } from './pages/system';
+
+function useRoute(): string {
+  const [route, setRoute] = useState(location.hash.slice(1) || '/devices');
+  useEffect(() => {
+    const on = () => setRoute(location.hash.slice(1) || '/devices');
+    addEventListener('hashchange', on);
+    return () => removeEventListener('hashchange', on);
+  }, []);
+  return route;
+}
+
+function Login({ onIn }: { onIn: () => void }) {
+  const [username, setUsername] = useState('');
+  const [password, setPassword] = useState('');
+  const action = useAction();
+  return (
+    <main class="container login">
+      <article>
+        <h1>GridLinks</h1>
+        <form onSubmit={(e) => { e.preventDefault(); void action.run(async () => { await login(username, password); onIn(); }); }}>
+          <label>User name<input name="username" autocomplete="username" required value={username} onInput={(e) => setUsername(e.currentTarget.value)} /></label>
+          <label>Password<input name="password" type="password" autocomplete="current-password" required value={password} onInput={(e) => setPassword(e.currentTarget.value)} /></label>
+          <ErrorBox error={action.error} />
+          <button type="submit" aria-busy={action.busy}>Log in</button>
+        </form>
+      </article>
+    </main>
+  );
+}
+
+const TENANT_PAGES: [string, string][] = [
+  ['/devices', 'Devices'], ['/import', 'Import'], ['/customers', 'Customers'], ['/users', 'Users'],
+  ['/profiles', 'Profiles'], ['/dashboards', 'Dashboards'], ['/mqtt', 'MQTT clients'], ['/system', 'System'],
+];
+
+function Page({ route, me }: { route: string; me: User }) {
+  const admin = me.authority === 'TENANT_ADMIN';
+  const device = route.match(/^\/devices\/([0-9a-f-]{36})$/);
+  if (device) return <DevicePage id={device[1]} me={me} />;
+  switch (admin ? route : '/devices') {
+    case '/import': return <Import />;
+    case '/customers': return <Customers />;
+    case '/users': return <Users me={me} />;
+    case '/profiles': return <Profiles />;
+    case '/dashboards': return <Dashboards />;
+    case '/mqtt': return <MqttClients />;
+    case '/system': return <System />;
+    default: return <Devices me={me} />;
+  }
+}
+
+function App() {
+  const [me, setMe] = useState<User | null>(null);
+  const [signedIn, setSignedIn] = useState(session.token() !== null);
+  const [error, setError] = useState<string | null>(null);
+  const route = useRoute();
+  useEffect(() => { session.onLogout(() => { closeLive(); setMe(null); setSignedIn(false); }); }, []);
+  useEffect(() => {
+    if (!signedIn) return;
+    get<User>('/api/auth/user').then(setMe, (e: Error) => setError(e.message));
+  }, [signedIn]);
+  if (!signedIn) return <Login onIn={() => setSignedIn(true)} />;
+  if (!me) return <main class="container"><ErrorBox error={error} />{!error && <p aria-busy="true">Loading…</p>}</main>;
+  if (me.authority === 'SYS_ADMIN') {
+    return <main class="container"><p role="alert">The console is for tenant administrators and customer users; the system administrator manages tenants over the REST API.</p>
+      <button type="button" onClick={() => void logout().then(() => setSignedIn(false))}>Log out</button></main>;
+  }
+  const pages = me.authority === 'TENANT_ADMIN' ? TENANT_PAGES : TENANT_PAGES.slice(0, 1);
+  const out = async () => { closeLive(); await logout(); setMe(null); setSignedIn(false); };
+  return (
+    <>
+      <header class="container">
+        <nav aria-label="Main">
+          <ul><li><strong>GridLinks</strong></li></ul>
+          <ul>
+            {pages.map(([path, label]) => (
+              <li><a href={`#${path}`} aria-current={route === path || route.startsWith(`${path}/`) ? 'page' : undefined}>{label}</a></li>
+            ))}
+            <li><span class="who">{me.email}</span></li>
+            <li><button type="button" class="secondary outline" onClick={() => void out()}>Log out</button></li>
+          </ul>
+        </nav>
+      </header>
+      <main class="container"><Page route={route} me={me} /></main>
+    </>
+  );
+}
+
+render(<App />, document.getElementById('app')!);

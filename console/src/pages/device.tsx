@@ -1,0 +1,211 @@
+// One device: latest values and a live chart over the WebSocket API, history with a range
+// and aggregation, attributes (shared and server ones editable), and RPC.
+import { useEffect, useMemo, useState } from 'preact/hooks';
+import { api, del, fmtTime, get, post, query, typed, type Attribute, type Device, type User } from '../api';
+import { Chart, type Line } from '../chart';
+import { ErrorBox, useAction, useLoad } from '../components';
+import { subscribeTimeseries, type Series } from '../live';
+
+const LIVE_WINDOW = 10 * 60_000;
+const LIVE_POINTS = 1000;
+
+export function DevicePage({ id, me }: { id: string; me: User }) {
+  const device = useLoad(() => get<Device>(`/api/device/${id}`), [id]);
+  if (device.error) return <ErrorBox error={device.error} />;
+  if (!device.data) return <p aria-busy="true">Loading…</p>;
+  const d = device.data;
+  return (
+    <section>
+      <nav aria-label="breadcrumb"><ul><li><a href="#/devices">Devices</a></li><li>{d.name}</li></ul></nav>
+      <h1>{d.name}</h1>
+      <p>Type <strong>{d.type}</strong>{d.label ? <> · label <strong>{d.label}</strong></> : null} · created {fmtTime(d.createdTime)} · id <code>{d.id.id}</code></p>
+      <Live id={id} />
+      <History id={id} />
+      <Attributes id={id} editable={me.authority !== 'SYS_ADMIN'} />
+      <Rpc id={id} />
+    </section>
+  );
+}
+
+/** Latest values (one subscription) and the last ten minutes live (another, with a window). */
+function Live({ id }: { id: string }) {
+  const [latest, setLatest] = useState<Record<string, [number, string]>>({});
+  const [points, setPoints] = useState<Record<string, [number, number][]>>({});
+  useEffect(() => {
+    setLatest({});
+    setPoints({});
+    const offLatest = subscribeTimeseries(id, (data: Series) => setLatest((old) => {
+      const next = { ...old };
+      for (const [k, pts] of Object.entries(data)) {
+        const newest = pts.reduce((a, b) => (b[0] > a[0] ? b : a), pts[0]);
+        if (newest && (!next[k] || newest[0] >= next[k][0])) next[k] = newest;
+      }
+      return next;
+    }));
+    const offSeries = subscribeTimeseries(id, (data: Series) => setPoints((old) => {
+      const next = { ...old };
+      const since = Date.now() - LIVE_WINDOW;
+      for (const [k, pts] of Object.entries(data)) {
+        const nums = pts.map(([ts, v]) => [ts, Number(v)] as [number, number]).filter(([, v]) => Number.isFinite(v));
+        if (nums.length === 0) continue;
+        next[k] = [...(next[k] ?? []), ...nums].filter(([ts]) => ts >= since).sort((a, b) => a[0] - b[0]).slice(-LIVE_POINTS);
+      }
+      return next;
+    }), LIVE_WINDOW);
+    return () => { offLatest(); offSeries(); };
+  }, [id]);
+  const lines: Line[] = useMemo(() => Object.entries(points).map(([key, p]) => ({ key, points: p })), [points]);
+  const keys = Object.keys(latest).sort();
+  return (
+    <article>
+      <h2>Latest values</h2>
+      {keys.length === 0 ? <p>No telemetry yet.</p> : (
+        <table aria-label="Latest values">
+          <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Time</th></tr></thead>
+          <tbody>{keys.map((k) => <tr key={k} data-key={k}><td>{k}</td><td class="value">{latest[k][1]}</td><td>{fmtTime(latest[k][0])}</td></tr>)}</tbody>
+        </table>
+      )}
+      <h3>Live, last 10 minutes</h3>
+      {lines.length === 0 ? <p>No numeric telemetry in the last 10 minutes.</p> : <Chart lines={lines} label="Live telemetry chart" />}
+    </article>
+  );
+}
+
+const AGGS = ['NONE', 'AVG', 'MIN', 'MAX', 'SUM', 'COUNT'];
+const toInput = (ms: number) => new Date(ms - new Date(ms).getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+
+/** History over a chosen range, raw or aggregated (the REST API's `agg` and `interval`). */
+function History({ id }: { id: string }) {
+  const now = Date.now();
+  const [from, setFrom] = useState(toInput(now - 24 * 3600_000));
+  const [to, setTo] = useState(toInput(now + 60_000));
+  const [agg, setAgg] = useState('NONE');
+  const [intervals, setIntervals] = useState(100);
+  const [lines, setLines] = useState<Line[] | null>(null);
+  const action = useAction();
+  const load = (e?: Event) => {
+    e?.preventDefault();
+    void action.run(async () => {
+      const keys = await get<string[]>(`/api/plugins/telemetry/DEVICE/${id}/keys/timeseries`);
+      if (keys.length === 0) { setLines([]); return; }
+      const startTs = new Date(from).getTime();
+      const endTs = new Date(to).getTime();
+      if (!(endTs > startTs)) throw new Error('The end must be after the start.');
+      const interval = Math.max(1, Math.ceil((endTs - startTs) / Math.max(1, intervals)));
+      const q = query({ keys: keys.join(','), startTs, endTs, agg, interval: agg === 'NONE' ? undefined : interval, limit: agg === 'NONE' ? 10000 : undefined });
+      const data = await get<Record<string, { ts: number; value: string }[]>>(`/api/plugins/telemetry/DEVICE/${id}/values/timeseries?${q}`);
+      setLines(Object.entries(data).map(([key, pts]) => ({
+        key,
+        points: pts.map((p) => [p.ts, Number(p.value)] as [number, number]).filter(([, v]) => Number.isFinite(v)).sort((a, b) => a[0] - b[0]),
+      })).filter((l) => l.points.length > 0));
+    });
+  };
+  return (
+    <article>
+      <h2>History</h2>
+      <form class="grid" onSubmit={load}>
+        <label>From<input type="datetime-local" value={from} onInput={(e) => setFrom(e.currentTarget.value)} /></label>
+        <label>To<input type="datetime-local" value={to} onInput={(e) => setTo(e.currentTarget.value)} /></label>
+        <label>Aggregation
+          <select value={agg} onChange={(e) => setAgg(e.currentTarget.value)}>{AGGS.map((a) => <option value={a}>{a}</option>)}</select>
+        </label>
+        <label>Intervals<input type="number" min={1} max={1000} value={intervals} disabled={agg === 'NONE'} onInput={(e) => setIntervals(Number(e.currentTarget.value))} /></label>
+        <button type="submit" aria-busy={action.busy}>Show</button>
+      </form>
+      <ErrorBox error={action.error} />
+      {lines && (lines.length === 0 ? <p>No numeric points in this range.</p> : <Chart lines={lines} label="History chart" />)}
+    </article>
+  );
+}
+
+const SCOPES = [['CLIENT_SCOPE', 'Client attributes'], ['SHARED_SCOPE', 'Shared attributes'], ['SERVER_SCOPE', 'Server attributes']] as const;
+
+function Attributes({ id, editable }: { id: string; editable: boolean }) {
+  return (
+    <article>
+      <h2>Attributes</h2>
+      {SCOPES.map(([scope, title]) => <AttributeScope key={scope} id={id} scope={scope} title={title} editable={editable && scope !== 'CLIENT_SCOPE'} />)}
+    </article>
+  );
+}
+
+function AttributeScope({ id, scope, title, editable }: { id: string; scope: string; title: string; editable: boolean }) {
+  const list = useLoad(() => get<Attribute[]>(`/api/plugins/telemetry/DEVICE/${id}/values/attributes/${scope}`), [id, scope]);
+  const [key, setKey] = useState('');
+  const [value, setValue] = useState('');
+  const action = useAction();
+  const save = (k: string, v: string) => action.run(async () => {
+    await post(`/api/plugins/telemetry/DEVICE/${id}/attributes/${scope}`, { [k]: typed(v) });
+    setKey('');
+    setValue('');
+    list.reload();
+  });
+  const remove = (k: string) => action.run(async () => {
+    await del(`/api/plugins/telemetry/DEVICE/${id}/${scope}?keys=${encodeURIComponent(k)}`);
+    list.reload();
+  });
+  const fid = `${scope}-form`;
+  return (
+    <section>
+      <h3>{title}</h3>
+      <ErrorBox error={list.error ?? action.error} />
+      <table aria-label={title}>
+        <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Updated</th>{editable && <th scope="col">Actions</th>}</tr></thead>
+        <tbody>
+          {(list.data ?? []).map((a) => (
+            <tr key={a.key}>
+              <td>{a.key}</td>
+              <td>{typeof a.value === 'string' ? a.value : JSON.stringify(a.value)}</td>
+              <td>{fmtTime(a.lastUpdateTs)}</td>
+              {editable && <td class="actions">
+                <button type="button" class="secondary outline" onClick={() => { setKey(a.key); setValue(typeof a.value === 'string' ? a.value : JSON.stringify(a.value)); }} aria-label={`Edit ${a.key}`}>Edit</button>
+                <button type="button" class="contrast outline" onClick={() => remove(a.key)} aria-label={`Delete ${a.key}`}>Delete</button>
+              </td>}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {editable && (
+        <form id={fid} class="grid" onSubmit={(e) => { e.preventDefault(); void save(key, value); }}>
+          <label>Key<input required value={key} onInput={(e) => setKey(e.currentTarget.value)} /></label>
+          <label>Value (JSON or text)<input required value={value} onInput={(e) => setValue(e.currentTarget.value)} /></label>
+          <button type="submit" aria-busy={action.busy}>Save {title.toLowerCase().replace(' attributes', '')} attribute</button>
+        </form>
+      )}
+    </section>
+  );
+}
+
+/** Sends an RPC to the device and shows its reply (two-way) or that it was delivered (one-way). */
+function Rpc({ id }: { id: string }) {
+  const [method, setMethod] = useState('');
+  const [params, setParams] = useState('{}');
+  const [twoWay, setTwoWay] = useState(true);
+  const [timeout, setTimeoutMs] = useState(10000);
+  const [reply, setReply] = useState<string | null>(null);
+  const action = useAction();
+  const send = (e: Event) => {
+    e.preventDefault();
+    setReply(null);
+    void action.run(async () => {
+      const r = await api('POST', `/api/plugins/rpc/${twoWay ? 'twoway' : 'oneway'}/${id}`, { method, params: typed(params), timeout });
+      setReply(r === null ? 'Delivered.' : JSON.stringify(r, null, 2));
+    });
+  };
+  return (
+    <article>
+      <h2>RPC</h2>
+      <form onSubmit={send}>
+        <div class="grid">
+          <label>Method<input required value={method} onInput={(e) => setMethod(e.currentTarget.value)} /></label>
+          <label>Params (JSON)<input value={params} onInput={(e) => setParams(e.currentTarget.value)} /></label>
+          <label>Timeout (ms)<input type="number" min={100} max={600000} value={timeout} onInput={(e) => setTimeoutMs(Number(e.currentTarget.value))} /></label>
+        </div>
+        <label><input type="checkbox" role="switch" checked={twoWay} onChange={(e) => setTwoWay(e.currentTarget.checked)} /> Two-way (wait for the reply)</label>
+        <button type="submit" aria-busy={action.busy}>Send RPC</button>
+      </form>
+      <ErrorBox error={action.error} />
+      {reply !== null && <><h3>Reply</h3><pre aria-label="RPC reply">{reply}</pre></>}
+    </article>
+  );
+}

@@ -1,0 +1,133 @@
+// The device list: search, sort, paging; create, edit (customer assignment), delete; copy a
+// device's access token.
+import { useEffect, useState } from 'preact/hooks';
+import { api, customerOf, del, get, post, query, fmtTime, type Customer, type Device, type Page, type User } from '../api';
+import { Dialog, ErrorBox, Pager, SortHeader, useAction, useLoad, type Sort } from '../components';
+
+const PAGE_SIZES = [10, 20, 50, 100];
+
+export function Devices({ me }: { me: User }) {
+  const [search, setSearch] = useState('');
+  const [text, setText] = useState('');
+  const [page, setPage] = useState(0);
+  const [size, setSize] = useState(20);
+  const [sort, setSort] = useState<Sort>({ property: 'name', desc: false });
+  const [editing, setEditing] = useState<Device | 'new' | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const action = useAction();
+  const admin = me.authority === 'TENANT_ADMIN';
+  // Typing waits 250 ms before it searches.
+  useEffect(() => { const t = setTimeout(() => { setText(search); setPage(0); }, 250); return () => clearTimeout(t); }, [search]);
+  const list = useLoad(() => {
+    const q = query({ pageSize: size, page, textSearch: text, sortProperty: sort.property, sortOrder: sort.desc ? 'DESC' : 'ASC' });
+    const path = admin ? `/api/tenant/devices?${q}` : `/api/customer/${me.customerId?.id}/devices?${q}`;
+    return get<Page<Device>>(path);
+  }, [page, size, text, sort.property, sort.desc]);
+
+  const copyToken = (d: Device) => action.run(async () => {
+    const c = await get<{ credentialsId: string; credentialsType: string }>(`/api/device/${d.id.id}/credentials`);
+    await navigator.clipboard.writeText(c.credentialsId);
+    setNotice(`Access token of ${d.name} copied.`);
+  });
+  const remove = (d: Device) => {
+    if (!confirm(`Delete device ${d.name} and all its data?`)) return;
+    void action.run(async () => { await del(`/api/device/${d.id.id}`); setNotice(`${d.name} deleted.`); list.reload(); });
+  };
+  const rows = list.data?.data ?? [];
+  return (
+    <section>
+      <div class="bar">
+        <h1>Devices</h1>
+        {admin && <button type="button" onClick={() => setEditing('new')}>Add device</button>}
+      </div>
+      <div class="grid toolbar">
+        <input type="search" placeholder="Search by name or label" aria-label="Search devices" value={search}
+          onInput={(e) => setSearch(e.currentTarget.value)} />
+        <label>Per page{' '}
+          <select value={size} onChange={(e) => { setSize(Number(e.currentTarget.value)); setPage(0); }}>
+            {PAGE_SIZES.map((n) => <option value={n}>{n}</option>)}
+          </select>
+        </label>
+      </div>
+      <ErrorBox error={list.error ?? action.error} />
+      {notice && <p role="status">{notice}</p>}
+      <div class="overflow-auto">
+        <table class="striped" aria-label="Devices" aria-busy={list.data === null}>
+          <thead>
+            <tr>
+              <SortHeader label="Name" property="name" sort={sort} setSort={setSort} />
+              <SortHeader label="Type" property="type" sort={sort} setSort={setSort} />
+              <SortHeader label="Label" property="label" sort={sort} setSort={setSort} />
+              <SortHeader label="Created" property="createdTime" sort={sort} setSort={setSort} />
+              <th scope="col">Actions</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((d) => (
+              <tr key={d.id.id}>
+                <td><a href={`#/devices/${d.id.id}`}>{d.name}</a></td>
+                <td>{d.type}</td>
+                <td>{d.label}</td>
+                <td>{fmtTime(d.createdTime)}</td>
+                <td class="actions">
+                  <button type="button" class="secondary outline" onClick={() => copyToken(d)} aria-label={`Copy token of ${d.name}`}>Copy token</button>
+                  {admin && <button type="button" class="secondary outline" onClick={() => setEditing(d)} aria-label={`Edit ${d.name}`}>Edit</button>}
+                  {admin && <button type="button" class="contrast outline" onClick={() => remove(d)} aria-label={`Delete ${d.name}`}>Delete</button>}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {list.data && <Pager page={page} totalPages={list.data.totalPages} total={list.data.totalElements} setPage={setPage} />}
+      {editing && <DeviceForm device={editing === 'new' ? null : editing} onClose={(saved) => { setEditing(null); if (saved) list.reload(); }} />}
+    </section>
+  );
+}
+
+/** Creates a device (`device` null) or edits one; its customer too. */
+function DeviceForm({ device, onClose }: { device: Device | null; onClose: (saved: boolean) => void }) {
+  const [name, setName] = useState(device?.name ?? '');
+  const [type, setType] = useState(device?.type ?? 'default');
+  const [label, setLabel] = useState(device?.label ?? '');
+  const [token, setToken] = useState('');
+  const [customer, setCustomer] = useState(customerOf(device));
+  const customers = useLoad(() => get<Page<Customer>>('/api/customers?pageSize=1000&page=0'), []);
+  const profiles = useLoad(() => get<string[] | { name: string }[]>('/api/deviceProfile/names'), []);
+  const action = useAction();
+  const save = (e: Event) => {
+    e.preventDefault();
+    void action.run(async () => {
+      const body: Record<string, unknown> = { ...(device ?? {}), name, type, label: label || null };
+      const saved = await api<Device>('POST', `/api/device${token ? `?accessToken=${encodeURIComponent(token)}` : ''}`, body);
+      if (customer !== customerOf(device)) {
+        if (customer) await post(`/api/customer/${customer}/device/${saved.id.id}`);
+        else await del(`/api/customer/device/${saved.id.id}`);
+      }
+      onClose(true);
+    });
+  };
+  const names = (profiles.data ?? []).map((p) => (typeof p === 'string' ? p : p.name));
+  return (
+    <Dialog title={device ? `Edit ${device.name}` : 'Add device'} onClose={() => onClose(false)}>
+      <form onSubmit={save}>
+        <label>Name<input required value={name} onInput={(e) => setName(e.currentTarget.value)} /></label>
+        <label>Type (device profile)<input list="profile-names" required value={type} onInput={(e) => setType(e.currentTarget.value)} /></label>
+        <datalist id="profile-names">{names.map((n) => <option value={n} />)}</datalist>
+        <label>Label<input value={label} onInput={(e) => setLabel(e.currentTarget.value)} /></label>
+        {!device && <label>Access token (empty: generated)<input value={token} onInput={(e) => setToken(e.currentTarget.value)} /></label>}
+        <label>Customer
+          <select value={customer} onChange={(e) => setCustomer(e.currentTarget.value)}>
+            <option value="">None</option>
+            {(customers.data?.data ?? []).map((c) => <option value={c.id.id}>{c.title}</option>)}
+          </select>
+        </label>
+        <ErrorBox error={action.error} />
+        <footer>
+          <button type="button" class="secondary" onClick={() => onClose(false)}>Cancel</button>
+          <button type="submit" aria-busy={action.busy}>Save</button>
+        </footer>
+      </form>
+    </Dialog>
+  );
+}

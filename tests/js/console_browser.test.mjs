@@ -1,0 +1,194 @@
+// The web console in a real headless Chromium (Debian's chromium, driven by playwright-core)
+// against a real gridlinks serving it at /: log in, import 1,000 devices from a CSV file and
+// watch the progress bar reach 100%, find a device, see its latest value and live chart
+// follow an MQTT publish within a second, edit a shared attribute and see it arrive at the
+// device subscribed over MQTT, check a customer user sees only its devices, log out.
+// axe-core checks each page for serious accessibility violations. Screenshots are kept in
+// target/console-screenshots (CONSOLE_SCREENSHOTS overrides).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import mqtt from 'mqtt';
+import { chromium } from 'playwright-core';
+import { startGridlinks, login, ADMIN_PASSWORD } from './gridlinks.mjs';
+
+const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'target', 'console-screenshots');
+const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+let server, browser;
+before(async () => {
+  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing: make test installs Debian's chromium (or set CHROMIUM_BIN)`);
+  mkdirSync(SHOTS, { recursive: true });
+  server = await startGridlinks();
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+});
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/** axe-core on the page as it is: no serious or critical violations. (Evaluated through the
+ * DevTools protocol: the console's Content-Security-Policy refuses injected script tags.) */
+async function accessible(page, what) {
+  await page.evaluate(AXE);
+  const result = await page.evaluate(() => globalThis.axe.run(document, { resultTypes: ['violations'] }));
+  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `${what}: accessibility`);
+}
+
+const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+
+async function api(jwt, method, path, body) {
+  const r = await fetch(`${server.base}${path}`, {
+    method, headers: { 'content-type': 'application/json', 'x-authorization': `Bearer ${jwt}` },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  assert.equal(r.status, 200, `${method} ${path}: ${text}`);
+  try { return JSON.parse(text); } catch { return text; }
+}
+
+async function logIn(page, username, password) {
+  await page.goto(`${server.base}/`);
+  await page.getByLabel('User name').fill(username);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Log in' }).click();
+  await page.getByRole('heading', { name: 'Devices' }).waitFor();
+}
+
+test('log in, import 1,000 devices, watch a device live, set a shared attribute, log out', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+
+  await page.goto(`${server.base}/`);
+  await page.getByLabel('Password').fill('wrong');
+  await page.getByLabel('User name').fill('admin');
+  await page.getByRole('button', { name: 'Log in' }).click();
+  await page.getByRole('alert').waitFor();
+  await accessible(page, 'login');
+  await shot(page, '01-login-refused');
+  await logIn(page, 'admin', ADMIN_PASSWORD);
+
+  // Import: the columns are guessed from the header; the bar reaches 100%.
+  await page.getByRole('link', { name: 'Import' }).click();
+  const csv = ['name,type,token', ...Array.from({ length: 1000 }, (_, i) => `dev-${String(i).padStart(4, '0')},sensor,TOKEN${i}`)].join('\n');
+  await page.getByLabel('CSV file').setInputFiles({ name: 'devices.csv', mimeType: 'text/csv', buffer: Buffer.from(csv) });
+  assert.equal(await page.getByLabel('Column 3 type').inputValue(), 'ACCESS_TOKEN');
+  // Every value the bar shows on its way, as it shows it.
+  await page.evaluate(() => {
+    globalThis.seen = [];
+    new MutationObserver(() => {
+      const p = document.querySelector('progress');
+      if (p) globalThis.seen.push(Number(p.value));
+    }).observe(document.body, { subtree: true, childList: true, attributes: true });
+  });
+  await page.getByRole('button', { name: 'Import devices.csv' }).click();
+  await page.getByRole('status').filter({ hasText: '1000 created, 0 updated, 0 with errors.' }).waitFor({ timeout: 30_000 });
+  const bar = page.locator('progress');
+  assert.deepEqual([await bar.getAttribute('value'), await bar.getAttribute('max')], ['1000', '1000']);
+  await page.getByText('Imported 1000 of 1000 lines (100%)').waitFor();
+  const seen = await page.evaluate(() => globalThis.seen);
+  assert.ok(seen.some((v) => v > 0 && v < 1000), `progress moved in steps, not at once: ${seen}`);
+  await accessible(page, 'import');
+  await shot(page, '02-import-done');
+
+  // The list: 1,000 devices, paged; search finds one.
+  await page.getByRole('link', { name: 'Devices' }).click();
+  await page.getByText('Page 1 of 50 (1000 in all)').waitFor();
+  await page.getByRole('button', { name: 'Name' }).click();
+  await page.getByRole('button', { name: 'Name ▼' }).waitFor();
+  await page.locator('tbody tr').first().locator('td').first().getByText('dev-0999', { exact: true }).waitFor();
+  await page.getByLabel('Search devices').fill('dev-0042');
+  await page.getByText('Page 1 of 1 (1 in all)').waitFor();
+  await accessible(page, 'device list');
+  await shot(page, '03-device-list');
+  await page.getByRole('link', { name: 'dev-0042' }).click();
+  await page.getByRole('heading', { name: 'dev-0042' }).waitFor();
+
+  // The device publishes over MQTT: the page shows it within a second.
+  const device = await mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPort}`, { username: 'TOKEN42', clientId: 'dev-0042', reconnectPeriod: 0 });
+  await device.subscribeAsync('v1/devices/me/attributes', { qos: 1 });
+  await page.getByText('No telemetry yet.').waitFor();
+  for (const t of [21.5, 22.25]) {
+    const sent = Date.now();
+    await device.publishAsync('v1/devices/me/telemetry', JSON.stringify({ temperature: t }), { qos: 1 });
+    await page.locator('tr[data-key="temperature"] td.value', { hasText: String(t) }).waitFor({ timeout: 1000 });
+    assert.ok(Date.now() - sent < 1000, `shown ${Date.now() - sent} ms after the publish`);
+  }
+  await page.waitForFunction(() => Number(document.querySelector('[aria-label="Live telemetry chart"]')?.dataset.points) >= 2, null, { timeout: 1000 });
+
+  // A shared attribute set on the page reaches the device.
+  const pushed = new Promise((resolve) => device.on('message', (topic, payload) => resolve(JSON.parse(payload.toString()))));
+  const shared = page.locator('form#SHARED_SCOPE-form');
+  await shared.getByLabel('Key').fill('target');
+  await shared.getByLabel('Value (JSON or text)').fill('23');
+  await shared.getByRole('button', { name: 'Save shared attribute' }).click();
+  assert.deepEqual(await Promise.race([pushed, new Promise((_, reject) => setTimeout(() => reject(new Error('no attribute update within 5 s')), 5000))]), { target: 23 });
+  await page.getByRole('table', { name: 'Shared attributes' }).getByText('target').waitFor();
+  await device.endAsync();
+  await accessible(page, 'device page');
+  await shot(page, '04-device');
+
+  await page.getByRole('link', { name: 'System' }).click();
+  await page.getByRole('heading', { name: 'Connections' }).waitFor();
+  await page.waitForFunction(() => document.querySelector('[data-metric="records"]')?.textContent !== '…');
+  await accessible(page, 'system');
+  await shot(page, '05-system');
+
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await page.getByRole('button', { name: 'Log in' }).waitFor();
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('gridlinks.token')), null);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+test('a customer user sees only its customer\'s devices', async () => {
+  const jwt = await login(server.base);
+  const customer = await api(jwt, 'POST', '/api/customer', { title: 'Acme' });
+  const mine = await api(jwt, 'POST', '/api/device', { name: 'acme-meter', type: 'meter' });
+  await api(jwt, 'POST', '/api/device', { name: 'not-acmes', type: 'meter' });
+  await api(jwt, 'POST', `/api/customer/${customer.id.id}/device/${mine.id.id}`);
+  const user = await api(jwt, 'POST', '/api/user?sendActivationMail=false', { email: 'ann@acme.test', authority: 'CUSTOMER_USER', customerId: { entityType: 'CUSTOMER', id: customer.id.id } });
+  const link = await api(jwt, 'GET', `/api/user/${user.id.id}/activationLink`);
+  const activateToken = String(link).split('activateToken=')[1];
+  const r = await fetch(`${server.base}/api/noauth/activate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ activateToken, password: 'ann-secret-1' }) });
+  assert.equal(r.status, 200);
+
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  await logIn(page, 'ann@acme.test', 'ann-secret-1');
+  await page.getByText('Page 1 of 1 (1 in all)').waitFor();
+  assert.deepEqual(await page.locator('tbody tr td:first-child').allInnerTexts(), ['acme-meter']);
+  assert.equal(await page.getByRole('link', { name: 'Import' }).count(), 0, 'no tenant pages');
+  await accessible(page, 'customer device list');
+  await shot(page, '06-customer-user');
+  await page.close();
+});
+
+test('the console is served from the binary: gzip, caching, a strict Content-Security-Policy', async () => {
+  const index = await fetch(`${server.base}/`, { headers: { 'accept-encoding': 'gzip' } });
+  assert.equal(index.status, 200);
+  assert.equal(index.headers.get('content-encoding'), 'gzip');
+  assert.equal(index.headers.get('cache-control'), 'no-cache');
+  assert.match(index.headers.get('content-security-policy'), /script-src 'self';.*frame-ancestors 'none'/);
+  const html = await index.text();
+  const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]);
+  assert.ok(assets.length >= 2, html);
+  for (const a of assets) {
+    const r = await fetch(`${server.base}${a}`);
+    assert.equal(r.status, 200, a);
+    assert.equal(r.headers.get('cache-control'), 'public, max-age=31536000, immutable');
+    assert.equal(r.headers.get('x-content-type-options'), 'nosniff');
+  }
+  for (const missing of ['/assets/nope.js', '/assets/..%2F..%2FCargo.toml']) {
+    assert.equal((await fetch(`${server.base}${missing}`)).status, 404, missing);
+  }
+});
