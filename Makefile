@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws
+.PHONY: run test deps lint console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
 ## console at http://localhost:8080/).
@@ -182,3 +182,9 @@ bench-crash:
 	  --seed $(CRASH_SEED) --json $(RESULTS)/crash-mqtt.json
 	$(BENCH) crash-loop --transport http --cycles 12 --devices 500 --kill-after 3s..8s \
 	  --seed $(CRASH_SEED) --json $(RESULTS)/crash-http.json
+
+## The console's first load (gzip), time to interactive on a 1,000-device list, and a
+## 30,000-row import through the page (release build, headless Chromium).
+bench-console: deps console tests/js/node_modules/.installed
+	$(CARGO) build --release -q -p gridlinks-server
+	cd tests/js && GRIDLINKS_BIN=$(TARGET)/release/gridlinks node bench_console.mjs
