@@ -80,7 +80,10 @@ test('log in, import 1,000 devices, watch a device live, set a shared attribute,
 
   // Import: the columns are guessed from the header; the bar reaches 100%.
   await page.getByRole('link', { name: 'Import' }).click();
-  const csv = ['name,type,token', ...Array.from({ length: 1000 }, (_, i) => `dev-${String(i).padStart(4, '0')},sensor,TOKEN${i}`)].join('\n');
+  // One bad line in the second chunk (file line 702): its error names the file's line.
+  const rows = Array.from({ length: 1000 }, (_, i) => `dev-${String(i).padStart(4, '0')},sensor,TOKEN${i}`);
+  rows.splice(700, 0, 'too,many,cells,here');
+  const csv = ['name,type,token', ...rows].join('\n');
   await page.getByLabel('CSV file').setInputFiles({ name: 'devices.csv', mimeType: 'text/csv', buffer: Buffer.from(csv) });
   assert.equal(await page.getByLabel('Column 3 type').inputValue(), 'ACCESS_TOKEN');
   // Every value the bar shows on its way, as it shows it.
@@ -92,12 +95,13 @@ test('log in, import 1,000 devices, watch a device live, set a shared attribute,
     }).observe(document.body, { subtree: true, childList: true, attributes: true });
   });
   await page.getByRole('button', { name: 'Import devices.csv' }).click();
-  await page.getByRole('status').filter({ hasText: '1000 created, 0 updated, 0 with errors.' }).waitFor({ timeout: 30_000 });
+  await page.getByRole('status').filter({ hasText: '1000 created, 0 updated, 1 with errors.' }).waitFor({ timeout: 30_000 });
   const bar = page.locator('progress');
-  assert.deepEqual([await bar.getAttribute('value'), await bar.getAttribute('max')], ['1000', '1000']);
-  await page.getByText('Imported 1000 of 1000 lines (100%)').waitFor();
+  assert.deepEqual([await bar.getAttribute('value'), await bar.getAttribute('max')], ['1001', '1001']);
+  await page.getByText('Imported 1001 of 1001 lines (100%)').waitFor();
+  assert.match(await page.locator('ul.errors li').innerText(), /^Line 702: 4 cells but only 3 columns are mapped/);
   const seen = await page.evaluate(() => globalThis.seen);
-  assert.ok(seen.some((v) => v > 0 && v < 1000), `progress moved in steps, not at once: ${seen}`);
+  assert.ok(seen.some((v) => v > 0 && v < 1001), `progress moved in steps, not at once: ${seen}`);
   await accessible(page, 'import');
   await shot(page, '02-import-done');
 
@@ -134,6 +138,17 @@ test('log in, import 1,000 devices, watch a device live, set a shared attribute,
   await shared.getByRole('button', { name: 'Save shared attribute' }).click();
   assert.deepEqual(await Promise.race([pushed, new Promise((_, reject) => setTimeout(() => reject(new Error('no attribute update within 5 s')), 5000))]), { target: 23 });
   await page.getByRole('table', { name: 'Shared attributes' }).getByText('target').waitFor();
+  // An RPC from the page: the device answers, the page shows the reply.
+  await device.subscribeAsync('v1/devices/me/rpc/request/+', { qos: 1 });
+  device.on('message', (topic, payload) => {
+    const m = topic.match(/^v1\/devices\/me\/rpc\/request\/(\d+)$/);
+    if (m) device.publish(`v1/devices/me/rpc/response/${m[1]}`, JSON.stringify({ echo: JSON.parse(payload.toString()) }));
+  });
+  await page.getByLabel('Method').fill('getState');
+  await page.getByLabel('Params (JSON)').fill('{"verbose":true}');
+  await page.getByRole('button', { name: 'Send RPC' }).click();
+  await page.getByLabel('RPC reply').getByText('"method": "getState"').waitFor({ timeout: 5000 });
+  assert.deepEqual(JSON.parse(await page.getByLabel('RPC reply').innerText()), { echo: { method: 'getState', params: { verbose: true } } });
   await device.endAsync();
   await accessible(page, 'device page');
   await shot(page, '04-device');
@@ -170,6 +185,41 @@ test('a customer user sees only its customer\'s devices', async () => {
   assert.equal(await page.getByRole('link', { name: 'Import' }).count(), 0, 'no tenant pages');
   await accessible(page, 'customer device list');
   await shot(page, '06-customer-user');
+  await page.close();
+});
+
+test('the entity pages: each passes axe; a customer and an MQTT client with its ACL made through them', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  await logIn(page, 'admin', ADMIN_PASSWORD);
+  for (const [link, heading] of [['Customers', 'Customers'], ['Users', 'Users'], ['Profiles', 'Device profiles'], ['Dashboards', 'Dashboards'], ['MQTT clients', 'MQTT application clients']]) {
+    await page.getByRole('link', { name: link, exact: true }).click();
+    await page.getByRole('heading', { name: heading, exact: true }).waitFor();
+    await accessible(page, heading);
+  }
+  await page.getByRole('button', { name: 'Add' }).click();
+  const dialog = page.getByRole('dialog', { name: 'Add MQTT client' });
+  await dialog.getByLabel('User name').fill('dash-app');
+  await dialog.getByLabel('Password').fill('dash-secret-1');
+  await dialog.getByLabel('May publish to (topic filters, comma separated)').fill('app/out/#');
+  await dialog.getByLabel('May subscribe to (topic filters, comma separated)').fill('app/in/+, gridlinks/devices/#');
+  await accessible(page, 'MQTT client dialog');
+  await dialog.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('cell', { name: 'dash-app', exact: true }).waitFor();
+  const jwt = await login(server.base);
+  const saved = await api(jwt, 'GET', '/api/mqtt/clients/dash-app');
+  assert.deepEqual([saved.publish, saved.subscribe], [['app/out/#'], ['app/in/+', 'gridlinks/devices/#']]);
+  // The credential works, within its ACL.
+  const app = await mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPort}`, { username: 'dash-app', password: 'dash-secret-1', clientId: 'dash-app-1', reconnectPeriod: 0 });
+  assert.equal((await app.subscribeAsync('app/in/x', { qos: 1 }))[0].qos, 1);
+  await assert.rejects(app.subscribeAsync('elsewhere/x', { qos: 1 }), /Subscribe error/, 'outside its ACL: refused');
+  await app.endAsync();
+
+  await page.getByRole('link', { name: 'Customers', exact: true }).click();
+  await page.getByRole('button', { name: 'Add' }).click();
+  await page.getByRole('dialog', { name: 'Add customer' }).getByLabel('Title').fill('Globex');
+  await page.getByRole('dialog', { name: 'Add customer' }).getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('cell', { name: 'Globex', exact: true }).waitFor();
+  await shot(page, '07-customers');
   await page.close();
 });
 

@@ -310,6 +310,12 @@ fn entity_data_pages_and_follows_devices() {
         entity_query(10, json!({"type": "singleEntity", "singleEntity": {"entityType": "DEVICE", "id": ids[0]}}), 10);
     send(&mut old, json!({"entityDataCmds": [other]}));
     assert_eq!(next(&mut old)["data"]["totalElements"], 0, "another customer's device is not in its pages");
+    // Two sessions open; one device followed (cmdId 2's); the older endpoint's queries follow nothing.
+    let (_, metrics) = s.req("GET", "/metrics", None, None);
+    assert!(
+        metrics.contains("\ngridlinks_ws_sessions 2\n") && metrics.contains("\ngridlinks_ws_subscriptions 1\n"),
+        "{metrics}"
+    );
 }
 
 #[test]
