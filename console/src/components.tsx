@@ -72,3 +72,16 @@ export function useAction(): { busy: boolean; error: string | null; run: (f: () 
   };
   return { busy, error, run, setError };
 }
+
+/** The end of a dialog's form: its error, Cancel and Save. */
+export function FormEnd({ error, busy, onCancel }: { error: string | null; busy: boolean; onCancel: () => void }) {
+  return (
+    <>
+      <ErrorBox error={error} />
+      <footer>
+        <button type="button" class="secondary" onClick={onCancel}>Cancel</button>
+        <button type="submit" aria-busy={busy}>Save</button>
+      </footer>
+    </>
+  );
+}

@@ -6,10 +6,9 @@
 //   and the search box takes input, median of RUNS;
 // - a 30,000-row CSV import through the page: click to "30000 created".
 // Prints a JSON summary.
-import { startGridlinks, login } from './gridlinks.mjs';
+import { startGridlinks, login, launchChromium } from './gridlinks.mjs';
 import { chromium } from 'playwright-core';
 
-const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
 const RUNS = Number(process.env.RUNS ?? 7);
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const server = await startGridlinks({ GRIDLINKS_LOG: 'error' });
@@ -33,7 +32,7 @@ try {
   }
   const firstLoadBytes = parts.reduce((n, [, b]) => n + b, 0);
 
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  const browser = await launchChromium(chromium);
   const tti = async (context) => {
     const page = await context.newPage();
     await page.addInitScript((t) => sessionStorage.setItem('gridlinks.token', t), jwt);

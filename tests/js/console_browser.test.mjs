@@ -13,9 +13,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
-import { startGridlinks, login, ADMIN_PASSWORD } from './gridlinks.mjs';
+import { startGridlinks, login, ADMIN_PASSWORD, CHROMIUM, launchChromium } from './gridlinks.mjs';
 
-const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
 const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'target', 'console-screenshots');
 const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
@@ -24,11 +23,7 @@ before(async () => {
   assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing: make test installs Debian's chromium (or set CHROMIUM_BIN)`);
   mkdirSync(SHOTS, { recursive: true });
   server = await startGridlinks();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium(chromium);
 });
 after(async () => {
   await browser?.close();

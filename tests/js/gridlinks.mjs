@@ -85,3 +85,15 @@ export async function login(base) {
   if (r.status !== 200) throw new Error(`login: ${r.status}`);
   return (await r.json()).token;
 }
+
+/** Debian's Chromium (CHROMIUM_BIN overrides), headless, with what this closed network needs. */
+export const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+
+/** Launches CHROMIUM through playwright-core's `chromium`. */
+export function launchChromium(chromium) {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+}

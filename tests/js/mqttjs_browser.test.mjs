@@ -10,9 +10,8 @@ import { readFileSync, existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
-import { startGridlinks, freePort } from './gridlinks.mjs';
+import { startGridlinks, freePort, CHROMIUM, launchChromium } from './gridlinks.mjs';
 
-const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
 const bundle = readFileSync(createRequire(import.meta.url).resolve('mqtt/dist/mqtt.min'));
 
 let server, web, webPort, browser;
@@ -29,11 +28,7 @@ before(async () => {
     }
   });
   await new Promise((r) => web.listen(webPort, '127.0.0.1', r));
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium(chromium);
 });
 after(async () => {
   await browser?.close();

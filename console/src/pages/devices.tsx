@@ -2,7 +2,7 @@
 // device's access token.
 import { useEffect, useState } from 'preact/hooks';
 import { api, customerOf, del, get, post, query, fmtTime, type Customer, type Device, type Page, type User } from '../api';
-import { Dialog, ErrorBox, Pager, SortHeader, useAction, useLoad, type Sort } from '../components';
+import { Dialog, ErrorBox, FormEnd, Pager, SortHeader, useAction, useLoad, type Sort } from '../components';
 
 const PAGE_SIZES = [10, 20, 50, 100];
 
@@ -122,11 +122,7 @@ function DeviceForm({ device, onClose }: { device: Device | null; onClose: (save
             {(customers.data?.data ?? []).map((c) => <option value={c.id.id}>{c.title}</option>)}
           </select>
         </label>
-        <ErrorBox error={action.error} />
-        <footer>
-          <button type="button" class="secondary" onClick={() => onClose(false)}>Cancel</button>
-          <button type="submit" aria-busy={action.busy}>Save</button>
-        </footer>
+        <FormEnd error={action.error} busy={action.busy} onCancel={() => onClose(false)} />
       </form>
     </Dialog>
   );

@@ -3,7 +3,7 @@
 import type { ComponentChildren } from 'preact';
 import { useState } from 'preact/hooks';
 import { del, fmtTime, get, post, query, type Customer, type EntityId, type Page, type User } from '../api';
-import { Dialog, ErrorBox, Pager, useAction, useLoad } from '../components';
+import { Dialog, ErrorBox, FormEnd, Pager, useAction, useLoad } from '../components';
 
 /** A paged list of `path` with a search box, its columns, a create form and deletion. */
 function PagedList<T extends { id: EntityId }>({ title, path, columns, name, create, deletePath }: {
@@ -45,7 +45,7 @@ function PagedList<T extends { id: EntityId }>({ title, path, columns, name, cre
 
 /** A dialog with one form whose fields are text inputs. */
 function FormDialog({ title, fields, onSubmit, onClose, children }: {
-  title: string; fields: [string, string, boolean][]; onSubmit: (values: Record<string, string>) => Promise<void>;
+  title: string; fields: [key: string, label: string, required: boolean, secret?: boolean][]; onSubmit: (values: Record<string, string>) => Promise<void>;
   onClose: (saved: boolean) => void; children?: ComponentChildren;
 }) {
   const [values, setValues] = useState<Record<string, string>>({});
@@ -53,15 +53,12 @@ function FormDialog({ title, fields, onSubmit, onClose, children }: {
   return (
     <Dialog title={title} onClose={() => onClose(false)}>
       <form onSubmit={(e) => { e.preventDefault(); void action.run(async () => { await onSubmit(values); onClose(true); }); }}>
-        {fields.map(([key, label, required]) => (
-          <label>{label}<input required={required} value={values[key] ?? ''} onInput={(e) => setValues({ ...values, [key]: e.currentTarget.value })} /></label>
-        ))}
+        {fields.map(([key, label, required, secret]) => {
+          const props = { required, value: values[key] ?? '', onInput: (e: { currentTarget: HTMLInputElement }) => setValues({ ...values, [key]: e.currentTarget.value }) };
+          return <label>{label}{secret ? <input type="password" {...props} /> : <input {...props} />}</label>;
+        })}
         {children}
-        <ErrorBox error={action.error} />
-        <footer>
-          <button type="button" class="secondary" onClick={() => onClose(false)}>Cancel</button>
-          <button type="submit" aria-busy={action.busy}>Save</button>
-        </footer>
+        <FormEnd error={action.error} busy={action.busy} onCancel={() => onClose(false)} />
       </form>
     </Dialog>
   );
@@ -170,7 +167,7 @@ export function MqttClients() {
         </tbody>
       </table>
       {creating && <FormDialog title="Add MQTT client"
-        fields={[['username', 'User name', true], ['password', 'Password', true], ['clientId', 'Client id (empty: any)', false], ['publish', 'May publish to (topic filters, comma separated)', false], ['subscribe', 'May subscribe to (topic filters, comma separated)', false]]}
+        fields={[['username', 'User name', true], ['password', 'Password', true, true], ['clientId', 'Client id (empty: any)', false], ['publish', 'May publish to (topic filters, comma separated)', false], ['subscribe', 'May subscribe to (topic filters, comma separated)', false]]}
         onSubmit={async (v) => { await post('/api/mqtt/clients', { username: v.username, password: v.password, clientId: v.clientId || null, publish: filters(v.publish ?? ''), subscribe: filters(v.subscribe ?? '') }); }}
         onClose={(saved) => { setCreating(false); if (saved) list.reload(); }} />}
     </section>
