@@ -346,6 +346,9 @@ pub fn device_data_routes(d: &str) -> Vec<Tried> {
 /// Routes open to anyone (device API, login, health) or about the caller itself: the
 /// isolation sweeps do not try them with another's ids.
 pub const OPEN_ROUTES: &[&str] = &[
+    // The web console's files: the same for everyone, no data.
+    "/",
+    "/assets/{file}",
     "/healthz",
     "/metrics",
     "/api/auth/login",
