@@ -5,7 +5,7 @@
 
 use gridlinks_storage::{DeviceRecord, Store, StoreError};
 use gridlinks_thingsboard::ws::{self as proto, code, EntityFilter, EntityKey, EntityQuery, EntitySeriesCmd, KeyType};
-use gridlinks_types::{AttributeScope, DeviceId, Value};
+use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
 use serde_json::Value as J;
 
 use crate::app::Core;
@@ -169,6 +169,30 @@ pub(super) fn series(store: &Store, devices: &[DeviceId], cmd: &EntitySeriesCmd)
         out.push(proto::entity_data(&d.to_string(), [], points));
     }
     Ok(out)
+}
+
+/// Committed telemetry as an entity update for `keys`, if any key matches.
+pub(super) fn telemetry_update(device: DeviceId, keys: &EntityKeys, records: &[TsRecord]) -> Option<J> {
+    let mut latest: Vec<(KeyType, String, i64, String)> = Vec::new();
+    let mut series: Vec<(String, Vec<(i64, String)>)> = Vec::new();
+    for r in records {
+        for (k, v) in &r.values {
+            if keys.latest_ts.contains(k) {
+                match latest.iter_mut().find(|l| l.1 == *k) {
+                    Some(l) if l.2 > r.ts.0 => {}
+                    Some(l) => (l.2, l.3) = (r.ts.0, v.to_display_string()),
+                    None => latest.push((KeyType::TimeSeries, k.clone(), r.ts.0, v.to_display_string())),
+                }
+            }
+            if keys.series.contains(k) {
+                match series.iter_mut().find(|(key, _)| key == k) {
+                    Some((_, points)) => points.push((r.ts.0, v.to_display_string())),
+                    None => series.push((k.clone(), vec![(r.ts.0, v.to_display_string())])),
+                }
+            }
+        }
+    }
+    (!latest.is_empty() || !series.is_empty()).then(|| proto::entity_data(&device.to_string(), latest, series))
 }
 
 /// A committed attribute change as an entity update for `keys`' attributes, if any match.

@@ -115,7 +115,7 @@ impl Hub {
             match &s.kind {
                 Kind::Telemetry => {}
                 Kind::Entity(keys) => {
-                    if let Some(u) = entity_telemetry(device, keys, records) {
+                    if let Some(u) = entity::telemetry_update(device, keys, records) {
                         s.out.push(proto::entity_update(s.cmd_id, vec![u]).to_string());
                     }
                     continue;
@@ -177,10 +177,9 @@ impl Hub {
         }
     }
 
-    /// Subscribes `sub` to `devices` (replacing what its command followed before).
+    /// Subscribes `sub` to `devices`.
     fn add(&self, devices: &[DeviceId], sub: Sub) {
         let mut subs = self.subs.write();
-        self.remove_locked(&mut subs, sub.session, sub.cmd_id);
         for &device in devices {
             let s = Sub {
                 kind: sub.kind.clone(),
@@ -194,56 +193,20 @@ impl Hub {
         self.count.fetch_add(devices.len(), Ordering::Relaxed);
     }
 
-    fn remove(&self, session: u64, cmd_id: i64) {
-        self.remove_locked(&mut self.subs.write(), session, cmd_id);
-    }
-
-    fn remove_locked(&self, subs: &mut HashMap<DeviceId, Vec<Sub>>, session: u64, cmd_id: i64) {
-        subs.retain(|_, list| {
+    /// Ends command `cmd_id` of `session`, which follows `devices`: only their lists are
+    /// touched, however many subscriptions other sessions hold.
+    fn remove(&self, session: u64, cmd_id: i64, devices: &[DeviceId]) {
+        let mut subs = self.subs.write();
+        for device in devices {
+            let Some(list) = subs.get_mut(device) else { continue };
             let before = list.len();
             list.retain(|s| s.session != session || s.cmd_id != cmd_id);
             self.count.fetch_sub(before - list.len(), Ordering::Relaxed);
-            !list.is_empty()
-        });
-    }
-
-    fn remove_session(&self, session: u64) {
-        self.subs.write().retain(|_, list| {
-            let before = list.len();
-            list.retain(|s| s.session != session);
-            self.count.fetch_sub(before - list.len(), Ordering::Relaxed);
-            !list.is_empty()
-        });
-    }
-
-    /// Subscriptions of `session`, those of command `except` left out.
-    fn subscriptions_of(&self, session: u64, except: i64) -> usize {
-        self.subs.read().values().flatten().filter(|s| s.session == session && s.cmd_id != except).count()
-    }
-}
-
-/// Committed telemetry as an entity update for `keys`, if any key matches.
-fn entity_telemetry(device: DeviceId, keys: &entity::EntityKeys, records: &[TsRecord]) -> Option<J> {
-    let mut latest: Vec<(proto::KeyType, String, i64, String)> = Vec::new();
-    let mut series: Vec<(String, Vec<(i64, String)>)> = Vec::new();
-    for r in records {
-        for (k, v) in &r.values {
-            if keys.latest_ts.contains(k) {
-                match latest.iter_mut().find(|l| l.1 == *k) {
-                    Some(l) if l.2 > r.ts.0 => {}
-                    Some(l) => (l.2, l.3) = (r.ts.0, v.to_display_string()),
-                    None => latest.push((proto::KeyType::TimeSeries, k.clone(), r.ts.0, v.to_display_string())),
-                }
-            }
-            if keys.series.contains(k) {
-                match series.iter_mut().find(|(key, _)| key == k) {
-                    Some((_, points)) => points.push((r.ts.0, v.to_display_string())),
-                    None => series.push((k.clone(), vec![(r.ts.0, v.to_display_string())])),
-                }
+            if list.is_empty() {
+                subs.remove(device);
             }
         }
     }
-    (!latest.is_empty() || !series.is_empty()).then(|| proto::entity_data(&device.to_string(), latest, series))
 }
 
 /// `?token=` of the older endpoint.
@@ -284,6 +247,8 @@ struct Session {
     /// The devices of each `ENTITY_DATA` command's page (a later command with the same
     /// `cmdId` and no query follows them).
     pages: HashMap<i64, Vec<DeviceId>>,
+    /// The devices each subscribing command follows in the hub.
+    followed: HashMap<i64, Vec<DeviceId>>,
 }
 
 enum Next {
@@ -300,8 +265,15 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     h.ws.sessions.fetch_add(1, Ordering::Relaxed);
     let _open = Open(&h.ws.sessions);
     let (mut sink, mut stream) = socket.split();
-    let mut s =
-        Session { h: h.clone(), id, out: out.clone(), caller: None, token: String::new(), pages: HashMap::new() };
+    let mut s = Session {
+        h: h.clone(),
+        id,
+        out: out.clone(),
+        caller: None,
+        token: String::new(),
+        pages: HashMap::new(),
+        followed: HashMap::new(),
+    };
     if let Some(t) = token {
         s.caller = authenticate(&h.auth, &t);
         s.token = t;
@@ -370,7 +342,9 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
             }
         }
     };
-    h.ws.remove_session(id);
+    for cmd_id in s.followed.keys().copied().collect::<Vec<_>>() {
+        s.unfollow(cmd_id);
+    }
     if let Some((code, why)) = end {
         let e = proto::error(0, code, &why).to_string();
         let _ = sink.send(Message::Text(e.into())).await;
@@ -414,7 +388,7 @@ impl Session {
                     continue;
                 }
                 Cmd::EntityUnsubscribe(cmd_id) => {
-                    self.h.ws.remove(self.id, cmd_id);
+                    self.unfollow(cmd_id);
                     self.pages.remove(&cmd_id);
                     continue;
                 }
@@ -422,7 +396,7 @@ impl Session {
                 Cmd::History(q) => self.history(&caller, q).await,
                 Cmd::Attributes(a) => self.attributes(&caller, a).await,
                 Cmd::Unsubscribe(cmd_id) => {
-                    self.h.ws.remove(self.id, cmd_id);
+                    self.unfollow(cmd_id);
                     continue;
                 }
                 Cmd::Unsupported(cmd_id, why) => proto::error(cmd_id, code::BAD_REQUEST, &why),
@@ -432,7 +406,7 @@ impl Session {
         (answers, Next::Go)
     }
 
-    async fn subscribe(&self, caller: &Caller, sub: TsSub) -> J {
+    async fn subscribe(&mut self, caller: &Caller, sub: TsSub) -> J {
         if let Some(e) = self.over_limit(sub.cmd_id) {
             return e;
         }
@@ -451,16 +425,27 @@ impl Session {
         }
     }
 
-    fn register(&self, devices: &[DeviceId], cmd_id: i64, kind: Kind, keys: Option<Vec<String>>, caller: &Caller) {
+    /// Subscribes command `cmd_id` to `devices`, replacing what it followed before.
+    fn register(&mut self, devices: &[DeviceId], cmd_id: i64, kind: Kind, keys: Option<Vec<String>>, caller: &Caller) {
+        self.unfollow(cmd_id);
         let s = Sub { session: self.id, cmd_id, kind, keys, caller: caller.clone(), out: self.out.clone() };
         self.h.ws.add(devices, s);
+        self.followed.insert(cmd_id, devices.to_vec());
+    }
+
+    /// Ends what command `cmd_id` follows, if anything.
+    fn unfollow(&mut self, cmd_id: i64) {
+        if let Some(devices) = self.followed.remove(&cmd_id) {
+            self.h.ws.remove(self.id, cmd_id, &devices);
+        }
     }
 
     /// Whether `more` subscriptions for command `cmd_id` (replacing its own) would pass
     /// `ws.max_subscriptions`: why, if so.
     fn over(&self, cmd_id: i64, more: usize) -> Option<String> {
         let max = self.h.core.cfg.ws.max_subscriptions;
-        (self.h.ws.subscriptions_of(self.id, cmd_id) + more > max)
+        let others: usize = self.followed.iter().filter(|(c, _)| **c != cmd_id).map(|(_, d)| d.len()).sum();
+        (others + more > max)
             .then(|| format!("too many subscriptions: at most {max} per session (ws.max_subscriptions)"))
     }
 
@@ -498,7 +483,7 @@ impl Session {
             })
             .await?;
             // A new query ends what the command followed before.
-            self.h.ws.remove(self.id, e.cmd_id);
+            self.unfollow(e.cmd_id);
             answers.push(page);
             self.pages.insert(e.cmd_id, ids);
         }
@@ -521,7 +506,7 @@ impl Session {
         Ok(answers)
     }
 
-    async fn attributes(&self, caller: &Caller, sub: AttrSub) -> J {
+    async fn attributes(&mut self, caller: &Caller, sub: AttrSub) -> J {
         if let Some(e) = self.over_limit(sub.cmd_id) {
             return e;
         }
