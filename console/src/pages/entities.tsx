@@ -32,7 +32,7 @@ function PagedList<T extends { id: EntityId }>({ title, path, columns, name, cre
           {(list.data?.data ?? []).map((t) => (
             <tr key={t.id.id}>
               {columns.map(([, cell]) => <td>{cell(t)}</td>)}
-              {deletePath && <td><button type="button" class="contrast outline" onClick={() => remove(t)} aria-label={`Delete ${name(t)}`}>Delete</button></td>}
+              {deletePath && <td>{deletePath(t) && <button type="button" class="contrast outline" onClick={() => remove(t)} aria-label={`Delete ${name(t)}`}>Delete</button>}</td>}
             </tr>
           ))}
         </tbody>
@@ -84,6 +84,7 @@ export function Users({ me }: { me: User }) {
       {link && <div role="status"><p>Activation link (valid 24 hours; no mail is sent):</p><pre>{link}</pre></div>}
       <PagedList<User> title="Users" path="/api/users" name={(u) => u.email}
         columns={[['Email', (u) => u.email], ['Name', (u) => `${u.firstName ?? ''} ${u.lastName ?? ''}`.trim()], ['Authority', (u) => u.authority]]}
+        // Not yourself: no Delete on your own row.
         deletePath={(u) => (u.id.id === me.id.id ? '' : `/api/user/${u.id.id}`)}
         create={(close) => (
           <FormDialog title="Add user" fields={[['email', 'Email', true], ['firstName', 'First name', false], ['lastName', 'Last name', false]]}

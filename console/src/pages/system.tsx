@@ -6,7 +6,7 @@ import { ErrorBox } from '../components';
 type Samples = Map<string, number>;
 
 /** The samples of an OpenMetrics text (`name{labels} value` lines). */
-export function parseMetrics(text: string): Samples {
+function parseMetrics(text: string): Samples {
   const m: Samples = new Map();
   for (const line of text.split('\n')) {
     if (!line || line.startsWith('#')) continue;
