@@ -4,31 +4,15 @@
 
 mod common;
 
-use common::{read_json, run_bench, scratch, server_bin, stdout};
+use common::run_scenario;
 
 #[test]
 fn every_acknowledged_coap_post_is_stored() {
-    let dir = scratch("coap-telemetry");
-    let json = dir.join("result.json");
-    let bin = server_bin();
     for rate in ["0", "300"] {
-        let out = run_bench(&[
-            "coap-telemetry",
-            "--devices",
-            "20",
-            "--duration",
-            "1500ms",
-            "--rate",
-            rate,
-            "--verify",
-            "--gridlinks-bin",
-            bin.to_str().unwrap(),
-            "--json",
-            json.to_str().unwrap(),
-        ]);
-        assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-        assert!(stdout(&out).contains("LOSS CHECK PASSED"), "{}", stdout(&out));
-        let run = &read_json(&json)["run"];
+        let args = ["coap-telemetry", "--devices", "20", "--duration", "1500ms", "--rate", rate, "--verify"];
+        let (out, r) = run_scenario("coap-telemetry", &args);
+        assert!(out.contains("LOSS CHECK PASSED"), "{out}");
+        let run = &r["run"];
         assert_eq!(run["failed"], 0, "{run}");
         let acked = run["acked"].as_u64().unwrap();
         assert_eq!(run["loss_check"]["missing"], 0, "{run}");

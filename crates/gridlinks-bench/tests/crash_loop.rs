@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{read_json, run_bench, run_bench_in, scratch, server_bin, stdout};
+use common::{read_json, run_bench, run_bench_in, run_scenario, scratch, server_bin, stdout};
 use serde_json::Value;
 
 fn n(v: &Value) -> u64 {
@@ -18,31 +18,11 @@ fn f(v: &Value) -> f64 {
 
 /// Runs a two-cycle crash loop over `transport` (with `extra` options) and checks its JSON.
 fn two_cycles(transport: &str, extra: &[&str]) -> Value {
-    let dir = scratch(&format!("crash-loop-{transport}"));
-    let json = dir.join("result.json");
-    let bin = server_bin();
-    let mut args = vec![
-        "crash-loop",
-        "--transport",
-        transport,
-        "--cycles",
-        "2",
-        "--devices",
-        "4",
-        "--kill-after",
-        "1s..1500ms",
-        "--seed",
-        "5",
-        "--gridlinks-bin",
-        bin.to_str().unwrap(),
-        "--json",
-        json.to_str().unwrap(),
-    ];
+    let mut args = vec!["crash-loop", "--transport", transport, "--cycles", "2", "--devices", "4"];
+    args.extend(["--kill-after", "1s..1500ms", "--seed", "5"]);
     args.extend(extra);
-    let out = run_bench(&args);
-    assert_eq!(out.status.code(), Some(0));
-    assert!(stdout(&out).contains("LOSS CHECK PASSED"));
-    let r = read_json(&json);
+    let (out, r) = run_scenario(&format!("crash-loop-{transport}"), &args);
+    assert!(out.contains("LOSS CHECK PASSED"));
     assert_eq!(r["transport"], transport);
     assert_eq!(r["passed"], true);
     assert_eq!(r["cycles_without_acks"], serde_json::json!([]));

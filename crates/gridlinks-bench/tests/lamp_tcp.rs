@@ -5,34 +5,16 @@
 
 mod common;
 
-use common::{read_json, run_bench, scratch, server_bin, stdout};
+use common::run_scenario;
 
 #[test]
 fn both_decoders_answer_and_store_every_report() {
-    let dir = scratch("lamp-tcp");
-    let json = dir.join("result.json");
-    let bin = server_bin();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protocols/lamp.js");
     for rate in ["0", "400"] {
-        let out = run_bench(&[
-            "lamp-tcp",
-            "--controllers",
-            "20",
-            "--duration",
-            "1500ms",
-            "--rate",
-            rate,
-            "--verify",
-            "--script",
-            script,
-            "--gridlinks-bin",
-            bin.to_str().unwrap(),
-            "--json",
-            json.to_str().unwrap(),
-        ]);
-        assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-        assert!(stdout(&out).contains("LOSS CHECK PASSED"), "{}", stdout(&out));
-        let r = read_json(&json);
+        let args =
+            ["lamp-tcp", "--controllers", "20", "--duration", "1500ms", "--rate", rate, "--verify", "--script", script];
+        let (out, r) = run_scenario("lamp-tcp", &args);
+        assert!(out.contains("LOSS CHECK PASSED"), "{out}");
         let runs = r["runs"].as_array().unwrap();
         assert_eq!(runs.iter().map(|r| r["decoder"].as_str().unwrap()).collect::<Vec<_>>(), ["native", "script"]);
         for run in runs {

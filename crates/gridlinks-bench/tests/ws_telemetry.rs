@@ -5,31 +5,12 @@
 
 mod common;
 
-use common::{read_json, run_bench, scratch, server_bin, stdout};
+use common::run_scenario;
 
 fn ws_telemetry(extra: &[&str]) -> serde_json::Value {
-    let dir = scratch(&format!("ws-telemetry{}", extra.join("")));
-    let json = dir.join("result.json");
-    let bin = server_bin();
-    let mut args = vec![
-        "ws-telemetry",
-        "--devices",
-        "20",
-        "--rate",
-        "5",
-        "--duration",
-        "2s",
-        "--connections",
-        "4",
-        "--gridlinks-bin",
-        bin.to_str().unwrap(),
-        "--json",
-        json.to_str().unwrap(),
-    ];
+    let mut args = vec!["ws-telemetry", "--devices", "20", "--rate", "5", "--duration", "2s", "--connections", "4"];
     args.extend_from_slice(extra);
-    let out = run_bench(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-    let run = read_json(&json)["run"].clone();
+    let run = run_scenario(&format!("ws-telemetry{}", extra.join("")), &args).1["run"].clone();
     assert!(run["posted"].as_u64().unwrap() > 0, "{run}");
     assert_eq!(run["received"], run["posted"], "{run}");
     assert_eq!(run["missing"], 0, "{run}");

@@ -158,6 +158,18 @@ fn output(mut cmd: Command, args: &[&str]) -> Output {
     out
 }
 
+/// Runs the scenario `args` against the built `gridlinks`, its JSON report in a fresh
+/// scratch directory `name`; asserts it exits 0. Its stdout and its report.
+pub fn run_scenario(name: &str, args: &[&str]) -> (String, Value) {
+    let json = scratch(name).join("result.json");
+    let bin = server_bin();
+    let mut all = args.to_vec();
+    all.extend(["--gridlinks-bin", bin.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    let out = run_bench(&all);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    (stdout(&out), read_json(&json))
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
