@@ -556,10 +556,10 @@ pub fn error(cmd_id: i64, code: u8, msg: &str) -> J {
 /// An entity as an `ENTITY_DATA` answer shows it: its id, its latest values by key type
 /// (`{"TIME_SERIES": {"key": {"ts", "value"}}}`) and its time series (`{"key": [{"ts",
 /// "value"}]}`).
-pub fn entity_data(
+pub fn entity_data<'a>(
     device_id: &str,
     latest: impl IntoIterator<Item = (KeyType, String, i64, String)>,
-    timeseries: impl IntoIterator<Item = (String, Vec<(i64, String)>)>,
+    timeseries: impl IntoIterator<Item = (&'a str, Vec<(i64, String)>)>,
 ) -> J {
     let mut by_type = Map::new();
     for (t, key, ts, value) in latest {
@@ -570,7 +570,7 @@ pub fn entity_data(
     }
     let series: Map<String, J> = timeseries
         .into_iter()
-        .map(|(k, points)| (k, points.into_iter().map(|(ts, v)| json!({"ts": ts, "value": v})).collect()))
+        .map(|(k, points)| (k.to_owned(), points.into_iter().map(|(ts, v)| json!({"ts": ts, "value": v})).collect()))
         .collect();
     json!({"entityId": {"entityType": "DEVICE", "id": device_id}, "latest": by_type, "timeseries": series})
 }
@@ -690,7 +690,7 @@ mod tests {
         let e = entity_data(
             "D",
             [(KeyType::TimeSeries, "t".to_owned(), 5, "21".to_owned())],
-            [("t".to_owned(), vec![(5, "21".to_owned())])],
+            [("t", vec![(5, "21".to_owned())])],
         );
         assert_eq!(
             entity_page(3, vec![e.clone()], 11, 10, 0),

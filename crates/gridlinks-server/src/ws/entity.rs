@@ -3,11 +3,12 @@
 //! committed changes of the page's devices from the same fan-out as every other
 //! subscription ([`super::Hub`]).
 
-use gridlinks_storage::{DeviceRecord, Store, StoreError};
+use gridlinks_storage::{DeviceRecord, Store};
 use gridlinks_thingsboard::ws::{self as proto, code, EntityFilter, EntityKey, EntityQuery, EntitySeriesCmd, KeyType};
 use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
 use serde_json::Value as J;
 
+use super::{internal, Refusal};
 use crate::app::Core;
 use crate::auth::Caller;
 
@@ -49,13 +50,6 @@ pub(super) fn attribute_scope(t: KeyType) -> Option<Option<AttributeScope>> {
 /// The key type a change of `scope` shows under for a subscriber who asked for `asked`.
 pub(super) fn attribute_matches(asked: KeyType, scope: AttributeScope) -> bool {
     attribute_scope(asked).is_some_and(|s| s.is_none_or(|s| s == scope))
-}
-
-/// An error as `(code, message)`.
-pub(super) type Refusal = (u8, String);
-
-fn internal(e: StoreError) -> Refusal {
-    (code::INTERNAL_ERROR, e.to_string())
 }
 
 /// The devices `q` selects that `caller` may see, sorted as it asks: how many in all, and
@@ -164,34 +158,22 @@ pub(super) fn series(store: &Store, devices: &[DeviceId], cmd: &EntitySeriesCmd)
     for &d in devices {
         let q = super::raw_query(cmd.keys.clone(), cmd.start_ts, cmd.end_ts, cmd.limit);
         let found = store.history(d, &q).map_err(internal)?;
-        let points =
-            found.into_iter().map(|(k, p)| (k, p.into_iter().map(|(ts, v)| (ts.0, v.to_display_string())).collect()));
-        out.push(proto::entity_data(&d.to_string(), [], points));
+        out.push(proto::entity_data(&d.to_string(), [], super::texts(&found)));
     }
     Ok(out)
 }
 
 /// Committed telemetry as an entity update for `keys`, if any key matches.
 pub(super) fn telemetry_update(device: DeviceId, keys: &EntityKeys, records: &[TsRecord]) -> Option<J> {
-    let mut latest: Vec<(KeyType, String, i64, String)> = Vec::new();
-    let mut series: Vec<(String, Vec<(i64, String)>)> = Vec::new();
-    for r in records {
-        for (k, v) in &r.values {
-            if keys.latest_ts.contains(k) {
-                match latest.iter_mut().find(|l| l.1 == *k) {
-                    Some(l) if l.2 > r.ts.0 => {}
-                    Some(l) => (l.2, l.3) = (r.ts.0, v.to_display_string()),
-                    None => latest.push((KeyType::TimeSeries, k.clone(), r.ts.0, v.to_display_string())),
-                }
-            }
-            if keys.series.contains(k) {
-                match series.iter_mut().find(|(key, _)| key == k) {
-                    Some((_, points)) => points.push((r.ts.0, v.to_display_string())),
-                    None => series.push((k.clone(), vec![(r.ts.0, v.to_display_string())])),
-                }
-            }
-        }
-    }
+    // Each key's newest point (of equal timestamps, the last one).
+    let latest: Vec<_> = super::points_by_key(records, |k| keys.latest_ts.iter().any(|x| x == k))
+        .into_iter()
+        .filter_map(|(k, points)| {
+            let (ts, v) = points.into_iter().max_by_key(|p| p.0)?;
+            Some((KeyType::TimeSeries, k.to_owned(), ts, v))
+        })
+        .collect();
+    let series = super::points_by_key(records, |k| keys.series.iter().any(|x| x == k));
     (!latest.is_empty() || !series.is_empty()).then(|| proto::entity_data(&device.to_string(), latest, series))
 }
 

@@ -122,18 +122,7 @@ impl Hub {
                 }
                 Kind::Attributes(_) => continue,
             }
-            let mut series: Vec<(&str, Vec<(i64, String)>)> = Vec::new();
-            for r in records {
-                for (k, v) in &r.values {
-                    if s.keys.as_ref().is_some_and(|keys| !keys.contains(k)) {
-                        continue;
-                    }
-                    match series.iter_mut().find(|(key, _)| key == k) {
-                        Some((_, points)) => points.push((r.ts.0, v.to_display_string())),
-                        None => series.push((k, vec![(r.ts.0, v.to_display_string())])),
-                    }
-                }
-            }
+            let series = points_by_key(records, |k| s.keys.as_ref().is_none_or(|keys| keys.iter().any(|x| x == k)));
             if !series.is_empty() {
                 s.out.push(proto::update(s.cmd_id, series).to_string());
             }
@@ -417,12 +406,9 @@ impl Session {
         // Registered before the first read, so no change committed in between is missed.
         self.register(&[device], sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller);
         let store = self.h.core.store.clone();
-        let read = tokio::task::spawn_blocking(move || first_values(&store, device, &sub)).await;
-        match read {
-            Ok(Ok(u)) => u,
-            Ok(Err(e)) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
-            Err(e) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
-        }
+        blocking(move || first_values(&store, device, &sub).map_err(internal))
+            .await
+            .unwrap_or_else(|(code, why)| proto::error(0, code, &why))
     }
 
     /// Subscribes command `cmd_id` to `devices`, replacing what it followed before.
@@ -464,7 +450,7 @@ impl Session {
         }
     }
 
-    async fn try_entity_data(&mut self, caller: &Caller, e: EntityDataCmd) -> Result<Vec<J>, entity::Refusal> {
+    async fn try_entity_data(&mut self, caller: &Caller, e: EntityDataCmd) -> Result<Vec<J>, Refusal> {
         let mut answers = Vec::new();
         let core = self.h.core.clone();
         let max = core.cfg.ws.max_subscriptions;
@@ -534,16 +520,13 @@ impl Session {
             Err(e) => return proto::error(q.cmd_id, e.0, &e.1),
         };
         let store = self.h.core.store.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            let series = store.history(device, &raw_query(q.keys.clone(), q.start_ts, q.end_ts, q.limit))?;
-            Ok::<_, StoreError>(proto::update(q.cmd_id, texts(&series)))
+        blocking(move || {
+            let series =
+                store.history(device, &raw_query(q.keys.clone(), q.start_ts, q.end_ts, q.limit)).map_err(internal)?;
+            Ok(proto::update(q.cmd_id, texts(&series)))
         })
-        .await;
-        match read {
-            Ok(Ok(u)) => u,
-            Ok(Err(e)) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
-            Err(e) => proto::error(0, code::INTERNAL_ERROR, &e.to_string()),
-        }
+        .await
+        .unwrap_or_else(|(code, why)| proto::error(0, code, &why))
     }
 }
 
@@ -557,23 +540,42 @@ fn cmd_id(c: &Cmd) -> i64 {
     }
 }
 
+/// The points of `records` whose key `wanted` takes, grouped by key in the order keys
+/// first appear: `(key, [(ts, value as text)])`.
+fn points_by_key(records: &[TsRecord], wanted: impl Fn(&str) -> bool) -> Vec<(&str, Vec<(i64, String)>)> {
+    let mut series: Vec<(&str, Vec<(i64, String)>)> = Vec::new();
+    for r in records {
+        for (k, v) in r.values.iter().filter(|(k, _)| wanted(k)) {
+            let point = (r.ts.0, v.to_display_string());
+            match series.iter_mut().find(|(key, _)| key == k) {
+                Some((_, points)) => points.push(point),
+                None => series.push((k, vec![point])),
+            }
+        }
+    }
+    series
+}
+
+/// Why a command was refused: an error code and message.
+type Refusal = (u8, String);
+
+fn internal(e: StoreError) -> Refusal {
+    (code::INTERNAL_ERROR, e.to_string())
+}
+
 /// `f` on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, entity::Refusal> + Send + 'static,
-) -> Result<T, entity::Refusal> {
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Refusal> + Send + 'static) -> Result<T, Refusal> {
     tokio::task::spawn_blocking(f).await.map_err(|e| (code::INTERNAL_ERROR, e.to_string()))?
 }
 
 /// The device an entity reference names, if the caller may see it: an error code and
 /// message otherwise.
-async fn device_for(core: &Core, caller: &Caller, entity_type: &str, id: &str) -> Result<DeviceId, (u8, String)> {
+async fn device_for(core: &Core, caller: &Caller, entity_type: &str, id: &str) -> Result<DeviceId, Refusal> {
     let id = gridlinks_thingsboard::model::entity_device_id(entity_type, id)
         .map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
     let store = core.store.clone();
-    let d = tokio::task::spawn_blocking(move || store.device(id))
-        .await
-        .map_err(|e| (code::INTERNAL_ERROR, e.to_string()))?
-        .map_err(|e| (code::INTERNAL_ERROR, e.to_string()))?
+    let d = blocking(move || store.device(id).map_err(internal))
+        .await?
         .ok_or_else(|| (code::BAD_REQUEST, "Device with requested id wasn't found!".to_owned()))?;
     if !caller.may_use(core.tenant_of(d.tenant), d.customer) {
         return Err((code::UNAUTHORIZED, "You don't have permission to perform this operation!".into()));
@@ -594,7 +596,7 @@ pub(super) fn raw_query(keys: Vec<String>, start: i64, end: i64, limit: usize) -
     }
 }
 
-fn texts(series: &[(String, Vec<(Ts, Value)>)]) -> Vec<(&str, Vec<(i64, String)>)> {
+pub(super) fn texts(series: &[(String, Vec<(Ts, Value)>)]) -> Vec<(&str, Vec<(i64, String)>)> {
     series
         .iter()
         .map(|(k, points)| (k.as_str(), points.iter().map(|(ts, v)| (ts.0, v.to_display_string())).collect()))
