@@ -6,7 +6,7 @@
 //   and the search box takes input, median of RUNS;
 // - a 30,000-row CSV import through the page: click to "30000 created".
 // Prints a JSON summary.
-import { startGridlinks, login, launchChromium } from './gridlinks.mjs';
+import { startGridlinks, login, rest, launchChromium } from './gridlinks.mjs';
 import { chromium } from 'playwright-core';
 
 const RUNS = Number(process.env.RUNS ?? 7);
@@ -15,11 +15,8 @@ const server = await startGridlinks({ GRIDLINKS_LOG: 'error' });
 try {
   const jwt = await login(server.base);
   const file = Array.from({ length: 1000 }, (_, i) => `dev-${String(i).padStart(4, '0')},sensor,BENCH${i}`).join('\n');
-  const r = await fetch(`${server.base}/api/device/bulk_import`, {
-    method: 'POST', headers: { 'content-type': 'application/json', 'x-authorization': `Bearer ${jwt}` },
-    body: JSON.stringify({ file, mapping: { columns: [{ type: 'NAME' }, { type: 'TYPE' }, { type: 'ACCESS_TOKEN' }], delimiter: ',', update: true, header: false } }),
-  });
-  if (r.status !== 200) throw new Error(`import: ${r.status}`);
+  await rest(server.base, jwt, 'POST', '/api/device/bulk_import',
+    { file, mapping: { columns: [{ type: 'NAME' }, { type: 'TYPE' }, { type: 'ACCESS_TOKEN' }], delimiter: ',', update: true, header: false } });
 
   // First load, as transferred.
   const index = await fetch(`${server.base}/`, { headers: { 'accept-encoding': 'gzip' } });

@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
-import { startGridlinks, login, ADMIN_PASSWORD, CHROMIUM, launchChromium } from './gridlinks.mjs';
+import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium } from './gridlinks.mjs';
 
 const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'target', 'console-screenshots');
 const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
@@ -40,16 +40,6 @@ async function accessible(page, what) {
 }
 
 const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
-
-async function api(jwt, method, path, body) {
-  const r = await fetch(`${server.base}${path}`, {
-    method, headers: { 'content-type': 'application/json', 'x-authorization': `Bearer ${jwt}` },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  assert.equal(r.status, 200, `${method} ${path}: ${text}`);
-  try { return JSON.parse(text); } catch { return text; }
-}
 
 async function logIn(page, username, password) {
   await page.goto(`${server.base}/`);
@@ -163,12 +153,12 @@ test('log in, import 1,000 devices, watch a device live, set a shared attribute,
 
 test('a customer user sees only its customer\'s devices', async () => {
   const jwt = await login(server.base);
-  const customer = await api(jwt, 'POST', '/api/customer', { title: 'Acme' });
-  const mine = await api(jwt, 'POST', '/api/device', { name: 'acme-meter', type: 'meter' });
-  await api(jwt, 'POST', '/api/device', { name: 'not-acmes', type: 'meter' });
-  await api(jwt, 'POST', `/api/customer/${customer.id.id}/device/${mine.id.id}`);
-  const user = await api(jwt, 'POST', '/api/user?sendActivationMail=false', { email: 'ann@acme.test', authority: 'CUSTOMER_USER', customerId: { entityType: 'CUSTOMER', id: customer.id.id } });
-  const link = await api(jwt, 'GET', `/api/user/${user.id.id}/activationLink`);
+  const customer = await rest(server.base, jwt, 'POST', '/api/customer', { title: 'Acme' });
+  const mine = await rest(server.base, jwt, 'POST', '/api/device', { name: 'acme-meter', type: 'meter' });
+  await rest(server.base, jwt, 'POST', '/api/device', { name: 'not-acmes', type: 'meter' });
+  await rest(server.base, jwt, 'POST', `/api/customer/${customer.id.id}/device/${mine.id.id}`);
+  const user = await rest(server.base, jwt, 'POST', '/api/user?sendActivationMail=false', { email: 'ann@acme.test', authority: 'CUSTOMER_USER', customerId: { entityType: 'CUSTOMER', id: customer.id.id } });
+  const link = await rest(server.base, jwt, 'GET', `/api/user/${user.id.id}/activationLink`);
   const activateToken = String(link).split('activateToken=')[1];
   const r = await fetch(`${server.base}/api/noauth/activate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ activateToken, password: 'ann-secret-1' }) });
   assert.equal(r.status, 200);
@@ -201,7 +191,7 @@ test('the entity pages: each passes axe; a customer and an MQTT client with its 
   await dialog.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('cell', { name: 'dash-app', exact: true }).waitFor();
   const jwt = await login(server.base);
-  const saved = await api(jwt, 'GET', '/api/mqtt/clients/dash-app');
+  const saved = await rest(server.base, jwt, 'GET', '/api/mqtt/clients/dash-app');
   assert.deepEqual([saved.publish, saved.subscribe], [['app/out/#'], ['app/in/+', 'gridlinks/devices/#']]);
   // The credential works, within its ACL.
   const app = await mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPort}`, { username: 'dash-app', password: 'dash-secret-1', clientId: 'dash-app-1', reconnectPeriod: 0 });

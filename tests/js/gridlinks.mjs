@@ -86,6 +86,21 @@ export async function login(base) {
   return (await r.json()).token;
 }
 
+/**
+ * A REST call as `jwt`; throws unless the answer is 200. Its JSON, its text when it is not
+ * JSON, or null when empty.
+ */
+export async function rest(base, jwt, method, path, body) {
+  const r = await fetch(`${base}${path}`, {
+    method, headers: { 'content-type': 'application/json', 'x-authorization': `Bearer ${jwt}` },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (r.status !== 200) throw new Error(`${method} ${path}: ${r.status} ${text}`);
+  if (!text) return null;
+  try { return JSON.parse(text); } catch { return text; }
+}
+
 /** Debian's Chromium (CHROMIUM_BIN overrides), headless, with what this closed network needs. */
 export const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
 

@@ -5,25 +5,15 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { startGridlinks, login } from './gridlinks.mjs';
+import { startGridlinks, login, rest } from './gridlinks.mjs';
 
 let server;
 let jwt;
 before(async () => { server = await startGridlinks(); jwt = await login(server.base); });
 after(async () => { await server.stop(); });
 
-async function api(method, path, body) {
-  const r = await fetch(`${server.base}${path}`, {
-    method, headers: { 'content-type': 'application/json', 'x-authorization': `Bearer ${jwt}` },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  assert.equal(r.status, 200, `${method} ${path}: ${await r.clone().text()}`);
-  const text = await r.text();
-  return text ? JSON.parse(text) : null;
-}
-
 async function device(name, token) {
-  return (await api('POST', `/api/device?accessToken=${token}`, { name, type: 'thermostat' })).id.id;
+  return (await rest(server.base, jwt, 'POST', `/api/device?accessToken=${token}`, { name, type: 'thermostat' })).id.id;
 }
 
 const post = (token, values) => fetch(`${server.base}/api/v1/${token}/telemetry`, {
