@@ -251,8 +251,7 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let (tx, mut rx) = mpsc::channel(cfg.queue.max(1));
     let out = Arc::new(Outbox { tx, overflowed: AtomicBool::new(false), wake: Notify::new() });
     let id = h.ws.next_session.fetch_add(1, Ordering::Relaxed);
-    h.ws.sessions.fetch_add(1, Ordering::Relaxed);
-    let _open = Open(&h.ws.sessions);
+    let _open = Open::count(&h.ws.sessions);
     let (mut sink, mut stream) = socket.split();
     let mut s = Session {
         h: h.clone(),
@@ -279,9 +278,18 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let auth_deadline = last_heard + cfg.auth_timeout.duration();
     let mut ticker = tokio::time::interval(ping);
     ticker.tick().await;
+    // One timer for the token's expiry, moved only when an authCmd changes the token (not
+    // made anew for every message and update that passes through the loop).
+    let token_end = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(token_end);
+    let mut expiry_set = None;
     let end = loop {
-        let expiry = s.caller.as_ref().map_or(i64::MAX, |c| c.1);
-        let expires_in = Duration::from_secs(u64::try_from(expiry - Ts::now().0 / 1000).unwrap_or(0));
+        let expiry = s.caller.as_ref().map(|c| c.1);
+        if expiry != expiry_set {
+            let secs = expiry.map_or(0, |e| u64::try_from(e - Ts::now().0 / 1000).unwrap_or(0));
+            token_end.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(secs));
+            expiry_set = expiry;
+        }
         tokio::select! {
             msg = stream.next() => {
                 last_heard = tokio::time::Instant::now();
@@ -326,7 +334,7 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
             () = tokio::time::sleep_until(auth_deadline), if s.caller.is_none() => {
                 break Some((code::UNAUTHORIZED, "no authCmd within ws.auth_timeout".into()));
             }
-            () = tokio::time::sleep(expires_in), if s.caller.is_some() => {
+            () = &mut token_end, if s.caller.is_some() => {
                 break Some((code::UNAUTHORIZED, "Token has expired".into()));
             }
         }
@@ -341,8 +349,15 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let _ = sink.close().await;
 }
 
-/// Counts a session down when it ends, however it ends.
+/// An open session in the count: counted up when made, down when it ends, however it ends.
 struct Open<'a>(&'a AtomicUsize);
+
+impl<'a> Open<'a> {
+    fn count(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Open(n)
+    }
+}
 
 impl Drop for Open<'_> {
     fn drop(&mut self) {
