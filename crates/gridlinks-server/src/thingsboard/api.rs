@@ -48,6 +48,11 @@ pub(crate) fn body_id<T>(body: &J, parse: impl FnOnce(&str) -> ApiResult<T>) -> 
     parse(&e.id).map(Some)
 }
 
+/// An id from a path or body; 400 `Invalid {what} id: …` when it is not a UUID.
+pub(crate) fn uuid(s: &str, what: &str) -> ApiResult<uuid::Uuid> {
+    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid {what} id: {s}")))
+}
+
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, parse_json};
+use super::api::{blocking, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, User, Q};
 use super::paging::{doc_page, DocListParams};
@@ -25,10 +25,6 @@ use crate::app::Core;
 use crate::auth::{api_keys, Auth, Caller};
 
 type St = State<Arc<Core>>;
-
-fn uuid(s: &str, what: &str) -> ApiResult<Uuid> {
-    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid {what} id: {s}")))
-}
 
 fn info(st: &Core, d: &DocRecord) -> J {
     let field = |k: &str| d.doc.get(k);

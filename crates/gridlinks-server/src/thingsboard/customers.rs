@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, body_id, device_for, device_id, device_json, parse_json};
+use super::api::{blocking, body_id, device_for, device_id, device_json, parse_json, uuid};
 use super::dashboards;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, User, Q};
@@ -27,10 +27,6 @@ use crate::app::Core;
 use crate::auth::{Auth, Caller};
 
 type St = State<Arc<Core>>;
-
-fn uuid(s: &str, what: &str) -> ApiResult<Uuid> {
-    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid {what} id: {s}")))
-}
 
 fn render(st: &Core, c: &DocRecord) -> J {
     model::customer(

@@ -13,7 +13,7 @@ use gridlinks_thingsboard::model;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, body_id, parse_json};
+use super::api::{blocking, body_id, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, User, Q};
 use super::paging::{doc_page, DocListParams};
@@ -21,10 +21,6 @@ use crate::app::Core;
 use crate::auth::Caller;
 
 type St = State<Arc<Core>>;
-
-fn dashboard_id(s: &str) -> ApiResult<Uuid> {
-    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid dashboard id: {s}")))
-}
 
 /// A dashboard's JSON: with its configuration (`full`) or its info; the customers it is
 /// assigned to named from `customers`.
@@ -77,7 +73,7 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
     if title.trim().is_empty() {
         return Err(ApiError::bad_request("Dashboard title should be specified!"));
     }
-    let id = body_id(&doc, dashboard_id)?;
+    let id = body_id(&doc, |s| uuid(s, "dashboard"))?;
     if let Some(id) = id {
         load(&st, &me, id).await?;
     }
@@ -90,19 +86,19 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
 
 /// `GET /api/dashboard/{id}`: with its configuration.
 pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load(&st, &me, dashboard_id(&id)?).await?;
+    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
     Ok(Json(render(&st, &d, &customers(&st).await?, true)))
 }
 
 /// `GET /api/dashboard/info/{id}`: without it.
 pub async fn info(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load(&st, &me, dashboard_id(&id)?).await?;
+    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
     Ok(Json(render(&st, &d, &customers(&st).await?, false)))
 }
 
 /// `DELETE /api/dashboard/{id}`.
 pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    let d = load(&st, &me, dashboard_id(&id)?).await?;
+    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
     st.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, d.id)).await?;
     Ok(StatusCode::OK)
 }

@@ -14,7 +14,7 @@ use gridlinks_thingsboard::model::entity_id;
 use serde_json::{json, Value as J};
 use uuid::Uuid;
 
-use super::api::{blocking, body_id, parse_json};
+use super::api::{blocking, body_id, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, SysAdmin, User, Q};
 use super::paging::{doc_page, DocListParams};
@@ -27,10 +27,6 @@ type St = State<Arc<Core>>;
 /// The id of the one tenant profile (tenant profiles are not built: every tenant has it).
 fn tenant_profile() -> Uuid {
     Uuid::new_v5(&Uuid::NAMESPACE_OID, b"gridlinks default tenant profile")
-}
-
-fn uuid(s: &str) -> ApiResult<Uuid> {
-    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid tenant id: {s}")))
 }
 
 /// ThingsBoard's `Tenant` JSON.
@@ -71,7 +67,7 @@ pub async fn save(_: SysAdmin, State(st): St, Body(body): Body) -> ApiResult<Jso
     if title.trim().is_empty() {
         return Err(ApiError::bad_request("Tenant title should be specified!"));
     }
-    let id = body_id(&doc, uuid)?;
+    let id = body_id(&doc, |s| uuid(s, "tenant"))?;
     if let Some(o) = doc.as_object_mut() {
         for k in ["id", "createdTime", "title", "name", "tenantProfileId", "tenantId"] {
             o.remove(k);
@@ -92,7 +88,7 @@ pub async fn save(_: SysAdmin, State(st): St, Body(body): Body) -> ApiResult<Jso
 
 /// `GET /api/tenant/{id}`: the system administrator any; a tenant administrator its own.
 pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let id = uuid(&id)?;
+    let id = uuid(&id, "tenant")?;
     match me.authority {
         Authority::SysAdmin => {}
         Authority::TenantAdmin if me.tenant == id => {}
@@ -116,7 +112,7 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let st = &mqtt.core;
-    let id = load(st, uuid(&id)?).await?.id;
+    let id = load(st, uuid(&id, "tenant")?).await?.id;
     if id == st.tenant_id {
         return Err(ApiError::bad_request(
             "The first tenant, which has everything stored before tenants, cannot be deleted",

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value as J};
 use uuid::Uuid;
 
-use super::api::{auth_error, blocking, body_id, pair_json, parse_json};
+use super::api::{auth_error, blocking, body_id, pair_json, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, SysAdmin, User, Q};
 use super::paging::{doc_page, DocListParams};
@@ -34,10 +34,6 @@ const ACTIVATION_TTL_MS: i64 = 24 * 3600 * 1000;
 /// Password length bounds: ThingsBoard's default policy asks for 6; the upper bound keeps
 /// hashing cheap.
 const PASSWORD_LEN: std::ops::RangeInclusive<usize> = 6..=256;
-
-fn uuid(s: &str, what: &str) -> ApiResult<Uuid> {
-    s.parse().map_err(|_| ApiError::bad_request(format!("Invalid {what} id: {s}")))
-}
 
 /// ThingsBoard's `User` JSON of a stored user document.
 fn render(st: &Core, d: &DocRecord) -> J {
