@@ -11,7 +11,10 @@ export interface User {
   id: EntityId; email: string; authority: 'SYS_ADMIN' | 'TENANT_ADMIN' | 'CUSTOMER_USER';
   firstName?: string | null; lastName?: string | null; customerId?: EntityId | null; tenantId?: EntityId | null;
 }
-export interface Customer { id: EntityId; title: string; email?: string | null; createdTime: number }
+export interface Customer {
+  id: EntityId; title: string; email?: string | null; phone?: string | null; country?: string | null; city?: string | null;
+  address?: string | null; createdTime: number;
+}
 export interface Attribute { key: string; value: unknown; lastUpdateTs: number }
 
 export class ApiError extends Error {

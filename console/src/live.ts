@@ -1,12 +1,14 @@
 // One WebSocket session to ThingsBoard's WebSocket API (/api/ws) for the whole console:
 // authCmd first, then TIMESERIES subscriptions; each update goes to its subscriber. The
 // session reopens (and resubscribes) after it drops.
+import { useEffect, useState } from 'preact/hooks';
 import { session } from './api';
 
 export type Series = Record<string, [number, string][]>;
 type Handler = (data: Series) => void;
+type OnError = (message: string) => void;
 
-interface Sub { cmd: Record<string, unknown>; handler: Handler }
+interface Sub { cmd: Record<string, unknown>; handler: Handler; onError?: OnError }
 
 let ws: WebSocket | null = null;
 let open = false;
@@ -29,6 +31,7 @@ function connect() {
     const u = JSON.parse(ev.data as string);
     const sub = subs.get(u.subscriptionId);
     if (sub && u.errorCode === 0) sub.handler(u.data as Series);
+    else if (sub) sub.onError?.(String(u.errorMsg ?? `error ${u.errorCode}`));
   };
   s.onclose = () => {
     open = false;
@@ -38,11 +41,11 @@ function connect() {
 }
 
 /** Subscribes to a device's time series (all keys), optionally with a window of past points; returns the unsubscribe. */
-export function subscribeTimeseries(deviceId: string, handler: Handler, timeWindow?: number): () => void {
+export function subscribeTimeseries(deviceId: string, handler: Handler, timeWindow?: number, onError?: OnError): () => void {
   const id = nextId++;
   const cmd: Record<string, unknown> = { type: 'TIMESERIES', entityType: 'DEVICE', entityId: deviceId };
   if (timeWindow) { cmd.timeWindow = timeWindow; cmd.limit = 1000; }
-  subs.set(id, { cmd, handler });
+  subs.set(id, { cmd, handler, onError });
   if (!ws) connect(); else send({ cmds: [{ ...cmd, cmdId: id }] });
   return () => {
     subs.delete(id);
@@ -55,4 +58,46 @@ export function closeLive() {
   subs.clear();
   ws?.close();
   ws = null;
+}
+
+export type Points = Record<string, [number, number][]>;
+
+/** The numeric points of a device's time series over the last `windowMs`, kept live (at most `max` per key), or the server's refusal. */
+export function useLivePoints(deviceId: string, windowMs: number, max = 1000): { points: Points; error: string | null } {
+  const [points, setPoints] = useState<Points>({});
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    setPoints({});
+    setError(null);
+    return subscribeTimeseries(deviceId, (data: Series) => setPoints((old) => {
+      const next = { ...old };
+      const since = Date.now() - windowMs;
+      for (const [k, pts] of Object.entries(data)) {
+        const nums = pts.map(([ts, v]) => [ts, Number(v)] as [number, number]).filter(([, v]) => Number.isFinite(v));
+        if (nums.length === 0) continue;
+        next[k] = [...(next[k] ?? []), ...nums].filter(([ts]) => ts >= since).sort((a, b) => a[0] - b[0]).slice(-max);
+      }
+      return next;
+    }), windowMs, setError);
+  }, [deviceId, windowMs, max]);
+  return { points, error };
+}
+
+/** The newest value of each of a device's time series keys, kept live, or the server's refusal. */
+export function useLatest(deviceId: string): { latest: Record<string, [number, string]>; error: string | null } {
+  const [latest, setLatest] = useState<Record<string, [number, string]>>({});
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    setLatest({});
+    setError(null);
+    return subscribeTimeseries(deviceId, (data: Series) => setLatest((old) => {
+      const next = { ...old };
+      for (const [k, pts] of Object.entries(data)) {
+        const newest = pts.reduce((a, b) => (b[0] > a[0] ? b : a), pts[0]);
+        if (newest && (!next[k] || newest[0] >= next[k][0])) next[k] = newest;
+      }
+      return next;
+    }), undefined, setError);
+  }, [deviceId]);
+  return { latest, error };
 }

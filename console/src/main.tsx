@@ -9,7 +9,8 @@ import { ErrorBox, useAction } from './components';
 import { closeLive } from './live';
 import { DevicePage } from './pages/device';
 import { Devices } from './pages/devices';
-import { Customers, Dashboards, MqttClients, Profiles, Users } from './pages/entities';
+import { DashboardPage, Dashboards } from './pages/dashboards';
+import { Customers, MqttClients, Profiles, Users } from './pages/entities';
 import { Import } from './pages/import';
 import { System } from './pages/system';
 
@@ -51,12 +52,14 @@ function Page({ route, me }: { route: string; me: User }) {
   const admin = me.authority === 'TENANT_ADMIN';
   const device = route.match(/^\/devices\/([0-9a-f-]{36})$/);
   if (device) return <DevicePage id={device[1]} me={me} />;
+  const dashboard = route.match(/^\/dashboards\/([0-9a-f-]{36})$/);
+  if (dashboard) return <DashboardPage id={dashboard[1]} me={me} />;
+  if (route === '/dashboards') return <Dashboards me={me} />;
   switch (admin ? route : '/devices') {
     case '/import': return <Import />;
     case '/customers': return <Customers />;
     case '/users': return <Users me={me} />;
     case '/profiles': return <Profiles />;
-    case '/dashboards': return <Dashboards />;
     case '/mqtt': return <MqttClients />;
     case '/system': return <System />;
     default: return <Devices me={me} />;
@@ -79,7 +82,7 @@ function App() {
     return <main class="container"><p role="alert">The console is for tenant administrators and customer users; the system administrator manages tenants over the REST API.</p>
       <button type="button" onClick={() => void logout().then(() => setSignedIn(false))}>Log out</button></main>;
   }
-  const pages = me.authority === 'TENANT_ADMIN' ? TENANT_PAGES : TENANT_PAGES.slice(0, 1);
+  const pages = me.authority === 'TENANT_ADMIN' ? TENANT_PAGES : TENANT_PAGES.filter(([p]) => p === '/devices' || p === '/dashboards');
   const out = async () => { closeLive(); await logout(); setMe(null); setSignedIn(false); };
   return (
     <>

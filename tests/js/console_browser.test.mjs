@@ -2,7 +2,9 @@
 // against a real gridlinks serving it at /: log in, import 1,000 devices from a CSV file and
 // watch the progress bar reach 100%, find a device, see its latest value and live chart
 // follow an MQTT publish within a second, edit a shared attribute and see it arrive at the
-// device subscribed over MQTT, check a customer user sees only its devices, log out.
+// device subscribed over MQTT, check a customer user sees only its devices, log out; edit a
+// customer and a device profile (its provisioning, proved by a device provisioning), build
+// a dashboard of widgets that follow a device live, and see it as the customer's user.
 // axe-core checks each page for serious accessibility violations. Screenshots are kept in
 // target/console-screenshots (CONSOLE_SCREENSHOTS overrides).
 import { test, before, after } from 'node:test';
@@ -151,17 +153,22 @@ test('log in, import 1,000 devices, watch a device live, set a shared attribute,
   await page.close();
 });
 
+/** A customer user of `customerId`, activated with `password`. */
+async function customerUser(jwt, customerId, email, password) {
+  const user = await rest(server.base, jwt, 'POST', '/api/user?sendActivationMail=false', { email, authority: 'CUSTOMER_USER', customerId: { entityType: 'CUSTOMER', id: customerId } });
+  const link = await rest(server.base, jwt, 'GET', `/api/user/${user.id.id}/activationLink`);
+  const activateToken = String(link).split('activateToken=')[1];
+  const r = await fetch(`${server.base}/api/noauth/activate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ activateToken, password }) });
+  assert.equal(r.status, 200);
+}
+
 test('a customer user sees only its customer\'s devices', async () => {
   const jwt = await login(server.base);
   const customer = await rest(server.base, jwt, 'POST', '/api/customer', { title: 'Acme' });
   const mine = await rest(server.base, jwt, 'POST', '/api/device', { name: 'acme-meter', type: 'meter' });
   await rest(server.base, jwt, 'POST', '/api/device', { name: 'not-acmes', type: 'meter' });
   await rest(server.base, jwt, 'POST', `/api/customer/${customer.id.id}/device/${mine.id.id}`);
-  const user = await rest(server.base, jwt, 'POST', '/api/user?sendActivationMail=false', { email: 'ann@acme.test', authority: 'CUSTOMER_USER', customerId: { entityType: 'CUSTOMER', id: customer.id.id } });
-  const link = await rest(server.base, jwt, 'GET', `/api/user/${user.id.id}/activationLink`);
-  const activateToken = String(link).split('activateToken=')[1];
-  const r = await fetch(`${server.base}/api/noauth/activate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ activateToken, password: 'ann-secret-1' }) });
-  assert.equal(r.status, 200);
+  await customerUser(jwt, customer.id.id, 'ann@acme.test', 'ann-secret-1');
 
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   await logIn(page, 'ann@acme.test', 'ann-secret-1');
@@ -205,6 +212,125 @@ test('the entity pages: each passes axe; a customer and an MQTT client with its 
   await page.getByRole('dialog', { name: 'Add customer' }).getByRole('button', { name: 'Save' }).click();
   await page.getByRole('cell', { name: 'Globex', exact: true }).waitFor();
   await shot(page, '07-customers');
+  await page.close();
+});
+
+test('customers, profiles and dashboards edited in the console; widgets follow a device live; a customer user sees its dashboard', async () => {
+  const jwt = await login(server.base);
+  const initech = await rest(server.base, jwt, 'POST', '/api/customer', { title: 'Initech', additionalInfo: { tier: 'gold' } });
+  const meter = await rest(server.base, jwt, 'POST', '/api/device', { name: 'dash-meter', type: 'meter' });
+  const token = (await rest(server.base, jwt, 'GET', `/api/device/${meter.id.id}/credentials`)).credentialsId;
+  await customerUser(jwt, initech.id.id, 'bob@initech.test', 'bob-secret-1');
+  await rest(server.base, jwt, 'POST', '/api/dashboard', { title: 'Unassigned board', configuration: {} });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await logIn(page, 'admin', ADMIN_PASSWORD);
+
+  // A customer edited: the form's fields change, what it does not show is kept.
+  await page.getByRole('link', { name: 'Customers', exact: true }).click();
+  await page.getByRole('button', { name: 'Edit Initech' }).click();
+  const editCustomer = page.getByRole('dialog', { name: 'Edit Initech' });
+  assert.equal(await editCustomer.getByLabel('Title').inputValue(), 'Initech');
+  await editCustomer.getByLabel('Phone').fill('+1 555 0100');
+  await editCustomer.getByRole('button', { name: 'Save' }).click();
+  await editCustomer.waitFor({ state: 'detached' });
+  const customer = await rest(server.base, jwt, 'GET', `/api/customer/${initech.id.id}`);
+  assert.deepEqual([customer.title, customer.phone, customer.additionalInfo], ['Initech', '+1 555 0100', { tier: 'gold' }]);
+
+  // A profile with provisioning: a device provisions into it with the key and secret set here.
+  await page.getByRole('link', { name: 'Profiles', exact: true }).click();
+  await page.getByRole('button', { name: 'Add' }).click();
+  const addProfile = page.getByRole('dialog', { name: 'Add device profile' });
+  await addProfile.getByLabel('Name').fill('sensors');
+  await addProfile.getByLabel('Device provisioning').selectOption('ALLOW_CREATE_NEW_DEVICES');
+  await addProfile.getByRole('button', { name: 'Save' }).click();
+  await addProfile.getByRole('alert').getByText('Provisioning needs a provision key and secret.').waitFor();
+  await addProfile.getByLabel('Provision key').fill('prov-key-1');
+  await addProfile.getByLabel('Provision secret').fill('prov-secret-1');
+  await accessible(page, 'profile dialog');
+  await addProfile.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('cell', { name: 'sensors', exact: true }).waitFor();
+  const provision = async () => (await fetch(`${server.base}/api/v1/provision`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ deviceName: `sensor-${Math.random()}`, provisionDeviceKey: 'prov-key-1', provisionDeviceSecret: 'prov-secret-1' }),
+  })).json();
+  assert.equal((await provision()).status, 'SUCCESS');
+  await page.getByRole('button', { name: 'Edit sensors' }).click();
+  const editProfile = page.getByRole('dialog', { name: 'Edit sensors' });
+  assert.equal(await editProfile.getByLabel('Provision secret').inputValue(), 'prov-secret-1');
+  await editProfile.getByLabel('Description').fill('outdoor sensors');
+  await editProfile.getByLabel('Device provisioning').selectOption('DISABLED');
+  await editProfile.getByRole('button', { name: 'Save' }).click();
+  await editProfile.waitFor({ state: 'detached' });
+  assert.equal((await provision()).status, 'NOT_FOUND', 'provisioning disabled from the console');
+  await page.getByRole('button', { name: 'Make default: sensors' }).click();
+  await page.getByRole('row', { name: /sensors/ }).getByRole('cell', { name: 'Yes', exact: true }).waitFor();
+  assert.equal((await rest(server.base, jwt, 'GET', '/api/deviceProfileInfo/default')).name, 'sensors');
+  await accessible(page, 'profiles');
+
+  // A dashboard for Initech, with a chart and a latest-values widget of dash-meter.
+  await page.getByRole('link', { name: 'Dashboards', exact: true }).click();
+  await page.getByRole('button', { name: 'Add' }).click();
+  const addDashboard = page.getByRole('dialog', { name: 'Add dashboard' });
+  await addDashboard.getByLabel('Title').fill('Plant');
+  await addDashboard.getByLabel('Description').fill('Line 1 meters');
+  await addDashboard.getByLabel(/^Configuration/).fill('{"widgets": ');
+  await addDashboard.getByLabel('Initech').check();
+  await addDashboard.getByRole('button', { name: 'Save' }).click();
+  await addDashboard.getByRole('alert').getByText(/The configuration is not JSON/).waitFor();
+  await addDashboard.getByLabel(/^Configuration/).fill('{}');
+  await accessible(page, 'dashboard dialog');
+  await addDashboard.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('row', { name: /Plant/ }).getByRole('cell', { name: 'Initech', exact: true }).waitFor();
+  await page.getByRole('link', { name: 'Plant' }).click();
+  await page.getByText('This dashboard has no widgets yet.').waitFor();
+  for (const [title, kind] of [['Temperature', 'timeseries'], ['Now', 'latest'], ['Scratch', 'latest']]) {
+    await page.getByRole('button', { name: 'Add widget' }).click();
+    const add = page.getByRole('dialog', { name: 'Add widget' });
+    await add.getByLabel('Title').fill(title);
+    await add.getByLabel('Kind').selectOption(kind);
+    await add.getByLabel('Device name').fill('dash-meter');
+    await add.getByLabel('Keys (comma separated)').fill('temperature, humidity');
+    await add.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('article', { name: title }).waitFor();
+  }
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: 'Remove widget: Scratch' }).click();
+  await page.getByRole('article', { name: 'Scratch' }).waitFor({ state: 'detached' });
+  const publish = async (t) => assert.equal((await fetch(`${server.base}/api/v1/${token}/telemetry`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ temperature: t, humidity: 40 }),
+  })).status, 200);
+  await publish(21.5);
+  await publish(22.5);
+  await page.waitForFunction(() => Number(document.querySelector('[aria-label="Temperature: dash-meter"]')?.dataset.points) >= 4);
+  await page.getByRole('table', { name: 'Now: dash-meter' }).locator('tr[data-key="temperature"] .value').getByText('22.5').waitFor();
+  const stored = await rest(server.base, jwt, 'GET', `/api/dashboard/${(await rest(server.base, jwt, 'GET', '/api/tenant/dashboards?pageSize=10&page=0&textSearch=Plant')).data[0].id.id}`);
+  assert.equal(Object.keys(stored.configuration.widgets).length, 2, 'widgets kept in ThingsBoard\'s configuration shape');
+  assert.equal(Object.values(stored.configuration.entityAliases)[0].filter.singleEntity.id, meter.id.id);
+  await accessible(page, 'dashboard');
+  await shot(page, '08-dashboard');
+  await page.getByRole('button', { name: 'Log out' }).click();
+
+  // Bob, Initech's user, sees Plant (and not the unassigned board), live.
+  await logIn(page, 'bob@initech.test', 'bob-secret-1');
+  await page.getByRole('link', { name: 'Dashboards', exact: true }).click();
+  await page.getByText('Page 1 of 1 (1 in all)').waitFor();
+  assert.deepEqual(await page.locator('tbody tr td:first-child').allInnerTexts(), ['Plant']);
+  await page.getByRole('link', { name: 'Plant' }).click();
+  // The dashboard is Initech's, the device not yet: its widgets say so and show nothing.
+  await page.getByRole('article', { name: 'Now' }).getByRole('alert').getByText("You don't have permission to perform this operation!").waitFor();
+  await page.getByRole('article', { name: 'Temperature' }).getByRole('alert').waitFor();
+  await shot(page, '09-customer-dashboard-refused');
+  await rest(server.base, jwt, 'POST', `/api/customer/${initech.id.id}/device/${meter.id.id}`);
+  await page.reload();
+  await page.getByRole('table', { name: 'Now: dash-meter' }).locator('tr[data-key="temperature"] .value').getByText('22.5').waitFor();
+  assert.equal(await page.getByRole('button', { name: 'Add widget' }).count(), 0, 'a customer user does not edit');
+  await publish(23.5);
+  await page.getByRole('table', { name: 'Now: dash-meter' }).locator('tr[data-key="temperature"] .value').getByText('23.5').waitFor();
+  await accessible(page, 'customer dashboard');
+  await shot(page, '10-customer-dashboard');
+  assert.deepEqual(errors, []);
   await page.close();
 });
 

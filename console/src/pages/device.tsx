@@ -1,13 +1,12 @@
 // One device: latest values and a live chart over the WebSocket API, history with a range
 // and aggregation, attributes (shared and server ones editable), and RPC.
-import { useEffect, useMemo, useState } from 'preact/hooks';
+import { useMemo, useState } from 'preact/hooks';
 import { api, del, fmtTime, get, post, query, typed, type Attribute, type Device, type User } from '../api';
 import { Chart, type Line } from '../chart';
 import { ErrorBox, useAction, useLoad } from '../components';
-import { subscribeTimeseries, type Series } from '../live';
+import { useLatest, useLivePoints } from '../live';
 
 const LIVE_WINDOW = 10 * 60_000;
-const LIVE_POINTS = 1000;
 
 export function DevicePage({ id, me }: { id: string; me: User }) {
   const device = useLoad(() => get<Device>(`/api/device/${id}`), [id]);
@@ -29,36 +28,14 @@ export function DevicePage({ id, me }: { id: string; me: User }) {
 
 /** Latest values (one subscription) and the last ten minutes live (another, with a window). */
 function Live({ id }: { id: string }) {
-  const [latest, setLatest] = useState<Record<string, [number, string]>>({});
-  const [points, setPoints] = useState<Record<string, [number, number][]>>({});
-  useEffect(() => {
-    setLatest({});
-    setPoints({});
-    const offLatest = subscribeTimeseries(id, (data: Series) => setLatest((old) => {
-      const next = { ...old };
-      for (const [k, pts] of Object.entries(data)) {
-        const newest = pts.reduce((a, b) => (b[0] > a[0] ? b : a), pts[0]);
-        if (newest && (!next[k] || newest[0] >= next[k][0])) next[k] = newest;
-      }
-      return next;
-    }));
-    const offSeries = subscribeTimeseries(id, (data: Series) => setPoints((old) => {
-      const next = { ...old };
-      const since = Date.now() - LIVE_WINDOW;
-      for (const [k, pts] of Object.entries(data)) {
-        const nums = pts.map(([ts, v]) => [ts, Number(v)] as [number, number]).filter(([, v]) => Number.isFinite(v));
-        if (nums.length === 0) continue;
-        next[k] = [...(next[k] ?? []), ...nums].filter(([ts]) => ts >= since).sort((a, b) => a[0] - b[0]).slice(-LIVE_POINTS);
-      }
-      return next;
-    }), LIVE_WINDOW);
-    return () => { offLatest(); offSeries(); };
-  }, [id]);
+  const { latest, error } = useLatest(id);
+  const { points } = useLivePoints(id, LIVE_WINDOW);
   const lines: Line[] = useMemo(() => Object.entries(points).map(([key, p]) => ({ key, points: p })), [points]);
   const keys = Object.keys(latest).sort();
   return (
     <article>
       <h2>Latest values</h2>
+      <ErrorBox error={error} />
       {keys.length === 0 ? <p>No telemetry yet.</p> : (
         <table aria-label="Latest values">
           <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Time</th></tr></thead>

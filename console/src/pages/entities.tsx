@@ -1,18 +1,21 @@
-// The entity model's other lists: customers, users, device profiles, dashboards (paged, with
-// create and delete), and MQTT application clients with their ACLs.
+// The entity model's other lists: customers, users and device profiles (paged, with create,
+// edit and delete; a profile's provisioning strategy and the default profile), and MQTT
+// application clients with their ACLs. PagedList serves the dashboards page too.
 import type { ComponentChildren } from 'preact';
 import { useState } from 'preact/hooks';
 import { del, fmtTime, get, post, query, type Customer, type EntityId, type Page, type User } from '../api';
 import { Dialog, ErrorBox, FormEnd, Pager, useAction, useLoad } from '../components';
 
-/** A paged list of `path` with a search box, its columns, a create form and deletion. */
-function PagedList<T extends { id: EntityId }>({ title, path, columns, name, create, deletePath }: {
+/** A paged list of `path` with a search box, its columns, and create, edit and delete forms where given. */
+export function PagedList<T extends { id: EntityId }>({ title, path, columns, name, create, edit, deletePath }: {
   title: string; path: string; columns: [string, (t: T) => ComponentChildren][]; name: (t: T) => string;
-  create?: (close: (saved: boolean) => void) => ComponentChildren; deletePath?: (t: T) => string;
+  create?: (close: (saved: boolean) => void) => ComponentChildren; edit?: (t: T, close: (saved: boolean) => void) => ComponentChildren;
+  deletePath?: (t: T) => string;
 }) {
   const [page, setPage] = useState(0);
   const [text, setText] = useState('');
   const [creating, setCreating] = useState(false);
+  const [editing, setEditing] = useState<T | null>(null);
   const list = useLoad(() => get<Page<T>>(`${path}${path.includes('?') ? '&' : '?'}${query({ pageSize: 20, page, textSearch: text })}`), [path, page, text]);
   const action = useAction();
   const remove = (t: T) => {
@@ -27,28 +30,32 @@ function PagedList<T extends { id: EntityId }>({ title, path, columns, name, cre
       <input type="search" aria-label={`Search ${title.toLowerCase()}`} placeholder="Search" value={text} onInput={(e) => { setText(e.currentTarget.value); setPage(0); }} />
       <ErrorBox error={list.error ?? action.error} />
       <table class="striped" aria-label={title}>
-        <thead><tr>{columns.map(([h]) => <th scope="col">{h}</th>)}{deletePath && <th scope="col">Actions</th>}</tr></thead>
+        <thead><tr>{columns.map(([h]) => <th scope="col">{h}</th>)}{(edit || deletePath) && <th scope="col">Actions</th>}</tr></thead>
         <tbody>
           {(list.data?.data ?? []).map((t) => (
             <tr key={t.id.id}>
               {columns.map(([, cell]) => <td>{cell(t)}</td>)}
-              {deletePath && <td>{deletePath(t) && <button type="button" class="contrast outline" onClick={() => remove(t)} aria-label={`Delete ${name(t)}`}>Delete</button>}</td>}
+              {(edit || deletePath) && <td class="actions">
+                {edit && <button type="button" class="secondary outline" onClick={() => setEditing(t)} aria-label={`Edit ${name(t)}`}>Edit</button>}
+                {deletePath?.(t) && <button type="button" class="contrast outline" onClick={() => remove(t)} aria-label={`Delete ${name(t)}`}>Delete</button>}
+              </td>}
             </tr>
           ))}
         </tbody>
       </table>
       {list.data && <Pager page={page} totalPages={list.data.totalPages} total={list.data.totalElements} setPage={setPage} />}
       {creating && create?.((saved) => { setCreating(false); if (saved) list.reload(); })}
+      {editing && edit?.(editing, (saved) => { setEditing(null); if (saved) list.reload(); })}
     </section>
   );
 }
 
-/** A dialog with one form whose fields are text inputs. */
-function FormDialog({ title, fields, onSubmit, onClose, children }: {
-  title: string; fields: [key: string, label: string, required: boolean, secret?: boolean][]; onSubmit: (values: Record<string, string>) => Promise<void>;
-  onClose: (saved: boolean) => void; children?: ComponentChildren;
+/** A dialog with one form whose fields are text inputs, filled from `initial`. */
+function FormDialog({ title, fields, initial, onSubmit, onClose, children }: {
+  title: string; fields: [key: string, label: string, required: boolean, secret?: boolean][]; initial?: Record<string, string>;
+  onSubmit: (values: Record<string, string>) => Promise<void>; onClose: (saved: boolean) => void; children?: ComponentChildren;
 }) {
-  const [values, setValues] = useState<Record<string, string>>({});
+  const [values, setValues] = useState<Record<string, string>>(initial ?? {});
   const action = useAction();
   return (
     <Dialog title={title} onClose={() => onClose(false)}>
@@ -69,8 +76,23 @@ export function Customers() {
     <PagedList<Customer> title="Customers" path="/api/customers" name={(c) => c.title}
       columns={[['Title', (c) => c.title], ['Email', (c) => c.email], ['Created', (c) => fmtTime(c.createdTime)]]}
       deletePath={(c) => `/api/customer/${c.id.id}`}
-      create={(close) => <FormDialog title="Add customer" fields={[['title', 'Title', true], ['email', 'Email', false]]}
-        onSubmit={async (v) => { await post('/api/customer', { title: v.title, email: v.email || null }); }} onClose={close} />} />
+      create={(close) => <CustomerForm customer={null} onClose={close} />}
+      edit={(c, close) => <CustomerForm customer={c} onClose={close} />} />
+  );
+}
+
+const CUSTOMER_FIELDS = ['title', 'email', 'phone', 'country', 'city', 'address'] as const;
+
+function CustomerForm({ customer, onClose }: { customer: Customer | null; onClose: (saved: boolean) => void }) {
+  const initial = Object.fromEntries(CUSTOMER_FIELDS.map((k) => [k, String(customer?.[k] ?? '')]));
+  return (
+    <FormDialog title={customer ? `Edit ${customer.title}` : 'Add customer'} initial={initial} onClose={onClose}
+      fields={[['title', 'Title', true], ['email', 'Email', false], ['phone', 'Phone', false], ['country', 'Country', false], ['city', 'City', false], ['address', 'Address', false]]}
+      onSubmit={async (v) => {
+        // The stored customer with the form's fields over it: what the form does not show is kept.
+        const base = customer ? await get<Record<string, unknown>>(`/api/customer/${customer.id.id}`) : {};
+        await post('/api/customer', { ...base, ...Object.fromEntries(CUSTOMER_FIELDS.map((k) => [k, v[k] || null])) });
+      }} />
   );
 }
 
@@ -117,24 +139,65 @@ export function Users({ me }: { me: User }) {
 interface Profile { id: EntityId; name: string; default: boolean; transportType?: string; type?: string }
 
 export function Profiles() {
+  const action = useAction();
+  const [n, setN] = useState(0);
+  const makeDefault = (p: Profile) => void action.run(async () => { await post(`/api/deviceProfile/${p.id.id}/default`); setN(n + 1); });
   return (
-    <PagedList<Profile> title="Device profiles" path="/api/deviceProfileInfos" name={(p) => p.name}
-      columns={[['Name', (p) => p.name], ['Transport', (p) => p.transportType], ['Default', (p) => (p.default ? 'Yes' : '')]]}
-      deletePath={(p) => `/api/deviceProfile/${p.id.id}`}
-      create={(close) => <FormDialog title="Add device profile" fields={[['name', 'Name', true], ['description', 'Description', false]]}
-        onSubmit={async (v) => { await post('/api/deviceProfile', { name: v.name, description: v.description || null, type: 'DEFAULT', transportType: 'DEFAULT' }); }} onClose={close} />} />
+    <>
+      <ErrorBox error={action.error} />
+      <PagedList<Profile> key={n} title="Device profiles" path="/api/deviceProfiles" name={(p) => p.name}
+        columns={[['Name', (p) => p.name], ['Transport', (p) => p.transportType],
+          ['Default', (p) => (p.default ? 'Yes' : <button type="button" class="secondary outline" onClick={() => makeDefault(p)} aria-label={`Make default: ${p.name}`}>Make default</button>)]]}
+        deletePath={(p) => `/api/deviceProfile/${p.id.id}`}
+        create={(close) => <ProfileForm id={null} onClose={close} />}
+        edit={(p, close) => <ProfileForm id={p.id.id} onClose={close} />} />
+    </>
   );
 }
 
-interface Dashboard { id: EntityId; title: string; createdTime: number }
+const PROVISIONING = [
+  ['DISABLED', 'Disabled'], ['ALLOW_CREATE_NEW_DEVICES', 'Allow creating new devices'], ['CHECK_PRE_PROVISIONED_DEVICES', 'Check pre-provisioned devices'],
+] as const;
 
-export function Dashboards() {
+interface FullProfile {
+  id?: EntityId; name: string; description?: string | null; provisionType?: string; provisionDeviceKey?: string | null;
+  profileData?: { provisionConfiguration?: { provisionDeviceSecret?: string | null } } & Record<string, unknown>;
+}
+
+/** Creates a profile (`id` null) or edits one: name, description, and how devices provision into it. */
+function ProfileForm({ id, onClose }: { id: string | null; onClose: (saved: boolean) => void }) {
+  const loaded = useLoad(() => (id ? get<FullProfile>(`/api/deviceProfile/${id}`) : Promise.resolve(null)), [id]);
+  if (loaded.error) return <Dialog title="Device profile" onClose={() => onClose(false)}><ErrorBox error={loaded.error} /></Dialog>;
+  if (id && !loaded.data) return null;
+  return <ProfileFields profile={loaded.data} onClose={onClose} />;
+}
+
+function ProfileFields({ profile, onClose }: { profile: FullProfile | null; onClose: (saved: boolean) => void }) {
+  const [provisionType, setProvisionType] = useState(profile?.provisionType ?? 'DISABLED');
+  const initial = {
+    name: profile?.name ?? '', description: profile?.description ?? '', key: profile?.provisionDeviceKey ?? '',
+    secret: profile?.profileData?.provisionConfiguration?.provisionDeviceSecret ?? '',
+  };
   return (
-    <PagedList<Dashboard> title="Dashboards" path="/api/tenant/dashboards" name={(d) => d.title}
-      columns={[['Title', (d) => d.title], ['Created', (d) => fmtTime(d.createdTime)]]}
-      deletePath={(d) => `/api/dashboard/${d.id.id}`}
-      create={(close) => <FormDialog title="Add dashboard" fields={[['title', 'Title', true]]}
-        onSubmit={async (v) => { await post('/api/dashboard', { title: v.title, configuration: {} }); }} onClose={close} />} />
+    <FormDialog title={profile ? `Edit ${profile.name}` : 'Add device profile'} initial={initial} onClose={onClose}
+      fields={[['name', 'Name', true], ['description', 'Description', false], ['key', 'Provision key', false], ['secret', 'Provision secret', false]]}
+      onSubmit={async (v) => {
+        const on = provisionType !== 'DISABLED';
+        if (on && !(v.key && v.secret)) throw new Error('Provisioning needs a provision key and secret.');
+        const base: FullProfile = profile ?? { name: v.name };
+        const profileData = base.profileData ?? {};
+        await post('/api/deviceProfile', {
+          type: 'DEFAULT', transportType: 'DEFAULT', ...base, name: v.name, description: v.description || null,
+          provisionType, provisionDeviceKey: on ? v.key : null,
+          profileData: { ...profileData, provisionConfiguration: { type: provisionType, provisionDeviceSecret: on ? v.secret : null } },
+        });
+      }}>
+      <label>Device provisioning
+        <select value={provisionType} onChange={(e) => setProvisionType(e.currentTarget.value)}>
+          {PROVISIONING.map(([value, label]) => <option value={value}>{label}</option>)}
+        </select>
+      </label>
+    </FormDialog>
   );
 }
 
