@@ -125,6 +125,8 @@ pub enum Via {
     Ws,
     /// The canonical MQTT topics.
     Mqtt,
+    /// No receivers: posting alone, the baseline the other runs' server CPU is read against.
+    None,
 }
 
 /// Options of `ws-telemetry`.

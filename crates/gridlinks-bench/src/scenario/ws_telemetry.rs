@@ -15,6 +15,8 @@
 //! `--via mqtt` receives the same data through the canonical MQTT topics instead
 //! (`gridlinks/devices/{name}/telemetry`, anonymous QoS 0 subscribers, one per device or one
 //! on `gridlinks/devices/+/telemetry`), for a side-by-side comparison of the two fan-outs.
+//! `--via none` opens no receivers: the server CPU per post it reports is what posting and
+//! committing cost alone, so the fan-out's own cost is the difference.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +49,7 @@ use crate::stats::LatencyShards;
 pub struct WsRun {
     /// Devices, each posting at `rate`.
     pub devices: usize,
-    /// `ws` or `mqtt`.
+    /// `ws`, `mqtt` or `none`.
     pub via: String,
     /// WebSocket sessions.
     pub sessions: usize,
@@ -63,15 +65,26 @@ pub struct WsRun {
     pub missing: u64,
     /// Server CPU seconds over the posting phase.
     pub server_cpu_seconds: f64,
-    /// Server CPU microseconds per update delivered (posting included).
+    /// Server CPU microseconds per update delivered (posting included; 0 without receivers).
     pub server_cpu_us_per_update: f64,
+    /// Server CPU microseconds per post acknowledged (fan-out included).
+    pub server_cpu_us_per_post: f64,
     /// Server RSS before the sessions opened and once they had subscribed, KiB.
     pub rss_kib: (u64, u64),
     /// Server RSS growth per session, KiB (negative: the allocator gave back more than
-    /// the sessions took).
+    /// the sessions took; 0 without sessions).
     pub rss_kib_per_session: f64,
     /// Post → update latency.
     pub latency: LatencySummary,
+}
+
+/// `total / n`, 0 when `n` is 0.
+fn per(total: f64, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        total / n as f64
+    }
 }
 
 fn now_us() -> u64 {
@@ -104,9 +117,10 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = proc.memory()?.rss_kib;
     // Sessions: one per device, or one for all.
-    let groups: Vec<Vec<String>> = match args.one_session {
-        true => vec![ids.clone()],
-        false => ids.iter().map(|id| vec![id.clone()]).collect(),
+    let groups: Vec<Vec<String>> = match (args.via, args.one_session) {
+        (Via::None, _) => Vec::new(),
+        (_, true) => vec![ids.clone()],
+        (_, false) => ids.iter().map(|id| vec![id.clone()]).collect(),
     };
     let received = Arc::new(AtomicU64::new(0));
     let latency = LatencyShards::new(groups.len().max(1));
@@ -122,6 +136,7 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
             tokio::time::sleep(Duration::from_millis(500)).await;
             (read_mqtt(subscribers, &received, &latency), proc.memory()?.rss_kib)
         }
+        Via::None => (Vec::new(), rss_before),
     };
     // Posting: each connection takes an equal share of the devices and posts each device's
     // message once per period.
@@ -164,8 +179,9 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
     let seconds = started.elapsed().as_secs_f64();
     // Let the last updates arrive.
     let posted = posted.load(Ordering::Relaxed);
-    // Each device has exactly one subscription (its own session's, or the one session's).
-    let expected = posted;
+    // Each device has exactly one subscription (its own session's, or the one session's),
+    // or none without receivers.
+    let expected = if groups.is_empty() { 0 } else { posted };
     let wait_until = Instant::now() + Duration::from_secs(5);
     while received.load(Ordering::Relaxed) < expected && Instant::now() < wait_until {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -187,15 +203,16 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
         received,
         missing: expected.saturating_sub(received),
         server_cpu_seconds: cpu,
-        server_cpu_us_per_update: if received > 0 { cpu * 1e6 / received as f64 } else { 0.0 },
+        server_cpu_us_per_update: per(cpu * 1e6, received),
+        server_cpu_us_per_post: per(cpu * 1e6, posted),
         rss_kib: (rss_before, rss_after),
-        rss_kib_per_session: (rss_after as f64 - rss_before as f64) / sessions_n as f64,
+        rss_kib_per_session: per(rss_after as f64 - rss_before as f64, sessions_n as u64),
         latency: LatencySummary::from_histogram(&latency.merged()),
     };
     println!(
         "ws-telemetry: {} devices at {}/s, {} session(s) via {}\n\
          posted {}  updates {}  missing {}  post→update p50 {:.2} ms  p99 {:.2} ms  \
-         server CPU {:.1} µs/update  RSS {:.1} KiB/session",
+         server CPU {:.1} µs/update, {:.1} µs/post  RSS {:.1} KiB/session",
         n,
         args.rate,
         sessions_n,
@@ -206,6 +223,7 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
         run.latency.p50_us as f64 / 1000.0,
         run.latency.p99_us as f64 / 1000.0,
         run.server_cpu_us_per_update,
+        run.server_cpu_us_per_post,
         run.rss_kib_per_session,
     );
     if let Some(path) = &args.server.json {
