@@ -37,9 +37,14 @@ fn every_post_reaches_its_mqtt_subscriber() {
 
 #[test]
 fn posting_alone_has_no_receivers_and_misses_nothing() {
-    let args = ["ws-telemetry", "--devices", "20", "--rate", "5", "--duration", "2s", "--connections", "4", "--via", "none"];
+    let args =
+        ["ws-telemetry", "--devices", "20", "--rate", "5", "--duration", "2s", "--connections", "4", "--via", "none"];
     let run = run_scenario("ws-telemetry-none", &args).1["run"].clone();
     assert!(run["posted"].as_u64().unwrap() > 0, "{run}");
-    assert_eq!((run["sessions"].as_u64(), run["received"].as_u64(), run["missing"].as_u64()), (Some(0), Some(0), Some(0)), "{run}");
+    assert_eq!(
+        (run["sessions"].as_u64(), run["received"].as_u64(), run["missing"].as_u64()),
+        (Some(0), Some(0), Some(0)),
+        "{run}"
+    );
     assert!(run["server_cpu_us_per_post"].as_f64().unwrap() > 0.0, "{run}");
 }
