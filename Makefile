@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console
+.PHONY: run test deps lint cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
 ## console at http://localhost:8080/).
@@ -26,8 +26,15 @@ lint:
 ## Debian packages the tests use as real peers (Mosquitto and its clients, Chromium for
 ## the browser test, libcoap's coap-client); installed when missing.
 deps:
-	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin >/dev/null; }
+	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null && command -v mvn >/dev/null && command -v java >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin maven default-jre-headless >/dev/null; }
+	scripts/services/kafka.sh fetch
+
+## Scale-out tests alone: real Kafka brokers (scripts/services/kafka.sh) behind gridlinks
+## nodes with cluster.queue = "kafka". Also part of `make test`.
+cluster-test: deps
+	$(CARGO) test -p gridlinks-kafka
+	$(CARGO) test -p gridlinks-server --test kafka
 
 ## The web console (console/: TypeScript, Preact, Pico CSS, uPlot) built by npm into
 ## console/dist, which the server's build.rs embeds; rebuilt only when its sources change.

@@ -64,7 +64,9 @@ impl From<StoreError> for IngestError {
             | StoreError::Invalid(_)) => Self::Rejected(e.to_string()),
             StoreError::Overloaded => Self::Overloaded,
             StoreError::DiskFull(m) => Self::DiskFull(m),
-            e @ (StoreError::Unavailable | StoreError::Closed) => Self::Unavailable(e.to_string()),
+            e @ (StoreError::Unavailable | StoreError::Closed | StoreError::Queue(_)) => {
+                Self::Unavailable(e.to_string())
+            }
             e @ (StoreError::Db(_)
             | StoreError::Corrupt(_)
             | StoreError::Format { .. }

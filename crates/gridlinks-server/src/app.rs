@@ -27,7 +27,7 @@ use crate::thingsboard::{
 };
 use gridlinks_broker::acl::Acl;
 use gridlinks_broker::sessions::Sessions;
-use gridlinks_ingest::{Embedded, Ingest};
+use gridlinks_ingest::Ingest;
 use gridlinks_thingsboard::payload::PayloadLimits;
 
 /// The platform every subsystem is built on: the configuration, storage (reads, and the
@@ -493,12 +493,8 @@ pub async fn serve(
         ws: ws_hub.clone(),
         first_tenant: tenant_id,
     };
-    let ingest = Ingest::new(
-        store.clone(),
-        Arc::new(Embedded(writer.clone())),
-        Arc::new(live),
-        cfg.limits.max_devices_per_gateway,
-    );
+    let (log, _storage_writer) = crate::cluster::commit_log(&cfg.cluster, &writer).await?;
+    let ingest = Ingest::new(store.clone(), log, Arc::new(live), cfg.limits.max_devices_per_gateway);
     let core = Core { cfg: Arc::new(cfg), store: store.clone(), writer, ingest, tenant_id, claims: Default::default() };
     crate::thingsboard::tenants::ensure_first(&core).await.context("writing the first tenant")?;
     let mqtt = Arc::new(Mqtt {

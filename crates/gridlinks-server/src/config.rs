@@ -66,6 +66,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Bounds on what devices may send.
     pub limits: LimitsConfig,
+    /// Scale-out: where data is committed and stored when several nodes share it.
+    pub cluster: ClusterConfig,
 }
 
 /// HTTP listener settings.
@@ -331,6 +333,214 @@ pub struct LimitsConfig {
     pub max_devices_per_gateway: usize,
 }
 
+/// Where acknowledged device data is committed before it is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueBackend {
+    /// This node's store: the group commit is the commit.
+    Embedded,
+    /// A Kafka topic (acks=all); storage writers consume it.
+    Kafka,
+}
+
+/// Where time series are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeseriesBackend {
+    /// This node's store.
+    Embedded,
+    /// Cassandra 5 (or ScyllaDB).
+    Cassandra,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// Where entities live: devices, credentials, attributes, MQTT clients and ACLs, sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntitiesBackend {
+    /// This node's store.
+    Embedded,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// Scale-out settings. All `embedded` (the default) is one node with no external service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Where acknowledged device data is committed.
+    pub queue: QueueBackend,
+    /// Where time series are stored.
+    pub timeseries: TimeseriesBackend,
+    /// Where entities live.
+    pub entities: EntitiesBackend,
+    /// This node's name, unique in the cluster (Kafka client and consumer-group member ids).
+    pub node_id: String,
+    /// Kafka, when `queue = "kafka"`.
+    pub kafka: KafkaConfig,
+    /// PostgreSQL, when `timeseries` or `entities` is `postgres`.
+    pub postgres: PostgresConfig,
+    /// Cassandra, when `timeseries = "cassandra"`.
+    pub cassandra: CassandraConfig,
+}
+
+/// Kafka settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Brokers to bootstrap from, `host:port`.
+    pub bootstrap_servers: Vec<String>,
+    /// Prefix of every topic and consumer group GridLinks uses.
+    pub topic_prefix: String,
+    /// Partitions of the telemetry topic (created if missing); devices are spread over them
+    /// by id, so one device's messages stay in order.
+    pub partitions: u32,
+    /// Replicas of each partition.
+    pub replication_factor: u16,
+    /// Replicas that must hold a message before the producer's `acks=all` is answered.
+    pub min_insync_replicas: u16,
+    /// How long a message may wait for Kafka's acknowledgement before the device is told
+    /// it failed (and may retry).
+    pub produce_timeout: Millis,
+}
+
+/// PostgreSQL settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// A file holding the connection URL (`postgres://user:password@host:port/db`), kept
+    /// out of the configuration so the password is never in a file others read or in logs.
+    pub url_file: PathBuf,
+    /// Connections in the pool.
+    pub pool_size: u32,
+}
+
+/// Cassandra settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CassandraConfig {
+    /// Contact points, `host:port`.
+    pub contact_points: Vec<String>,
+    /// Keyspace (created if missing).
+    pub keyspace: String,
+    /// Replication factor of a new keyspace.
+    pub replication_factor: u16,
+    /// Days a time-series point is kept (Cassandra TTL); 0 keeps points forever.
+    pub ttl_days: u32,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            queue: QueueBackend::Embedded,
+            timeseries: TimeseriesBackend::Embedded,
+            entities: EntitiesBackend::Embedded,
+            node_id: String::new(),
+            kafka: KafkaConfig::default(),
+            postgres: PostgresConfig::default(),
+            cassandra: CassandraConfig::default(),
+        }
+    }
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap_servers: vec!["127.0.0.1:9092".into()],
+            topic_prefix: "gridlinks.".into(),
+            partitions: 12,
+            replication_factor: 3,
+            min_insync_replicas: 2,
+            produce_timeout: Millis(10_000),
+        }
+    }
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self { url_file: PathBuf::new(), pool_size: 16 }
+    }
+}
+
+impl Default for CassandraConfig {
+    fn default() -> Self {
+        Self {
+            contact_points: vec!["127.0.0.1:9042".into()],
+            keyspace: "gridlinks".into(),
+            replication_factor: 3,
+            ttl_days: 0,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether the combination is one GridLinks can run, and each backend named is
+    /// configured: `Err` names what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        use {EntitiesBackend as E, QueueBackend as Q, TimeseriesBackend as T};
+        match (self.queue, self.timeseries, self.entities) {
+            (Q::Embedded, T::Embedded, E::Embedded) => return Ok(()),
+            (Q::Embedded, _, _) => {
+                return Err("cluster.timeseries and cluster.entities other than embedded need cluster.queue = \"kafka\": \
+                            nodes share data only through Kafka"
+                    .into())
+            }
+            (Q::Kafka, T::Embedded, E::Postgres) | (Q::Kafka, T::Cassandra | T::Postgres, E::Embedded) => {
+                return Err("cluster.timeseries and cluster.entities must both be shared (cassandra or postgres) \
+                            or both embedded: a node cannot serve one from its own store and the other from the cluster"
+                    .into())
+            }
+            (Q::Kafka, ..) => {}
+        }
+        if self.node_id.is_empty()
+            || self.node_id.len() > 64
+            || !self.node_id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(
+                "cluster.node_id must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', '-' and unique per node".into(),
+            );
+        }
+        let k = &self.kafka;
+        if k.bootstrap_servers.is_empty() {
+            return Err("cluster.kafka.bootstrap_servers must name at least one broker".into());
+        }
+        if k.topic_prefix.is_empty()
+            || !k.topic_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err("cluster.kafka.topic_prefix must be non-empty and of A-Z, a-z, 0-9, '.', '_', '-'".into());
+        }
+        if k.partitions == 0 || k.replication_factor == 0 || k.min_insync_replicas == 0 || k.produce_timeout.0 == 0 {
+            return Err("cluster.kafka.partitions, replication_factor, min_insync_replicas and produce_timeout must be at least 1".into());
+        }
+        if k.min_insync_replicas > k.replication_factor {
+            return Err("cluster.kafka.min_insync_replicas must not exceed cluster.kafka.replication_factor".into());
+        }
+        let postgres = self.timeseries == T::Postgres || self.entities == E::Postgres;
+        if postgres && (self.postgres.url_file.as_os_str().is_empty() || self.postgres.pool_size == 0) {
+            return Err(
+                "cluster.postgres.url_file must name the file holding the connection URL, and pool_size be at least 1"
+                    .into(),
+            );
+        }
+        if self.timeseries == T::Cassandra {
+            let c = &self.cassandra;
+            if c.contact_points.is_empty() || c.replication_factor == 0 {
+                return Err(
+                    "cluster.cassandra.contact_points must name a node and replication_factor be at least 1".into()
+                );
+            }
+            if c.keyspace.is_empty()
+                || c.keyspace.len() > 48
+                || !c.keyspace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err("cluster.cassandra.keyspace must be 1 to 48 characters of A-Z, a-z, 0-9 and '_'".into());
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -346,6 +556,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             storage: StorageConfig::default(),
             limits: LimitsConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -612,6 +823,7 @@ impl Config {
                 ));
             }
         }
+        self.cluster.validate().map_err(ConfigError::Value)?;
         Ok(())
     }
 }
@@ -683,6 +895,40 @@ mod tests {
                 _ => out.push(p),
             }
         }
+    }
+
+    #[test]
+    fn cluster_combinations_are_checked() {
+        let check = |vars: &[(&str, &str)]| {
+            let vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            Config::load(None, vars).map(|c| c.cluster).map_err(|e| e.to_string())
+        };
+        assert_eq!(check(&[]).unwrap(), ClusterConfig::default());
+        let e = check(&[("GRIDLINKS_CLUSTER_TIMESERIES", "postgres")]).unwrap_err();
+        assert!(e.contains("need cluster.queue = \"kafka\""), "{e}");
+        let e = check(&[("GRIDLINKS_CLUSTER_QUEUE", "kafka")]).unwrap_err();
+        assert!(e.contains("cluster.node_id"), "{e}");
+        let kafka = [("GRIDLINKS_CLUSTER_QUEUE", "kafka"), ("GRIDLINKS_CLUSTER_NODE_ID", "node-1")];
+        // Kafka in front of one node's own store.
+        assert_eq!(check(&kafka).unwrap().queue, QueueBackend::Kafka);
+        let mix = [kafka[0], kafka[1], ("GRIDLINKS_CLUSTER_TIMESERIES", "cassandra")];
+        assert!(check(&mix).unwrap_err().contains("both be shared"));
+        let shared = [
+            kafka[0],
+            kafka[1],
+            ("GRIDLINKS_CLUSTER_TIMESERIES", "cassandra"),
+            ("GRIDLINKS_CLUSTER_ENTITIES", "postgres"),
+        ];
+        assert!(check(&shared).unwrap_err().contains("cluster.postgres.url_file"));
+        let full = [shared[0], shared[1], shared[2], shared[3], ("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", "/run/pg.url")];
+        let c = check(&full).unwrap();
+        assert_eq!((c.timeseries, c.entities), (TimeseriesBackend::Cassandra, EntitiesBackend::Postgres));
+        let e = check(&[kafka[0], kafka[1], ("GRIDLINKS_CLUSTER_KAFKA_MIN_INSYNC_REPLICAS", "4")]).unwrap_err();
+        assert!(e.contains("must not exceed"), "{e}");
+        let e = check(&[kafka[0], ("GRIDLINKS_CLUSTER_NODE_ID", "a b")]).unwrap_err();
+        assert!(e.contains("cluster.node_id"), "{e}");
+        let e = check(&[("GRIDLINKS_CLUSTER_QUEUE", "zookeeper")]).unwrap_err();
+        assert!(e.contains("GRIDLINKS") || e.contains("queue"), "{e}");
     }
 
     #[test]

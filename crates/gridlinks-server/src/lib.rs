@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cluster;
 pub mod coap;
 pub mod config;
 pub mod console;

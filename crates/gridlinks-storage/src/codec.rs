@@ -87,6 +87,11 @@ impl<'a> Reader<'a> {
         self.buf.is_empty()
     }
 
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
         if self.buf.len() < n {
             return Err(StoreError::Corrupt("row truncated"));
@@ -100,7 +105,8 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
-    fn varint(&mut self) -> Result<u64, StoreError> {
+    /// Reads an unsigned varint.
+    pub fn varint(&mut self) -> Result<u64, StoreError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -114,6 +120,22 @@ impl<'a> Reader<'a> {
 
     fn eight(&mut self) -> Result<[u8; 8], StoreError> {
         self.take(8)?.try_into().map_err(|_| StoreError::Corrupt("row truncated"))
+    }
+
+    /// Reads a byte.
+    pub fn byte(&mut self) -> Result<u8, StoreError> {
+        self.u8()
+    }
+
+    /// Reads `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
+        self.take(n)
+    }
+
+    /// Reads a length-prefixed UTF-8 string.
+    pub fn text(&mut self) -> Result<&'a str, StoreError> {
+        let len = usize::try_from(self.varint()?).map_err(|_| StoreError::Corrupt("string length"))?;
+        std::str::from_utf8(self.take(len)?).map_err(|_| StoreError::Corrupt("string utf-8"))
     }
 
     /// Reads a timestamp.
@@ -167,6 +189,25 @@ impl Writer {
     /// Appends a timestamp.
     pub fn ts(&mut self, ts: Ts) -> &mut Self {
         self.buf.extend_from_slice(&ts.0.to_be_bytes());
+        self
+    }
+
+    /// Appends an unsigned varint.
+    pub fn varint(&mut self, v: u64) -> &mut Self {
+        put_varint(&mut self.buf, v);
+        self
+    }
+
+    /// Appends raw bytes.
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(b);
+        self
+    }
+
+    /// Appends a length-prefixed UTF-8 string.
+    pub fn text(&mut self, s: &str) -> &mut Self {
+        put_varint(&mut self.buf, s.len() as u64);
+        self.buf.extend_from_slice(s.as_bytes());
         self
     }
 

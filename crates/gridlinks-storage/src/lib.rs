@@ -134,6 +134,9 @@ pub enum StoreError {
     /// The store is being reopened after a failure; retry shortly.
     #[error("storage is being reopened after a failure; retry shortly")]
     Unavailable,
+    /// The commit log in front of the store (Kafka) did not take the write; retry.
+    #[error("commit log unavailable: {0}")]
+    Queue(String),
     /// The data directory's file system is (nearly) full: writes are refused until space
     /// is freed; reads go on.
     #[error("disk full: {0}")]
@@ -172,6 +175,7 @@ impl StoreError {
             Self::Overloaded => Self::Overloaded,
             Self::Closed => Self::Closed,
             Self::Unavailable => Self::Unavailable,
+            Self::Queue(m) => Self::Queue(m.clone()),
             Self::DiskFull(m) => Self::DiskFull(m.clone()),
             Self::CommitFailed(m) => Self::CommitFailed(m.clone()),
             Self::Limit(m) => Self::Limit(m.clone()),

@@ -1,0 +1,90 @@
+//! Kafka as GridLinks' commit log (`cluster.queue = "kafka"`): [`KafkaLog`] sits behind
+//! the ingest seam ([`gridlinks_ingest::CommitLog`]) and answers a device only once Kafka
+//! has acknowledged its data (`acks=all`, idempotent producer, one partition per device by
+//! key); [`StorageWriter`] is a member of the storage writers' consumer group: it writes
+//! what it consumes to the store and commits offsets only after the write, so a
+//! redelivery (rebalance, crash) rewrites the same rows and loses nothing.
+
+mod log;
+pub mod record;
+mod writer;
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::RDKafkaErrorCode;
+
+pub use log::KafkaLog;
+pub use writer::StorageWriter;
+
+/// What the Kafka parts need to know.
+#[derive(Clone, Debug)]
+pub struct KafkaSettings {
+    /// `host:port` of brokers to bootstrap from.
+    pub bootstrap_servers: Vec<String>,
+    /// Prefix of the topic and the consumer group.
+    pub topic_prefix: String,
+    /// Partitions of a new telemetry topic.
+    pub partitions: u32,
+    /// Replicas of each partition.
+    pub replication_factor: u16,
+    /// Replicas that must hold a record before it is acknowledged.
+    pub min_insync_replicas: u16,
+    /// How long a record may wait for its acknowledgement.
+    pub produce_timeout: Duration,
+    /// This node's name (client ids).
+    pub node_id: String,
+}
+
+impl KafkaSettings {
+    /// The device-data topic.
+    pub fn topic(&self) -> String {
+        format!("{}telemetry", self.topic_prefix)
+    }
+
+    /// The storage writers' consumer group.
+    pub fn group(&self) -> String {
+        format!("{}storage", self.topic_prefix)
+    }
+
+    fn client(&self, role: &str) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.bootstrap_servers.join(","))
+            .set("client.id", format!("gridlinks-{}-{role}", self.node_id))
+            // Java's partitioner, so every client maps a device to the same partition.
+            .set("partitioner", "murmur2_random");
+        c
+    }
+}
+
+/// Why Kafka could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// The client library refused or failed an operation.
+    #[error("kafka: {0}")]
+    Client(#[from] rdkafka::error::KafkaError),
+    /// Creating the topic failed.
+    #[error("kafka: creating topic {0}: {1}")]
+    Topic(String, String),
+}
+
+/// Creates the telemetry topic if it does not exist (partitions, replication factor and
+/// `min.insync.replicas` from `s`); an existing topic is left as it is.
+pub async fn ensure_topic(s: &KafkaSettings) -> Result<(), KafkaError> {
+    let admin: AdminClient<DefaultClientContext> = s.client("admin").create()?;
+    let topic = s.topic();
+    let min_isr = s.min_insync_replicas.to_string();
+    let partitions = i32::try_from(s.partitions).unwrap_or(i32::MAX);
+    let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(i32::from(s.replication_factor)))
+        .set("min.insync.replicas", &min_isr);
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for r in admin.create_topics([&new], &opts).await? {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => return Err(KafkaError::Topic(name, code.to_string())),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! `cluster.queue = "kafka"` against a real Kafka broker (KRaft, from the Apache jars on
+//! Maven Central, started by `scripts/services/kafka.sh` on free loopback ports): device
+//! data is answered only after Kafka acknowledged it, the storage writer's consumer group
+//! stores every acknowledged point, a node whose Kafka is gone refuses with 503 and recovers
+//! by itself, and a node killed mid-stream stores everything once it is back.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Server;
+
+/// Kafka brokers under a temporary directory, stopped when dropped.
+struct Kafka {
+    dir: tempfile::TempDir,
+    bootstrap: String,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/kafka.sh")
+}
+
+impl Kafka {
+    fn start(brokers: u32) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(script()).arg("start").arg(dir.path()).arg(brokers.to_string()).output().unwrap();
+        assert!(out.status.success(), "kafka.sh start: {}", String::from_utf8_lossy(&out.stderr));
+        let bootstrap = String::from_utf8(out.stdout).unwrap().lines().last().unwrap().trim().to_owned();
+        Self { dir, bootstrap }
+    }
+
+    fn run(&self, what: &[&str]) {
+        let st = Command::new(script()).arg(what[0]).arg(self.dir.path()).args(&what[1..]).status().unwrap();
+        assert!(st.success(), "kafka.sh {what:?}");
+    }
+
+    /// The environment of a gridlinks node committing to this Kafka (one broker: one replica).
+    fn env(&self, node: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("GRIDLINKS_CLUSTER_QUEUE", "kafka".into()),
+            ("GRIDLINKS_CLUSTER_NODE_ID", node.into()),
+            ("GRIDLINKS_CLUSTER_KAFKA_BOOTSTRAP_SERVERS", self.bootstrap.clone()),
+            ("GRIDLINKS_CLUSTER_KAFKA_PARTITIONS", "4".into()),
+            ("GRIDLINKS_CLUSTER_KAFKA_REPLICATION_FACTOR", "1".into()),
+            ("GRIDLINKS_CLUSTER_KAFKA_MIN_INSYNC_REPLICAS", "1".into()),
+            ("GRIDLINKS_CLUSTER_KAFKA_PRODUCE_TIMEOUT", "3000".into()),
+        ]
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).arg("stop").arg(self.dir.path()).status();
+    }
+}
+
+fn start_on(dir: &Path, env: &[(&'static str, String)]) -> Server {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Server::start_on(dir, &env)
+}
+
+/// Waits until every acknowledged point is stored: the storage writer consumes behind the
+/// acknowledgement ("ack ⇒ queryable soon after"); 60 s is far more than it needs.
+fn wait_all_stored(s: &Server, ids: &[String], acked: &[Vec<i64>]) {
+    let jwt = s.login();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    loop {
+        let complete = ids.iter().zip(acked).all(|(id, a)| {
+            let stored = s.stored_timestamps(&jwt, id, "t");
+            a.iter().all(|t| stored.contains(t))
+        });
+        if complete || Instant::now() > deadline {
+            eprintln!("stored after {:?}", started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    s.assert_all_stored(ids, acked, "t");
+}
+
+fn devices(s: &Server, n: usize) -> (Vec<String>, Vec<String>) {
+    let jwt = s.login();
+    let tokens: Vec<String> = (0..n).map(|i| format!("kafka-token-{i}")).collect();
+    let ids = tokens.iter().enumerate().map(|(i, t)| s.device(&jwt, &format!("kafka-dev-{i}"), t)).collect();
+    (ids, tokens)
+}
+
+#[test]
+fn every_point_acknowledged_through_kafka_is_stored() {
+    let kafka = Kafka::start(1);
+    let tmp = tempfile::tempdir().unwrap();
+    let s = start_on(&tmp.path().join("data"), &kafka.env("node-1"));
+    let (ids, tokens) = devices(&s, 5);
+    let mut acked = vec![Vec::new(); ids.len()];
+    for ts in 1..=40i64 {
+        for (i, token) in tokens.iter().enumerate() {
+            let body = format!(r#"{{"ts":{ts},"values":{{"t":{}}}}}"#, ts * 10 + i as i64);
+            assert_eq!(s.telemetry(token, &body), 200);
+            acked[i].push(ts);
+        }
+    }
+    // Attributes go the same way.
+    let (st, _) = s.req("POST", "/api/v1/kafka-token-0/attributes", None, Some(r#"{"fw":"v1.2"}"#));
+    assert_eq!(st, 200);
+    wait_all_stored(&s, &ids, &acked);
+    let jwt = s.login();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, attrs) = s.json(
+            "GET",
+            &format!("/api/plugins/telemetry/DEVICE/{}/values/attributes/CLIENT_SCOPE", ids[0]),
+            &jwt,
+            None,
+        );
+        if attrs.as_array().is_some_and(|a| a.iter().any(|x| x["key"] == "fw" && x["value"] == "v1.2")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "attribute not stored: {attrs}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn without_kafka_writes_are_refused_with_503_and_resume_by_themselves() {
+    let kafka = Kafka::start(1);
+    let tmp = tempfile::tempdir().unwrap();
+    let s = start_on(&tmp.path().join("data"), &kafka.env("node-1"));
+    let (ids, tokens) = devices(&s, 1);
+    let mut acked = vec![Vec::new()];
+    assert_eq!(s.telemetry(&tokens[0], r#"{"ts":1,"values":{"t":1}}"#), 200);
+    acked[0].push(1);
+    kafka.run(&["stop", "1"]); // kill -9 the broker
+    let (st, body) =
+        s.req("POST", &format!("/api/v1/{}/telemetry", tokens[0]), None, Some(r#"{"ts":2,"values":{"t":2}}"#));
+    assert_eq!(st, 503, "{body}");
+    assert!(body.contains("kafka"), "the error names the cause: {body}");
+    // Device management still works: it is not device data.
+    let jwt = s.login();
+    let (st, _) = s.json("GET", &format!("/api/device/{}", ids[0]), &jwt, None);
+    assert_eq!(st, 200);
+    kafka.run(&["restart", "1"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ts = 3;
+    while Instant::now() < deadline {
+        if s.telemetry(&tokens[0], &format!(r#"{{"ts":{ts},"values":{{"t":{ts}}}}}"#)) == 200 {
+            acked[0].push(ts);
+            break;
+        }
+        ts += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(acked[0].len() == 2, "writes did not resume after kafka came back");
+    wait_all_stored(&s, &ids, &acked);
+}
+
+#[test]
+fn a_node_killed_mid_stream_stores_every_acknowledged_point_once_back() {
+    let kafka = Kafka::start(1);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let env = kafka.env("node-1");
+    let mut s = start_on(&dir, &env);
+    let (ids, tokens) = devices(&s, 4);
+    let mut acked = vec![Vec::new(); ids.len()];
+    for ts in 1..=200i64 {
+        for (i, token) in tokens.iter().enumerate() {
+            if s.telemetry(token, &format!(r#"{{"ts":{ts},"values":{{"t":{ts}}}}}"#)) == 200 {
+                acked[i].push(ts);
+            }
+        }
+    }
+    // Killed at once: some of what Kafka acknowledged may not be in the store yet, and the
+    // last offsets may not be committed.
+    s.kill9();
+    let s = start_on(&dir, &env);
+    wait_all_stored(&s, &ids, &acked);
+    // Written again or not, each point is one row: history has exactly the acknowledged ones.
+    let jwt = s.login();
+    for (id, a) in ids.iter().zip(&acked) {
+        assert_eq!(s.stored_timestamps(&jwt, id, "t").len(), a.len());
+    }
+}

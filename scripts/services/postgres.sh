@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A PostgreSQL server (Debian's package) on a free loopback port, its data under DIR, run
+# as the `postgres` user. A database and role `gridlinks` with a random password are made.
+#
+#   scripts/services/postgres.sh start DIR   prints the connection URL, also in DIR/url (mode 600)
+#   scripts/services/postgres.sh stop DIR    stops it (immediate shutdown)
+set -euo pipefail
+
+BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+[ -x "$BIN/initdb" ] || { echo "PostgreSQL server binaries not found (apt-get install postgresql)" >&2; exit 1; }
+
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+start() {
+  local dir=$1
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  local port password
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  password=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+  as_pg "$BIN/initdb" -D "$dir/data" -U postgres -A trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log" >&2; exit 1; }
+  # Trust only on the Unix socket in DIR (mode 700); TCP needs the password.
+  cat >"$dir/data/pg_hba.conf" <<HBA
+local all all trust
+host all all 127.0.0.1/32 scram-sha-256
+HBA
+  as_pg "$BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=200" start >/dev/null
+  as_pg "$BIN/psql" -h "$dir" -p "$port" -U postgres -q -v ON_ERROR_STOP=1 \
+    -c "CREATE ROLE gridlinks LOGIN PASSWORD '$password'" -c "CREATE DATABASE gridlinks OWNER gridlinks" >/dev/null
+  local url="postgres://gridlinks:$password@127.0.0.1:$port/gridlinks"
+  (umask 077; echo "$url" >"$dir/url")
+  echo "$url"
+}
+
+stop() {
+  local dir=$1
+  [ -d "$dir/data" ] && as_pg "$BIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+}
+
+case "${1:-}" in
+  start) start "$2" ;;
+  stop) stop "$2" ;;
+  *) sed -n '2,7p' "$0" >&2; exit 2 ;;
+esac
