@@ -61,43 +61,44 @@ export function closeLive() {
 }
 
 export type Points = Record<string, [number, number][]>;
+export type Latest = Record<string, [number, string]>;
+
+/** State folded from a device's time-series updates (reset when the device changes), or the server's refusal. */
+function useFolded<T>(deviceId: string, empty: () => T, fold: (old: T, data: Series) => T, timeWindow?: number): { value: T; error: string | null } {
+  const [value, setValue] = useState<T>(empty);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    setValue(empty());
+    setError(null);
+    return subscribeTimeseries(deviceId, (data) => setValue((old) => fold(old, data)), timeWindow, setError);
+  }, [deviceId, timeWindow]);
+  return { value, error };
+}
 
 /** The numeric points of a device's time series over the last `windowMs`, kept live (at most `max` per key), or the server's refusal. */
 export function useLivePoints(deviceId: string, windowMs: number, max = 1000): { points: Points; error: string | null } {
-  const [points, setPoints] = useState<Points>({});
-  const [error, setError] = useState<string | null>(null);
-  useEffect(() => {
-    setPoints({});
-    setError(null);
-    return subscribeTimeseries(deviceId, (data: Series) => setPoints((old) => {
-      const next = { ...old };
-      const since = Date.now() - windowMs;
-      for (const [k, pts] of Object.entries(data)) {
-        const nums = pts.map(([ts, v]) => [ts, Number(v)] as [number, number]).filter(([, v]) => Number.isFinite(v));
-        if (nums.length === 0) continue;
-        next[k] = [...(next[k] ?? []), ...nums].filter(([ts]) => ts >= since).sort((a, b) => a[0] - b[0]).slice(-max);
-      }
-      return next;
-    }), windowMs, setError);
-  }, [deviceId, windowMs, max]);
-  return { points, error };
+  const { value, error } = useFolded<Points>(deviceId, () => ({}), (old, data) => {
+    const next = { ...old };
+    const since = Date.now() - windowMs;
+    for (const [k, pts] of Object.entries(data)) {
+      const nums = pts.map(([ts, v]) => [ts, Number(v)] as [number, number]).filter(([, v]) => Number.isFinite(v));
+      if (nums.length === 0) continue;
+      next[k] = [...(next[k] ?? []), ...nums].filter(([ts]) => ts >= since).sort((a, b) => a[0] - b[0]).slice(-max);
+    }
+    return next;
+  }, windowMs);
+  return { points: value, error };
 }
 
 /** The newest value of each of a device's time series keys, kept live, or the server's refusal. */
-export function useLatest(deviceId: string): { latest: Record<string, [number, string]>; error: string | null } {
-  const [latest, setLatest] = useState<Record<string, [number, string]>>({});
-  const [error, setError] = useState<string | null>(null);
-  useEffect(() => {
-    setLatest({});
-    setError(null);
-    return subscribeTimeseries(deviceId, (data: Series) => setLatest((old) => {
-      const next = { ...old };
-      for (const [k, pts] of Object.entries(data)) {
-        const newest = pts.reduce((a, b) => (b[0] > a[0] ? b : a), pts[0]);
-        if (newest && (!next[k] || newest[0] >= next[k][0])) next[k] = newest;
-      }
-      return next;
-    }), undefined, setError);
-  }, [deviceId]);
-  return { latest, error };
+export function useLatest(deviceId: string): { latest: Latest; error: string | null } {
+  const { value, error } = useFolded<Latest>(deviceId, () => ({}), (old, data) => {
+    const next = { ...old };
+    for (const [k, pts] of Object.entries(data)) {
+      const newest = pts.reduce((a, b) => (b[0] > a[0] ? b : a), pts[0]);
+      if (newest && (!next[k] || newest[0] >= next[k][0])) next[k] = newest;
+    }
+    return next;
+  });
+  return { latest: value, error };
 }

@@ -474,6 +474,11 @@ impl Default for CassandraConfig {
     }
 }
 
+/// Whether `s` is made of ASCII letters, digits and the bytes in `extra` only.
+fn name_chars(s: &str, extra: &[u8]) -> bool {
+    s.bytes().all(|b| b.is_ascii_alphanumeric() || extra.contains(&b))
+}
+
 impl ClusterConfig {
     /// Whether the combination is one GridLinks can run, and each backend named is
     /// configured: `Err` names what is wrong.
@@ -493,10 +498,7 @@ impl ClusterConfig {
             }
             (Q::Kafka, ..) => {}
         }
-        if self.node_id.is_empty()
-            || self.node_id.len() > 64
-            || !self.node_id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
+        if self.node_id.is_empty() || self.node_id.len() > 64 || !name_chars(&self.node_id, b"._-") {
             return Err(
                 "cluster.node_id must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', '-' and unique per node".into(),
             );
@@ -505,9 +507,7 @@ impl ClusterConfig {
         if k.bootstrap_servers.is_empty() {
             return Err("cluster.kafka.bootstrap_servers must name at least one broker".into());
         }
-        if k.topic_prefix.is_empty()
-            || !k.topic_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
+        if k.topic_prefix.is_empty() || !name_chars(&k.topic_prefix, b"._-") {
             return Err("cluster.kafka.topic_prefix must be non-empty and of A-Z, a-z, 0-9, '.', '_', '-'".into());
         }
         if k.partitions == 0 || k.replication_factor == 0 || k.min_insync_replicas == 0 || k.produce_timeout.0 == 0 {
@@ -530,10 +530,7 @@ impl ClusterConfig {
                     "cluster.cassandra.contact_points must name a node and replication_factor be at least 1".into()
                 );
             }
-            if c.keyspace.is_empty()
-                || c.keyspace.len() > 48
-                || !c.keyspace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            {
+            if c.keyspace.is_empty() || c.keyspace.len() > 48 || !name_chars(&c.keyspace, b"_") {
                 return Err("cluster.cassandra.keyspace must be 1 to 48 characters of A-Z, a-z, 0-9 and '_'".into());
             }
         }

@@ -62,23 +62,30 @@ fn start_on(dir: &Path, env: &[(&'static str, String)]) -> Server {
     Server::start_on(dir, &env)
 }
 
+/// Calls `f` until it is true or `secs` have passed; whether it became true.
+fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Waits until every acknowledged point is stored: the storage writer consumes behind the
 /// acknowledgement ("ack ⇒ queryable soon after"); 60 s is far more than it needs.
 fn wait_all_stored(s: &Server, ids: &[String], acked: &[Vec<i64>]) {
     let jwt = s.login();
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(60);
-    loop {
-        let complete = ids.iter().zip(acked).all(|(id, a)| {
+    eventually(60, || {
+        ids.iter().zip(acked).all(|(id, a)| {
             let stored = s.stored_timestamps(&jwt, id, "t");
             a.iter().all(|t| stored.contains(t))
-        });
-        if complete || Instant::now() > deadline {
-            eprintln!("stored after {:?}", started.elapsed());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        })
+    });
     s.assert_all_stored(ids, acked, "t");
 }
 
@@ -108,20 +115,12 @@ fn every_point_acknowledged_through_kafka_is_stored() {
     assert_eq!(st, 200);
     wait_all_stored(&s, &ids, &acked);
     let jwt = s.login();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, attrs) = s.json(
-            "GET",
-            &format!("/api/plugins/telemetry/DEVICE/{}/values/attributes/CLIENT_SCOPE", ids[0]),
-            &jwt,
-            None,
-        );
-        if attrs.as_array().is_some_and(|a| a.iter().any(|x| x["key"] == "fw" && x["value"] == "v1.2")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "attribute not stored: {attrs}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let path = format!("/api/plugins/telemetry/DEVICE/{}/values/attributes/CLIENT_SCOPE", ids[0]);
+    let stored = eventually(20, || {
+        let (_, attrs) = s.json("GET", &path, &jwt, None);
+        attrs.as_array().is_some_and(|a| a.iter().any(|x| x["key"] == "fw" && x["value"] == "v1.2"))
+    });
+    assert!(stored, "attribute not stored: {}", s.json("GET", &path, &jwt, None).1);
 }
 
 #[test]
@@ -143,17 +142,13 @@ fn without_kafka_writes_are_refused_with_503_and_resume_by_themselves() {
     let (st, _) = s.json("GET", &format!("/api/device/{}", ids[0]), &jwt, None);
     assert_eq!(st, 200);
     kafka.run(&["restart", "1"]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut ts = 3;
-    while Instant::now() < deadline {
-        if s.telemetry(&tokens[0], &format!(r#"{{"ts":{ts},"values":{{"t":{ts}}}}}"#)) == 200 {
-            acked[0].push(ts);
-            break;
-        }
+    let mut ts = 2;
+    let resumed = eventually(30, || {
         ts += 1;
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert!(acked[0].len() == 2, "writes did not resume after kafka came back");
+        s.telemetry(&tokens[0], &format!(r#"{{"ts":{ts},"values":{{"t":{ts}}}}}"#)) == 200
+    });
+    assert!(resumed, "writes did not resume after kafka came back");
+    acked[0].push(ts);
     wait_all_stored(&s, &ids, &acked);
 }
 
