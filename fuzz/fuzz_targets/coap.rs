@@ -29,7 +29,9 @@ fuzz_target!(|data: &[u8]| {
         // coap-lite parses into a token it cannot re-encode (found by this target). The
         // server reads nothing of an Empty message but its type and message id (a ping gets
         // a Reset), so only requests and responses are held to the round trip.
-        if let Some(bytes) = (packet.header.code != MessageClass::Empty).then(|| packet.to_bytes_unlimited().ok()).flatten() {
+        if let Some(bytes) =
+            (packet.header.code != MessageClass::Empty).then(|| packet.to_bytes_unlimited().ok()).flatten()
+        {
             let again = Packet::from_bytes(&bytes).expect("an encoded packet parses");
             assert_eq!(again.header.message_id, packet.header.message_id);
             assert_eq!(again.header.code, packet.header.code);

@@ -12,11 +12,7 @@ use libfuzzer_sys::fuzz_target;
 const MAX_PACKET_SIZE: usize = 1 << 20;
 
 fuzz_target!(|data: &[u8]| {
-    for version in [
-        ProtocolVersion::V3_1_1,
-        ProtocolVersion::V5,
-        ProtocolVersion::V3_1,
-    ] {
+    for version in [ProtocolVersion::V3_1_1, ProtocolVersion::V5, ProtocolVersion::V3_1] {
         let mut buf = BytesMut::from(data);
         // Each decoded packet consumes at least two bytes, so the loop ends.
         while let Ok(Some(packet)) = decode(&mut buf, version, MAX_PACKET_SIZE) {

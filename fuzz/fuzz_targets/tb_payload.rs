@@ -3,7 +3,8 @@
 #![no_main]
 
 use gridlinks_thingsboard::payload::{
-    parse_attributes, parse_gateway_attributes, parse_gateway_device, parse_gateway_telemetry, parse_telemetry, PayloadLimits,
+    parse_attributes, parse_gateway_attributes, parse_gateway_device, parse_gateway_telemetry, parse_telemetry,
+    PayloadLimits,
 };
 use gridlinks_types::Ts;
 use libfuzzer_sys::fuzz_target;
@@ -21,7 +22,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = parse_attributes(data, LIM, false);
     if let Ok(devices) = parse_gateway_telemetry(data, Ts(0), LIM) {
-        assert!(devices.iter().map(|(_, r)| r.iter().map(|r| r.values.len()).sum::<usize>()).sum::<usize>() <= LIM.max_values);
+        assert!(
+            devices.iter().map(|(_, r)| r.iter().map(|r| r.values.len()).sum::<usize>()).sum::<usize>()
+                <= LIM.max_values
+        );
     }
     let _ = parse_gateway_attributes(data, LIM);
     let _ = parse_gateway_device(data);

@@ -67,12 +67,18 @@ test('log in, import 1,000 devices, watch a device live, set a shared attribute,
 
   // Import: the columns are guessed from the header; the bar reaches 100%.
   await page.getByRole('link', { name: 'Import' }).click();
-  // One bad line in the second chunk (file line 702): its error names the file's line.
+  // One bad line in the second chunk (file line 702): its error names the file's line. A
+  // quoted cell holds a line break and the header's delimiter; a bad line after it is still
+  // numbered as in the file.
   const rows = Array.from({ length: 1000 }, (_, i) => `dev-${String(i).padStart(4, '0')},sensor,TOKEN${i}`);
-  rows.splice(700, 0, 'too,many,cells,here');
-  const csv = ['name,type,token', ...rows].join('\n');
+  rows.splice(700, 0, 'too,many,cells,here,!');
+  rows.splice(800, 0, 'dev-0000-notes,sensor,TOKENN,"line one\r\nline two, ""quoted"""');
+  rows.splice(900, 0, 'bad,after,the,notes,!');
+  const csv = ['name,type,token,"Notes, free text"', ...rows].join('\r\n');
+  const lineOf = (text) => csv.slice(0, csv.indexOf(text)).split('\n').length;
   await page.getByLabel('CSV file').setInputFiles({ name: 'devices.csv', mimeType: 'text/csv', buffer: Buffer.from(csv) });
   assert.equal(await page.getByLabel('Column 3 type').inputValue(), 'ACCESS_TOKEN');
+  assert.equal(await page.getByLabel('Column 4 key').inputValue(), 'Notes, free text');
   // Every value the bar shows on its way, as it shows it.
   await page.evaluate(() => {
     globalThis.seen = [];
@@ -82,19 +88,27 @@ test('log in, import 1,000 devices, watch a device live, set a shared attribute,
     }).observe(document.body, { subtree: true, childList: true, attributes: true });
   });
   await page.getByRole('button', { name: 'Import devices.csv' }).click();
-  await page.getByRole('status').filter({ hasText: '1000 created, 0 updated, 1 with errors.' }).waitFor({ timeout: 30_000 });
+  await page.getByRole('status').filter({ hasText: '1001 created, 0 updated, 2 with errors.' }).waitFor({ timeout: 30_000 });
   const bar = page.locator('progress');
-  assert.deepEqual([await bar.getAttribute('value'), await bar.getAttribute('max')], ['1001', '1001']);
-  await page.getByText('Imported 1001 of 1001 lines (100%)').waitFor();
-  assert.match(await page.locator('ul.errors li').innerText(), /^Line 702: 4 cells but only 3 columns are mapped/);
+  assert.deepEqual([await bar.getAttribute('value'), await bar.getAttribute('max')], ['1003', '1003']);
+  await page.getByText('Imported 1003 of 1003 rows (100%)').waitFor();
+  const importErrors = await page.locator('ul.errors li').allInnerTexts();
+  assert.equal(importErrors.length, 2, importErrors.join('\n'));
+  assert.match(importErrors[0], /^Line 702: 5 cells but only 4 columns are mapped/);
+  assert.match(importErrors[1], new RegExp(`^Line ${lineOf('bad,after')}: 5 cells`));
+  assert.equal(lineOf('bad,after'), 903);
+  const jwt = await login(server.base);
+  const notes = await rest(server.base, jwt, 'GET', '/api/tenant/devices?deviceName=dev-0000-notes');
+  const attrs = await rest(server.base, jwt, 'GET', `/api/plugins/telemetry/DEVICE/${notes.id.id}/values/attributes/SERVER_SCOPE`);
+  assert.equal(attrs.find((a) => a.key === 'Notes, free text')?.value, 'line one\r\nline two, "quoted"');
   const seen = await page.evaluate(() => globalThis.seen);
-  assert.ok(seen.some((v) => v > 0 && v < 1001), `progress moved in steps, not at once: ${seen}`);
+  assert.ok(seen.some((v) => v > 0 && v < 1003), `progress moved in steps, not at once: ${seen}`);
   await accessible(page, 'import');
   await shot(page, '02-import-done');
 
-  // The list: 1,000 devices, paged; search finds one.
+  // The list: 1,001 devices, paged; search finds one.
   await page.getByRole('link', { name: 'Devices' }).click();
-  await page.getByText('Page 1 of 50 (1000 in all)').waitFor();
+  await page.getByText('Page 1 of 51 (1001 in all)').waitFor();
   await page.getByRole('button', { name: 'Name' }).click();
   await page.getByRole('button', { name: 'Name ▼' }).waitFor();
   await page.locator('tbody tr').first().locator('td').first().getByText('dev-0999', { exact: true }).waitFor();

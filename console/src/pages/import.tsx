@@ -1,6 +1,8 @@
 // CSV import: the file's columns mapped to ThingsBoard's column types, then sent in chunks
 // to the bulk import API (POST /api/device/bulk_import), each chunk committed before the
-// progress bar moves; errors are listed with the file's line numbers.
+// progress bar moves; errors are listed with the file's line numbers. A quoted cell may
+// hold line breaks: chunks end between records, never inside one, as the server reads them
+// (crates/gridlinks-thingsboard/src/csv.rs).
 import { useState } from 'preact/hooks';
 import { post } from '../api';
 import { ErrorBox, useAction } from '../components';
@@ -18,6 +20,58 @@ function guess(header: string): Column {
   return { type: by[h] ?? 'SERVER_ATTRIBUTE', key: header.trim() };
 }
 
+/**
+ * The file's records as line ranges: [first line, line after the last). A record goes on
+ * past a line end only inside a quoted cell; a quote still open at the end of the file
+ * leaves its first line a record alone (the server refuses that line). Blank lines are
+ * left out.
+ */
+function records(lines: string[], d: string): [number, number][] {
+  const out: [number, number][] = [];
+  for (let i = 0; i < lines.length;) {
+    let last = i;
+    let quoted = false;
+    for (;;) {
+      quoted = openAfter(lines[last], d, quoted);
+      if (!quoted || last + 1 === lines.length) break;
+      last += 1;
+    }
+    const end = quoted ? i + 1 : last + 1;
+    if (lines[i].trim() !== '') out.push([i, end]);
+    i = end;
+  }
+  return out;
+}
+
+/** Whether a quoted cell is still open at the end of `line`, given whether it was at its start. */
+function openAfter(line: string, d: string, quoted: boolean): boolean {
+  let state: 'start' | 'quoted' | 'quote' | 'rest' = quoted ? 'quoted' : 'start';
+  for (const c of line) {
+    if (state === 'quoted') state = c === '"' ? 'quote' : 'quoted';
+    else if (state === 'quote') state = c === '"' ? 'quoted' : c === d ? 'start' : 'rest';
+    else if (c === d) state = 'start';
+    else if (state === 'start' && c === '"') state = 'quoted';
+    else if (state === 'start' && c === ' ') state = 'start';
+    else state = 'rest';
+  }
+  return state === 'quoted';
+}
+
+/** A record's cells, quotes removed (for the header row's column guesses). */
+function cells(record: string, d: string): string[] {
+  const out: string[] = [];
+  let cell = '';
+  let quoted = false;
+  for (let i = 0; i < record.length; i++) {
+    const c = record[i];
+    if (quoted && c === '"' && record[i + 1] === '"') { cell += '"'; i++; }
+    else if (c === '"') quoted = !quoted;
+    else if (c === d && !quoted) { out.push(cell.trim()); cell = ''; }
+    else cell += c;
+  }
+  return [...out, cell.trim()];
+}
+
 /** Rows per request: about 20 steps of progress, at least 500 rows each. */
 const chunkSize = (rows: number) => Math.max(500, Math.ceil(rows / 20));
 
@@ -32,11 +86,12 @@ export function Import() {
   const [result, setResult] = useState<Result | null>(null);
   const action = useAction();
 
-  const lines = (t: string) => t.split(/\r?\n/).filter((l) => l.trim() !== '');
+  const lines = (t: string) => t.split('\n');
   const remap = (t: string, d: string, h: boolean) => {
-    const first = lines(t)[0] ?? '';
-    const cells = first.split(d);
-    setColumns(cells.map((c, i) => (h ? guess(c) : { type: i === 0 ? 'NAME' : 'SERVER_ATTRIBUTE', key: `column${i + 1}` })));
+    const all = lines(t);
+    const [first] = records(all, d);
+    const header = first ? cells(all.slice(first[0], first[1]).join('\n'), d) : [''];
+    setColumns(header.map((c, i) => (h ? guess(c) : { type: i === 0 ? 'NAME' : 'SERVER_ATTRIBUTE', key: `column${i + 1}` })));
   };
   const choose = async (file: File | undefined) => {
     if (!file) return;
@@ -50,8 +105,7 @@ export function Import() {
   const run = () => action.run(async () => {
     if (text === null) return;
     const all = lines(text);
-    const body = header ? all.slice(1) : all;
-    const firstLine = header ? 2 : 1;
+    const body = records(all, delimiter).slice(header ? 1 : 0);
     const size = chunkSize(body.length);
     const sum: Result = { created: 0, updated: 0, errors: 0, errorsList: [] };
     setTotal(body.length);
@@ -60,12 +114,13 @@ export function Import() {
     const mapping = { columns: columns.map((c) => (KEYED.has(c.type) ? c : { type: c.type })), delimiter, update: true, header: false };
     for (let start = 0; start < body.length; start += size) {
       const chunk = body.slice(start, start + size);
-      const r = await post<Result>('/api/device/bulk_import', { file: chunk.join('\n'), mapping });
+      const firstLine = chunk[0][0];
+      const r = await post<Result>('/api/device/bulk_import', { file: all.slice(firstLine, chunk[chunk.length - 1][1]).join('\n'), mapping });
       sum.created += r.created;
       sum.updated += r.updated;
       sum.errors += r.errors;
-      // "Line N: …" counts within the chunk: numbered as in the file.
-      sum.errorsList.push(...r.errorsList.map((e) => e.replace(/^Line (\d+)/, (_, n: string) => `Line ${Number(n) + start + firstLine - 1}`)));
+      // "Line N: …" counts within the chunk, a run of the file's lines: numbered as in the file.
+      sum.errorsList.push(...r.errorsList.map((e) => e.replace(/^Line (\d+)/, (_, n: string) => `Line ${Number(n) + firstLine}`)));
       setDone(start + chunk.length);
       setResult({ ...sum, errorsList: [...sum.errorsList] });
     }
@@ -105,7 +160,7 @@ export function Import() {
       )}
       {total > 0 && (
         <div>
-          <label for="import-progress">Imported {done} of {total} lines ({pct}%)</label>
+          <label for="import-progress">Imported {done} of {total} rows ({pct}%)</label>
           <progress id="import-progress" value={done} max={total} />
         </div>
       )}

@@ -245,6 +245,9 @@ pub struct WsConfig {
     /// A session of `/api/ws` that has not authenticated (`authCmd`) this long after it
     /// opened is closed, seconds.
     pub auth_timeout: Seconds,
+    /// An `ENTITY_COUNT` subscription's count is taken again this often, and sent when it
+    /// changed, seconds.
+    pub count_refresh: Seconds,
 }
 
 impl Default for WsConfig {
@@ -256,6 +259,7 @@ impl Default for WsConfig {
             ping_interval: Seconds(30),
             idle_timeout: Seconds(90),
             auth_timeout: Seconds(10),
+            count_refresh: Seconds(5),
         }
     }
 }

@@ -23,13 +23,16 @@ fn import_creates_updates_and_reports_lines() {
                d1,meter,\"Floor 1, east\",TOK1,30,A,20.5\n\
                ,meter,,TOK2,,,\n\
                d3,meter,,TOK1,,,\n\
-               d4,,,,true,B,\n";
+               d4,,,,true,\"B,\r\nbuilding 2\",\n\
+               ,,,,,,\n";
     let (st, r) = s.json("POST", "/api/device/bulk_import", &jwt, Some(json!({"file": csv, "mapping": mapping(true)})));
     assert_eq!(st, 200, "{r}");
-    assert_eq!((r["created"].as_i64(), r["updated"].as_i64(), r["errors"].as_i64()), (Some(2), Some(0), Some(2)));
+    assert_eq!((r["created"].as_i64(), r["updated"].as_i64(), r["errors"].as_i64()), (Some(2), Some(0), Some(3)));
     let errs: Vec<&str> = r["errorsList"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
     assert!(errs.iter().any(|e| e.starts_with("Line 3:") && e.contains("name")), "{errs:?}");
     assert!(errs.iter().any(|e| e.starts_with("Line 4:") && e.contains("credentials")), "{errs:?}");
+    // A quoted cell holds a line break; the record after it is numbered by its own line.
+    assert!(errs.iter().any(|e| e.starts_with("Line 7:") && e.contains("name")), "{errs:?}");
 
     let (_, d1) = s.json("GET", "/api/tenant/devices?deviceName=d1", &jwt, None);
     assert_eq!((d1["type"].as_str(), d1["label"].as_str()), (Some("meter"), Some("Floor 1, east")));
@@ -40,6 +43,15 @@ fn import_creates_updates_and_reports_lines() {
     let (_, ts) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=temp"), &jwt, None);
     assert_eq!(ts["temp"][0]["value"], "20.5");
     assert_eq!(s.telemetry("TOK1", r#"{"x":1}"#), 200);
+    let (_, d4) = s.json("GET", "/api/tenant/devices?deviceName=d4", &jwt, None);
+    let id4 = d4["id"]["id"].as_str().unwrap();
+    let (_, site) = s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/DEVICE/{id4}/values/attributes/SERVER_SCOPE?keys=site"),
+        &jwt,
+        None,
+    );
+    assert_eq!(site[0]["value"], "B,\r\nbuilding 2");
 
     // Re-import updates instead of duplicating.
     let csv2 = "name,type,label,token,interval,site,temp\nd1,meter2,,TOK1B,60,,\n";

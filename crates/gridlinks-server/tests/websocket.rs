@@ -421,3 +421,143 @@ fn silent_and_slow_sessions_are_closed() {
     assert!(last["errorMsg"].as_str().unwrap().contains("ws.queue"), "{last}");
     assert!(seen.len() < 400, "{} updates reached the slow client", seen.len());
 }
+
+fn numeric(key_type: &str, key: &str, op: &str, v: J) -> J {
+    json!({"key": {"type": key_type, "key": key}, "valueType": "NUMERIC",
+        "predicate": {"type": "NUMERIC", "operation": op, "value": {"defaultValue": v, "dynamicValue": null}}})
+}
+
+/// Sends one command; its answer.
+fn ask(ws: &mut Ws, cmd: J) -> J {
+    send(ws, json!({"cmds": [cmd]}));
+    next(ws)
+}
+
+fn fleet_query(cmd_id: i64, key_filters: J, sort: J) -> J {
+    json!({"cmdId": cmd_id, "type": "ENTITY_DATA", "query": {
+        "entityFilter": {"type": "deviceType", "deviceTypes": ["fleet"]},
+        "pageLink": {"pageSize": 10, "page": 0, "sortOrder": sort},
+        "entityFields": [{"type": "ENTITY_FIELD", "key": "name"}],
+        "latestValues": [{"type": "TIME_SERIES", "key": "temperature"}],
+        "keyFilters": key_filters}})
+}
+
+/// Key filters (numeric, string, complex, over time series, attributes and entity fields),
+/// sorting by a latest value, and `ENTITY_COUNT` with its recount, as ThingsBoard's
+/// widgets send them; a customer user counts its customer's devices only.
+#[test]
+fn entity_queries_filter_sort_and_count() {
+    let s = Server::start_env(&[("GRIDLINKS_WS_COUNT_REFRESH", "1")]);
+    let jwt = s.login();
+    let mut ids = Vec::new();
+    for (i, temperature) in ["10", "25", r#""hot""#, ""].into_iter().enumerate() {
+        let (name, token) = (format!("f-{}", i + 1), format!("FLEET{}", i + 1));
+        let (st, d) = s.json(
+            "POST",
+            &format!("/api/device?accessToken={token}"),
+            &jwt,
+            Some(json!({"name": name, "type": "fleet"})),
+        );
+        assert_eq!(st, 200, "{d}");
+        ids.push(d["id"]["id"].as_str().unwrap().to_owned());
+        if !temperature.is_empty() {
+            assert_eq!(s.telemetry(&token, &format!(r#"{{"temperature":{temperature}}}"#)), 200);
+        }
+        let site = if i % 2 == 0 { "North" } else { "South" };
+        let path = format!("/api/plugins/telemetry/DEVICE/{}/attributes/SERVER_SCOPE", ids[i]);
+        assert_eq!(s.req("POST", &path, Some(&jwt), Some(&format!(r#"{{"site":"{site}"}}"#))).0, 200);
+    }
+    let by_name = json!({"key": {"type": "ENTITY_FIELD", "key": "name"}, "direction": "ASC"});
+    let mut ws = open(&s, "/api/ws");
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": []}));
+    let found = |page: &J| names(page).into_iter().map(str::to_owned).collect::<Vec<_>>();
+
+    // A numeric filter: text that is no number and a missing value never match.
+    let p = ask(
+        &mut ws,
+        fleet_query(1, json!([numeric("TIME_SERIES", "temperature", "GREATER", json!(15))]), by_name.clone()),
+    );
+    assert_eq!((found(&p), p["data"]["totalElements"].as_i64()), (vec!["f-2".to_owned()], Some(1)), "{p}");
+    let p = ask(
+        &mut ws,
+        fleet_query(1, json!([numeric("TIME_SERIES", "temperature", "NOT_EQUAL", json!(10))]), by_name.clone()),
+    );
+    assert_eq!(found(&p), ["f-2"], "{p}");
+    // COMPLEX OR over one key, ANDed with a string filter on an attribute.
+    let outside = json!({"key": {"type": "TIME_SERIES", "key": "temperature"}, "valueType": "NUMERIC",
+        "predicate": {"type": "COMPLEX", "operation": "OR", "predicates": [
+            {"type": "NUMERIC", "operation": "LESS", "value": {"defaultValue": 15}},
+            {"type": "NUMERIC", "operation": "GREATER", "value": {"defaultValue": 20}}]}});
+    let p = ask(&mut ws, fleet_query(1, json!([outside.clone()]), by_name.clone()));
+    assert_eq!(found(&p), ["f-1", "f-2"], "{p}");
+    let north = json!({"key": {"type": "SERVER_ATTRIBUTE", "key": "site"}, "valueType": "STRING",
+        "predicate": {"type": "STRING", "operation": "EQUAL", "value": {"defaultValue": "north"}, "ignoreCase": true}});
+    let p = ask(&mut ws, fleet_query(1, json!([outside, north.clone()]), by_name.clone()));
+    assert_eq!(found(&p), ["f-1"], "{p}");
+    let not_f1 = json!({"key": {"type": "ENTITY_FIELD", "key": "name"}, "valueType": "STRING",
+        "predicate": {"type": "STRING", "operation": "NOT_IN", "value": {"defaultValue": "f-1, f-2"}}});
+    let p = ask(&mut ws, fleet_query(1, json!([not_f1, north]), by_name.clone()));
+    assert_eq!(found(&p), ["f-3"], "{p}");
+
+    // Sorted by the latest temperature: numbers in order, then text, then no value; DESC
+    // is the reverse.
+    let by_temp = |dir: &str| json!({"key": {"type": "TIME_SERIES", "key": "temperature"}, "direction": dir});
+    assert_eq!(found(&ask(&mut ws, fleet_query(1, json!([]), by_temp("ASC")))), ["f-1", "f-2", "f-3", "f-4"]);
+    assert_eq!(found(&ask(&mut ws, fleet_query(1, json!([]), by_temp("DESC")))), ["f-4", "f-3", "f-2", "f-1"]);
+    let by_site = json!({"key": {"type": "ATTRIBUTE", "key": "site"}, "direction": "DESC"});
+    assert_eq!(found(&ask(&mut ws, fleet_query(1, json!([]), by_site)))[..2], ["f-2", "f-4"]);
+
+    // Refused with the reason, in the entity shape.
+    let dynamic = json!({"key": {"type": "TIME_SERIES", "key": "temperature"}, "valueType": "NUMERIC",
+        "predicate": {"type": "NUMERIC", "operation": "GREATER",
+            "value": {"defaultValue": 1, "dynamicValue": {"sourceType": "CURRENT_USER", "sourceAttribute": "max"}}}});
+    let e = ask(&mut ws, fleet_query(2, json!([dynamic]), by_name.clone()));
+    assert_eq!((e["errorCode"].as_i64(), e["cmdUpdateType"].as_str()), (Some(2), Some("ENTITY_DATA")), "{e}");
+    assert!(e["errorMsg"].as_str().unwrap().contains("dynamic"), "{e}");
+    let e = ask(
+        &mut ws,
+        fleet_query(2, json!([]), json!({"key": {"type": "ENTITY_FIELD", "key": "colour"}, "direction": "ASC"})),
+    );
+    assert!(e["errorMsg"].as_str().unwrap().contains("colour"), "{e}");
+
+    // ENTITY_COUNT: the count now, then again when it changes (ws.count_refresh = 1 s).
+    let count = |cmd_id: i64, filters: J| {
+        json!({"cmdId": cmd_id, "type": "ENTITY_COUNT", "query": {
+            "entityFilter": {"type": "entityType", "entityType": "DEVICE"}, "keyFilters": filters}})
+    };
+    let warm = json!([numeric("TIME_SERIES", "temperature", "GREATER", json!(15))]);
+    let c = ask(&mut ws, count(5, warm.clone()));
+    assert_eq!(c, json!({"cmdId": 5, "count": 1, "errorCode": 0, "errorMsg": null, "cmdUpdateType": "COUNT_DATA"}));
+    assert_eq!(s.telemetry("FLEET1", r#"{"temperature":30}"#), 200);
+    let c = next(&mut ws);
+    assert_eq!((c["cmdId"].as_i64(), c["count"].as_i64()), (Some(5), Some(2)), "{c}");
+    let c = ask(&mut ws, count(6, json!([])));
+    assert_eq!(c["count"], 4, "{c}");
+    let bad = json!([{"key": {"type": "TIME_SERIES", "key": "t"}, "predicate": {"type": "NUMERIC", "operation": "ABOUT", "value": {"defaultValue": 1}}}]);
+    let e = ask(&mut ws, count(7, bad));
+    assert_eq!(
+        (e["cmdId"].as_i64(), e["errorCode"].as_i64(), e["cmdUpdateType"].as_str()),
+        (Some(7), Some(2), Some("COUNT_DATA")),
+        "{e}"
+    );
+    // Unsubscribed: a change that would move count 5 sends nothing; the next message is
+    // the answer to the command after it, sent once a recount has passed.
+    send(
+        &mut ws,
+        json!({"cmds": [{"cmdId": 5, "type": "ENTITY_COUNT_UNSUBSCRIBE"}, {"cmdId": 6, "type": "ENTITY_COUNT_UNSUBSCRIBE"}]}),
+    );
+    assert_eq!(s.telemetry("FLEET4", r#"{"temperature":40}"#), 200);
+    std::thread::sleep(Duration::from_millis(2500));
+    let c = ask(&mut ws, count(8, warm.clone()));
+    assert_eq!((c["cmdId"].as_i64(), c["count"].as_i64()), (Some(8), Some(3)), "{c}");
+
+    // A customer user counts its customer's devices only.
+    let a = s.customer(&jwt, "A");
+    assert_eq!(s.json("POST", &format!("/api/customer/{a}/device/{}", ids[1]), &jwt, None).0, 200);
+    let (_, ann) = s.user(&jwt, "ann@a.test", Some(&a), "ann-secret");
+    let mut theirs = open(&s, &format!("/api/ws/plugins/telemetry?token={ann}"));
+    let mut c = count(1, warm);
+    c.as_object_mut().unwrap().remove("type");
+    send(&mut theirs, json!({"entityCountCmds": [c]}));
+    assert_eq!(next(&mut theirs)["count"], 1);
+}

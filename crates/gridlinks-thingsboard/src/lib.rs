@@ -20,6 +20,7 @@ pub mod attributes;
 pub mod coap;
 pub mod csv;
 pub mod error;
+pub mod keyfilter;
 pub mod keys;
 pub mod model;
 pub mod payload;

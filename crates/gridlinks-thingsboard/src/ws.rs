@@ -15,10 +15,14 @@
 //! a page of entities (`{"cmdId", "data": {"data": [entity…], "totalPages", …}, "update":
 //! null, "errorCode", "errorMsg", "cmdUpdateType": "ENTITY_DATA"}`), then, for a `latestCmd`
 //! or `tsCmd`, updates of the page's entities in `"update": [entity…]` ([`entity_page`],
-//! [`entity_update`], [`entity_data`]).
+//! [`entity_update`], [`entity_data`]). Its query may hold key filters
+//! ([`crate::keyfilter`]). `ENTITY_COUNT` (and `entityCountCmds`) counts what such a query
+//! selects: `{"cmdId", "count", "errorCode", "errorMsg", "cmdUpdateType": "COUNT_DATA"}`.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value as J};
+
+use crate::keyfilter::{self, KeyFilter};
 
 /// ThingsBoard's WebSocket error codes.
 pub mod code {
@@ -50,6 +54,11 @@ pub enum Cmd {
     EntityUnsubscribe(i64),
     /// An `ENTITY_DATA` command this server cannot serve (answered with [`entity_error`]).
     BadEntityData(i64, String),
+    /// How many entities a query selects (`ENTITY_COUNT`), then the count whenever it
+    /// changes; or why the query cannot be served (answered with [`count_error`]).
+    EntityCount(i64, Result<Box<EntityQuery>, String>),
+    /// Ends entity count subscription `cmdId` (`ENTITY_COUNT_UNSUBSCRIBE`).
+    EntityCountUnsubscribe(i64),
     /// A command this server does not serve (its `cmdId` and why).
     Unsupported(i64, String),
 }
@@ -133,7 +142,8 @@ impl KeyType {
         }
     }
 
-    fn parse(s: &str) -> Result<Self, String> {
+    /// The key type ThingsBoard names `s`.
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         Ok(match s {
             "ENTITY_FIELD" => KeyType::EntityField,
             "TIME_SERIES" => KeyType::TimeSeries,
@@ -186,6 +196,8 @@ pub struct EntityQuery {
     pub text_search: Option<String>,
     /// `pageLink.sortOrder`: the key, and whether descending.
     pub sort: Option<(EntityKey, bool)>,
+    /// `keyFilters`: all must hold.
+    pub key_filters: Vec<KeyFilter>,
     /// `entityFields`.
     pub entity_fields: Vec<EntityKey>,
     /// `latestValues`.
@@ -253,6 +265,10 @@ struct RawMessage {
     entity_data_cmds: Vec<RawCmd>,
     #[serde(default)]
     entity_data_unsubscribe_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    entity_count_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    entity_count_unsubscribe_cmds: Vec<RawCmd>,
 }
 
 #[derive(Deserialize)]
@@ -294,6 +310,7 @@ struct RawQuery {
     entity_fields: Vec<RawKey>,
     #[serde(default)]
     latest_values: Vec<RawKey>,
+    key_filters: Option<J>,
 }
 
 #[derive(Deserialize)]
@@ -478,7 +495,13 @@ fn query(q: RawQuery) -> Result<EntityQuery, String> {
         sort,
         entity_fields: entity_keys(q.entity_fields)?,
         latest_values: entity_keys(q.latest_values)?,
+        key_filters: keyfilter::parse(q.key_filters)?,
     })
+}
+
+fn entity_count_cmd(c: RawCmd) -> Cmd {
+    let q = c.query.ok_or_else(|| "ENTITY_COUNT without a query".to_owned()).and_then(query);
+    Cmd::EntityCount(c.cmd_id, q.map(Box::new))
 }
 
 fn series(s: RawSeries, now: i64, live: bool) -> Result<EntitySeriesCmd, String> {
@@ -516,11 +539,13 @@ pub fn parse(text: &str, now: i64) -> Result<Message, String> {
             Some("ATTRIBUTES") => attributes(c),
             Some("ENTITY_DATA") => entity_data_cmd(c, now),
             Some("ENTITY_DATA_UNSUBSCRIBE") => Cmd::EntityUnsubscribe(c.cmd_id),
+            Some("ENTITY_COUNT") => entity_count_cmd(c),
+            Some("ENTITY_COUNT_UNSUBSCRIBE") => Cmd::EntityCountUnsubscribe(c.cmd_id),
             other => Cmd::Unsupported(
                 c.cmd_id,
                 format!(
-                    "command type {:?} is not served: TIMESERIES, TIMESERIES_HISTORY, ATTRIBUTES, ENTITY_DATA and \
-                     ENTITY_DATA_UNSUBSCRIBE are",
+                    "command type {:?} is not served: TIMESERIES, TIMESERIES_HISTORY, ATTRIBUTES, ENTITY_DATA, \
+                     ENTITY_DATA_UNSUBSCRIBE, ENTITY_COUNT and ENTITY_COUNT_UNSUBSCRIBE are",
                     other.unwrap_or("")
                 ),
             ),
@@ -528,6 +553,8 @@ pub fn parse(text: &str, now: i64) -> Result<Message, String> {
     }
     cmds.extend(raw.entity_data_cmds.into_iter().map(|c| entity_data_cmd(c, now)));
     cmds.extend(raw.entity_data_unsubscribe_cmds.into_iter().map(|c| Cmd::EntityUnsubscribe(c.cmd_id)));
+    cmds.extend(raw.entity_count_cmds.into_iter().map(entity_count_cmd));
+    cmds.extend(raw.entity_count_unsubscribe_cmds.into_iter().map(|c| Cmd::EntityCountUnsubscribe(c.cmd_id)));
     cmds.extend(raw.ts_sub_cmds.into_iter().map(|c| subscription(c, now)));
     cmds.extend(raw.history_cmds.into_iter().map(history));
     cmds.extend(raw.attr_sub_cmds.into_iter().map(attributes));
@@ -596,6 +623,17 @@ pub fn entity_error(cmd_id: i64, code: u8, msg: &str) -> J {
         "cmdUpdateType": "ENTITY_DATA"})
 }
 
+/// An answer to `ENTITY_COUNT` command `cmd_id`: how many entities its query selects.
+pub fn count_update(cmd_id: i64, count: usize) -> J {
+    json!({"cmdId": cmd_id, "count": count, "errorCode": code::NO_ERROR, "errorMsg": null,
+        "cmdUpdateType": "COUNT_DATA"})
+}
+
+/// An error answer to `ENTITY_COUNT` command `cmd_id`.
+pub fn count_error(cmd_id: i64, code: u8, msg: &str) -> J {
+    json!({"cmdId": cmd_id, "count": 0, "errorCode": code, "errorMsg": msg, "cmdUpdateType": "COUNT_DATA"})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -635,6 +673,30 @@ mod tests {
         assert!(matches!(&attrs.cmds[0], Cmd::Attributes(a) if a.scope.as_deref() == Some("SHARED_SCOPE")));
         let bad = parse(r#"{"tsSubCmds":[{"cmdId":8}]}"#, 0).unwrap();
         assert!(matches!(&bad.cmds[0], Cmd::Unsupported(8, _)));
+    }
+
+    #[test]
+    fn count_commands_and_key_filters_are_read() {
+        let m = parse(
+            r#"{"cmds":[{"cmdId":1,"type":"ENTITY_COUNT","query":{"entityFilter":{"type":"entityType","entityType":"DEVICE"},
+                "keyFilters":[{"key":{"type":"TIME_SERIES","key":"t"},"valueType":"NUMERIC",
+                  "predicate":{"type":"NUMERIC","operation":"GREATER","value":{"defaultValue":20,"dynamicValue":null}}}]}},
+              {"cmdId":2,"type":"ENTITY_COUNT"},
+              {"cmdId":1,"type":"ENTITY_COUNT_UNSUBSCRIBE"}],
+              "entityCountCmds":[{"cmdId":3,"query":{"entityFilter":{"type":"entityType","entityType":"DEVICE"}}}]}"#,
+            0,
+        )
+        .unwrap();
+        let Cmd::EntityCount(1, Ok(q)) = &m.cmds[0] else { panic!("{:?}", m.cmds[0]) };
+        assert_eq!(q.key_filters[0].key, EntityKey { key_type: KeyType::TimeSeries, key: "t".into() });
+        assert!(q.key_filters[0].predicate.matches(Some(&gridlinks_types::Value::Long(21))));
+        assert!(matches!(&m.cmds[1], Cmd::EntityCount(2, Err(why)) if why.contains("without a query")));
+        assert_eq!(m.cmds[2], Cmd::EntityCountUnsubscribe(1));
+        assert!(matches!(&m.cmds[3], Cmd::EntityCount(3, Ok(q)) if q.key_filters.is_empty()));
+        assert_eq!(
+            count_update(1, 7),
+            json!({"cmdId": 1, "count": 7, "errorCode": 0, "errorMsg": null, "cmdUpdateType": "COUNT_DATA"})
+        );
     }
 
     #[test]

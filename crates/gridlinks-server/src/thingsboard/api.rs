@@ -498,11 +498,11 @@ pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> A
     let mut rows = Vec::new();
     let mut telemetry: Vec<(String, Vec<(String, Value)>)> = Vec::new();
     let mut errors = Vec::new();
-    for (i, (line, text)) in csv::lines(&req.file).enumerate() {
+    for (i, (line, record)) in csv::records(&req.file, delimiter).into_iter().enumerate() {
         if i == 0 && req.mapping.header {
             continue;
         }
-        let record = match csv::split_line(text, delimiter) {
+        let record = match record {
             Ok(r) => r,
             Err(e) => {
                 errors.push(format!("Line {line}: malformed CSV: {e}"));

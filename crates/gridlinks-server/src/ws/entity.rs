@@ -78,30 +78,69 @@ pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(u
     if let Some(t) = q.text_search.as_ref().map(|t| t.to_lowercase()) {
         devices.retain(|d| d.name.to_lowercase().contains(&t));
     }
-    if let Some((key, desc)) = &q.sort {
-        match (key.key_type, key.key.as_str()) {
-            (KeyType::EntityField, "name") => devices.sort_by(|a, b| a.name.cmp(&b.name)),
-            (KeyType::EntityField, "createdTime") => devices.sort_by_key(|d| d.created_time),
-            (KeyType::EntityField, "type") => devices.sort_by(|a, b| a.device_type.cmp(&b.device_type)),
-            (KeyType::EntityField, "label") => devices.sort_by(|a, b| a.label.cmp(&b.label)),
-            _ => {
-                return Err((
-                    code::BAD_REQUEST,
-                    format!(
-                        "sort by {} {:?}: ENTITY_FIELD name, type, label or createdTime",
-                        key.key_type.name(),
-                        key.key
-                    ),
-                ))
+    for key in q.key_filters.iter().map(|f| &f.key).chain(q.sort.iter().map(|s| &s.0)) {
+        if key.key_type == KeyType::EntityField && !ENTITY_FIELDS.contains(&key.key.as_str()) {
+            return Err((
+                code::BAD_REQUEST,
+                format!("ENTITY_FIELD {:?}: one of {}", key.key, ENTITY_FIELDS.join(", ")),
+            ));
+        }
+    }
+    if !q.key_filters.is_empty() {
+        let mut kept = Vec::with_capacity(devices.len());
+        for d in devices {
+            let mut pass = true;
+            for f in &q.key_filters {
+                if !f.predicate.matches(value(&core.store, &d, &f.key)?.map(|v| v.1).as_ref()) {
+                    pass = false;
+                    break;
+                }
+            }
+            if pass {
+                kept.push(d);
             }
         }
-        if *desc {
-            devices.reverse();
+        devices = kept;
+    }
+    if let Some((key, desc)) = &q.sort {
+        // Ascending: numbers before text, each in order; a device without the key last.
+        // Descending is the reverse; ties keep their order.
+        let mut keyed = Vec::with_capacity(devices.len());
+        for d in devices {
+            keyed.push((value(&core.store, &d, key)?.map(|v| v.1), d));
         }
+        if *desc {
+            keyed.sort_by(|(a, _), (b, _)| order(b.as_ref(), a.as_ref()));
+        } else {
+            keyed.sort_by(|(a, _), (b, _)| order(a.as_ref(), b.as_ref()));
+        }
+        devices = keyed.into_iter().map(|(_, d)| d).collect();
     }
     let total = devices.len();
     let page = devices.into_iter().skip(q.page.saturating_mul(q.page_size)).take(q.page_size).collect();
     Ok((total, page))
+}
+
+/// How two sort values compare: numbers by value before the rest, the rest by its text
+/// (a name "10" sorts before "9", as text), no value last.
+fn order(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let number = |v: &Value| match v {
+        Value::Long(l) => Some(*l as f64),
+        Value::Double(d) => Some(*d),
+        Value::Str(_) | Value::Bool(_) | Value::Json(_) => None,
+    };
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Greater,
+        (Some(_), None) => Ordering::Less,
+        (Some(a), Some(b)) => match (number(a), number(b)) {
+            (Some(x), Some(y)) => x.total_cmp(&y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => a.to_display_string().cmp(&b.to_display_string()),
+        },
+    }
 }
 
 fn one_or_none(store: &Store, id: &str) -> Result<Vec<DeviceRecord>, Refusal> {
@@ -109,15 +148,38 @@ fn one_or_none(store: &Store, id: &str) -> Result<Vec<DeviceRecord>, Refusal> {
     Ok(store.device(id).map_err(internal)?.into_iter().collect())
 }
 
-fn field(d: &DeviceRecord, key: &str) -> Option<String> {
+/// The entity fields of a device ([`field`]).
+const ENTITY_FIELDS: [&str; 7] =
+    ["name", "type", "deviceProfileName", "label", "createdTime", "entityType", "additionalInfo"];
+
+/// An entity field of `d`, if `key` names one.
+fn field(d: &DeviceRecord, key: &str) -> Option<Value> {
     Some(match key {
-        "name" => d.name.clone(),
-        "type" | "deviceProfileName" => d.device_type.clone(),
-        "label" => d.label.clone().unwrap_or_default(),
-        "createdTime" => d.created_time.to_string(),
-        "entityType" => "DEVICE".to_owned(),
-        "additionalInfo" => d.additional_info.as_ref().map(J::to_string).unwrap_or_default(),
+        "name" => Value::Str(d.name.clone()),
+        "type" | "deviceProfileName" => Value::Str(d.device_type.clone()),
+        "label" => Value::Str(d.label.clone().unwrap_or_default()),
+        "createdTime" => Value::Long(d.created_time),
+        "entityType" => Value::Str("DEVICE".to_owned()),
+        "additionalInfo" => Value::Str(d.additional_info.as_ref().map(J::to_string).unwrap_or_default()),
         _ => return None,
+    })
+}
+
+/// The value `key` names of device `d` and its timestamp (an entity field's is 0), if it
+/// has one: an entity field, its latest time-series value, or its attribute (of any scope:
+/// the newest).
+fn value(store: &Store, d: &DeviceRecord, key: &EntityKey) -> Result<Option<(i64, Value)>, Refusal> {
+    Ok(match key.key_type {
+        KeyType::EntityField => field(d, &key.key).map(|v| (0, v)),
+        KeyType::TimeSeries => {
+            let found = store.latest(d.id, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
+            found.into_iter().next().map(|(_, ts, v)| (ts.0, v))
+        }
+        t => {
+            let scope = attribute_scope(t).flatten();
+            let found = store.attributes(d.id, scope, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
+            found.into_iter().max_by_key(|a| a.last_update_ts).map(|a| (a.last_update_ts.0, a.value))
+        }
     })
 }
 
@@ -132,21 +194,9 @@ pub(super) fn row(store: &Store, d: &DeviceRecord, keys: &[EntityKey]) -> Result
             latest.push((KeyType::TimeSeries, k, ts.0, v.to_display_string()));
         }
     }
-    for k in keys {
-        match k.key_type {
-            KeyType::EntityField => {
-                if let Some(v) = field(d, &k.key) {
-                    latest.push((KeyType::EntityField, k.key.clone(), 0, v));
-                }
-            }
-            KeyType::TimeSeries => {}
-            t => {
-                let scope = attribute_scope(t).flatten();
-                let found = store.attributes(d.id, scope, Some(std::slice::from_ref(&k.key))).map_err(internal)?;
-                if let Some(a) = found.into_iter().max_by_key(|a| a.last_update_ts) {
-                    latest.push((t, k.key.clone(), a.last_update_ts.0, a.value.to_display_string()));
-                }
-            }
+    for k in keys.iter().filter(|k| k.key_type != KeyType::TimeSeries) {
+        if let Some((ts, v)) = value(store, d, k)? {
+            latest.push((k.key_type, k.key.clone(), ts, v.to_display_string()));
         }
     }
     Ok(proto::entity_data(&d.id.to_string(), latest, []))

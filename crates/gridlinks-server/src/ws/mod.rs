@@ -6,7 +6,9 @@
 //! A `TIMESERIES` subscription answers with the current values (or the points of its time
 //! window), then with every committed change of the device; an `ATTRIBUTES` subscription
 //! the same for its attributes (of one scope, or all); an `ENTITY_DATA` command with a
-//! page of devices, then the changes of their keys it follows ([`entity`]). Changes come from the same
+//! page of devices (filtered by key filters, sorted by any key), then the changes of their
+//! keys it follows ([`entity`]); an `ENTITY_COUNT` with the count, then the count again
+//! whenever a recount (`ws.count_refresh`) finds it changed. Changes come from the same
 //! fan-out as the canonical MQTT topics (`crate::mqtt::telemetry_topics`), after the durable
 //! commit and never before.
 //!
@@ -36,7 +38,7 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use gridlinks_storage::query::{HistoryQuery, Order};
 use gridlinks_storage::{Store, StoreError};
-use gridlinks_thingsboard::ws::{self as proto, code, AttrSub, Cmd, EntityDataCmd, HistoryCmd, TsSub};
+use gridlinks_thingsboard::ws::{self as proto, code, AttrSub, Cmd, EntityDataCmd, EntityQuery, HistoryCmd, TsSub};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use parking_lot::RwLock;
 use serde::Deserialize;
@@ -238,6 +240,8 @@ struct Session {
     pages: HashMap<i64, Vec<DeviceId>>,
     /// The devices each subscribing command follows in the hub.
     followed: HashMap<i64, Vec<DeviceId>>,
+    /// Each `ENTITY_COUNT` subscription's query and the count last sent.
+    counts: HashMap<i64, (Arc<EntityQuery>, usize)>,
 }
 
 enum Next {
@@ -261,6 +265,7 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
         token: String::new(),
         pages: HashMap::new(),
         followed: HashMap::new(),
+        counts: HashMap::new(),
     };
     if let Some(t) = token {
         s.caller = authenticate(&h.auth, &t);
@@ -278,6 +283,9 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let auth_deadline = last_heard + cfg.auth_timeout.duration();
     let mut ticker = tokio::time::interval(ping);
     ticker.tick().await;
+    let mut recount = tokio::time::interval(cfg.count_refresh.duration());
+    recount.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    recount.tick().await;
     // One timer for the token's expiry, moved only when an authCmd changes the token (not
     // made anew for every message and update that passes through the loop).
     let token_end = tokio::time::sleep(Duration::ZERO);
@@ -330,6 +338,13 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
                     break Some((code::UNAUTHORIZED, "Invalid JWT token".into()));
                 }
                 if sink.send(Message::Ping(Default::default())).await.is_err() { break None; }
+            }
+            _ = recount.tick(), if !s.counts.is_empty() => {
+                let mut failed = false;
+                for a in s.recount().await {
+                    if sink.send(Message::Text(a.to_string().into())).await.is_err() { failed = true; break; }
+                }
+                if failed { break None; }
             }
             () = tokio::time::sleep_until(auth_deadline), if s.caller.is_none() => {
                 break Some((code::UNAUTHORIZED, "no authCmd within ws.auth_timeout".into()));
@@ -403,6 +418,11 @@ impl Session {
                     self.unfollow(cmd_id);
                     continue;
                 }
+                Cmd::EntityCount(cmd_id, q) => self.entity_count(&caller, cmd_id, q).await,
+                Cmd::EntityCountUnsubscribe(cmd_id) => {
+                    self.counts.remove(&cmd_id);
+                    continue;
+                }
                 Cmd::Unsupported(cmd_id, why) => proto::error(cmd_id, code::BAD_REQUEST, &why),
                 Cmd::BadEntityData(cmd_id, why) => proto::entity_error(cmd_id, code::BAD_REQUEST, &why),
             });
@@ -469,8 +489,8 @@ impl Session {
         let mut answers = Vec::new();
         let core = self.h.core.clone();
         let max = core.cfg.ws.max_subscriptions;
-        if e.query.is_some() && !self.pages.contains_key(&e.cmd_id) && self.pages.len() >= max {
-            return Err((code::BAD_REQUEST, format!("too many ENTITY_DATA queries: at most {max} per session")));
+        if e.query.is_some() && !self.pages.contains_key(&e.cmd_id) && self.queries() >= max {
+            return Err((code::BAD_REQUEST, format!("too many entity queries: at most {max} per session")));
         }
         if let Some(q) = e.query {
             let who = caller.clone();
@@ -505,6 +525,63 @@ impl Session {
             answers.push(proto::entity_update(e.cmd_id, update));
         }
         Ok(answers)
+    }
+
+    /// `ENTITY_DATA` and `ENTITY_COUNT` queries the session holds.
+    fn queries(&self) -> usize {
+        self.pages.len() + self.counts.len()
+    }
+
+    /// `ENTITY_COUNT`: how many devices the query selects now; the count is taken again
+    /// every `ws.count_refresh` and sent when it changed ([`Session::recount`]).
+    async fn entity_count(&mut self, caller: &Caller, cmd_id: i64, q: Result<Box<EntityQuery>, String>) -> J {
+        let q = match q {
+            Ok(q) => Arc::new(*q),
+            Err(why) => return proto::count_error(cmd_id, code::BAD_REQUEST, &why),
+        };
+        let max = self.h.core.cfg.ws.max_subscriptions;
+        if !self.counts.contains_key(&cmd_id) && self.queries() >= max {
+            return proto::count_error(
+                cmd_id,
+                code::BAD_REQUEST,
+                &format!("too many entity queries: at most {max} per session"),
+            );
+        }
+        let (core, who, query) = (self.h.core.clone(), caller.clone(), q.clone());
+        match blocking(move || entity::select(&core, &who, &query).map(|(total, _)| total)).await {
+            Ok(n) => {
+                self.counts.insert(cmd_id, (q, n));
+                proto::count_update(cmd_id, n)
+            }
+            Err((code, why)) => proto::count_error(cmd_id, code, &why),
+        }
+    }
+
+    /// The counts of the session's `ENTITY_COUNT` subscriptions that changed.
+    async fn recount(&mut self) -> Vec<J> {
+        let Some((caller, _)) = self.caller.clone() else { return Vec::new() };
+        let queries: Vec<(i64, Arc<EntityQuery>)> = self.counts.iter().map(|(id, (q, _))| (*id, q.clone())).collect();
+        let core = self.h.core.clone();
+        let counted = blocking(move || {
+            let mut out = Vec::with_capacity(queries.len());
+            for (id, q) in queries {
+                out.push((id, entity::select(&core, &caller, &q)?.0));
+            }
+            Ok(out)
+        })
+        .await;
+        let Ok(counted) = counted else { return Vec::new() };
+        let mut answers = Vec::new();
+        for (id, n) in counted {
+            // Unsubscribed meanwhile: nothing to send.
+            if let Some((_, last)) = self.counts.get_mut(&id) {
+                if *last != n {
+                    *last = n;
+                    answers.push(proto::count_update(id, n));
+                }
+            }
+        }
+        answers
     }
 
     async fn attributes(&mut self, caller: &Caller, sub: AttrSub) -> J {
@@ -551,7 +628,12 @@ fn cmd_id(c: &Cmd) -> i64 {
         Cmd::History(h) => h.cmd_id,
         Cmd::Attributes(a) => a.cmd_id,
         Cmd::EntityData(e) => e.cmd_id,
-        Cmd::Unsubscribe(id) | Cmd::EntityUnsubscribe(id) | Cmd::Unsupported(id, _) | Cmd::BadEntityData(id, _) => *id,
+        Cmd::Unsubscribe(id)
+        | Cmd::EntityUnsubscribe(id)
+        | Cmd::EntityCount(id, _)
+        | Cmd::EntityCountUnsubscribe(id)
+        | Cmd::Unsupported(id, _)
+        | Cmd::BadEntityData(id, _) => *id,
     }
 }
 
