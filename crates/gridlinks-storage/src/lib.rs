@@ -46,6 +46,7 @@ pub mod histogram;
 mod keydict;
 pub mod query;
 mod space;
+pub mod timeseries;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -61,6 +62,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::KeyId;
 use crate::keydict::KeyDict;
 
+pub use timeseries::Timeseries;
 pub use writer::{
     BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, WriteOp, WriteOutcome, WriterConfig,
     WriterHandle,

@@ -59,25 +59,37 @@ pub type KeySeries = (String, Vec<(Ts, Value)>);
 /// Most intervals one aggregation query may produce.
 pub const MAX_INTERVALS: i64 = 100_000;
 
-#[derive(Default)]
-struct Acc {
-    count: i64,
-    sum: f64,
-    long_sum: Option<i64>,
-    all_long: bool,
-    min: Option<f64>,
-    max: Option<f64>,
-    numbers: i64,
+/// One interval's aggregate of one key, as every time-series backend computes it: the
+/// embedded store point by point ([`Acc::add`]), a database from its own aggregates. Its
+/// [`Acc::result`] is the one place an aggregate becomes a value, so every backend answers
+/// alike.
+#[derive(Default, Debug, Clone, PartialEq)]
+pub struct Acc {
+    /// Points of any type.
+    pub count: i64,
+    /// Sum of the numbers as doubles, added in time order.
+    pub sum: f64,
+    /// Sum of the numbers as longs; `None` once it overflowed.
+    pub long_sum: Option<i64>,
+    /// Whether every number was a long.
+    pub all_long: bool,
+    /// Smallest number.
+    pub min: Option<f64>,
+    /// Largest number.
+    pub max: Option<f64>,
+    /// Numbers (longs and doubles).
+    pub numbers: i64,
 }
 
 impl Acc {
     /// An empty accumulator. Not `Default`: a long sum starts at `Some(0)` and "all
     /// values are longs" at true.
-    fn empty() -> Self {
+    pub fn empty() -> Self {
         Self { long_sum: Some(0), all_long: true, ..Self::default() }
     }
 
-    fn add(&mut self, v: &Value) {
+    /// Takes in one point.
+    pub fn add(&mut self, v: &Value) {
         self.count += 1;
         let Some(f) = v.as_f64() else { return };
         self.numbers += 1;
@@ -90,7 +102,8 @@ impl Acc {
         self.max = Some(self.max.map_or(f, |m| m.max(f)));
     }
 
-    fn result(&self, agg: Agg) -> Option<Value> {
+    /// The interval's value for `agg`, if it has one (MIN of text has none).
+    pub fn result(&self, agg: Agg) -> Option<Value> {
         let num = |f: f64| {
             if self.all_long {
                 Value::Long(f as i64)
@@ -113,6 +126,41 @@ impl Acc {
     }
 }
 
+/// Refuses an aggregation query whose interval is not positive or that would make more
+/// than [`MAX_INTERVALS`] intervals.
+pub fn check_intervals(q: &HistoryQuery) -> Result<(), StoreError> {
+    if q.interval <= 0 {
+        return Err(StoreError::Limit("interval must be positive".into()));
+    }
+    let span = q.end.0.saturating_sub(q.start.0);
+    if span / q.interval >= MAX_INTERVALS {
+        return Err(StoreError::Limit(format!(
+            "too many intervals: (endTs - startTs) / interval must be below {MAX_INTERVALS}"
+        )));
+    }
+    Ok(())
+}
+
+/// One key's aggregated points from its intervals' aggregates (interval `i` covers
+/// `[start + i·interval, start + (i+1)·interval)`, cut at `end`): each at its interval's
+/// middle, in the query's order, at most `limit`; intervals without a value left out.
+pub fn intervals(q: &HistoryQuery, buckets: impl IntoIterator<Item = (i64, Acc)>) -> Vec<(Ts, Value)> {
+    let mut points: Vec<(Ts, Value)> = buckets
+        .into_iter()
+        .filter_map(|(i, acc)| {
+            let s = q.start.0 + i * q.interval;
+            let e = (s + q.interval).min(q.end.0);
+            acc.result(q.agg).map(|v| (Ts(s + (e - s) / 2), v))
+        })
+        .collect();
+    points.sort_by_key(|p| p.0);
+    if q.order == Order::Desc {
+        points.reverse();
+    }
+    points.truncate(q.limit);
+    points
+}
+
 impl Store {
     /// Answers a history query: for each requested key that has data, its points.
     pub fn history(&self, device: DeviceId, q: &HistoryQuery) -> Result<Vec<KeySeries>, StoreError> {
@@ -127,15 +175,7 @@ impl Store {
         if q.agg == Agg::None {
             return self.raw(iter, &keys, q);
         }
-        if q.interval <= 0 {
-            return Err(StoreError::Limit("interval must be positive".into()));
-        }
-        let span = q.end.0.saturating_sub(q.start.0);
-        if span / q.interval >= MAX_INTERVALS {
-            return Err(StoreError::Limit(format!(
-                "too many intervals: (endTs - startTs) / interval must be below {MAX_INTERVALS}"
-            )));
-        }
+        check_intervals(q)?;
         let mut buckets: Vec<BTreeMap<i64, Acc>> = keys.iter().map(|_| BTreeMap::new()).collect();
         for kv in iter {
             let (k, v) = kv.into_inner()?;
@@ -149,18 +189,7 @@ impl Store {
         }
         let mut out = Vec::new();
         for ((_, name), b) in keys.into_iter().zip(buckets) {
-            let mut points: Vec<(Ts, Value)> = b
-                .into_iter()
-                .filter_map(|(i, acc)| {
-                    let s = q.start.0 + i * q.interval;
-                    let e = (s + q.interval).min(q.end.0);
-                    acc.result(q.agg).map(|v| (Ts(s + (e - s) / 2), v))
-                })
-                .collect();
-            if q.order == Order::Desc {
-                points.reverse();
-            }
-            points.truncate(q.limit);
+            let points = intervals(q, b);
             if !points.is_empty() {
                 out.push((name, points));
             }

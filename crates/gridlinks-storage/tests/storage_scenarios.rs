@@ -644,3 +644,23 @@ async fn tenants_have_their_own_device_names_and_profiles() {
     assert_eq!(store.device_by_name(Some(t), "child").unwrap().unwrap().gateway, Some(gw));
     assert_eq!(store.device_id_by_token("tok-b").unwrap(), Some(b));
 }
+
+/// The embedded store passes the suite every time-series backend passes.
+#[test]
+fn the_time_series_conformance_suite() {
+    use gridlinks_storage::timeseries::conformance::{run, Writes};
+    struct Embedded(WriterHandle, tokio::runtime::Runtime);
+    impl Writes for Embedded {
+        fn write(&self, device: DeviceId, records: Vec<TsRecord>) -> Result<(), StoreError> {
+            self.1.block_on(self.0.submit(WriteOp::Telemetry { device, records })).map(drop)
+        }
+        fn delete(&self, d: DeleteTelemetry) -> Result<(), StoreError> {
+            self.1.block_on(self.0.submit(WriteOp::DeleteTelemetry(d))).map(drop)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (a, b) = rt.block_on(async { (device(&h, "a").await, device(&h, "b").await) });
+    run(&store, &Embedded(h, rt), a, b).unwrap();
+}
