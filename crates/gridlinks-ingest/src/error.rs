@@ -64,7 +64,7 @@ impl From<StoreError> for IngestError {
             | StoreError::Invalid(_)) => Self::Rejected(e.to_string()),
             StoreError::Overloaded => Self::Overloaded,
             StoreError::DiskFull(m) => Self::DiskFull(m),
-            e @ (StoreError::Unavailable | StoreError::Closed | StoreError::Queue(_)) => {
+            e @ (StoreError::Unavailable | StoreError::Closed | StoreError::Queue(_) | StoreError::Database(_)) => {
                 Self::Unavailable(e.to_string())
             }
             e @ (StoreError::Db(_)

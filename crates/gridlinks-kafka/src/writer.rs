@@ -89,6 +89,7 @@ fn passing(e: &StoreError) -> bool {
             | StoreError::Db(_)
             | StoreError::CommitFailed(_)
             | StoreError::Queue(_)
+            | StoreError::Database(_)
     )
 }
 

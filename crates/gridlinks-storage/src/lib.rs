@@ -139,6 +139,9 @@ pub enum StoreError {
     /// The commit log in front of the store (Kafka) did not take the write; retry.
     #[error("commit log unavailable: {0}")]
     Queue(String),
+    /// A shared database (PostgreSQL, Cassandra) did not answer or refused; retry.
+    #[error("database unavailable: {0}")]
+    Database(String),
     /// The data directory's file system is (nearly) full: writes are refused until space
     /// is freed; reads go on.
     #[error("disk full: {0}")]
@@ -178,6 +181,7 @@ impl StoreError {
             Self::Closed => Self::Closed,
             Self::Unavailable => Self::Unavailable,
             Self::Queue(m) => Self::Queue(m.clone()),
+            Self::Database(m) => Self::Database(m.clone()),
             Self::DiskFull(m) => Self::DiskFull(m.clone()),
             Self::CommitFailed(m) => Self::CommitFailed(m.clone()),
             Self::Limit(m) => Self::Limit(m.clone()),

@@ -1,0 +1,123 @@
+//! The PostgreSQL time-series store against a real PostgreSQL (Debian's), started on a free
+//! loopback port by `scripts/services/postgres.sh`: the conformance suite every backend
+//! passes, redelivery stored once, months partitioned, and a database that goes away.
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use gridlinks_postgres::PgTimeseries;
+use gridlinks_storage::timeseries::conformance::{run, Writes};
+use gridlinks_storage::{DeleteTelemetry, StoreError, Timeseries};
+use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
+
+/// A PostgreSQL server for one test, stopped when dropped.
+struct Postgres {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh")
+}
+
+impl Postgres {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        // The server runs as `postgres`: it must be able to reach its directory.
+        Command::new("chmod").arg("755").arg(dir.path()).status().unwrap();
+        let out = Command::new(script()).arg("start").arg(dir.path().join("pg")).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        Self { dir, url }
+    }
+
+    fn stop(&self) {
+        Command::new(script()).arg("stop").arg(self.dir.path().join("pg")).status().unwrap();
+    }
+
+    /// Runs SQL through psql as the server's superuser; its output.
+    fn psql(&self, sql: &str) -> String {
+        let port = self.url.rsplit(':').next().unwrap().split('/').next().unwrap();
+        let pg = self.dir.path().join("pg");
+        let bin = std::fs::read_dir("/usr/lib/postgresql").unwrap().next().unwrap().unwrap().path().join("bin/psql");
+        let mut cmd = if is_root() { Command::new("runuser") } else { Command::new(&bin) };
+        if is_root() {
+            cmd.args(["-u", "postgres", "--"]).arg(&bin);
+        }
+        let out = cmd
+            .arg("-h")
+            .arg(&pg)
+            .args(["-p", port, "-U", "postgres", "-d", "gridlinks", "-tA", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Direct<'a>(&'a PgTimeseries);
+
+impl Writes for Direct<'_> {
+    fn write(&self, device: DeviceId, records: Vec<TsRecord>) -> Result<(), StoreError> {
+        self.0.write(&[(device, &records)])
+    }
+    fn delete(&self, d: DeleteTelemetry) -> Result<(), StoreError> {
+        self.0.delete(&d)
+    }
+}
+
+#[test]
+fn postgres_passes_the_conformance_suite_and_recovers() {
+    let pg = Postgres::start();
+    let store = PgTimeseries::open(&pg.url, 4).unwrap();
+    run(&store, &Direct(&store), DeviceId::new_random(), DeviceId::new_random()).unwrap();
+    // Opening again finds the schema in place.
+    let store = PgTimeseries::open(&pg.url, 2).unwrap();
+
+    // One batch of two devices, written twice (a redelivery): each point stored once.
+    let (a, b) = (DeviceId::new_random(), DeviceId::new_random());
+    let now = Ts::now().0;
+    let recs = |v: i64| {
+        vec![
+            TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(v))] },
+            TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(v + 1))] },
+            // 1990: outside the partitioned window, kept in the default partition.
+            TsRecord { ts: Ts(631_152_000_000), values: vec![("x".into(), Value::Long(v))] },
+        ]
+    };
+    let (ra, rb) = (recs(1), recs(10));
+    for _ in 0..2 {
+        store.write(&[(a, &ra), (b, &rb)]).unwrap();
+    }
+    let count = |d: DeviceId| pg.psql(&format!("SELECT count(*) FROM gl_ts_kv WHERE device = '{}'", d.0));
+    assert_eq!((count(a), count(b)), ("2".to_owned(), "2".to_owned()));
+    // Of equal (device, key, ts) in a batch, the last one is kept.
+    assert_eq!(store.latest(a, None).unwrap(), [("x".to_owned(), Ts(now), Value::Long(2))]);
+    let parts = pg.psql("SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class WHERE relname LIKE 'gl_ts_kv_%' AND relkind = 'r'");
+    assert!(parts.contains("gl_ts_kv_default"), "{parts}");
+    assert_eq!(
+        parts.split(',').filter(|p| p.chars().last().is_some_and(|c| c.is_ascii_digit())).count(),
+        1,
+        "one month's partition: {parts}"
+    );
+    assert_eq!(pg.psql(&format!("SELECT count(*) FROM gl_ts_kv_default WHERE device = '{}'", a.0)), "1");
+
+    // The database gone: a clear error, no panic, no hang.
+    pg.stop();
+    match store.latest(a, None) {
+        Err(StoreError::Database(m)) => assert!(m.contains("postgresql"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(store.write(&[(a, &ra)]), Err(StoreError::Database(_))));
+}
