@@ -17,7 +17,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
 
 pub use log::KafkaLog;
-pub use writer::StorageWriter;
+pub use writer::{Sink, StorageWriter};
 
 /// What the Kafka parts need to know.
 #[derive(Clone, Debug)]

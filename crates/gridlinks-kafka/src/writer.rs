@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+
 use gridlinks_storage::{StoreError, WriteOp, WriterHandle};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
@@ -18,6 +20,19 @@ use crate::{record, KafkaError, KafkaSettings};
 /// Most records written in one group commit.
 const MAX_BATCH: usize = 4096;
 
+/// Where the storage writer puts what it consumes: the embedded store's writer, or a
+/// shared database for the time series (and the embedded writer for the rest).
+pub trait Sink: Send + Sync + 'static {
+    /// Writes the operations, durably: each one's result, or one error for all of them.
+    fn write(&self, ops: Vec<WriteOp>) -> impl Future<Output = Result<Vec<Result<(), StoreError>>, StoreError>> + Send;
+}
+
+impl Sink for WriterHandle {
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        Ok(self.submit_batch(ops).await?.into_iter().map(|r| r.map(drop)).collect())
+    }
+}
+
 /// The storage writer of this node.
 pub struct StorageWriter;
 
@@ -25,7 +40,7 @@ impl StorageWriter {
     /// Joins the storage writers' group and writes what it consumes through `store`,
     /// until the task is aborted (offsets of an unfinished batch are not committed, so the
     /// next member writes it again).
-    pub fn spawn(s: &KafkaSettings, store: WriterHandle) -> Result<JoinHandle<()>, KafkaError> {
+    pub fn spawn(s: &KafkaSettings, store: impl Sink) -> Result<JoinHandle<()>, KafkaError> {
         let consumer: StreamConsumer = s
             .client("storage")
             .set("group.id", s.group())
@@ -96,7 +111,7 @@ fn passing(e: &StoreError) -> bool {
 /// Writes the batch's records, retrying (with backoff) while the store fails for a passing
 /// reason. A record that cannot be decoded, or that the store refuses for good (its device
 /// deleted since, a key limit), is logged and left out.
-async fn write(store: &WriterHandle, batch: &[OwnedMessage]) {
+async fn write(store: &impl Sink, batch: &[OwnedMessage]) {
     let mut delay = Duration::from_millis(50);
     loop {
         let ops: Vec<WriteOp> = batch
@@ -110,7 +125,7 @@ async fn write(store: &WriterHandle, batch: &[OwnedMessage]) {
                 }
             })
             .collect();
-        let failure = match store.submit_batch(ops).await {
+        let failure = match store.write(ops).await {
             Ok(results) => {
                 let mut retry = None;
                 for e in results.into_iter().filter_map(Result::err) {

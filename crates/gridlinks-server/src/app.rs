@@ -39,6 +39,8 @@ pub struct Core {
     pub cfg: Arc<Config>,
     /// Reads.
     pub store: Store,
+    /// Telemetry reads and deletes: the node's store or a shared database (`cluster.timeseries`).
+    pub ts: crate::cluster::TsStore,
     /// Writes that are not device data (devices, deletes, broker rows): group commit.
     pub writer: WriterHandle,
     /// Device data in: credentials, batched durable submits, live fan-out.
@@ -493,9 +495,11 @@ pub async fn serve(
         ws: ws_hub.clone(),
         first_tenant: tenant_id,
     };
-    let (log, _storage_writer) = crate::cluster::commit_log(&cfg.cluster, &writer).await?;
-    let ingest = Ingest::new(store.clone(), log, Arc::new(live), cfg.limits.max_devices_per_gateway);
-    let core = Core { cfg: Arc::new(cfg), store: store.clone(), writer, ingest, tenant_id, claims: Default::default() };
+    let cluster = crate::cluster::start(&cfg.cluster, &store, &writer).await?;
+    let ingest = Ingest::new(store.clone(), cluster.log, Arc::new(live), cfg.limits.max_devices_per_gateway);
+    let ts = cluster.ts;
+    let core =
+        Core { cfg: Arc::new(cfg), store: store.clone(), ts, writer, ingest, tenant_id, claims: Default::default() };
     crate::thingsboard::tenants::ensure_first(&core).await.context("writing the first tenant")?;
     let mqtt = Arc::new(Mqtt {
         core: core.clone(),

@@ -491,14 +491,18 @@ impl ClusterConfig {
         match (self.queue, self.timeseries, self.entities) {
             (Q::Embedded, T::Embedded, E::Embedded) => return Ok(()),
             (Q::Embedded, _, _) => {
-                return Err("cluster.timeseries and cluster.entities other than embedded need cluster.queue = \"kafka\": \
+                return Err(
+                    "cluster.timeseries and cluster.entities other than embedded need cluster.queue = \"kafka\": \
                             nodes share data only through Kafka"
-                    .into())
+                        .into(),
+                )
             }
-            (Q::Kafka, T::Embedded, E::Postgres) | (Q::Kafka, T::Cassandra | T::Postgres, E::Embedded) => {
-                return Err("cluster.timeseries and cluster.entities must both be shared (cassandra or postgres) \
-                            or both embedded: a node cannot serve one from its own store and the other from the cluster"
-                    .into())
+            (Q::Kafka, T::Embedded, E::Postgres) => {
+                return Err(
+                    "cluster.entities = \"postgres\" needs a shared cluster.timeseries (cassandra or postgres): \
+                            nodes sharing devices must share their telemetry"
+                        .into(),
+                )
             }
             (Q::Kafka, ..) => {}
         }
@@ -913,7 +917,14 @@ mod tests {
         // Kafka in front of one node's own store.
         assert_eq!(check(&kafka).unwrap().queue, QueueBackend::Kafka);
         let mix = [kafka[0], kafka[1], ("GRIDLINKS_CLUSTER_TIMESERIES", "cassandra")];
-        assert!(check(&mix).unwrap_err().contains("both be shared"));
+        assert!(check(&mix).is_ok(), "shared time series, entities on the node");
+        let devices_only = [
+            kafka[0],
+            kafka[1],
+            ("GRIDLINKS_CLUSTER_ENTITIES", "postgres"),
+            ("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", "/run/pg.url"),
+        ];
+        assert!(check(&devices_only).unwrap_err().contains("needs a shared cluster.timeseries"));
         let shared = [
             kafka[0],
             kafka[1],

@@ -96,11 +96,11 @@ fn devices(s: &Server, n: usize) -> (Vec<String>, Vec<String>) {
     (ids, tokens)
 }
 
-#[test]
-fn every_point_acknowledged_through_kafka_is_stored() {
-    let kafka = Kafka::start(1);
-    let tmp = tempfile::tempdir().unwrap();
-    let s = start_on(&tmp.path().join("data"), &kafka.env("node-1"));
+/// Posts 40 points to each of 5 devices and an attribute through a node committing to
+/// Kafka, and checks every acknowledged point (and the attribute) is stored; the devices'
+/// ids and the node.
+fn every_acknowledged_point_is_stored(env: &[(&'static str, String)], data: &Path) -> (Vec<String>, Server) {
+    let s = start_on(data, env);
     let (ids, tokens) = devices(&s, 5);
     let mut acked = vec![Vec::new(); ids.len()];
     for ts in 1..=40i64 {
@@ -121,6 +121,95 @@ fn every_point_acknowledged_through_kafka_is_stored() {
         attrs.as_array().is_some_and(|a| a.iter().any(|x| x["key"] == "fw" && x["value"] == "v1.2"))
     });
     assert!(stored, "attribute not stored: {}", s.json("GET", &path, &jwt, None).1);
+    (ids, s)
+}
+
+#[test]
+fn every_point_acknowledged_through_kafka_is_stored() {
+    let kafka = Kafka::start(1);
+    let tmp = tempfile::tempdir().unwrap();
+    every_acknowledged_point_is_stored(&kafka.env("node-1"), &tmp.path().join("data"));
+}
+
+/// A PostgreSQL for one test (`scripts/services/postgres.sh`), stopped when dropped.
+struct Postgres(tempfile::TempDir, String);
+
+impl Postgres {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        // The server runs as `postgres`: it must reach its directory.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh");
+        let out = Command::new(&script).arg("start").arg(dir.path().join("pg")).output().unwrap();
+        assert!(out.status.success(), "postgres.sh start: {}", String::from_utf8_lossy(&out.stderr));
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        Self(dir, url)
+    }
+
+    /// The file holding the URL, as `cluster.postgres.url_file` wants it (mode 600).
+    fn url_file(&self) -> PathBuf {
+        self.0.path().join("pg/url")
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh");
+        let _ = Command::new(script).arg("stop").arg(self.0.path().join("pg")).status();
+    }
+}
+
+/// `cluster.timeseries = "postgres"`: the storage writer writes the time series to a real
+/// PostgreSQL, and the REST API reads, aggregates and deletes them there.
+#[test]
+fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
+    let (kafka, pg) = (Kafka::start(1), Postgres::start());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut env = kafka.env("node-1");
+    env.push(("GRIDLINKS_CLUSTER_TIMESERIES", "postgres".into()));
+    env.push(("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", pg.url_file().display().to_string()));
+    let (ids, s) = every_acknowledged_point_is_stored(&env, &tmp.path().join("data"));
+
+    // The points are in PostgreSQL itself, read by another client.
+    let direct = gridlinks_postgres::PgTimeseries::open(&pg.1, 1).unwrap();
+    let device = gridlinks_types::DeviceId(ids[0].parse().unwrap());
+    use gridlinks_storage::Timeseries;
+    let latest = direct.latest(device, None).unwrap();
+    assert_eq!(latest, [("t".to_owned(), gridlinks_types::Ts(40), gridlinks_types::Value::Long(400))]);
+    // Aggregation and delete over REST, answered from PostgreSQL.
+    let jwt = s.login();
+    let base = format!("/api/plugins/telemetry/DEVICE/{}", ids[0]);
+    let (st, agg) =
+        s.json("GET", &format!("{base}/values/timeseries?keys=t&startTs=1&endTs=41&interval=20&agg=COUNT"), &jwt, None);
+    assert_eq!(st, 200, "{agg}");
+    assert_eq!(agg["t"], serde_json::json!([{"ts": 11, "value": "20"}, {"ts": 31, "value": "20"}]));
+    let (st, _) = s.req(
+        "DELETE",
+        &format!("{base}/timeseries/delete?keys=t&startTs=1&endTs=21&deleteLatest=false"),
+        Some(&jwt),
+        None,
+    );
+    assert_eq!(st, 200);
+    let left = direct
+        .history(
+            device,
+            &gridlinks_storage::query::HistoryQuery {
+                keys: vec!["t".into()],
+                start: gridlinks_types::Ts(0),
+                end: gridlinks_types::Ts(100),
+                interval: 0,
+                agg: gridlinks_storage::query::Agg::None,
+                limit: 100,
+                order: gridlinks_storage::query::Order::Asc,
+            },
+        )
+        .unwrap();
+    assert_eq!(left[0].1.len(), 20, "points 21..=40 are left");
+    // Nothing went to the node's own time series: a node without the database has none.
+    drop(s);
+    let plain = start_on(&tmp.path().join("data"), &[]);
+    let jwt = plain.login();
+    assert!(plain.stored_timestamps(&jwt, &ids[1], "t").is_empty());
 }
 
 #[test]

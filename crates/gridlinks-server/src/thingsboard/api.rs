@@ -676,11 +676,11 @@ async fn timeseries(st: Arc<Core>, me: &Caller, et: &str, id: &str, p: TsParams)
     let device = existing_device(&st, me, et, id).await?;
     let strict = p.use_strict_data_types.unwrap_or(false);
     let keys = key_list(p.keys.as_deref());
-    let store = st.store.clone();
+    let store = st.ts.clone();
     let (start, end) = match (p.start_ts, p.end_ts) {
         (None, None) => {
             let wanted = keys.clone();
-            let latest = blocking(move || store.latest(device, wanted.as_deref())).await?;
+            let latest = blocking(move || store.reads().latest(device, wanted.as_deref())).await?;
             let mut out = serde_json::Map::new();
             for (k, ts, v) in &latest {
                 out.insert(k.clone(), json!([{"ts": ts.0, "value": model::ts_value(v, strict)}]));
@@ -739,7 +739,7 @@ async fn timeseries(st: Arc<Core>, me: &Caller, et: &str, id: &str, p: TsParams)
         limit: if agg == Agg::None { limit as usize } else { usize::MAX },
         order: if agg == Agg::None { order } else { Order::Asc },
     };
-    let series = blocking(move || store.history(device, &q)).await?;
+    let series = blocking(move || store.reads().history(device, &q)).await?;
     Ok(Json(model::ts_map(series, strict)))
 }
 
@@ -755,8 +755,8 @@ pub async fn ts_keys(
     Q(_): Q<NoParams>,
 ) -> ApiResult<Json<J>> {
     let device = existing_device(&st, &me, &et, &id).await?;
-    let store = st.store.clone();
-    Ok(Json(json!(blocking(move || store.ts_keys(device)).await?)))
+    let store = st.ts.clone();
+    Ok(Json(json!(blocking(move || store.reads().ts_keys(device)).await?)))
 }
 
 fn scope(s: &str) -> ApiResult<AttributeScope> {
@@ -937,14 +937,14 @@ pub async fn delete_timeseries(
             }
         }
     };
-    st.writer
-        .submit(WriteOp::DeleteTelemetry(DeleteTelemetry {
+    st.ts
+        .delete(DeleteTelemetry {
             device,
             keys,
             range,
             delete_latest: p.delete_latest.unwrap_or(true),
             rewrite_latest: p.rewrite_latest_if_deleted.unwrap_or(false),
-        }))
+        })
         .await?;
     Ok(StatusCode::OK)
 }

@@ -3,7 +3,7 @@
 //! committed changes of the page's devices from the same fan-out as every other
 //! subscription ([`super::Hub`]).
 
-use gridlinks_storage::{DeviceRecord, Store};
+use gridlinks_storage::{DeviceRecord, Store, Timeseries};
 use gridlinks_thingsboard::ws::{self as proto, code, EntityFilter, EntityKey, EntityQuery, EntitySeriesCmd, KeyType};
 use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
 use serde_json::Value as J;
@@ -91,7 +91,7 @@ pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(u
         for d in devices {
             let mut pass = true;
             for f in &q.key_filters {
-                if !f.predicate.matches(value(&core.store, &d, &f.key)?.map(|v| v.1).as_ref()) {
+                if !f.predicate.matches(value(core, &d, &f.key)?.map(|v| v.1).as_ref()) {
                     pass = false;
                     break;
                 }
@@ -107,7 +107,7 @@ pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(u
         // Descending is the reverse; ties keep their order.
         let mut keyed = Vec::with_capacity(devices.len());
         for d in devices {
-            keyed.push((value(&core.store, &d, key)?.map(|v| v.1), d));
+            keyed.push((value(core, &d, key)?.map(|v| v.1), d));
         }
         if *desc {
             keyed.sort_by(|(a, _), (b, _)| order(b.as_ref(), a.as_ref()));
@@ -168,16 +168,16 @@ fn field(d: &DeviceRecord, key: &str) -> Option<Value> {
 /// The value `key` names of device `d` and its timestamp (an entity field's is 0), if it
 /// has one: an entity field, its latest time-series value, or its attribute (of any scope:
 /// the newest).
-fn value(store: &Store, d: &DeviceRecord, key: &EntityKey) -> Result<Option<(i64, Value)>, Refusal> {
+fn value(core: &Core, d: &DeviceRecord, key: &EntityKey) -> Result<Option<(i64, Value)>, Refusal> {
     Ok(match key.key_type {
         KeyType::EntityField => field(d, &key.key).map(|v| (0, v)),
         KeyType::TimeSeries => {
-            let found = store.latest(d.id, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
+            let found = core.ts.reads().latest(d.id, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
             found.into_iter().next().map(|(_, ts, v)| (ts.0, v))
         }
         t => {
             let scope = attribute_scope(t).flatten();
-            let found = store.attributes(d.id, scope, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
+            let found = core.store.attributes(d.id, scope, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
             found.into_iter().max_by_key(|a| a.last_update_ts).map(|a| (a.last_update_ts.0, a.value))
         }
     })
@@ -185,17 +185,17 @@ fn value(store: &Store, d: &DeviceRecord, key: &EntityKey) -> Result<Option<(i64
 
 /// One device of a page: the entity fields and latest values `keys` name (a value never
 /// written is left out).
-pub(super) fn row(store: &Store, d: &DeviceRecord, keys: &[EntityKey]) -> Result<J, Refusal> {
+pub(super) fn row(core: &Core, d: &DeviceRecord, keys: &[EntityKey]) -> Result<J, Refusal> {
     let mut latest = Vec::new();
     let ts_keys: Vec<String> =
         keys.iter().filter(|k| k.key_type == KeyType::TimeSeries).map(|k| k.key.clone()).collect();
     if !ts_keys.is_empty() {
-        for (k, ts, v) in store.latest(d.id, Some(&ts_keys)).map_err(internal)? {
+        for (k, ts, v) in core.ts.reads().latest(d.id, Some(&ts_keys)).map_err(internal)? {
             latest.push((KeyType::TimeSeries, k, ts.0, v.to_display_string()));
         }
     }
     for k in keys.iter().filter(|k| k.key_type != KeyType::TimeSeries) {
-        if let Some((ts, v)) = value(store, d, k)? {
+        if let Some((ts, v)) = value(core, d, k)? {
             latest.push((k.key_type, k.key.clone(), ts, v.to_display_string()));
         }
     }
@@ -203,7 +203,7 @@ pub(super) fn row(store: &Store, d: &DeviceRecord, keys: &[EntityKey]) -> Result
 }
 
 /// The points of `cmd`'s window of `devices`, newest first: one entity per device.
-pub(super) fn series(store: &Store, devices: &[DeviceId], cmd: &EntitySeriesCmd) -> Result<Vec<J>, Refusal> {
+pub(super) fn series(store: &dyn Timeseries, devices: &[DeviceId], cmd: &EntitySeriesCmd) -> Result<Vec<J>, Refusal> {
     let mut out = Vec::with_capacity(devices.len());
     for &d in devices {
         let q = super::raw_query(cmd.keys.clone(), cmd.start_ts, cmd.end_ts, cmd.limit);

@@ -37,7 +37,7 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use gridlinks_storage::query::{HistoryQuery, Order};
-use gridlinks_storage::{Store, StoreError};
+use gridlinks_storage::{StoreError, Timeseries};
 use gridlinks_thingsboard::ws::{self as proto, code, AttrSub, Cmd, EntityDataCmd, EntityQuery, HistoryCmd, TsSub};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use parking_lot::RwLock;
@@ -440,8 +440,8 @@ impl Session {
         };
         // Registered before the first read, so no change committed in between is missed.
         self.register(&[device], sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller);
-        let store = self.h.core.store.clone();
-        blocking(move || first_values(&store, device, &sub).map_err(internal))
+        let store = self.h.core.ts.clone();
+        blocking(move || first_values(store.reads(), device, &sub).map_err(internal))
             .await
             .unwrap_or_else(|(code, why)| proto::error(0, code, &why))
     }
@@ -498,7 +498,7 @@ impl Session {
             keys.extend(q.latest_values.iter().chain(e.latest.iter().flatten()).cloned());
             let (page, ids) = blocking(move || {
                 let (total, devices) = entity::select(&core, &who, &q)?;
-                let rows = devices.iter().map(|d| entity::row(&core.store, d, &keys)).collect::<Result<_, _>>()?;
+                let rows = devices.iter().map(|d| entity::row(&core, d, &keys)).collect::<Result<_, _>>()?;
                 let ids: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
                 Ok((proto::entity_page(e.cmd_id, rows, total, q.page_size, q.page), ids))
             })
@@ -520,8 +520,8 @@ impl Session {
             self.register(&devices, e.cmd_id, Kind::Entity(Arc::new(keys)), None, caller);
         }
         for window in [e.ts, e.history].into_iter().flatten() {
-            let (store, devices) = (self.h.core.store.clone(), devices.clone());
-            let update = blocking(move || entity::series(&store, &devices, &window)).await?;
+            let (store, devices) = (self.h.core.ts.clone(), devices.clone());
+            let update = blocking(move || entity::series(store.reads(), &devices, &window)).await?;
             answers.push(proto::entity_update(e.cmd_id, update));
         }
         Ok(answers)
@@ -611,10 +611,12 @@ impl Session {
             Ok(d) => d,
             Err(e) => return proto::error(q.cmd_id, e.0, &e.1),
         };
-        let store = self.h.core.store.clone();
+        let store = self.h.core.ts.clone();
         blocking(move || {
-            let series =
-                store.history(device, &raw_query(q.keys.clone(), q.start_ts, q.end_ts, q.limit)).map_err(internal)?;
+            let series = store
+                .reads()
+                .history(device, &raw_query(q.keys.clone(), q.start_ts, q.end_ts, q.limit))
+                .map_err(internal)?;
             Ok(proto::update(q.cmd_id, texts(&series)))
         })
         .await
@@ -701,7 +703,7 @@ pub(super) fn texts(series: &[(String, Vec<(Ts, Value)>)]) -> Vec<(&str, Vec<(i6
 }
 
 /// A subscription's first update: its window's points, or the latest values.
-fn first_values(store: &Store, device: DeviceId, sub: &TsSub) -> Result<J, StoreError> {
+fn first_values(store: &dyn Timeseries, device: DeviceId, sub: &TsSub) -> Result<J, StoreError> {
     match sub.history {
         Some((start, limit)) => {
             let keys = match &sub.keys {
