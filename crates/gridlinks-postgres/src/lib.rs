@@ -30,6 +30,9 @@ use parking_lot::{Condvar, Mutex};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Transaction};
 
+/// How long making a connection may take, unless the URL says otherwise.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Months back from now that get their own partition when written.
 pub const PAST_MONTHS: i64 = 36;
 /// Months ahead of now that get their own partition when written.
@@ -41,16 +44,26 @@ fn db(e: postgres::Error) -> StoreError {
 
 /// A bounded pool of connections to one database.
 pub struct Pool {
-    url: String,
+    config: Result<postgres::Config, String>,
     size: usize,
     idle: Mutex<(Vec<Client>, usize)>,
     freed: Condvar,
 }
 
 impl Pool {
-    /// A pool of at most `size` connections to `url` (made when first needed).
+    /// A pool of at most `size` connections to `url` (made when first needed; a server
+    /// that does not answer fails a connection after 5 s unless the URL sets
+    /// `connect_timeout`).
     pub fn new(url: &str, size: usize) -> Self {
-        Self { url: url.to_owned(), size: size.max(1), idle: Mutex::new((Vec::new(), 0)), freed: Condvar::new() }
+        // The parse error names no part of the URL (it holds the password).
+        let config = url.parse::<postgres::Config>().map_err(|_| "the connection URL does not parse".to_owned());
+        let config = config.map(|mut c| {
+            if c.get_connect_timeout().is_none() {
+                c.connect_timeout(CONNECT_TIMEOUT);
+            }
+            c
+        });
+        Self { config, size: size.max(1), idle: Mutex::new((Vec::new(), 0)), freed: Condvar::new() }
     }
 
     /// Runs `f` on a connection: an idle one, a new one while fewer than `size` are open,
@@ -70,11 +83,15 @@ impl Pool {
             }
         };
         if client.is_none() {
-            match Client::connect(&self.url, NoTls) {
+            let made = match &self.config {
+                Ok(c) => c.connect(NoTls).map_err(db),
+                Err(e) => Err(StoreError::Database(format!("postgresql: {e}"))),
+            };
+            match made {
                 Ok(c) => client = Some(c),
                 Err(e) => {
                     self.give_back(None);
-                    return Err(db(e));
+                    return Err(e);
                 }
             }
         }
