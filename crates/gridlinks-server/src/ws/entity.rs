@@ -4,6 +4,7 @@
 //! subscription ([`super::Hub`]).
 
 use gridlinks_storage::{DeviceRecord, Store, Timeseries};
+use gridlinks_thingsboard::keyfilter::KeyFilter;
 use gridlinks_thingsboard::ws::{self as proto, code, EntityFilter, EntityKey, EntityQuery, EntitySeriesCmd, KeyType};
 use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
 use serde_json::Value as J;
@@ -89,14 +90,7 @@ pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(u
     if !q.key_filters.is_empty() {
         let mut kept = Vec::with_capacity(devices.len());
         for d in devices {
-            let mut pass = true;
-            for f in &q.key_filters {
-                if !f.predicate.matches(value(core, &d, &f.key)?.map(|v| v.1).as_ref()) {
-                    pass = false;
-                    break;
-                }
-            }
-            if pass {
+            if passes(core, &d, &q.key_filters)? {
                 kept.push(d);
             }
         }
@@ -119,6 +113,16 @@ pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(u
     let total = devices.len();
     let page = devices.into_iter().skip(q.page.saturating_mul(q.page_size)).take(q.page_size).collect();
     Ok((total, page))
+}
+
+/// Whether device `d` passes every key filter.
+fn passes(core: &Core, d: &DeviceRecord, filters: &[KeyFilter]) -> Result<bool, Refusal> {
+    for f in filters {
+        if !f.predicate.matches(value(core, d, &f.key)?.map(|v| v.1).as_ref()) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// How two sort values compare: numbers by value before the rest, the rest by its text
