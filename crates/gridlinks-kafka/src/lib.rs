@@ -16,7 +16,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
 
-pub use log::KafkaLog;
+pub use log::{Check, KafkaLog};
 pub use writer::{Sink, StorageWriter};
 
 /// What the Kafka parts need to know.

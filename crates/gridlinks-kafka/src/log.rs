@@ -17,11 +17,17 @@ pub struct KafkaLog {
     topic: String,
     settings: KafkaSettings,
     entities: WriterHandle,
+    check: Check,
 }
 
+/// What the stores behind the log can hold, checked before a record is produced: a write
+/// they would refuse is refused to its sender, never acknowledged and then dropped.
+pub type Check = fn(&WriteOp) -> Result<(), StoreError>;
+
 impl KafkaLog {
-    /// A producer for `s`; the topic must exist ([`crate::ensure_topic`]).
-    pub fn new(s: &KafkaSettings, entities: WriterHandle) -> Result<Arc<Self>, KafkaError> {
+    /// A producer for `s`; the topic must exist ([`crate::ensure_topic`]). Each write is
+    /// checked by `check` before it is produced.
+    pub fn new(s: &KafkaSettings, entities: WriterHandle, check: Check) -> Result<Arc<Self>, KafkaError> {
         let producer: FutureProducer = s
             .client("producer")
             .set("enable.idempotence", "true")
@@ -32,13 +38,14 @@ impl KafkaLog {
             .set("linger.ms", "2")
             .set("compression.type", "lz4")
             .create()?;
-        Ok(Arc::new(Self { producer, topic: s.topic(), settings: s.clone(), entities }))
+        Ok(Arc::new(Self { producer, topic: s.topic(), settings: s.clone(), entities, check }))
     }
 
     async fn produce(&self, op: &WriteOp) -> Result<WriteOutcome, StoreError> {
         let (Some(device), Some(payload)) = (record::device_of(op), record::encode(op)) else {
             return Err(StoreError::Corrupt("not a device-data write"));
         };
+        (self.check)(op)?;
         let key = record::key(device);
         let rec = FutureRecord::to(&self.topic).key(&key[..]).payload(&payload[..]);
         // Waits for queue space up to the produce timeout: backpressure, not a drop.

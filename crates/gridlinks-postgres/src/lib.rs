@@ -195,6 +195,24 @@ fn days_from_civil(y: i64, m: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Whether PostgreSQL can hold the records: its text cannot hold NUL (U+0000), which a
+/// JSON string value may carry. Such a write is refused for good (not retried).
+pub fn storable(records: &[TsRecord]) -> Result<(), StoreError> {
+    let nul = |t: &str| t.contains('\0');
+    let bad = records.iter().flat_map(|r| &r.values).any(|(k, v)| {
+        nul(k)
+            || match v {
+                Value::Str(t) | Value::Json(t) => nul(t),
+                _ => false,
+            }
+    });
+    if bad {
+        Err(StoreError::Invalid("PostgreSQL text cannot hold NUL (U+0000): the points were not stored".into()))
+    } else {
+        Ok(())
+    }
+}
+
 impl PgTimeseries {
     /// Connects to `url` with at most `pool_size` connections and makes the schema if it
     /// is missing.

@@ -57,24 +57,28 @@ struct PgSink {
 
 impl Sink for PgSink {
     async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let (telemetry, rest): (Vec<_>, Vec<_>) =
-            ops.into_iter().enumerate().partition(|(_, op)| matches!(op, WriteOp::Telemetry { .. }));
-        let n = telemetry.len() + rest.len();
+        let n = ops.len();
+        let mut results: Vec<Result<(), StoreError>> = (0..n).map(|_| Ok(())).collect();
+        let mut points = Vec::new();
+        let mut rest = Vec::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            match op {
+                // Refused before it was produced ([`start`]'s check); a record from before
+                // that check is refused for good, not retried forever.
+                WriteOp::Telemetry { device, records } => match gridlinks_postgres::storable(&records) {
+                    Ok(()) => points.push((device, records)),
+                    Err(e) => results[i] = Err(e),
+                },
+                other => rest.push((i, other)),
+            }
+        }
         let pg = self.pg.clone();
-        let points: Vec<_> = telemetry
-            .into_iter()
-            .filter_map(|(_, op)| match op {
-                WriteOp::Telemetry { device, records } => Some((device, records)),
-                _ => None,
-            })
-            .collect();
         tokio::task::spawn_blocking(move || {
             let batch: Vec<_> = points.iter().map(|(d, r)| (*d, r.as_slice())).collect();
             pg.write(&batch)
         })
         .await
         .map_err(|e| StoreError::Database(format!("write task: {e}")))??;
-        let mut results: Vec<Result<(), StoreError>> = (0..n).map(|_| Ok(())).collect();
         let (at, rest): (Vec<usize>, Vec<WriteOp>) = rest.into_iter().unzip();
         if !rest.is_empty() {
             for (i, r) in at.into_iter().zip(self.writer.submit_batch(rest).await?) {
@@ -148,7 +152,14 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             gridlinks_kafka::ensure_topic(&settings)
                 .await
                 .with_context(|| format!("kafka at {}", k.bootstrap_servers.join(",")))?;
-            let log = KafkaLog::new(&settings, writer.clone()).context("kafka producer")?;
+            let check: gridlinks_kafka::Check = match &ts {
+                TsStore::Postgres(_) => |op| match op {
+                    WriteOp::Telemetry { records, .. } => gridlinks_postgres::storable(records),
+                    _ => Ok(()),
+                },
+                TsStore::Embedded(..) => |_| Ok(()),
+            };
+            let log = KafkaLog::new(&settings, writer.clone(), check).context("kafka producer")?;
             let task = match &ts {
                 TsStore::Postgres(pg) => {
                     StorageWriter::spawn(&settings, PgSink { pg: pg.clone(), writer: writer.clone() })

@@ -170,6 +170,12 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
     env.push(("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", pg.url_file().display().to_string()));
     let (ids, s) = every_acknowledged_point_is_stored(&env, &tmp.path().join("data"));
 
+    // What PostgreSQL cannot hold (NUL in text) is refused before Kafka, never acknowledged.
+    let (st, body) =
+        s.req("POST", "/api/v1/kafka-token-0/telemetry", None, Some(r#"{"ts":50,"values":{"t":"a\u0000b"}}"#));
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("NUL"), "{body}");
+
     // The points are in PostgreSQL itself, read by another client.
     let direct = gridlinks_postgres::PgTimeseries::open(&pg.1, 1).unwrap();
     let device = gridlinks_types::DeviceId(ids[0].parse().unwrap());
