@@ -4,6 +4,7 @@
 #
 #   scripts/services/postgres.sh start DIR   prints the connection URL, also in DIR/url (mode 600)
 #   scripts/services/postgres.sh stop DIR    stops it (immediate shutdown)
+#   scripts/services/postgres.sh psql DIR SQL runs SQL as the superuser, prints the rows unaligned
 set -euo pipefail
 
 BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
@@ -30,6 +31,7 @@ HBA
     -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=200" start >/dev/null
   as_pg "$BIN/psql" -h "$dir" -p "$port" -U postgres -q -v ON_ERROR_STOP=1 \
     -c "CREATE ROLE gridlinks LOGIN PASSWORD '$password'" -c "CREATE DATABASE gridlinks OWNER gridlinks" >/dev/null
+  echo "$port" >"$dir/port"
   local url="postgres://gridlinks:$password@127.0.0.1:$port/gridlinks"
   (umask 077; echo "$url" >"$dir/url")
   echo "$url"
@@ -40,8 +42,15 @@ stop() {
   [ -d "$dir/data" ] && as_pg "$BIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
 }
 
+psql_in() {
+  local dir
+  dir=$(cd "$1" && pwd)
+  as_pg "$BIN/psql" -h "$dir" -p "$(cat "$dir/port")" -U postgres -d gridlinks -tA -v ON_ERROR_STOP=1 -c "$2"
+}
+
 case "${1:-}" in
   start) start "$2" ;;
   stop) stop "$2" ;;
-  *) sed -n '2,7p' "$0" >&2; exit 2 ;;
+  psql) psql_in "$2" "$3" ;;
+  *) sed -n '2,8p' "$0" >&2; exit 2 ;;
 esac

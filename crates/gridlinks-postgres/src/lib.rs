@@ -69,7 +69,7 @@ impl Pool {
     /// Runs `f` on a connection: an idle one, a new one while fewer than `size` are open,
     /// or the next one given back. A connection `f` left broken is dropped.
     pub fn with<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>) -> Result<T, StoreError> {
-        let mut client = {
+        let idle = {
             let mut g = self.idle.lock();
             loop {
                 if let Some(c) = g.0.pop() {
@@ -82,20 +82,18 @@ impl Pool {
                 self.freed.wait(&mut g);
             }
         };
-        if client.is_none() {
-            let made = match &self.config {
-                Ok(c) => c.connect(NoTls).map_err(db),
-                Err(e) => Err(StoreError::Database(format!("postgresql: {e}"))),
-            };
-            match made {
-                Ok(c) => client = Some(c),
-                Err(e) => {
-                    self.give_back(None);
-                    return Err(e);
-                }
+        let made = match (idle, &self.config) {
+            (Some(c), _) => Ok(c),
+            (None, Ok(config)) => config.connect(NoTls).map_err(db),
+            (None, Err(e)) => Err(StoreError::Database(format!("postgresql: {e}"))),
+        };
+        let mut c = match made {
+            Ok(c) => c,
+            Err(e) => {
+                self.give_back(None);
+                return Err(e);
             }
-        }
-        let Some(mut c) = client else { return Err(StoreError::Database("postgresql: no connection".into())) };
+        };
         let out = f(&mut c);
         self.give_back((!c.is_closed()).then_some(c));
         out.map_err(db)

@@ -3,68 +3,13 @@
 //! passes, redelivery stored once, months partitioned, and a database that goes away.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
-use std::path::PathBuf;
-use std::process::Command;
+mod service;
 
 use gridlinks_postgres::PgTimeseries;
 use gridlinks_storage::timeseries::conformance::{run, Writes};
 use gridlinks_storage::{DeleteTelemetry, StoreError, Timeseries};
 use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
-
-/// A PostgreSQL server for one test, stopped when dropped.
-struct Postgres {
-    dir: tempfile::TempDir,
-    url: String,
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh")
-}
-
-impl Postgres {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        // The server runs as `postgres`: it must be able to reach its directory.
-        Command::new("chmod").arg("755").arg(dir.path()).status().unwrap();
-        let out = Command::new(script()).arg("start").arg(dir.path().join("pg")).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        Self { dir, url }
-    }
-
-    fn stop(&self) {
-        Command::new(script()).arg("stop").arg(self.dir.path().join("pg")).status().unwrap();
-    }
-
-    /// Runs SQL through psql as the server's superuser; its output.
-    fn psql(&self, sql: &str) -> String {
-        let port = self.url.rsplit(':').next().unwrap().split('/').next().unwrap();
-        let pg = self.dir.path().join("pg");
-        let bin = std::fs::read_dir("/usr/lib/postgresql").unwrap().next().unwrap().unwrap().path().join("bin/psql");
-        let mut cmd = if is_root() { Command::new("runuser") } else { Command::new(&bin) };
-        if is_root() {
-            cmd.args(["-u", "postgres", "--"]).arg(&bin);
-        }
-        let out = cmd
-            .arg("-h")
-            .arg(&pg)
-            .args(["-p", port, "-U", "postgres", "-d", "gridlinks", "-tA", "-c", sql])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    }
-}
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+use service::Postgres;
 
 struct Direct<'a>(&'a PgTimeseries);
 

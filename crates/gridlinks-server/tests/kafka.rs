@@ -6,12 +6,15 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
+#[path = "../../gridlinks-postgres/tests/service/mod.rs"]
+mod pg_service;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Server;
+use pg_service::Postgres;
 
 /// Kafka brokers under a temporary directory, stopped when dropped.
 struct Kafka {
@@ -131,34 +134,6 @@ fn every_point_acknowledged_through_kafka_is_stored() {
     every_acknowledged_point_is_stored(&kafka.env("node-1"), &tmp.path().join("data"));
 }
 
-/// A PostgreSQL for one test (`scripts/services/postgres.sh`), stopped when dropped.
-struct Postgres(tempfile::TempDir, String);
-
-impl Postgres {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        // The server runs as `postgres`: it must reach its directory.
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh");
-        let out = Command::new(&script).arg("start").arg(dir.path().join("pg")).output().unwrap();
-        assert!(out.status.success(), "postgres.sh start: {}", String::from_utf8_lossy(&out.stderr));
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        Self(dir, url)
-    }
-
-    /// The file holding the URL, as `cluster.postgres.url_file` wants it (mode 600).
-    fn url_file(&self) -> PathBuf {
-        self.0.path().join("pg/url")
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh");
-        let _ = Command::new(script).arg("stop").arg(self.0.path().join("pg")).status();
-    }
-}
-
 /// `cluster.timeseries = "postgres"`: the storage writer writes the time series to a real
 /// PostgreSQL, and the REST API reads, aggregates and deletes them there.
 #[test]
@@ -177,7 +152,7 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
     assert!(body.contains("NUL"), "{body}");
 
     // The points are in PostgreSQL itself, read by another client.
-    let direct = gridlinks_postgres::PgTimeseries::open(&pg.1, 1).unwrap();
+    let direct = gridlinks_postgres::PgTimeseries::open(&pg.url, 1).unwrap();
     let device = gridlinks_types::DeviceId(ids[0].parse().unwrap());
     use gridlinks_storage::Timeseries;
     let latest = direct.latest(device, None).unwrap();

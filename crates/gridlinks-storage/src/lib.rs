@@ -926,11 +926,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Names of the device's time-series keys (those with a latest value), sorted.
-    pub fn ts_keys(&self, device: DeviceId) -> Result<Vec<String>, StoreError> {
-        Ok(self.latest(device, None)?.into_iter().map(|(k, _, _)| k).collect())
-    }
-
     /// Resolves key names to ids; unknown names are dropped (they have no data).
     pub(crate) fn key_ids(&self, keys: &[String]) -> Vec<(KeyId, String)> {
         let dict = self.inner.keys.read();
