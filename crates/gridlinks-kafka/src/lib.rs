@@ -12,8 +12,10 @@ mod writer;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::RDKafkaErrorCode;
 
 pub use log::{Check, KafkaLog};
@@ -58,6 +60,24 @@ impl KafkaSettings {
         c
     }
 }
+
+/// The producer's and consumer's context: librdkafka's own log lines and error events go
+/// to DEBUG. While a broker is away the client reports each failed connection attempt,
+/// several a second per client; the node's probe says once, at WARN, that Kafka is
+/// unreachable and once, at INFO, that it is back.
+pub struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        tracing::debug!(?level, facility = fac, "librdkafka: {message}");
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::debug!(%error, "librdkafka: {reason}");
+    }
+}
+
+impl ConsumerContext for Quiet {}
 
 /// Why Kafka could not be used.
 #[derive(Debug, thiserror::Error)]

@@ -13,22 +13,26 @@ use crate::{record, KafkaError, KafkaSettings};
 /// topic and answered once Kafka acknowledged them (`acks=all`); other writes (devices,
 /// deletes, …) are this node's store's, committed by `entities`.
 pub struct KafkaLog {
-    producer: FutureProducer,
+    producer: FutureProducer<crate::Quiet>,
     topic: String,
     settings: KafkaSettings,
     entities: WriterHandle,
-    check: Check,
+    check: Box<dyn Check>,
 }
 
-/// What the stores behind the log can hold, checked before a record is produced: a write
-/// they would refuse is refused to its sender, never acknowledged and then dropped.
-pub type Check = fn(&WriteOp) -> Result<(), StoreError>;
+/// What the stores behind the log can hold, checked (and made room for) before a record
+/// is produced: a write they would refuse is refused to its sender, never acknowledged
+/// and then dropped by the storage writer.
+pub trait Check: Send + Sync + 'static {
+    /// `Err` refuses `op` before it reaches Kafka.
+    fn check<'a>(&'a self, op: &'a WriteOp) -> BoxFuture<'a, Result<(), StoreError>>;
+}
 
 impl KafkaLog {
     /// A producer for `s`; the topic must exist ([`crate::ensure_topic`]). Each write is
     /// checked by `check` before it is produced.
-    pub fn new(s: &KafkaSettings, entities: WriterHandle, check: Check) -> Result<Arc<Self>, KafkaError> {
-        let producer: FutureProducer = s
+    pub fn new(s: &KafkaSettings, entities: WriterHandle, check: Box<dyn Check>) -> Result<Arc<Self>, KafkaError> {
+        let producer: FutureProducer<crate::Quiet> = s
             .client("producer")
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -37,15 +41,44 @@ impl KafkaLog {
             // most, as the embedded group commit does.
             .set("linger.ms", "2")
             .set("compression.type", "lz4")
-            .create()?;
+            .create_with_context(crate::Quiet)?;
         Ok(Arc::new(Self { producer, topic: s.topic(), settings: s.clone(), entities, check }))
+    }
+
+    /// Whether Kafka can take writes now: the topic's metadata answers within `timeout`,
+    /// and every partition has a leader and at least `min.insync.replicas` replicas in
+    /// sync (fewer, and `acks=all` produces fail). Blocks; the reason when it cannot.
+    pub fn probe(&self, timeout: std::time::Duration) -> Result<(), String> {
+        let md = self.producer.client().fetch_metadata(Some(&self.topic), timeout).map_err(|e| e.to_string())?;
+        let topic = md.topics().iter().find(|t| t.name() == self.topic).ok_or("the topic is missing")?;
+        if let Some(e) = topic.error() {
+            return Err(format!("topic {}: {}", self.topic, rdkafka::error::RDKafkaErrorCode::from(e)));
+        }
+        if topic.partitions().is_empty() {
+            return Err(format!("topic {} has no partitions", self.topic));
+        }
+        let min_isr = usize::from(self.settings.min_insync_replicas);
+        for p in topic.partitions() {
+            if p.leader() < 0 {
+                return Err(format!("partition {} of {} has no leader", p.id(), self.topic));
+            }
+            if p.isr().len() < min_isr {
+                return Err(format!(
+                    "partition {} of {} has {} replicas in sync, fewer than min.insync.replicas ({min_isr})",
+                    p.id(),
+                    self.topic,
+                    p.isr().len()
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn produce(&self, op: &WriteOp) -> Result<WriteOutcome, StoreError> {
         let (Some(device), Some(payload)) = (record::device_of(op), record::encode(op)) else {
             return Err(StoreError::Corrupt("not a device-data write"));
         };
-        (self.check)(op)?;
+        self.check.check(op).await?;
         let key = record::key(device);
         let rec = FutureRecord::to(&self.topic).key(&key[..]).payload(&payload[..]);
         // Waits for queue space up to the produce timeout: backpressure, not a drop.

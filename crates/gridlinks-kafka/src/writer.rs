@@ -41,7 +41,7 @@ impl StorageWriter {
     /// until the task is aborted (offsets of an unfinished batch are not committed, so the
     /// next member writes it again).
     pub fn spawn(s: &KafkaSettings, store: impl Sink) -> Result<JoinHandle<()>, KafkaError> {
-        let consumer: StreamConsumer = s
+        let consumer: StreamConsumer<crate::Quiet> = s
             .client("storage")
             .set("group.id", s.group())
             // Static membership: a node that restarts takes its partitions back at once
@@ -52,7 +52,7 @@ impl StorageWriter {
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            .create()?;
+            .create_with_context(crate::Quiet)?;
         let topic = s.topic();
         consumer.subscribe(&[&topic])?;
         let consumer = Arc::new(consumer);
@@ -67,7 +67,7 @@ impl StorageWriter {
 }
 
 /// The next message (waiting for it), then whatever else is ready, up to [`MAX_BATCH`].
-async fn next_batch(consumer: &StreamConsumer) -> Vec<OwnedMessage> {
+async fn next_batch(consumer: &StreamConsumer<crate::Quiet>) -> Vec<OwnedMessage> {
     let mut batch = Vec::new();
     loop {
         match consumer.recv().await {
@@ -150,7 +150,7 @@ async fn write(store: &impl Sink, batch: &[OwnedMessage]) {
 
 /// Commits the offsets after the batch (asynchronously: a lost commit only means the
 /// batch is written again).
-fn commit(consumer: &StreamConsumer, topic: &str, batch: &[OwnedMessage]) {
+fn commit(consumer: &StreamConsumer<crate::Quiet>, topic: &str, batch: &[OwnedMessage]) {
     let mut next: HashMap<i32, i64> = HashMap::new();
     for m in batch {
         let e = next.entry(m.partition()).or_insert(0);

@@ -33,6 +33,11 @@ use postgres::{Client, NoTls, Row, Transaction};
 /// How long making a connection may take, unless the URL says otherwise.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long one statement may run, unless the URL sets `options`: a server that hangs
+/// (or a query that would run for minutes) fails the request with 503 instead of holding a
+/// pooled connection and a storage writer forever.
+pub const STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Months back from now that get their own partition when written.
 pub const PAST_MONTHS: i64 = 36;
 /// Months ahead of now that get their own partition when written.
@@ -52,14 +57,18 @@ pub struct Pool {
 
 impl Pool {
     /// A pool of at most `size` connections to `url` (made when first needed; a server
-    /// that does not answer fails a connection after 5 s unless the URL sets
-    /// `connect_timeout`).
+    /// that does not answer fails a connection after [`CONNECT_TIMEOUT`] unless the URL
+    /// sets `connect_timeout`, and a statement after [`STATEMENT_TIMEOUT`] unless it sets
+    /// `options`).
     pub fn new(url: &str, size: usize) -> Self {
         // The parse error names no part of the URL (it holds the password).
         let config = url.parse::<postgres::Config>().map_err(|_| "the connection URL does not parse".to_owned());
         let config = config.map(|mut c| {
             if c.get_connect_timeout().is_none() {
                 c.connect_timeout(CONNECT_TIMEOUT);
+            }
+            if c.get_options().is_none() {
+                c.options(&format!("-c statement_timeout={}", STATEMENT_TIMEOUT.as_millis()));
             }
             c
         });
@@ -218,6 +227,11 @@ impl PgTimeseries {
         let pool = Pool::new(url, pool_size);
         pool.with(|c| c.batch_execute(SCHEMA))?;
         Ok(Self { pool, months: Mutex::new(HashSet::new()) })
+    }
+
+    /// Whether the database answers (`SELECT 1` on a pooled connection).
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.pool.with(|c| c.batch_execute("SELECT 1"))
     }
 
     /// Makes the partitions the months of `records` need (within the window).

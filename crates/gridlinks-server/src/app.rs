@@ -1,5 +1,5 @@
 //! The running server: start-up (store, writer, admin account, secrets), the HTTP
-//! router, `/healthz` and `/metrics`, and ordered shutdown (stop accepting → finish
+//! router, `/healthz`, `/readyz` and `/metrics`, and ordered shutdown (stop accepting → finish
 //! in-flight requests → drain the write queue → final sync).
 
 use std::net::SocketAddr;
@@ -14,7 +14,6 @@ use axum::response::IntoResponse;
 use axum::routing::{any, delete, get, post, put};
 use axum::Router;
 use gridlinks_storage::{Health, Store, StoreOptions, WriterConfig, WriterHandle};
-use serde_json::json;
 use uuid::Uuid;
 
 use crate::auth::{self, Auth};
@@ -41,6 +40,9 @@ pub struct Core {
     pub store: Store,
     /// Telemetry reads and deletes: the node's store or a shared database (`cluster.timeseries`).
     pub ts: crate::cluster::TsStore,
+    /// The shared services (Kafka, PostgreSQL) as last probed: while one is down, new work
+    /// is refused.
+    pub backends: Arc<crate::cluster::Backends>,
     /// Writes that are not device data (devices, deletes, broker rows): group commit.
     pub writer: WriterHandle,
     /// Device data in: credentials, batched durable submits, live fan-out.
@@ -163,6 +165,7 @@ pub fn router(state: Http) -> Router {
         .route("/", get(crate::console::index))
         .route("/assets/{file}", get(crate::console::asset))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/api/ws", get(crate::ws::upgrade))
         .route("/api/ws/plugins/telemetry", get(crate::ws::upgrade_legacy))
@@ -253,19 +256,38 @@ pub fn router(state: Http) -> Router {
 
 /// `GET /healthz`: 200 while the server takes data; 503 before it is ready, while shutting
 /// down, and while storage refuses writes (disk full, or reopening after a failure) — reads
-/// keep working then.
+/// keep working then. The node's own state only: a liveness check.
 async fn healthz(State(core): State<Arc<Core>>, State(status): State<Arc<Status>>) -> impl IntoResponse {
+    let (up, body) = local_health(&core, &status);
+    answer(up, body)
+}
+
+/// `GET /readyz`: `/healthz` and the shared services (`backends`: Kafka, PostgreSQL, each
+/// `"UP"` or `"DOWN: why"`): 503 while any is down, when the node refuses new work. A
+/// load balancer's readiness check.
+async fn readyz(State(core): State<Arc<Core>>, State(status): State<Arc<Status>>) -> impl IntoResponse {
+    let (up, mut body) = local_health(&core, &status);
+    body.insert("backends".into(), core.backends.report().into());
+    answer(up && core.backends.refusal().is_none(), body)
+}
+
+/// Whether the node itself takes data, and the body saying so.
+fn local_health(core: &Core, status: &Status) -> (bool, serde_json::Map<String, serde_json::Value>) {
     let health = core.store.health();
     let storage = match health {
         Health::Ok => "OK",
         Health::DiskFull => "DISK_FULL",
         Health::Failed => "FAILED",
     };
-    if status.ready.load(Ordering::Acquire) && health == Health::Ok {
-        (StatusCode::OK, axum::Json(json!({"status": "UP", "storage": storage})))
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "DOWN", "storage": storage})))
-    }
+    let up = status.ready.load(Ordering::Acquire) && health == Health::Ok;
+    (up, serde_json::Map::from_iter([("storage".to_owned(), storage.into())]))
+}
+
+/// 200 `{"status":"UP",…}` or 503 `{"status":"DOWN",…}`.
+fn answer(up: bool, mut body: serde_json::Map<String, serde_json::Value>) -> impl IntoResponse {
+    body.insert("status".into(), if up { "UP" } else { "DOWN" }.into());
+    let code = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(serde_json::Value::Object(body)))
 }
 
 /// `GET /metrics`: OpenMetrics text, every name in [`crate::metrics`].
@@ -497,9 +519,18 @@ pub async fn serve(
     };
     let cluster = crate::cluster::start(&cfg.cluster, &store, &writer).await?;
     let ingest = Ingest::new(store.clone(), cluster.log, Arc::new(live), cfg.limits.max_devices_per_gateway);
-    let ts = cluster.ts;
-    let core =
-        Core { cfg: Arc::new(cfg), store: store.clone(), ts, writer, ingest, tenant_id, claims: Default::default() };
+    let (ts, backends) = (cluster.ts, cluster.backends);
+    tokio::spawn(backends.clone().watch(cfg.cluster.probe_interval.duration()));
+    let core = Core {
+        cfg: Arc::new(cfg),
+        store: store.clone(),
+        ts,
+        backends,
+        writer,
+        ingest,
+        tenant_id,
+        claims: Default::default(),
+    };
     crate::thingsboard::tenants::ensure_first(&core).await.context("writing the first tenant")?;
     let mqtt = Arc::new(Mqtt {
         core: core.clone(),

@@ -2,17 +2,20 @@
 //! commit, or Kafka with this node's storage writer consuming it) and the time-series store
 //! (`cluster.timeseries`: the embedded store, or PostgreSQL, which the storage writer then
 //! writes and every telemetry read comes from). Cassandra and shared entities are refused
-//! here until they are built.
+//! here until they are built. [`Backends`] probes the shared services; while one does not
+//! answer, the node refuses new work ([`Gated`], the MQTT handshake) and `/readyz` says so.
 
 use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use gridlinks_ingest::{CommitLog, Embedded};
-use gridlinks_kafka::{KafkaLog, KafkaSettings, Sink, StorageWriter};
+use gridlinks_ingest::{BoxFuture, CommitLog, Embedded};
+use gridlinks_kafka::{Check, KafkaLog, KafkaSettings, Sink, StorageWriter};
 use gridlinks_postgres::PgTimeseries;
-use gridlinks_storage::{DeleteTelemetry, Store, StoreError, Timeseries, WriteOp, WriterHandle};
+use gridlinks_storage::{DeleteTelemetry, Health, Store, StoreError, Timeseries, WriteOp, WriteOutcome, WriterHandle};
+use parking_lot::Mutex;
 
 use crate::config::{ClusterConfig, EntitiesBackend, QueueBackend, TimeseriesBackend};
 
@@ -89,13 +92,173 @@ impl Sink for PgSink {
     }
 }
 
-/// What `[cluster]` makes: the commit log, the time-series store, and the storage
-/// writer's task when the log is Kafka.
+/// How long one probe may take before its service counts as down.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A probe of one shared service: blocks, and says why it could not be used.
+type ProbeFn = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// One shared service and what its last probe found.
+struct Probe {
+    /// `kafka` or `postgresql`.
+    name: &'static str,
+    check: Arc<ProbeFn>,
+    /// The error a refused request gets, from the reason.
+    error: fn(String) -> StoreError,
+    /// `None` while it answers, else why it did not.
+    down: Mutex<Option<String>>,
+    /// A probe is running (one that hangs is not started again until it returns).
+    running: Arc<AtomicBool>,
+}
+
+/// The shared services this node depends on (none when everything is embedded), probed
+/// every `cluster.probe_interval` by [`Backends::watch`]. They start as up: [`start`] has
+/// just used each of them.
+#[derive(Default)]
+pub struct Backends {
+    probes: Vec<Probe>,
+    /// Whether any probe is down (so that the answer costs one load while all are up).
+    any_down: AtomicBool,
+}
+
+impl Backends {
+    fn add(&mut self, name: &'static str, error: fn(String) -> StoreError, check: ProbeFn) {
+        self.probes.push(Probe {
+            name,
+            check: Arc::new(check),
+            error,
+            down: Mutex::new(None),
+            running: Arc::default(),
+        });
+    }
+
+    /// Why this node takes no new work now: the first service down, or `None`.
+    pub fn refusal(&self) -> Option<StoreError> {
+        if !self.any_down.load(Ordering::Acquire) {
+            return None;
+        }
+        self.probes
+            .iter()
+            .find_map(|p| p.down.lock().as_ref().map(|why| (p.error)(format!("{} is unreachable: {why}", p.name))))
+    }
+
+    /// Each service's state, for `/readyz`: `"UP"`, or `"DOWN: why"`.
+    pub fn report(&self) -> serde_json::Map<String, serde_json::Value> {
+        let state = |p: &Probe| match &*p.down.lock() {
+            None => "UP".to_owned(),
+            Some(why) => format!("DOWN: {why}"),
+        };
+        self.probes.iter().map(|p| (p.name.to_owned(), state(p).into())).collect()
+    }
+
+    /// Probes every service every `interval`, forever; a change is logged.
+    pub async fn watch(self: Arc<Self>, interval: Duration) {
+        if self.probes.is_empty() {
+            return;
+        }
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for p in &self.probes {
+                if p.running.swap(true, Ordering::AcqRel) {
+                    continue; // the last one still hangs: it stays down
+                }
+                let (check, running) = (p.check.clone(), p.running.clone());
+                let task = tokio::task::spawn_blocking(move || {
+                    let r = check();
+                    running.store(false, Ordering::Release);
+                    r
+                });
+                let found = match tokio::time::timeout(PROBE_TIMEOUT, task).await {
+                    Ok(Ok(r)) => r.err(),
+                    Ok(Err(e)) => Some(format!("probe failed: {e}")),
+                    Err(_) => Some(format!("no answer within {} s", PROBE_TIMEOUT.as_secs())),
+                };
+                let mut down = p.down.lock();
+                match (&*down, &found) {
+                    (None, Some(why)) => {
+                        tracing::warn!(backend = p.name, reason = %why, "backend unreachable: refusing new work until it answers")
+                    }
+                    (Some(_), None) => tracing::info!(backend = p.name, "backend answers again: taking work"),
+                    _ => {}
+                }
+                *down = found;
+            }
+            let any = self.probes.iter().any(|p| p.down.lock().is_some());
+            self.any_down.store(any, Ordering::Release);
+        }
+    }
+}
+
+/// The commit log behind a refusal: while a shared service is down, device data is refused
+/// at once with the reason (HTTP 503, MQTT 0x80 with a reason string, CoAP 5.03) instead
+/// of waiting for Kafka's produce timeout or being taken while it cannot become queryable.
+struct Gated {
+    log: Arc<dyn CommitLog>,
+    backends: Arc<Backends>,
+}
+
+impl CommitLog for Gated {
+    fn commit(&self, ops: Vec<WriteOp>) -> BoxFuture<'_, Result<Vec<Result<WriteOutcome, StoreError>>, StoreError>> {
+        match self.backends.refusal() {
+            Some(e) => Box::pin(std::future::ready(Err(e))),
+            None => self.log.commit(ops),
+        }
+    }
+}
+
+/// Before Kafka, with the node's store behind it: the store takes writes now (not full,
+/// not failed), and every telemetry key has its dictionary id, reserved now if new. Once
+/// acknowledged, the storage writer cannot meet the key limit with the record (it would
+/// have to leave it out); a full store waits to be written, as acknowledged data.
+struct EmbeddedCheck {
+    store: Store,
+    writer: WriterHandle,
+}
+
+impl Check for EmbeddedCheck {
+    fn check<'a>(&'a self, op: &'a WriteOp) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match self.store.health() {
+                Health::Ok => {}
+                Health::DiskFull => {
+                    return Err(StoreError::DiskFull("the node's store refuses writes until space is freed".into()))
+                }
+                Health::Failed => return Err(StoreError::Unavailable),
+            }
+            let WriteOp::Telemetry { records, .. } = op else { return Ok(()) };
+            let unknown =
+                self.store.unknown_keys(records.iter().flat_map(|r| r.values.iter().map(|(k, _)| k.as_str())));
+            if unknown.is_empty() {
+                return Ok(());
+            }
+            self.writer.submit(WriteOp::ReserveKeys(unknown)).await.map(drop)
+        })
+    }
+}
+
+/// Before Kafka, with PostgreSQL behind it: text without NUL, which PostgreSQL cannot hold.
+struct PgCheck;
+
+impl Check for PgCheck {
+    fn check<'a>(&'a self, op: &'a WriteOp) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(match op {
+            WriteOp::Telemetry { records, .. } => gridlinks_postgres::storable(records),
+            _ => Ok(()),
+        }))
+    }
+}
+
+/// What `[cluster]` makes: the commit log, the time-series store, the shared services'
+/// probes, and the storage writer's task when the log is Kafka.
 pub struct Cluster {
     /// Where device data is committed.
     pub log: Arc<dyn CommitLog>,
     /// Where telemetry is read.
     pub ts: TsStore,
+    /// Kafka and PostgreSQL as last probed ([`Backends::watch`] must be spawned).
+    pub backends: Arc<Backends>,
     /// The storage writer (Kafka only); it runs until aborted.
     pub storage_writer: Option<tokio::task::JoinHandle<()>>,
 }
@@ -136,8 +299,27 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
         }
         _ => TsStore::Embedded(store.clone(), writer.clone()),
     };
+    let mut backends = Backends::default();
+    if let TsStore::Postgres(pg) = &ts {
+        let pg = pg.clone();
+        backends.add(
+            "postgresql",
+            StoreError::Database,
+            Box::new(move || {
+                pg.ping().map_err(|e| match e {
+                    StoreError::Database(m) => m.trim_start_matches("postgresql: ").to_owned(),
+                    e => e.to_string(),
+                })
+            }),
+        );
+    }
     match c.queue {
-        QueueBackend::Embedded => Ok(Cluster { log: Arc::new(Embedded(writer.clone())), ts, storage_writer: None }),
+        QueueBackend::Embedded => Ok(Cluster {
+            log: Arc::new(Embedded(writer.clone())),
+            ts,
+            backends: Arc::new(backends),
+            storage_writer: None,
+        }),
         QueueBackend::Kafka => {
             let k = &c.kafka;
             let settings = KafkaSettings {
@@ -152,12 +334,9 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             gridlinks_kafka::ensure_topic(&settings)
                 .await
                 .with_context(|| format!("kafka at {}", k.bootstrap_servers.join(",")))?;
-            let check: gridlinks_kafka::Check = match &ts {
-                TsStore::Postgres(_) => |op| match op {
-                    WriteOp::Telemetry { records, .. } => gridlinks_postgres::storable(records),
-                    _ => Ok(()),
-                },
-                TsStore::Embedded(..) => |_| Ok(()),
+            let check: Box<dyn Check> = match &ts {
+                TsStore::Postgres(_) => Box::new(PgCheck),
+                TsStore::Embedded(..) => Box::new(EmbeddedCheck { store: store.clone(), writer: writer.clone() }),
             };
             let log = KafkaLog::new(&settings, writer.clone(), check).context("kafka producer")?;
             let task = match &ts {
@@ -168,7 +347,15 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             }
             .context("kafka storage writer")?;
             tracing::info!(topic = %settings.topic(), group = %settings.group(), "device data is committed to kafka");
-            Ok(Cluster { log, ts, storage_writer: Some(task) })
+            let kafka = log.clone();
+            backends.add(
+                "kafka",
+                StoreError::Queue,
+                Box::new(move || kafka.probe(PROBE_TIMEOUT - Duration::from_secs(1))),
+            );
+            let backends = Arc::new(backends);
+            let log = Arc::new(Gated { log, backends: backends.clone() });
+            Ok(Cluster { log, ts, backends, storage_writer: Some(task) })
         }
     }
 }

@@ -381,6 +381,10 @@ pub struct ClusterConfig {
     pub entities: EntitiesBackend,
     /// This node's name, unique in the cluster (Kafka client and consumer-group member ids).
     pub node_id: String,
+    /// How often the shared services (Kafka, PostgreSQL) are probed: while one does not
+    /// answer, `/readyz` is 503 and the node refuses new work (MQTT CONNECT, device data)
+    /// with the reason, and takes it again by itself at the first probe that answers.
+    pub probe_interval: Millis,
     /// Kafka, when `queue = "kafka"`.
     pub kafka: KafkaConfig,
     /// PostgreSQL, when `timeseries` or `entities` is `postgres`.
@@ -441,6 +445,7 @@ impl Default for ClusterConfig {
             timeseries: TimeseriesBackend::Embedded,
             entities: EntitiesBackend::Embedded,
             node_id: String::new(),
+            probe_interval: Millis(1_000),
             kafka: KafkaConfig::default(),
             postgres: PostgresConfig::default(),
             cassandra: CassandraConfig::default(),
@@ -510,6 +515,9 @@ impl ClusterConfig {
             return Err(
                 "cluster.node_id must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', '-' and unique per node".into(),
             );
+        }
+        if self.probe_interval.0 < 100 {
+            return Err("cluster.probe_interval must be at least 100 ms".into());
         }
         let k = &self.kafka;
         if k.bootstrap_servers.is_empty() {

@@ -135,6 +135,10 @@ fn disk_full_story(min_free_mb: &str) {
     let (st, health) = s.req("GET", "/healthz", None, None);
     assert_eq!(st, 503);
     assert!(health.contains("DISK_FULL") || health.contains("FAILED"), "{health}");
+    // Readiness includes the node's own storage (no shared services here: no backends).
+    let (st, ready) = s.req("GET", "/readyz", None, None);
+    assert_eq!(st, 503, "{ready}");
+    assert!(ready.contains(r#""backends":{}"#), "{ready}");
     // A flood of refused writes does not flood the log.
     for _ in 0..1000 {
         ts += 1;
@@ -163,6 +167,7 @@ fn disk_full_story(min_free_mb: &str) {
         acked.push(ts);
     }
     assert_eq!(s.req("GET", "/healthz", None, None).0, 200);
+    assert_eq!(s.req("GET", "/readyz", None, None).0, 200);
     s.assert_all_stored(std::slice::from_ref(&id), std::slice::from_ref(&acked), "n");
     if min_free_mb == "0" {
         assert!(metric(&s, "gridlinks_storage_reopens_total") >= 1, "the engine failed, so the store was reopened");

@@ -1,8 +1,9 @@
 //! `cluster.queue = "kafka"` against a real Kafka broker (KRaft, from the Apache jars on
 //! Maven Central, started by `scripts/services/kafka.sh` on free loopback ports): device
 //! data is answered only after Kafka acknowledged it, the storage writer's consumer group
-//! stores every acknowledged point, a node whose Kafka is gone refuses with 503 and recovers
-//! by itself, and a node killed mid-stream stores everything once it is back.
+//! stores every acknowledged point, a node whose Kafka or PostgreSQL is gone is not ready
+//! (`/readyz`), refuses device data (503) and MQTT sessions with the cause and recovers by
+//! itself, and a node killed mid-stream stores everything once it is back.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -13,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::mqtt::Raw;
 use common::Server;
+use gridlinks_codec::mqtt::{reason, ProtocolVersion};
 use pg_service::Postgres;
 
 /// Kafka brokers under a temporary directory, stopped when dropped.
@@ -131,7 +134,21 @@ fn every_acknowledged_point_is_stored(env: &[(&'static str, String)], data: &Pat
 fn every_point_acknowledged_through_kafka_is_stored() {
     let kafka = Kafka::start(1);
     let tmp = tempfile::tempdir().unwrap();
-    every_acknowledged_point_is_stored(&kafka.env("node-1"), &tmp.path().join("data"));
+    let mut env = kafka.env("node-1");
+    env.push(("GRIDLINKS_STORAGE_MAX_KEYS", "2".into()));
+    let (ids, s) = every_acknowledged_point_is_stored(&env, &tmp.path().join("data"));
+    // A key the store has no room for is refused before Kafka (400), never acknowledged
+    // and then left out by the storage writer; a new key within the limit is reserved
+    // before it is produced.
+    assert_eq!(s.telemetry("kafka-token-0", r#"{"ts":41,"values":{"u":1}}"#), 200);
+    let (st, body) = s.req("POST", "/api/v1/kafka-token-0/telemetry", None, Some(r#"{"ts":42,"values":{"v":1}}"#));
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("too many distinct telemetry keys"), "{body}");
+    let jwt = s.login();
+    let stored = eventually(30, || s.stored_timestamps(&jwt, &ids[0], "u").contains(&41));
+    assert!(stored, "the point with the reserved key is not stored");
+    let (_, keys) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{}/keys/timeseries", ids[0]), &jwt, None);
+    assert_eq!(keys, serde_json::json!(["t", "u"]));
 }
 
 /// `cluster.timeseries = "postgres"`: the storage writer writes the time series to a real
@@ -186,6 +203,21 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
         )
         .unwrap();
     assert_eq!(left[0].1.len(), 20, "points 21..=40 are left");
+
+    // PostgreSQL gone: the node is not ready and refuses device data and sessions with the
+    // cause (acknowledged data could not become queryable); it recovers by itself.
+    assert_ready(&s, "postgresql");
+    pg.stop();
+    assert_not_ready(&s, "postgresql");
+    let (st, body) = s.req("POST", "/api/v1/kafka-token-0/telemetry", None, Some(r#"{"ts":60,"values":{"t":60}}"#));
+    assert_eq!(st, 503, "{body}");
+    assert!(body.contains("postgresql"), "{body}");
+    assert_connect_refused(&s, "kafka-token-0", "postgresql");
+    pg.restart();
+    assert_ready(&s, "postgresql");
+    assert_eq!(s.telemetry("kafka-token-0", r#"{"ts":61,"values":{"t":61}}"#), 200);
+    let stored = eventually(30, || direct.latest(device, None).is_ok_and(|l| l[0].1 == gridlinks_types::Ts(61)));
+    assert!(stored, "the point after the restart is not in postgresql");
     // Nothing went to the node's own time series: a node without the database has none.
     drop(s);
     let plain = start_on(&tmp.path().join("data"), &[]);
@@ -202,11 +234,20 @@ fn without_kafka_writes_are_refused_with_503_and_resume_by_themselves() {
     let mut acked = vec![Vec::new()];
     assert_eq!(s.telemetry(&tokens[0], r#"{"ts":1,"values":{"t":1}}"#), 200);
     acked[0].push(1);
+    assert_ready(&s, "kafka");
     kafka.run(&["stop", "1"]); // kill -9 the broker
+                               // The probe finds it gone: the node is not ready, and says why.
+    assert_not_ready(&s, "kafka");
+    let (_, health) = s.req("GET", "/healthz", None, None);
+    assert!(health.contains(r#""status":"UP""#), "liveness is the node's own: {health}");
+    // Device data is refused at once with the cause, not after the produce timeout (3 s).
+    let started = Instant::now();
     let (st, body) =
         s.req("POST", &format!("/api/v1/{}/telemetry", tokens[0]), None, Some(r#"{"ts":2,"values":{"t":2}}"#));
     assert_eq!(st, 503, "{body}");
     assert!(body.contains("kafka"), "the error names the cause: {body}");
+    assert!(started.elapsed() < Duration::from_secs(2), "refused after {:?}", started.elapsed());
+    assert_connect_refused(&s, &tokens[0], "kafka");
     // Device management still works: it is not device data.
     let jwt = s.login();
     let (st, _) = s.json("GET", &format!("/api/device/{}", ids[0]), &jwt, None);
@@ -219,7 +260,40 @@ fn without_kafka_writes_are_refused_with_503_and_resume_by_themselves() {
     });
     assert!(resumed, "writes did not resume after kafka came back");
     acked[0].push(ts);
+    assert_ready(&s, "kafka");
+    let (_, ack) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some(&tokens[0]), 30);
+    assert_eq!(ack.code, 0, "{ack:?}");
     wait_all_stored(&s, &ids, &acked);
+}
+
+/// `/readyz` is 200 and names `backend` UP, soon (the probe runs every second).
+fn assert_ready(s: &Server, backend: &str) {
+    let ready = eventually(30, || {
+        let (st, body) = s.req("GET", "/readyz", None, None);
+        st == 200 && serde_json::from_str::<serde_json::Value>(&body).unwrap()["backends"][backend] == "UP"
+    });
+    assert!(ready, "not ready: {:?}", s.req("GET", "/readyz", None, None));
+}
+
+/// `/readyz` turns 503 with `backend` DOWN and the reason, within 15 s.
+fn assert_not_ready(s: &Server, backend: &str) {
+    let down = eventually(15, || s.req("GET", "/readyz", None, None).0 == 503);
+    let (_, body) = s.req("GET", "/readyz", None, None);
+    assert!(down, "still ready: {body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["status"], "DOWN");
+    assert!(body["backends"][backend].as_str().unwrap().starts_with("DOWN: "), "{body}");
+}
+
+/// A device's MQTT CONNECT is refused: 5.0 "server unavailable" with the cause as its
+/// reason string, 3.1.1 return code 3.
+fn assert_connect_refused(s: &Server, token: &str, cause: &str) {
+    let (_, ack) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some(token), 30);
+    assert_eq!(ack.code, reason::SERVER_UNAVAILABLE, "{ack:?}");
+    let why = ack.properties.reason_string.unwrap_or_default();
+    assert!(why.contains(cause), "the reason names the cause: {why}");
+    let (_, ack) = Raw::connect(s.mqtt_port, ProtocolVersion::V3_1_1, Some(token), 30);
+    assert_eq!(ack.code, reason::V3_SERVER_UNAVAILABLE, "{ack:?}");
 }
 
 #[test]

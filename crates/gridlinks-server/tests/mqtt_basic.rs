@@ -18,6 +18,9 @@ fn connect(port: u16, client_id: &str, user: Option<(&str, &str)>) -> (ConnectRe
     }
     opts.set_keep_alive(Duration::from_secs(30));
     let (client, mut conn) = Client::new(opts, 16);
+    // Password checks run on low-priority threads: on a busy machine a CONNACK can take
+    // longer than the client's default 5 s.
+    conn.eventloop.network_options.set_connection_timeout(30);
     for ev in conn.iter() {
         match ev {
             Ok(Event::Incoming(Incoming::ConnAck(ack))) => {

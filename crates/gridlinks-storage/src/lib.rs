@@ -710,6 +710,15 @@ impl Store {
         walk(&self.inner.dir)
     }
 
+    /// The names of `names` that have no telemetry key id yet (each once).
+    pub fn unknown_keys<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let dict = self.inner.keys.read();
+        let mut unknown: Vec<String> = names.into_iter().filter(|n| dict.id(n).is_none()).map(str::to_owned).collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        unknown
+    }
+
     /// Whether the store takes writes now.
     pub fn health(&self) -> Health {
         match self.inner.health.load(Ordering::Acquire) {

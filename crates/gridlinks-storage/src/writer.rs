@@ -226,6 +226,10 @@ pub enum WriteOp {
     },
     /// Rows of the MQTT broker's tables, committed with the telemetry of the same round.
     Broker(Vec<BrokerRow>),
+    /// Gives telemetry key names their dictionary ids now (`Limit` when the dictionary is
+    /// full), so that a later write of them cannot meet the key limit: the check a commit
+    /// log in front of the store (Kafka) makes before it acknowledges.
+    ReserveKeys(Vec<String>),
     /// Creates or updates many devices in one commit.
     Import {
         /// The tenant whose devices these are.
@@ -782,6 +786,11 @@ impl Writer {
                     results[i] = self.attributes(&mut seg, device, scope, keys.into_iter().map(|k| (k, None)));
                     seg.members.push(i);
                 }
+                WriteOp::ReserveKeys(names) => {
+                    results[i] =
+                        names.iter().try_for_each(|n| self.intern(&mut seg, n).map(drop)).map(|()| WriteOutcome::Done);
+                    seg.members.push(i);
+                }
                 WriteOp::Broker(rows) => {
                     // An application user name may not be a device's access token.
                     let clash = rows
@@ -1257,7 +1266,8 @@ impl Writer {
             WriteOp::Telemetry { .. }
             | WriteOp::Attributes { .. }
             | WriteOp::DeleteAttributes { .. }
-            | WriteOp::Broker(_) => Err(StoreError::Corrupt("op routed wrongly")),
+            | WriteOp::Broker(_)
+            | WriteOp::ReserveKeys(_) => Err(StoreError::Corrupt("op routed wrongly")),
         }
     }
 

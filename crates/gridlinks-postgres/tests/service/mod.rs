@@ -37,6 +37,12 @@ impl Postgres {
         Command::new(script()).arg("stop").arg(self.dir.path().join("pg")).status().unwrap();
     }
 
+    /// Starts it again after [`Postgres::stop`], on the same port.
+    pub fn restart(&self) {
+        let st = Command::new(script()).arg("restart").arg(self.dir.path().join("pg")).status().unwrap();
+        assert!(st.success(), "postgres.sh restart");
+    }
+
     /// Runs SQL as the server's superuser; the rows, unaligned.
     pub fn psql(&self, sql: &str) -> String {
         let out = Command::new(script()).arg("psql").arg(self.dir.path().join("pg")).arg(sql).output().unwrap();

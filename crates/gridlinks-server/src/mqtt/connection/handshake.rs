@@ -97,6 +97,13 @@ impl<T: Transport> Conn<T> {
             }
             (_, Err(_), Ok(None)) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
         }
+        // A node whose Kafka or database is unreachable takes no new sessions: the client
+        // is told why and goes to another node, or retries.
+        if let Some(e) = self.st.core.backends.refusal().filter(|_| code == 0) {
+            code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE);
+            refusal = v5.then(|| e.to_string());
+            who = None;
+        }
         if let (Some(Who::Client { acl, .. }), Some(will)) = (&who, &c.will) {
             if may_publish(acl, &will.topic).is_err() {
                 code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
