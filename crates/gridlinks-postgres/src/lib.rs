@@ -1,7 +1,8 @@
 //! PostgreSQL as GridLinks' shared time-series store, for clusters smaller than the ones
 //! Cassandra is for: the schema (partitioned by month), idempotent batch writes, deletes,
 //! and the REST queries (latest, history, aggregation) in SQL, behind the storage crate's
-//! [`Timeseries`] seam, giving its conformance suite's answers.
+//! [`Timeseries`] seam, giving its conformance suite's answers. Also the replica of the
+//! shared entities ([`PgReplica`], module `entities`).
 //!
 //! Schema (ThingsBoard's `ts_kv` / `ts_kv_latest` shape, one typed column per value type):
 //!
@@ -30,6 +31,9 @@ use parking_lot::{Condvar, Mutex};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Transaction};
 
+mod entities;
+pub use entities::PgReplica;
+
 /// How long making a connection may take, unless the URL says otherwise.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -47,6 +51,19 @@ fn db(e: postgres::Error) -> StoreError {
     StoreError::Database(format!("postgresql: {e}"))
 }
 
+/// The connection settings of `url`, with [`CONNECT_TIMEOUT`] and [`STATEMENT_TIMEOUT`]
+/// unless it sets them. The error names no part of the URL (it holds the password).
+fn config(url: &str) -> Result<postgres::Config, String> {
+    let mut c = url.parse::<postgres::Config>().map_err(|_| "the connection URL does not parse".to_owned())?;
+    if c.get_connect_timeout().is_none() {
+        c.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if c.get_options().is_none() {
+        c.options(&format!("-c statement_timeout={}", STATEMENT_TIMEOUT.as_millis()));
+    }
+    Ok(c)
+}
+
 /// A bounded pool of connections to one database.
 pub struct Pool {
     config: Result<postgres::Config, String>,
@@ -61,18 +78,7 @@ impl Pool {
     /// sets `connect_timeout`, and a statement after [`STATEMENT_TIMEOUT`] unless it sets
     /// `options`).
     pub fn new(url: &str, size: usize) -> Self {
-        // The parse error names no part of the URL (it holds the password).
-        let config = url.parse::<postgres::Config>().map_err(|_| "the connection URL does not parse".to_owned());
-        let config = config.map(|mut c| {
-            if c.get_connect_timeout().is_none() {
-                c.connect_timeout(CONNECT_TIMEOUT);
-            }
-            if c.get_options().is_none() {
-                c.options(&format!("-c statement_timeout={}", STATEMENT_TIMEOUT.as_millis()));
-            }
-            c
-        });
-        Self { config, size: size.max(1), idle: Mutex::new((Vec::new(), 0)), freed: Condvar::new() }
+        Self { config: config(url), size: size.max(1), idle: Mutex::new((Vec::new(), 0)), freed: Condvar::new() }
     }
 
     /// Runs `f` on a connection: an idle one, a new one while fewer than `size` are open,

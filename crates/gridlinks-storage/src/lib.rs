@@ -40,11 +40,17 @@
 //! refuses writes for good) marks the store failed; once there is room again the writer
 //! closes the engine and opens it again from disk, recovering its journal, without a
 //! restart. Reads go on throughout.
+//!
+//! Shared entities ([`replica`]): with a [`replica::Replica`] attached, the rows of the
+//! entity keyspaces (all above but `ts`, `latest`, `keys` and `meta`) that a write changes
+//! are published to it under the cluster's write lock before they are committed here, and
+//! what other nodes published is applied first.
 
 pub mod codec;
 pub mod histogram;
 mod keydict;
 pub mod query;
+pub mod replica;
 mod space;
 pub mod timeseries;
 pub mod writer;
@@ -563,6 +569,8 @@ pub(crate) struct Inner {
     /// Every device profile, by name, read once ([`Store::profiles`]); emptied by the
     /// writer, under this lock, whenever it commits a profile change.
     profiles: RwLock<Option<Arc<Vec<ProfileRecord>>>>,
+    /// The replica of the shared rows this store follows (`cluster.entities`), if any.
+    pub follower: parking_lot::Mutex<Option<replica::Follower>>,
     /// Where the store lives and how it was opened, for reopening.
     pub dir: PathBuf,
     opts: StoreOptions,
@@ -658,6 +666,7 @@ impl Store {
                 keys: RwLock::new(keys),
                 profiles: RwLock::new(None),
                 tokens: TokenCache::default(),
+                follower: parking_lot::Mutex::new(None),
                 health: std::sync::atomic::AtomicU8::new(Health::Ok as u8),
                 dir: dir.to_owned(),
                 opts: opts.clone(),
@@ -788,12 +797,12 @@ impl Store {
     /// commit so no reader can re-cache a mapping the commit just invalidated.
     pub(crate) fn commit_token_change(
         &self,
-        batch: fjall::OwnedWriteBatch,
+        batch: replica::Batch,
         changed: impl IntoIterator<Item = String>,
     ) -> Result<(), StoreError> {
         let cache = &self.inner.tokens;
         let mut map = cache.map.write();
-        batch.commit()?;
+        batch.commit(self)?;
         for t in changed {
             map.remove(&t);
         }

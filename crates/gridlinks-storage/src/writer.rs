@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fjall::{OwnedWriteBatch, PersistMode};
+use fjall::PersistMode;
+
+use crate::replica::Batch;
 use gridlinks_types::{AttributeScope, DeviceId, ProfileId, ProtocolIdentity, Ts, TsRecord, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -226,6 +228,9 @@ pub enum WriteOp {
     },
     /// Rows of the MQTT broker's tables, committed with the telemetry of the same round.
     Broker(Vec<BrokerRow>),
+    /// Applies what other nodes changed in the replica of shared rows (`cluster.entities`;
+    /// nothing without one).
+    CatchUp,
     /// Gives telemetry key names their dictionary ids now (`Limit` when the dictionary is
     /// full), so that a later write of them cannot meet the key limit: the check a commit
     /// log in front of the store (Kafka) makes before it acknowledges.
@@ -672,6 +677,22 @@ impl Writer {
         tracing::debug!("writer stopped");
     }
 
+    /// Takes the replica's lock and applies what other nodes changed (nothing without a
+    /// replica); cached state is dropped when anything was applied.
+    fn replica_begin(&mut self) -> Result<(), StoreError> {
+        if self.store.replica_begin()? {
+            self.forget_cached();
+        }
+        Ok(())
+    }
+
+    /// Drops what the writer caches of the shared rows (another node changed them).
+    fn forget_cached(&mut self) {
+        self.latest.clear();
+        self.gateway_counts.clear();
+        self.identity_counts.clear();
+    }
+
     /// The engine to write to.
     fn engine(&self) -> Result<Arc<Engine>, StoreError> {
         self.engine.clone().ok_or(StoreError::Unavailable)
@@ -786,6 +807,16 @@ impl Writer {
                     results[i] = self.attributes(&mut seg, device, scope, keys.into_iter().map(|k| (k, None)));
                     seg.members.push(i);
                 }
+                WriteOp::CatchUp => {
+                    // Without the lock: nothing is written but what others changed.
+                    self.commit_segment(&mut seg, &mut results);
+                    results[i] = self.store.replica_catch_up().map(|applied| {
+                        if applied {
+                            self.forget_cached();
+                        }
+                        WriteOutcome::Done
+                    });
+                }
                 WriteOp::ReserveKeys(names) => {
                     results[i] =
                         names.iter().try_for_each(|n| self.intern(&mut seg, n).map(drop)).map(|()| WriteOutcome::Done);
@@ -818,7 +849,9 @@ impl Writer {
                         results[i] = Err(StoreError::Unavailable);
                         continue;
                     }
-                    results[i] = self.heavy(heavy);
+                    // With a replica: the cluster's lock, and every other node's change, first.
+                    results[i] = self.replica_begin().and_then(|()| self.heavy(heavy));
+                    self.store.replica_release();
                     if let Err(e) = &results[i] {
                         // Whatever it half-did is not committed; forget cached state.
                         self.latest.clear();
@@ -966,6 +999,15 @@ impl Writer {
         if seg.members.is_empty() && seg.latest_dirty.is_empty() {
             return;
         }
+        if !seg.attrs.is_empty() || !seg.broker.is_empty() {
+            if let Err(e) = self.replica_begin() {
+                for &i in &seg.members {
+                    results[i] = Err(e.duplicate());
+                }
+                seg.members.clear();
+                return;
+            }
+        }
         let engine = match self.engine() {
             Ok(e) => e,
             Err(e) => {
@@ -977,7 +1019,7 @@ impl Writer {
             }
         };
         let ks = &engine.ks;
-        let mut batch = engine.db.batch();
+        let mut batch = Batch::new(&engine);
         for (name, id) in seg.new_keys.drain(..) {
             batch.insert(&ks.keys, name.into_bytes(), id.to_be_bytes().to_vec());
         }
@@ -1016,10 +1058,12 @@ impl Writer {
                 None => batch.remove(&ks.broker, key),
             }
         }
-        let outcome = batch.commit();
+        let outcome = batch.commit(&self.store);
+        self.store.replica_release();
         self.stats.records.fetch_add(std::mem::take(&mut seg.records), Ordering::Relaxed);
         if let Err(e) = outcome {
-            let e = self.fail(&e.into());
+            // The replica failing leaves the local store as it was.
+            let e = if matches!(e, StoreError::Database(_)) { e } else { self.fail(&e) };
             for &i in &seg.members {
                 results[i] = Err(e.duplicate());
             }
@@ -1056,19 +1100,21 @@ impl Writer {
                         return Err(StoreError::ProfileInUse);
                     }
                 }
-                self.store.change_profiles(|| Ok(engine.ks.profiles.remove(id.0.as_bytes())?))?;
+                let mut batch = Batch::new(&engine);
+                batch.remove(&engine.ks.profiles, id.0.as_bytes().to_vec());
+                self.store.change_profiles(|| batch.commit(&self.store))?;
                 Ok(WriteOutcome::Done)
             }
             WriteOp::SetDefaultProfile(id) => {
                 let engine = self.engine()?;
                 let target = self.store.profile(id)?.ok_or(StoreError::ProfileNotFound(id))?;
-                let mut batch = engine.db.batch();
+                let mut batch = Batch::new(&engine);
                 let same_tenant = self.store.profiles()?;
                 for p in same_tenant.iter().filter(|p| p.tenant == target.tenant && p.default != (p.id == id)) {
                     let p = ProfileRecord { default: p.id == id, ..p.clone() };
                     batch.insert(&engine.ks.profiles, p.id.0.as_bytes().to_vec(), encode_profile(&p)?);
                 }
-                self.store.change_profiles(|| Ok(batch.commit()?))?;
+                self.store.change_profiles(|| batch.commit(&self.store))?;
                 Ok(WriteOutcome::Profile(ProfileRecord { default: true, ..target }))
             }
             WriteOp::SaveDoc { kind, id, title, mut doc } => {
@@ -1098,12 +1144,12 @@ impl Writer {
                 if !engine.ks.docs.contains_key(kind.key(id))? {
                     return Err(StoreError::DocNotFound(kind, id));
                 }
-                let mut batch = engine.db.batch();
+                let mut batch = Batch::new(&engine);
                 batch.remove(&engine.ks.docs, kind.key(id));
                 if kind == DocKind::User {
                     batch.remove(&engine.ks.docs, DocKind::UserCredentials.key(id));
                 }
-                batch.commit()?;
+                batch.commit(&self.store)?;
                 Ok(WriteOutcome::Done)
             }
             WriteOp::DeleteDevice(id) => {
@@ -1267,7 +1313,8 @@ impl Writer {
             | WriteOp::Attributes { .. }
             | WriteOp::DeleteAttributes { .. }
             | WriteOp::Broker(_)
-            | WriteOp::ReserveKeys(_) => Err(StoreError::Corrupt("op routed wrongly")),
+            | WriteOp::ReserveKeys(_)
+            | WriteOp::CatchUp => Err(StoreError::Corrupt("op routed wrongly")),
         }
     }
 
@@ -1289,7 +1336,10 @@ impl Writer {
         {
             return Err(StoreError::TitleTaken(kind));
         }
-        self.engine()?.ks.docs.insert(kind.key(rec.id), encode_doc(&rec)?)?;
+        let engine = self.engine()?;
+        let mut batch = Batch::new(&engine);
+        batch.insert(&engine.ks.docs, kind.key(rec.id), encode_doc(&rec)?);
+        batch.commit(&self.store)?;
         Ok(WriteOutcome::Doc(rec))
     }
 
@@ -1310,9 +1360,12 @@ impl Writer {
         self.gateway_counts.clear();
         self.identity_counts.clear();
         for id in devices {
+            // Each device is its own commit (and publish): the lock again for the next.
+            self.replica_begin()?;
             self.delete_device(id)?;
         }
-        let mut batch = engine.db.batch();
+        self.replica_begin()?;
+        let mut batch = Batch::new(&engine);
         for p in self.store.profiles()?.iter().filter(|p| p.tenant == Some(tenant)) {
             batch.remove(&engine.ks.profiles, p.id.0.as_bytes().to_vec());
         }
@@ -1328,7 +1381,7 @@ impl Writer {
             }
         }
         batch.remove(&engine.ks.docs, DocKind::Tenant.key(tenant));
-        self.store.change_profiles(|| Ok(batch.commit()?))?;
+        self.store.change_profiles(|| batch.commit(&self.store))?;
         Ok(WriteOutcome::Done)
     }
 
@@ -1388,7 +1441,7 @@ impl Writer {
         let Some(rec) = self.store.device(id)? else {
             return Err(StoreError::DeviceNotFound);
         };
-        let mut batch = engine.db.batch();
+        let mut batch = Batch::new(&engine);
         batch.remove(&ks.devices, id.as_bytes().to_vec());
         batch.remove(&ks.names, crate::name_key(rec.tenant, &rec.name));
         batch.remove(&ks.tokens, rec.token.clone().into_bytes());
@@ -1441,7 +1494,7 @@ impl Writer {
         // The latest values are checkpointed first, in the same batch: once points are
         // deleted they could no longer be derived (and a kept latest value must stay).
         let row = self.load_latest(d.device)?.row.clone();
-        let mut batch = self.engine()?.db.batch();
+        let mut batch = Batch::new(&*self.engine()?);
         write_latest(&mut batch, &*self.engine()?, d.device, &row);
         for kv in ks.range(lo..hi) {
             let (k, v) = kv.into_inner()?;
@@ -1469,7 +1522,7 @@ impl Writer {
                 }
             }
         }
-        batch.commit()?;
+        batch.commit(&self.store)?;
         // Its checkpoint moved: derive the cached entry again.
         self.latest.remove(&d.device);
         if !d.delete_latest {
@@ -1492,9 +1545,9 @@ impl Writer {
         }
         if changed {
             let engine = self.engine()?;
-            let mut batch = engine.db.batch();
+            let mut batch = Batch::new(&engine);
             write_latest(&mut batch, &engine, d.device, &kept);
-            batch.commit()?;
+            batch.commit(&self.store)?;
             self.latest.remove(&d.device);
         }
         Ok(WriteOutcome::Done)
@@ -1520,7 +1573,7 @@ fn gateway_key(gateway: DeviceId, device: DeviceId) -> Vec<u8> {
     k
 }
 
-fn write_latest(batch: &mut OwnedWriteBatch, engine: &Engine, device: DeviceId, row: &[(KeyId, Ts, Value)]) {
+fn write_latest(batch: &mut Batch, engine: &Engine, device: DeviceId, row: &[(KeyId, Ts, Value)]) {
     let ks = &engine.ks.latest;
     if row.is_empty() {
         batch.remove(ks, device.as_bytes().to_vec());
@@ -1550,7 +1603,7 @@ fn assign_to(doc: &mut serde_json::Value, customer: uuid::Uuid, assign: bool) ->
 struct DeviceTxn<'a> {
     store: &'a Store,
     engine: &'a Engine,
-    batch: OwnedWriteBatch,
+    batch: Batch,
     /// name index key → owner as of this transaction (`None`: freed).
     names: HashMap<Vec<u8>, Option<DeviceId>>,
     tokens: HashMap<String, Option<DeviceId>>,
@@ -1568,7 +1621,7 @@ impl<'a> DeviceTxn<'a> {
         Self {
             store,
             engine,
-            batch: engine.db.batch(),
+            batch: Batch::new(engine),
             names: HashMap::default(),
             tokens: HashMap::default(),
             identities: HashMap::default(),

@@ -350,6 +350,7 @@ pub const OPEN_ROUTES: &[&str] = &[
     "/",
     "/assets/{file}",
     "/healthz",
+    "/readyz",
     "/metrics",
     "/api/auth/login",
     "/api/auth/token",
