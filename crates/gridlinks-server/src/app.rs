@@ -13,7 +13,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{any, delete, get, post, put};
 use axum::Router;
-use gridlinks_storage::{Health, Store, StoreOptions, WriterConfig, WriterHandle};
+use gridlinks_storage::{Health, Store, StoreOptions, WriteOp, WriteOutcome, WriterConfig, WriterHandle};
 use uuid::Uuid;
 
 use crate::auth::{self, Auth};
@@ -299,19 +299,27 @@ async fn metrics(State(st): State<Http>) -> axum::response::Response {
 }
 
 /// The password hash of a user of the configuration: of `password` when set, else the one
-/// kept in the store under `key`, generated and printed once on the first start.
-fn configured_password(store: &Store, cfg: &Config, user: &str, password: &str, key: &str) -> anyhow::Result<String> {
+/// kept as a shared setting under `key`, generated and printed once on the first start.
+async fn configured_password(
+    store: &Store,
+    writer: &WriterHandle,
+    cfg: &Config,
+    user: &str,
+    password: &str,
+    key: &str,
+) -> anyhow::Result<String> {
     if !password.is_empty() {
         return Ok(auth::hash_password(password)?);
     }
     let mut generated = None;
-    let (hash, _) = stored_secret(store, key, || {
+    let (hash, created) = shared_setting(store, writer, key, || {
         let pw = gridlinks_storage::generate_token();
         let hash = auth::hash_password(&pw)?;
         generated = Some(pw);
         Ok(hash)
-    })?;
-    if let Some(pw) = generated {
+    })
+    .await?;
+    if let (Some(pw), true) = (generated, created) {
         // Printed once, on the first start only; only the hash is kept.
         println!(
             "GridLinks generated the password for user '{user}': {pw}\n\
@@ -323,18 +331,28 @@ fn configured_password(store: &Store, cfg: &Config, user: &str, password: &str, 
     Ok(hash)
 }
 
-/// Reads a secret from `meta`, creating it with `make` on first start.
-fn stored_secret(
+/// A setting every node shares (`settings`), made with `make` on the first start; whether
+/// it was made now. A value kept in `meta` by versions before settings were shared is
+/// taken over.
+async fn shared_setting(
     store: &Store,
+    writer: &WriterHandle,
     name: &str,
     make: impl FnOnce() -> anyhow::Result<String>,
 ) -> anyhow::Result<(String, bool)> {
-    if let Some(v) = store.meta_get(name)? {
-        return Ok((String::from_utf8(v).context("stored secret is not UTF-8")?, false));
+    if let Some(v) = store.setting(name)? {
+        return Ok((String::from_utf8(v).context("stored setting is not UTF-8")?, false));
     }
-    let v = make()?;
-    store.meta_put(name, v.as_bytes())?;
-    Ok((v, true))
+    let made = make()?;
+    let op = WriteOp::SettingIfAbsent { name: name.to_owned(), value: made.clone().into_bytes() };
+    match writer.submit(op).await? {
+        WriteOutcome::Setting(v) => {
+            let v = String::from_utf8(v).context("stored setting is not UTF-8")?;
+            let created = v == made;
+            Ok((v, created))
+        }
+        _ => anyhow::bail!("unexpected write outcome for setting {name}"),
+    }
 }
 
 /// Makes `dir` and everything in it private to the server's user: directories 0700, files
@@ -423,14 +441,30 @@ pub async fn serve(
     )
     .with_context(|| format!("cannot open storage in {}", cfg.data_dir.display()))?;
 
-    let admin_hash = configured_password(&store, &cfg, &cfg.admin.user, &cfg.admin.password, "admin_password_hash")?;
+    // Shared entities: the store follows the cluster's replica, caught up before anything
+    // reads it.
+    crate::cluster::attach_entities(&cfg.cluster, &store).await?;
+    let (writer, writer_thread) = store.start_writer(WriterConfig {
+        queue_capacity: cfg.storage.queue_capacity,
+        max_batch_ops: cfg.storage.max_batch_ops,
+        fsync: cfg.storage.fsync,
+        enqueue_timeout: cfg.storage.enqueue_timeout.duration(),
+        max_keys: cfg.storage.max_keys,
+        min_free_bytes: cfg.storage.min_free_mb * 1024 * 1024,
+    })?;
+    let follower = crate::cluster::follow_entities(&cfg.cluster, &writer).await?;
+
+    let admin_hash =
+        configured_password(&store, &writer, &cfg, &cfg.admin.user, &cfg.admin.password, "admin_password_hash").await?;
     let sysadmin_hash = configured_password(
         &store,
+        &writer,
         &cfg,
         &cfg.admin.sysadmin_user,
         &cfg.admin.sysadmin_password,
         "sysadmin_password_hash",
-    )?;
+    )
+    .await?;
     let secret_file = cfg.auth.jwt_secret.is_empty().then(|| auth::secret::path(&cfg));
     let jwt_secret = match &secret_file {
         None => cfg.auth.jwt_secret.clone().into_bytes(),
@@ -445,17 +479,11 @@ pub async fn serve(
             secret
         }
     };
-    let tenant_id: Uuid =
-        stored_secret(&store, "tenant_id", || Ok(Uuid::new_v4().to_string()))?.0.parse().context("stored tenant id")?;
-
-    let (writer, writer_thread) = store.start_writer(WriterConfig {
-        queue_capacity: cfg.storage.queue_capacity,
-        max_batch_ops: cfg.storage.max_batch_ops,
-        fsync: cfg.storage.fsync,
-        enqueue_timeout: cfg.storage.enqueue_timeout.duration(),
-        max_keys: cfg.storage.max_keys,
-        min_free_bytes: cfg.storage.min_free_mb * 1024 * 1024,
-    })?;
+    let tenant_id: Uuid = shared_setting(&store, &writer, "tenant_id", || Ok(Uuid::new_v4().to_string()))
+        .await?
+        .0
+        .parse()
+        .context("stored tenant id")?;
 
     let addr: SocketAddr = cfg.http.bind.parse().context("http.bind")?;
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
@@ -623,6 +651,10 @@ pub async fn serve(
     let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.
+    if let Some(f) = follower {
+        f.abort();
+        let _ = f.await;
+    }
     drop(mqtt);
     tokio::task::spawn_blocking(move || writer_thread.join())
         .await?

@@ -1,8 +1,9 @@
 //! What `[cluster]` names, made: the commit log (`cluster.queue`: the embedded store's group
 //! commit, or Kafka with this node's storage writer consuming it) and the time-series store
 //! (`cluster.timeseries`: the embedded store, or PostgreSQL, which the storage writer then
-//! writes and every telemetry read comes from). Cassandra and shared entities are refused
-//! here until they are built. [`Backends`] probes the shared services; while one does not
+//! writes and every telemetry read comes from), and the shared entities (`cluster.entities`:
+//! the node's store following a replica in PostgreSQL). Cassandra is refused here until it
+//! is built. [`Backends`] probes the shared services; while one does not
 //! answer, the node refuses new work ([`Gated`], the MQTT handshake) and `/readyz` says so.
 
 use std::os::unix::fs::PermissionsExt;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use gridlinks_ingest::{BoxFuture, CommitLog, Embedded};
 use gridlinks_kafka::{Check, KafkaLog, KafkaSettings, Sink, StorageWriter};
-use gridlinks_postgres::PgTimeseries;
+use gridlinks_postgres::{PgReplica, PgTimeseries};
 use gridlinks_storage::{DeleteTelemetry, Health, Store, StoreError, Timeseries, WriteOp, WriteOutcome, WriterHandle};
 use parking_lot::Mutex;
 
@@ -277,15 +278,48 @@ fn postgres_url(c: &ClusterConfig) -> anyhow::Result<String> {
     Ok(url.trim().to_owned())
 }
 
+/// With `entities = "postgres"`: makes `store` follow the shared entities' replica in
+/// PostgreSQL. Before the store's writer starts.
+pub async fn attach_entities(c: &ClusterConfig, store: &Store) -> anyhow::Result<()> {
+    if c.entities != EntitiesBackend::Postgres {
+        return Ok(());
+    }
+    let url = postgres_url(c)?;
+    let replica = tokio::task::spawn_blocking(move || PgReplica::open(&url))
+        .await?
+        .context("cluster.entities = \"postgres\": opening the entity tables")?;
+    store.attach_replica(Box::new(replica))?;
+    tracing::info!("entities are shared through postgresql");
+    Ok(())
+}
+
+/// With `entities = "postgres"`: applies what other nodes changed now, then every
+/// `cluster.entities_poll` in a task (abort it before the writer is to stop).
+pub async fn follow_entities(
+    c: &ClusterConfig,
+    writer: &WriterHandle,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if c.entities != EntitiesBackend::Postgres {
+        return Ok(None);
+    }
+    writer.submit(WriteOp::CatchUp).await.context("catching up with the shared entities")?;
+    let (writer, every) = (writer.clone(), c.entities_poll.duration());
+    Ok(Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = writer.submit(WriteOp::CatchUp).await {
+                crate::logging::warn_limited!(error = %e, "cannot apply other nodes' entity changes; retrying");
+            }
+        }
+    })))
+}
+
 /// Makes what `c` names.
 pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> anyhow::Result<Cluster> {
-    if c.timeseries == TimeseriesBackend::Cassandra || c.entities != EntitiesBackend::Embedded {
-        bail!(
-            "cluster.timeseries = {:?} / cluster.entities = {:?}: not built in this version yet; \
-             cluster.timeseries = \"postgres\" with embedded entities runs (docs/scaling.md)",
-            c.timeseries,
-            c.entities
-        );
+    if c.timeseries == TimeseriesBackend::Cassandra {
+        bail!("cluster.timeseries = \"cassandra\": not built in this version yet; \"postgres\" runs (docs/scaling.md)");
     }
     let ts = match c.timeseries {
         TimeseriesBackend::Postgres => {

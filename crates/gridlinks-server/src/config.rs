@@ -385,6 +385,9 @@ pub struct ClusterConfig {
     /// answer, `/readyz` is 503 and the node refuses new work (MQTT CONNECT, device data)
     /// with the reason, and takes it again by itself at the first probe that answers.
     pub probe_interval: Millis,
+    /// With `entities = "postgres"`: how often the node applies what other nodes changed
+    /// (it also does before each of its own entity writes).
+    pub entities_poll: Millis,
     /// Kafka, when `queue = "kafka"`.
     pub kafka: KafkaConfig,
     /// PostgreSQL, when `timeseries` or `entities` is `postgres`.
@@ -446,6 +449,7 @@ impl Default for ClusterConfig {
             entities: EntitiesBackend::Embedded,
             node_id: String::new(),
             probe_interval: Millis(1_000),
+            entities_poll: Millis(250),
             kafka: KafkaConfig::default(),
             postgres: PostgresConfig::default(),
             cassandra: CassandraConfig::default(),
@@ -516,8 +520,10 @@ impl ClusterConfig {
                 "cluster.node_id must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', '-' and unique per node".into(),
             );
         }
-        if self.probe_interval.0 < 100 {
-            return Err("cluster.probe_interval must be at least 100 ms".into());
+        if self.probe_interval.0 < 100 || self.entities_poll.0 < 10 {
+            return Err(
+                "cluster.probe_interval must be at least 100 ms and cluster.entities_poll at least 10 ms".into()
+            );
         }
         let k = &self.kafka;
         if k.bootstrap_servers.is_empty() {
@@ -837,6 +843,12 @@ impl Config {
             }
         }
         self.cluster.validate().map_err(ConfigError::Value)?;
+        if self.cluster.entities == EntitiesBackend::Postgres
+            && self.auth.jwt_secret.is_empty()
+            && self.auth.jwt_secret_file.as_os_str().is_empty()
+        {
+            return bad("cluster.entities = \"postgres\" needs auth.jwt_secret or auth.jwt_secret_file, the same on every node: a session signed by one node must be valid on the others".into());
+        }
         Ok(())
     }
 }
@@ -941,6 +953,9 @@ mod tests {
         ];
         assert!(check(&shared).unwrap_err().contains("cluster.postgres.url_file"));
         let full = [shared[0], shared[1], shared[2], shared[3], ("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", "/run/pg.url")];
+        // Sessions signed by one node must be valid on the others: one JWT secret for all.
+        assert!(check(&full).unwrap_err().contains("auth.jwt_secret"));
+        let full = [full[0], full[1], full[2], full[3], full[4], ("GRIDLINKS_AUTH_JWT_SECRET", "0123456789abcdef")];
         let c = check(&full).unwrap();
         assert_eq!((c.timeseries, c.entities), (TimeseriesBackend::Cassandra, EntitiesBackend::Postgres));
         let e = check(&[kafka[0], kafka[1], ("GRIDLINKS_CLUSTER_KAFKA_MIN_INSYNC_REPLICAS", "4")]).unwrap_err();

@@ -323,3 +323,69 @@ fn a_node_killed_mid_stream_stores_every_acknowledged_point_once_back() {
         assert_eq!(s.stored_timestamps(&jwt, id, "t").len(), a.len());
     }
 }
+
+/// `cluster.entities = "postgres"` with PostgreSQL time series: two nodes on one Kafka and
+/// one PostgreSQL share devices, credentials, sessions and telemetry. What is created,
+/// changed or deleted on one node holds on the other, and a device may post to either.
+#[test]
+fn two_nodes_share_devices_and_telemetry() {
+    let (kafka, pg) = (Kafka::start(1), Postgres::start());
+    let tmp = tempfile::tempdir().unwrap();
+    let env = |node: &str| {
+        let mut env = kafka.env(node);
+        env.push(("GRIDLINKS_CLUSTER_TIMESERIES", "postgres".into()));
+        env.push(("GRIDLINKS_CLUSTER_ENTITIES", "postgres".into()));
+        env.push(("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", pg.url_file().display().to_string()));
+        env.push(("GRIDLINKS_AUTH_JWT_SECRET", "one-secret-for-every-node".into()));
+        env
+    };
+    let a = start_on(&tmp.path().join("a"), &env("node-a"));
+    let b = start_on(&tmp.path().join("b"), &env("node-b"));
+
+    // One first tenant for both. (Logins are each node's own so far: each is logged in to.)
+    let (jwt, jwt_b) = (a.login(), b.login());
+    let (st, user_a) = a.json("GET", "/api/auth/user", &jwt, None);
+    assert_eq!(st, 200);
+    let (st, user_b) = b.json("GET", "/api/auth/user", &jwt_b, None);
+    assert_eq!(st, 200, "{user_b}");
+    assert_eq!(user_a["tenantId"], user_b["tenantId"]);
+
+    // A device made on A: B knows it soon (its catch-up runs every 250 ms), over REST and
+    // for the device itself (MQTT and HTTP).
+    let id = a.device(&jwt, "shared-1", "shared-token-1");
+    let known = eventually(10, || b.json("GET", &format!("/api/device/{id}"), &jwt_b, None).0 == 200);
+    assert!(known, "B does not know the device made on A");
+    let (_, ack) = Raw::connect(b.mqtt_port, ProtocolVersion::V5, Some("shared-token-1"), 30);
+    assert_eq!(ack.code, 0, "{ack:?}");
+    assert_eq!(b.telemetry("shared-token-1", r#"{"ts":1,"values":{"t":1}}"#), 200);
+    assert_eq!(a.telemetry("shared-token-1", r#"{"ts":2,"values":{"t":2}}"#), 200);
+    // Both points, posted to different nodes, are read back from either.
+    for (s, jwt) in [(&a, &jwt), (&b, &jwt_b)] {
+        let stored = eventually(30, || s.stored_timestamps(jwt, &id, "t") == [1, 2].into());
+        assert!(stored, "{:?}", s.stored_timestamps(jwt, &id, "t"));
+    }
+
+    // Names are the cluster's: B refuses A's name.
+    let body = serde_json::json!({"name": "shared-1", "type": "default"});
+    let (st, out) = b.json("POST", "/api/device", &jwt_b, Some(body));
+    assert_eq!(st, 400, "{out}");
+
+    // An attribute posted on B (through Kafka, stored by whichever node consumes the
+    // device's partition) is read on A.
+    let (st, _) = b.req("POST", "/api/v1/shared-token-1/attributes", None, Some(r#"{"fw":"v2.0"}"#));
+    assert_eq!(st, 200);
+    let path = format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/CLIENT_SCOPE");
+    let seen = eventually(30, || {
+        let (_, attrs) = a.json("GET", &path, &jwt, None);
+        attrs.as_array().is_some_and(|v| v.iter().any(|x| x["key"] == "fw" && x["value"] == "v2.0"))
+    });
+    assert!(seen, "{}", a.json("GET", &path, &jwt, None).1);
+
+    // Deleted on B: A refuses the device's token soon.
+    let (st, _) = b.req("DELETE", &format!("/api/device/{id}"), Some(&jwt_b), None);
+    assert_eq!(st, 200);
+    let gone = eventually(10, || a.telemetry("shared-token-1", r#"{"ts":3,"values":{"t":3}}"#) == 401);
+    assert!(gone, "A still takes the deleted device's data");
+    let (_, ack) = Raw::connect(a.mqtt_port, ProtocolVersion::V5, Some("shared-token-1"), 30);
+    assert_ne!(ack.code, 0, "{ack:?}");
+}

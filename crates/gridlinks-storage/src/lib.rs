@@ -20,6 +20,7 @@
 //! | `keys`    | key name                     | interned key id (u32 BE)                |
 //! | `meta`    | setting name                 | format version, secrets                 |
 //! | `broker`  | table byte ‖ key             | the MQTT broker's rows, opaque here     |
+//! | `settings`| setting name                 | settings every node shares (first tenant, generated password hashes) |
 //!
 //! The broker's rows ([`BrokerTable`]: retained messages, application credentials) are
 //! bytes the broker encodes; the store keeps them and commits them with everything else.
@@ -472,6 +473,7 @@ pub(crate) struct Keyspaces {
     pub attrs: Keyspace,
     pub keys: Keyspace,
     pub broker: Keyspace,
+    pub settings: Keyspace,
 }
 
 /// Most cached access tokens; the cache is emptied when it would grow past this.
@@ -609,6 +611,7 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
         attrs: ks("attrs", small)?,
         keys: ks("keys", small)?,
         broker: ks("broker", small)?,
+        settings: ks("settings", small)?,
     };
     match ks.meta.get(FORMAT_KEY)? {
         None => {
@@ -717,6 +720,11 @@ impl Store {
                 .sum()
         }
         walk(&self.inner.dir)
+    }
+
+    /// A shared setting ([`WriteOp::SettingIfAbsent`] writes them).
+    pub fn setting(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.engine()?.ks.settings.get(name)?.map(|v| v.to_vec()))
     }
 
     /// The names of `names` that have no telemetry key id yet (each once).

@@ -30,8 +30,19 @@ pub(crate) const SEEN_KEY: &str = "replica_seen";
 
 /// The shared keyspaces, by their number in a [`Row`]. The numbers are part of the
 /// replica's format: never reuse or reorder them.
-const SHARED: [&str; 10] =
-    ["devices", "names", "gateways", "tokens", "identities", "profiles", "docs", "basic", "attrs", "broker"];
+const SHARED: [&str; 11] = [
+    "devices",
+    "names",
+    "gateways",
+    "tokens",
+    "identities",
+    "profiles",
+    "docs",
+    "basic",
+    "attrs",
+    "broker",
+    "settings",
+];
 
 /// One row of a shared keyspace as a write left it: `value` `None` when it was removed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +99,7 @@ fn keyspace(engine: &Engine, space: i16) -> Result<&Keyspace, StoreError> {
         Some("basic") => &ks.basic,
         Some("attrs") => &ks.attrs,
         Some("broker") => &ks.broker,
+        Some("settings") => &ks.settings,
         _ => return Err(StoreError::Corrupt("replica row of an unknown keyspace")),
     })
 }

@@ -228,6 +228,16 @@ pub enum WriteOp {
     },
     /// Rows of the MQTT broker's tables, committed with the telemetry of the same round.
     Broker(Vec<BrokerRow>),
+    /// The setting `name` every node shares: the stored one, or (none yet) the one kept in
+    /// the node's `meta` before settings were shared, or else `value`, stored now. Answered
+    /// with [`WriteOutcome::Setting`]; under a replica's lock, so that nodes starting at
+    /// once agree on one value.
+    SettingIfAbsent {
+        /// Its name.
+        name: String,
+        /// Its value if it has none.
+        value: Vec<u8>,
+    },
     /// Applies what other nodes changed in the replica of shared rows (`cluster.entities`;
     /// nothing without one).
     CatchUp,
@@ -393,6 +403,8 @@ pub enum WriteOutcome {
     Profile(ProfileRecord),
     /// The document as saved.
     Doc(DocRecord),
+    /// A setting's value ([`WriteOp::SettingIfAbsent`]).
+    Setting(Vec<u8>),
 }
 
 /// Counters of the writer, for `/metrics`.
@@ -1247,6 +1259,17 @@ impl Writer {
                 Ok(WriteOutcome::Device(Box::new(new)))
             }
             WriteOp::DeleteTenant(tenant) => self.delete_tenant(tenant),
+            WriteOp::SettingIfAbsent { name, value } => {
+                let engine = self.engine()?;
+                if let Some(v) = engine.ks.settings.get(&name)? {
+                    return Ok(WriteOutcome::Setting(v.to_vec()));
+                }
+                let value = engine.ks.meta.get(&name)?.map_or(value, |v| v.to_vec());
+                let mut batch = Batch::new(&engine);
+                batch.insert(&engine.ks.settings, name, value.clone());
+                batch.commit(&self.store)?;
+                Ok(WriteOutcome::Setting(value))
+            }
             WriteOp::DeleteCustomer(id) => {
                 let engine = self.engine()?;
                 if !engine.ks.docs.contains_key(DocKind::Customer.key(id))? {
