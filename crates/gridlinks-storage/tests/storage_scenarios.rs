@@ -664,3 +664,27 @@ fn the_time_series_conformance_suite() {
     let (a, b) = rt.block_on(async { (device(&h, "a").await, device(&h, "b").await) });
     run(&store, &Embedded(h, rt), a, b).unwrap();
 }
+
+/// A shared setting is written once: the first value stays; one kept in `meta` by an older
+/// version is taken over.
+#[tokio::test]
+async fn settings_are_written_once_and_taken_over_from_meta() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    store.meta_put("legacy", b"from-meta").unwrap();
+    let set = |name: &str, value: &[u8]| {
+        let op = WriteOp::SettingIfAbsent { name: name.into(), value: value.to_vec() };
+        let h = h.clone();
+        async move {
+            match h.submit(op).await.unwrap() {
+                WriteOutcome::Setting(v) => v,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    assert_eq!(set("legacy", b"made").await, b"from-meta");
+    assert_eq!(set("fresh", b"first").await, b"first");
+    assert_eq!(set("fresh", b"second").await, b"first");
+    assert_eq!(store.setting("fresh").unwrap().as_deref(), Some(&b"first"[..]));
+    assert_eq!(store.setting("legacy").unwrap().as_deref(), Some(&b"from-meta"[..]));
+}
