@@ -12,10 +12,17 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const BIN = process.env.GRIDLINKS_BIN ?? join(here, '..', '..', 'target', 'debug', 'gridlinks');
 export const ADMIN_PASSWORD = 'js-test-password';
 
-/** A free loopback port below Linux's ephemeral range (client sockets cannot take it). */
+/** Ports in that range Chromium refuses to load a page from (ERR_UNSAFE_PORT). */
+const CHROMIUM_RESTRICTED = new Set([10080]);
+
+/**
+ * A free loopback port below Linux's ephemeral range (client sockets cannot take it) that
+ * a browser may open.
+ */
 export async function freePort() {
   for (;;) {
     const port = 10000 + Math.floor(Math.random() * 22000);
+    if (CHROMIUM_RESTRICTED.has(port)) continue;
     const free = await new Promise((resolve) => {
       const s = createServer();
       s.once('error', () => resolve(false));

@@ -354,9 +354,11 @@ pub struct TargetArgs {
     /// has sent nothing for 3/4 of it.
     #[arg(long, default_value_t = 60)]
     pub keep_alive: u16,
-    /// PID of the server process: its CPU time and memory are read from /proc.
-    #[arg(long)]
-    pub server_pid: Option<u32>,
+    /// PID of the server process: its CPU time and memory are read from /proc. Several,
+    /// comma-separated, are summed, each with the processes it started (a cluster: the
+    /// GridLinks nodes, Kafka brokers, the PostgreSQL server and its backends).
+    #[arg(long, value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
     /// Generator processes sharing the connections (`mqtt-telemetry`, `connect`), each
     /// within its own open-files limit: for more connections than one process may open.
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
@@ -632,9 +634,11 @@ pub struct HttpTelemetryArgs {
     /// While posting, sample how long after its 200 a point becomes queryable.
     #[arg(long)]
     pub storage_lag: bool,
-    /// PID of the server process: its CPU time and memory are read from /proc.
-    #[arg(long)]
-    pub server_pid: Option<u32>,
+    /// PID of the server process: its CPU time and memory are read from /proc. Several,
+    /// comma-separated, are summed, each with the processes it started (a cluster: the
+    /// GridLinks nodes, Kafka brokers, the PostgreSQL server and its backends).
+    #[arg(long, value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
 }
 
 /// Options of `pubsub`.

@@ -176,7 +176,7 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) 
     };
     target.host = "127.0.0.1".into();
     target.port = server.mqtt_port();
-    target.server_pid = Some(server.pid());
+    target.server_pid = vec![server.pid()];
     target.output = OutputArgs::default();
     Ok(s)
 }

@@ -13,11 +13,12 @@ use std::process::Command;
 /// Linux architecture with a 100 Hz USER_HZ, i.e. all mainstream ones).
 const DEFAULT_CLK_TCK: u64 = 100;
 
-/// Handle on one process's counters.
+/// Handle on the counters of the server's processes: one or more roots, each with every
+/// process it started (a PostgreSQL server's backends), summed.
 #[derive(Debug, Clone)]
 pub struct ProcessStats {
-    /// The observed process.
-    pid: u32,
+    /// The observed processes (the first is the one reports name).
+    pids: Vec<u32>,
     /// Divisor from clock ticks to seconds.
     ticks_per_second: u64,
 }
@@ -34,38 +35,96 @@ pub struct Memory {
 impl ProcessStats {
     /// Observes `pid`; fails if the process does not exist or /proc is unreadable.
     pub fn new(pid: u32) -> io::Result<Self> {
-        let stats = ProcessStats { pid, ticks_per_second: clock_ticks_per_second() };
+        Self::group(&[pid])
+    }
+
+    /// Observes `pids` and their descendants; fails if one does not exist.
+    pub fn group(pids: &[u32]) -> io::Result<Self> {
+        let stats = ProcessStats { pids: pids.to_vec(), ticks_per_second: clock_ticks_per_second() };
+        for &pid in pids {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        }
         stats.cpu_seconds()?;
         Ok(stats)
     }
 
-    /// The observed pid.
+    /// The first observed pid.
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.pids.first().copied().unwrap_or(0)
     }
 
-    /// User plus system CPU seconds used so far by all threads of the process.
+    /// The observed processes now: the roots and every live descendant.
+    fn members(&self) -> Vec<u32> {
+        if self.pids.len() == 1 && !has_children(self.pids[0]) {
+            return self.pids.clone();
+        }
+        let mut parent = Vec::new();
+        if let Ok(dir) = std::fs::read_dir("/proc") {
+            for e in dir.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+                if let Some(ppid) =
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| parse_stat_ppid(&s))
+                {
+                    parent.push((pid, ppid));
+                }
+            }
+        }
+        let mut members = self.pids.clone();
+        let mut i = 0;
+        while i < members.len() {
+            let p = members[i];
+            members.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+            i += 1;
+        }
+        members
+    }
+
+    /// User plus system CPU seconds used so far by all threads of the processes.
     pub fn cpu_seconds(&self) -> io::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
-        let ticks = parse_stat_cpu_ticks(&stat)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))?;
+        let mut ticks = 0;
+        for (n, pid) in self.members().into_iter().enumerate() {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Ok(stat) => {
+                    ticks += parse_stat_cpu_ticks(&stat)
+                        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unparsable /proc/PID/stat"))?
+                }
+                // A descendant may have ended since it was listed.
+                Err(_) if n >= self.pids.len() => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(ticks as f64 / self.ticks_per_second as f64)
     }
 
-    /// Resident memory now and its high-water mark.
+    /// Resident memory now and its high-water mark, summed over the processes.
     pub fn memory(&self) -> io::Result<Memory> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
-        let field = |key| {
-            parse_status_kib(&status, key)
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no {key} in status")))
-        };
-        Ok(Memory { rss_kib: field("VmRSS")?, hwm_kib: field("VmHWM")? })
+        let mut total = Memory::default();
+        for (n, pid) in self.members().into_iter().enumerate() {
+            let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                Ok(s) => s,
+                Err(_) if n >= self.pids.len() => continue,
+                Err(e) => return Err(e),
+            };
+            let field = |key| {
+                parse_status_kib(&status, key)
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no {key} in status")))
+            };
+            total.rss_kib += field("VmRSS")?;
+            total.hwm_kib += field("VmHWM")?;
+        }
+        Ok(total)
     }
 
     /// One reading of both, for before/after comparisons.
     pub fn sample(&self) -> io::Result<Sample> {
         Ok(Sample { cpu_seconds: self.cpu_seconds()?, memory: self.memory()? })
     }
+}
+
+/// Whether `pid` has started a process that still runs (`/proc/PID/task/*/children`).
+fn has_children(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("children")).map_or(true, |c| !c.trim().is_empty()))
 }
 
 /// CPU and memory at one instant.
@@ -102,6 +161,11 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The parent pid (field 4) from the text of `/proc/PID/stat`.
+pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The value in KiB of a `Key:   1234 kB` line of `/proc/PID/status`.
 pub fn parse_status_kib(status: &str, key: &str) -> Option<u64> {
     status.lines().find_map(|line| {
@@ -128,6 +192,7 @@ mod tests {
                     250 75 0 0 20 0 9 0 12345 1000000 2500 18446744073709551615";
         assert_eq!(parse_stat_cpu_ticks(stat), Some(325));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert_eq!(parse_stat_ppid(stat), Some(1));
     }
 
     #[test]

@@ -243,7 +243,7 @@ fn worker_target(target: &TargetArgs, offset: usize) -> TargetArgs {
     let mut t = target.clone();
     t.workers = 1;
     t.worker_offset = Some(offset);
-    t.server_pid = None;
+    t.server_pid = Vec::new();
     t.output = OutputArgs::default();
     t
 }
@@ -330,10 +330,7 @@ async fn telemetry_in(
             Job::Telemetry(a)
         })
         .collect();
-    let server = match args.target.server_pid {
-        Some(pid) => Some(ProcessStats::new(pid).with_context(|| format!("reading /proc/{pid}"))?),
-        None => None,
-    };
+    let server = crate::scenario::server_stats(&args.target.server_pid)?;
     let mut workers = Workers::spawn(jobs).await?;
     workers.expect("ready").await?;
     let before = sample(&server)?;
@@ -416,10 +413,7 @@ async fn connect_in(args: &ConnectArgs, dir: &std::path::Path) -> anyhow::Result
             Job::Connect(a)
         })
         .collect();
-    let server = match args.target.server_pid {
-        Some(pid) => Some(ProcessStats::new(pid).with_context(|| format!("reading /proc/{pid}"))?),
-        None => None,
-    };
+    let server = crate::scenario::server_stats(&args.target.server_pid)?;
     let before = sample(&server)?;
     let mut workers = Workers::spawn(jobs).await?;
     workers.expect("ready").await?;

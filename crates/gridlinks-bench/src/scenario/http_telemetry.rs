@@ -206,10 +206,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         .next()
         .with_context(|| format!("{host} has no address"))?;
     super::check_fd_limit(args.devices)?;
-    let server_stats = match args.server_pid {
-        Some(pid) => Some(ProcessStats::new(pid).with_context(|| format!("reading /proc/{pid}"))?),
-        None => None,
-    };
+    let server_stats = super::server_stats(&args.server_pid)?;
     let lag_slots = LagSlots::new(args.devices);
     let plan = Arc::new(Plan {
         devices: args.devices,

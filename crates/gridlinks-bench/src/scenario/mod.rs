@@ -105,10 +105,7 @@ impl Target {
         };
         check_fd_limit(connections)?;
         warn_if_ports_short(connections, args.sources.len());
-        let server_stats = match args.server_pid {
-            Some(pid) => Some(ProcessStats::new(pid).with_context(|| format!("reading /proc/{pid} of the server"))?),
-            None => None,
-        };
+        let server_stats = server_stats(&args.server_pid)?;
         Ok(Target {
             server,
             sources: args.sources.clone(),
@@ -533,6 +530,14 @@ async fn sample_every_second(
         timeline.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).samples.push(sample);
         last = (now, acked, received, cpu);
     }
+}
+
+/// The observed server processes (`--server-pid`), if any.
+pub(crate) fn server_stats(pids: &[u32]) -> anyhow::Result<Option<ProcessStats>> {
+    if pids.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ProcessStats::group(pids).with_context(|| format!("reading /proc of the server's processes {pids:?}"))?))
 }
 
 #[cfg(test)]

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The cluster benchmark (issue 17, docs/benchmarks.md "Scale-out"): one MQTT telemetry load
+# (QoS 1, one unique timestamp per message, every acknowledged point checked afterwards,
+# storage lag sampled) on, in one run on this machine:
+#   1. GridLinks embedded, side by side with Mosquitto (gridlinks-bench compare);
+#   2. one GridLinks node committing to Kafka (one KRaft broker), embedded storage;
+#   3. one node on Kafka with PostgreSQL time series and shared entities;
+#   4. two such nodes, each taking half the devices (a load balancer's split).
+# Server CPU is every server process's (gridlinks-bench --server-pid with several pids,
+# each with the processes it started): the GridLinks nodes, the Kafka broker's JVM and
+# PostgreSQL with its backends. The bench tool runs on the same two cores.
+#
+#   scripts/bench-cluster.sh [DEVICES] [RATE|max] [DURATION]    (default 1000 2000 20s)
+#
+# Results: target/bench-results/cluster/*.json and the printed summaries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEVICES=${1:-1000}
+RATE=${2:-2000}
+DURATION=${3:-20s}
+B=target/release/gridlinks-bench
+G=target/release/gridlinks
+OUT=target/bench-results/cluster
+PW=bench-admin-password
+mkdir -p "$OUT"
+[ -x "$B" ] && [ -x "$G" ] || { echo "build first: cargo build --release -p gridlinks-server -p gridlinks-bench" >&2; exit 1; }
+
+W=$(mktemp -d)
+chmod 755 "$W" # PostgreSQL runs as its own user
+NODES=()
+cleanup() {
+  for p in "${NODES[@]}"; do kill "$p" 2>/dev/null || true; done
+  scripts/services/kafka.sh stop "$W/kafka" >/dev/null 2>&1 || true
+  scripts/services/postgres.sh stop "$W/pg" >/dev/null 2>&1 || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+load=(--qos 1 --verify --storage-lag --duration "$DURATION")
+half_load=("${load[@]}")
+if [ "$RATE" != max ]; then
+  load+=(--rate "$RATE")
+  half_load+=(--rate $((RATE / 2)))
+fi
+
+# start_node NAME ENV... : starts a node; sets PID, HTTP, MQTT.
+start_node() {
+  local name=$1
+  shift
+  HTTP=$(port) MQTT=$(port)
+  env GRIDLINKS_ADMIN_PASSWORD=$PW GRIDLINKS_LOG=warn "$@" "$G" serve --data-dir "$W/$name" \
+    --http-bind "127.0.0.1:$HTTP" --mqtt-bind "127.0.0.1:$MQTT" --mqtt-ws-bind "127.0.0.1:$(port)" \
+    --coap-bind "127.0.0.1:$(port)" >"$W/$name.log" 2>&1 &
+  PID=$!
+  NODES+=("$PID")
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$HTTP/healthz" >/dev/null && return 0
+    kill -0 "$PID" 2>/dev/null || { cat "$W/$name.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "node $name did not start" >&2
+  exit 1
+}
+
+# import_devices HTTP FILE : creates the NAME,TOKEN lines of FILE through the bulk import.
+import_devices() {
+  local jwt
+  jwt=$(curl -sf -H 'Content-Type: application/json' -d "{\"username\":\"admin\",\"password\":\"$PW\"}" \
+    "http://127.0.0.1:$1/api/auth/login" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+  python3 - "$2" <<'PY' >"$W/import.json"
+import json, sys
+print(json.dumps({"file": open(sys.argv[1]).read(), "mapping": {"columns": [{"type": "NAME"}, {"type": "ACCESS_TOKEN"}],
+      "delimiter": ",", "update": True, "header": False}}))
+PY
+  curl -sf -H 'Content-Type: application/json' -H "X-Authorization: Bearer $jwt" --data @"$W/import.json" \
+    "http://127.0.0.1:$1/api/device/bulk_import" >/dev/null
+}
+
+echo "== 1. embedded GridLinks and Mosquitto ($DEVICES devices, rate $RATE, $DURATION)"
+"$B" compare --against mosquitto --json "$OUT/embedded.json" mqtt-telemetry --devices "$DEVICES" "${load[@]}"
+
+KAFKA=$(scripts/services/kafka.sh start "$W/kafka" 1 | tail -1)
+KAFKA_PID=$(cat "$W/kafka/broker-1/pid")
+kafka_env() {
+  echo GRIDLINKS_CLUSTER_QUEUE=kafka GRIDLINKS_CLUSTER_NODE_ID="$1" GRIDLINKS_CLUSTER_KAFKA_BOOTSTRAP_SERVERS="$KAFKA" \
+    GRIDLINKS_CLUSTER_KAFKA_PARTITIONS=12 GRIDLINKS_CLUSTER_KAFKA_REPLICATION_FACTOR=1 \
+    GRIDLINKS_CLUSTER_KAFKA_MIN_INSYNC_REPLICAS=1 GRIDLINKS_CLUSTER_KAFKA_TOPIC_PREFIX="$2"
+}
+
+echo "== 2. one node on Kafka, embedded storage"
+# shellcheck disable=SC2046
+start_node kafka-node $(kafka_env kafka-node bench-kafka.)
+"$B" mqtt-telemetry --port "$MQTT" --api "http://127.0.0.1:$HTTP" --api-password "$PW" --provision \
+  --devices "$DEVICES" "${load[@]}" --server-pid "$PID,$KAFKA_PID" --json "$OUT/kafka.json"
+kill "$PID"
+
+scripts/services/postgres.sh start "$W/pg" >/dev/null
+PG_PID=$(head -1 "$W/pg/data/postmaster.pid")
+shared_env() {
+  kafka_env "$1" bench-shared.
+  echo GRIDLINKS_CLUSTER_TIMESERIES=postgres GRIDLINKS_CLUSTER_ENTITIES=postgres \
+    GRIDLINKS_CLUSTER_POSTGRES_URL_FILE="$W/pg/url" GRIDLINKS_AUTH_JWT_SECRET=bench-cluster-jwt-secret-0123456789
+}
+
+echo "== 3. one node on Kafka and PostgreSQL (time series and entities)"
+# shellcheck disable=SC2046
+start_node pg-node-a $(shared_env node-a)
+A_PID=$PID A_HTTP=$HTTP A_MQTT=$MQTT
+"$B" mqtt-telemetry --port "$A_MQTT" --api "http://127.0.0.1:$A_HTTP" --api-password "$PW" --provision \
+  --devices "$DEVICES" "${load[@]}" --server-pid "$A_PID,$KAFKA_PID,$PG_PID" --json "$OUT/kafka-postgres.json"
+
+echo "== 4. two nodes on Kafka and PostgreSQL, half the devices each"
+# shellcheck disable=SC2046
+start_node pg-node-b $(shared_env node-b)
+B_PID=$PID B_HTTP=$HTTP B_MQTT=$MQTT
+half=$((DEVICES / 2))
+for side in a b; do
+  for i in $(seq 0 $((half - 1))); do echo "two-$side-$i,two-token-$side-$i"; done >"$W/two-$side.csv"
+done
+import_devices "$A_HTTP" "$W/two-a.csv"
+import_devices "$A_HTTP" "$W/two-b.csv"
+sleep 1 # node B applies the devices (cluster.entities_poll is 250 ms)
+"$B" mqtt-telemetry --port "$A_MQTT" --api "http://127.0.0.1:$A_HTTP" --api-password "$PW" \
+  --tokens-file "$W/two-a.csv" --devices "$half" "${half_load[@]}" \
+  --server-pid "$A_PID,$B_PID,$KAFKA_PID,$PG_PID" --json "$OUT/two-nodes-a.json" >"$W/two-a.out" &
+first=$!
+"$B" mqtt-telemetry --port "$B_MQTT" --api "http://127.0.0.1:$B_HTTP" --api-password "$PW" \
+  --tokens-file "$W/two-b.csv" --devices "$half" "${half_load[@]}" \
+  --json "$OUT/two-nodes-b.json" >"$W/two-b.out"
+wait "$first"
+echo "-- node A's half (server CPU: both nodes, Kafka, PostgreSQL)"
+cat "$W/two-a.out"
+echo "-- node B's half"
+cat "$W/two-b.out"
