@@ -36,6 +36,33 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# CPU seconds used so far by each kind of server process: "gridlinks kafka postgres".
+cpu_now() {
+  python3 - "${KAFKA_PID:-0}" "${NODES[@]}" <<'PY'
+import os, pwd, sys
+tick = os.sysconf("SC_CLK_TCK")
+def cpu(pid):
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / tick
+    except (OSError, IndexError):
+        return 0.0
+def owner(pid):
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+pg_uid = pwd.getpwnam("postgres").pw_uid
+pg = sum(cpu(p) for p in os.listdir("/proc") if p.isdigit() and owner(p) == pg_uid)
+print(sum(cpu(p) for p in sys.argv[2:]), cpu(sys.argv[1]), pg)
+PY
+}
+# cpu_split BEFORE : what each kind used since BEFORE (a cpu_now), printed.
+cpu_split() {
+  python3 -c 'import sys; b=[float(x) for x in sys.argv[1].split()]; a=[float(x) for x in sys.argv[2].split()]
+print("cpu split, s (the whole run: connect, publish, loss check): gridlinks %.2f  kafka %.2f  postgresql %.2f" % tuple(y-x for x, y in zip(b, a)))' "$1" "$(cpu_now)"
+}
+
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 load=(--qos 1 --verify --storage-lag --duration "$DURATION")
 half_load=("${load[@]}")
@@ -91,9 +118,12 @@ kafka_env() {
 echo "== 2. one node on Kafka, embedded storage"
 # shellcheck disable=SC2046
 start_node kafka-node $(kafka_env kafka-node bench-kafka.)
+before=$(cpu_now)
 "$B" mqtt-telemetry --port "$MQTT" --api "http://127.0.0.1:$HTTP" --api-password "$PW" --provision \
   --devices "$DEVICES" "${load[@]}" --server-pid "$PID,$KAFKA_PID" --json "$OUT/kafka.json"
+cpu_split "$before"
 kill "$PID"
+NODES=()
 
 scripts/services/postgres.sh start "$W/pg" >/dev/null
 PG_PID=$(head -1 "$W/pg/data/postmaster.pid")
@@ -107,8 +137,10 @@ echo "== 3. one node on Kafka and PostgreSQL (time series and entities)"
 # shellcheck disable=SC2046
 start_node pg-node-a $(shared_env node-a)
 A_PID=$PID A_HTTP=$HTTP A_MQTT=$MQTT
+before=$(cpu_now)
 "$B" mqtt-telemetry --port "$A_MQTT" --api "http://127.0.0.1:$A_HTTP" --api-password "$PW" --provision \
   --devices "$DEVICES" "${load[@]}" --server-pid "$A_PID,$KAFKA_PID,$PG_PID" --json "$OUT/kafka-postgres.json"
+cpu_split "$before"
 
 echo "== 4. two nodes on Kafka and PostgreSQL, half the devices each"
 # shellcheck disable=SC2046
@@ -121,6 +153,7 @@ done
 import_devices "$A_HTTP" "$W/two-a.csv"
 import_devices "$A_HTTP" "$W/two-b.csv"
 sleep 1 # node B applies the devices (cluster.entities_poll is 250 ms)
+before=$(cpu_now)
 "$B" mqtt-telemetry --port "$A_MQTT" --api "http://127.0.0.1:$A_HTTP" --api-password "$PW" \
   --tokens-file "$W/two-a.csv" --devices "$half" "${half_load[@]}" \
   --server-pid "$A_PID,$B_PID,$KAFKA_PID,$PG_PID" --json "$OUT/two-nodes-a.json" >"$W/two-a.out" &
@@ -129,6 +162,7 @@ first=$!
   --tokens-file "$W/two-b.csv" --devices "$half" "${half_load[@]}" \
   --json "$OUT/two-nodes-b.json" >"$W/two-b.out"
 wait "$first"
+cpu_split "$before"
 echo "-- node A's half (server CPU: both nodes, Kafka, PostgreSQL)"
 cat "$W/two-a.out"
 echo "-- node B's half"
