@@ -5,7 +5,9 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use gridlinks_ingest::{BoxFuture, CommitLog};
 use gridlinks_storage::{StoreError, WriteOp, WriteOutcome, WriterHandle};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{record, KafkaError, KafkaSettings};
 
@@ -14,6 +16,8 @@ use crate::{record, KafkaError, KafkaSettings};
 /// deletes, …) are this node's store's, committed by `entities`.
 pub struct KafkaLog {
     producer: FutureProducer<crate::Quiet>,
+    /// Reads the storage writers' committed offsets (it joins no group).
+    offsets: BaseConsumer<crate::Quiet>,
     topic: String,
     settings: KafkaSettings,
     entities: WriterHandle,
@@ -42,7 +46,12 @@ impl KafkaLog {
             .set("linger.ms", "2")
             .set("compression.type", "lz4")
             .create_with_context(crate::Quiet)?;
-        Ok(Arc::new(Self { producer, topic: s.topic(), settings: s.clone(), entities, check }))
+        let offsets: BaseConsumer<crate::Quiet> = s
+            .client("lag")
+            .set("group.id", s.group())
+            .set("enable.auto.commit", "false")
+            .create_with_context(crate::Quiet)?;
+        Ok(Arc::new(Self { producer, offsets, topic: s.topic(), settings: s.clone(), entities, check }))
     }
 
     /// Whether Kafka can take writes now: the topic's metadata answers within `timeout`,
@@ -72,6 +81,29 @@ impl KafkaLog {
             }
         }
         Ok(())
+    }
+
+    /// Records in the topic that the storage writers have not stored yet (the consumer
+    /// group's lag: each partition's end offset less its committed offset). Blocks.
+    pub fn lag(&self, timeout: std::time::Duration) -> Result<u64, String> {
+        let md = self.offsets.fetch_metadata(Some(&self.topic), timeout).map_err(|e| e.to_string())?;
+        let topic = md.topics().iter().find(|t| t.name() == self.topic).ok_or("the topic is missing")?;
+        let mut tpl = TopicPartitionList::new();
+        for p in topic.partitions() {
+            tpl.add_partition(&self.topic, p.id());
+        }
+        let committed = self.offsets.committed_offsets(tpl, timeout).map_err(|e| e.to_string())?;
+        let mut lag = 0u64;
+        for e in committed.elements() {
+            let (low, high) =
+                self.offsets.fetch_watermarks(&self.topic, e.partition(), timeout).map_err(|e| e.to_string())?;
+            let done = match e.offset() {
+                Offset::Offset(o) => o.max(low),
+                _ => low,
+            };
+            lag += u64::try_from(high - done).unwrap_or(0);
+        }
+        Ok(lag)
     }
 
     async fn produce(&self, op: &WriteOp) -> Result<WriteOutcome, StoreError> {

@@ -264,10 +264,11 @@ async fn healthz(State(core): State<Arc<Core>>, State(status): State<Arc<Status>
 
 /// `GET /readyz`: `/healthz` and the shared services (`backends`: Kafka, PostgreSQL, each
 /// `"UP"` or `"DOWN: why"`): 503 while any is down, when the node refuses new work. A
-/// load balancer's readiness check.
+/// load balancer's readiness check. `storage_lag`: records in Kafka not stored yet.
 async fn readyz(State(core): State<Arc<Core>>, State(status): State<Arc<Status>>) -> impl IntoResponse {
     let (up, mut body) = local_health(&core, &status);
     body.insert("backends".into(), core.backends.report().into());
+    body.insert("storage_lag".into(), core.backends.lag().into());
     answer(up && core.backends.refusal().is_none(), body)
 }
 

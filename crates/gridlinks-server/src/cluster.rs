@@ -7,7 +7,7 @@
 //! answer, the node refuses new work ([`Gated`], the MQTT handshake) and `/readyz` says so.
 
 use std::os::unix::fs::PermissionsExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,6 +120,10 @@ pub struct Backends {
     probes: Vec<Probe>,
     /// Whether any probe is down (so that the answer costs one load while all are up).
     any_down: AtomicBool,
+    /// Records produced and not yet stored, as last read ([`Backends::watch_lag`]).
+    lag: AtomicU64,
+    /// `cluster.kafka.max_lag` (0: no Kafka, nothing to wait for).
+    max_lag: u64,
 }
 
 impl Backends {
@@ -141,6 +145,31 @@ impl Backends {
         self.probes
             .iter()
             .find_map(|p| p.down.lock().as_ref().map(|why| (p.error)(format!("{} is unreachable: {why}", p.name))))
+    }
+
+    /// Records the storage writers are behind, as last read (0 without Kafka).
+    pub fn lag(&self) -> u64 {
+        self.lag.load(Ordering::Relaxed)
+    }
+
+    /// Whether the storage writers are further behind than `cluster.kafka.max_lag`.
+    fn lagging(&self) -> bool {
+        self.max_lag > 0 && self.lag() > self.max_lag
+    }
+
+    /// Reads the storage writers' lag from `kafka` forever: every 500 ms, every 50 ms while
+    /// it is past half the bound (writes wait on it then).
+    async fn watch_lag(self: Arc<Self>, kafka: Arc<KafkaLog>) {
+        loop {
+            let k = kafka.clone();
+            match tokio::task::spawn_blocking(move || k.lag(Duration::from_secs(2))).await {
+                Ok(Ok(lag)) => self.lag.store(lag, Ordering::Relaxed),
+                Ok(Err(e)) => crate::logging::warn_limited!(error = %e, "cannot read the storage writers' lag"),
+                Err(e) => crate::logging::warn_limited!(error = %e, "lag task failed"),
+            }
+            let busy = self.lag() > self.max_lag / 2;
+            tokio::time::sleep(Duration::from_millis(if busy { 50 } else { 500 })).await;
+        }
     }
 
     /// Each service's state, for `/readyz`: `"UP"`, or `"DOWN: why"`.
@@ -192,20 +221,37 @@ impl Backends {
     }
 }
 
-/// The commit log behind a refusal: while a shared service is down, device data is refused
-/// at once with the reason (HTTP 503, MQTT 0x80 with a reason string, CoAP 5.03) instead
-/// of waiting for Kafka's produce timeout or being taken while it cannot become queryable.
+/// The commit log behind a refusal and a brake. While a shared service is down, device
+/// data is refused at once with the reason (HTTP 503, MQTT 0x80 with a reason string,
+/// CoAP 5.03) instead of waiting for Kafka's produce timeout or being taken while it cannot
+/// become queryable. While the storage writers are more than `cluster.kafka.max_lag`
+/// records behind, it waits for them (up to `patience`), then refuses as overloaded (HTTP
+/// 503, MQTT 0x97): Kafka takes data faster than it can be stored, and without the brake
+/// the lag, and the time from acknowledgement to queryable, would grow without bound.
 struct Gated {
     log: Arc<dyn CommitLog>,
     backends: Arc<Backends>,
+    patience: Duration,
 }
 
 impl CommitLog for Gated {
     fn commit(&self, ops: Vec<WriteOp>) -> BoxFuture<'_, Result<Vec<Result<WriteOutcome, StoreError>>, StoreError>> {
-        match self.backends.refusal() {
-            Some(e) => Box::pin(std::future::ready(Err(e))),
-            None => self.log.commit(ops),
+        if let Some(e) = self.backends.refusal() {
+            return Box::pin(std::future::ready(Err(e)));
         }
+        if !self.backends.lagging() {
+            return self.log.commit(ops);
+        }
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + self.patience;
+            while self.backends.lagging() {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(StoreError::Overloaded);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            self.log.commit(ops).await
+        })
     }
 }
 
@@ -387,8 +433,11 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
                 StoreError::Queue,
                 Box::new(move || kafka.probe(PROBE_TIMEOUT - Duration::from_secs(1))),
             );
+            backends.max_lag = k.max_lag;
             let backends = Arc::new(backends);
-            let log = Arc::new(Gated { log, backends: backends.clone() });
+            tokio::spawn(backends.clone().watch_lag(log.clone()));
+            let patience = settings.produce_timeout;
+            let log = Arc::new(Gated { log, backends: backends.clone(), patience });
             Ok(Cluster { log, ts, backends, storage_writer: Some(task) })
         }
     }

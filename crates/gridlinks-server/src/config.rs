@@ -414,6 +414,10 @@ pub struct KafkaConfig {
     /// How long a message may wait for Kafka's acknowledgement before the device is told
     /// it failed (and may retry).
     pub produce_timeout: Millis,
+    /// Most records the storage writers may be behind (produced, not yet stored). Past it,
+    /// device data waits (up to `produce_timeout`) for them to catch up, then is refused as
+    /// overloaded: acknowledged data stays queryable within seconds under any load.
+    pub max_lag: u64,
 }
 
 /// PostgreSQL settings.
@@ -466,6 +470,7 @@ impl Default for KafkaConfig {
             replication_factor: 3,
             min_insync_replicas: 2,
             produce_timeout: Millis(10_000),
+            max_lag: 100_000,
         }
     }
 }
@@ -532,8 +537,13 @@ impl ClusterConfig {
         if k.topic_prefix.is_empty() || !name_chars(&k.topic_prefix, b"._-") {
             return Err("cluster.kafka.topic_prefix must be non-empty and of A-Z, a-z, 0-9, '.', '_', '-'".into());
         }
-        if k.partitions == 0 || k.replication_factor == 0 || k.min_insync_replicas == 0 || k.produce_timeout.0 == 0 {
-            return Err("cluster.kafka.partitions, replication_factor, min_insync_replicas and produce_timeout must be at least 1".into());
+        if k.partitions == 0
+            || k.replication_factor == 0
+            || k.min_insync_replicas == 0
+            || k.produce_timeout.0 == 0
+            || k.max_lag == 0
+        {
+            return Err("cluster.kafka.partitions, replication_factor, min_insync_replicas, produce_timeout and max_lag must be at least 1".into());
         }
         if k.min_insync_replicas > k.replication_factor {
             return Err("cluster.kafka.min_insync_replicas must not exceed cluster.kafka.replication_factor".into());

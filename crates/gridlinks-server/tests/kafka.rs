@@ -158,6 +158,7 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
     let (kafka, pg) = (Kafka::start(1), Postgres::start());
     let tmp = tempfile::tempdir().unwrap();
     let mut env = kafka.env("node-1");
+    env.push(("GRIDLINKS_CLUSTER_KAFKA_MAX_LAG", "3".into()));
     env.push(("GRIDLINKS_CLUSTER_TIMESERIES", "postgres".into()));
     env.push(("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", pg.url_file().display().to_string()));
     let (ids, s) = every_acknowledged_point_is_stored(&env, &tmp.path().join("data"));
@@ -218,6 +219,50 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
     assert_eq!(s.telemetry("kafka-token-0", r#"{"ts":61,"values":{"t":61}}"#), 200);
     let stored = eventually(30, || direct.latest(device, None).is_ok_and(|l| l[0].1 == gridlinks_types::Ts(61)));
     assert!(stored, "the point after the restart is not in postgresql");
+
+    // The storage writer stalls (a lock on the latest values' table for 8 s; PostgreSQL
+    // itself answers): past cluster.kafka.max_lag (3) records not yet stored, posts wait
+    // for it and are refused as overloaded after the produce timeout (3 s), instead of
+    // the lag growing without bound; once it has caught up, they are taken again.
+    let mut lock =
+        pg.psql_background("BEGIN; LOCK TABLE gl_ts_kv_latest IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(8); COMMIT");
+    std::thread::sleep(Duration::from_millis(500));
+    // Posts one after another, 20 ms apart (the lag is read every 500 ms while low).
+    let (mut acked, mut refused) = (Vec::new(), None);
+    for ts in 100..300i64 {
+        let started = Instant::now();
+        let (st, body) = s.req(
+            "POST",
+            "/api/v1/kafka-token-0/telemetry",
+            None,
+            Some(&format!(r#"{{"ts":{ts},"values":{{"t":{ts}}}}}"#)),
+        );
+        match st {
+            200 => acked.push(ts),
+            503 => {
+                refused = Some((body, started.elapsed()));
+                break;
+            }
+            _ => panic!("{st} {body}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (body, waited) = refused.expect("posts were not held back while the storage writer stalled");
+    assert!(body.contains("overloaded"), "{body}");
+    assert!(waited >= Duration::from_millis(2500), "refused after {waited:?}: it waits for the storage writers first");
+    // At most the bound and what arrives between two reads of the lag (500 ms at ~40/s).
+    assert!(acked.len() <= 40, "{} posts taken past a bound of 3 records", acked.len());
+    let (_, ready) = s.req("GET", "/readyz", None, None);
+    assert!(ready.contains("storage_lag"), "{ready}");
+    lock.wait().unwrap();
+    let taken = eventually(30, || s.telemetry("kafka-token-0", r#"{"ts":150,"values":{"t":150}}"#) == 200);
+    assert!(taken, "posts are not taken again after the storage writer caught up");
+    let jwt = s.login();
+    let all = eventually(30, || {
+        let stored = s.stored_timestamps(&jwt, &ids[0], "t");
+        acked.iter().all(|t| stored.contains(t)) && stored.contains(&150)
+    });
+    assert!(all, "an acknowledged point is missing");
     // Nothing went to the node's own time series: a node without the database has none.
     drop(s);
     let plain = start_on(&tmp.path().join("data"), &[]);

@@ -43,6 +43,11 @@ impl Postgres {
         assert!(st.success(), "postgres.sh restart");
     }
 
+    /// Starts running SQL as the server's superuser, without waiting for it.
+    pub fn psql_background(&self, sql: &str) -> std::process::Child {
+        Command::new(script()).arg("psql").arg(self.dir.path().join("pg")).arg(sql).spawn().unwrap()
+    }
+
     /// Runs SQL as the server's superuser; the rows, unaligned.
     pub fn psql(&self, sql: &str) -> String {
         let out = Command::new(script()).arg("psql").arg(self.dir.path().join("pg")).arg(sql).output().unwrap();
