@@ -15,6 +15,20 @@ use gridlinks_storage::{
 use gridlinks_types::{AttributeScope, DeviceId, Value};
 use service::Postgres;
 
+/// Creates device `name` with access token `token`.
+fn new_device(name: &str, token: &str) -> WriteOp {
+    WriteOp::SaveDevice(SaveDevice {
+        tenant: None,
+        profile: None,
+        id: None,
+        name: name.into(),
+        device_type: String::new(),
+        label: None,
+        token: Some(token.into()),
+        additional_info: None,
+    })
+}
+
 struct Node {
     store: Store,
     writer: WriterHandle,
@@ -36,17 +50,7 @@ impl Node {
     }
 
     async fn save(&self, name: &str, token: &str) -> Result<DeviceId, StoreError> {
-        let op = WriteOp::SaveDevice(SaveDevice {
-            tenant: None,
-            profile: None,
-            id: None,
-            name: name.into(),
-            device_type: String::new(),
-            label: None,
-            token: Some(token.into()),
-            additional_info: None,
-        });
-        match self.writer.submit(op).await? {
+        match self.writer.submit(new_device(name, token)).await? {
             WriteOutcome::Device(d) => Ok(d.id),
             other => panic!("{other:?}"),
         }
@@ -87,17 +91,7 @@ async fn nodes_share_devices_documents_and_attributes_through_postgres() {
     for i in 0..20 {
         for (node, w) in [("a", wa.clone()), ("b", wb.clone())] {
             tasks.push(tokio::spawn(async move {
-                let op = WriteOp::SaveDevice(SaveDevice {
-                    tenant: None,
-                    profile: None,
-                    id: None,
-                    name: format!("race-{i}"),
-                    device_type: String::new(),
-                    label: None,
-                    token: Some(format!("race-{node}-{i}")),
-                    additional_info: None,
-                });
-                (i, w.submit(op).await)
+                (i, w.submit(new_device(&format!("race-{i}"), &format!("race-{node}-{i}"))).await)
             }));
         }
     }

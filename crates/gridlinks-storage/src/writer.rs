@@ -1012,12 +1012,21 @@ impl Writer {
             return;
         }
         if !seg.attrs.is_empty() || !seg.broker.is_empty() {
-            if let Err(e) = self.replica_begin() {
-                for &i in &seg.members {
-                    results[i] = Err(e.duplicate());
+            // The latest-values cache stays: this segment's checkpoints are written from it
+            // (and a replica's rows never touch the node's own time series).
+            match self.store.replica_begin() {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.gateway_counts.clear();
+                    self.identity_counts.clear();
                 }
-                seg.members.clear();
-                return;
+                Err(e) => {
+                    for &i in &seg.members {
+                        results[i] = Err(e.duplicate());
+                    }
+                    seg.members.clear();
+                    return;
+                }
             }
         }
         let engine = match self.engine() {
