@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console
+.PHONY: run test deps lint cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
 ## console at http://localhost:8080/).
@@ -195,6 +195,12 @@ bench-crash:
 
 ## The console's first load (gzip), time to interactive on a 1,000-device list, and a
 ## 30,000-row import through the page (release build, headless Chromium).
+# Scale-out (docs/benchmarks.md "Scale-out"): embedded + Mosquitto, Kafka, Kafka +
+# PostgreSQL, two nodes; at saturation and at 2,000 msg/s. Starts Kafka and PostgreSQL itself.
+bench-cluster: bench-deps
+	scripts/bench-cluster.sh 1000 max 15s
+	scripts/bench-cluster.sh 1000 2000 20s
+
 bench-console: deps console tests/js/node_modules/.installed
 	$(CARGO) build --release -q -p gridlinks-server
 	cd tests/js && GRIDLINKS_BIN=$(TARGET)/release/gridlinks node bench_console.mjs
