@@ -1,0 +1,24 @@
+//! The Kafka record codec (what a storage writer reads back from the topic): any bytes
+//! decode to an error or to an op, never a panic, and an op that decodes encodes back to
+//! a record that decodes to the same op.
+#![no_main]
+
+use gridlinks_kafka::record::{decode, encode};
+use gridlinks_storage::WriteOp;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(op) = decode(data) else { return };
+    let again = encode(&op).expect("a decoded record is device data");
+    let back = decode(&again).expect("an encoded record decodes");
+    match (&op, &back) {
+        (WriteOp::Telemetry { device: a, records: x }, WriteOp::Telemetry { device: b, records: y }) => {
+            assert_eq!((a, format!("{x:?}")), (b, format!("{y:?}")));
+        }
+        (
+            WriteOp::Attributes { device: a, scope: s, values: x },
+            WriteOp::Attributes { device: b, scope: t, values: y },
+        ) => assert_eq!((a, s, format!("{x:?}")), (b, t, format!("{y:?}"))),
+        _ => panic!("decoded {op:?}, then {back:?}"),
+    }
+});
