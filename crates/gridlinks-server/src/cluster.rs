@@ -97,13 +97,13 @@ impl Sink for PgSink {
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A probe of one shared service: blocks, and says why it could not be used.
-type ProbeFn = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+type ProbeFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// One shared service and what its last probe found.
 struct Probe {
     /// `kafka` or `postgresql`.
     name: &'static str,
-    check: Arc<ProbeFn>,
+    check: ProbeFn,
     /// The error a refused request gets, from the reason.
     error: fn(String) -> StoreError,
     /// `None` while it answers, else why it did not.
@@ -128,13 +128,7 @@ pub struct Backends {
 
 impl Backends {
     fn add(&mut self, name: &'static str, error: fn(String) -> StoreError, check: ProbeFn) {
-        self.probes.push(Probe {
-            name,
-            check: Arc::new(check),
-            error,
-            down: Mutex::new(None),
-            running: Arc::default(),
-        });
+        self.probes.push(Probe { name, check, error, down: Mutex::new(None), running: Arc::default() });
     }
 
     /// Why this node takes no new work now: the first service down, or `None`.
@@ -161,6 +155,11 @@ impl Backends {
     /// it is past half the bound (writes wait on it then).
     async fn watch_lag(self: Arc<Self>, kafka: Arc<KafkaLog>) {
         loop {
+            // While a service is down nothing is taken anyway, and the probe has said why.
+            if self.any_down.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
             let k = kafka.clone();
             match tokio::task::spawn_blocking(move || k.lag(Duration::from_secs(2))).await {
                 Ok(Ok(lag)) => self.lag.store(lag, Ordering::Relaxed),
@@ -385,7 +384,7 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
         backends.add(
             "postgresql",
             StoreError::Database,
-            Box::new(move || {
+            Arc::new(move || {
                 pg.ping().map_err(|e| match e {
                     StoreError::Database(m) => m.trim_start_matches("postgresql: ").to_owned(),
                     e => e.to_string(),
@@ -431,7 +430,7 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             backends.add(
                 "kafka",
                 StoreError::Queue,
-                Box::new(move || kafka.probe(PROBE_TIMEOUT - Duration::from_secs(1))),
+                Arc::new(move || kafka.probe(PROBE_TIMEOUT - Duration::from_secs(1))),
             );
             backends.max_lag = k.max_lag;
             let backends = Arc::new(backends);
