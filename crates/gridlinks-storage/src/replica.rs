@@ -224,11 +224,15 @@ impl Store {
             }
         }
         batch.insert(&engine.ks.meta, SEEN_KEY, version.to_be_bytes().to_vec());
-        let tokens = &self.inner.tokens;
-        let mut map = tokens.map.write();
-        self.change_profiles(|| Ok(batch.commit()?))?;
-        map.clear();
-        tokens.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        // Profiles' lock, then the tokens' (the order a device transaction's commit takes).
+        self.change_profiles(|| {
+            let tokens = &self.inner.tokens;
+            let mut map = tokens.map.write();
+            batch.commit()?;
+            map.clear();
+            tokens.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            Ok(())
+        })?;
         Ok(true)
     }
 }
