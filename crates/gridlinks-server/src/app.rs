@@ -531,7 +531,7 @@ pub async fn serve(
     let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
     let anonymous_acl =
         Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
-    let auth = Arc::new(Auth::new(&cfg, &store, jwt_secret, [admin_hash, sysadmin_hash], tenant_id)?);
+    let auth = Arc::new(Auth::new(&cfg, &store, &writer, jwt_secret, [admin_hash, sysadmin_hash], tenant_id)?);
     let sessions = Arc::new(
         Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER, Some(crate::mqtt::MOUNT_ROOT))
             .drop_oldest_when_offline_queue_full(drop_oldest)

@@ -369,6 +369,62 @@ fn a_node_killed_mid_stream_stores_every_acknowledged_point_once_back() {
     }
 }
 
+/// Refresh tokens and logouts hold on every node: a refresh token works once in the
+/// cluster, reusing one ends the login on both nodes, and so does a logout; an API key made
+/// on one node works on the other.
+fn shared_logins(a: &Server, b: &Server) {
+    let login = |s: &Server| {
+        let body = serde_json::json!({"username": "admin", "password": common::ADMIN_PASSWORD}).to_string();
+        let (st, out) = s.req("POST", "/api/auth/login", None, Some(&body));
+        assert_eq!(st, 200, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (v["token"].as_str().unwrap().to_owned(), v["refreshToken"].as_str().unwrap().to_owned())
+    };
+    let refresh = |s: &Server, token: &str| {
+        let body = serde_json::json!({"refreshToken": token}).to_string();
+        let (st, out) = s.req("POST", "/api/auth/token", None, Some(&body));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        (st, v["token"].as_str().unwrap_or_default().to_owned(), v["refreshToken"].as_str().unwrap_or_default().to_owned())
+    };
+    let me = |s: &Server, jwt: &str| s.json("GET", "/api/auth/user", jwt, None).0;
+
+    // Refreshed on B, then at once on A with the new refresh token: both work.
+    let (jwt, r1) = login(a);
+    let (st, jwt2, r2) = refresh(b, &r1);
+    assert_eq!(st, 200);
+    let (st, jwt3, r3) = refresh(a, &r2);
+    assert_eq!(st, 200, "a refresh token made on B is refused on A");
+    assert_eq!((me(a, &jwt3), me(b, &jwt3), me(b, &jwt2)), (200, 200, 200));
+    // The first refresh token again, on either node: a copy. The login ends: at once on
+    // that node, on the other at its next catch-up (`cluster.entities_poll`, 250 ms).
+    assert_eq!(refresh(a, &r1).0, 401);
+    assert_eq!((me(a, &jwt), me(a, &jwt3)), (401, 401), "a token of the ended login still works");
+    let ended = eventually(2, || me(b, &jwt) == 401 && me(b, &jwt3) == 401);
+    assert!(ended, "B still takes tokens of a login ended on A");
+    assert_eq!(refresh(b, &r3).0, 401);
+
+    // A logout on A ends the login on B too.
+    let (jwt, _) = login(b);
+    assert_eq!(me(a, &jwt), 200);
+    assert_eq!(a.req("POST", "/api/auth/logout", Some(&jwt), None).0, 200);
+    assert!(eventually(2, || me(b, &jwt) == 401), "B still takes the token of a logout on A");
+
+    // An API key made on A works on B once B has caught up.
+    let (jwt, _) = login(a);
+    let body = serde_json::json!({"description": "cluster", "expirationTime": 0});
+    let (st, key) = a.json("POST", "/api/apiKey", &jwt, Some(body));
+    assert_eq!(st, 200, "{key}");
+    let value = key["value"].as_str().unwrap().to_owned();
+    let with_key = |s: &Server| {
+        ureq::get(&format!("{}/api/auth/user", s.base))
+            .set("X-Authorization", &format!("ApiKey {value}"))
+            .call()
+            .map_or_else(|e| if let ureq::Error::Status(c, _) = e { c } else { 0 }, |r| r.status())
+    };
+    assert_eq!(with_key(a), 200);
+    assert!(eventually(10, || with_key(b) == 200), "B refuses an API key made on A");
+}
+
 /// `cluster.entities = "postgres"` with PostgreSQL time series: two nodes on one Kafka and
 /// one PostgreSQL share devices, credentials, sessions and telemetry. What is created,
 /// changed or deleted on one node holds on the other, and a device may post to either.
@@ -387,13 +443,17 @@ fn two_nodes_share_devices_and_telemetry() {
     let a = start_on(&tmp.path().join("a"), &env("node-a"));
     let b = start_on(&tmp.path().join("b"), &env("node-b"));
 
-    // One first tenant for both. (Logins are each node's own so far: each is logged in to.)
-    let (jwt, jwt_b) = (a.login(), b.login());
+    // One first tenant, and one set of logins: a token made on A works on B at once (B
+    // catches up when it meets a login it does not know yet).
+    let jwt = a.login();
     let (st, user_a) = a.json("GET", "/api/auth/user", &jwt, None);
     assert_eq!(st, 200);
-    let (st, user_b) = b.json("GET", "/api/auth/user", &jwt_b, None);
+    let (st, user_b) = b.json("GET", "/api/auth/user", &jwt, None);
     assert_eq!(st, 200, "{user_b}");
     assert_eq!(user_a["tenantId"], user_b["tenantId"]);
+    let jwt_b = b.login();
+    assert_eq!(a.json("GET", "/api/auth/user", &jwt_b, None).0, 200);
+    shared_logins(&a, &b);
 
     // A device made on A: B knows it soon (its catch-up runs every 250 ms), over REST and
     // for the device itself (MQTT and HTTP).

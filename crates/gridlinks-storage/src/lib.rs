@@ -573,6 +573,9 @@ pub(crate) struct Inner {
     profiles: RwLock<Option<Arc<Vec<ProfileRecord>>>>,
     /// The replica of the shared rows this store follows (`cluster.entities`), if any.
     pub follower: parking_lot::Mutex<Option<replica::Follower>>,
+    /// How many times other nodes' rows changed each shared keyspace
+    /// ([`Store::remote_generation`]).
+    pub remote_generations: [std::sync::atomic::AtomicU64; 16],
     /// Where the store lives and how it was opened, for reopening.
     pub dir: PathBuf,
     opts: StoreOptions,
@@ -670,6 +673,7 @@ impl Store {
                 profiles: RwLock::new(None),
                 tokens: TokenCache::default(),
                 follower: parking_lot::Mutex::new(None),
+                remote_generations: Default::default(),
                 health: std::sync::atomic::AtomicU8::new(Health::Ok as u8),
                 dir: dir.to_owned(),
                 opts: opts.clone(),
@@ -722,9 +726,19 @@ impl Store {
         walk(&self.inner.dir)
     }
 
-    /// A shared setting ([`WriteOp::SettingIfAbsent`] writes them).
+    /// A shared setting ([`WriteOp::SettingIfAbsent`] and [`WriteOp::SwapSetting`] write them).
     pub fn setting(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.engine()?.ks.settings.get(name)?.map(|v| v.to_vec()))
+    }
+
+    /// Every shared setting whose name starts with `prefix`: (name, value).
+    pub fn settings_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.engine()?.ks.settings.prefix(prefix) {
+            let (k, v) = kv.into_inner()?;
+            out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("setting name"))?, v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// The names of `names` that have no telemetry key id yet (each once).

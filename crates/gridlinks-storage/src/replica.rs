@@ -81,8 +81,14 @@ pub(crate) struct Follower {
 }
 
 /// The number of a shared keyspace (`None`: the node's own, e.g. `ts`, `meta`).
+// A bit and a generation counter each ([`Store::remote_generation`]).
+const _: () = assert!(SHARED.len() <= 16);
+
 fn space_of(ks: &Keyspace) -> Option<i16> {
-    let name: &str = ks.name();
+    space_of_name(ks.name())
+}
+
+fn space_of_name(name: &str) -> Option<i16> {
     SHARED.iter().position(|s| *s == name).and_then(|i| i16::try_from(i).ok())
 }
 
@@ -216,8 +222,10 @@ impl Store {
         }
         let engine = self.engine()?;
         let mut batch = engine.db.batch();
+        let mut spaces = 0u32;
         for r in rows {
             let ks = keyspace(&engine, r.space)?;
+            spaces |= 1 << r.space;
             match &r.value {
                 Some(v) => batch.insert(ks, r.key.clone(), v.clone()),
                 None => batch.remove(ks, r.key.clone()),
@@ -233,6 +241,20 @@ impl Store {
             tokens.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             Ok(())
         })?;
+        for (i, g) in self.inner.remote_generations.iter().enumerate() {
+            if spaces & (1 << i) != 0 {
+                g.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
         Ok(true)
+    }
+
+    /// How many times other nodes' rows changed shared keyspace `name` (`docs`, `broker`,
+    /// …): a node's cache of a keyspace (users, API keys, MQTT credentials) reloads when it
+    /// changes. Always 0 for a name that is not shared, and without a replica.
+    pub fn remote_generation(&self, name: &str) -> u64 {
+        space_of_name(name)
+            .and_then(|i| self.inner.remote_generations.get(usize::try_from(i).ok()?))
+            .map_or(0, |g| g.load(std::sync::atomic::Ordering::Acquire))
     }
 }

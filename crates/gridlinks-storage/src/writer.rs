@@ -238,6 +238,17 @@ pub enum WriteOp {
         /// Its value if it has none.
         value: Vec<u8>,
     },
+    /// Sets (`Some`) or removes (`None`) the shared setting `name` if its value is `expect`
+    /// (`None`: it has none): a compare-and-set, cluster-wide under a replica's lock.
+    /// Answered with [`WriteOutcome::Swapped`].
+    SwapSetting {
+        /// Its name.
+        name: String,
+        /// The value it must have now.
+        expect: Option<Vec<u8>>,
+        /// Its value from now on.
+        value: Option<Vec<u8>>,
+    },
     /// Applies what other nodes changed in the replica of shared rows (`cluster.entities`;
     /// nothing without one).
     CatchUp,
@@ -405,6 +416,8 @@ pub enum WriteOutcome {
     Doc(DocRecord),
     /// A setting's value ([`WriteOp::SettingIfAbsent`]).
     Setting(Vec<u8>),
+    /// Whether [`WriteOp::SwapSetting`] found the value it expected, and so wrote.
+    Swapped(bool),
 }
 
 /// Counters of the writer, for `/metrics`.
@@ -1278,6 +1291,19 @@ impl Writer {
                 batch.insert(&engine.ks.settings, name, value.clone());
                 batch.commit(&self.store)?;
                 Ok(WriteOutcome::Setting(value))
+            }
+            WriteOp::SwapSetting { name, expect, value } => {
+                let engine = self.engine()?;
+                if engine.ks.settings.get(&name)?.as_deref() != expect.as_deref() {
+                    return Ok(WriteOutcome::Swapped(false));
+                }
+                let mut batch = Batch::new(&engine);
+                match value {
+                    Some(v) => batch.insert(&engine.ks.settings, name, v),
+                    None => batch.remove(&engine.ks.settings, name),
+                }
+                batch.commit(&self.store)?;
+                Ok(WriteOutcome::Swapped(true))
             }
             WriteOp::DeleteCustomer(id) => {
                 let engine = self.engine()?;

@@ -66,8 +66,16 @@ fn hex(bytes: &[u8]) -> String {
 impl ApiKeys {
     /// The keys stored in `store`.
     pub fn load(store: &Store) -> Result<Self, StoreError> {
-        let keys = store.docs(DocKind::ApiKey)?.iter().filter_map(|d| Some((d.id, entry(d)?))).collect();
-        Ok(Self { keys: RwLock::new(keys) })
+        let keys = Self { keys: RwLock::new(HashMap::new()) };
+        keys.reload(store)?;
+        Ok(keys)
+    }
+
+    /// Reads every key again (other nodes changed some), the map locked meanwhile.
+    pub fn reload(&self, store: &Store) -> Result<(), StoreError> {
+        let mut locked = self.keys.write();
+        *locked = store.docs(DocKind::ApiKey)?.iter().filter_map(|d| Some((d.id, entry(d)?))).collect();
+        Ok(())
     }
 
     /// Takes in a key as stored (after a create or change).

@@ -22,9 +22,10 @@ pub mod throttle;
 pub mod users;
 
 use std::net::IpAddr;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use gridlinks_storage::{Store, StoreError};
+use gridlinks_storage::{Store, StoreError, WriteOp, WriterHandle};
 use gridlinks_types::Ts;
 use uuid::Uuid;
 
@@ -99,15 +100,44 @@ pub struct Auth {
     pub users: users::Users,
     token_ttl: u64,
     refresh_ttl: u64,
+    store: Store,
+    /// With shared entities: catching up with other nodes, when a token or user is not
+    /// known here yet.
+    follow: Option<Follow>,
+    /// Other nodes' document changes ([`Store::remote_generation`]) the users and API keys
+    /// here include.
+    docs_seen: AtomicU64,
+}
+
+/// Catching up with other nodes' changes on demand (a token of a login made on another
+/// node a moment ago), one catch-up at a time.
+struct Follow {
+    writer: WriterHandle,
+    /// When the last catch-up ended.
+    last: tokio::sync::Mutex<Instant>,
+}
+
+impl Follow {
+    /// Applies other nodes' changes, unless a catch-up that began after `since` did.
+    async fn catch_up(&self, since: Instant) -> Result<(), StoreError> {
+        let mut last = self.last.lock().await;
+        if *last > since {
+            return Ok(());
+        }
+        self.writer.submit(WriteOp::CatchUp).await?;
+        *last = Instant::now();
+        Ok(())
+    }
 }
 
 impl Auth {
     /// Authentication for `cfg`'s administrator of the first tenant `first_tenant` and its
     /// system administrator (their password hashes: `[admin, sysadmin]`), and the users
-    /// stored in `store`.
+    /// stored in `store` (logins are written through `writer`).
     pub fn new(
         cfg: &Config,
         store: &Store,
+        writer: &WriterHandle,
         secret: Vec<u8>,
         [admin_hash, sysadmin_hash]: [String; 2],
         first_tenant: Uuid,
@@ -124,14 +154,41 @@ impl Auth {
         };
         Ok(Self {
             jwt: Jwt::new(secret),
-            logins: logins::Logins::load(store)?,
+            logins: logins::Logins::load(store, writer)?,
             throttle: Throttle::new(cfg.auth.login_free_attempts, cfg.auth.login_max_delay.duration()),
             passwords: PasswordPool::start(cfg.auth.password_threads)?,
             api_keys: api_keys::ApiKeys::load(store)?,
             users: users::Users::load(store, admin, sysadmin, first_tenant)?,
             token_ttl: cfg.auth.token_ttl.0,
             refresh_ttl: cfg.auth.refresh_ttl.0,
+            store: store.clone(),
+            follow: store
+                .replicated()
+                .then(|| Follow { writer: writer.clone(), last: tokio::sync::Mutex::new(Instant::now()) }),
+            docs_seen: AtomicU64::new(store.remote_generation("docs")),
         })
+    }
+
+    /// Reloads users and API keys if other nodes changed documents since they were read.
+    fn fresh(&self) {
+        let seen = self.store.remote_generation("docs");
+        if self.docs_seen.load(Ordering::Acquire) == seen {
+            return;
+        }
+        let reloaded = self.users.reload(&self.store).and_then(|()| self.api_keys.reload(&self.store));
+        match reloaded {
+            Ok(()) => self.docs_seen.store(seen, Ordering::Release),
+            Err(e) => crate::logging::warn_limited!(error = %e, "cannot reload users changed on other nodes"),
+        }
+    }
+
+    /// With shared entities, applies other nodes' changes now (unless that was done since
+    /// `since`); whether there are other nodes.
+    async fn catch_up(&self, since: Instant) -> Result<bool, AuthError> {
+        let Some(f) = &self.follow else { return Ok(false) };
+        f.catch_up(since).await?;
+        self.fresh();
+        Ok(true)
     }
 
     /// Checks a password login from `peer`: throttled (per address and per lower-case
@@ -140,7 +197,11 @@ impl Auth {
     pub async fn login(&self, peer: IpAddr, user: &str, password: &str) -> Result<TokenPair, AuthError> {
         let name = user.to_lowercase();
         self.throttle.check(peer, &name).map_err(AuthError::Throttled)?;
-        let entry = self.users.by_email(&name);
+        self.fresh();
+        let mut entry = self.users.by_email(&name);
+        if entry.is_none() && self.catch_up(Instant::now()).await? {
+            entry = self.users.by_email(&name);
+        }
         let phc = entry.as_ref().and_then(|e| e.hash.as_deref());
         let entry = match (self.passwords.verify(password.as_bytes(), phc).await?, entry) {
             (true, Some(e)) => e,
@@ -166,7 +227,10 @@ impl Auth {
     /// twice ends its login.
     pub async fn refresh(&self, refresh_token: &str) -> Result<TokenPair, AuthError> {
         let claims = self.jwt.verify(refresh_token, &[REFRESH_SCOPE])?;
-        let entry = self.holder(&claims)?;
+        // Its login may have been refreshed on another node a moment ago: a token that is
+        // stale here must not count as reused.
+        self.catch_up(Instant::now()).await?;
+        let entry = self.holder(&claims)?.ok_or(AuthError::BadToken)?;
         let jti = claims.jti.as_deref().ok_or(AuthError::BadToken)?;
         match self.logins.rotate(&claims.session_id, jti, self.refresh_exp()).await? {
             Ok(next) => self.pair(&entry, &claims.session_id, next),
@@ -175,33 +239,49 @@ impl Auth {
     }
 
     /// The user of a valid access token of a login in force.
-    pub fn access(&self, token: &str) -> Result<Caller, AuthError> {
-        Ok(self.checked(token)?.1.caller.clone())
+    pub async fn access(&self, token: &str) -> Result<Caller, AuthError> {
+        Ok(self.checked(token).await?.1.caller.clone())
     }
 
     /// [`Auth::access`], and when the token expires (seconds since epoch).
-    pub fn access_with_expiry(&self, token: &str) -> Result<(Caller, i64), AuthError> {
-        let (claims, entry) = self.checked(token)?;
+    pub async fn access_with_expiry(&self, token: &str) -> Result<(Caller, i64), AuthError> {
+        let (claims, entry) = self.checked(token).await?;
         Ok((entry.caller.clone(), claims.exp))
     }
 
-    fn checked(&self, token: &str) -> Result<(Claims, std::sync::Arc<users::Entry>), AuthError> {
-        let scopes = [Authority::SysAdmin.as_str(), Authority::TenantAdmin.as_str(), Authority::CustomerUser.as_str()];
-        let claims = self.jwt.verify(token, &scopes)?;
-        let entry = self.holder(&claims)?;
-        if !claims.scopes.iter().any(|s| s == entry.caller.authority.as_str())
-            || !self.logins.contains(&claims.session_id)
-        {
-            return Err(AuthError::BadToken);
+    /// A valid access token of a login in force, and its user; a well-signed token whose
+    /// login or user is not known here is checked again after catching up with other nodes.
+    async fn checked(&self, token: &str) -> Result<(Claims, std::sync::Arc<users::Entry>), AuthError> {
+        let since = Instant::now();
+        if let Some(c) = self.checked_here(token)? {
+            return Ok(c);
         }
-        Ok((claims, entry))
+        if self.catch_up(since).await? {
+            if let Some(c) = self.checked_here(token)? {
+                return Ok(c);
+            }
+        }
+        Err(AuthError::BadToken)
     }
 
-    /// The user a token was issued to, if it still exists, is enabled, has the same id,
-    /// and has not changed its password since. Tokens of releases before users existed
-    /// carry no user id: they are the configured administrator's.
-    fn holder(&self, claims: &Claims) -> Result<std::sync::Arc<users::Entry>, AuthError> {
-        let entry = self.users.by_email(&claims.sub).ok_or(AuthError::BadToken)?;
+    /// [`Auth::checked`] against what this node knows: `None` when the token is well
+    /// signed but its login or user is unknown.
+    fn checked_here(&self, token: &str) -> Result<Option<(Claims, std::sync::Arc<users::Entry>)>, AuthError> {
+        let scopes = [Authority::SysAdmin.as_str(), Authority::TenantAdmin.as_str(), Authority::CustomerUser.as_str()];
+        let claims = self.jwt.verify(token, &scopes)?;
+        self.fresh();
+        let Some(entry) = self.holder(&claims)? else { return Ok(None) };
+        if !claims.scopes.iter().any(|s| s == entry.caller.authority.as_str()) {
+            return Err(AuthError::BadToken);
+        }
+        Ok(self.logins.contains(&claims.session_id).then_some((claims, entry)))
+    }
+
+    /// The user a token was issued to (`None`: no user of that name here), if it is enabled,
+    /// has the same id, and has not changed its password since. Tokens of releases before
+    /// users existed carry no user id: they are the configured administrator's.
+    fn holder(&self, claims: &Claims) -> Result<Option<std::sync::Arc<users::Entry>>, AuthError> {
+        let Some(entry) = self.users.by_email(&claims.sub) else { return Ok(None) };
         let same = match claims.user_id.as_deref() {
             Some(id) => id == entry.caller.user.to_string(),
             None => entry.configured,
@@ -209,18 +289,19 @@ impl Auth {
         if !same || !entry.enabled || claims.iat < entry.tokens_after {
             return Err(AuthError::BadToken);
         }
-        Ok(entry)
+        Ok(Some(entry))
     }
 
     /// The user of a live API key.
     pub fn api_key(&self, value: &str) -> Option<Caller> {
+        self.fresh();
         let user = self.api_keys.check(value, Ts::now().0)?;
         self.users.by_id(user).filter(|e| e.enabled).map(|e| e.caller.clone())
     }
 
     /// Ends the login of a valid access token.
     pub async fn logout(&self, token: &str) -> Result<(), AuthError> {
-        let (claims, _) = self.checked(token)?;
+        let (claims, _) = self.checked(token).await?;
         Ok(self.logins.end(&claims.session_id).await?)
     }
 

@@ -246,8 +246,10 @@ impl Users {
         Ok(users)
     }
 
-    /// Reads every user again (after a write that changed several).
+    /// Reads every user again (after a write that changed several, or other nodes' changes).
+    /// The map is locked meanwhile, so a change taken in at the same time is not lost.
     pub fn reload(&self, store: &Store) -> Result<(), StoreError> {
+        let mut locked = self.maps.write();
         let creds: HashMap<Uuid, DocRecord> =
             store.docs(DocKind::UserCredentials)?.into_iter().map(|c| (c.id, c)).collect();
         let mut maps = Maps::default();
@@ -259,7 +261,7 @@ impl Users {
         for c in &self.configured {
             Self::insert(&mut maps, (**c).clone(), None);
         }
-        *self.maps.write() = maps;
+        *locked = maps;
         Ok(())
     }
 

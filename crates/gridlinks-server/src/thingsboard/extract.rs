@@ -88,7 +88,7 @@ impl FromRequestParts<Http> for User {
             };
         }
         let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-        match state.auth.access(token) {
+        match state.auth.access(token).await {
             Ok(c) => Ok(User(c)),
             Err(AuthError::Expired) => {
                 Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))

@@ -224,8 +224,8 @@ pub async fn upgrade_legacy(ws: WebSocketUpgrade, State(h): State<Http>, Query(p
 }
 
 /// The caller of a token and when the token expires (seconds), if it is valid.
-fn authenticate(auth: &Auth, token: &str) -> Option<(Caller, i64)> {
-    auth.access_with_expiry(token).ok()
+async fn authenticate(auth: &Auth, token: &str) -> Option<(Caller, i64)> {
+    auth.access_with_expiry(token).await.ok()
 }
 
 /// A session's state while it runs.
@@ -268,7 +268,7 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
         counts: HashMap::new(),
     };
     if let Some(t) = token {
-        s.caller = authenticate(&h.auth, &t);
+        s.caller = authenticate(&h.auth, &t).await;
         s.token = t;
         if s.caller.is_none() {
             let e = proto::error(0, code::UNAUTHORIZED, "Invalid JWT token").to_string();
@@ -334,7 +334,7 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
                     break Some((code::BAD_REQUEST, "idle for ws.idle_timeout".into()));
                 }
                 // A user deleted or disabled, or whose password changed, is out.
-                if s.caller.is_some() && authenticate(&h.auth, &s.token).is_none() {
+                if s.caller.is_some() && authenticate(&h.auth, &s.token).await.is_none() {
                     break Some((code::UNAUTHORIZED, "Invalid JWT token".into()));
                 }
                 if sink.send(Message::Ping(Default::default())).await.is_err() { break None; }
@@ -388,7 +388,7 @@ impl Session {
             Err(e) => return (vec![proto::error(0, code::BAD_REQUEST, &e)], Next::Go),
         };
         if let Some((cmd_id, token)) = msg.auth {
-            self.caller = authenticate(&self.h.auth, &token);
+            self.caller = authenticate(&self.h.auth, &token).await;
             self.token = token;
             if self.caller.is_none() {
                 return (vec![proto::error(cmd_id, code::UNAUTHORIZED, "Invalid JWT token")], Next::Close(None));
