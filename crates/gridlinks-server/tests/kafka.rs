@@ -384,7 +384,11 @@ fn shared_logins(a: &Server, b: &Server) {
         let body = serde_json::json!({"refreshToken": token}).to_string();
         let (st, out) = s.req("POST", "/api/auth/token", None, Some(&body));
         let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        (st, v["token"].as_str().unwrap_or_default().to_owned(), v["refreshToken"].as_str().unwrap_or_default().to_owned())
+        (
+            st,
+            v["token"].as_str().unwrap_or_default().to_owned(),
+            v["refreshToken"].as_str().unwrap_or_default().to_owned(),
+        )
     };
     let me = |s: &Server, jwt: &str| s.json("GET", "/api/auth/user", jwt, None).0;
 
