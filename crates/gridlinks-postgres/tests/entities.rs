@@ -145,6 +145,38 @@ async fn nodes_share_devices_documents_and_attributes_through_postgres() {
     let attrs = a.store.attributes(d1, Some(AttributeScope::Shared), None).unwrap();
     assert_eq!(attrs.len(), 1);
     assert_eq!(attrs[0].value, Value::Str("1.2".into()));
+    // A's caches of documents know they are stale.
+    assert!(a.store.remote_generation("docs") > 0);
+    assert_eq!(b.store.remote_generation("docs"), 0, "a node's own writes are not remote");
+
+    // A compare-and-set of a shared setting (a login's refresh) raced on both nodes: one
+    // wins each round, and the loser sees the winner's value.
+    let swap = |w: WriterHandle, expect: &str, value: String| {
+        let op = WriteOp::SwapSetting {
+            name: "cas".into(),
+            expect: Some(expect.as_bytes().to_vec()),
+            value: Some(value.into_bytes()),
+        };
+        tokio::spawn(async move {
+            match w.submit(op).await.unwrap() {
+                WriteOutcome::Swapped(done) => done,
+                other => panic!("{other:?}"),
+            }
+        })
+    };
+    let first = WriteOp::SwapSetting { name: "cas".into(), expect: None, value: Some(b"0".to_vec()) };
+    assert!(matches!(a.writer.submit(first).await.unwrap(), WriteOutcome::Swapped(true)));
+    for round in 0..10 {
+        let now = round.to_string();
+        let (ta, tb) = (
+            swap(a.writer.clone(), &now, format!("{}", round + 1)),
+            swap(b.writer.clone(), &now, format!("{}", round + 1)),
+        );
+        let won = [ta.await.unwrap(), tb.await.unwrap()];
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "round {round}: {won:?}");
+    }
+    b.catch_up().await;
+    assert_eq!(b.store.setting("cas").unwrap().as_deref(), Some(&b"10"[..]));
 
     // B restarts on its data: it goes on from the version it had.
     b.close();
