@@ -1,13 +1,19 @@
-//! The Kafka record codec (what a storage writer reads back from the topic): any bytes
-//! decode to an error or to an op, never a panic, and an op that decodes encodes back to
-//! a record that decodes to the same op.
+//! The Kafka record codecs (what a storage writer reads back from the device-data topic,
+//! and what every node reads from the broker topic): any bytes decode to an error or to a
+//! record, never a panic, and a record that decodes encodes back to one that decodes to
+//! the same thing.
 #![no_main]
 
+use gridlinks_kafka::bus::{decode_publish, encode_publish};
 use gridlinks_kafka::record::{decode, encode};
 use gridlinks_storage::WriteOp;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(p) = decode_publish(data) {
+        let again = encode_publish(&p.from, p.retain, &p.message);
+        assert_eq!(decode_publish(&again).expect("an encoded publish decodes"), p);
+    }
     let Ok(op) = decode(data) else { return };
     let again = encode(&op).expect("a decoded record is device data");
     let back = decode(&again).expect("an encoded record decodes");

@@ -3,8 +3,11 @@
 //! has acknowledged its data (`acks=all`, idempotent producer, one partition per device by
 //! key); [`StorageWriter`] is a member of the storage writers' consumer group: it writes
 //! what it consumes to the store and commits offsets only after the write, so a
-//! redelivery (rebalance, crash) rewrites the same rows and loses nothing.
+//! redelivery (rebalance, crash) rewrites the same rows and loses nothing. [`Bus`] carries
+//! live deliveries between nodes (MQTT client publishes, and other nodes' device data to
+//! this node's subscribers).
 
+pub mod bus;
 mod log;
 pub mod record;
 mod writer;
@@ -18,6 +21,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::RDKafkaErrorCode;
 
+pub use bus::Bus;
 pub use log::{Check, KafkaLog};
 pub use writer::{Sink, StorageWriter};
 
@@ -46,6 +50,11 @@ impl KafkaSettings {
         format!("{}telemetry", self.topic_prefix)
     }
 
+    /// The topic of MQTT client publishes, which every node follows ([`Bus`]).
+    pub fn broker_topic(&self) -> String {
+        format!("{}broker", self.topic_prefix)
+    }
+
     /// The storage writers' consumer group.
     pub fn group(&self) -> String {
         format!("{}storage", self.topic_prefix)
@@ -59,6 +68,19 @@ impl KafkaSettings {
             .set("partitioner", "murmur2_random");
         c
     }
+}
+
+/// An idempotent producer that waits for every in-sync replica (`acks=all`).
+fn producer(s: &KafkaSettings, role: &str) -> Result<rdkafka::producer::FutureProducer<Quiet>, KafkaError> {
+    Ok(s.client(role)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", s.produce_timeout.as_millis().to_string())
+        // Records of concurrent requests share a produce request; a few ms of wait at
+        // most, as the embedded group commit does.
+        .set("linger.ms", "2")
+        .set("compression.type", "lz4")
+        .create_with_context(Quiet)?)
 }
 
 /// The producer's and consumer's context: librdkafka's own log lines and error events go
@@ -90,17 +112,23 @@ pub enum KafkaError {
     Topic(String, String),
 }
 
-/// Creates the telemetry topic if it does not exist (partitions, replication factor and
-/// `min.insync.replicas` from `s`); an existing topic is left as it is.
+/// Creates the device-data and broker topics if they do not exist (partitions,
+/// replication factor and `min.insync.replicas` from `s`; the broker topic, which only
+/// carries live deliveries, keeps records for an hour); existing topics are left as they are.
 pub async fn ensure_topic(s: &KafkaSettings) -> Result<(), KafkaError> {
     let admin: AdminClient<DefaultClientContext> = s.client("admin").create()?;
-    let topic = s.topic();
+    let (data, broker) = (s.topic(), s.broker_topic());
     let min_isr = s.min_insync_replicas.to_string();
     let partitions = i32::try_from(s.partitions).unwrap_or(i32::MAX);
-    let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(i32::from(s.replication_factor)))
-        .set("min.insync.replicas", &min_isr);
+    let replication = || TopicReplication::Fixed(i32::from(s.replication_factor));
+    let new = [
+        NewTopic::new(&data, partitions, replication()).set("min.insync.replicas", &min_isr),
+        NewTopic::new(&broker, partitions, replication())
+            .set("min.insync.replicas", &min_isr)
+            .set("retention.ms", "3600000"),
+    ];
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    for r in admin.create_topics([&new], &opts).await? {
+    for r in admin.create_topics(&new, &opts).await? {
         match r {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => return Err(KafkaError::Topic(name, code.to_string())),

@@ -36,16 +36,7 @@ impl KafkaLog {
     /// A producer for `s`; the topic must exist ([`crate::ensure_topic`]). Each write is
     /// checked by `check` before it is produced.
     pub fn new(s: &KafkaSettings, entities: WriterHandle, check: Box<dyn Check>) -> Result<Arc<Self>, KafkaError> {
-        let producer: FutureProducer<crate::Quiet> = s
-            .client("producer")
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", s.produce_timeout.as_millis().to_string())
-            // Records of concurrent requests share a produce request; a few ms of wait at
-            // most, as the embedded group commit does.
-            .set("linger.ms", "2")
-            .set("compression.type", "lz4")
-            .create_with_context(crate::Quiet)?;
+        let producer = crate::producer(s, "producer")?;
         let offsets: BaseConsumer<crate::Quiet> = s
             .client("lag")
             .set("group.id", s.group())
@@ -112,7 +103,10 @@ impl KafkaLog {
         };
         self.check.check(op).await?;
         let key = record::key(device);
-        let rec = FutureRecord::to(&self.topic).key(&key[..]).payload(&payload[..]);
+        let rec = FutureRecord::to(&self.topic)
+            .key(&key[..])
+            .payload(&payload[..])
+            .headers(crate::bus::origin_headers(&self.settings.node_id));
         // Waits for queue space up to the produce timeout: backpressure, not a drop.
         match self.producer.send(rec, self.settings.produce_timeout).await {
             Ok(_) => Ok(WriteOutcome::Done),

@@ -72,6 +72,22 @@ pub struct Pool {
     freed: Condvar,
 }
 
+impl Drop for Pool {
+    /// A blocking client closes its connection on its own runtime, which must not happen
+    /// on a thread that drives async tasks (a server that fails to start drops the pool
+    /// there): off such a thread first.
+    fn drop(&mut self) {
+        let clients = std::mem::take(&mut self.idle.get_mut().0);
+        let on_worker = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_worker {
+            tokio::task::block_in_place(move || drop(clients));
+        } else {
+            drop(clients);
+        }
+    }
+}
+
 impl Pool {
     /// A pool of at most `size` connections to `url` (made when first needed; a server
     /// that does not answer fails a connection after [`CONNECT_TIMEOUT`] unless the URL

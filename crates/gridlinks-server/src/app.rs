@@ -51,6 +51,8 @@ pub struct Core {
     pub tenant_id: Uuid,
     /// Devices' open claims.
     pub claims: Arc<crate::thingsboard::claim::Claims>,
+    /// Live delivery across nodes (client publishes go to it; other nodes' come from it).
+    pub bus: Option<Arc<gridlinks_kafka::Bus>>,
 }
 
 impl Core {
@@ -547,7 +549,9 @@ pub async fn serve(
         first_tenant: tenant_id,
     };
     let cluster = crate::cluster::start(&cfg.cluster, &store, &writer).await?;
-    let ingest = Ingest::new(store.clone(), cluster.log, Arc::new(live), cfg.limits.max_devices_per_gateway);
+    let live = Arc::new(live);
+    let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway);
+    let bus = cluster.bus;
     let (ts, backends) = (cluster.ts, cluster.backends);
     tokio::spawn(backends.clone().watch(cfg.cluster.probe_interval.duration()));
     let core = Core {
@@ -559,6 +563,7 @@ pub async fn serve(
         ingest,
         tenant_id,
         claims: Default::default(),
+        bus,
     };
     crate::thingsboard::tenants::ensure_first(&core).await.context("writing the first tenant")?;
     let mqtt = Arc::new(Mqtt {
@@ -590,6 +595,15 @@ pub async fn serve(
     let retained = crate::mqtt::retained::load(&store, &mqtt.sessions).context("loading retained MQTT messages")?;
     let sessions = crate::mqtt::pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
+    // `live` holds a writer handle: it must not outlive the server (the writer drains when
+    // the last handle goes).
+    let bus_task = mqtt
+        .core
+        .bus
+        .as_ref()
+        .map(|bus| crate::mqtt::pubsub::follow_bus(bus, &mqtt, live))
+        .transpose()
+        .context("following the kafka bus")?;
     let cfg = core.cfg.clone();
     let app = router(Http(Arc::new(Handles {
         core,
@@ -604,7 +618,7 @@ pub async fn serve(
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
     let limit = Arc::new(tokio::sync::Semaphore::new(cfg.mqtt_max_connections()));
     if let Some(path) = secret_file {
-        tokio::spawn(watch_secret(auth, path, stop_rx.clone()));
+        tokio::spawn(watch_secret(auth.clone(), path, stop_rx.clone()));
     }
     let ws_task = ws_listener
         .map(|l| tokio::spawn(crate::mqtt::listen_ws(l, mqtt.clone(), stop_rx.clone(), alive.clone(), limit.clone())));
@@ -652,11 +666,12 @@ pub async fn serve(
     let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.
-    if let Some(f) = follower {
-        f.abort();
-        let _ = f.await;
+    for task in [follower, bus_task].into_iter().flatten() {
+        task.abort();
+        let _ = task.await;
     }
-    drop(mqtt);
+    // Logins write through the writer too.
+    drop((mqtt, auth));
     tokio::task::spawn_blocking(move || writer_thread.join())
         .await?
         .map_err(|_| anyhow::anyhow!("writer thread panicked"))?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use gridlinks_ingest::{BoxFuture, CommitLog, Embedded};
-use gridlinks_kafka::{Check, KafkaLog, KafkaSettings, Sink, StorageWriter};
+use gridlinks_kafka::{Bus, Check, KafkaLog, KafkaSettings, Sink, StorageWriter};
 use gridlinks_postgres::{PgReplica, PgTimeseries};
 use gridlinks_storage::{DeleteTelemetry, Health, Store, StoreError, Timeseries, WriteOp, WriteOutcome, WriterHandle};
 use parking_lot::Mutex;
@@ -307,6 +307,8 @@ pub struct Cluster {
     pub backends: Arc<Backends>,
     /// The storage writer (Kafka only); it runs until aborted.
     pub storage_writer: Option<tokio::task::JoinHandle<()>>,
+    /// Live delivery across nodes (Kafka with shared entities: several nodes).
+    pub bus: Option<Arc<Bus>>,
 }
 
 /// The connection URL in `cluster.postgres.url_file`, which only its owner may read.
@@ -398,6 +400,7 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             ts,
             backends: Arc::new(backends),
             storage_writer: None,
+            bus: None,
         }),
         QueueBackend::Kafka => {
             let k = &c.kafka;
@@ -437,7 +440,12 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             tokio::spawn(backends.clone().watch_lag(log.clone()));
             let patience = settings.produce_timeout;
             let log = Arc::new(Gated { log, backends: backends.clone(), patience });
-            Ok(Cluster { log, ts, backends, storage_writer: Some(task) })
+            // Several nodes share entities: what one takes is delivered live on the others.
+            let bus = match c.entities {
+                EntitiesBackend::Postgres => Some(Bus::new(&settings).context("kafka bus producer")?),
+                EntitiesBackend::Embedded => None,
+            };
+            Ok(Cluster { log, ts, backends, storage_writer: Some(task), bus })
         }
     }
 }

@@ -429,6 +429,72 @@ fn shared_logins(a: &Server, b: &Server) {
     assert!(eventually(10, || with_key(b) == 200), "B refuses an API key made on A");
 }
 
+/// MQTT across nodes, through Kafka: an application credential made on A logs in on B; a
+/// message published on A reaches a subscriber on B; a retained message published on A is
+/// given to a new subscriber on B; device telemetry taken by A reaches B's subscriber of the
+/// canonical topics; and the other way, B to A.
+fn cross_node_mqtt(a: &Server, b: &Server, jwt: &str, token: &str, device: &str) {
+    use gridlinks_codec::mqtt::{Packet, QoS};
+    let cred = serde_json::json!({"username": "app", "password": "app-pw", "publish": ["apps/#"],
+        "subscribe": ["apps/#", "gridlinks/devices/+/telemetry"]});
+    let (st, out) = a.json("POST", "/api/mqtt/clients", jwt, Some(cred));
+    assert_eq!(st, 200, "{out}");
+    assert!(eventually(10, || b.json("GET", "/api/mqtt/clients/app", jwt, None).0 == 200), "B does not know it");
+    let login = |s: &Server, id: &str| {
+        let (c, ack) = Raw::login(s.mqtt_port, ProtocolVersion::V5, id, "app", "app-pw");
+        assert_eq!(ack.code, 0, "{ack:?}");
+        c
+    };
+    let next_publish = |c: &mut Raw| loop {
+        match c.recv() {
+            Some(Packet::Publish(p)) => return (p.topic, String::from_utf8_lossy(&p.payload).into_owned(), p.retain),
+            Some(_) => continue,
+            None => panic!("connection closed"),
+        }
+    };
+    let (mut sub_b, mut sub_a) = (login(b, "sub-b"), login(a, "sub-a"));
+    for c in [&mut sub_b, &mut sub_a] {
+        let filters = ["apps/#", "gridlinks/devices/+/telemetry"];
+        assert_eq!(c.subscribe_qos(1, &filters, QoS::AtLeastOnce).return_codes, [1, 1]);
+    }
+    let mut pub_a = login(a, "pub-a");
+    pub_a.publish("apps/one", b"from A", QoS::AtLeastOnce, Some(1));
+    // The subscriber on A gets it at once, the one on B through Kafka.
+    assert_eq!(next_publish(&mut sub_a), ("apps/one".into(), "from A".into(), false));
+    assert_eq!(next_publish(&mut sub_b), ("apps/one".into(), "from A".into(), false));
+    assert!(matches!(pub_a.recv(), Some(Packet::PubAck(ack)) if ack.reason == 0), "PUBACK 0 after Kafka took it");
+
+    // Retained on A: B keeps it for later subscribers.
+    let mut retained = common::mqtt::publish_packet("apps/state", b"on", QoS::AtLeastOnce, Some(2));
+    if let Packet::Publish(p) = &mut retained {
+        p.retain = true;
+    }
+    pub_a.send(&retained);
+    assert_eq!(next_publish(&mut sub_a).1, "on");
+    assert_eq!(next_publish(&mut sub_b).1, "on");
+    let mut late_b = login(b, "late-b");
+    late_b.subscribe_qos(3, &["apps/state"], QoS::AtLeastOnce);
+    assert_eq!(next_publish(&mut late_b), ("apps/state".into(), "on".into(), true));
+
+    // B to A.
+    let mut pub_b = login(b, "pub-b");
+    pub_b.publish("apps/two", b"from B", QoS::AtLeastOnce, Some(1));
+    assert_eq!(next_publish(&mut sub_a), ("apps/two".into(), "from B".into(), false));
+
+    // Device telemetry taken by A reaches the canonical topic on both nodes.
+    assert_eq!(a.telemetry(token, r#"{"ts":10,"values":{"live":1}}"#), 200);
+    for c in [&mut sub_a, &mut sub_b] {
+        let (topic, payload, _) = loop {
+            let p = next_publish(c);
+            if p.0.starts_with("gridlinks/") {
+                break p;
+            }
+        };
+        assert_eq!(topic, format!("gridlinks/devices/{device}/telemetry"));
+        assert_eq!(payload, r#"[{"ts":10,"values":{"live":1}}]"#);
+    }
+}
+
 /// `cluster.entities = "postgres"` with PostgreSQL time series: two nodes on one Kafka and
 /// one PostgreSQL share devices, credentials, sessions and telemetry. What is created,
 /// changed or deleted on one node holds on the other, and a device may post to either.
@@ -473,6 +539,8 @@ fn two_nodes_share_devices_and_telemetry() {
         let stored = eventually(30, || s.stored_timestamps(jwt, &id, "t") == [1, 2].into());
         assert!(stored, "{:?}", s.stored_timestamps(jwt, &id, "t"));
     }
+
+    cross_node_mqtt(&a, &b, &jwt, "shared-token-1", "shared-1");
 
     // Names are the cluster's: B refuses A's name.
     let body = serde_json::json!({"name": "shared-1", "type": "default"});

@@ -43,7 +43,7 @@ const MAX_FIELD: usize = 256;
 const MAX_FILTERS: usize = 256;
 
 /// A credential as stored.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Credential {
     /// The MQTT user name.
@@ -86,10 +86,12 @@ struct Entry {
 }
 
 /// Every credential, in memory (the table is small), kept in step with storage by the
-/// REST handlers.
+/// REST handlers; with shared entities, a login reads its credential's row again, so one
+/// made, changed or deleted on another node holds here too.
 pub struct Credentials {
     map: RwLock<HashMap<String, Arc<Entry>>>,
     key: Vec<u8>,
+    store: Store,
 }
 
 impl Credentials {
@@ -101,12 +103,42 @@ impl Credentials {
             map.insert(cred.username.clone(), Arc::new(entry(cred)));
         }
         let key = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()].iter().flat_map(|u| *u.as_bytes()).collect();
-        Ok(Self { map: RwLock::new(map), key })
+        Ok(Self { map: RwLock::new(map), key, store: store.clone() })
+    }
+
+    /// `username`'s credential; with shared entities, as its row is now (other nodes may
+    /// have changed it).
+    fn current(&self, username: &str) -> Option<Arc<Entry>> {
+        let known = self.map.read().get(username).cloned();
+        if !self.store.replicated() {
+            return known;
+        }
+        let stored = match self.store.broker_row(BrokerTable::Credentials, username.as_bytes()) {
+            Ok(row) => row.and_then(|v| serde_json::from_slice::<Credential>(&v).ok()),
+            Err(e) => {
+                crate::logging::warn_limited!(error = %e, "cannot read an MQTT credential: using the one in memory");
+                return known;
+            }
+        };
+        match (stored, known) {
+            (Some(cred), Some(e)) if e.cred == cred => Some(e),
+            (Some(cred), _) => {
+                let e = Arc::new(entry(cred));
+                self.map.write().insert(username.to_owned(), e.clone());
+                Some(e)
+            }
+            (None, known) => {
+                if known.is_some() {
+                    self.map.write().remove(username);
+                }
+                None
+            }
+        }
     }
 
     /// Is `username` an application's?
     pub fn contains(&self, username: &str) -> bool {
-        self.map.read().contains_key(username)
+        self.current(username).is_some()
     }
 
     /// Checks an application login from `peer`: its ACL when the password (and the client
@@ -121,7 +153,7 @@ impl Credentials {
         client_id: &str,
     ) -> Result<AppLogin, AuthError> {
         auth.throttle.check(peer, username).map_err(AuthError::Throttled)?;
-        let entry = self.map.read().get(username).cloned();
+        let entry = self.current(username);
         let mac = self.mac(password);
         let cached = entry.as_ref().is_some_and(|e| e.verified.lock().as_deref() == Some(mac.as_slice()));
         let ok =
@@ -147,7 +179,7 @@ impl Credentials {
     }
 
     fn get(&self, username: &str) -> Option<Credential> {
-        self.map.read().get(username).map(|e| e.cred.clone())
+        self.current(username).map(|e| e.cred.clone())
     }
 
     /// The user names of `tenant`'s credentials.

@@ -40,14 +40,38 @@ pub struct Routing {
 /// Work to finish before a publisher is acknowledged.
 pub type Work = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
 
-/// Routes `msg` from client `from` (keeping it as the retained message with `retain`);
-/// `also` is committed with the copies.
+/// Routes `msg` from client `from` of this node (keeping it as the retained message with
+/// `retain`); `also` is committed with the copies. With other nodes, it also goes on the
+/// bus, and the publisher is answered once Kafka has it too.
 pub fn route(st: &Arc<Mqtt>, from: &str, msg: &Message, retain: bool, also: Option<BrokerRow>) -> Routing {
-    route_with(&st.sessions, &st.core.writer, from, msg, retain, also)
+    let mut routing = route_with(&st.sessions, &st.core.writer, from, msg, retain, also, Retained::Store);
+    let Some(bus) = &st.core.bus else { return routing };
+    // Other nodes' subscribers are not known here: never "no matching subscribers".
+    routing.matched = true;
+    let sent = bus.publish(from, retain, &retained::encode_message(msg));
+    let local = routing.pending.take();
+    routing.pending = Some(Box::pin(async move {
+        let sent = sent?;
+        match local {
+            Some(local) => futures_util::future::try_join(local, sent).await.map(drop),
+            None => sent.await,
+        }
+    }));
+    routing
+}
+
+/// Whether routing a retained message stores it (a message of this node) or only keeps it
+/// in memory (another node's, which that node stored).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Retained {
+    /// Commit the retained row.
+    Store,
+    /// Memory only.
+    Memory,
 }
 
 /// [`route`] with the session table and the writer given apart (for the ingest path's live
-/// fan-out, which holds no server state).
+/// fan-out, which holds no server state), and without the bus.
 pub fn route_with(
     sessions: &Sessions,
     writer: &WriterHandle,
@@ -55,12 +79,13 @@ pub fn route_with(
     msg: &Message,
     retain: bool,
     also: Option<BrokerRow>,
+    retained: Retained,
 ) -> Routing {
     let routed = sessions.publish(from, msg, retain);
     let matched = routed.queued > 0 || !routed.blocked.is_empty();
     let congested = routed.dropped_qos0 > 0;
     let mut rows: Vec<BrokerRow> = also.into_iter().collect();
-    if retain {
+    if retain && retained == Retained::Store {
         rows.push(retained::row(msg));
     }
     if !routed.durable.is_empty() {
@@ -99,6 +124,47 @@ pub async fn deliver(st: &Arc<Mqtt>, from: &str, msg: &Message, retain: bool) ->
         Some(p) => p.await,
         None => Ok(()),
     }
+}
+
+/// Follows the bus: other nodes' client publishes are routed to this node's sessions (their
+/// retained messages kept in memory: the node that took one stored it), and device data
+/// other nodes acknowledged goes to this node's live listeners (canonical topics,
+/// WebSocket sessions), as the node that took it did for its own.
+pub fn follow_bus(
+    bus: &gridlinks_kafka::Bus,
+    st: &Arc<Mqtt>,
+    live: Arc<dyn gridlinks_ingest::LiveData>,
+) -> Result<tokio::task::JoinHandle<()>, gridlinks_kafka::KafkaError> {
+    use gridlinks_kafka::bus::Event;
+    let st = st.clone();
+    let handle = move |event: Event| {
+        let (st, live) = (st.clone(), live.clone());
+        async move {
+            let done = match event {
+                Event::Publish(p) => {
+                    let Some(msg) = retained::decode_message(&p.message) else { return };
+                    let routing =
+                        route_with(&st.sessions, &st.core.writer, &p.from, &msg, p.retain, None, Retained::Memory);
+                    match routing.pending {
+                        Some(pending) => pending.await,
+                        None => Ok(()),
+                    }
+                }
+                Event::Data(WriteOp::Telemetry { device, records }) if live.wants_telemetry() => {
+                    live.telemetry(vec![(device, records)]).await
+                }
+                Event::Data(WriteOp::Attributes { device, scope, values }) if live.wants_attributes() => {
+                    live.attributes(&[(device, scope, values)]);
+                    Ok(())
+                }
+                Event::Data(_) => Ok(()),
+            };
+            if let Err(e) = done {
+                crate::logging::warn_limited!(error = %e, "a message from another node was not delivered here");
+            }
+        }
+    };
+    tokio::task::block_in_place(|| bus.follow(handle))
 }
 
 /// The row remembering (`present`) or forgetting that `client` published QoS 2 message

@@ -105,7 +105,15 @@ impl LiveData for CanonicalTopics {
                     None => topic(&d.name),
                 };
                 let msg = Message::new(&topic, QoS::AtLeastOnce, payload(&records));
-                let routing = super::pubsub::route_with(&self.sessions, &self.writer, "", &msg, false, None);
+                let routing = super::pubsub::route_with(
+                    &self.sessions,
+                    &self.writer,
+                    "",
+                    &msg,
+                    false,
+                    None,
+                    super::pubsub::Retained::Store,
+                );
                 if let Some(pending) = routing.pending {
                     pending.await?;
                 }
