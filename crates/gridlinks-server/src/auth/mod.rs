@@ -113,7 +113,7 @@ pub struct Auth {
 /// node a moment ago), one catch-up at a time.
 struct Follow {
     writer: WriterHandle,
-    /// When the last catch-up ended.
+    /// When the last catch-up that completed began (it read the replica after then).
     last: tokio::sync::Mutex<Instant>,
 }
 
@@ -124,8 +124,9 @@ impl Follow {
         if *last > since {
             return Ok(());
         }
+        let began = Instant::now();
         self.writer.submit(WriteOp::CatchUp).await?;
-        *last = Instant::now();
+        *last = began;
         Ok(())
     }
 }
