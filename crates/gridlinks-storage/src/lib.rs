@@ -581,6 +581,16 @@ pub(crate) struct Inner {
     opts: StoreOptions,
 }
 
+/// The rows of `ks` whose (UTF-8) name starts with `prefix`: (name, value).
+fn named_rows(ks: &fjall::Keyspace, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    let mut out = Vec::new();
+    for kv in ks.prefix(prefix) {
+        let (k, v) = kv.into_inner()?;
+        out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("setting name"))?, v.to_vec()));
+    }
+    Ok(out)
+}
+
 /// Handle to the open store; cheap to clone, usable from any thread.
 #[derive(Clone)]
 pub struct Store {
@@ -733,12 +743,7 @@ impl Store {
 
     /// Every shared setting whose name starts with `prefix`: (name, value).
     pub fn settings_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let mut out = Vec::new();
-        for kv in self.engine()?.ks.settings.prefix(prefix) {
-            let (k, v) = kv.into_inner()?;
-            out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("setting name"))?, v.to_vec()));
-        }
-        Ok(out)
+        named_rows(&self.engine()?.ks.settings, prefix)
     }
 
     /// The names of `names` that have no telemetry key id yet (each once).
@@ -786,12 +791,7 @@ impl Store {
 
     /// Every `meta` setting whose name starts with `prefix`: (name, value).
     pub fn meta_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let mut out = Vec::new();
-        for kv in self.engine()?.ks.meta.prefix(prefix) {
-            let (k, v) = kv.into_inner()?;
-            out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("meta key"))?, v.to_vec()));
-        }
-        Ok(out)
+        named_rows(&self.engine()?.ks.meta, prefix)
     }
 
     /// The device an access token belongs to.
