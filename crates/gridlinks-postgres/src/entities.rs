@@ -75,6 +75,12 @@ impl PgReplica {
     }
 }
 
+impl Drop for PgReplica {
+    fn drop(&mut self) {
+        crate::close(self.client.take().into_iter().collect());
+    }
+}
+
 /// The rows of versions after `seen` and the highest version among them (`seen` if none).
 fn since(c: &mut Client, seen: u64) -> Result<(Vec<Row>, u64), postgres::Error> {
     let seen = i64::try_from(seen).unwrap_or(i64::MAX);

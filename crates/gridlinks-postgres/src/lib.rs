@@ -72,19 +72,22 @@ pub struct Pool {
     freed: Condvar,
 }
 
+/// Closes blocking clients. Each closes its connection on a runtime of its own, which
+/// must not start on a thread of an async runtime (a node shutting down, or failing to
+/// start, drops them there): off such a thread first.
+fn close(clients: Vec<Client>) {
+    let in_runtime = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if in_runtime {
+        tokio::task::block_in_place(move || drop(clients));
+    } else {
+        drop(clients);
+    }
+}
+
 impl Drop for Pool {
-    /// A blocking client closes its connection on its own runtime, which must not happen
-    /// on a thread that drives async tasks (a server that fails to start drops the pool
-    /// there): off such a thread first.
     fn drop(&mut self) {
-        let clients = std::mem::take(&mut self.idle.get_mut().0);
-        let on_worker = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if on_worker {
-            tokio::task::block_in_place(move || drop(clients));
-        } else {
-            drop(clients);
-        }
+        close(std::mem::take(&mut self.idle.get_mut().0));
     }
 }
 

@@ -551,9 +551,7 @@ pub async fn serve(
     let cluster = crate::cluster::start(&cfg.cluster, &store, &writer).await?;
     let live = Arc::new(live);
     let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway);
-    let bus = cluster.bus;
-    let (ts, backends) = (cluster.ts, cluster.backends);
-    tokio::spawn(backends.clone().watch(cfg.cluster.probe_interval.duration()));
+    let (ts, backends, bus, cluster_tasks) = (cluster.ts, cluster.backends, cluster.bus, cluster.tasks);
     let core = Core {
         cfg: Arc::new(cfg),
         store: store.clone(),
@@ -666,7 +664,7 @@ pub async fn serve(
     let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.
-    for task in [follower, bus_task].into_iter().flatten() {
+    for task in [follower, bus_task].into_iter().flatten().chain(cluster_tasks) {
         task.abort();
         let _ = task.await;
     }

@@ -181,7 +181,7 @@ impl Backends {
     }
 
     /// Probes every service every `interval`, forever; a change is logged.
-    pub async fn watch(self: Arc<Self>, interval: Duration) {
+    async fn watch(self: Arc<Self>, interval: Duration) {
         if self.probes.is_empty() {
             return;
         }
@@ -297,16 +297,17 @@ impl Check for PgCheck {
 }
 
 /// What `[cluster]` makes: the commit log, the time-series store, the shared services'
-/// probes, and the storage writer's task when the log is Kafka.
+/// probes, and the tasks that keep them going.
 pub struct Cluster {
     /// Where device data is committed.
     pub log: Arc<dyn CommitLog>,
     /// Where telemetry is read.
     pub ts: TsStore,
-    /// Kafka and PostgreSQL as last probed ([`Backends::watch`] must be spawned).
+    /// Kafka and PostgreSQL as last probed.
     pub backends: Arc<Backends>,
-    /// The storage writer (Kafka only); it runs until aborted.
-    pub storage_writer: Option<tokio::task::JoinHandle<()>>,
+    /// The probes, and with Kafka the storage writer and the lag reader. They run until
+    /// aborted, and hold writer handles: abort them before the writer is to stop.
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Live delivery across nodes (Kafka with shared entities: several nodes).
     pub bus: Option<Arc<Bus>>,
 }
@@ -394,14 +395,13 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             }),
         );
     }
+    let probe_every = c.probe_interval.duration();
     match c.queue {
-        QueueBackend::Embedded => Ok(Cluster {
-            log: Arc::new(Embedded(writer.clone())),
-            ts,
-            backends: Arc::new(backends),
-            storage_writer: None,
-            bus: None,
-        }),
+        QueueBackend::Embedded => {
+            let backends = Arc::new(backends);
+            let tasks = vec![tokio::spawn(backends.clone().watch(probe_every))];
+            Ok(Cluster { log: Arc::new(Embedded(writer.clone())), ts, backends, tasks, bus: None })
+        }
         QueueBackend::Kafka => {
             let k = &c.kafka;
             let settings = KafkaSettings {
@@ -437,7 +437,11 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             );
             backends.max_lag = k.max_lag;
             let backends = Arc::new(backends);
-            tokio::spawn(backends.clone().watch_lag(log.clone()));
+            let tasks = vec![
+                task,
+                tokio::spawn(backends.clone().watch_lag(log.clone())),
+                tokio::spawn(backends.clone().watch(probe_every)),
+            ];
             let patience = settings.produce_timeout;
             let log = Arc::new(Gated { log, backends: backends.clone(), patience });
             // Several nodes share entities: what one takes is delivered live on the others.
@@ -445,7 +449,7 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
                 EntitiesBackend::Postgres => Some(Bus::new(&settings).context("kafka bus producer")?),
                 EntitiesBackend::Embedded => None,
             };
-            Ok(Cluster { log, ts, backends, storage_writer: Some(task), bus })
+            Ok(Cluster { log, ts, backends, tasks, bus })
         }
     }
 }

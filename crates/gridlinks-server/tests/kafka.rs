@@ -511,7 +511,7 @@ fn two_nodes_share_devices_and_telemetry() {
         env
     };
     let a = start_on(&tmp.path().join("a"), &env("node-a"));
-    let b = start_on(&tmp.path().join("b"), &env("node-b"));
+    let mut b = start_on(&tmp.path().join("b"), &env("node-b"));
 
     // One first tenant, and one set of logins: a token made on A works on B at once (B
     // catches up when it meets a login it does not know yet).
@@ -565,4 +565,8 @@ fn two_nodes_share_devices_and_telemetry() {
     assert!(gone, "A still takes the deleted device's data");
     let (_, ack) = Raw::connect(a.mqtt_port, ProtocolVersion::V5, Some("shared-token-1"), 30);
     assert_ne!(ack.code, 0, "{ack:?}");
+
+    // A node of the cluster shuts down cleanly (its PostgreSQL connections closed off the
+    // async runtime).
+    assert!(b.sigterm().success(), "node B did not shut down cleanly");
 }
