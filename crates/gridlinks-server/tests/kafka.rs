@@ -439,7 +439,10 @@ fn cross_node_mqtt(a: &Server, b: &Server, jwt: &str, token: &str, device: &str)
         "subscribe": ["apps/#", "gridlinks/devices/+/telemetry"]});
     let (st, out) = a.json("POST", "/api/mqtt/clients", jwt, Some(cred));
     assert_eq!(st, 200, "{out}");
-    assert!(eventually(10, || b.json("GET", "/api/mqtt/clients/app", jwt, None).0 == 200), "B does not know it");
+    // B lists it (before anything asked B for it by name), and shows it.
+    let listed = || b.json("GET", "/api/mqtt/clients", jwt, None).1[0]["username"] == "app";
+    assert!(eventually(10, listed), "B does not list it");
+    assert_eq!(b.json("GET", "/api/mqtt/clients/app", jwt, None).0, 200);
     let login = |s: &Server, id: &str| {
         let (c, ack) = Raw::login(s.mqtt_port, ProtocolVersion::V5, id, "app", "app-pw");
         assert_eq!(ack.code, 0, "{ack:?}");

@@ -97,13 +97,28 @@ pub struct Credentials {
 impl Credentials {
     /// Loads the stored credentials.
     pub fn load(store: &Store) -> Result<Self, StoreError> {
-        let mut map = HashMap::new();
-        for (_, v) in store.broker_rows(BrokerTable::Credentials)? {
-            let cred: Credential = serde_json::from_slice(&v).map_err(|_| StoreError::Corrupt("MQTT credential"))?;
-            map.insert(cred.username.clone(), Arc::new(entry(cred)));
-        }
         let key = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()].iter().flat_map(|u| *u.as_bytes()).collect();
-        Ok(Self { map: RwLock::new(map), key, store: store.clone() })
+        let credentials = Self { map: RwLock::default(), key, store: store.clone() };
+        credentials.reload()?;
+        Ok(credentials)
+    }
+
+    /// Reads every credential again, keeping the entries (and their verified passwords)
+    /// of those that did not change. The map is locked meanwhile, so a change taken in at
+    /// the same time is not lost.
+    fn reload(&self) -> Result<(), StoreError> {
+        let mut map = self.map.write();
+        let mut fresh = HashMap::with_capacity(map.len());
+        for (_, v) in self.store.broker_rows(BrokerTable::Credentials)? {
+            let cred: Credential = serde_json::from_slice(&v).map_err(|_| StoreError::Corrupt("MQTT credential"))?;
+            let e = match map.remove(&cred.username) {
+                Some(e) if e.cred == cred => e,
+                _ => Arc::new(entry(cred)),
+            };
+            fresh.insert(e.cred.username.clone(), e);
+        }
+        *map = fresh;
+        Ok(())
     }
 
     /// `username`'s credential; with shared entities, as its row is now (other nodes may
@@ -182,9 +197,16 @@ impl Credentials {
         self.current(username).map(|e| e.cred.clone())
     }
 
-    /// The user names of `tenant`'s credentials.
-    pub fn of_tenant(&self, tenant: Option<uuid::Uuid>) -> Vec<String> {
-        self.map.read().values().filter(|e| e.cred.tenant == tenant).map(|e| e.cred.username.clone()).collect()
+    /// `tenant`'s credentials, by user name; with shared entities, as stored now (other
+    /// nodes may have made or deleted some).
+    pub fn of_tenant(&self, tenant: Option<uuid::Uuid>) -> Result<Vec<Credential>, StoreError> {
+        if self.store.replicated() {
+            self.reload()?;
+        }
+        let mut all: Vec<Credential> =
+            self.map.read().values().filter(|e| e.cred.tenant == tenant).map(|e| e.cred.clone()).collect();
+        all.sort_by(|a, b| a.username.cmp(&b.username));
+        Ok(all)
     }
 
     /// Deletes credentials (stored and in memory) and closes their live connections.
@@ -301,12 +323,9 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
 }
 
 /// `GET /api/mqtt/clients`: the caller's tenant's credentials, by user name.
-pub async fn list(Admin(me): Admin, State(st): St) -> Json<serde_json::Value> {
-    let tenant = st.core.stored_tenant(me.tenant);
-    let map = st.clients.map.read();
-    let mut all: Vec<&Arc<Entry>> = map.values().filter(|e| e.cred.tenant == tenant).collect();
-    all.sort_by(|a, b| a.cred.username.cmp(&b.cred.username));
-    Json(all.iter().map(|e| e.cred.view()).collect())
+pub async fn list(Admin(me): Admin, State(st): St) -> ApiResult<Json<serde_json::Value>> {
+    let all = st.clients.of_tenant(st.core.stored_tenant(me.tenant))?;
+    Ok(Json(all.iter().map(Credential::view).collect()))
 }
 
 /// `GET /api/mqtt/clients/{username}`.

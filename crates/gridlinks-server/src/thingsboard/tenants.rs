@@ -121,7 +121,8 @@ pub async fn delete(
     let store = st.store.clone();
     let devices: Vec<_> =
         blocking(move || store.devices()).await?.into_iter().filter(|d| d.tenant == Some(id)).map(|d| d.id).collect();
-    mqtt.clients.delete(&mqtt, mqtt.clients.of_tenant(Some(id))).await?;
+    let usernames = mqtt.clients.of_tenant(Some(id))?.into_iter().map(|c| c.username).collect();
+    mqtt.clients.delete(&mqtt, usernames).await?;
     st.writer.submit(WriteOp::DeleteTenant(id)).await?;
     auth.users.remove_tenant(id);
     for d in devices {
