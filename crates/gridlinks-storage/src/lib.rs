@@ -575,7 +575,7 @@ pub(crate) struct Inner {
     pub follower: parking_lot::Mutex<Option<replica::Follower>>,
     /// How many times other nodes' rows changed each shared keyspace
     /// ([`Store::remote_generation`]).
-    pub remote_generations: [std::sync::atomic::AtomicU64; 16],
+    pub remote_generations: [std::sync::atomic::AtomicU64; replica::SHARED.len()],
     /// Where the store lives and how it was opened, for reopening.
     pub dir: PathBuf,
     opts: StoreOptions,
@@ -586,7 +586,7 @@ fn named_rows(ks: &fjall::Keyspace, prefix: &str) -> Result<Vec<(String, Vec<u8>
     let mut out = Vec::new();
     for kv in ks.prefix(prefix) {
         let (k, v) = kv.into_inner()?;
-        out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("setting name"))?, v.to_vec()));
+        out.push((String::from_utf8(k.to_vec()).map_err(|_| StoreError::Corrupt("row name"))?, v.to_vec()));
     }
     Ok(out)
 }

@@ -30,7 +30,7 @@ pub(crate) const SEEN_KEY: &str = "replica_seen";
 
 /// The shared keyspaces, by their number in a [`Row`]. The numbers are part of the
 /// replica's format: never reuse or reorder them.
-const SHARED: [&str; 11] = [
+pub(crate) const SHARED: [&str; 11] = [
     "devices",
     "names",
     "gateways",
@@ -80,10 +80,10 @@ pub(crate) struct Follower {
     locked: bool,
 }
 
-/// The number of a shared keyspace (`None`: the node's own, e.g. `ts`, `meta`).
-// A bit and a generation counter each ([`Store::remote_generation`]).
-const _: () = assert!(SHARED.len() <= 16);
+// A bit each in `Store::apply`'s mask of changed keyspaces.
+const _: () = assert!(SHARED.len() <= 32);
 
+/// The number of a shared keyspace (`None`: the node's own, e.g. `ts`, `meta`).
 fn space_of(ks: &Keyspace) -> Option<i16> {
     space_of_name(ks.name())
 }
@@ -250,7 +250,7 @@ impl Store {
     }
 
     /// How many times other nodes' rows changed shared keyspace `name` (`docs`, `broker`,
-    /// …): a node's cache of a keyspace (users, API keys, MQTT credentials) reloads when it
+    /// …): a node's cache of a keyspace (users and API keys) reloads when it
     /// changes. Always 0 for a name that is not shared, and without a replica.
     pub fn remote_generation(&self, name: &str) -> u64 {
         space_of_name(name)

@@ -714,6 +714,11 @@ impl Writer {
     /// Drops what the writer caches of the shared rows (another node changed them).
     fn forget_cached(&mut self) {
         self.latest.clear();
+        self.forget_counts();
+    }
+
+    /// Drops the cached device counts of gateways and of protocol identities.
+    fn forget_counts(&mut self) {
         self.gateway_counts.clear();
         self.identity_counts.clear();
     }
@@ -789,9 +794,7 @@ impl Writer {
         }
         self.store.set_health(Health::Failed);
         self.no_space |= is_no_space(e);
-        self.latest.clear();
-        self.gateway_counts.clear();
-        self.identity_counts.clear();
+        self.forget_cached();
         self.space.invalidate();
         let free = self.space.free();
         match self.refusal(free) {
@@ -1029,10 +1032,7 @@ impl Writer {
             // (and a replica's rows never touch the node's own time series).
             match self.store.replica_begin() {
                 Ok(false) => {}
-                Ok(true) => {
-                    self.gateway_counts.clear();
-                    self.identity_counts.clear();
-                }
+                Ok(true) => self.forget_counts(),
                 Err(e) => {
                     for &i in &seg.members {
                         results[i] = Err(e.duplicate());
@@ -1187,8 +1187,7 @@ impl Writer {
                 Ok(WriteOutcome::Done)
             }
             WriteOp::DeleteDevice(id) => {
-                self.gateway_counts.clear();
-                self.identity_counts.clear();
+                self.forget_counts();
                 self.delete_device(id)
             }
             WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => {
@@ -1415,8 +1414,7 @@ impl Writer {
                 devices.push(d.id);
             }
         }
-        self.gateway_counts.clear();
-        self.identity_counts.clear();
+        self.forget_counts();
         for id in devices {
             // Each device is its own commit (and publish): the lock again for the next.
             self.replica_begin()?;
