@@ -193,14 +193,14 @@ bench-crash:
 	$(BENCH) crash-loop --transport http --cycles 12 --devices 500 --kill-after 3s..8s \
 	  --seed $(CRASH_SEED) --json $(RESULTS)/crash-http.json
 
-## The console's first load (gzip), time to interactive on a 1,000-device list, and a
-## 30,000-row import through the page (release build, headless Chromium).
-# Scale-out (docs/benchmarks.md "Scale-out"): embedded + Mosquitto, Kafka, Kafka +
-# PostgreSQL, two nodes; at saturation and at 2,000 msg/s. Starts Kafka and PostgreSQL itself.
+## Scale-out (docs/benchmarks.md "Scale-out"): embedded + Mosquitto, Kafka, Kafka +
+## PostgreSQL, two nodes; at saturation and at 2,000 msg/s. Starts Kafka and PostgreSQL itself.
 bench-cluster: bench-deps
 	scripts/bench-cluster.sh 1000 max 15s
 	scripts/bench-cluster.sh 1000 2000 20s
 
+## The console's first load (gzip), time to interactive on a 1,000-device list, and a
+## 30,000-row import through the page (release build, headless Chromium).
 bench-console: deps console tests/js/node_modules/.installed
 	$(CARGO) build --release -q -p gridlinks-server
 	cd tests/js && GRIDLINKS_BIN=$(TARGET)/release/gridlinks node bench_console.mjs
