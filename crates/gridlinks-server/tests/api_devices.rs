@@ -9,20 +9,13 @@ fn login_refresh_and_auth_required() {
     let s = Server::start();
     let (st, _) = s.req("POST", "/api/auth/login", None, Some(r#"{"username":"admin","password":"nope"}"#));
     assert_eq!(st, 401);
-    let (st, b) = s.req(
-        "POST",
-        "/api/auth/login",
-        None,
-        Some(&json!({"username":"admin","password":ADMIN_PASSWORD}).to_string()),
-    );
+    let (st, pair) = s.try_login("admin", ADMIN_PASSWORD);
     assert_eq!(st, 200);
-    let pair: J = serde_json::from_str(&b).unwrap();
     let refresh = pair["refreshToken"].as_str().unwrap();
     // The refresh token is not an access token.
     assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=1&page=0", Some(refresh), None).0, 401);
-    let (st, b) = s.req("POST", "/api/auth/token", None, Some(&json!({"refreshToken": refresh}).to_string()));
-    assert_eq!(st, 200, "{b}");
-    let fresh: J = serde_json::from_str(&b).unwrap();
+    let (st, fresh) = s.refresh(refresh);
+    assert_eq!(st, 200, "{fresh}");
     let token = fresh["token"].as_str().unwrap();
     assert_eq!(s.req("GET", "/api/tenant/devices?pageSize=1&page=0", Some(token), None).0, 200);
     let (st, b) = s.req("GET", "/api/tenant/devices?pageSize=1&page=0", None, None);

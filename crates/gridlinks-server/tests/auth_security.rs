@@ -41,17 +41,6 @@ fn assert_private(dir: &Path) {
     }
 }
 
-fn login_as(s: &Server, user: &str, password: &str) -> (u16, J) {
-    let (st, b) =
-        s.req("POST", "/api/auth/login", None, Some(&json!({"username": user, "password": password}).to_string()));
-    (st, serde_json::from_str(&b).unwrap_or(J::Null))
-}
-
-fn refresh(s: &Server, refresh_token: &str) -> (u16, J) {
-    let (st, b) = s.req("POST", "/api/auth/token", None, Some(&json!({"refreshToken": refresh_token}).to_string()));
-    (st, serde_json::from_str(&b).unwrap_or(J::Null))
-}
-
 fn authorized(s: &Server, token: &str) -> u16 {
     s.req("GET", "/api/auth/user", Some(token), None).0
 }
@@ -83,7 +72,7 @@ fn the_data_directory_and_the_secret_are_private_to_the_server() {
 #[test]
 fn rotating_the_secret_logs_every_session_out() {
     let s = Server::start();
-    let (st, pair) = login_as(&s, "admin", ADMIN_PASSWORD);
+    let (st, pair) = s.try_login("admin", ADMIN_PASSWORD);
     assert_eq!(st, 200);
     let (token, refresh_token) = (pair["token"].as_str().unwrap(), pair["refreshToken"].as_str().unwrap());
     assert_eq!(authorized(&s, token), 200);
@@ -102,7 +91,7 @@ fn rotating_the_secret_logs_every_session_out() {
         assert!(Instant::now() < deadline, "the old access token still works");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(refresh(&s, refresh_token).0, 401);
+    assert_eq!(s.refresh(refresh_token).0, 401);
     let fresh = s.login();
     assert_eq!(authorized(&s, &fresh), 200);
 }
@@ -112,32 +101,32 @@ fn refresh_tokens_are_single_use_and_reuse_ends_the_login() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut s = Server::start_on(&dir, &[]);
-    let (_, first) = login_as(&s, "admin", ADMIN_PASSWORD);
+    let (_, first) = s.try_login("admin", ADMIN_PASSWORD);
     let r1 = first["refreshToken"].as_str().unwrap().to_owned();
-    let (st, second) = refresh(&s, &r1);
+    let (st, second) = s.refresh(&r1);
     assert_eq!(st, 200);
     let (a2, r2) = (second["token"].as_str().unwrap().to_owned(), second["refreshToken"].as_str().unwrap().to_owned());
     assert_ne!(r1, r2);
     assert_eq!(authorized(&s, &a2), 200);
     // The old refresh token is refused, and its reuse ends the whole login.
-    assert_eq!(refresh(&s, &r1).0, 401);
-    assert_eq!(refresh(&s, &r2).0, 401);
+    assert_eq!(s.refresh(&r1).0, 401);
+    assert_eq!(s.refresh(&r2).0, 401);
     assert_eq!(authorized(&s, &a2), 401);
     assert_eq!(authorized(&s, first["token"].as_str().unwrap()), 401);
     // Another login is untouched by that; its refresh token works across a restart, once.
-    let (_, other) = login_as(&s, "admin", ADMIN_PASSWORD);
+    let (_, other) = s.try_login("admin", ADMIN_PASSWORD);
     let r = other["refreshToken"].as_str().unwrap().to_owned();
     s.sigterm();
     let s = Server::start_on(&dir, &[]);
-    let (st, next) = refresh(&s, &r);
+    let (st, next) = s.refresh(&r);
     assert_eq!(st, 200);
-    assert_eq!(refresh(&s, &r).0, 401);
+    assert_eq!(s.refresh(&r).0, 401);
     // Logout ends a login.
-    let (_, fresh) = login_as(&s, "admin", ADMIN_PASSWORD);
+    let (_, fresh) = s.try_login("admin", ADMIN_PASSWORD);
     let t = fresh["token"].as_str().unwrap();
     assert_eq!(s.req("POST", "/api/auth/logout", Some(t), None).0, 200);
     assert_eq!(authorized(&s, t), 401);
-    assert_eq!(refresh(&s, fresh["refreshToken"].as_str().unwrap()).0, 401);
+    assert_eq!(s.refresh(fresh["refreshToken"].as_str().unwrap()).0, 401);
     let _ = next;
 }
 
@@ -145,17 +134,17 @@ fn refresh_tokens_are_single_use_and_reuse_ends_the_login() {
 fn password_guessing_is_slowed_down_per_address_and_user() {
     let s = Server::start_env(&[("GRIDLINKS_AUTH_LOGIN_FREE_ATTEMPTS", "3")]);
     for _ in 0..4 {
-        assert_eq!(login_as(&s, "admin", "guess").0, 401);
+        assert_eq!(s.try_login("admin", "guess").0, 401);
     }
     // Now even the right password waits: 429 with Retry-After, without a check.
-    let (st, body) = login_as(&s, "admin", ADMIN_PASSWORD);
+    let (st, body) = s.try_login("admin", ADMIN_PASSWORD);
     assert_eq!(st, 429, "{body}");
     assert_eq!(body["errorCode"], 33);
     let started = Instant::now();
     let mut ok = false;
     while started.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(200));
-        if login_as(&s, "admin", ADMIN_PASSWORD).0 == 200 {
+        if s.try_login("admin", ADMIN_PASSWORD).0 == 200 {
             ok = true;
             break;
         }
@@ -181,7 +170,7 @@ fn unknown_user_names_cannot_be_told_apart() {
     let s = Server::start_env(&[("GRIDLINKS_AUTH_LOGIN_FREE_ATTEMPTS", "1000")]);
     let once = |user: &str| {
         let started = Instant::now();
-        assert_eq!(login_as(&s, user, "wrong").0, 401);
+        assert_eq!(s.try_login(user, "wrong").0, 401);
         started.elapsed()
     };
     // Interleaved, so both see the same load on a busy machine; compared by their medians,

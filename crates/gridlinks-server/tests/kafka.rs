@@ -280,8 +280,8 @@ fn without_kafka_writes_are_refused_with_503_and_resume_by_themselves() {
     assert_eq!(s.telemetry(&tokens[0], r#"{"ts":1,"values":{"t":1}}"#), 200);
     acked[0].push(1);
     assert_ready(&s, "kafka");
-    kafka.run(&["stop", "1"]); // kill -9 the broker
-                               // The probe finds it gone: the node is not ready, and says why.
+    // The broker killed (-9): the probe finds it gone; the node is not ready, and says why.
+    kafka.run(&["stop", "1"]);
     assert_not_ready(&s, "kafka");
     let (_, health) = s.req("GET", "/healthz", None, None);
     assert!(health.contains(r#""status":"UP""#), "liveness is the node's own: {health}");
@@ -373,22 +373,19 @@ fn a_node_killed_mid_stream_stores_every_acknowledged_point_once_back() {
 /// cluster, reusing one ends the login on both nodes, and so does a logout; an API key made
 /// on one node works on the other.
 fn shared_logins(a: &Server, b: &Server) {
+    let pair = |v: &serde_json::Value| {
+        let token = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+        (token("token"), token("refreshToken"))
+    };
     let login = |s: &Server| {
-        let body = serde_json::json!({"username": "admin", "password": common::ADMIN_PASSWORD}).to_string();
-        let (st, out) = s.req("POST", "/api/auth/login", None, Some(&body));
-        assert_eq!(st, 200, "{out}");
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        (v["token"].as_str().unwrap().to_owned(), v["refreshToken"].as_str().unwrap().to_owned())
+        let (st, v) = s.try_login("admin", common::ADMIN_PASSWORD);
+        assert_eq!(st, 200, "{v}");
+        pair(&v)
     };
     let refresh = |s: &Server, token: &str| {
-        let body = serde_json::json!({"refreshToken": token}).to_string();
-        let (st, out) = s.req("POST", "/api/auth/token", None, Some(&body));
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        (
-            st,
-            v["token"].as_str().unwrap_or_default().to_owned(),
-            v["refreshToken"].as_str().unwrap_or_default().to_owned(),
-        )
+        let (st, v) = s.refresh(token);
+        let (token, refresh_token) = pair(&v);
+        (st, token, refresh_token)
     };
     let me = |s: &Server, jwt: &str| s.json("GET", "/api/auth/user", jwt, None).0;
 

@@ -193,9 +193,16 @@ impl Server {
 
     /// The access token of `user`.
     pub fn login_as(&self, user: &str, password: &str) -> String {
+        let (s, v) = self.try_login(user, password);
+        assert_eq!(s, 200, "{v}");
+        v["token"].as_str().unwrap().to_owned()
+    }
+
+    /// `POST /api/auth/login` as `user`: the status and the body. Password checks run at
+    /// idle CPU priority: on a machine busy with other tests one may wait past its bound and
+    /// be refused as busy (503), which says to retry; it is, for up to 60 s.
+    pub fn try_login(&self, user: &str, password: &str) -> (u16, J) {
         let body = json!({"username": user, "password": password}).to_string();
-        // Password checks run at idle CPU priority: on a machine busy with other tests one
-        // may wait past its bound and be refused as busy (503), which says to retry.
         let deadline = Instant::now() + Duration::from_secs(60);
         let (s, b) = loop {
             let (s, b) = self.req("POST", "/api/auth/login", None, Some(&body));
@@ -204,9 +211,14 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(200));
         };
-        assert_eq!(s, 200, "{b}");
-        let v: J = serde_json::from_str(&b).unwrap();
-        v["token"].as_str().unwrap().to_owned()
+        (s, serde_json::from_str(&b).unwrap_or(J::Null))
+    }
+
+    /// `POST /api/auth/token` with `refresh_token`: the status and the body.
+    pub fn refresh(&self, refresh_token: &str) -> (u16, J) {
+        let body = json!({"refreshToken": refresh_token}).to_string();
+        let (s, b) = self.req("POST", "/api/auth/token", None, Some(&body));
+        (s, serde_json::from_str(&b).unwrap_or(J::Null))
     }
 
     /// Creates a customer; returns its id.
