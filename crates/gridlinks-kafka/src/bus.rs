@@ -179,27 +179,23 @@ impl Bus {
         let (node, data_topic) = (s.node_id.clone(), s.topic());
         Ok(tokio::spawn(async move {
             loop {
-                let event = match consumer.recv().await {
-                    Ok(m) if origin_of(&m) == Some(node.as_bytes()) => continue,
-                    Ok(m) => {
-                        let payload = m.payload().unwrap_or_default();
-                        let event = if m.topic() == data_topic {
-                            record::decode(payload).map(Event::Data)
-                        } else {
-                            decode_publish(payload).map(Event::Publish)
-                        };
-                        match event {
-                            Ok(e) => e,
-                            Err(e) => {
-                                tracing::warn!(topic = m.topic(), offset = m.offset(), error = %e, "bus record does not decode: skipped");
-                                continue;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "kafka bus consumer");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                let event = {
+                    let m = crate::next_message(&consumer).await;
+                    if origin_of(&m) == Some(node.as_bytes()) {
                         continue;
+                    }
+                    let payload = m.payload().unwrap_or_default();
+                    let event = if m.topic() == data_topic {
+                        record::decode(payload).map(Event::Data)
+                    } else {
+                        decode_publish(payload).map(Event::Publish)
+                    };
+                    match event {
+                        Ok(e) => e,
+                        Err(e) => {
+                            tracing::warn!(topic = m.topic(), offset = m.offset(), error = %e, "bus record does not decode: skipped");
+                            continue;
+                        }
                     }
                 };
                 handle(event).await;

@@ -18,8 +18,9 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::ConsumerContext;
+use rdkafka::consumer::{ConsumerContext, StreamConsumer};
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::BorrowedMessage;
 
 pub use bus::Bus;
 pub use log::{Check, KafkaLog};
@@ -100,6 +101,22 @@ impl ClientContext for Quiet {
 }
 
 impl ConsumerContext for Quiet {}
+
+/// The next message of `consumer`, waiting for it.
+async fn next_message(consumer: &StreamConsumer<Quiet>) -> BorrowedMessage<'_> {
+    loop {
+        match consumer.recv().await {
+            Ok(m) => return m,
+            // Errors are events (a broker down, a transport failure); the client reconnects
+            // by itself. They queue ahead of messages, so they are read at once: waiting
+            // after each one left the consumer behind a backlog of them for good.
+            Err(e) => {
+                tracing::debug!(error = %e, "kafka consumer");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
 
 /// Why Kafka could not be used.
 #[derive(Debug, thiserror::Error)]

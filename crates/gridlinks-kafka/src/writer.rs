@@ -68,22 +68,7 @@ impl StorageWriter {
 
 /// The next message (waiting for it), then whatever else is ready, up to [`MAX_BATCH`].
 async fn next_batch(consumer: &StreamConsumer<crate::Quiet>) -> Vec<OwnedMessage> {
-    let mut batch = Vec::new();
-    loop {
-        match consumer.recv().await {
-            Ok(m) => {
-                batch.push(m.detach());
-                break;
-            }
-            // Errors are events (a broker down, a transport failure); the client reconnects
-            // by itself. They queue ahead of messages, so they are read at once: waiting
-            // after each one left the consumer behind a backlog of them for good.
-            Err(e) => {
-                tracing::debug!(error = %e, "kafka consumer");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    let mut batch = vec![crate::next_message(consumer).await.detach()];
     while batch.len() < MAX_BATCH {
         match tokio::time::timeout(Duration::ZERO, consumer.recv()).await {
             Ok(Ok(m)) => batch.push(m.detach()),
