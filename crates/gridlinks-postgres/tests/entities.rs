@@ -17,16 +17,7 @@ use service::Postgres;
 
 /// Creates device `name` with access token `token`.
 fn new_device(name: &str, token: &str) -> WriteOp {
-    WriteOp::SaveDevice(SaveDevice {
-        tenant: None,
-        profile: None,
-        id: None,
-        name: name.into(),
-        device_type: String::new(),
-        label: None,
-        token: Some(token.into()),
-        additional_info: None,
-    })
+    WriteOp::SaveDevice(SaveDevice { name: name.into(), token: Some(token.into()), ..SaveDevice::default() })
 }
 
 struct Node {

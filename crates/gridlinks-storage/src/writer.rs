@@ -307,8 +307,10 @@ pub struct SaveProfile {
     pub doc: serde_json::Value,
 }
 
-/// A device to create (`id: None`) or update.
-#[derive(Debug, Clone)]
+/// A device to create (`id: None`) or update. The default is a new device of the first
+/// tenant with no name (so refused until it is given one), the default profile and a
+/// generated token.
+#[derive(Debug, Clone, Default)]
 pub struct SaveDevice {
     /// The device to update; `None` creates one.
     pub id: Option<DeviceId>,

@@ -18,14 +18,9 @@ fn open(dir: &std::path::Path) -> (Store, WriterHandle, std::thread::JoinHandle<
 async fn device(h: &WriterHandle, name: &str) -> DeviceId {
     match h
         .submit(WriteOp::SaveDevice(SaveDevice {
-            tenant: None,
-            profile: None,
-            id: None,
             name: name.into(),
-            device_type: String::new(),
-            label: None,
             token: Some(format!("tok-{name}")),
-            additional_info: None,
+            ..SaveDevice::default()
         }))
         .await
         .unwrap()
