@@ -29,15 +29,18 @@ deps:
 	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null && command -v mvn >/dev/null && command -v java >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin maven default-jre-headless postgresql >/dev/null; }
 	scripts/services/kafka.sh fetch
+	scripts/services/cassandra.sh fetch
 
 ## Scale-out tests alone: real Kafka brokers (scripts/services/kafka.sh) behind gridlinks
 ## nodes with cluster.queue = "kafka"; the time-series conformance suite on the embedded
-## store and on a real PostgreSQL (scripts/services/postgres.sh). Also part of `make test`.
+## store, on a real PostgreSQL (scripts/services/postgres.sh) and on a real Cassandra 5
+## (scripts/services/cassandra.sh). Also part of `make test`.
 cluster-test: deps
 	$(CARGO) test -p gridlinks-kafka
 	$(CARGO) test -p gridlinks-server --test kafka
 	$(CARGO) test -p gridlinks-storage --test storage_scenarios conformance
 	$(CARGO) test -p gridlinks-postgres
+	$(CARGO) test -p gridlinks-cassandra
 
 ## The web console (console/: TypeScript, Preact, Pico CSS, uPlot) built by npm into
 ## console/dist, which the server's build.rs embeds; rebuilt only when its sources change.

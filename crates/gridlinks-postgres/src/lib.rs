@@ -25,6 +25,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gridlinks_storage::query::{self, Acc, Agg, HistoryQuery, KeySeries, Order};
+use gridlinks_storage::timeseries::Shared;
+use gridlinks_storage::timeseries::{month_of, month_start};
 use gridlinks_storage::{DeleteTelemetry, StoreError, Timeseries};
 use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
 use parking_lot::{Condvar, Mutex};
@@ -191,60 +193,6 @@ fn value(row: &Row, at: usize) -> Result<Value, postgres::Error> {
     })
 }
 
-/// The month (`year * 12 + month - 1`) of a time in ms, and the bounds of that month.
-fn month_of(ts: i64) -> i64 {
-    let days = ts.div_euclid(86_400_000);
-    let (y, m, _) = civil(days);
-    y * 12 + m - 1
-}
-
-fn month_start(month: i64) -> i64 {
-    let (y, m) = (month.div_euclid(12), month.rem_euclid(12) + 1);
-    days_from_civil(y, m) * 86_400_000
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-/// The first day of a month as days since 1970-01-01.
-fn days_from_civil(y: i64, m: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Whether PostgreSQL can hold the records: its text cannot hold NUL (U+0000), which a
-/// JSON string value may carry. Such a write is refused for good (not retried).
-pub fn storable(records: &[TsRecord]) -> Result<(), StoreError> {
-    let nul = |t: &str| t.contains('\0');
-    let bad = records.iter().flat_map(|r| &r.values).any(|(k, v)| {
-        nul(k)
-            || match v {
-                Value::Str(t) | Value::Json(t) => nul(t),
-                _ => false,
-            }
-    });
-    if bad {
-        Err(StoreError::Invalid("PostgreSQL text cannot hold NUL (U+0000): the points were not stored".into()))
-    } else {
-        Ok(())
-    }
-}
-
 impl PgTimeseries {
     /// Connects to `url` with at most `pool_size` connections and makes the schema if it
     /// is missing.
@@ -252,11 +200,6 @@ impl PgTimeseries {
         let pool = Pool::new(url, pool_size);
         pool.with(|c| c.batch_execute(SCHEMA))?;
         Ok(Self { pool, months: Mutex::new(HashSet::new()) })
-    }
-
-    /// Whether the database answers (`SELECT 1` on a pooled connection).
-    pub fn ping(&self) -> Result<(), StoreError> {
-        self.pool.with(|c| c.batch_execute("SELECT 1"))
     }
 
     /// Makes the partitions the months of `records` need (within the window).
@@ -288,88 +231,6 @@ impl PgTimeseries {
             self.months.lock().insert(m);
         }
         Ok(())
-    }
-
-    /// Stores the records of many devices in one transaction: each point once (the last
-    /// of equal (device, key, ts) wins), each key's latest value moved forward only.
-    pub fn write(&self, batch: &[(DeviceId, &[TsRecord])]) -> Result<(), StoreError> {
-        let mut points: BTreeMap<(uuid::Uuid, &str, i64), &Value> = BTreeMap::new();
-        for (device, records) in batch {
-            for r in *records {
-                for (k, v) in &r.values {
-                    points.insert((device.0, k.as_str(), r.ts.0), v);
-                }
-            }
-        }
-        if points.is_empty() {
-            return Ok(());
-        }
-        let mut latest: HashMap<(uuid::Uuid, &str), (i64, &Value)> = HashMap::new();
-        for (&(d, k, ts), v) in &points {
-            // In (device, key, ts) order: the last one seen is the newest.
-            latest.insert((d, k), (ts, v));
-        }
-        let months: HashSet<i64> = points.keys().map(|p| month_of(p.2)).collect();
-        let rows = Rows::of(points.iter().map(|(&(d, k, ts), v)| (d, k, ts, *v)));
-        let newest = Rows::of(latest.iter().map(|(&(d, k), &(ts, v))| (d, k, ts, v)));
-        self.pool.with(|c| {
-            let mut tx = c.transaction()?;
-            self.partitions(&mut tx, months.iter().copied())?;
-            tx.execute(
-                "INSERT INTO gl_ts_kv (device, key, ts, bool_v, long_v, dbl_v, str_v, json_v)
-                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::boolean[], $5::bigint[],
-                                      $6::float8[], $7::text[], $8::text[])
-                 ON CONFLICT (device, key, ts) DO UPDATE SET bool_v = excluded.bool_v, long_v = excluded.long_v,
-                     dbl_v = excluded.dbl_v, str_v = excluded.str_v, json_v = excluded.json_v",
-                &rows.params(),
-            )?;
-            tx.execute(
-                "INSERT INTO gl_ts_kv_latest (device, key, ts, bool_v, long_v, dbl_v, str_v, json_v)
-                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::boolean[], $5::bigint[],
-                                      $6::float8[], $7::text[], $8::text[])
-                 ON CONFLICT (device, key) DO UPDATE SET ts = excluded.ts, bool_v = excluded.bool_v,
-                     long_v = excluded.long_v, dbl_v = excluded.dbl_v, str_v = excluded.str_v, json_v = excluded.json_v
-                 WHERE gl_ts_kv_latest.ts <= excluded.ts",
-                &newest.params(),
-            )?;
-            tx.commit()
-        })
-    }
-
-    /// Deletes points of some keys of a device (in a range, or all), and, if asked, their
-    /// latest values in that range, promoting the newest remaining point if asked.
-    pub fn delete(&self, d: &DeleteTelemetry) -> Result<(), StoreError> {
-        let (start, end) = d.range.map_or((i64::MIN, i64::MAX), |(s, e)| (s.0, e.0));
-        // The open-ended delete includes i64::MAX itself.
-        let end_op = if d.range.is_some() { "<" } else { "<=" };
-        self.pool.with(|c| {
-            let mut tx = c.transaction()?;
-            tx.execute(
-                &format!("DELETE FROM gl_ts_kv WHERE device = $1 AND key = ANY($2) AND ts >= $3 AND ts {end_op} $4"),
-                &[&d.device.0, &d.keys, &start, &end],
-            )?;
-            if d.delete_latest {
-                let gone = tx.query(
-                    &format!(
-                        "DELETE FROM gl_ts_kv_latest WHERE device = $1 AND key = ANY($2) AND ts >= $3 AND ts {end_op} $4
-                         RETURNING key"
-                    ),
-                    &[&d.device.0, &d.keys, &start, &end],
-                )?;
-                if d.rewrite_latest {
-                    for row in gone {
-                        let key: String = row.try_get(0)?;
-                        tx.execute(
-                            "INSERT INTO gl_ts_kv_latest (device, key, ts, bool_v, long_v, dbl_v, str_v, json_v)
-                             SELECT device, key, ts, bool_v, long_v, dbl_v, str_v, json_v FROM gl_ts_kv
-                             WHERE device = $1 AND key = $2 ORDER BY ts DESC LIMIT 1",
-                            &[&d.device.0, &key],
-                        )?;
-                    }
-                }
-            }
-            tx.commit()
-        })
     }
 
     fn raw(&self, device: DeviceId, q: &HistoryQuery) -> Result<Vec<KeySeries>, StoreError> {
@@ -512,23 +373,112 @@ impl Timeseries for PgTimeseries {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl Shared for PgTimeseries {
+    fn name(&self) -> &'static str {
+        "postgresql"
+    }
 
-    #[test]
-    fn months_and_their_bounds() {
-        // 2026-11-24T00:00:00Z
-        let ts = 1_795_478_400_000;
-        let m = month_of(ts);
-        assert_eq!((m.div_euclid(12), m.rem_euclid(12) + 1), (2026, 11));
-        assert_eq!(month_start(m), 1_793_491_200_000); // 2026-11-01
-        assert_eq!(month_start(m + 2), 1_798_761_600_000); // 2027-01-01
-        assert_eq!(month_of(0), 1970 * 12);
-        assert_eq!(month_of(-1), 1969 * 12 + 11);
-        for m in [0, 1970 * 12, 2000 * 12 + 1, 2024 * 12 + 1] {
-            assert_eq!(month_of(month_start(m)), m);
-            assert_eq!(month_of(month_start(m + 1) - 1), m);
+    /// Whether the database answers (`SELECT 1` on a pooled connection).
+    fn ping(&self) -> Result<(), StoreError> {
+        self.pool.with(|c| c.batch_execute("SELECT 1"))
+    }
+
+    /// PostgreSQL's text cannot hold NUL (U+0000), which a JSON string value may carry.
+    fn storable(&self, records: &[TsRecord]) -> Result<(), StoreError> {
+        let nul = |t: &str| t.contains('\0');
+        let bad = records.iter().flat_map(|r| &r.values).any(|(k, v)| {
+            nul(k)
+                || match v {
+                    Value::Str(t) | Value::Json(t) => nul(t),
+                    _ => false,
+                }
+        });
+        if bad {
+            Err(StoreError::Invalid("PostgreSQL text cannot hold NUL (U+0000): the points were not stored".into()))
+        } else {
+            Ok(())
         }
+    }
+
+    /// Stores the records of many devices in one transaction: each point once (the last
+    /// of equal (device, key, ts) wins), each key's latest value moved forward only.
+    fn write(&self, batch: &[(DeviceId, &[TsRecord])]) -> Result<(), StoreError> {
+        let mut points: BTreeMap<(uuid::Uuid, &str, i64), &Value> = BTreeMap::new();
+        for (device, records) in batch {
+            for r in *records {
+                for (k, v) in &r.values {
+                    points.insert((device.0, k.as_str(), r.ts.0), v);
+                }
+            }
+        }
+        if points.is_empty() {
+            return Ok(());
+        }
+        let mut latest: HashMap<(uuid::Uuid, &str), (i64, &Value)> = HashMap::new();
+        for (&(d, k, ts), v) in &points {
+            // In (device, key, ts) order: the last one seen is the newest.
+            latest.insert((d, k), (ts, v));
+        }
+        let months: HashSet<i64> = points.keys().map(|p| month_of(p.2)).collect();
+        let rows = Rows::of(points.iter().map(|(&(d, k, ts), v)| (d, k, ts, *v)));
+        let newest = Rows::of(latest.iter().map(|(&(d, k), &(ts, v))| (d, k, ts, v)));
+        self.pool.with(|c| {
+            let mut tx = c.transaction()?;
+            self.partitions(&mut tx, months.iter().copied())?;
+            tx.execute(
+                "INSERT INTO gl_ts_kv (device, key, ts, bool_v, long_v, dbl_v, str_v, json_v)
+                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::boolean[], $5::bigint[],
+                                      $6::float8[], $7::text[], $8::text[])
+                 ON CONFLICT (device, key, ts) DO UPDATE SET bool_v = excluded.bool_v, long_v = excluded.long_v,
+                     dbl_v = excluded.dbl_v, str_v = excluded.str_v, json_v = excluded.json_v",
+                &rows.params(),
+            )?;
+            tx.execute(
+                "INSERT INTO gl_ts_kv_latest (device, key, ts, bool_v, long_v, dbl_v, str_v, json_v)
+                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::boolean[], $5::bigint[],
+                                      $6::float8[], $7::text[], $8::text[])
+                 ON CONFLICT (device, key) DO UPDATE SET ts = excluded.ts, bool_v = excluded.bool_v,
+                     long_v = excluded.long_v, dbl_v = excluded.dbl_v, str_v = excluded.str_v, json_v = excluded.json_v
+                 WHERE gl_ts_kv_latest.ts <= excluded.ts",
+                &newest.params(),
+            )?;
+            tx.commit()
+        })
+    }
+
+    /// Deletes points of some keys of a device (in a range, or all), and, if asked, their
+    /// latest values in that range, promoting the newest remaining point if asked.
+    fn delete(&self, d: &DeleteTelemetry) -> Result<(), StoreError> {
+        let (start, end) = d.range.map_or((i64::MIN, i64::MAX), |(s, e)| (s.0, e.0));
+        // The open-ended delete includes i64::MAX itself.
+        let end_op = if d.range.is_some() { "<" } else { "<=" };
+        self.pool.with(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute(
+                &format!("DELETE FROM gl_ts_kv WHERE device = $1 AND key = ANY($2) AND ts >= $3 AND ts {end_op} $4"),
+                &[&d.device.0, &d.keys, &start, &end],
+            )?;
+            if d.delete_latest {
+                let gone = tx.query(
+                    &format!(
+                        "DELETE FROM gl_ts_kv_latest WHERE device = $1 AND key = ANY($2) AND ts >= $3 AND ts {end_op} $4
+                         RETURNING key"
+                    ),
+                    &[&d.device.0, &d.keys, &start, &end],
+                )?;
+                if d.rewrite_latest {
+                    for row in gone {
+                        let key: String = row.try_get(0)?;
+                        tx.execute(
+                            "INSERT INTO gl_ts_kv_latest (device, key, ts, bool_v, long_v, dbl_v, str_v, json_v)
+                             SELECT device, key, ts, bool_v, long_v, dbl_v, str_v, json_v FROM gl_ts_kv
+                             WHERE device = $1 AND key = $2 ORDER BY ts DESC LIMIT 1",
+                            &[&d.device.0, &key],
+                        )?;
+                    }
+                }
+            }
+            tx.commit()
+        })
     }
 }

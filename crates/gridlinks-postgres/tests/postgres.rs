@@ -6,27 +6,17 @@
 mod service;
 
 use gridlinks_postgres::PgTimeseries;
-use gridlinks_storage::timeseries::conformance::{run, Writes};
-use gridlinks_storage::{DeleteTelemetry, StoreError, Timeseries};
+use gridlinks_storage::timeseries::conformance::run;
+use gridlinks_storage::timeseries::Shared;
+use gridlinks_storage::{StoreError, Timeseries};
 use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
 use service::Postgres;
-
-struct Direct<'a>(&'a PgTimeseries);
-
-impl Writes for Direct<'_> {
-    fn write(&self, device: DeviceId, records: Vec<TsRecord>) -> Result<(), StoreError> {
-        self.0.write(&[(device, &records)])
-    }
-    fn delete(&self, d: DeleteTelemetry) -> Result<(), StoreError> {
-        self.0.delete(&d)
-    }
-}
 
 #[test]
 fn postgres_passes_the_conformance_suite_and_recovers() {
     let pg = Postgres::start();
     let store = PgTimeseries::open(&pg.url, 4).unwrap();
-    run(&store, &Direct(&store), DeviceId::new_random(), DeviceId::new_random()).unwrap();
+    run(&store, &store, DeviceId::new_random(), DeviceId::new_random()).unwrap();
     // Opening again finds the schema in place.
     let store = PgTimeseries::open(&pg.url, 2).unwrap();
 

@@ -1,10 +1,10 @@
 //! What `[cluster]` names, made: the commit log (`cluster.queue`: the embedded store's group
 //! commit, or Kafka with this node's storage writer consuming it) and the time-series store
-//! (`cluster.timeseries`: the embedded store, or PostgreSQL, which the storage writer then
-//! writes and every telemetry read comes from), and the shared entities (`cluster.entities`:
-//! the node's store following a replica in PostgreSQL). Cassandra is refused here until it
-//! is built. [`Backends`] probes the shared services; while one does not
-//! answer, the node refuses new work ([`Gated`], the MQTT handshake) and `/readyz` says so.
+//! (`cluster.timeseries`: the embedded store, or a shared database, Cassandra or
+//! PostgreSQL, which the storage writer then writes and every telemetry read comes from),
+//! and the shared entities (`cluster.entities`: the node's store following a replica in
+//! PostgreSQL). [`Backends`] probes the shared services; while one does not answer, the
+//! node refuses new work ([`Gated`], the MQTT handshake) and `/readyz` says so.
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,9 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use gridlinks_cassandra::{CassandraSettings, CassandraTimeseries};
 use gridlinks_ingest::{BoxFuture, CommitLog, Embedded};
 use gridlinks_kafka::{Bus, Check, KafkaLog, KafkaSettings, Sink, StorageWriter};
 use gridlinks_postgres::{PgReplica, PgTimeseries};
+use gridlinks_storage::timeseries::Shared;
 use gridlinks_storage::{DeleteTelemetry, Health, Store, StoreError, Timeseries, WriteOp, WriteOutcome, WriterHandle};
 use parking_lot::Mutex;
 
@@ -25,8 +27,15 @@ use crate::config::{ClusterConfig, EntitiesBackend, QueueBackend, TimeseriesBack
 pub enum TsStore {
     /// The node's own store.
     Embedded(Store, WriterHandle),
-    /// PostgreSQL, shared by the nodes.
-    Postgres(Arc<PgTimeseries>),
+    /// A database the nodes share (Cassandra or PostgreSQL).
+    Shared(Arc<dyn Shared>),
+}
+
+/// Runs a blocking call of a shared database off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| StoreError::Database(format!("database task: {e}")))?
 }
 
 impl TsStore {
@@ -34,7 +43,7 @@ impl TsStore {
     pub fn reads(&self) -> &dyn Timeseries {
         match self {
             TsStore::Embedded(s, _) => s,
-            TsStore::Postgres(p) => p.as_ref(),
+            TsStore::Shared(db) => db.as_ref(),
         }
     }
 
@@ -42,24 +51,22 @@ impl TsStore {
     pub async fn delete(&self, d: DeleteTelemetry) -> Result<(), StoreError> {
         match self {
             TsStore::Embedded(_, w) => w.submit(WriteOp::DeleteTelemetry(d)).await.map(drop),
-            TsStore::Postgres(p) => {
-                let p = p.clone();
-                tokio::task::spawn_blocking(move || p.delete(&d))
-                    .await
-                    .map_err(|e| StoreError::Database(format!("delete task: {e}")))?
+            TsStore::Shared(db) => {
+                let db = db.clone();
+                blocking(move || db.delete(&d)).await
             }
         }
     }
 }
 
-/// The storage writer's sink when the time series are in PostgreSQL: telemetry goes there,
-/// everything else (attributes) to the node's store.
-struct PgSink {
-    pg: Arc<PgTimeseries>,
+/// The storage writer's sink when the time series are in a shared database: telemetry goes
+/// there, everything else (attributes) to the node's store.
+struct SharedSink {
+    db: Arc<dyn Shared>,
     writer: WriterHandle,
 }
 
-impl Sink for PgSink {
+impl Sink for SharedSink {
     async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let n = ops.len();
         let mut results: Vec<Result<(), StoreError>> = (0..n).map(|_| Ok(())).collect();
@@ -69,20 +76,19 @@ impl Sink for PgSink {
             match op {
                 // Refused before it was produced ([`start`]'s check); a record from before
                 // that check is refused for good, not retried forever.
-                WriteOp::Telemetry { device, records } => match gridlinks_postgres::storable(&records) {
+                WriteOp::Telemetry { device, records } => match self.db.storable(&records) {
                     Ok(()) => points.push((device, records)),
                     Err(e) => results[i] = Err(e),
                 },
                 other => rest.push((i, other)),
             }
         }
-        let pg = self.pg.clone();
-        tokio::task::spawn_blocking(move || {
+        let db = self.db.clone();
+        blocking(move || {
             let batch: Vec<_> = points.iter().map(|(d, r)| (*d, r.as_slice())).collect();
-            pg.write(&batch)
+            db.write(&batch)
         })
-        .await
-        .map_err(|e| StoreError::Database(format!("write task: {e}")))??;
+        .await?;
         let (at, rest): (Vec<usize>, Vec<WriteOp>) = rest.into_iter().unzip();
         if !rest.is_empty() {
             for (i, r) in at.into_iter().zip(self.writer.submit_batch(rest).await?) {
@@ -284,13 +290,14 @@ impl Check for EmbeddedCheck {
     }
 }
 
-/// Before Kafka, with PostgreSQL behind it: text without NUL, which PostgreSQL cannot hold.
-struct PgCheck;
+/// Before Kafka, with a shared database behind it: what it cannot hold (PostgreSQL: text
+/// with NUL) is refused.
+struct SharedCheck(Arc<dyn Shared>);
 
-impl Check for PgCheck {
+impl Check for SharedCheck {
     fn check<'a>(&'a self, op: &'a WriteOp) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(std::future::ready(match op {
-            WriteOp::Telemetry { records, .. } => gridlinks_postgres::storable(records),
+            WriteOp::Telemetry { records, .. } => self.0.storable(records),
             _ => Ok(()),
         }))
     }
@@ -366,35 +373,49 @@ pub async fn follow_entities(
 
 /// Makes what `c` names.
 pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> anyhow::Result<Cluster> {
-    if c.timeseries == TimeseriesBackend::Cassandra {
-        bail!("cluster.timeseries = \"cassandra\": not built in this version yet; \"postgres\" runs (docs/scaling.md)");
-    }
-    let ts = match c.timeseries {
+    let shared: Option<Arc<dyn Shared>> = match c.timeseries {
         TimeseriesBackend::Postgres => {
             let (url, size) = (postgres_url(c)?, c.postgres.pool_size as usize);
             // The connection's password stays out of the error (the URL is not shown).
-            let pg = tokio::task::spawn_blocking(move || PgTimeseries::open(&url, size))
-                .await?
+            let pg = blocking(move || PgTimeseries::open(&url, size))
+                .await
                 .context("cluster.timeseries = \"postgres\": opening the time-series tables")?;
-            tracing::info!("time series are stored in postgresql");
-            TsStore::Postgres(Arc::new(pg))
+            Some(Arc::new(pg))
         }
-        _ => TsStore::Embedded(store.clone(), writer.clone()),
+        TimeseriesBackend::Cassandra => {
+            let s = CassandraSettings {
+                contact_points: c.cassandra.contact_points.clone(),
+                keyspace: c.cassandra.keyspace.clone(),
+                replication_factor: c.cassandra.replication_factor,
+                ttl_days: c.cassandra.ttl_days,
+            };
+            let db = blocking(move || CassandraTimeseries::open(&s)).await.with_context(|| {
+                format!("cluster.timeseries = \"cassandra\" at {}", c.cassandra.contact_points.join(","))
+            })?;
+            Some(Arc::new(db))
+        }
+        TimeseriesBackend::Embedded => None,
     };
     let mut backends = Backends::default();
-    if let TsStore::Postgres(pg) = &ts {
-        let pg = pg.clone();
-        backends.add(
-            "postgresql",
-            StoreError::Database,
-            Arc::new(move || {
-                pg.ping().map_err(|e| match e {
-                    StoreError::Database(m) => m.trim_start_matches("postgresql: ").to_owned(),
-                    e => e.to_string(),
-                })
-            }),
-        );
-    }
+    let ts = match shared {
+        Some(db) => {
+            tracing::info!(database = db.name(), "time series are stored in a shared database");
+            let probe = db.clone();
+            let prefix = format!("{}: ", db.name());
+            backends.add(
+                db.name(),
+                StoreError::Database,
+                Arc::new(move || {
+                    probe.ping().map_err(|e| match e {
+                        StoreError::Database(m) => m.trim_start_matches(prefix.as_str()).to_owned(),
+                        e => e.to_string(),
+                    })
+                }),
+            );
+            TsStore::Shared(db)
+        }
+        None => TsStore::Embedded(store.clone(), writer.clone()),
+    };
     let probe_every = c.probe_interval.duration();
     match c.queue {
         QueueBackend::Embedded => {
@@ -417,13 +438,13 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
                 .await
                 .with_context(|| format!("kafka at {}", k.bootstrap_servers.join(",")))?;
             let check: Box<dyn Check> = match &ts {
-                TsStore::Postgres(_) => Box::new(PgCheck),
+                TsStore::Shared(db) => Box::new(SharedCheck(db.clone())),
                 TsStore::Embedded(..) => Box::new(EmbeddedCheck { store: store.clone(), writer: writer.clone() }),
             };
             let log = KafkaLog::new(&settings, writer.clone(), check).context("kafka producer")?;
             let task = match &ts {
-                TsStore::Postgres(pg) => {
-                    StorageWriter::spawn(&settings, PgSink { pg: pg.clone(), writer: writer.clone() })
+                TsStore::Shared(db) => {
+                    StorageWriter::spawn(&settings, SharedSink { db: db.clone(), writer: writer.clone() })
                 }
                 TsStore::Embedded(..) => StorageWriter::spawn(&settings, writer.clone()),
             }

@@ -1,12 +1,12 @@
 //! The time-series seam: what the REST and WebSocket APIs read of telemetry (latest
 //! values, history, aggregation), served by the embedded [`Store`] or by a shared database
-//! (`gridlinks-postgres`). Every backend gives the same answers: [`conformance::run`] is
-//! the one suite each of them passes.
+//! (`gridlinks-postgres`, `gridlinks-cassandra`: [`Shared`]). Every backend gives the same
+//! answers: [`conformance::run`] is the one suite each of them passes.
 
-use gridlinks_types::{DeviceId, Ts, Value};
+use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
 
 use crate::query::{HistoryQuery, KeySeries};
-use crate::{Store, StoreError};
+use crate::{DeleteTelemetry, Store, StoreError};
 
 /// Reads of stored telemetry.
 pub trait Timeseries: Send + Sync {
@@ -22,6 +22,28 @@ pub trait Timeseries: Send + Sync {
     }
 }
 
+/// A time-series database the nodes of a cluster share: written by the storage writers
+/// (consuming Kafka) in batches, read and deleted in by every node. Its calls block.
+pub trait Shared: Timeseries {
+    /// `postgresql` or `cassandra`: names it in logs, errors and `/readyz`.
+    fn name(&self) -> &'static str;
+
+    /// Whether it answers.
+    fn ping(&self) -> Result<(), StoreError>;
+
+    /// Whether it can hold the records at all (checked before they are acknowledged: a
+    /// write it refuses for good would otherwise be retried forever).
+    fn storable(&self, records: &[TsRecord]) -> Result<(), StoreError>;
+
+    /// Stores the records of many devices, durably, before returning. Idempotent: a batch
+    /// written again (a redelivery from Kafka) stores each point once; each key's latest
+    /// value only moves forward in time.
+    fn write(&self, batch: &[(DeviceId, &[TsRecord])]) -> Result<(), StoreError>;
+
+    /// Deletes telemetry, durably, before returning.
+    fn delete(&self, d: &DeleteTelemetry) -> Result<(), StoreError>;
+}
+
 impl Timeseries for Store {
     fn latest(&self, device: DeviceId, keys: Option<&[String]>) -> Result<Vec<(String, Ts, Value)>, StoreError> {
         Store::latest(self, device, keys)
@@ -30,6 +52,44 @@ impl Timeseries for Store {
     fn history(&self, device: DeviceId, q: &HistoryQuery) -> Result<Vec<KeySeries>, StoreError> {
         Store::history(self, device, q)
     }
+}
+
+/// The month (`year * 12 + month - 1`) of a time in ms: the unit the shared backends
+/// partition time series by.
+pub fn month_of(ts: i64) -> i64 {
+    let days = ts.div_euclid(86_400_000);
+    let (y, m, _) = civil(days);
+    y * 12 + m - 1
+}
+
+/// The first ms of a month (`year * 12 + month - 1`).
+pub fn month_start(month: i64) -> i64 {
+    let (y, m) = (month.div_euclid(12), month.rem_euclid(12) + 1);
+    days_from_civil(y, m) * 86_400_000
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The first day of a month as days since 1970-01-01.
+fn days_from_civil(y: i64, m: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// The suite every time-series backend passes: one data set written, then every kind of
@@ -76,6 +136,15 @@ pub mod conformance {
 
     fn points(p: &[(i64, Value)]) -> Vec<(Ts, Value)> {
         p.iter().map(|(t, v)| (Ts(*t), v.clone())).collect()
+    }
+
+    impl<T: super::Shared> Writes for T {
+        fn write(&self, device: DeviceId, records: Vec<TsRecord>) -> Result<(), StoreError> {
+            super::Shared::write(self, &[(device, &records)])
+        }
+        fn delete(&self, d: DeleteTelemetry) -> Result<(), StoreError> {
+            super::Shared::delete(self, &d)
+        }
     }
 
     /// Runs the suite on two devices that hold no telemetry yet: the first mismatch, if any.
@@ -228,5 +297,26 @@ pub mod conformance {
             vec![("t".into(), Ts(1000), Value::Long(100))],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn months_and_their_bounds() {
+        // 2026-11-24T00:00:00Z
+        let ts = 1_795_478_400_000;
+        let m = month_of(ts);
+        assert_eq!((m.div_euclid(12), m.rem_euclid(12) + 1), (2026, 11));
+        assert_eq!(month_start(m), 1_793_491_200_000); // 2026-11-01
+        assert_eq!(month_start(m + 2), 1_798_761_600_000); // 2027-01-01
+        assert_eq!(month_of(0), 1970 * 12);
+        assert_eq!(month_of(-1), 1969 * 12 + 11);
+        for m in [0, 1970 * 12, 2000 * 12 + 1, 2024 * 12 + 1] {
+            assert_eq!(month_of(month_start(m)), m);
+            assert_eq!(month_of(month_start(m + 1) - 1), m);
+        }
     }
 }
