@@ -6,10 +6,12 @@
 #   1. GridLinks embedded, side by side with Mosquitto (gridlinks-bench compare);
 #   2. one GridLinks node committing to Kafka (one KRaft broker), embedded storage;
 #   3. one node on Kafka with PostgreSQL time series and shared entities;
-#   4. two such nodes, each taking half the devices (a load balancer's split).
+#   4. two such nodes, each taking half the devices (a load balancer's split);
+#   5. one node on Kafka with Cassandra 5 time series (one Cassandra node, 1 GB heap).
 # Server CPU is every server process's (gridlinks-bench --server-pid with several pids,
-# each with the processes it started): the GridLinks nodes, the Kafka broker's JVM and
-# PostgreSQL with its backends. The bench tool runs on the same two cores.
+# each with the processes it started): the GridLinks nodes, the Kafka broker's JVM,
+# PostgreSQL with its backends and Cassandra's JVM. The bench tool runs on the same two
+# cores.
 #
 #   scripts/bench-cluster.sh [DEVICES] [RATE|max] [DURATION]    (default 1000 2000 20s)
 #
@@ -33,13 +35,14 @@ cleanup() {
   for p in "${NODES[@]}"; do kill "$p" 2>/dev/null || true; done
   scripts/services/kafka.sh stop "$W/kafka" >/dev/null 2>&1 || true
   scripts/services/postgres.sh stop "$W/pg" >/dev/null 2>&1 || true
+  scripts/services/cassandra.sh stop "$W/cassandra" >/dev/null 2>&1 || true
   rm -rf "$W"
 }
 trap cleanup EXIT
 
-# CPU seconds used so far by each kind of server process: "gridlinks kafka postgres".
+# CPU seconds used so far by each kind of server process: "gridlinks kafka postgres cassandra".
 cpu_now() {
-  python3 - "${KAFKA_PID:-0}" "${NODES[@]}" <<'PY'
+  python3 - "${KAFKA_PID:-0}" "${CASSANDRA_PID:-0}" "${NODES[@]}" <<'PY'
 import os, pwd, sys
 tick = os.sysconf("SC_CLK_TCK")
 def cpu(pid):
@@ -55,13 +58,13 @@ def owner(pid):
         return None
 pg_uid = pwd.getpwnam("postgres").pw_uid
 pg = sum(cpu(p) for p in os.listdir("/proc") if p.isdigit() and owner(p) == pg_uid)
-print(sum(cpu(p) for p in sys.argv[2:]), cpu(sys.argv[1]), pg)
+print(sum(cpu(p) for p in sys.argv[3:]), cpu(sys.argv[1]), pg, cpu(sys.argv[2]))
 PY
 }
 # cpu_split BEFORE : what each kind used since BEFORE (a cpu_now), printed.
 cpu_split() {
   python3 -c 'import sys; b=[float(x) for x in sys.argv[1].split()]; a=[float(x) for x in sys.argv[2].split()]
-print("cpu split, s (the whole run: connect, publish, loss check): gridlinks %.2f  kafka %.2f  postgresql %.2f" % tuple(y-x for x, y in zip(b, a)))' "$1" "$(cpu_now)"
+print("cpu split, s (the whole run: connect, publish, loss check): gridlinks %.2f  kafka %.2f  postgresql %.2f  cassandra %.2f" % tuple(y-x for x, y in zip(b, a)))' "$1" "$(cpu_now)"
 }
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -191,3 +194,18 @@ echo "-- node A's half (server CPU: both nodes, Kafka, PostgreSQL)"
 cat "$W/two-a.out"
 echo "-- node B's half"
 cat "$W/two-b.out"
+kill "$A_PID" "$B_PID"
+NODES=()
+
+echo "== 5. one node on Kafka and Cassandra (time series; embedded entities)"
+CASSANDRA=$(scripts/services/cassandra.sh start "$W/cassandra")
+CASSANDRA_PID=$(cat "$W/cassandra/pid")
+# shellcheck disable=SC2046
+start_node cassandra-node $(kafka_env cassandra-node bench-cassandra.) GRIDLINKS_CLUSTER_TIMESERIES=cassandra \
+  GRIDLINKS_CLUSTER_CASSANDRA_CONTACT_POINTS="$CASSANDRA" GRIDLINKS_CLUSTER_CASSANDRA_REPLICATION_FACTOR=1
+before=$(cpu_now)
+"$B" mqtt-telemetry --port "$MQTT" --api "http://127.0.0.1:$HTTP" --api-password "$PW" --provision \
+  --devices "$DEVICES" "${load[@]}" --server-pid "$PID,$KAFKA_PID,$CASSANDRA_PID" --json "$OUT/kafka-cassandra.json" \
+  --save-acks "$W/acks.json"
+cpu_split "$before"
+loss_check "$HTTP" "$W/acks.json"

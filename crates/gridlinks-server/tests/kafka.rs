@@ -6,6 +6,8 @@
 //! itself, and a node killed mid-stream stores everything once it is back.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
+#[path = "../../gridlinks-cassandra/tests/service/mod.rs"]
+mod cassandra_service;
 mod common;
 #[path = "../../gridlinks-postgres/tests/service/mod.rs"]
 mod pg_service;
@@ -14,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use cassandra_service::Cassandra;
 use common::mqtt::Raw;
 use common::Server;
 use gridlinks_codec::mqtt::{reason, ProtocolVersion};
@@ -171,54 +174,9 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
 
     // The points are in PostgreSQL itself, read by another client.
     let direct = gridlinks_postgres::PgTimeseries::open(&pg.url, 1).unwrap();
+    read_and_deleted_there(&s, &ids[0], &direct);
     let device = gridlinks_types::DeviceId(ids[0].parse().unwrap());
-    use gridlinks_storage::Timeseries;
-    let latest = direct.latest(device, None).unwrap();
-    assert_eq!(latest, [("t".to_owned(), gridlinks_types::Ts(40), gridlinks_types::Value::Long(400))]);
-    // Aggregation and delete over REST, answered from PostgreSQL.
-    let jwt = s.login();
-    let base = format!("/api/plugins/telemetry/DEVICE/{}", ids[0]);
-    let (st, agg) =
-        s.json("GET", &format!("{base}/values/timeseries?keys=t&startTs=1&endTs=41&interval=20&agg=COUNT"), &jwt, None);
-    assert_eq!(st, 200, "{agg}");
-    assert_eq!(agg["t"], serde_json::json!([{"ts": 11, "value": "20"}, {"ts": 31, "value": "20"}]));
-    let (st, _) = s.req(
-        "DELETE",
-        &format!("{base}/timeseries/delete?keys=t&startTs=1&endTs=21&deleteLatest=false"),
-        Some(&jwt),
-        None,
-    );
-    assert_eq!(st, 200);
-    let left = direct
-        .history(
-            device,
-            &gridlinks_storage::query::HistoryQuery {
-                keys: vec!["t".into()],
-                start: gridlinks_types::Ts(0),
-                end: gridlinks_types::Ts(100),
-                interval: 0,
-                agg: gridlinks_storage::query::Agg::None,
-                limit: 100,
-                order: gridlinks_storage::query::Order::Asc,
-            },
-        )
-        .unwrap();
-    assert_eq!(left[0].1.len(), 20, "points 21..=40 are left");
-
-    // PostgreSQL gone: the node is not ready and refuses device data and sessions with the
-    // cause (acknowledged data could not become queryable); it recovers by itself.
-    assert_ready(&s, "postgresql");
-    pg.stop();
-    assert_not_ready(&s, "postgresql");
-    let (st, body) = s.req("POST", "/api/v1/kafka-token-0/telemetry", None, Some(r#"{"ts":60,"values":{"t":60}}"#));
-    assert_eq!(st, 503, "{body}");
-    assert!(body.contains("postgresql"), "{body}");
-    assert_connect_refused(&s, "kafka-token-0", "postgresql");
-    pg.restart();
-    assert_ready(&s, "postgresql");
-    assert_eq!(s.telemetry("kafka-token-0", r#"{"ts":61,"values":{"t":61}}"#), 200);
-    let stored = eventually(30, || direct.latest(device, None).is_ok_and(|l| l[0].1 == gridlinks_types::Ts(61)));
-    assert!(stored, "the point after the restart is not in postgresql");
+    down_and_back(&s, "postgresql", || pg.stop(), || pg.restart(), &direct, device);
 
     // The storage writer stalls (a lock on the latest values' table for 8 s; PostgreSQL
     // itself answers): past cluster.kafka.max_lag (3) records not yet stored, posts wait
@@ -268,6 +226,98 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
     let plain = start_on(&tmp.path().join("data"), &[]);
     let jwt = plain.login();
     assert!(plain.stored_timestamps(&jwt, &ids[1], "t").is_empty());
+}
+
+/// The points a node stored in a shared database are there for another client of it
+/// (`direct`), and the REST API's aggregation and delete are answered there.
+fn read_and_deleted_there(s: &Server, id: &str, direct: &dyn gridlinks_storage::Timeseries) {
+    let device = gridlinks_types::DeviceId(id.parse().unwrap());
+    let latest = direct.latest(device, None).unwrap();
+    assert_eq!(latest, [("t".to_owned(), gridlinks_types::Ts(40), gridlinks_types::Value::Long(400))]);
+    let jwt = s.login();
+    let base = format!("/api/plugins/telemetry/DEVICE/{id}");
+    let (st, agg) =
+        s.json("GET", &format!("{base}/values/timeseries?keys=t&startTs=1&endTs=41&interval=20&agg=COUNT"), &jwt, None);
+    assert_eq!(st, 200, "{agg}");
+    assert_eq!(agg["t"], serde_json::json!([{"ts": 11, "value": "20"}, {"ts": 31, "value": "20"}]));
+    let (st, _) = s.req(
+        "DELETE",
+        &format!("{base}/timeseries/delete?keys=t&startTs=1&endTs=21&deleteLatest=false"),
+        Some(&jwt),
+        None,
+    );
+    assert_eq!(st, 200);
+    let left = direct
+        .history(
+            device,
+            &gridlinks_storage::query::HistoryQuery {
+                keys: vec!["t".into()],
+                start: gridlinks_types::Ts(0),
+                end: gridlinks_types::Ts(100),
+                interval: 0,
+                agg: gridlinks_storage::query::Agg::None,
+                limit: 100,
+                order: gridlinks_storage::query::Order::Asc,
+            },
+        )
+        .unwrap();
+    assert_eq!(left[0].1.len(), 20, "points 21..=40 are left");
+}
+
+/// The shared database `name` gone (`stop`): the node is not ready and refuses device data
+/// and sessions with the cause (acknowledged data could not become queryable); back
+/// (`restart`), it takes them again by itself, and a point posted then is stored.
+fn down_and_back(
+    s: &Server,
+    name: &str,
+    stop: impl FnOnce(),
+    restart: impl FnOnce(),
+    direct: &dyn gridlinks_storage::Timeseries,
+    device: gridlinks_types::DeviceId,
+) {
+    assert_ready(s, name);
+    stop();
+    assert_not_ready(s, name);
+    let (st, body) = s.req("POST", "/api/v1/kafka-token-0/telemetry", None, Some(r#"{"ts":60,"values":{"t":60}}"#));
+    assert_eq!(st, 503, "{body}");
+    assert!(body.contains(name), "{body}");
+    assert_connect_refused(s, "kafka-token-0", name);
+    restart();
+    assert_ready(s, name);
+    assert_eq!(s.telemetry("kafka-token-0", r#"{"ts":61,"values":{"t":61}}"#), 200);
+    let stored = eventually(30, || direct.latest(device, None).is_ok_and(|l| l[0].1 == gridlinks_types::Ts(61)));
+    assert!(stored, "the point after the restart is not in {name}");
+}
+
+/// `cluster.timeseries = "cassandra"`: the storage writer writes the time series to a real
+/// Cassandra 5, and the REST API reads, aggregates and deletes them there.
+#[test]
+fn with_cassandra_time_series_every_acknowledged_point_is_in_cassandra() {
+    let (kafka, cassandra) = (Kafka::start(1), Cassandra::start());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut env = kafka.env("node-1");
+    env.push(("GRIDLINKS_CLUSTER_TIMESERIES", "cassandra".into()));
+    env.push(("GRIDLINKS_CLUSTER_CASSANDRA_CONTACT_POINTS", cassandra.contact.clone()));
+    env.push(("GRIDLINKS_CLUSTER_CASSANDRA_REPLICATION_FACTOR", "1".into()));
+    let (ids, s) = every_acknowledged_point_is_stored(&env, &tmp.path().join("data"));
+    let direct = gridlinks_cassandra::CassandraTimeseries::open(&gridlinks_cassandra::CassandraSettings {
+        contact_points: vec![cassandra.contact.clone()],
+        keyspace: "gridlinks".into(),
+        replication_factor: 1,
+        ttl_days: 0,
+    })
+    .unwrap();
+    read_and_deleted_there(&s, &ids[0], &direct);
+    // Cassandra's text holds NUL, which PostgreSQL refuses.
+    assert_eq!(s.telemetry("kafka-token-1", r#"{"ts":50,"values":{"t":"a\u0000b"}}"#), 200);
+    let device = gridlinks_types::DeviceId(ids[1].parse().unwrap());
+    use gridlinks_storage::Timeseries;
+    let nul = eventually(30, || {
+        direct.latest(device, None).is_ok_and(|l| l[0].2 == gridlinks_types::Value::Str("a\0b".into()))
+    });
+    assert!(nul, "{:?}", direct.latest(device, None));
+    let device = gridlinks_types::DeviceId(ids[0].parse().unwrap());
+    down_and_back(&s, "cassandra", || cassandra.kill(), || cassandra.restart(), &direct, device);
 }
 
 #[test]
