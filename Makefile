@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster
+.PHONY: run test deps lint cluster cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
 ## console at http://localhost:8080/).
@@ -30,6 +30,12 @@ deps:
 	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin maven default-jre-headless postgresql >/dev/null; }
 	scripts/services/kafka.sh fetch
 	scripts/services/cassandra.sh fetch
+
+## A local cluster until Ctrl-C: 3 gridlinks nodes (HTTP 8080-8082, MQTT 1883-1885) on 3
+## Kafka brokers, Cassandra 5 (time series) and PostgreSQL (entities) (docs/scaling.md).
+cluster: deps console
+	$(CARGO) build --release -p gridlinks-server
+	scripts/cluster.sh
 
 ## Scale-out tests alone: real Kafka brokers (scripts/services/kafka.sh) behind gridlinks
 ## nodes with cluster.queue = "kafka"; the time-series conformance suite on the embedded

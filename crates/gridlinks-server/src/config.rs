@@ -353,7 +353,7 @@ pub enum QueueBackend {
 pub enum TimeseriesBackend {
     /// This node's store.
     Embedded,
-    /// Cassandra 5 (or ScyllaDB).
+    /// Cassandra 5 (tested; ScyllaDB speaks the same protocol, untested).
     Cassandra,
     /// PostgreSQL.
     Postgres,
