@@ -26,8 +26,13 @@ fetch() {
   fi
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# N distinct free loopback ports (all held open until printed: two single picks can
+# return the same port).
+free_ports() {
+  python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))' "$1"
 }
 
 alive() { # PID: running and not a zombie (the exited node may wait a while to be reaped)
@@ -103,7 +108,7 @@ start() {
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   local native storage
-  native=$(free_port); storage=$(free_port)
+  read -r native storage < <(free_ports 2)
   cat >"$dir/logback.xml" <<LOG
 <configuration>
   <appender name="FILE" class="ch.qos.logback.core.FileAppender">

@@ -23,8 +23,13 @@ fetch() {
   fi
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# N distinct free loopback ports (all held open until printed: two single picks can
+# return the same port).
+free_ports() {
+  python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))' "$1"
 }
 
 run_broker() { # DIR N
@@ -66,10 +71,11 @@ logger.kafka.level = info
 logger.apache.name = org.apache.kafka
 logger.apache.level = warn
 LOG
-  local voters="" bootstrap="" ports=()
+  local voters="" bootstrap="" ports=() free
+  # Every broker's two ports in one pick, so no two are the same.
+  read -r -a free < <(free_ports $((2 * brokers)))
   for n in $(seq 1 "$brokers"); do
-    local p c
-    p=$(free_port); c=$(free_port)
+    local p=${free[$((2 * n - 2))]} c=${free[$((2 * n - 1))]}
     ports+=("$p:$c")
     voters+="${voters:+,}$n@127.0.0.1:$c"
     bootstrap+="${bootstrap:+,}127.0.0.1:$p"
