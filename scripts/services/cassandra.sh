@@ -14,26 +14,12 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=scripts/services/lib.sh
+. "$ROOT/scripts/services/lib.sh"
 LIB=${CASSANDRA_LIB:-$ROOT/target/services/cassandra/lib}
 HEAP=${CASSANDRA_HEAP:-1g}
 
-fetch() {
-  if [ ! -f "$LIB/.complete" ]; then
-    mkdir -p "$LIB"
-    mvn -q -B -f "$ROOT/scripts/services/cassandra/pom.xml" dependency:copy-dependencies -Dstyle.color=never \
-      -DoutputDirectory="$LIB" -DincludeScope=runtime >&2
-    touch "$LIB/.complete"
-  fi
-}
-
-# N distinct free loopback ports (all held open until printed: two single picks can
-# return the same port).
-free_ports() {
-  python3 -c 'import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))' "$1"
-}
+fetch() { fetch_jars cassandra "$LIB"; }
 
 alive() { # PID: running and not a zombie (the exited node may wait a while to be reaped)
   local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${st#Z}" = "$st" ]

@@ -11,26 +11,12 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=scripts/services/lib.sh
+. "$ROOT/scripts/services/lib.sh"
 LIB=${KAFKA_LIB:-$ROOT/target/services/kafka/lib}
 HEAP=${KAFKA_HEAP:-512m}
 
-fetch() {
-  if [ ! -f "$LIB/.complete" ]; then
-    mkdir -p "$LIB"
-    mvn -q -B -f "$ROOT/scripts/services/kafka/pom.xml" dependency:copy-dependencies -Dstyle.color=never \
-      -DoutputDirectory="$LIB" -DincludeScope=runtime >&2
-    touch "$LIB/.complete"
-  fi
-}
-
-# N distinct free loopback ports (all held open until printed: two single picks can
-# return the same port).
-free_ports() {
-  python3 -c 'import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))' "$1"
-}
+fetch() { fetch_jars kafka "$LIB"; }
 
 run_broker() { # DIR N
   local dir=$1 n=$2 b="$1/broker-$2"

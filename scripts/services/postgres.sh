@@ -7,6 +7,8 @@
 #   scripts/services/postgres.sh restart DIR starts a stopped one again on its port
 #   scripts/services/postgres.sh psql DIR SQL runs SQL as the superuser, prints the rows unaligned
 set -euo pipefail
+# shellcheck source=scripts/services/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
 [ -x "$BIN/initdb" ] || { echo "PostgreSQL server binaries not found (apt-get install postgresql)" >&2; exit 1; }
@@ -23,7 +25,7 @@ start() {
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   local port password
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_ports 1)
   password=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
   [ "$(id -u)" = 0 ] && chown postgres: "$dir"
   as_pg "$BIN/initdb" -D "$dir/data" -U postgres -A trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 \

@@ -18,8 +18,9 @@
 //!
 //! Writes are per partition (no multi-partition batches), many in flight, routed by token
 //! to a replica (prepared statements, the driver's token-aware policy), at `LOCAL_QUORUM`.
-//! A write is idempotent (a redelivered batch stores each point once). The latest value
-//! of a key is read before it is replaced, and replaced only by a point at least as new;
+//! A write is idempotent (a redelivered batch stores each point once). The latest values
+//! of a device are read before they are replaced, and replaced (in one unlogged batch:
+//! they share the device's partition) only by points at least as new;
 //! the storage writers write each device from one Kafka partition at a time, so two writes
 //! of one device do not race.
 //!
@@ -42,6 +43,7 @@ use parking_lot::Mutex;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::MaybeUnset;
 use uuid::Uuid;
@@ -93,12 +95,15 @@ struct Statements {
 
 /// The time series in Cassandra.
 pub struct CassandraTimeseries {
-    /// The driver's runtime: `None` only while dropped.
+    /// The driver's runtime, shut down when the store is dropped.
     rt: Option<tokio::runtime::Runtime>,
+    /// What the store's calls block on.
+    handle: tokio::runtime::Handle,
     session: Session,
     st: Statements,
     /// TTL of a point in seconds (0: none).
     ttl: i32,
+    /// Partitions known to be listed in `gl_ts_kv_partitions` (at most [`KNOWN_PARTITIONS`]).
     known: Mutex<HashSet<(Uuid, String, i64)>>,
 }
 
@@ -177,14 +182,11 @@ impl CassandraTimeseries {
             .map_err(db)?;
         let (session, st) = rt.block_on(connect(s))?;
         let ttl = i32::try_from(u64::from(s.ttl_days) * 86_400).unwrap_or(i32::MAX);
-        Ok(Self { rt: Some(rt), session, st, ttl, known: Mutex::new(HashSet::new()) })
+        Ok(Self { handle: rt.handle().clone(), rt: Some(rt), session, st, ttl, known: Mutex::new(HashSet::new()) })
     }
 
     fn block_on<F: Future>(&self, f: F) -> F::Output {
-        match &self.rt {
-            Some(rt) => rt.block_on(f),
-            None => unreachable!("the runtime is only taken when dropped"),
-        }
+        self.handle.block_on(f)
     }
 
     /// The months (ascending) in which `key` has points, within `[start, end)`.
@@ -320,12 +322,23 @@ impl CassandraTimeseries {
         stream::iter(newest.iter().map(|(&d, keys)| async move {
             let names: Vec<&str> = keys.keys().copied().collect();
             let stored = self.latest_ts(DeviceId(d), &names).await?;
-            for (&k, &(ts, v)) in keys {
-                if stored.get(k).is_some_and(|&old| old > ts) {
-                    continue;
-                }
-                let (tag, b, l, f, s, j) = bind(v);
-                self.session.execute_unpaged(&st.insert_latest, (d, k, ts, tag, b, l, f, s, j)).await.map_err(db)?;
+            let newer: Vec<_> = keys
+                .iter()
+                .filter(|(&k, &(ts, _))| stored.get(k).is_none_or(|&old| old <= ts))
+                .map(|(&k, &(ts, v))| {
+                    let (tag, b, l, f, s, j) = bind(v);
+                    (d, k, ts, tag, b, l, f, s, j)
+                })
+                .collect();
+            // One request for all of them: they share the device's partition, so an
+            // unlogged batch is applied as one write there.
+            let mut batch = Batch::new(BatchType::Unlogged);
+            batch.set_is_idempotent(true);
+            for _ in &newer {
+                batch.append_statement(st.insert_latest.clone());
+            }
+            if !newer.is_empty() {
+                self.session.batch(&batch, newer).await.map_err(db)?;
             }
             Ok::<(), StoreError>(())
         }))

@@ -1,14 +1,12 @@
 //! The Cassandra time-series store against a real Apache Cassandra 5, started on free
-//! loopback ports by `scripts/services/cassandra.sh`: the conformance suite every backend
-//! passes, redelivery stored once, points over several months, TTL, and a node that dies
-//! and comes back.
+//! loopback ports by `scripts/services/cassandra.sh`: the conformance suites every backend
+//! and every shared backend pass, TTL, and a node that dies and comes back.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod service;
 
 use gridlinks_cassandra::{CassandraSettings, CassandraTimeseries};
-use gridlinks_storage::query::{Agg, HistoryQuery, Order};
-use gridlinks_storage::timeseries::conformance::run;
+use gridlinks_storage::timeseries::conformance::{run, run_batches};
 use gridlinks_storage::timeseries::Shared;
 use gridlinks_storage::{StoreError, Timeseries};
 use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
@@ -23,18 +21,6 @@ fn settings(c: &Cassandra, keyspace: &str, ttl_days: u32) -> CassandraSettings {
     }
 }
 
-fn all(keys: &[&str], limit: usize, order: Order) -> HistoryQuery {
-    HistoryQuery {
-        keys: keys.iter().map(|k| (*k).to_owned()).collect(),
-        start: Ts(i64::MIN),
-        end: Ts(i64::MAX),
-        interval: 0,
-        agg: Agg::None,
-        limit,
-        order,
-    }
-}
-
 #[test]
 fn cassandra_passes_the_conformance_suite_and_recovers() {
     let c = Cassandra::start();
@@ -44,45 +30,10 @@ fn cassandra_passes_the_conformance_suite_and_recovers() {
     let store = CassandraTimeseries::open(&settings(&c, "gl_test", 0)).unwrap();
     store.ping().unwrap();
 
-    // One batch of two devices, written twice (a redelivery): each point stored once; of
-    // equal (device, key, ts) in a batch, the last one is kept.
     let (a, b) = (DeviceId::new_random(), DeviceId::new_random());
     let now = Ts::now().0;
-    let recs = |v: i64| {
-        vec![
-            TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(v))] },
-            TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(v + 1))] },
-            // 1990 and two months back: other months' partitions.
-            TsRecord { ts: Ts(631_152_000_000), values: vec![("x".into(), Value::Long(v))] },
-            TsRecord { ts: Ts(now - 62 * 86_400_000), values: vec![("x".into(), Value::Str("old".into()))] },
-        ]
-    };
-    let (ra, rb) = (recs(1), recs(10));
-    for _ in 0..2 {
-        store.write(&[(a, &ra), (b, &rb)]).unwrap();
-    }
-    assert_eq!(store.latest(a, None).unwrap(), [("x".to_owned(), Ts(now), Value::Long(2))]);
-    let h = store.history(a, &all(&["x"], 100, Order::Desc)).unwrap();
-    assert_eq!(
-        h,
-        [(
-            "x".to_owned(),
-            vec![
-                (Ts(now), Value::Long(2)),
-                (Ts(now - 62 * 86_400_000), Value::Str("old".into())),
-                (Ts(631_152_000_000), Value::Long(1))
-            ]
-        )]
-    );
-    // The limit stops in the middle month, in either order.
-    let h = store.history(b, &all(&["x"], 2, Order::Asc)).unwrap();
-    assert_eq!(h[0].1, [(Ts(631_152_000_000), Value::Long(10)), (Ts(now - 62 * 86_400_000), Value::Str("old".into()))]);
-    // An older point does not replace the latest value; a type change at one time is read
-    // as the new type.
-    store.write(&[(a, &[TsRecord { ts: Ts(now - 1), values: vec![("x".into(), Value::Long(-1))] }])]).unwrap();
-    store.write(&[(a, &[TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Bool(true))] }])]).unwrap();
-    assert_eq!(store.latest(a, None).unwrap(), [("x".to_owned(), Ts(now), Value::Bool(true))]);
-    assert_eq!(store.history(a, &all(&["x"], 1, Order::Desc)).unwrap()[0].1, [(Ts(now), Value::Bool(true))]);
+    run_batches(&store, a, b, now).unwrap();
+    let ra = vec![TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(2))] }];
 
     // TTL: points written with a TTL of a day carry it; those without do not.
     let ttl = CassandraTimeseries::open(&settings(&c, "gl_ttl", 1)).unwrap();

@@ -1,12 +1,12 @@
 //! The PostgreSQL time-series store against a real PostgreSQL (Debian's), started on a free
-//! loopback port by `scripts/services/postgres.sh`: the conformance suite every backend
-//! passes, redelivery stored once, months partitioned, and a database that goes away.
+//! loopback port by `scripts/services/postgres.sh`: the conformance suites every backend
+//! and every shared backend pass, months partitioned, and a database that goes away.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod service;
 
 use gridlinks_postgres::PgTimeseries;
-use gridlinks_storage::timeseries::conformance::run;
+use gridlinks_storage::timeseries::conformance::{run, run_batches};
 use gridlinks_storage::timeseries::Shared;
 use gridlinks_storage::{StoreError, Timeseries};
 use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
@@ -20,31 +20,18 @@ fn postgres_passes_the_conformance_suite_and_recovers() {
     // Opening again finds the schema in place.
     let store = PgTimeseries::open(&pg.url, 2).unwrap();
 
-    // One batch of two devices, written twice (a redelivery): each point stored once.
     let (a, b) = (DeviceId::new_random(), DeviceId::new_random());
     let now = Ts::now().0;
-    let recs = |v: i64| {
-        vec![
-            TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(v))] },
-            TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(v + 1))] },
-            // 1990: outside the partitioned window, kept in the default partition.
-            TsRecord { ts: Ts(631_152_000_000), values: vec![("x".into(), Value::Long(v))] },
-        ]
-    };
-    let (ra, rb) = (recs(1), recs(10));
-    for _ in 0..2 {
-        store.write(&[(a, &ra), (b, &rb)]).unwrap();
-    }
+    run_batches(&store, a, b, now).unwrap();
+    let ra = vec![TsRecord { ts: Ts(now), values: vec![("x".into(), Value::Long(2))] }];
     let count = |d: DeviceId| pg.psql(&format!("SELECT count(*) FROM gl_ts_kv WHERE device = '{}'", d.0));
-    assert_eq!((count(a), count(b)), ("2".to_owned(), "2".to_owned()));
-    // Of equal (device, key, ts) in a batch, the last one is kept.
-    assert_eq!(store.latest(a, None).unwrap(), [("x".to_owned(), Ts(now), Value::Long(2))]);
+    assert_eq!((count(a), count(b)), ("4".to_owned(), "3".to_owned()));
     let parts = pg.psql("SELECT string_agg(relname, ',' ORDER BY relname) FROM pg_class WHERE relname LIKE 'gl_ts_kv_%' AND relkind = 'r'");
     assert!(parts.contains("gl_ts_kv_default"), "{parts}");
     assert_eq!(
         parts.split(',').filter(|p| p.chars().last().is_some_and(|c| c.is_ascii_digit())).count(),
-        1,
-        "one month's partition: {parts}"
+        2,
+        "two months' partitions (now and 62 days back): {parts}"
     );
     assert_eq!(pg.psql(&format!("SELECT count(*) FROM gl_ts_kv_default WHERE device = '{}'", a.0)), "1");
 

@@ -57,6 +57,28 @@ impl TsStore {
             }
         }
     }
+
+    /// After a device is deleted: in a shared database, deletes its telemetry in the
+    /// background (the node's own store deletes it with the device). Points of the device
+    /// still on their way through Kafka may be written after this; they stay until the
+    /// database's TTL, as in ThingsBoard before its housekeeper.
+    pub fn forget_device(&self, device: gridlinks_types::DeviceId) {
+        let TsStore::Shared(db) = self else { return };
+        let db = db.clone();
+        tokio::spawn(async move {
+            let done = blocking(move || {
+                let keys = db.ts_keys(device)?;
+                if keys.is_empty() {
+                    return Ok(());
+                }
+                db.delete(&DeleteTelemetry { device, keys, range: None, delete_latest: true, rewrite_latest: false })
+            })
+            .await;
+            if let Err(e) = done {
+                tracing::warn!(%device, error = %e, "the deleted device's telemetry was not deleted from the shared database");
+            }
+        });
+    }
 }
 
 /// The storage writer's sink when the time series are in a shared database: telemetry goes

@@ -175,6 +175,7 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
     // The points are in PostgreSQL itself, read by another client.
     let direct = gridlinks_postgres::PgTimeseries::open(&pg.url, 1).unwrap();
     read_and_deleted_there(&s, &ids[0], &direct);
+    deleted_device_forgotten(&s, &ids[2], &direct);
     let device = gridlinks_types::DeviceId(ids[0].parse().unwrap());
     down_and_back(&s, "postgresql", || pg.stop(), || pg.restart(), &direct, device);
 
@@ -264,6 +265,27 @@ fn read_and_deleted_there(s: &Server, id: &str, direct: &dyn gridlinks_storage::
     assert_eq!(left[0].1.len(), 20, "points 21..=40 are left");
 }
 
+/// A device deleted over REST: its telemetry goes from the shared database too.
+fn deleted_device_forgotten(s: &Server, id: &str, direct: &dyn gridlinks_storage::Timeseries) {
+    let device = gridlinks_types::DeviceId(id.parse().unwrap());
+    assert!(!direct.latest(device, None).unwrap().is_empty());
+    let (st, _) = s.req("DELETE", &format!("/api/device/{id}"), Some(&s.login()), None);
+    assert_eq!(st, 200);
+    let q = gridlinks_storage::query::HistoryQuery {
+        keys: vec!["t".into()],
+        start: gridlinks_types::Ts(0),
+        end: gridlinks_types::Ts(100),
+        interval: 0,
+        agg: gridlinks_storage::query::Agg::None,
+        limit: 100,
+        order: gridlinks_storage::query::Order::Asc,
+    };
+    let gone = eventually(10, || {
+        direct.latest(device, None).unwrap().is_empty() && direct.history(device, &q).unwrap().is_empty()
+    });
+    assert!(gone, "the deleted device's telemetry is still there: {:?}", direct.latest(device, None));
+}
+
 /// The shared database `name` gone (`stop`): the node is not ready and refuses device data
 /// and sessions with the cause (acknowledged data could not become queryable); back
 /// (`restart`), it takes them again by itself, and a point posted then is stored.
@@ -308,6 +330,7 @@ fn with_cassandra_time_series_every_acknowledged_point_is_in_cassandra() {
     })
     .unwrap();
     read_and_deleted_there(&s, &ids[0], &direct);
+    deleted_device_forgotten(&s, &ids[2], &direct);
     // Cassandra's text holds NUL, which PostgreSQL refuses.
     assert_eq!(s.telemetry("kafka-token-1", r#"{"ts":50,"values":{"t":"a\u0000b"}}"#), 200);
     let device = gridlinks_types::DeviceId(ids[1].parse().unwrap());

@@ -298,6 +298,57 @@ pub mod conformance {
         )?;
         Ok(())
     }
+
+    /// The batch writes of a shared database: one batch of two devices written twice (a
+    /// redelivery), each with two values at one time (the last one kept), points in
+    /// three months (now, 62 days back, 1990), then an older point (not the latest
+    /// value) and a new type at the latest time. `now` is the newest time written.
+    pub fn run_batches(db: &dyn super::Shared, a: DeviceId, b: DeviceId, now: i64) -> Result<(), String> {
+        let e = |e: StoreError| e.to_string();
+        let (old, ancient) = (now - 62 * 86_400_000, 631_152_000_000);
+        let recs = |v: i64| {
+            vec![
+                rec(now, &[("x", Value::Long(v))]),
+                rec(now, &[("x", Value::Long(v + 1))]),
+                rec(ancient, &[("x", Value::Long(v))]),
+                rec(old, &[("x", Value::Str("old".into()))]),
+            ]
+        };
+        let (ra, rb) = (recs(1), recs(10));
+        for _ in 0..2 {
+            db.write(&[(a, &ra), (b, &rb)]).map_err(e)?;
+        }
+        let all = |d, limit, order| {
+            let q = query(&["x"], (i64::MIN, i64::MAX), Agg::None, 0, limit, order);
+            db.history(d, &q).map_err(e)
+        };
+        let want =
+            |v: i64| points(&[(now, Value::Long(v + 1)), (old, Value::Str("old".into())), (ancient, Value::Long(v))]);
+        same("a batch written twice, newest first", all(a, 100, Order::Desc)?, vec![("x".into(), want(1))])?;
+        same("the other device", all(b, 100, Order::Desc)?, vec![("x".into(), want(10))])?;
+        same(
+            "the oldest 2, across months",
+            all(b, 2, Order::Asc)?,
+            vec![("x".into(), points(&[(ancient, Value::Long(10)), (old, Value::Str("old".into()))]))],
+        )?;
+        same(
+            "the last of equal times is latest",
+            db.latest(a, None).map_err(e)?,
+            vec![("x".into(), Ts(now), Value::Long(2))],
+        )?;
+        db.write(&[(a, &[rec(now - 1, &[("x", Value::Long(-1))])])]).map_err(e)?;
+        db.write(&[(a, &[rec(now, &[("x", Value::Bool(true))])])]).map_err(e)?;
+        same(
+            "an older point is not latest; a new type at one time is",
+            db.latest(a, None).map_err(e)?,
+            vec![("x".into(), Ts(now), Value::Bool(true))],
+        )?;
+        same(
+            "the new type in history",
+            all(a, 1, Order::Desc)?,
+            vec![("x".into(), points(&[(now, Value::Bool(true))]))],
+        )
+    }
 }
 
 #[cfg(test)]

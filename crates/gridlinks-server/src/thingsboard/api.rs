@@ -268,6 +268,7 @@ pub async fn delete_device(
         Ok(_) => {
             // Its token no longer works; its live MQTT connections go too.
             mqtt.sessions.close_device(id);
+            mqtt.core.ts.forget_device(id);
             Ok(StatusCode::OK)
         }
         Err(gridlinks_storage::StoreError::DeviceNotFound) => {
