@@ -1,7 +1,8 @@
 //! The time-series seam: what the REST and WebSocket APIs read of telemetry (latest
 //! values, history, aggregation), served by the embedded [`Store`] or by a shared database
 //! (`gridlinks-postgres`, `gridlinks-cassandra`: [`Shared`]). Every backend gives the same
-//! answers: [`conformance::run`] is the one suite each of them passes.
+//! answers: [`conformance::run`] is the one suite each of them passes, and
+//! [`conformance::run_batches`] the one every shared database passes too.
 
 use gridlinks_types::{DeviceId, Ts, TsRecord, Value};
 
