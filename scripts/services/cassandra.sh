@@ -32,9 +32,10 @@ run_node() { # DIR
   if [ "$(id -u)" = 0 ]; then nolock=(setpriv --bounding-set=-ipc_lock); fi
   # The --add-exports/--add-opens are Cassandra's conf/jvm17-server.options (not in the jar).
   # The -Dcassandra.* after -Dcassandra-foreground are the test shortcuts: no gossip settling
-  # or ring delay, token 0, a 100-row (not 100000-row) memtable overhead estimate, system
-  # tables not flushed at each change (the commit log still has them), no 2 s shutdown notice
-  # to peers and no 2 s wait for (absent) peer connections to quiesce: stop takes < 1 s.
+  # or ring delay, token 0, a 100-row (not 100000-row) memtable overhead estimate, no 2 s
+  # shutdown notice to peers and no 2 s wait for (absent) peer connections to quiesce: stop
+  # takes < 1 s. (Not -Dcassandra.unsafesystem: with it a keyspace made just before a
+  # kill -9 was gone after the restart.)
   # setsid: the node gets its own process group, so stop can kill it and its children.
   setsid "${nolock[@]}" java -Xms256m -Xmx"$HEAP" -Xss256k -XX:+UseG1GC -XX:+ParallelRefProcEnabled \
     -XX:MaxTenuringThreshold=1 -XX:G1HeapRegionSize=16m -XX:+UseThreadPriorities \
