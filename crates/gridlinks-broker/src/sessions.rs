@@ -586,6 +586,11 @@ impl Sessions {
         })
     }
 
+    /// The devices with a live session.
+    pub fn devices(&self) -> Vec<DeviceId> {
+        self.by_device.read().keys().copied().collect()
+    }
+
     /// Number of live sessions.
     pub fn count(&self) -> usize {
         self.by_device.read().values().map(Vec::len).sum::<usize>() + self.by_client.read().len()

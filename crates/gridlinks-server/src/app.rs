@@ -568,9 +568,9 @@ pub async fn serve(
         core: core.clone(),
         auth: auth.clone(),
         rpc: RpcRegistry::default(),
+        clients: Credentials::load(&store, &sessions).context("loading MQTT client credentials")?,
         sessions,
         metrics: MqttMetrics::default(),
-        clients: Credentials::load(&store).context("loading MQTT client credentials")?,
         anonymous_acl,
         credential_counts: Arc::default(),
     });
@@ -602,6 +602,7 @@ pub async fn serve(
         .map(|bus| crate::mqtt::pubsub::follow_bus(bus, &mqtt, live))
         .transpose()
         .context("following the kafka bus")?;
+    let revoker = crate::mqtt::close_revoked(&mqtt);
     let cfg = core.cfg.clone();
     let app = router(Http(Arc::new(Handles {
         core,
@@ -664,7 +665,7 @@ pub async fn serve(
     let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.
-    for task in [follower, bus_task].into_iter().flatten().chain(cluster_tasks) {
+    for task in [follower, bus_task, revoker].into_iter().flatten().chain(cluster_tasks) {
         task.abort();
         let _ = task.await;
     }

@@ -566,6 +566,15 @@ fn cross_node_mqtt(a: &Server, b: &Server, jwt: &str, token: &str, device: &str)
         assert_eq!(topic, format!("gridlinks/devices/{device}/telemetry"));
         assert_eq!(payload, r#"[{"ts":10,"values":{"live":1}}]"#);
     }
+
+    // The credential deleted on B: A closes its live connections soon, and refuses it.
+    let (st, _) = b.req("DELETE", "/api/mqtt/clients/app", Some(jwt), None);
+    assert_eq!(st, 200);
+    let started = Instant::now();
+    while sub_a.recv().is_some() {}
+    assert!(started.elapsed() < Duration::from_secs(5), "A closed it after {:?}", started.elapsed());
+    let (_, ack) = Raw::login(a.mqtt_port, ProtocolVersion::V5, "again-a", "app", "app-pw");
+    assert_ne!(ack.code, 0, "{ack:?}");
 }
 
 /// `cluster.entities = "postgres"` with PostgreSQL time series: two nodes on one Kafka and
@@ -631,9 +640,13 @@ fn two_nodes_share_devices_and_telemetry() {
     });
     assert!(seen, "{}", a.json("GET", &path, &jwt, None).1);
 
-    // Deleted on B: A refuses the device's token soon.
+    // Deleted on B: A refuses the device's token soon, and closes its live connection.
+    let (mut live_on_a, ack) = Raw::connect(a.mqtt_port, ProtocolVersion::V5, Some("shared-token-1"), 30);
+    assert_eq!(ack.code, 0, "{ack:?}");
     let (st, _) = b.req("DELETE", &format!("/api/device/{id}"), Some(&jwt_b), None);
     assert_eq!(st, 200);
+    let (_, after) = live_on_a.expect_close();
+    assert!(after < Duration::from_secs(5), "A closed the deleted device's connection after {after:?}");
     let gone = eventually(10, || a.telemetry("shared-token-1", r#"{"ts":3,"values":{"t":3}}"#) == 401);
     assert!(gone, "A still takes the deleted device's data");
     let (_, ack) = Raw::connect(a.mqtt_port, ProtocolVersion::V5, Some("shared-token-1"), 30);

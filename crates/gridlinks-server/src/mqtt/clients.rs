@@ -23,6 +23,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use gridlinks_broker::acl::Acl;
+use gridlinks_broker::sessions::Sessions;
 use gridlinks_broker::topic::validate_filter;
 use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp};
 use gridlinks_types::Ts;
@@ -92,30 +93,41 @@ pub struct Credentials {
     map: RwLock<HashMap<String, Arc<Entry>>>,
     key: Vec<u8>,
     store: Store,
+    /// Where the live connections of a credential found changed or deleted are closed.
+    sessions: Arc<Sessions>,
 }
 
 impl Credentials {
     /// Loads the stored credentials.
-    pub fn load(store: &Store) -> Result<Self, StoreError> {
+    pub fn load(store: &Store, sessions: &Arc<Sessions>) -> Result<Self, StoreError> {
         let key = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()].iter().flat_map(|u| *u.as_bytes()).collect();
-        let credentials = Self { map: RwLock::default(), key, store: store.clone() };
+        let credentials = Self { map: RwLock::default(), key, store: store.clone(), sessions: sessions.clone() };
         credentials.reload()?;
         Ok(credentials)
     }
 
     /// Reads every credential again, keeping the entries (and their verified passwords)
     /// of those that did not change. The map is locked meanwhile, so a change taken in at
-    /// the same time is not lost.
-    fn reload(&self) -> Result<(), StoreError> {
+    /// the same time is not lost. The live connections of those that changed or went
+    /// (another node changed them) are closed.
+    pub fn reload(&self) -> Result<(), StoreError> {
         let mut map = self.map.write();
         let mut fresh = HashMap::with_capacity(map.len());
         for (_, v) in self.store.broker_rows(BrokerTable::Credentials)? {
             let cred: Credential = serde_json::from_slice(&v).map_err(|_| StoreError::Corrupt("MQTT credential"))?;
             let e = match map.remove(&cred.username) {
                 Some(e) if e.cred == cred => e,
-                _ => Arc::new(entry(cred)),
+                old => {
+                    if old.is_some() {
+                        self.sessions.close_clients_of(&cred.username);
+                    }
+                    Arc::new(entry(cred))
+                }
             };
             fresh.insert(e.cred.username.clone(), e);
+        }
+        for gone in map.keys() {
+            self.sessions.close_clients_of(gone);
         }
         *map = fresh;
         Ok(())
@@ -137,14 +149,18 @@ impl Credentials {
         };
         match (stored, known) {
             (Some(cred), Some(e)) if e.cred == cred => Some(e),
-            (Some(cred), _) => {
+            (Some(cred), known) => {
                 let e = Arc::new(entry(cred));
                 self.map.write().insert(username.to_owned(), e.clone());
+                if known.is_some() {
+                    self.sessions.close_clients_of(username);
+                }
                 Some(e)
             }
             (None, known) => {
                 if known.is_some() {
                     self.map.write().remove(username);
+                    self.sessions.close_clients_of(username);
                 }
                 None
             }

@@ -332,3 +332,49 @@ async fn upgrade(
         .max_frame_size(max)
         .on_upgrade(move |socket| connection::run(transport::Ws(socket, peer), st, (permit, alive)))
 }
+
+/// With shared entities (`cluster.entities = "postgres"`): closes this node's live
+/// sessions that another node revoked, at the first catch-up that applies the change:
+/// those of devices deleted there, and those of MQTT credentials changed or deleted there
+/// (the node that made the change closes its own at once). A sweep runs only when other
+/// nodes changed devices or broker rows.
+pub fn close_revoked(mqtt: &Arc<Mqtt>) -> Option<tokio::task::JoinHandle<()>> {
+    let cluster = &mqtt.core.cfg.cluster;
+    if cluster.entities != crate::config::EntitiesBackend::Postgres {
+        return None;
+    }
+    let (mqtt, every) = (mqtt.clone(), cluster.entities_poll.duration());
+    Some(tokio::spawn(async move {
+        let store = mqtt.core.store.clone();
+        let generations = || (store.remote_generation("devices"), store.remote_generation("broker"));
+        let mut seen = generations();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = generations();
+            if now == seen {
+                continue;
+            }
+            let (devices, credentials, m) = (now.0 != seen.0, now.1 != seen.1, mqtt.clone());
+            seen = now;
+            // One read of the store per connected device, and every credential: off the
+            // async threads.
+            let _ = tokio::task::spawn_blocking(move || {
+                if devices {
+                    for id in m.sessions.devices() {
+                        if matches!(m.core.store.device(id), Ok(None)) {
+                            m.sessions.close_device(id);
+                        }
+                    }
+                }
+                if credentials {
+                    if let Err(e) = m.clients.reload() {
+                        crate::logging::warn_limited!(error = %e, "cannot read the MQTT credentials to close revoked ones");
+                    }
+                }
+            })
+            .await;
+        }
+    }))
+}
