@@ -229,6 +229,19 @@ fn with_postgres_time_series_every_acknowledged_point_is_in_postgres() {
     assert!(plain.stored_timestamps(&jwt, &ids[1], "t").is_empty());
 }
 
+/// The raw points of key `t` in `[0, 100)`, oldest first, up to 100.
+fn raw_t() -> gridlinks_storage::query::HistoryQuery {
+    gridlinks_storage::query::HistoryQuery {
+        keys: vec!["t".into()],
+        start: gridlinks_types::Ts(0),
+        end: gridlinks_types::Ts(100),
+        interval: 0,
+        agg: gridlinks_storage::query::Agg::None,
+        limit: 100,
+        order: gridlinks_storage::query::Order::Asc,
+    }
+}
+
 /// The points a node stored in a shared database are there for another client of it
 /// (`direct`), and the REST API's aggregation and delete are answered there.
 fn read_and_deleted_there(s: &Server, id: &str, direct: &dyn gridlinks_storage::Timeseries) {
@@ -248,20 +261,7 @@ fn read_and_deleted_there(s: &Server, id: &str, direct: &dyn gridlinks_storage::
         None,
     );
     assert_eq!(st, 200);
-    let left = direct
-        .history(
-            device,
-            &gridlinks_storage::query::HistoryQuery {
-                keys: vec!["t".into()],
-                start: gridlinks_types::Ts(0),
-                end: gridlinks_types::Ts(100),
-                interval: 0,
-                agg: gridlinks_storage::query::Agg::None,
-                limit: 100,
-                order: gridlinks_storage::query::Order::Asc,
-            },
-        )
-        .unwrap();
+    let left = direct.history(device, &raw_t()).unwrap();
     assert_eq!(left[0].1.len(), 20, "points 21..=40 are left");
 }
 
@@ -271,17 +271,8 @@ fn deleted_device_forgotten(s: &Server, id: &str, direct: &dyn gridlinks_storage
     assert!(!direct.latest(device, None).unwrap().is_empty());
     let (st, _) = s.req("DELETE", &format!("/api/device/{id}"), Some(&s.login()), None);
     assert_eq!(st, 200);
-    let q = gridlinks_storage::query::HistoryQuery {
-        keys: vec!["t".into()],
-        start: gridlinks_types::Ts(0),
-        end: gridlinks_types::Ts(100),
-        interval: 0,
-        agg: gridlinks_storage::query::Agg::None,
-        limit: 100,
-        order: gridlinks_storage::query::Order::Asc,
-    };
     let gone = eventually(10, || {
-        direct.latest(device, None).unwrap().is_empty() && direct.history(device, &q).unwrap().is_empty()
+        direct.latest(device, None).unwrap().is_empty() && direct.history(device, &raw_t()).unwrap().is_empty()
     });
     assert!(gone, "the deleted device's telemetry is still there: {:?}", direct.latest(device, None));
 }
