@@ -15,16 +15,19 @@ trap 'kill $NODE 2>/dev/null; scripts/services/kafka.sh stop $W/kafka >/dev/null
 KAFKA=$(scripts/services/kafka.sh start $W/kafka 1 | tail -1)
 CASS=$(scripts/services/cassandra.sh start $W/cassandra)
 CP=$(cat $W/cassandra/pid) KP=$(cat $W/kafka/broker-1/pid)
-read -r HTTP MQTT WS COAP < <(python3 -c 'import socket
-s=[socket.socket() for _ in range(4)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*(x.getsockname()[1] for x in s))')
+. scripts/services/lib.sh
+read -r HTTP MQTT WS COAP < <(free_ports 4)
 env GRIDLINKS_ADMIN_PASSWORD=pw-bench-123 GRIDLINKS_LOG=warn GRIDLINKS_CLUSTER_QUEUE=kafka GRIDLINKS_CLUSTER_NODE_ID=n1 \
   GRIDLINKS_CLUSTER_KAFKA_BOOTSTRAP_SERVERS=$KAFKA GRIDLINKS_CLUSTER_KAFKA_REPLICATION_FACTOR=1 GRIDLINKS_CLUSTER_KAFKA_MIN_INSYNC_REPLICAS=1 \
   GRIDLINKS_CLUSTER_TIMESERIES=cassandra GRIDLINKS_CLUSTER_CASSANDRA_CONTACT_POINTS=$CASS GRIDLINKS_CLUSTER_CASSANDRA_REPLICATION_FACTOR=1 \
   target/release/gridlinks serve --data-dir $W/n --http-bind 127.0.0.1:$HTTP --mqtt-bind 127.0.0.1:$MQTT --mqtt-ws-bind 127.0.0.1:$WS --coap-bind 127.0.0.1:$COAP >$W/n.log 2>&1 &
 NODE=$!
-until curl -sf http://127.0.0.1:$HTTP/readyz >/dev/null; do sleep 0.2; done
+for _ in $(seq 1 300); do
+  curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null && break
+  kill -0 "$NODE" 2>/dev/null || { cat "$W/n.log" >&2; exit 1; }
+  sleep 0.1
+done
+curl -sf "http://127.0.0.1:$HTTP/readyz" >/dev/null || { echo "the node did not become ready in 30 s" >&2; exit 1; }
 cpu() { awk '{printf "%.2f", ($14+$15)/100}' /proc/$1/stat; }
 ( for i in $(seq 1 7); do echo "t+$((i*15-15))s cpu-s cassandra $(cpu $CP) kafka $(cpu $KP) gridlinks $(cpu $NODE)"; sleep 15; done ) &
 SAMPLER=$!

@@ -67,7 +67,8 @@ cpu_split() {
 print("cpu split, s (the whole run: connect, publish, loss check): gridlinks %.2f  kafka %.2f  postgresql %.2f  cassandra %.2f" % tuple(y-x for x, y in zip(b, a)))' "$1" "$(cpu_now)"
 }
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=scripts/services/lib.sh
+. scripts/services/lib.sh
 load=(--qos 1 --storage-lag --duration "$DURATION")
 half_load=("${load[@]}")
 if [ "$RATE" != max ]; then
@@ -79,10 +80,11 @@ fi
 start_node() {
   local name=$1
   shift
-  HTTP=$(port) MQTT=$(port)
+  local ws coap
+  read -r HTTP MQTT ws coap < <(free_ports 4)
   env GRIDLINKS_ADMIN_PASSWORD=$PW GRIDLINKS_LOG=warn "$@" "$G" serve --data-dir "$W/$name" \
-    --http-bind "127.0.0.1:$HTTP" --mqtt-bind "127.0.0.1:$MQTT" --mqtt-ws-bind "127.0.0.1:$(port)" \
-    --coap-bind "127.0.0.1:$(port)" >"$W/$name.log" 2>&1 &
+    --http-bind "127.0.0.1:$HTTP" --mqtt-bind "127.0.0.1:$MQTT" --mqtt-ws-bind "127.0.0.1:$ws" \
+    --coap-bind "127.0.0.1:$coap" >"$W/$name.log" 2>&1 &
   PID=$!
   NODES+=("$PID")
   for _ in $(seq 1 300); do
@@ -125,6 +127,18 @@ loss_check() {
   return 2
 }
 
+# one_node NAME PIDS : the load on the node start_node started last (MQTT, HTTP), its
+# devices provisioned by the bench tool; server CPU of PIDS (the node and the services it
+# uses); the CPU split and the loss check after it. Results in $OUT/NAME.json.
+one_node() {
+  local before
+  before=$(cpu_now)
+  "$B" mqtt-telemetry --port "$MQTT" --api "http://127.0.0.1:$HTTP" --api-password "$PW" --provision \
+    --devices "$DEVICES" "${load[@]}" --server-pid "$2" --json "$OUT/$1.json" --save-acks "$W/acks.json"
+  cpu_split "$before"
+  loss_check "$HTTP" "$W/acks.json"
+}
+
 echo "== 1. embedded GridLinks and Mosquitto ($DEVICES devices, rate $RATE, $DURATION)"
 "$B" compare --against mosquitto --json "$OUT/embedded.json" mqtt-telemetry --devices "$DEVICES" "${load[@]}" --verify
 
@@ -139,11 +153,7 @@ kafka_env() {
 echo "== 2. one node on Kafka, embedded storage"
 # shellcheck disable=SC2046
 start_node kafka-node $(kafka_env kafka-node bench-kafka.)
-before=$(cpu_now)
-"$B" mqtt-telemetry --port "$MQTT" --api "http://127.0.0.1:$HTTP" --api-password "$PW" --provision \
-  --devices "$DEVICES" "${load[@]}" --server-pid "$PID,$KAFKA_PID" --json "$OUT/kafka.json" --save-acks "$W/acks.json"
-cpu_split "$before"
-loss_check "$HTTP" "$W/acks.json"
+one_node kafka "$PID,$KAFKA_PID"
 kill "$PID"
 NODES=()
 
@@ -159,12 +169,7 @@ echo "== 3. one node on Kafka and PostgreSQL (time series and entities)"
 # shellcheck disable=SC2046
 start_node pg-node-a $(shared_env node-a)
 A_PID=$PID A_HTTP=$HTTP A_MQTT=$MQTT
-before=$(cpu_now)
-"$B" mqtt-telemetry --port "$A_MQTT" --api "http://127.0.0.1:$A_HTTP" --api-password "$PW" --provision \
-  --devices "$DEVICES" "${load[@]}" --server-pid "$A_PID,$KAFKA_PID,$PG_PID" --json "$OUT/kafka-postgres.json" \
-  --save-acks "$W/acks.json"
-cpu_split "$before"
-loss_check "$A_HTTP" "$W/acks.json"
+one_node kafka-postgres "$A_PID,$KAFKA_PID,$PG_PID"
 
 echo "== 4. two nodes on Kafka and PostgreSQL, half the devices each"
 # shellcheck disable=SC2046
@@ -203,9 +208,4 @@ CASSANDRA_PID=$(cat "$W/cassandra/pid")
 # shellcheck disable=SC2046
 start_node cassandra-node $(kafka_env cassandra-node bench-cassandra.) GRIDLINKS_CLUSTER_TIMESERIES=cassandra \
   GRIDLINKS_CLUSTER_CASSANDRA_CONTACT_POINTS="$CASSANDRA" GRIDLINKS_CLUSTER_CASSANDRA_REPLICATION_FACTOR=1
-before=$(cpu_now)
-"$B" mqtt-telemetry --port "$MQTT" --api "http://127.0.0.1:$HTTP" --api-password "$PW" --provision \
-  --devices "$DEVICES" "${load[@]}" --server-pid "$PID,$KAFKA_PID,$CASSANDRA_PID" --json "$OUT/kafka-cassandra.json" \
-  --save-acks "$W/acks.json"
-cpu_split "$before"
-loss_check "$HTTP" "$W/acks.json"
+one_node kafka-cassandra "$PID,$KAFKA_PID,$CASSANDRA_PID"
