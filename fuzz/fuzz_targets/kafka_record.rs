@@ -4,15 +4,14 @@
 //! the same thing.
 #![no_main]
 
-use gridlinks_kafka::bus::{decode_publish, encode_publish};
+use gridlinks_kafka::bus::BrokerRecord;
 use gridlinks_kafka::record::{decode, encode};
 use gridlinks_storage::WriteOp;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(p) = decode_publish(data) {
-        let again = encode_publish(&p.from, p.retain, &p.message);
-        assert_eq!(decode_publish(&again).expect("an encoded publish decodes"), p);
+    if let Ok(r) = BrokerRecord::decode(data) {
+        assert_eq!(BrokerRecord::decode(&r.encode()).expect("an encoded broker record decodes"), r);
     }
     let Ok(op) = decode(data) else { return };
     let again = encode(&op).expect("a decoded record is device data");

@@ -126,6 +126,19 @@ impl PartialEq for Member {
     }
 }
 
+/// Which shared subscriptions a publish reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Groups<'a> {
+    /// Every matching group, one member each: one node holds every member.
+    All,
+    /// None: with several nodes, a group's messages reach it through its own Kafka
+    /// consumer group, one node per message.
+    None,
+    /// Only group `$share/{group}/{filter}` (one member), and no plain subscriber; the
+    /// retained store is left as it is.
+    Only(&'a str),
+}
+
 /// The routing table.
 #[derive(Debug, Default)]
 pub struct Router {
@@ -286,8 +299,34 @@ impl Router {
     /// Routes `msg` published by `from`: updates the retained store (for `retain`) and
     /// returns one delivery per receiving client.
     pub fn publish(&mut self, from: &str, msg: &Message, retain: bool) -> Vec<Delivery> {
+        self.publish_to(from, msg, retain, Groups::All)
+    }
+
+    /// Whether shared group `full` (`$share/{group}/{filter}`) has a member here.
+    pub fn has_members(&self, full: &str) -> bool {
+        self.subs.values().any(|s| s.contains_key(full))
+    }
+
+    /// The shared groups with members here (`$share/{group}/{filter}`), each once.
+    pub fn groups(&self) -> Vec<String> {
+        let mut groups: Vec<String> =
+            self.subs.values().flat_map(|s| s.keys()).filter(|f| f.starts_with("$share/")).cloned().collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
+    }
+
+    /// [`Router::publish`], reaching the shared groups `groups` names.
+    pub fn publish_to(&mut self, from: &str, msg: &Message, retain: bool, groups: Groups<'_>) -> Vec<Delivery> {
         let (topic, qos) = (&*msg.topic, msg.qos);
-        if retain {
+        let only = match groups {
+            Groups::Only(full) => match split_share(full) {
+                Ok(Some(gf)) => Some(gf),
+                _ => return Vec::new(),
+            },
+            _ => None,
+        };
+        if retain && only.is_none() {
             if msg.payload.is_empty() {
                 self.retained.remove(topic);
             } else {
@@ -300,14 +339,17 @@ impl Router {
         let mut shared: BTreeMap<(String, String), Vec<Arc<str>>> = BTreeMap::new();
         for member in self.trie.matches(topic) {
             match &member.group {
-                None => plain.push((member.client, member.opts)),
+                None if only.is_none() => plain.push((member.client, member.opts)),
+                None => {}
+                Some(_) if groups == Groups::None => {}
+                Some(group) if only.is_some_and(|(g, _)| g != &**group) => {}
                 Some(group) => {
                     let Some(subs) = self.subs.get(&member.client) else {
                         continue;
                     };
                     for full in subs.keys() {
                         if let Ok(Some((g, f))) = split_share(full) {
-                            if g == &**group && matches(f, topic) {
+                            if g == &**group && matches(f, topic) && only.is_none_or(|(_, of)| of == f) {
                                 let members = shared.entry((g.to_owned(), f.to_owned())).or_default();
                                 if !members.iter().any(|m| Arc::ptr_eq(m, &member.client)) {
                                     members.push(member.client.clone());
@@ -455,6 +497,39 @@ mod tests {
         let flag = |c: &str| d.iter().find(|x| &*x.client == c).unwrap().retain;
         assert!(flag("keep"));
         assert!(!flag("clear"));
+    }
+
+    #[test]
+    fn groups_are_reached_as_asked() {
+        let mut r = Router::new();
+        r.subscribe("plain", "jobs/#", opts(Q1)).unwrap();
+        r.subscribe("w1", "$share/workers/jobs/+", opts(Q1)).unwrap();
+        r.subscribe("w2", "$share/workers/jobs/+", opts(Q1)).unwrap();
+        r.subscribe("x1", "$share/other/jobs/#", opts(Q0)).unwrap();
+        r.subscribe("w1", "$share/workers/jobs/#", opts(Q1)).unwrap();
+        assert_eq!(r.groups(), ["$share/other/jobs/#", "$share/workers/jobs/#", "$share/workers/jobs/+"]);
+        assert!(r.has_members("$share/workers/jobs/+") && !r.has_members("$share/workers/x"));
+        let m = Message::new("jobs/1", Q1, Bytes::from_static(b"j"));
+        // None: plain subscribers only.
+        let d = r.publish_to("p", &m, false, Groups::None);
+        assert_eq!(to(&d), [("plain", 1)]);
+        // Only one group: one of its members, nobody else; the group with the same name
+        // and another filter is another group.
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            let d = r.publish_to("p", &m, true, Groups::Only("$share/workers/jobs/+"));
+            assert_eq!(d.len(), 1);
+            got.push(d[0].client.to_string());
+        }
+        got.sort();
+        assert_eq!(got, ["w1", "w1", "w2", "w2"]);
+        assert_eq!(to(&r.publish_to("p", &m, false, Groups::Only("$share/other/jobs/#"))), [("x1", 0)]);
+        assert!(r.publish_to("p", &m, false, Groups::Only("$share/none/jobs/#")).is_empty());
+        assert!(r.publish_to("p", &m, false, Groups::Only("not-a-group")).is_empty());
+        // Only leaves the retained store alone.
+        assert!(r.retained("jobs/1").is_none());
+        // All: plain and one member of each group.
+        assert_eq!(r.publish("p", &m, false).len(), 4);
     }
 
     #[test]

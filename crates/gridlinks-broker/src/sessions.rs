@@ -20,7 +20,7 @@ use tokio::sync::{oneshot, Notify};
 
 use gridlinks_codec::mqtt::QoS;
 
-use crate::router::{Message, Router, SubOptions, SubscribeError};
+use crate::router::{Delivery, Groups, Message, Router, SubOptions, SubscribeError};
 use crate::topic::matches;
 
 /// Identifies one live connection.
@@ -441,6 +441,9 @@ pub struct Sessions {
     shutting_down: AtomicBool,
     /// Most subscriptions per session (device or client); 0: unbounded.
     max_subscriptions: usize,
+    /// Shared subscriptions get their messages through [`Sessions::publish_group`] only
+    /// (several nodes: one Kafka consumer group per shared group).
+    groups_elsewhere: bool,
 }
 
 impl Sessions {
@@ -760,8 +763,36 @@ impl Sessions {
     /// [`Routed::blocked`]: the publisher's acknowledgement waits until the receiver has
     /// caught up (backpressure), see [`Blocked::wait`]. An offline persistent session's
     /// full queue drops a copy by the configured policy instead.
+    ///
+    /// With [`Sessions::groups_elsewhere`], shared subscriptions are left out: each gets its
+    /// messages through [`Sessions::publish_group`].
     pub fn publish(&self, from: &str, msg: &Message, retain: bool) -> Routed {
-        let deliveries = self.router.lock().publish(from, msg, retain);
+        let groups = if self.groups_elsewhere { Groups::None } else { Groups::All };
+        let deliveries = self.router.lock().publish_to(from, msg, retain, groups);
+        self.queue_deliveries(msg, deliveries)
+    }
+
+    /// Routes a PUBLISH of client `from` to one member of shared group `full`
+    /// (`$share/{group}/{filter}`) only, as [`Sessions::publish`] does (the retained store
+    /// is left as it is; `retain` is the message's flag).
+    /// `None` when the group has no member here.
+    pub fn publish_group(&self, full: &str, from: &str, msg: &Message, retain: bool) -> Option<Routed> {
+        let deliveries = {
+            let mut router = self.router.lock();
+            if !router.has_members(full) {
+                return None;
+            }
+            router.publish_to(from, msg, retain, Groups::Only(full))
+        };
+        Some(self.queue_deliveries(msg, deliveries))
+    }
+
+    /// The shared groups with members here.
+    pub fn groups(&self) -> Vec<String> {
+        self.router.lock().groups()
+    }
+
+    fn queue_deliveries(&self, msg: &Message, deliveries: Vec<Delivery>) -> Routed {
         let mut routed = Routed::default();
         if deliveries.is_empty() {
             return routed;
@@ -853,6 +884,13 @@ impl Sessions {
     /// rows: one above the highest).
     pub fn seq_floor(&self, seq: u64) {
         self.seq.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// Shared subscriptions are reached only through [`Sessions::publish_group`] (with
+    /// several nodes, each group's messages come from its own Kafka consumer group).
+    pub fn groups_elsewhere(mut self, yes: bool) -> Self {
+        self.groups_elsewhere = yes;
+        self
     }
 
     /// A session (device or client) may hold at most `per_session` subscriptions (0:

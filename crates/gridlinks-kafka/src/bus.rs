@@ -3,12 +3,19 @@
 //! device-data topic from their ends, handing what *other* nodes produced to its own
 //! subscribers (MQTT sessions, WebSocket sessions). Each record names the node that
 //! produced it in its `origin` header, so a node skips its own (it delivered them itself).
+//! Server-side RPC crosses nodes the same way: the node that took the REST call puts the
+//! request on the broker topic, the node holding the device delivers it and answers (that
+//! it delivered it, then the device's reply) with records addressed to the caller's node.
 //!
 //! ```text
-//! broker record := FORMAT(1) KIND_PUBLISH(1) retain(1) from(text) message(the rest)
+//! broker record  := FORMAT(1) kind(1) body
+//! publish        := KIND_PUBLISH retain(1) from(text) message(the rest)
+//! rpc request    := KIND_RPC_REQUEST reply_to(text) request(varint) device(16) timeout_ms(varint) body(the rest)
+//! rpc delivered  := KIND_RPC_DELIVERED to(text) request(varint)
+//! rpc reply      := KIND_RPC_REPLY to(text) request(varint) payload(the rest)
 //! ```
 //! `message` is the stored form of an MQTT message (`gridlinks_broker::persist`), opaque
-//! here.
+//! here; an RPC `body` is the request's JSON (`{"method":…,"params":…}`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +23,7 @@ use std::time::Duration;
 
 use gridlinks_storage::codec::{Reader, Writer};
 use gridlinks_storage::{StoreError, WriteOp};
+use gridlinks_types::DeviceId;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -25,6 +33,9 @@ use tokio::task::JoinHandle;
 use crate::{record, KafkaError, KafkaSettings};
 
 const KIND_PUBLISH: u8 = 1;
+const KIND_RPC_REQUEST: u8 = 2;
+const KIND_RPC_DELIVERED: u8 = 3;
+const KIND_RPC_REPLY: u8 = 4;
 /// The header naming the node that produced a record.
 pub const ORIGIN: &str = "origin";
 
@@ -39,27 +50,110 @@ pub struct Publish {
     pub message: Vec<u8>,
 }
 
-/// Encodes a publish record.
-pub fn encode_publish(from: &str, retain: bool, message: &[u8]) -> Vec<u8> {
-    let mut w = Writer::new();
-    w.bytes(&[KIND_PUBLISH, u8::from(retain)]).text(from).bytes(message);
-    w.finish()
+/// A server-side RPC request for a device that is not connected to the calling node.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RpcRequest {
+    /// The calling node, to which the answers are addressed.
+    pub reply_to: String,
+    /// The call's number on the calling node.
+    pub request: u64,
+    /// The device to call.
+    pub device: DeviceId,
+    /// How long the caller waits for the reply, in milliseconds.
+    pub timeout_ms: u64,
+    /// `{"method":…,"params":…}`.
+    pub body: Vec<u8>,
 }
 
-/// Decodes a publish record.
-pub fn decode_publish(buf: &[u8]) -> Result<Publish, StoreError> {
-    let mut r = Reader::new(buf)?;
-    if r.byte()? != KIND_PUBLISH {
-        return Err(StoreError::Corrupt("broker record kind"));
+/// What the broker topic carries.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BrokerRecord {
+    /// A client's publish.
+    Publish(Publish),
+    /// A server-side RPC request for whichever node holds the device.
+    RpcRequest(RpcRequest),
+    /// Node `to`'s RPC request `request` reached a session of the device.
+    RpcDelivered {
+        /// The calling node.
+        to: String,
+        /// The call's number there.
+        request: u64,
+    },
+    /// The device's answer to node `to`'s RPC request `request`.
+    RpcReply {
+        /// The calling node.
+        to: String,
+        /// The call's number there.
+        request: u64,
+        /// What the device answered.
+        payload: Vec<u8>,
+    },
+}
+
+impl BrokerRecord {
+    /// Encodes the record.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match self {
+            BrokerRecord::Publish(p) => {
+                w.bytes(&[KIND_PUBLISH, u8::from(p.retain)]).text(&p.from).bytes(&p.message);
+            }
+            BrokerRecord::RpcRequest(r) => {
+                w.bytes(&[KIND_RPC_REQUEST])
+                    .text(&r.reply_to)
+                    .varint(r.request)
+                    .bytes(r.device.as_bytes())
+                    .varint(r.timeout_ms)
+                    .bytes(&r.body);
+            }
+            BrokerRecord::RpcDelivered { to, request } => {
+                w.bytes(&[KIND_RPC_DELIVERED]).text(to).varint(*request);
+            }
+            BrokerRecord::RpcReply { to, request, payload } => {
+                w.bytes(&[KIND_RPC_REPLY]).text(to).varint(*request).bytes(payload);
+            }
+        }
+        w.finish()
     }
-    let retain = match r.byte()? {
-        0 => false,
-        1 => true,
-        _ => return Err(StoreError::Corrupt("retain flag")),
-    };
-    let from = r.text()?.to_owned();
-    let message = r.bytes(r.remaining())?.to_vec();
-    Ok(Publish { from, retain, message })
+
+    /// Decodes a record.
+    pub fn decode(buf: &[u8]) -> Result<Self, StoreError> {
+        let mut r = Reader::new(buf)?;
+        let rest = |r: &mut Reader<'_>| -> Result<Vec<u8>, StoreError> { Ok(r.bytes(r.remaining())?.to_vec()) };
+        Ok(match r.byte()? {
+            KIND_PUBLISH => {
+                let retain = match r.byte()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(StoreError::Corrupt("retain flag")),
+                };
+                let from = r.text()?.to_owned();
+                BrokerRecord::Publish(Publish { from, retain, message: rest(&mut r)? })
+            }
+            KIND_RPC_REQUEST => {
+                let reply_to = r.text()?.to_owned();
+                let request = r.varint()?;
+                let device =
+                    DeviceId::from_bytes(r.bytes(16)?.try_into().map_err(|_| StoreError::Corrupt("device id"))?);
+                let timeout_ms = r.varint()?;
+                BrokerRecord::RpcRequest(RpcRequest { reply_to, request, device, timeout_ms, body: rest(&mut r)? })
+            }
+            KIND_RPC_DELIVERED => {
+                let to = r.text()?.to_owned();
+                let request = r.varint()?;
+                if !r.is_empty() {
+                    return Err(StoreError::Corrupt("trailing bytes"));
+                }
+                BrokerRecord::RpcDelivered { to, request }
+            }
+            KIND_RPC_REPLY => {
+                let to = r.text()?.to_owned();
+                let request = r.varint()?;
+                BrokerRecord::RpcReply { to, request, payload: rest(&mut r)? }
+            }
+            _ => return Err(StoreError::Corrupt("broker record kind")),
+        })
+    }
 }
 
 /// What another node produced.
@@ -69,6 +163,27 @@ pub enum Event {
     Data(WriteOp),
     /// A client's publish it took.
     Publish(Publish),
+    /// A server-side RPC request it took, for whichever node holds the device.
+    RpcRequest(RpcRequest),
+    /// This node's RPC request `request` reached a session of the device there.
+    RpcDelivered(u64),
+    /// The device's answer to this node's RPC request `request`.
+    RpcReply(u64, Vec<u8>),
+}
+
+impl Event {
+    /// What broker record `r` is for node `node`: nothing when it is an answer to another
+    /// node.
+    fn for_node(r: BrokerRecord, node: &str) -> Option<Self> {
+        match r {
+            BrokerRecord::Publish(p) => Some(Event::Publish(p)),
+            BrokerRecord::RpcRequest(r) => Some(Event::RpcRequest(r)),
+            BrokerRecord::RpcDelivered { to, request } => (to == node).then_some(Event::RpcDelivered(request)),
+            BrokerRecord::RpcReply { to, request, payload } => {
+                (to == node).then_some(Event::RpcReply(request, payload))
+            }
+        }
+    }
 }
 
 /// The origin header of this node's records.
@@ -93,6 +208,16 @@ impl Bus {
         Ok(Arc::new(Self { producer, settings: s.clone() }))
     }
 
+    /// The Kafka settings it was made with.
+    pub fn settings(&self) -> &KafkaSettings {
+        &self.settings
+    }
+
+    /// This node's id (the `reply_to` of its RPC requests).
+    pub fn node_id(&self) -> &str {
+        &self.settings.node_id
+    }
+
     /// Puts client `from`'s publish on the bus now (keyed by the client, so its messages
     /// keep their order); the future resolves once Kafka acknowledged it. `Err` at once when
     /// the producer's queue is full.
@@ -102,12 +227,22 @@ impl Bus {
         retain: bool,
         message: &[u8],
     ) -> Result<impl Future<Output = Result<(), StoreError>> + Send + 'static, StoreError> {
-        let payload = encode_publish(from, retain, message);
+        let record = BrokerRecord::Publish(Publish { from: from.to_owned(), retain, message: message.to_vec() });
+        self.send(from.as_bytes(), &record)
+    }
+
+    /// Puts `record` on the broker topic now, under `key` (records of one key keep their
+    /// order); the future resolves once Kafka acknowledged it. RPC requests are keyed by
+    /// device, answers by the node they are for.
+    pub fn send(
+        &self,
+        key: &[u8],
+        record: &BrokerRecord,
+    ) -> Result<impl Future<Output = Result<(), StoreError>> + Send + 'static, StoreError> {
+        let payload = record.encode();
         let topic = self.settings.broker_topic();
-        let rec = FutureRecord::to(&topic)
-            .key(from.as_bytes())
-            .payload(&payload[..])
-            .headers(origin_headers(&self.settings.node_id));
+        let rec =
+            FutureRecord::to(&topic).key(key).payload(&payload[..]).headers(origin_headers(&self.settings.node_id));
         let delivery = self
             .producer
             .send_result(rec)
@@ -122,7 +257,8 @@ impl Bus {
     }
 
     /// Follows both topics from their ends as they are now, handing every record another
-    /// node produced to `handle`, one at a time, until the task is aborted. Blocks while it
+    /// node produced (and RPC answers addressed to this node) to `handle`, one at a time,
+    /// until the task is aborted. Blocks while it
     /// reads the end offsets (so that everything produced after it returns is seen).
     pub fn follow<F, Fut>(&self, handle: F) -> Result<JoinHandle<()>, KafkaError>
     where
@@ -186,12 +322,13 @@ impl Bus {
                     }
                     let payload = m.payload().unwrap_or_default();
                     let event = if m.topic() == data_topic {
-                        record::decode(payload).map(Event::Data)
+                        record::decode(payload).map(|op| Some(Event::Data(op)))
                     } else {
-                        decode_publish(payload).map(Event::Publish)
+                        BrokerRecord::decode(payload).map(|r| Event::for_node(r, &node))
                     };
                     match event {
-                        Ok(e) => e,
+                        Ok(Some(e)) => e,
+                        Ok(None) => continue,
                         Err(e) => {
                             tracing::warn!(topic = m.topic(), offset = m.offset(), error = %e, "bus record does not decode: skipped");
                             continue;
@@ -215,18 +352,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn publishes_round_trip_and_garbage_is_refused() {
-        for (from, retain, message) in [("app-1", true, &b"\x01\x02stored"[..]), ("", false, &b""[..])] {
-            let bytes = encode_publish(from, retain, message);
-            let p = decode_publish(&bytes).unwrap();
-            assert_eq!(p, Publish { from: from.into(), retain, message: message.to_vec() });
-            for cut in 0..bytes.len().min(4 + from.len()) {
-                assert!(decode_publish(&bytes[..cut]).is_err(), "cut at {cut}");
+    fn records_round_trip_and_garbage_is_refused() {
+        let device = DeviceId::from_bytes([7; 16]);
+        let records = [
+            BrokerRecord::Publish(Publish { from: "app-1".into(), retain: true, message: b"\x01\x02stored".to_vec() }),
+            BrokerRecord::Publish(Publish { from: String::new(), retain: false, message: Vec::new() }),
+            BrokerRecord::RpcRequest(RpcRequest {
+                reply_to: "node-b".into(),
+                request: 300,
+                device,
+                timeout_ms: 10_000,
+                body: br#"{"method":"reboot","params":{}}"#.to_vec(),
+            }),
+            BrokerRecord::RpcDelivered { to: "node-b".into(), request: 1 << 40 },
+            BrokerRecord::RpcReply { to: "node-b".into(), request: 300, payload: b"{}".to_vec() },
+        ];
+        for rec in records {
+            let bytes = rec.encode();
+            assert_eq!(BrokerRecord::decode(&bytes).unwrap(), rec);
+            // Every cut before the opaque tail fails (the tails are the rest of the record).
+            let fixed = match &rec {
+                BrokerRecord::Publish(p) => 4 + p.from.len(),
+                BrokerRecord::RpcRequest(_) => 2 + 1 + 6 + 2 + 16 + 2,
+                BrokerRecord::RpcDelivered { .. } => bytes.len(),
+                BrokerRecord::RpcReply { .. } => 2 + 1 + 6 + 2,
+            };
+            for cut in 0..fixed.min(bytes.len()) {
+                assert!(BrokerRecord::decode(&bytes[..cut]).is_err(), "{rec:?} cut at {cut}");
             }
         }
-        let mut bad = encode_publish("a", true, b"m");
+        let mut bad =
+            BrokerRecord::Publish(Publish { from: "a".into(), retain: true, message: b"m".to_vec() }).encode();
         bad[2] = 7;
-        assert!(decode_publish(&bad).is_err());
-        assert!(decode_publish(&[]).is_err());
+        assert!(BrokerRecord::decode(&bad).is_err(), "retain flag 7");
+        bad[1] = 9;
+        assert!(BrokerRecord::decode(&bad).is_err(), "kind 9");
+        assert!(BrokerRecord::decode(&[]).is_err());
+    }
+
+    #[test]
+    fn answers_reach_only_the_node_they_are_for() {
+        let delivered = || BrokerRecord::RpcDelivered { to: "node-b".into(), request: 5 };
+        assert!(matches!(Event::for_node(delivered(), "node-b"), Some(Event::RpcDelivered(5))));
+        assert!(Event::for_node(delivered(), "node-a").is_none());
+        let reply = || BrokerRecord::RpcReply { to: "node-b".into(), request: 5, payload: b"ok".to_vec() };
+        assert!(matches!(Event::for_node(reply(), "node-b"), Some(Event::RpcReply(5, p)) if p == b"ok"));
+        assert!(Event::for_node(reply(), "node-c").is_none());
     }
 }

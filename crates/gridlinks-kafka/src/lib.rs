@@ -5,11 +5,13 @@
 //! what it consumes to the store and commits offsets only after the write, so a
 //! redelivery (rebalance, crash) rewrites the same rows and loses nothing. [`Bus`] carries
 //! live deliveries between nodes (MQTT client publishes, and other nodes' device data to
-//! this node's subscribers).
+//! this node's subscribers). [`share::ShareConsumer`] gives each shared subscription group
+//! its messages once across nodes, through a consumer group of its own.
 
 pub mod bus;
 mod log;
 pub mod record;
+pub mod share;
 mod writer;
 
 use std::time::Duration;
@@ -127,6 +129,9 @@ pub enum KafkaError {
     /// Creating the topic failed.
     #[error("kafka: creating topic {0}: {1}")]
     Topic(String, String),
+    /// A consumer's thread could not be started.
+    #[error("kafka: starting a consumer thread: {0}")]
+    Thread(String),
 }
 
 /// Creates the device-data and broker topics if they do not exist (partitions,

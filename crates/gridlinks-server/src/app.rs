@@ -538,7 +538,8 @@ pub async fn serve(
         Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER, Some(crate::mqtt::MOUNT_ROOT))
             .drop_oldest_when_offline_queue_full(drop_oldest)
             .hard_limit(hard_limit)
-            .max_subscriptions(max_subscriptions),
+            .max_subscriptions(max_subscriptions)
+            .groups_elsewhere(cfg.cluster.several_nodes()),
     );
     let ws_hub = Arc::new(crate::ws::Hub::default());
     let live = crate::mqtt::telemetry_topics::CanonicalTopics {
@@ -567,12 +568,13 @@ pub async fn serve(
     let mqtt = Arc::new(Mqtt {
         core: core.clone(),
         auth: auth.clone(),
-        rpc: RpcRegistry::default(),
+        rpc: RpcRegistry::new(core.bus.clone()),
         clients: Credentials::load(&store, &sessions).context("loading MQTT client credentials")?,
         sessions,
         metrics: MqttMetrics::default(),
         anonymous_acl,
         credential_counts: Arc::default(),
+        shared: core.bus.as_ref().map(|b| crate::mqtt::shared::SharedGroups::new(b.settings().clone())),
     });
     let status = Arc::new(Status::default());
     let tcp_metrics = Arc::new(crate::tcp::TcpMetrics::default());
@@ -593,6 +595,11 @@ pub async fn serve(
     let retained = crate::mqtt::retained::load(&store, &mqtt.sessions).context("loading retained MQTT messages")?;
     let sessions = crate::mqtt::pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
     tracing::debug!(retained, sessions, "retained messages and persistent sessions loaded");
+    if let Some(shared) = &mqtt.shared {
+        // Stored sessions' shared subscriptions.
+        shared.sweep(&mqtt);
+    }
+    let sweeper = crate::mqtt::shared::keep_up(&mqtt);
     // `live` holds a writer handle: it must not outlive the server (the writer drains when
     // the last handle goes).
     let bus_task = mqtt
@@ -665,10 +672,13 @@ pub async fn serve(
     let _ = all_closed.recv().await;
 
     // Every handler is done; dropping the last writer handle lets the writer drain and sync.
-    for task in [follower, bus_task, revoker].into_iter().flatten().chain(cluster_tasks) {
+    for task in [follower, bus_task, revoker, sweeper].into_iter().flatten().chain(cluster_tasks) {
         task.abort();
         let _ = task.await;
     }
+    // Shared groups' consumers hand copies to the writer: they stop before it drains.
+    let m = mqtt.clone();
+    tokio::task::spawn_blocking(move || m.shared.as_ref().map(|s| s.stop_all())).await?;
     // Logins write through the writer too.
     drop((mqtt, auth));
     tokio::task::spawn_blocking(move || writer_thread.join())

@@ -488,10 +488,7 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> a
             let patience = settings.produce_timeout;
             let log = Arc::new(Gated { log, backends: backends.clone(), patience });
             // Several nodes share entities: what one takes is delivered live on the others.
-            let bus = match c.entities {
-                EntitiesBackend::Postgres => Some(Bus::new(&settings).context("kafka bus producer")?),
-                EntitiesBackend::Embedded => None,
-            };
+            let bus = if c.several_nodes() { Some(Bus::new(&settings).context("kafka bus producer")?) } else { None };
             Ok(Cluster { log, ts, backends, tasks, bus })
         }
     }

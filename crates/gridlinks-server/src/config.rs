@@ -224,6 +224,10 @@ pub struct RpcConfig {
     pub default_timeout: Millis,
     /// Smallest timeout honoured.
     pub min_timeout: Millis,
+    /// With several nodes: how long a call for a device that is not connected to this
+    /// node waits for another node to say it delivered the request, before it is answered
+    /// 409 (device not connected).
+    pub remote_wait: Millis,
 }
 
 /// ThingsBoard's WebSocket API.
@@ -394,6 +398,14 @@ pub struct ClusterConfig {
     pub postgres: PostgresConfig,
     /// Cassandra, when `timeseries = "cassandra"`.
     pub cassandra: CassandraConfig,
+}
+
+impl ClusterConfig {
+    /// Whether this node is one of several that share entities through Kafka and
+    /// PostgreSQL: live delivery, RPC and shared subscriptions then cross nodes on Kafka.
+    pub fn several_nodes(&self) -> bool {
+        self.queue == QueueBackend::Kafka && self.entities == EntitiesBackend::Postgres
+    }
 }
 
 /// Kafka settings.
@@ -643,7 +655,7 @@ impl Default for TcpConfig {
 
 impl Default for RpcConfig {
     fn default() -> Self {
-        Self { default_timeout: Millis(10_000), min_timeout: Millis(5_000) }
+        Self { default_timeout: Millis(10_000), min_timeout: Millis(5_000), remote_wait: Millis(1_000) }
     }
 }
 

@@ -568,6 +568,184 @@ fn cross_node_mqtt(a: &Server, b: &Server, jwt: &str, token: &str, device: &str)
     assert_ne!(ack.code, 0, "{ack:?}");
 }
 
+/// A rumqttc client `id` of application `user` on `s`, subscribed to `filters` at QoS 1,
+/// collecting every (topic, payload) it receives; the client keeps it connected.
+fn collector(s: &Server, id: &str, user: &str, password: &str, filters: &[&str]) -> (Collected, rumqttc::Client) {
+    let mut o = rumqttc::MqttOptions::new(id, "127.0.0.1", s.mqtt_port);
+    o.set_credentials(user, password);
+    let (client, mut conn) = rumqttc::Client::new(o, 1_000);
+    let got: Collected = std::sync::Arc::default();
+    let (subscribed, into) = (std::sync::mpsc::channel(), got.clone());
+    let n = filters.len();
+    std::thread::spawn(move || {
+        let mut acks = 0;
+        for ev in conn.iter() {
+            match ev {
+                Ok(rumqttc::Event::Incoming(rumqttc::Incoming::SubAck(a))) => {
+                    assert!(a.return_codes.iter().all(|c| matches!(c, rumqttc::SubscribeReasonCode::Success(_))));
+                    acks += 1;
+                    if acks == n {
+                        let _ = subscribed.0.send(());
+                    }
+                }
+                Ok(rumqttc::Event::Incoming(rumqttc::Incoming::Publish(p))) => {
+                    into.lock().unwrap().push((p.topic.clone(), String::from_utf8_lossy(&p.payload).into_owned()));
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    });
+    for f in filters {
+        client.subscribe(*f, rumqttc::QoS::AtLeastOnce).unwrap();
+    }
+    subscribed.1.recv_timeout(Duration::from_secs(10)).expect("SUBACK");
+    (got, client)
+}
+
+type Collected = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// Shared subscriptions across nodes, through a Kafka consumer group per shared group: a
+/// group with a member on A and one on B gets each message once (not once per node),
+/// whichever node took it, spread over both; so does a group on the canonical telemetry
+/// topics. When B's member leaves, A's member gets everything, still once.
+fn cross_node_shared(a: &Server, b: &Server, jwt: &str, token: &str) {
+    use gridlinks_codec::mqtt::{Packet, QoS};
+    let cred = serde_json::json!({"username": "worker", "password": "worker-pw", "publish": ["jobs/#"],
+        "subscribe": ["jobs/#", "gridlinks/devices/+/telemetry"]});
+    assert_eq!(a.json("POST", "/api/mqtt/clients", jwt, Some(cred)).0, 200);
+    assert!(eventually(10, || b.json("GET", "/api/mqtt/clients/worker", jwt, None).0 == 200), "B lacks it");
+    let filters = ["$share/workers/jobs/+", "$share/watch/gridlinks/devices/+/telemetry"];
+    let (on_a, _keep_a) = collector(a, "w-a", "worker", "worker-pw", &filters);
+    let (on_b, keep_b) = collector(b, "w-b", "worker", "worker-pw", &filters);
+    // Publishers on both nodes, each with its own topic and client id (the Kafka key: the
+    // records spread over the partitions, which Kafka splits between the two nodes).
+    let mut publishers: Vec<Raw> = (0..16)
+        .map(|i| {
+            let s = if i % 2 == 0 { a } else { b };
+            let (p, ack) =
+                Raw::login(s.mqtt_port, ProtocolVersion::V5, &format!("jobs-pub-{i}"), "worker", "worker-pw");
+            assert_eq!(ack.code, 0, "{ack:?}");
+            p
+        })
+        .collect();
+    let mut sent = Vec::new();
+    let mut round = |sent: &mut Vec<String>| {
+        for (i, p) in publishers.iter_mut().enumerate() {
+            let body = format!("{i}-{}", sent.len());
+            p.publish(&format!("jobs/{i}"), body.as_bytes(), QoS::AtLeastOnce, Some(1));
+            assert!(matches!(p.recv(), Some(Packet::PubAck(ack)) if ack.reason == 0), "PUBACK");
+            sent.push(body);
+        }
+    };
+    let jobs = |c: &Collected| -> Vec<String> {
+        c.lock().unwrap().iter().filter(|(t, _)| t.starts_with("jobs/")).map(|(_, p)| p.clone()).collect()
+    };
+    // Rounds until both members got some (Kafka assigns the partitions while the group
+    // forms), then every message must have arrived exactly once.
+    let spread = eventually(30, || {
+        round(&mut sent);
+        std::thread::sleep(Duration::from_millis(300));
+        !jobs(&on_a).is_empty() && !jobs(&on_b).is_empty()
+    });
+    assert!(spread, "one node's member got nothing: A {} B {}", jobs(&on_a).len(), jobs(&on_b).len());
+    let once = |sent: &[String]| {
+        let arrived = eventually(30, || jobs(&on_a).len() + jobs(&on_b).len() >= sent.len());
+        std::thread::sleep(Duration::from_secs(2)); // late duplicates
+        let mut got: Vec<String> = jobs(&on_a).into_iter().chain(jobs(&on_b)).collect();
+        got.sort();
+        let mut want = sent.to_vec();
+        want.sort();
+        let missing: Vec<&String> = want.iter().filter(|w| !got.contains(w)).collect();
+        let twice: Vec<&String> = got.windows(2).filter(|w| w[0] == w[1]).map(|w| &w[0]).collect();
+        assert!(
+            arrived && got == want,
+            "sent {}, the group got {}: missing {missing:?}, twice {twice:?}",
+            want.len(),
+            got.len()
+        );
+    };
+    once(&sent);
+
+    // Device telemetry taken by either node reaches the canonical-topic group once.
+    for ts in 1..=10i64 {
+        let s = if ts % 2 == 0 { a } else { b };
+        assert_eq!(s.telemetry(token, &format!(r#"{{"ts":{ts},"values":{{"shared":{ts}}}}}"#)), 200);
+    }
+    let points = || -> Vec<i64> {
+        let mut ts: Vec<i64> = [&on_a, &on_b]
+            .iter()
+            .flat_map(|c| c.lock().unwrap().clone())
+            .filter(|(t, _)| t.starts_with("gridlinks/"))
+            .flat_map(|(_, p)| serde_json::from_str::<serde_json::Value>(&p).unwrap().as_array().unwrap().clone())
+            .filter(|point| point["values"].get("shared").is_some())
+            .map(|point| point["ts"].as_i64().unwrap())
+            .collect();
+        ts.sort_unstable();
+        ts
+    };
+    assert!(eventually(30, || points().len() >= 10), "{:?}", points());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(points(), (1..=10).collect::<Vec<_>>(), "each point once");
+
+    // B's member leaves: B lets the group go, and A's member gets every message, once.
+    keep_b.disconnect().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    on_a.lock().unwrap().clear();
+    on_b.lock().unwrap().clear();
+    let mut after = Vec::new();
+    round(&mut after);
+    let all_on_a = eventually(30, || jobs(&on_a).len() >= after.len());
+    assert!(all_on_a, "A's member got {} of {}", jobs(&on_a).len(), after.len());
+    once(&after);
+    assert!(jobs(&on_b).is_empty());
+}
+
+/// Server-to-device messages across nodes, through Kafka: a device connected to A gets a
+/// shared attribute posted on B, and RPC calls taken by B (two-way, answered through A, and
+/// one-way); a call on B for a device connected to no node is answered 409.
+fn cross_node_downlink(a: &Server, b: &Server, jwt: &str) {
+    use gridlinks_codec::mqtt::{Packet, QoS};
+    let id = a.device(jwt, "downlink-1", "downlink-token");
+    let known = eventually(10, || b.json("GET", &format!("/api/device/{id}"), jwt, None).0 == 200);
+    assert!(known, "B does not know the device made on A");
+    let (mut dev, ack) = Raw::connect(a.mqtt_port, ProtocolVersion::V3_1_1, Some("downlink-token"), 30);
+    assert_eq!(ack.code, 0, "{ack:?}");
+    let filters = ["v1/devices/me/attributes", "v1/devices/me/rpc/request/+"];
+    assert_eq!(dev.subscribe_qos(1, &filters, QoS::AtMostOnce).return_codes, [0, 0]);
+    let next = |c: &mut Raw| loop {
+        match c.recv() {
+            Some(Packet::Publish(p)) => return (p.topic, String::from_utf8_lossy(&p.payload).into_owned()),
+            Some(_) => continue,
+            None => panic!("the device's connection closed"),
+        }
+    };
+
+    let path = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SHARED_SCOPE");
+    assert_eq!(b.req("POST", &path, Some(jwt), Some(r#"{"mode":"eco"}"#)).0, 200);
+    assert_eq!(next(&mut dev), ("v1/devices/me/attributes".into(), r#"{"mode":"eco"}"#.into()));
+
+    let twoway = format!("/api/plugins/rpc/twoway/{id}");
+    let answered = std::thread::scope(|s| {
+        let call = s.spawn(|| b.req("POST", &twoway, Some(jwt), Some(r#"{"method":"getTemp","params":{"unit":"C"}}"#)));
+        let (topic, body) = next(&mut dev);
+        assert_eq!(body, r#"{"method":"getTemp","params":{"unit":"C"}}"#);
+        let n = topic.strip_prefix("v1/devices/me/rpc/request/").expect("an RPC request topic");
+        dev.publish(&format!("v1/devices/me/rpc/response/{n}"), br#"{"temp":21.5}"#, QoS::AtMostOnce, None);
+        call.join().unwrap()
+    });
+    assert_eq!(answered, (200, r#"{"temp":21.5}"#.to_owned()), "B's two-way call, answered by the device on A");
+
+    let oneway = format!("/api/rpc/oneway/{id}");
+    assert_eq!(b.req("POST", &oneway, Some(jwt), Some(r#"{"method":"blink","params":3}"#)).0, 200);
+    assert_eq!(next(&mut dev).1, r#"{"method":"blink","params":3}"#);
+
+    // Connected nowhere: 409 once no node said it delivered the call (rpc.remote_wait, 1 s).
+    dev.disconnect();
+    let offline = eventually(10, || b.req("POST", &oneway, Some(jwt), Some(r#"{"method":"blink"}"#)).0 == 409);
+    assert!(offline, "B does not answer 409 for a device connected nowhere");
+}
+
 /// `cluster.entities = "postgres"` with PostgreSQL time series: two nodes on one Kafka and
 /// one PostgreSQL share devices, credentials, sessions and telemetry. What is created,
 /// changed or deleted on one node holds on the other, and a device may post to either.
@@ -614,6 +792,8 @@ fn two_nodes_share_devices_and_telemetry() {
     }
 
     cross_node_mqtt(&a, &b, &jwt, "shared-token-1", "shared-1");
+    cross_node_downlink(&a, &b, &jwt);
+    cross_node_shared(&a, &b, &jwt, "shared-token-1");
 
     // Names are the cluster's: B refuses A's name.
     let body = serde_json::json!({"name": "shared-1", "type": "default"});

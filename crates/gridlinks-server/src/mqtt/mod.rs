@@ -8,6 +8,7 @@ pub mod clients;
 mod connection;
 pub mod pubsub;
 pub mod retained;
+pub mod shared;
 pub mod telemetry_topics;
 pub mod transport;
 
@@ -64,6 +65,8 @@ pub struct Mqtt {
     pub anonymous_acl: Arc<Acl>,
     /// Live connections per credential (`mqtt.max_connections_per_credential`).
     pub credential_counts: Arc<CredentialCounts>,
+    /// With several nodes: the shared subscription groups this node follows on Kafka.
+    pub shared: Option<shared::SharedGroups>,
 }
 
 /// Counters of the MQTT transport, for `/metrics` (named and encoded in `crate::metrics`).

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use gridlinks_broker::persist::{self, stored_qos, QueueValue, SessionRecord, SubscriptionRecord};
 use gridlinks_broker::router::{Message, SubOptions};
-use gridlinks_broker::sessions::{Outbound, SessionId, Sessions, StoredSession};
+use gridlinks_broker::sessions::{Outbound, Routed, SessionId, Sessions, StoredSession};
 use gridlinks_codec::mqtt::{LastWill, Publish, QoS};
 use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp, WriterHandle};
-use gridlinks_types::Ts;
+use gridlinks_types::{AttributeScope, Ts};
 
 use super::retained;
 use crate::mqtt::Mqtt;
@@ -82,12 +82,18 @@ pub fn route_with(
     retained: Retained,
 ) -> Routing {
     let routed = sessions.publish(from, msg, retain);
-    let matched = routed.queued > 0 || !routed.blocked.is_empty();
-    let congested = routed.dropped_qos0 > 0;
     let mut rows: Vec<BrokerRow> = also.into_iter().collect();
     if retain && retained == Retained::Store {
         rows.push(retained::row(msg));
     }
+    settle(routed, writer, msg, rows)
+}
+
+/// What is left to do once `routed` is queued: commit its durable copies (and `rows`),
+/// wait for room in full queues.
+fn settle(routed: Routed, writer: &WriterHandle, msg: &Message, mut rows: Vec<BrokerRow>) -> Routing {
+    let matched = routed.queued > 0 || !routed.blocked.is_empty();
+    let congested = routed.dropped_qos0 > 0;
     if !routed.durable.is_empty() {
         let stored = retained::encode_message(msg);
         // A row is the copy's QoS (it may be lower than the message's) and the message.
@@ -118,6 +124,14 @@ pub fn route_with(
     Routing { matched, congested, pending: Some(pending) }
 }
 
+/// Routes `msg` of client `from` to one member of shared group `full` on this node (with
+/// several nodes, Kafka gave this node the message for the group); `None` when the group
+/// has no member here.
+pub fn route_group(st: &Mqtt, full: &str, from: &str, msg: &Message, retain: bool) -> Option<Routing> {
+    let routed = st.sessions.publish_group(full, from, msg, retain)?;
+    Some(settle(routed, &st.core.writer, msg, Vec::new()))
+}
+
 /// Routes `msg` and waits until it is durable where it must be and queued everywhere.
 pub async fn deliver(st: &Arc<Mqtt>, from: &str, msg: &Message, retain: bool) -> Result<(), StoreError> {
     match route(st, from, msg, retain, None).pending {
@@ -127,9 +141,11 @@ pub async fn deliver(st: &Arc<Mqtt>, from: &str, msg: &Message, retain: bool) ->
 }
 
 /// Follows the bus: other nodes' client publishes are routed to this node's sessions (their
-/// retained messages kept in memory: the node that took one stored it), and device data
-/// other nodes acknowledged goes to this node's live listeners (canonical topics,
-/// WebSocket sessions), as the node that took it did for its own.
+/// retained messages kept in memory: the node that took one stored it), device data other
+/// nodes acknowledged goes to this node's live listeners (canonical topics, WebSocket
+/// sessions; shared attributes to the device's own sessions), as the node that took it did
+/// for its own, and server-side RPC calls reach devices connected here (and their answers
+/// the node that took the call).
 pub fn follow_bus(
     bus: &gridlinks_kafka::Bus,
     st: &Arc<Mqtt>,
@@ -153,11 +169,28 @@ pub fn follow_bus(
                 Event::Data(WriteOp::Telemetry { device, records }) if live.wants_telemetry() => {
                     live.telemetry(vec![(device, records)]).await
                 }
-                Event::Data(WriteOp::Attributes { device, scope, values }) if live.wants_attributes() => {
-                    live.attributes(&[(device, scope, values)]);
+                Event::Data(WriteOp::Attributes { device, scope, values }) => {
+                    if scope == AttributeScope::Shared {
+                        crate::thingsboard::attributes::push_shared(&st.sessions, device, &values);
+                    }
+                    if live.wants_attributes() {
+                        live.attributes(&[(device, scope, values)]);
+                    }
                     Ok(())
                 }
                 Event::Data(_) => Ok(()),
+                Event::RpcRequest(r) => {
+                    crate::thingsboard::rpc::deliver_remote(&st, r);
+                    Ok(())
+                }
+                Event::RpcDelivered(request) => {
+                    st.rpc.remote_delivered(request);
+                    Ok(())
+                }
+                Event::RpcReply(request, payload) => {
+                    st.rpc.remote_reply(request, payload);
+                    Ok(())
+                }
             };
             if let Err(e) = done {
                 crate::logging::warn_limited!(error = %e, "a message from another node was not delivered here");

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use gridlinks_broker::router::Message;
 use gridlinks_broker::sessions::Sessions;
+use gridlinks_broker::topic::filters_overlap;
 use gridlinks_codec::mqtt::QoS;
 use gridlinks_ingest::{AttributeChange, BoxFuture, LiveData};
-use gridlinks_storage::{Store, StoreError, WriterHandle};
+use gridlinks_storage::{DeviceRecord, Store, StoreError, WriterHandle};
 use gridlinks_types::{DeviceId, TsRecord};
 use serde_json::{json, Map};
 
@@ -50,6 +51,22 @@ fn payload(records: &[TsRecord]) -> Bytes {
         })
         .collect();
     Bytes::from(serde_json::Value::Array(list).to_string())
+}
+
+/// Device `d`'s committed `records` as the canonical topic's message (in its tenant's
+/// namespace for a tenant other than the first).
+pub fn message(d: &DeviceRecord, records: &[TsRecord]) -> Message {
+    let topic = match d.tenant {
+        Some(t) => format!("{}{}", super::mount(t), topic(&d.name)),
+        None => topic(&d.name),
+    };
+    Message::new(&topic, QoS::AtLeastOnce, payload(records))
+}
+
+/// Whether shared subscription filter `filter` (without `$share/{group}/`, perhaps in a
+/// tenant's namespace) can match a canonical topic.
+pub fn may_match(filter: &str) -> bool {
+    filters_overlap(filter, FILTER) || filters_overlap(filter, &format!("{}+/{FILTER}", super::MOUNT_ROOT))
 }
 
 /// The ingest path's live fan-out onto the canonical topics: committed telemetry is routed
@@ -100,11 +117,7 @@ impl LiveData for CanonicalTopics {
                 if !self.sessions.interested() {
                     continue;
                 }
-                let topic = match d.tenant {
-                    Some(t) => format!("{}{}", super::mount(t), topic(&d.name)),
-                    None => topic(&d.name),
-                };
-                let msg = Message::new(&topic, QoS::AtLeastOnce, payload(&records));
+                let msg = message(&d, &records);
                 let routing = super::pubsub::route_with(
                     &self.sessions,
                     &self.writer,
@@ -126,6 +139,18 @@ impl LiveData for CanonicalTopics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_filters_that_can_match_canonical_topics() {
+        for f in ["gridlinks/devices/+/telemetry", "gridlinks/#", "#", "+/devices/pump/telemetry"] {
+            assert!(may_match(f), "{f}");
+        }
+        let mounted = "$tenant/0b6c8a4e-7d3f-4c2a-9a47-3f0e8a1b2c3d/gridlinks/devices/+/telemetry";
+        assert!(may_match(mounted));
+        for f in ["apps/#", "gridlinks/devices/+/attributes", "$tenant/x/apps/#"] {
+            assert!(!may_match(f), "{f}");
+        }
+    }
 
     #[test]
     fn names_become_one_topic_level() {

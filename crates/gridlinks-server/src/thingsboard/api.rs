@@ -26,7 +26,7 @@ use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::error::ErrorCode;
 use gridlinks_thingsboard::model::{self, EntityError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
-use gridlinks_thingsboard::{csv, keys, topic};
+use gridlinks_thingsboard::{csv, keys};
 
 type St = State<Arc<Core>>;
 
@@ -863,11 +863,10 @@ async fn save_attributes(mqtt: &Mqtt, me: &Caller, et: &str, id: &str, sc: &str,
     }
     let device = existing_device(st, me, et, id).await?;
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
-    let update = (sc == AttributeScope::Shared)
-        .then(|| J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()).to_string());
+    let pushed = (sc == AttributeScope::Shared).then(|| values.clone());
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
-    if let Some(update) = update {
-        mqtt.sessions.deliver(device, topic::ATTRIBUTES, update.into());
+    if let Some(values) = pushed {
+        attributes::push_shared(&mqtt.sessions, device, &values);
     }
     Ok(StatusCode::OK)
 }

@@ -3,9 +3,11 @@
 //! device's attributes here, off the async runtime. What a device asks for and the shape
 //! of its answer are `gridlinks_thingsboard::attributes`.
 
+use gridlinks_broker::sessions::Sessions;
 use gridlinks_storage::{AttributeEntry, Store, StoreError};
 use gridlinks_thingsboard::attributes::{device_response, AttributeRequest};
-use gridlinks_types::{AttributeScope, DeviceId};
+use gridlinks_thingsboard::topic;
+use gridlinks_types::{AttributeScope, DeviceId, Value};
 use serde_json::Value as J;
 
 /// `device`'s attributes in `scope` (`None`: every scope), only `keys` (`None`: all).
@@ -31,4 +33,13 @@ pub async fn read_for_device(store: &Store, device: DeviceId, req: AttributeRequ
         sections.push((scope, entries.into_iter().map(|a| (a.key, a.value)).collect()));
     }
     Ok(device_response(sections))
+}
+
+/// Pushes committed shared attribute values to `device`'s sessions on this node that follow
+/// `v1/devices/me/attributes` (MQTT, CoAP observations, custom TCP), as `{"key":value,…}`.
+/// The node that took the write pushes them; with several nodes, the others push what they
+/// read from the bus.
+pub fn push_shared(sessions: &Sessions, device: DeviceId, values: &[(String, Value)]) {
+    let update = J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()).to_string();
+    sessions.deliver(device, topic::ATTRIBUTES, update.into());
 }

@@ -462,6 +462,10 @@ impl<T: Transport> Conn<T> {
                         };
                         match self.st.sessions.subscribe_client(client, &filter, opts) {
                             Ok(r) => {
+                                if let Some(shared) = self.st.shared.as_ref().filter(|_| filter.starts_with("$share/"))
+                                {
+                                    shared.follow(&self.st, &filter);
+                                }
                                 retained.extend(r.into_iter().map(|(msg, qos)| Outbound {
                                     retain: true,
                                     subscription_ids: s.subscription_identifier.into_iter().collect(),
