@@ -140,6 +140,10 @@ pub struct SessionRecord {
     pub subscriptions: Vec<SubscriptionRecord>,
     /// When its last connection ended (ms since epoch); absent while connected.
     pub disconnected_at: Option<i64>,
+    /// With several nodes: the node that holds it (only that node loads it at start; a
+    /// client connecting elsewhere takes it over). Absent with one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
 }
 
 fn layout_1() -> u32 {

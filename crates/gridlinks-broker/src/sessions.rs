@@ -104,6 +104,10 @@ pub struct Inbox {
     pub wake: Notify,
     /// Publishers whose copies went into the queue past its bound (locked after `queue`).
     backlog: Mutex<Backlog>,
+    /// The connection that had it last has ended and handed its rows to the writer.
+    ended: AtomicBool,
+    /// Woken when `ended` is set.
+    ended_wake: Notify,
 }
 
 /// The publishers a full queue holds back, and how far the client has read.
@@ -117,6 +121,23 @@ struct Backlog {
 }
 
 impl Inbox {
+    /// Its connection ended, and what it had to store (deleted copies) is submitted.
+    pub fn connection_ended(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.ended_wake.notify_waiters();
+    }
+
+    /// Waits until [`Inbox::connection_ended`].
+    pub async fn wait_connection_ended(&self) {
+        loop {
+            let woken = self.ended_wake.notified();
+            if self.ended.load(Ordering::Acquire) {
+                return;
+            }
+            woken.await;
+        }
+    }
+
     /// An empty inbox whose durable copies are numbered from `seq`.
     fn numbered_from(seq: u64) -> Self {
         Self { next_seq: AtomicU64::new(seq), ..Self::default() }
@@ -389,6 +410,10 @@ pub struct StoredSession {
     pub queued: Vec<Outbound>,
     /// Packet ids of QoS 2 messages its client published and has not released.
     pub incoming: Vec<u16>,
+    /// Where its new durable copies are numbered from (`None`: one above the highest
+    /// queued). A session moving from another node starts far above it, so that copies
+    /// that node still queues cannot take the same numbers.
+    pub numbered_from: Option<u64>,
 }
 
 /// A client session (not a device).
@@ -632,6 +657,7 @@ impl Sessions {
             }
             None => Arc::new(Inbox::numbered_from(self.seq.load(Ordering::Relaxed))),
         };
+        inbox.ended.store(false, Ordering::Release);
         map.insert(
             client_id.to_owned(),
             ClientEntry { id, owner, inbox: inbox.clone(), capacity: capacity.max(1), online: true, expiry },
@@ -645,10 +671,10 @@ impl Sessions {
     /// Restores a persistent session from storage, offline, with an outbound queue of
     /// `capacity`; returns the epoch to expire it with.
     pub fn restore_client(&self, client_id: &str, stored: StoredSession, capacity: usize) -> SessionId {
-        let StoredSession { owner, expiry, subscriptions, queued, incoming } = stored;
+        let StoredSession { owner, expiry, subscriptions, queued, incoming, numbered_from } = stored;
         let id = self.next_id();
-        let next =
-            queued.iter().filter_map(|o| o.seq).max().map_or_else(|| self.seq.load(Ordering::Relaxed), |s| s + 1);
+        let highest = queued.iter().filter_map(|o| o.seq).max();
+        let next = numbered_from.unwrap_or_else(|| highest.map_or_else(|| self.seq.load(Ordering::Relaxed), |s| s + 1));
         let inbox = Arc::new(Inbox::numbered_from(next));
         // Copies the client received (QoS 2, PUBREC) are owed their PUBREL first.
         let (released, queued): (Vec<_>, Vec<_>) = queued.into_iter().partition(|o| o.released);
@@ -679,6 +705,47 @@ impl Sessions {
         drop(map);
         self.with_router(|r| r.remove_client(client_id));
         true
+    }
+
+    /// Replaces what `client_id`'s session holds from before `below` (copies numbered
+    /// lower, QoS 2 ids) with what is stored now: the node it moved from queued some since
+    /// the session was restored here, and its client acknowledged others there. Copies
+    /// this node numbered (from `below` on) stay, after the stored ones.
+    pub fn resync_stored(&self, client_id: &str, stored: Vec<Outbound>, incoming: Vec<u16>, below: u64) {
+        let map = self.by_client.read();
+        let Some(e) = map.get(client_id) else { return };
+        let ours = |o: &Outbound| o.seq.is_none_or(|s| s >= below);
+        // The order `Inbox::len` takes them in.
+        let mut queue = e.inbox.queue.lock();
+        let mut unacked = e.inbox.unacked.lock();
+        queue.retain(ours);
+        unacked.retain(ours);
+        for out in stored.into_iter().filter(|o| !ours(o)) {
+            if out.released {
+                unacked.push(out);
+            } else {
+                queue.push_back(out);
+            }
+        }
+        queue.make_contiguous().sort_by_key(|o| o.seq.unwrap_or(u64::MAX));
+        drop((unacked, queue));
+        *e.inbox.incoming.lock() = incoming;
+    }
+
+    /// Ends `client_id`'s session here without touching what is stored for it (another
+    /// node took it over); its connection, if any, is closed as taken over. The inbox of
+    /// a session that had a connection (wait for [`Inbox::wait_connection_ended`]), or
+    /// `Some(None)` for an offline one; `None` when this node did not hold it.
+    pub fn evict_client(&self, client_id: &str) -> Option<Option<Arc<Inbox>>> {
+        let e = self.by_client.write().remove(client_id)?;
+        e.inbox.close(CloseReason::TakenOver);
+        self.with_router(|r| r.remove_client(client_id));
+        Some(e.online.then_some(e.inbox))
+    }
+
+    /// Whether this node holds a session of `client_id` (online or offline).
+    pub fn holds_client(&self, client_id: &str) -> bool {
+        self.by_client.read().contains_key(client_id)
     }
 
     /// Whether `client_id` has a persistent session (online or offline).
@@ -1216,6 +1283,43 @@ mod tests {
         s.subscribe_client("a", "t", opts).unwrap();
         s.publish("p", &Message::new("t", Q2, Bytes::new()), false);
         assert_eq!(a2.inbox.queue.lock()[0].seq, Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_session_moving_in_numbers_above_and_takes_the_old_nodes_last_rows() {
+        let s = Sessions::default();
+        let copy = |seq: u64| {
+            let mut o = Outbound::plain(Message::new(&format!("t/{seq}"), Q1, Bytes::new()), Q1);
+            o.seq = Some(seq);
+            o
+        };
+        let stored = StoredSession {
+            owner: "app".into(),
+            expiry: 60,
+            subscriptions: vec![("t/#".into(), SubOptions { qos: Q1, ..Default::default() })],
+            queued: vec![copy(3), copy(4)],
+            incoming: vec![7],
+            numbered_from: Some(1 << 32),
+        };
+        s.restore_client("c", stored, 100);
+        assert!(s.holds_client("c"));
+        // Copies queued here number far above the old node's.
+        s.publish("p", &Message::new("t/new", Q1, Bytes::new()), false);
+        // The rows read again: 3 was acknowledged on the old node, 5 queued there late;
+        // this node's own copy (numbered from 1 << 32) stays, whatever the rows say.
+        s.resync_stored("c", vec![copy(4), copy(5), copy(1 << 32)], vec![7, 8], 1 << 32);
+        let r = s.register_client("c", "app".into(), 100, false, 60);
+        assert!(r.present);
+        let order: Vec<_> = r.link.inbox.queue.lock().iter().map(|o| o.seq).collect();
+        assert_eq!(order, [Some(4), Some(5), Some(1 << 32)]);
+        assert_eq!(*r.link.inbox.incoming.lock(), [7, 8]);
+        // Another node takes it: gone here, its connection closed, its routes with it.
+        let inbox = s.evict_client("c").expect("held").expect("connected");
+        assert!(r.link.close_reason().is_some());
+        assert!(!s.holds_client("c") && s.evict_client("c").is_none());
+        inbox.connection_ended();
+        inbox.wait_connection_ended().await;
+        assert_eq!(s.publish("p", &Message::new("t/x", Q1, Bytes::new()), false).queued, 0);
     }
 
     #[tokio::test(start_paused = true)]

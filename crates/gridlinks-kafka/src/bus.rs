@@ -6,6 +6,9 @@
 //! Server-side RPC crosses nodes the same way: the node that took the REST call puts the
 //! request on the broker topic, the node holding the device delivers it and answers (that
 //! it delivered it, then the device's reply) with records addressed to the caller's node.
+//! A client connecting to a node says so on the topic: any other node holding a session
+//! of that client id ends it there, and the node that held its persistent session answers
+//! once everything it stored for it is committed.
 //!
 //! ```text
 //! broker record  := FORMAT(1) kind(1) body
@@ -13,10 +16,13 @@
 //! rpc request    := KIND_RPC_REQUEST reply_to(text) request(varint) device(16) timeout_ms(varint) body(the rest)
 //! rpc delivered  := KIND_RPC_DELIVERED to(text) request(varint)
 //! rpc reply      := KIND_RPC_REPLY to(text) request(varint) payload(the rest)
+//! session taken  := KIND_SESSION_TAKEN client(text) by(text) home(text) request(varint)
+//! session released := KIND_SESSION_RELEASED to(text) request(varint)
 //! ```
 //! `message` is the stored form of an MQTT message (`gridlinks_broker::persist`), opaque
 //! here; an RPC `body` is the request's JSON (`{"method":…,"params":…}`).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +30,7 @@ use std::time::Duration;
 use gridlinks_storage::codec::{Reader, Writer};
 use gridlinks_storage::{StoreError, WriteOp};
 use gridlinks_types::DeviceId;
+use parking_lot::Mutex;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -36,6 +43,8 @@ const KIND_PUBLISH: u8 = 1;
 const KIND_RPC_REQUEST: u8 = 2;
 const KIND_RPC_DELIVERED: u8 = 3;
 const KIND_RPC_REPLY: u8 = 4;
+const KIND_SESSION_TAKEN: u8 = 5;
+const KIND_SESSION_RELEASED: u8 = 6;
 /// The header naming the node that produced a record.
 pub const ORIGIN: &str = "origin";
 
@@ -88,6 +97,26 @@ pub enum BrokerRecord {
         /// What the device answered.
         payload: Vec<u8>,
     },
+    /// Client `client` connected to node `by`: every other node ends its session of that
+    /// client id; node `home` (the holder of its persistent session, "" if none) answers
+    /// [`BrokerRecord::SessionReleased`] once what it stored for it is committed.
+    SessionTaken {
+        /// The MQTT client id (in its tenant's namespace).
+        client: String,
+        /// The node it connected to.
+        by: String,
+        /// The node holding its persistent session, or "".
+        home: String,
+        /// The takeover's number on `by`.
+        request: u64,
+    },
+    /// Node `to`'s takeover `request`: the session is let go here, its rows committed.
+    SessionReleased {
+        /// The node taking it over.
+        to: String,
+        /// The takeover's number there.
+        request: u64,
+    },
 }
 
 impl BrokerRecord {
@@ -112,6 +141,12 @@ impl BrokerRecord {
             BrokerRecord::RpcReply { to, request, payload } => {
                 w.bytes(&[KIND_RPC_REPLY]).text(to).varint(*request).bytes(payload);
             }
+            BrokerRecord::SessionTaken { client, by, home, request } => {
+                w.bytes(&[KIND_SESSION_TAKEN]).text(client).text(by).text(home).varint(*request);
+            }
+            BrokerRecord::SessionReleased { to, request } => {
+                w.bytes(&[KIND_SESSION_RELEASED]).text(to).varint(*request);
+            }
         }
         w.finish()
     }
@@ -120,7 +155,10 @@ impl BrokerRecord {
     pub fn decode(buf: &[u8]) -> Result<Self, StoreError> {
         let mut r = Reader::new(buf)?;
         let rest = |r: &mut Reader<'_>| -> Result<Vec<u8>, StoreError> { Ok(r.bytes(r.remaining())?.to_vec()) };
-        Ok(match r.byte()? {
+        let kind = r.byte()?;
+        // Kinds without an opaque tail end where their last field does.
+        let fixed = matches!(kind, KIND_RPC_DELIVERED | KIND_SESSION_TAKEN | KIND_SESSION_RELEASED);
+        let record = match kind {
             KIND_PUBLISH => {
                 let retain = match r.byte()? {
                     0 => false,
@@ -140,11 +178,15 @@ impl BrokerRecord {
             }
             KIND_RPC_DELIVERED => {
                 let to = r.text()?.to_owned();
-                let request = r.varint()?;
-                if !r.is_empty() {
-                    return Err(StoreError::Corrupt("trailing bytes"));
-                }
-                BrokerRecord::RpcDelivered { to, request }
+                BrokerRecord::RpcDelivered { to, request: r.varint()? }
+            }
+            KIND_SESSION_TAKEN => {
+                let (client, by, home) = (r.text()?.to_owned(), r.text()?.to_owned(), r.text()?.to_owned());
+                BrokerRecord::SessionTaken { client, by, home, request: r.varint()? }
+            }
+            KIND_SESSION_RELEASED => {
+                let to = r.text()?.to_owned();
+                BrokerRecord::SessionReleased { to, request: r.varint()? }
             }
             KIND_RPC_REPLY => {
                 let to = r.text()?.to_owned();
@@ -152,9 +194,16 @@ impl BrokerRecord {
                 BrokerRecord::RpcReply { to, request, payload: rest(&mut r)? }
             }
             _ => return Err(StoreError::Corrupt("broker record kind")),
-        })
+        };
+        if fixed && !r.is_empty() {
+            return Err(StoreError::Corrupt("trailing bytes"));
+        }
+        Ok(record)
     }
 }
+
+/// A topic's partition.
+pub type Partition = (String, i32);
 
 /// What another node produced.
 #[derive(Debug)]
@@ -169,6 +218,19 @@ pub enum Event {
     RpcDelivered(u64),
     /// The device's answer to this node's RPC request `request`.
     RpcReply(u64, Vec<u8>),
+    /// A client connected to another node (see [`BrokerRecord::SessionTaken`]).
+    SessionTaken {
+        /// Its client id.
+        client: String,
+        /// The node it connected to.
+        by: String,
+        /// The node holding its persistent session, or "".
+        home: String,
+        /// The takeover's number on `by`.
+        request: u64,
+    },
+    /// Another node let go of the session this node's takeover `request` asked for.
+    SessionReleased(u64),
 }
 
 impl Event {
@@ -182,6 +244,10 @@ impl Event {
             BrokerRecord::RpcReply { to, request, payload } => {
                 (to == node).then_some(Event::RpcReply(request, payload))
             }
+            BrokerRecord::SessionTaken { client, by, home, request } => {
+                Some(Event::SessionTaken { client, by, home, request })
+            }
+            BrokerRecord::SessionReleased { to, request } => (to == node).then_some(Event::SessionReleased(request)),
         }
     }
 }
@@ -199,13 +265,15 @@ fn origin_of<'a>(m: &'a BorrowedMessage<'_>) -> Option<&'a [u8]> {
 pub struct Bus {
     producer: FutureProducer<crate::Quiet>,
     settings: KafkaSettings,
+    /// The follower's position: the next offset of each partition it has not handled yet.
+    followed: Arc<Mutex<HashMap<Partition, i64>>>,
 }
 
 impl Bus {
     /// A producer to the broker topic (which must exist: [`crate::ensure_topic`]).
     pub fn new(s: &KafkaSettings) -> Result<Arc<Self>, KafkaError> {
         let producer = crate::producer(s, "bus")?;
-        Ok(Arc::new(Self { producer, settings: s.clone() }))
+        Ok(Arc::new(Self { producer, settings: s.clone(), followed: Arc::default() }))
     }
 
     /// The Kafka settings it was made with.
@@ -309,15 +377,18 @@ impl Bus {
                     }
                 };
                 tpl.add_partition_offset(&topic, p, Offset::Offset(high))?;
+                self.followed.lock().insert((topic.clone(), p), high);
             }
         }
         consumer.assign(&tpl)?;
-        let (node, data_topic) = (s.node_id.clone(), s.topic());
+        let (node, data_topic, followed) = (s.node_id.clone(), s.topic(), self.followed.clone());
         Ok(tokio::spawn(async move {
             loop {
-                let event = {
+                let (event, position) = {
                     let m = crate::next_message(&consumer).await;
+                    let position = ((m.topic().to_owned(), m.partition()), m.offset() + 1);
                     if origin_of(&m) == Some(node.as_bytes()) {
+                        followed.lock().insert(position.0, position.1);
                         continue;
                     }
                     let payload = m.payload().unwrap_or_default();
@@ -327,17 +398,45 @@ impl Bus {
                         BrokerRecord::decode(payload).map(|r| Event::for_node(r, &node))
                     };
                     match event {
-                        Ok(Some(e)) => e,
-                        Ok(None) => continue,
+                        Ok(Some(e)) => (e, position),
+                        Ok(None) => {
+                            followed.lock().insert(position.0, position.1);
+                            continue;
+                        }
                         Err(e) => {
                             tracing::warn!(topic = m.topic(), offset = m.offset(), error = %e, "bus record does not decode: skipped");
+                            followed.lock().insert(position.0, position.1);
                             continue;
                         }
                     }
                 };
                 handle(event).await;
+                followed.lock().insert(position.0, position.1);
             }
         }))
+    }
+}
+
+impl Bus {
+    /// The end offsets of both followed topics, as they are now (blocks).
+    pub fn ends(&self) -> Result<Vec<(Partition, i64)>, KafkaError> {
+        let timeout = Duration::from_secs(5);
+        let client = self.producer.client();
+        let mut ends = Vec::new();
+        for topic in [self.settings.topic(), self.settings.broker_topic()] {
+            let md = client.fetch_metadata(Some(&topic), timeout)?;
+            for p in md.topics().iter().filter(|t| t.name() == topic).flat_map(|t| t.partitions()) {
+                let (_, high) = client.fetch_watermarks(&topic, p.id(), timeout)?;
+                ends.push(((topic.clone(), p.id()), high));
+            }
+        }
+        Ok(ends)
+    }
+
+    /// Whether the follower has handled every record before `ends` ([`Bus::ends`]).
+    pub fn followed_past(&self, ends: &[(Partition, i64)]) -> bool {
+        let followed = self.followed.lock();
+        ends.iter().all(|(p, end)| followed.get(p).is_some_and(|at| at >= end))
     }
 }
 
@@ -366,6 +465,13 @@ mod tests {
             }),
             BrokerRecord::RpcDelivered { to: "node-b".into(), request: 1 << 40 },
             BrokerRecord::RpcReply { to: "node-b".into(), request: 300, payload: b"{}".to_vec() },
+            BrokerRecord::SessionTaken {
+                client: "app-1".into(),
+                by: "node-b".into(),
+                home: "node-a".into(),
+                request: 9,
+            },
+            BrokerRecord::SessionReleased { to: "node-b".into(), request: 9 },
         ];
         for rec in records {
             let bytes = rec.encode();
@@ -374,8 +480,8 @@ mod tests {
             let fixed = match &rec {
                 BrokerRecord::Publish(p) => 4 + p.from.len(),
                 BrokerRecord::RpcRequest(_) => 2 + 1 + 6 + 2 + 16 + 2,
-                BrokerRecord::RpcDelivered { .. } => bytes.len(),
                 BrokerRecord::RpcReply { .. } => 2 + 1 + 6 + 2,
+                _ => bytes.len(),
             };
             for cut in 0..fixed.min(bytes.len()) {
                 assert!(BrokerRecord::decode(&bytes[..cut]).is_err(), "{rec:?} cut at {cut}");

@@ -575,6 +575,7 @@ pub async fn serve(
         anonymous_acl,
         credential_counts: Arc::default(),
         shared: core.bus.as_ref().map(|b| crate::mqtt::shared::SharedGroups::new(b.settings().clone())),
+        handoffs: Default::default(),
     });
     let status = Arc::new(Status::default());
     let tcp_metrics = Arc::new(crate::tcp::TcpMetrics::default());

@@ -392,6 +392,10 @@ pub struct ClusterConfig {
     /// With `entities = "postgres"`: how often the node applies what other nodes changed
     /// (it also does before each of its own entity writes).
     pub entities_poll: Millis,
+    /// With several nodes: how long a client's CONNECT waits for the node holding its
+    /// persistent session to let it go (a node that died never does: the session is then
+    /// taken as stored).
+    pub session_handoff: Millis,
     /// Kafka, when `queue = "kafka"`.
     pub kafka: KafkaConfig,
     /// PostgreSQL, when `timeseries` or `entities` is `postgres`.
@@ -466,6 +470,7 @@ impl Default for ClusterConfig {
             node_id: String::new(),
             probe_interval: Millis(1_000),
             entities_poll: Millis(250),
+            session_handoff: Millis(3_000),
             kafka: KafkaConfig::default(),
             postgres: PostgresConfig::default(),
             cassandra: CassandraConfig::default(),

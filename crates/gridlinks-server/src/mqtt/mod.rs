@@ -6,6 +6,7 @@
 
 pub mod clients;
 mod connection;
+pub mod handoff;
 pub mod pubsub;
 pub mod retained;
 pub mod shared;
@@ -67,6 +68,8 @@ pub struct Mqtt {
     pub credential_counts: Arc<CredentialCounts>,
     /// With several nodes: the shared subscription groups this node follows on Kafka.
     pub shared: Option<shared::SharedGroups>,
+    /// With several nodes: sessions this node is taking over, waiting for their holder.
+    pub handoffs: handoff::Handoffs,
 }
 
 /// Counters of the MQTT transport, for `/metrics` (named and encoded in `crate::metrics`).

@@ -144,8 +144,9 @@ pub async fn deliver(st: &Arc<Mqtt>, from: &str, msg: &Message, retain: bool) ->
 /// retained messages kept in memory: the node that took one stored it), device data other
 /// nodes acknowledged goes to this node's live listeners (canonical topics, WebSocket
 /// sessions; shared attributes to the device's own sessions), as the node that took it did
-/// for its own, and server-side RPC calls reach devices connected here (and their answers
-/// the node that took the call).
+/// for its own, server-side RPC calls reach devices connected here (and their answers
+/// the node that took the call), and clients connecting elsewhere take their sessions over
+/// (`super::handoff`).
 pub fn follow_bus(
     bus: &gridlinks_kafka::Bus,
     st: &Arc<Mqtt>,
@@ -191,6 +192,14 @@ pub fn follow_bus(
                     st.rpc.remote_reply(request, payload);
                     Ok(())
                 }
+                Event::SessionTaken { client, by, home, request } => {
+                    super::handoff::release(&st, client, by, home, request);
+                    Ok(())
+                }
+                Event::SessionReleased(request) => {
+                    st.handoffs.released(request);
+                    Ok(())
+                }
             };
             if let Err(e) = done {
                 crate::logging::warn_limited!(error = %e, "a message from another node was not delivered here");
@@ -224,15 +233,10 @@ pub fn released_row(client: &str, out: &Outbound) -> Option<BrokerRow> {
     })
 }
 
-/// The row storing `client`'s persistent session as it is now.
-pub fn session_row(
-    sessions: &Sessions,
-    client: &str,
-    owner: &str,
-    expiry: u32,
-    disconnected_at: Option<i64>,
-) -> BrokerRow {
-    let subscriptions = sessions
+/// The row storing `client`'s persistent session as it is now (held by this node).
+pub fn session_row(st: &Mqtt, client: &str, owner: &str, expiry: u32, disconnected_at: Option<i64>) -> BrokerRow {
+    let subscriptions = st
+        .sessions
         .client_subscriptions(client)
         .into_iter()
         .map(|(filter, o)| SubscriptionRecord {
@@ -250,6 +254,7 @@ pub fn session_row(
         expiry,
         subscriptions,
         disconnected_at,
+        home: st.core.bus.as_ref().map(|b| b.node_id().to_owned()),
     };
     BrokerRow { table: BrokerTable::Sessions, key: client.as_bytes().to_vec(), value: Some(rec.encode()) }
 }
@@ -290,67 +295,142 @@ pub fn expire_later(st: Arc<Mqtt>, client: Arc<str>, epoch: SessionId, expiry: u
     });
 }
 
-/// Loads the stored persistent sessions (offline, with their subscriptions and queued
-/// copies) and schedules their expiry; returns how many.
+/// What a stored queue row holds.
+enum StoredCopy {
+    /// A copy (or a QoS 2 copy's PUBREL marker) to send.
+    Copy(Outbound),
+    /// Expired or unreadable: its row goes.
+    Stale,
+    /// Written by a newer build: kept, not misread.
+    Newer,
+}
+
+/// Queue row `v` of copy `seq`.
+fn stored_copy(seq: u64, v: &[u8]) -> StoredCopy {
+    let mut out = match QueueValue::decode(v) {
+        Ok(QueueValue::Released) => {
+            // Only the PUBREL is owed, with the copy's fixed packet id.
+            let mut out = Outbound::plain(Message::new("", QoS::ExactlyOnce, bytes::Bytes::new()), QoS::ExactlyOnce);
+            out.released = true;
+            out
+        }
+        Ok(QueueValue::Copy(qos, m)) => match retained::decode_message(m) {
+            Some(msg) => Outbound::plain(msg, qos),
+            None => return StoredCopy::Stale,
+        },
+        Err(e @ persist::RowError::Version(_)) => {
+            crate::logging::warn_limited!(error = %e, "skipping a durable queue row");
+            return StoredCopy::Newer;
+        }
+        Err(_) => return StoredCopy::Stale,
+    };
+    out.seq = Some(seq);
+    if out.released {
+        out.packet_id = out.fixed_packet_id();
+    }
+    StoredCopy::Copy(out)
+}
+
+/// Seconds left of a stored session's expiry at `now` (ms); a session connected at a crash
+/// counts as disconnected now.
+fn expiry_left(rec: &SessionRecord, now: i64) -> u32 {
+    if rec.expiry == NEVER {
+        return NEVER;
+    }
+    let offline_ms = now - rec.disconnected_at.unwrap_or(now);
+    u32::try_from((i64::from(rec.expiry) - offline_ms / 1000).max(0)).unwrap_or(0)
+}
+
+/// The session `rec` describes, with its copies and QoS 2 ids.
+fn stored_session(rec: SessionRecord, queued: Vec<Outbound>, incoming: Vec<u16>) -> StoredSession {
+    let subscriptions = rec
+        .subscriptions
+        .into_iter()
+        .map(|s| {
+            let opts = SubOptions {
+                qos: stored_qos(s.qos),
+                no_local: s.no_local,
+                retain_as_published: s.retain_as_published,
+                retain_handling: s.retain_handling,
+                subscription_id: s.subscription_id,
+            };
+            (s.filter, opts)
+        })
+        .collect();
+    StoredSession { owner: rec.owner.into(), expiry: rec.expiry, subscriptions, queued, incoming, numbered_from: None }
+}
+
+/// `client`'s stored session as the store holds it now, unless it has none or it expired:
+/// the node holding it (several nodes), and the session.
+pub fn read_session(store: &Store, client: &str) -> Result<Option<(Option<String>, StoredSession)>, StoreError> {
+    let Some(v) = store.broker_row(BrokerTable::Sessions, client.as_bytes())? else { return Ok(None) };
+    let Ok(rec) = SessionRecord::decode(&v) else { return Ok(None) };
+    if expiry_left(&rec, Ts::now().0) == 0 {
+        return Ok(None);
+    }
+    let prefix = persist::client_prefix(client);
+    let mut queued = Vec::new();
+    for (key, v) in store.broker_prefix(BrokerTable::Queue, &prefix)? {
+        let Ok((_, seq)) = persist::parse_queue_key(&key) else { continue };
+        if let StoredCopy::Copy(out) = stored_copy(seq, &v) {
+            queued.push(out);
+        }
+    }
+    let incoming = store
+        .broker_prefix(BrokerTable::Incoming, &prefix)?
+        .iter()
+        .filter_map(|(key, _)| persist::parse_incoming_key(key).ok().map(|(_, id)| id))
+        .collect();
+    let home = rec.home.clone();
+    Ok(Some((home, stored_session(rec, queued, incoming))))
+}
+
+/// Loads the stored persistent sessions this node holds (offline, with their subscriptions
+/// and queued copies) and schedules their expiry; returns how many. With several nodes,
+/// sessions another node holds, and their rows, are that node's.
 pub fn load(st: &Arc<Mqtt>) -> Result<usize, StoreError> {
     let now = Ts::now().0;
+    let me = st.core.bus.as_ref().map(|b| b.node_id().to_owned());
+    let mut elsewhere = std::collections::HashSet::new();
+    let mut records = Vec::new();
+    for (key, v) in st.core.store.broker_rows(BrokerTable::Sessions)? {
+        let (Ok(client), Ok(rec)) = (String::from_utf8(key), SessionRecord::decode(&v)) else {
+            continue;
+        };
+        if rec.home.is_some() && rec.home != me {
+            elsewhere.insert(client);
+        } else {
+            records.push((client, rec));
+        }
+    }
     let mut queues: std::collections::HashMap<String, Vec<Outbound>> = std::collections::HashMap::new();
     let mut next_seq = 0;
     let mut expired_rows = Vec::new();
     for (key, v) in st.core.store.broker_rows(BrokerTable::Queue)? {
         let Ok((client, seq)) = persist::parse_queue_key(&key) else { continue };
+        if elsewhere.contains(client) {
+            continue;
+        }
         let client = client.to_owned();
         next_seq = next_seq.max(seq + 1);
-        let mut out = match QueueValue::decode(&v) {
-            Ok(QueueValue::Released) => {
-                // Only the PUBREL is owed, with the copy's fixed packet id.
-                let mut out =
-                    Outbound::plain(Message::new("", QoS::ExactlyOnce, bytes::Bytes::new()), QoS::ExactlyOnce);
-                out.released = true;
-                out
-            }
-            Ok(QueueValue::Copy(qos, m)) => match retained::decode_message(m) {
-                Some(msg) => Outbound::plain(msg, qos),
-                None => {
-                    expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
-                    continue;
-                }
-            },
-            Err(e @ persist::RowError::Version(_)) => {
-                // Written by a newer build: kept, not misread.
-                crate::logging::warn_limited!(error = %e, "skipping a durable queue row");
-                continue;
-            }
-            _ => {
-                expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None });
-                continue;
-            }
-        };
-        out.seq = Some(seq);
-        if out.released {
-            out.packet_id = out.fixed_packet_id();
+        match stored_copy(seq, &v) {
+            StoredCopy::Copy(out) => queues.entry(client).or_default().push(out),
+            StoredCopy::Stale => expired_rows.push(BrokerRow { table: BrokerTable::Queue, key, value: None }),
+            StoredCopy::Newer => {}
         }
-        queues.entry(client).or_default().push(out);
     }
     st.sessions.seq_floor(next_seq);
     let mut incoming: std::collections::HashMap<String, Vec<u16>> = std::collections::HashMap::new();
     for (key, _) in st.core.store.broker_rows(BrokerTable::Incoming)? {
         if let Ok((client, packet_id)) = persist::parse_incoming_key(&key) {
-            incoming.entry(client.to_owned()).or_default().push(packet_id);
+            if !elsewhere.contains(client) {
+                incoming.entry(client.to_owned()).or_default().push(packet_id);
+            }
         }
     }
     let mut n = 0;
-    for (key, v) in st.core.store.broker_rows(BrokerTable::Sessions)? {
-        let (Ok(client), Ok(rec)) = (String::from_utf8(key), SessionRecord::decode(&v)) else {
-            continue;
-        };
-        // A session connected at a crash counts as disconnected now.
-        let offline_ms = now - rec.disconnected_at.unwrap_or(now);
-        let left = if rec.expiry == NEVER {
-            NEVER
-        } else {
-            u32::try_from((i64::from(rec.expiry) - offline_ms / 1000).max(0)).unwrap_or(0)
-        };
+    for (client, rec) in records {
+        let left = expiry_left(&rec, now);
         let queued = queues.remove(&client).unwrap_or_default();
         let released = incoming.remove(&client).unwrap_or_default();
         if left == 0 {
@@ -359,22 +439,7 @@ pub fn load(st: &Arc<Mqtt>) -> Result<usize, StoreError> {
             expired_rows.push(BrokerRow { table: BrokerTable::Sessions, key: client.into_bytes(), value: None });
             continue;
         }
-        let subscriptions = rec
-            .subscriptions
-            .into_iter()
-            .map(|s| {
-                let opts = SubOptions {
-                    qos: stored_qos(s.qos),
-                    no_local: s.no_local,
-                    retain_as_published: s.retain_as_published,
-                    retain_handling: s.retain_handling,
-                    subscription_id: s.subscription_id,
-                };
-                (s.filter, opts)
-            })
-            .collect();
-        let stored =
-            StoredSession { owner: rec.owner.into(), expiry: rec.expiry, subscriptions, queued, incoming: released };
+        let stored = stored_session(rec, queued, released);
         let epoch = st.sessions.restore_client(&client, stored, st.core.cfg.mqtt.client_outbound_queue);
         expire_later(st.clone(), client.into(), epoch, left);
         n += 1;

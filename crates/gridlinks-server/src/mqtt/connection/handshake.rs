@@ -194,6 +194,8 @@ impl<T: Transport> Conn<T> {
             _ if !c.clean_start => max,
             _ => 0,
         };
+        // With several nodes, the session may be held by another node: taken over first.
+        crate::mqtt::handoff::take_over(&st, id).await?;
         // What a discarded persistent session left on disk (read before registering, so
         // copies queued for the new session are not among them).
         // Every stored session is also in memory (loaded at start-up), so only a known
@@ -212,7 +214,7 @@ impl<T: Transport> Conn<T> {
         );
         let mut rows = if r.discarded { old_rows } else { Vec::new() };
         if self.expiry > 0 {
-            rows.push(pubsub::session_row(&st.sessions, id, owner, self.expiry, None));
+            rows.push(pubsub::session_row(&st, id, owner, self.expiry, None));
         } else if r.present {
             // Resumed as a session that now ends with this connection.
             rows.push(BrokerRow { table: BrokerTable::Sessions, key: id.as_bytes().to_vec(), value: None });

@@ -282,7 +282,7 @@ impl<T: Transport> Conn<T> {
     pub(super) fn after_session_saved(&self, who: &Who, done: Done) -> InFlight {
         match who {
             Who::Client { id, owner, .. } if self.expiry > 0 => {
-                let row = pubsub::session_row(&self.st.sessions, id, owner, self.expiry, None);
+                let row = pubsub::session_row(&self.st, id, owner, self.expiry, None);
                 self.after_stored(vec![row], done)
             }
             _ => Box::pin(std::future::ready(done)),

@@ -264,14 +264,15 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
                 st.sessions.unregister_client(id, &link, window.unacked())
             }
         };
-        conn.flush_acked_rows();
+        conn.store_acked_rows().await;
+        link.inbox.connection_ended();
         if let End::Disconnect(reason, text) = end {
             conn.disconnect(reason, &text).await;
         }
         if let Who::Client { id, owner, .. } = &who {
             match left {
                 Unregistered::Parked { expiry, epoch } => {
-                    let row = pubsub::session_row(&st.sessions, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
+                    let row = pubsub::session_row(&st, id, owner, expiry, Some(gridlinks_types::Ts::now().0));
                     let writer = st.core.writer.clone();
                     spawn_logged("storing a parked MQTT session", async move {
                         writer.submit(WriteOp::Broker(vec![row])).await

@@ -110,6 +110,18 @@ impl OutWindow {
 
 impl<T: Transport> Conn<T> {
     /// Deletes (in the background) the durable rows of copies the client acknowledged.
+    /// Deletes the rows of acknowledged copies, waiting for the commit (a connection's last
+    /// word: another node taking its session over reads the rows next).
+    pub(super) async fn store_acked_rows(&mut self) {
+        if self.acked_rows.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.acked_rows);
+        if let Err(e) = self.st.core.writer.submit(WriteOp::Broker(rows)).await {
+            crate::logging::warn_limited!(error = %e, "deleting acknowledged MQTT copies");
+        }
+    }
+
     pub(super) fn flush_acked_rows(&mut self) {
         if self.acked_rows.is_empty() {
             return;
