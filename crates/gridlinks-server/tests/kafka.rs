@@ -913,52 +913,87 @@ fn two_nodes_share_devices_and_telemetry() {
     assert!(b.sigterm().success(), "node B did not shut down cleanly");
 }
 
-/// Posts points `1, 2, …` of each device in `tokens` (key `t`), one after another, to node
-/// `home` of `bases`, until `stop`; a point not acknowledged (the node is gone, or refuses
-/// while it recovers) is posted again to the next node, as a device behind a load balancer
-/// would. The acknowledged timestamps, per device.
+/// Where a device reaches each node: HTTP base URL and MQTT port, updated when a node
+/// restarts on new ports.
+type Nodes = std::sync::Mutex<Vec<(String, u16)>>;
+
+/// Posts points `1, 2, …` of device `token` (key `t`), one after another, to node `home`
+/// of `nodes`, until `stop`: over HTTP, or over MQTT (QoS 1, one connection kept until it
+/// fails). A point not acknowledged (the node is gone, or refuses while it recovers) is
+/// sent again to the next node, as a device behind a load balancer would. The
+/// acknowledged timestamps.
 fn post_with_failover(
-    bases: &std::sync::Mutex<Vec<String>>,
+    nodes: &Nodes,
     mut home: usize,
-    tokens: &[String],
+    token: &str,
+    mqtt: bool,
     stop: &std::sync::atomic::AtomicBool,
-) -> Vec<Vec<i64>> {
+) -> Vec<i64> {
+    use gridlinks_codec::mqtt::{Packet, QoS};
     let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(5)).build();
-    let mut acked = vec![Vec::new(); tokens.len()];
+    let mut conn: Option<Raw> = None;
+    let mut acked = Vec::new();
     let mut ts = 0i64;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         ts += 1;
-        for (i, token) in tokens.iter().enumerate() {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let base = bases.lock().unwrap()[home].clone();
-                let url = format!("{base}/api/v1/{token}/telemetry");
-                match agent.post(&url).send_string(&format!(r#"{{"ts":{ts},"values":{{"t":{ts}}}}}"#)) {
-                    Ok(r) if r.status() == 200 => break,
-                    Ok(_) | Err(ureq::Error::Status(503 | 401, _)) | Err(ureq::Error::Transport(_)) => {
-                        home = (home + 1) % 3;
-                        assert!(Instant::now() < deadline, "no node took point {ts} of {token} within 60 s");
-                        std::thread::sleep(Duration::from_millis(50));
+        let body = format!(r#"{{"ts":{ts},"values":{{"t":{ts}}}}}"#);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (base, port) = nodes.lock().unwrap()[home].clone();
+            let ok = if mqtt {
+                if conn.is_none() {
+                    conn = std::panic::catch_unwind(|| Raw::connect(port, ProtocolVersion::V5, Some(token), 30))
+                        .ok()
+                        .filter(|(_, ack)| ack.code == 0)
+                        .map(|(c, _)| c);
+                    if let Some(c) = &conn {
+                        c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
                     }
-                    Err(e) => panic!("{url}: {e}"),
                 }
+                let sent = conn.as_mut().is_some_and(|c| {
+                    c.try_send(&common::mqtt::publish_packet(
+                        "v1/devices/me/telemetry",
+                        body.as_bytes(),
+                        QoS::AtLeastOnce,
+                        Some(1),
+                    ))
+                    .is_ok()
+                        && matches!(c.try_recv(), Ok(Some(Packet::PubAck(a))) if a.reason == 0)
+                });
+                if !sent {
+                    conn = None;
+                }
+                sent
+            } else {
+                match agent.post(&format!("{base}/api/v1/{token}/telemetry")).send_string(&body) {
+                    Ok(r) => r.status() == 200,
+                    Err(ureq::Error::Status(503 | 401, _)) | Err(ureq::Error::Transport(_)) => false,
+                    Err(e) => panic!("{base}: {e}"),
+                }
+            };
+            if ok {
+                break;
             }
-            acked[i].push(ts);
+            home = (home + 1) % 3;
+            assert!(Instant::now() < deadline, "no node took point {ts} of {token} within 60 s");
+            std::thread::sleep(Duration::from_millis(50));
         }
+        acked.push(ts);
     }
     acked
 }
 
 /// Three nodes on three Kafka brokers (replication factor 3, two in sync), time series in
-/// Cassandra, entities in PostgreSQL. Devices post to all three nodes; under that load
-/// node A is killed (kill -9) and its devices move to the others, a Kafka broker is killed
-/// (kill -9), and node B is restarted (its storage writer with it). Every acknowledged
-/// point is stored exactly once, and a subscriber on node C (rumqttc) receives every one.
-#[test]
-fn three_nodes_on_three_brokers_lose_nothing_when_a_node_and_a_broker_die() {
+/// `timeseries` (Cassandra or PostgreSQL), entities in PostgreSQL. Devices post to all
+/// three nodes, over HTTP and MQTT; under that load node A is killed (kill -9) and its
+/// devices move to the others, a Kafka broker is killed (kill -9), and node B is restarted
+/// (its storage writer with it). Every acknowledged point is stored exactly once, and a
+/// subscriber on node C (rumqttc) receives every one.
+fn three_nodes_lose_nothing(timeseries: &str) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-    let (kafka, cassandra, pg) = (Kafka::start(3), Cassandra::start(), Postgres::start());
+    use std::sync::Mutex;
+    let (kafka, pg) = (Kafka::start(3), Postgres::start());
+    let cassandra = (timeseries == "cassandra").then(Cassandra::start);
     let tmp = tempfile::tempdir().unwrap();
     let env = |node: &str| {
         let mut env = kafka.env(node);
@@ -966,13 +1001,17 @@ fn three_nodes_on_three_brokers_lose_nothing_when_a_node_and_a_broker_die() {
         env.extend([
             ("GRIDLINKS_CLUSTER_KAFKA_REPLICATION_FACTOR", "3".to_owned()),
             ("GRIDLINKS_CLUSTER_KAFKA_MIN_INSYNC_REPLICAS", "2".to_owned()),
-            ("GRIDLINKS_CLUSTER_TIMESERIES", "cassandra".to_owned()),
-            ("GRIDLINKS_CLUSTER_CASSANDRA_CONTACT_POINTS", cassandra.contact.clone()),
-            ("GRIDLINKS_CLUSTER_CASSANDRA_REPLICATION_FACTOR", "1".to_owned()),
+            ("GRIDLINKS_CLUSTER_TIMESERIES", timeseries.to_owned()),
             ("GRIDLINKS_CLUSTER_ENTITIES", "postgres".to_owned()),
             ("GRIDLINKS_CLUSTER_POSTGRES_URL_FILE", pg.url_file().display().to_string()),
             ("GRIDLINKS_AUTH_JWT_SECRET", "one-secret-for-every-node".to_owned()),
         ]);
+        if let Some(c) = &cassandra {
+            env.extend([
+                ("GRIDLINKS_CLUSTER_CASSANDRA_CONTACT_POINTS", c.contact.clone()),
+                ("GRIDLINKS_CLUSTER_CASSANDRA_REPLICATION_FACTOR", "1".to_owned()),
+            ]);
+        }
         env
     };
     let a = start_on(&tmp.path().join("a"), &env("node-a"));
@@ -991,47 +1030,19 @@ fn three_nodes_on_three_brokers_lose_nothing_when_a_node_and_a_broker_die() {
     let cred = serde_json::json!({"username": "watch", "password": "watch-pw", "subscribe": ["gridlinks/devices/+/telemetry"]});
     assert_eq!(a.json("POST", "/api/mqtt/clients", &jwt, Some(cred)).0, 200);
     assert!(eventually(10, || c.json("GET", "/api/mqtt/clients/watch", &jwt, None).0 == 200), "C lacks the credential");
-    let seen: Arc<Mutex<std::collections::HashSet<(String, i64)>>> = Arc::default();
-    {
-        let mut o = rumqttc::MqttOptions::new("watch-c", "127.0.0.1", c.mqtt_port);
-        o.set_credentials("watch", "watch-pw");
-        o.set_max_packet_size(1 << 20, 1 << 20);
-        let (client, mut conn) = rumqttc::Client::new(o, 10_000);
-        let (subscribed, seen) = (std::sync::mpsc::channel(), seen.clone());
-        std::thread::spawn(move || {
-            for ev in conn.iter() {
-                match ev {
-                    Ok(rumqttc::Event::Incoming(rumqttc::Incoming::SubAck(_))) => {
-                        let _ = subscribed.0.send(Ok(()));
-                    }
-                    Ok(rumqttc::Event::Incoming(rumqttc::Incoming::Publish(p))) => {
-                        let name = p.topic.split('/').nth(2).unwrap_or_default().to_owned();
-                        let points: serde_json::Value = serde_json::from_slice(&p.payload).unwrap();
-                        for point in points.as_array().unwrap() {
-                            seen.lock().unwrap().insert((name.clone(), point["ts"].as_i64().unwrap()));
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = subscribed.0.send(Err(e.to_string()));
-                        return;
-                    }
-                }
-            }
-        });
-        client.subscribe("gridlinks/devices/+/telemetry", rumqttc::QoS::AtLeastOnce).unwrap();
-        subscribed.1.recv_timeout(Duration::from_secs(10)).expect("SUBACK").unwrap();
-        std::mem::forget(client); // kept connected until the test ends
-    }
+    let (seen, _watching) = collector(&c, "watch-c", "watch", "watch-pw", &["gridlinks/devices/+/telemetry"]);
 
-    let bases = Mutex::new(vec![a.base.clone(), b.base.clone(), c.base.clone()]);
+    let nodes: Nodes = Mutex::new([&a, &b, &c].iter().map(|s| (s.base.clone(), s.mqtt_port)).collect());
     let stop = AtomicBool::new(false);
     let a_pid = a.pid();
     let acked: Vec<Vec<i64>> = std::thread::scope(|scope| {
-        let posters: Vec<_> = (0..3)
-            .map(|home| {
-                let (bases, stop, tokens) = (&bases, &stop, &tokens[home * 2..home * 2 + 2]);
-                scope.spawn(move || post_with_failover(bases, home, tokens, stop))
+        // Devices 0-2 post over HTTP, 3-5 over MQTT; device i is homed on node i % 3.
+        let posters: Vec<_> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, token)| {
+                let (nodes, stop) = (&nodes, &stop);
+                scope.spawn(move || post_with_failover(nodes, i % 3, token, i >= 3, stop))
             })
             .collect();
         std::thread::sleep(Duration::from_secs(4));
@@ -1044,10 +1055,10 @@ fn three_nodes_on_three_brokers_lose_nothing_when_a_node_and_a_broker_die() {
         // Node B restarts, and with it its storage writer (the consumer group rebalances).
         assert!(b.sigterm().success(), "node B did not shut down cleanly");
         b = start_on(&tmp.path().join("b"), &env("node-b"));
-        bases.lock().unwrap()[1] = b.base.clone();
+        nodes.lock().unwrap()[1] = (b.base.clone(), b.mqtt_port);
         std::thread::sleep(Duration::from_secs(4));
         stop.store(true, Ordering::Relaxed);
-        posters.into_iter().flat_map(|p| p.join().unwrap()).collect()
+        posters.into_iter().map(|p| p.join().unwrap()).collect()
     });
 
     // Every device kept posting, and no point was lost or stored twice.
@@ -1072,14 +1083,40 @@ fn three_nodes_on_three_brokers_lose_nothing_when_a_node_and_a_broker_die() {
         );
     }
     // The subscriber on C got every acknowledged point, whichever node took it.
-    let delivered = eventually(30, || {
-        let seen = seen.lock().unwrap();
-        acked.iter().enumerate().all(|(i, a)| a.iter().all(|t| seen.contains(&(format!("three-{i}"), *t))))
-    });
-    let missing: usize = acked
-        .iter()
-        .enumerate()
-        .map(|(i, a)| a.iter().filter(|t| !seen.lock().unwrap().contains(&(format!("three-{i}"), **t))).count())
-        .sum();
-    assert!(delivered, "{missing} acknowledged points did not reach the subscriber on C");
+    let points = || -> std::collections::HashSet<(String, i64)> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .flat_map(|(topic, payload)| {
+                let name = topic.split('/').nth(2).unwrap_or_default().to_owned();
+                let points: serde_json::Value = serde_json::from_str(payload).unwrap();
+                points
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |p| (name.clone(), p["ts"].as_i64().unwrap()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let missing = || -> usize {
+        let seen = points();
+        acked
+            .iter()
+            .enumerate()
+            .map(|(i, a)| a.iter().filter(|t| !seen.contains(&(format!("three-{i}"), **t))).count())
+            .sum()
+    };
+    let delivered = eventually(30, || missing() == 0);
+    assert!(delivered, "{} acknowledged points did not reach the subscriber on C", missing());
+}
+
+#[test]
+fn three_nodes_on_three_brokers_and_cassandra_lose_nothing_when_a_node_and_a_broker_die() {
+    three_nodes_lose_nothing("cassandra");
+}
+
+#[test]
+fn three_nodes_on_three_brokers_and_postgres_lose_nothing_when_a_node_and_a_broker_die() {
+    three_nodes_lose_nothing("postgres");
 }
