@@ -203,7 +203,7 @@ bench-crash:
 	  --seed $(CRASH_SEED) --json $(RESULTS)/crash-http.json
 
 ## Scale-out (docs/benchmarks.md "Scale-out"): embedded + Mosquitto, Kafka, Kafka +
-## PostgreSQL, two nodes, Kafka + Cassandra; at saturation and at 2,000 msg/s; then
+## PostgreSQL, two and three nodes, Kafka + Cassandra; at saturation and at 2,000 msg/s; then
 ## Cassandra warmed up (90 s at 2,000 msg/s). Starts Kafka, PostgreSQL and Cassandra itself.
 bench-cluster: bench-deps
 	scripts/bench-cluster.sh 1000 max 15s

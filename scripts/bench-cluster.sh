@@ -6,7 +6,8 @@
 #   1. GridLinks embedded, side by side with Mosquitto (gridlinks-bench compare);
 #   2. one GridLinks node committing to Kafka (one KRaft broker), embedded storage;
 #   3. one node on Kafka with PostgreSQL time series and shared entities;
-#   4. two such nodes, each taking half the devices (a load balancer's split);
+#   4. two, then three such nodes, each taking its share of the devices (a load
+#      balancer's split), one generator per node;
 #   5. one node on Kafka with Cassandra 5 time series (one Cassandra node, 1 GB heap).
 # Server CPU is every server process's (gridlinks-bench --server-pid with several pids,
 # each with the processes it started): the GridLinks nodes, the Kafka broker's JVM,
@@ -70,10 +71,8 @@ print("cpu split, s (the whole run: connect, publish, loss check): gridlinks %.2
 # shellcheck source=scripts/services/lib.sh
 . scripts/services/lib.sh
 load=(--qos 1 --storage-lag --duration "$DURATION")
-half_load=("${load[@]}")
 if [ "$RATE" != max ]; then
   load+=(--rate "$RATE")
-  half_load+=(--rate $((RATE / 2)))
 fi
 
 # start_node NAME ENV... : starts a node; sets PID, HTTP, MQTT.
@@ -171,35 +170,50 @@ start_node pg-node-a $(shared_env node-a)
 A_PID=$PID A_HTTP=$HTTP A_MQTT=$MQTT
 one_node kafka-postgres "$A_PID,$KAFKA_PID,$PG_PID"
 
-echo "== 4. two nodes on Kafka and PostgreSQL, half the devices each"
-# shellcheck disable=SC2046
-start_node pg-node-b $(shared_env node-b)
-B_PID=$PID B_HTTP=$HTTP B_MQTT=$MQTT
-half=$((DEVICES / 2))
-for side in a b; do
-  for i in $(seq 0 $((half - 1))); do echo "two-$side-$i,two-token-$side-$i"; done >"$W/two-$side.csv"
+# split_load N : the load split over the first N nodes of NODE_PIDS/NODE_HTTP/NODE_MQTT,
+# DEVICES/N devices and RATE/N each (a load balancer's split), one generator per node, at
+# once. Server CPU (the first generator's figures): every node, Kafka and PostgreSQL.
+split_load() {
+  local n=$1 share=$((DEVICES / $1)) i before gens=() part=(--qos 1 --storage-lag --duration "$DURATION")
+  [ "$RATE" != max ] && part+=(--rate $((RATE / n)))
+  local pids
+  pids=$(IFS=,; echo "${NODE_PIDS[*]:0:$n},$KAFKA_PID,$PG_PID")
+  for i in $(seq 0 $((n - 1))); do
+    for d in $(seq 0 $((share - 1))); do echo "split$n-$i-$d,split$n-token-$i-$d"; done >"$W/split$n-$i.csv"
+    import_devices "${NODE_HTTP[0]}" "$W/split$n-$i.csv"
+  done
+  sleep 1 # the other nodes apply the devices (cluster.entities_poll is 250 ms)
+  before=$(cpu_now)
+  for i in $(seq 0 $((n - 1))); do
+    local cpu=()
+    [ "$i" = 0 ] && cpu=(--server-pid "$pids")
+    "$B" mqtt-telemetry --port "${NODE_MQTT[$i]}" --api "http://127.0.0.1:${NODE_HTTP[$i]}" --api-password "$PW" \
+      --tokens-file "$W/split$n-$i.csv" --devices "$share" "${part[@]}" "${cpu[@]}" \
+      --json "$OUT/nodes$n-$i.json" --save-acks "$W/acks$n-$i.json" >"$W/split$n-$i.out" &
+    gens+=($!)
+  done
+  wait "${gens[@]}"
+  cpu_split "$before"
+  for i in $(seq 0 $((n - 1))); do
+    loss_check "${NODE_HTTP[$i]}" "$W/acks$n-$i.json"
+  done
+  echo "-- node 0's part (its server CPU: every node, Kafka, PostgreSQL)"
+  cat "$W/split$n-0.out"
+  for i in $(seq 1 $((n - 1))); do
+    echo "-- node $i's part"
+    cat "$W/split$n-$i.out"
+  done
+}
+
+NODE_PIDS=("$A_PID") NODE_HTTP=("$A_HTTP") NODE_MQTT=("$A_MQTT")
+for n in 2 3; do
+  echo "== 4. $n nodes on Kafka and PostgreSQL, 1/$n of the devices each"
+  # shellcheck disable=SC2046
+  start_node "pg-node-$n" $(shared_env "node-$n")
+  NODE_PIDS+=("$PID") NODE_HTTP+=("$HTTP") NODE_MQTT+=("$MQTT")
+  split_load "$n"
 done
-import_devices "$A_HTTP" "$W/two-a.csv"
-import_devices "$A_HTTP" "$W/two-b.csv"
-sleep 1 # node B applies the devices (cluster.entities_poll is 250 ms)
-before=$(cpu_now)
-"$B" mqtt-telemetry --port "$A_MQTT" --api "http://127.0.0.1:$A_HTTP" --api-password "$PW" \
-  --tokens-file "$W/two-a.csv" --devices "$half" "${half_load[@]}" \
-  --server-pid "$A_PID,$B_PID,$KAFKA_PID,$PG_PID" --json "$OUT/two-nodes-a.json" --save-acks "$W/acks-a.json" \
-  >"$W/two-a.out" &
-first=$!
-"$B" mqtt-telemetry --port "$B_MQTT" --api "http://127.0.0.1:$B_HTTP" --api-password "$PW" \
-  --tokens-file "$W/two-b.csv" --devices "$half" "${half_load[@]}" \
-  --json "$OUT/two-nodes-b.json" --save-acks "$W/acks-b.json" >"$W/two-b.out"
-wait "$first"
-cpu_split "$before"
-loss_check "$A_HTTP" "$W/acks-a.json"
-loss_check "$B_HTTP" "$W/acks-b.json"
-echo "-- node A's half (server CPU: both nodes, Kafka, PostgreSQL)"
-cat "$W/two-a.out"
-echo "-- node B's half"
-cat "$W/two-b.out"
-kill "$A_PID" "$B_PID"
+kill "${NODE_PIDS[@]}"
 NODES=()
 
 echo "== 5. one node on Kafka and Cassandra (time series; embedded entities)"
