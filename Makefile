@@ -43,7 +43,7 @@ cluster: deps console
 ## (scripts/services/cassandra.sh). Also part of `make test`.
 cluster-test: deps
 	$(CARGO) test -p gridlinks-kafka
-	$(CARGO) test -p gridlinks-server --test kafka
+	$(CARGO) test -p gridlinks-server --test kafka --test cluster_features
 	$(CARGO) test -p gridlinks-storage --test storage_scenarios conformance
 	$(CARGO) test -p gridlinks-postgres
 	$(CARGO) test -p gridlinks-cassandra

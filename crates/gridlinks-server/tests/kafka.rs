@@ -9,10 +9,11 @@
 #[path = "../../gridlinks-cassandra/tests/service/mod.rs"]
 mod cassandra_service;
 mod common;
+mod kafka_service;
 #[path = "../../gridlinks-postgres/tests/service/mod.rs"]
 mod pg_service;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,51 +21,8 @@ use cassandra_service::Cassandra;
 use common::mqtt::Raw;
 use common::Server;
 use gridlinks_codec::mqtt::{reason, ProtocolVersion};
+use kafka_service::Kafka;
 use pg_service::Postgres;
-
-/// Kafka brokers under a temporary directory, stopped when dropped.
-struct Kafka {
-    dir: tempfile::TempDir,
-    bootstrap: String,
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/kafka.sh")
-}
-
-impl Kafka {
-    fn start(brokers: u32) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(script()).arg("start").arg(dir.path()).arg(brokers.to_string()).output().unwrap();
-        assert!(out.status.success(), "kafka.sh start: {}", String::from_utf8_lossy(&out.stderr));
-        let bootstrap = String::from_utf8(out.stdout).unwrap().lines().last().unwrap().trim().to_owned();
-        Self { dir, bootstrap }
-    }
-
-    fn run(&self, what: &[&str]) {
-        let st = Command::new(script()).arg(what[0]).arg(self.dir.path()).args(&what[1..]).status().unwrap();
-        assert!(st.success(), "kafka.sh {what:?}");
-    }
-
-    /// The environment of a gridlinks node committing to this Kafka (one broker: one replica).
-    fn env(&self, node: &str) -> Vec<(&'static str, String)> {
-        vec![
-            ("GRIDLINKS_CLUSTER_QUEUE", "kafka".into()),
-            ("GRIDLINKS_CLUSTER_NODE_ID", node.into()),
-            ("GRIDLINKS_CLUSTER_KAFKA_BOOTSTRAP_SERVERS", self.bootstrap.clone()),
-            ("GRIDLINKS_CLUSTER_KAFKA_PARTITIONS", "4".into()),
-            ("GRIDLINKS_CLUSTER_KAFKA_REPLICATION_FACTOR", "1".into()),
-            ("GRIDLINKS_CLUSTER_KAFKA_MIN_INSYNC_REPLICAS", "1".into()),
-            ("GRIDLINKS_CLUSTER_KAFKA_PRODUCE_TIMEOUT", "3000".into()),
-        ]
-    }
-}
-
-impl Drop for Kafka {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("stop").arg(self.dir.path()).status();
-    }
-}
 
 fn start_on(dir: &Path, env: &[(&'static str, String)]) -> Server {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -1035,7 +993,15 @@ fn three_nodes_lose_nothing(timeseries: &str) {
     let nodes: Nodes = Mutex::new([&a, &b, &c].iter().map(|s| (s.base.clone(), s.mqtt_port)).collect());
     let stop = AtomicBool::new(false);
     let a_pid = a.pid();
+    // Stops the devices however the scope ends: a failure in it must not leave them posting.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
     let acked: Vec<Vec<i64>> = std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&stop);
         // Devices 0-2 post over HTTP, 3-5 over MQTT; device i is homed on node i % 3.
         let posters: Vec<_> = tokens
             .iter()

@@ -204,7 +204,19 @@ impl Auth {
             entry = self.users.by_email(&name);
         }
         let phc = entry.as_ref().and_then(|e| e.hash.as_deref());
-        let entry = match (self.passwords.verify(password.as_bytes(), phc).await?, entry) {
+        let mut verified = self.passwords.verify(password.as_bytes(), phc).await?;
+        if !verified && self.catch_up(Instant::now()).await? {
+            // Activated, or its password changed, on another node a moment ago: checked again
+            // only if the catch-up changed its password (a wrong guess costs one check).
+            let again = self.users.by_email(&name);
+            let hash = |e: &Option<std::sync::Arc<users::Entry>>| e.as_ref().and_then(|e| e.hash.clone());
+            if hash(&again).is_some() && hash(&again) != hash(&entry) {
+                let phc = again.as_ref().and_then(|e| e.hash.as_deref());
+                verified = self.passwords.verify(password.as_bytes(), phc).await?;
+                entry = again;
+            }
+        }
+        let entry = match (verified, entry) {
             (true, Some(e)) => e,
             _ => {
                 self.throttle.failed(peer, &name);

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use gridlinks_broker::sessions::StoredSession;
 use gridlinks_kafka::bus::BrokerRecord;
 use gridlinks_storage::{StoreError, WriteOp};
 use parking_lot::Mutex;
@@ -58,6 +59,12 @@ impl Handoffs {
     }
 }
 
+/// `client`'s stored session as this node's store holds it now.
+async fn stored(st: &Mqtt, client: &str) -> Result<Option<(Option<String>, StoredSession)>, StoreError> {
+    let (store, id) = (st.core.store.clone(), client.to_owned());
+    tokio::task::spawn_blocking(move || pubsub::read_session(&store, &id)).await.map_err(|_| StoreError::Closed)?
+}
+
 /// Before pub/sub client `client`'s session is registered here: takes it over from the
 /// node holding it, and ends any session of the client id on other nodes. Nothing to do
 /// with one node, or when this node holds the session already.
@@ -67,15 +74,10 @@ pub async fn take_over(st: &Arc<Mqtt>, client: &str) -> Result<(), StoreError> {
         return Ok(());
     }
     st.core.writer.submit(WriteOp::CatchUp).await?;
-    let store = st.core.store.clone();
-    let id = client.to_owned();
-    let stored = tokio::task::spawn_blocking(move || pubsub::read_session(&store, &id))
-        .await
-        .map_err(|_| StoreError::Closed)??;
     let me = bus.node_id();
     let mut home = String::new();
     let mut below = None;
-    if let Some((holder, mut session)) = stored {
+    if let Some((holder, mut session)) = stored(st, client).await? {
         home = holder.filter(|h| h != me).unwrap_or_default();
         let highest = session.queued.iter().filter_map(|o| o.seq).max().unwrap_or(0);
         below = Some(highest.saturating_add(SEQ_JUMP));
@@ -85,12 +87,13 @@ pub async fn take_over(st: &Arc<Mqtt>, client: &str) -> Result<(), StoreError> {
     let (request, released) = st.handoffs.start();
     let taken =
         BrokerRecord::SessionTaken { client: client.to_owned(), by: me.to_owned(), home: home.clone(), request };
-    let sent = match bus.send(client.as_bytes(), &taken) {
-        Ok(sent) => sent.await,
-        Err(e) => Err(e),
-    };
+    let sent = async { bus.send(client.as_bytes(), &taken)?.await }.await;
     if sent.is_err() || home.is_empty() {
         st.handoffs.waiting.lock().remove(&request);
+        if sent.is_err() {
+            // Not taken over: the holder keeps it.
+            st.sessions.evict_client(client);
+        }
         return sent;
     }
     let wait = st.core.cfg.cluster.session_handoff.duration();
@@ -99,12 +102,7 @@ pub async fn take_over(st: &Arc<Mqtt>, client: &str) -> Result<(), StoreError> {
         tracing::warn!(client, node = %home, "the node holding the session did not let it go in time; taking it as stored");
     }
     st.core.writer.submit(WriteOp::CatchUp).await?;
-    let store = st.core.store.clone();
-    let id = client.to_owned();
-    let now = tokio::task::spawn_blocking(move || pubsub::read_session(&store, &id))
-        .await
-        .map_err(|_| StoreError::Closed)??;
-    if let (Some(below), Some((_, session))) = (below, now) {
+    if let (Some(below), Some((_, session))) = (below, stored(st, client).await?) {
         st.sessions.resync_stored(client, session.queued, session.incoming, below);
     }
     Ok(())
@@ -144,13 +142,11 @@ pub fn release(st: &Arc<Mqtt>, client: String, by: String, home: String, request
             }
         }
         // The writer commits in order: copies queued before this are stored (and shared) now.
-        let done = match st.core.writer.submit(WriteOp::CatchUp).await {
-            Ok(_) => match bus.send(by.as_bytes(), &BrokerRecord::SessionReleased { to: by.clone(), request }) {
-                Ok(sent) => sent.await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
+        let done = async {
+            st.core.writer.submit(WriteOp::CatchUp).await?;
+            bus.send(by.as_bytes(), &BrokerRecord::SessionReleased { to: by.clone(), request })?.await
+        }
+        .await;
         match done {
             Ok(()) => tracing::debug!(client, node = %by, "session handed over to another node"),
             Err(e) => crate::logging::warn_limited!(client, error = %e, "session handoff: not answered"),

@@ -43,8 +43,7 @@ impl SharedGroups {
         if consumers.get(full).is_some_and(ShareConsumer::is_running) {
             return;
         }
-        let Some((_, filter)) = full.strip_prefix("$share/").and_then(|r| r.split_once('/')) else { return };
-        let data_too = telemetry_topics::may_match(filter);
+        let data_too = telemetry_topics::may_match(full_filter(full));
         match ShareConsumer::start(&self.settings, full, data_too, handler(Arc::downgrade(st), full.to_owned())) {
             Ok(c) => {
                 consumers.insert(full.to_owned(), c);

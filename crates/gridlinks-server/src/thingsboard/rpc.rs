@@ -189,11 +189,7 @@ async fn call_elsewhere(
         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         body: body.to_vec(),
     });
-    let sent = match bus.send(device.as_bytes(), &record) {
-        Ok(sent) => sent.await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = sent {
+    if let Err(e) = async { bus.send(device.as_bytes(), &record)?.await }.await {
         st.rpc.end_remote(request);
         return Err(e.into());
     }
