@@ -264,8 +264,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
                 st.sessions.unregister_client(id, &link, window.unacked())
             }
         };
-        conn.store_acked_rows().await;
-        link.inbox.connection_ended();
+        conn.last_flush(&link);
         if let End::Disconnect(reason, text) = end {
             conn.disconnect(reason, &text).await;
         }
