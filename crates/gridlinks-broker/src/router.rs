@@ -302,11 +302,6 @@ impl Router {
         self.publish_to(from, msg, retain, Groups::All)
     }
 
-    /// Whether shared group `full` (`$share/{group}/{filter}`) has a member here.
-    pub fn has_members(&self, full: &str) -> bool {
-        self.subs.values().any(|s| s.contains_key(full))
-    }
-
     /// The shared groups with members here (`$share/{group}/{filter}`), each once.
     pub fn groups(&self) -> Vec<String> {
         let mut groups: Vec<String> =
@@ -508,7 +503,6 @@ mod tests {
         r.subscribe("x1", "$share/other/jobs/#", opts(Q0)).unwrap();
         r.subscribe("w1", "$share/workers/jobs/#", opts(Q1)).unwrap();
         assert_eq!(r.groups(), ["$share/other/jobs/#", "$share/workers/jobs/#", "$share/workers/jobs/+"]);
-        assert!(r.has_members("$share/workers/jobs/+") && !r.has_members("$share/workers/x"));
         let m = Message::new("jobs/1", Q1, Bytes::from_static(b"j"));
         // None: plain subscribers only.
         let d = r.publish_to("p", &m, false, Groups::None);

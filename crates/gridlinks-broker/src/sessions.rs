@@ -841,17 +841,11 @@ impl Sessions {
 
     /// Routes a PUBLISH of client `from` to one member of shared group `full`
     /// (`$share/{group}/{filter}`) only, as [`Sessions::publish`] does (the retained store
-    /// is left as it is; `retain` is the message's flag).
-    /// `None` when the group has no member here.
+    /// is left as it is; `retain` is the message's flag). `None` when no member here takes
+    /// it: for a topic the group's filter matches, the group has no member here.
     pub fn publish_group(&self, full: &str, from: &str, msg: &Message, retain: bool) -> Option<Routed> {
-        let deliveries = {
-            let mut router = self.router.lock();
-            if !router.has_members(full) {
-                return None;
-            }
-            router.publish_to(from, msg, retain, Groups::Only(full))
-        };
-        Some(self.queue_deliveries(msg, deliveries))
+        let deliveries = self.router.lock().publish_to(from, msg, retain, Groups::Only(full));
+        (!deliveries.is_empty()).then(|| self.queue_deliveries(msg, deliveries))
     }
 
     /// The shared groups with members here.

@@ -74,6 +74,21 @@ pub struct RpcRequest {
     pub body: Vec<u8>,
 }
 
+/// Client `client` connected to node `by`: every other node ends its session of that
+/// client id; node `home` (the holder of its persistent session, "" if none) answers
+/// [`BrokerRecord::SessionReleased`] once what it stored for it is committed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Takeover {
+    /// The MQTT client id (in its tenant's namespace).
+    pub client: String,
+    /// The node it connected to.
+    pub by: String,
+    /// The node holding its persistent session, or "".
+    pub home: String,
+    /// The takeover's number on `by`.
+    pub request: u64,
+}
+
 /// What the broker topic carries.
 #[derive(Debug, PartialEq, Eq)]
 pub enum BrokerRecord {
@@ -97,19 +112,8 @@ pub enum BrokerRecord {
         /// What the device answered.
         payload: Vec<u8>,
     },
-    /// Client `client` connected to node `by`: every other node ends its session of that
-    /// client id; node `home` (the holder of its persistent session, "" if none) answers
-    /// [`BrokerRecord::SessionReleased`] once what it stored for it is committed.
-    SessionTaken {
-        /// The MQTT client id (in its tenant's namespace).
-        client: String,
-        /// The node it connected to.
-        by: String,
-        /// The node holding its persistent session, or "".
-        home: String,
-        /// The takeover's number on `by`.
-        request: u64,
-    },
+    /// A client connected to another node ([`Takeover`]).
+    SessionTaken(Takeover),
     /// Node `to`'s takeover `request`: the session is let go here, its rows committed.
     SessionReleased {
         /// The node taking it over.
@@ -119,14 +123,19 @@ pub enum BrokerRecord {
     },
 }
 
+/// A publish record, from its parts.
+fn encode_publish(from: &str, retain: bool, message: &[u8]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.bytes(&[KIND_PUBLISH, u8::from(retain)]).text(from).bytes(message);
+    w.finish()
+}
+
 impl BrokerRecord {
     /// Encodes the record.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
-            BrokerRecord::Publish(p) => {
-                w.bytes(&[KIND_PUBLISH, u8::from(p.retain)]).text(&p.from).bytes(&p.message);
-            }
+            BrokerRecord::Publish(p) => return encode_publish(&p.from, p.retain, &p.message),
             BrokerRecord::RpcRequest(r) => {
                 w.bytes(&[KIND_RPC_REQUEST])
                     .text(&r.reply_to)
@@ -141,8 +150,8 @@ impl BrokerRecord {
             BrokerRecord::RpcReply { to, request, payload } => {
                 w.bytes(&[KIND_RPC_REPLY]).text(to).varint(*request).bytes(payload);
             }
-            BrokerRecord::SessionTaken { client, by, home, request } => {
-                w.bytes(&[KIND_SESSION_TAKEN]).text(client).text(by).text(home).varint(*request);
+            BrokerRecord::SessionTaken(t) => {
+                w.bytes(&[KIND_SESSION_TAKEN]).text(&t.client).text(&t.by).text(&t.home).varint(t.request);
             }
             BrokerRecord::SessionReleased { to, request } => {
                 w.bytes(&[KIND_SESSION_RELEASED]).text(to).varint(*request);
@@ -182,7 +191,7 @@ impl BrokerRecord {
             }
             KIND_SESSION_TAKEN => {
                 let (client, by, home) = (r.text()?.to_owned(), r.text()?.to_owned(), r.text()?.to_owned());
-                BrokerRecord::SessionTaken { client, by, home, request: r.varint()? }
+                BrokerRecord::SessionTaken(Takeover { client, by, home, request: r.varint()? })
             }
             KIND_SESSION_RELEASED => {
                 let to = r.text()?.to_owned();
@@ -202,8 +211,9 @@ impl BrokerRecord {
     }
 }
 
-/// A topic's partition.
-pub type Partition = (String, i32);
+/// Where the bus stood at one moment: each followed partition's end offset
+/// ([`Bus::ends`]).
+pub type Ends = Vec<(String, i32, i64)>;
 
 /// What another node produced.
 #[derive(Debug)]
@@ -218,17 +228,8 @@ pub enum Event {
     RpcDelivered(u64),
     /// The device's answer to this node's RPC request `request`.
     RpcReply(u64, Vec<u8>),
-    /// A client connected to another node (see [`BrokerRecord::SessionTaken`]).
-    SessionTaken {
-        /// Its client id.
-        client: String,
-        /// The node it connected to.
-        by: String,
-        /// The node holding its persistent session, or "".
-        home: String,
-        /// The takeover's number on `by`.
-        request: u64,
-    },
+    /// A client connected to another node.
+    SessionTaken(Takeover),
     /// Another node let go of the session this node's takeover `request` asked for.
     SessionReleased(u64),
 }
@@ -244,9 +245,7 @@ impl Event {
             BrokerRecord::RpcReply { to, request, payload } => {
                 (to == node).then_some(Event::RpcReply(request, payload))
             }
-            BrokerRecord::SessionTaken { client, by, home, request } => {
-                Some(Event::SessionTaken { client, by, home, request })
-            }
+            BrokerRecord::SessionTaken(t) => Some(Event::SessionTaken(t)),
             BrokerRecord::SessionReleased { to, request } => (to == node).then_some(Event::SessionReleased(request)),
         }
     }
@@ -265,8 +264,9 @@ fn origin_of<'a>(m: &'a BorrowedMessage<'_>) -> Option<&'a [u8]> {
 pub struct Bus {
     producer: FutureProducer<crate::Quiet>,
     settings: KafkaSettings,
-    /// The follower's position: the next offset of each partition it has not handled yet.
-    followed: Arc<Mutex<HashMap<Partition, i64>>>,
+    /// The follower's position: by topic and partition, the next offset it has not handled
+    /// yet.
+    followed: Arc<Mutex<HashMap<String, HashMap<i32, i64>>>>,
 }
 
 impl Bus {
@@ -295,8 +295,7 @@ impl Bus {
         retain: bool,
         message: &[u8],
     ) -> Result<impl Future<Output = Result<(), StoreError>> + Send + 'static, StoreError> {
-        let record = BrokerRecord::Publish(Publish { from: from.to_owned(), retain, message: message.to_vec() });
-        self.send(from.as_bytes(), &record)
+        self.send_encoded(from.as_bytes(), &encode_publish(from, retain, message))
     }
 
     /// Puts `record` on the broker topic now, under `key` (records of one key keep their
@@ -307,10 +306,16 @@ impl Bus {
         key: &[u8],
         record: &BrokerRecord,
     ) -> Result<impl Future<Output = Result<(), StoreError>> + Send + 'static, StoreError> {
-        let payload = record.encode();
+        self.send_encoded(key, &record.encode())
+    }
+
+    fn send_encoded(
+        &self,
+        key: &[u8],
+        payload: &[u8],
+    ) -> Result<impl Future<Output = Result<(), StoreError>> + Send + 'static, StoreError> {
         let topic = self.settings.broker_topic();
-        let rec =
-            FutureRecord::to(&topic).key(key).payload(&payload[..]).headers(origin_headers(&self.settings.node_id));
+        let rec = FutureRecord::to(&topic).key(key).payload(payload).headers(origin_headers(&self.settings.node_id));
         let delivery = self
             .producer
             .send_result(rec)
@@ -325,9 +330,8 @@ impl Bus {
     }
 
     /// Follows both topics from their ends as they are now, handing every record another
-    /// node produced (and RPC answers addressed to this node) to `handle`, one at a time,
-    /// until the task is aborted. Blocks while it
-    /// reads the end offsets (so that everything produced after it returns is seen).
+    /// node produced (and answers addressed to this node) to `handle`, one at a time, until
+    /// the task is aborted. Blocks while it reads the end offsets (so that everything produced after it returns is seen).
     pub fn follow<F, Fut>(&self, handle: F) -> Result<JoinHandle<()>, KafkaError>
     where
         F: Fn(Event) -> Fut + Send + Sync + 'static,
@@ -377,49 +381,46 @@ impl Bus {
                     }
                 };
                 tpl.add_partition_offset(&topic, p, Offset::Offset(high))?;
-                self.followed.lock().insert((topic.clone(), p), high);
+                self.followed.lock().entry(topic.clone()).or_default().insert(p, high);
             }
         }
         consumer.assign(&tpl)?;
-        let (node, data_topic, followed) = (s.node_id.clone(), s.topic(), self.followed.clone());
+        let (node, data_topic, broker_topic) = (s.node_id.clone(), s.topic(), s.broker_topic());
+        let followed = self.followed.clone();
         Ok(tokio::spawn(async move {
             loop {
-                let (event, position) = {
+                let (event, data, partition, next) = {
                     let m = crate::next_message(&consumer).await;
-                    let position = ((m.topic().to_owned(), m.partition()), m.offset() + 1);
-                    if origin_of(&m) == Some(node.as_bytes()) {
-                        followed.lock().insert(position.0, position.1);
-                        continue;
-                    }
-                    let payload = m.payload().unwrap_or_default();
-                    let event = if m.topic() == data_topic {
-                        record::decode(payload).map(|op| Some(Event::Data(op)))
+                    let data = m.topic() == data_topic;
+                    let event = if origin_of(&m) == Some(node.as_bytes()) {
+                        None
                     } else {
-                        BrokerRecord::decode(payload).map(|r| Event::for_node(r, &node))
-                    };
-                    match event {
-                        Ok(Some(e)) => (e, position),
-                        Ok(None) => {
-                            followed.lock().insert(position.0, position.1);
-                            continue;
-                        }
-                        Err(e) => {
+                        let payload = m.payload().unwrap_or_default();
+                        let event = if data {
+                            record::decode(payload).map(|op| Some(Event::Data(op)))
+                        } else {
+                            BrokerRecord::decode(payload).map(|r| Event::for_node(r, &node))
+                        };
+                        event.unwrap_or_else(|e| {
                             tracing::warn!(topic = m.topic(), offset = m.offset(), error = %e, "bus record does not decode: skipped");
-                            followed.lock().insert(position.0, position.1);
-                            continue;
-                        }
-                    }
+                            None
+                        })
+                    };
+                    (event, data, m.partition(), m.offset() + 1)
                 };
-                handle(event).await;
-                followed.lock().insert(position.0, position.1);
+                if let Some(event) = event {
+                    handle(event).await;
+                }
+                let topic = if data { &data_topic } else { &broker_topic };
+                if let Some(at) = followed.lock().get_mut(topic).and_then(|t| t.get_mut(&partition)) {
+                    *at = next;
+                }
             }
         }))
     }
-}
 
-impl Bus {
     /// The end offsets of both followed topics, as they are now (blocks).
-    pub fn ends(&self) -> Result<Vec<(Partition, i64)>, KafkaError> {
+    pub fn ends(&self) -> Result<Ends, KafkaError> {
         let timeout = Duration::from_secs(5);
         let client = self.producer.client();
         let mut ends = Vec::new();
@@ -427,16 +428,16 @@ impl Bus {
             let md = client.fetch_metadata(Some(&topic), timeout)?;
             for p in md.topics().iter().filter(|t| t.name() == topic).flat_map(|t| t.partitions()) {
                 let (_, high) = client.fetch_watermarks(&topic, p.id(), timeout)?;
-                ends.push(((topic.clone(), p.id()), high));
+                ends.push((topic.clone(), p.id(), high));
             }
         }
         Ok(ends)
     }
 
     /// Whether the follower has handled every record before `ends` ([`Bus::ends`]).
-    pub fn followed_past(&self, ends: &[(Partition, i64)]) -> bool {
+    pub fn followed_past(&self, ends: &Ends) -> bool {
         let followed = self.followed.lock();
-        ends.iter().all(|(p, end)| followed.get(p).is_some_and(|at| at >= end))
+        ends.iter().all(|(topic, p, end)| followed.get(topic).and_then(|t| t.get(p)).is_some_and(|at| at >= end))
     }
 }
 
@@ -465,12 +466,12 @@ mod tests {
             }),
             BrokerRecord::RpcDelivered { to: "node-b".into(), request: 1 << 40 },
             BrokerRecord::RpcReply { to: "node-b".into(), request: 300, payload: b"{}".to_vec() },
-            BrokerRecord::SessionTaken {
+            BrokerRecord::SessionTaken(Takeover {
                 client: "app-1".into(),
                 by: "node-b".into(),
                 home: "node-a".into(),
                 request: 9,
-            },
+            }),
             BrokerRecord::SessionReleased { to: "node-b".into(), request: 9 },
         ];
         for rec in records {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gridlinks_broker::sessions::StoredSession;
-use gridlinks_kafka::bus::BrokerRecord;
+use gridlinks_kafka::bus::{BrokerRecord, Takeover};
 use gridlinks_storage::{StoreError, WriteOp};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -49,6 +49,11 @@ impl Handoffs {
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().insert(request, tx);
         (request, rx)
+    }
+
+    /// Stops waiting for takeover `request`.
+    fn forget(&self, request: u64) {
+        self.waiting.lock().remove(&request);
     }
 
     /// The holder let go of the session takeover `request` asked for.
@@ -85,11 +90,15 @@ pub async fn take_over(st: &Arc<Mqtt>, client: &str) -> Result<(), StoreError> {
         st.sessions.restore_client(client, session, st.core.cfg.mqtt.client_outbound_queue);
     }
     let (request, released) = st.handoffs.start();
-    let taken =
-        BrokerRecord::SessionTaken { client: client.to_owned(), by: me.to_owned(), home: home.clone(), request };
+    let taken = BrokerRecord::SessionTaken(Takeover {
+        client: client.to_owned(),
+        by: me.to_owned(),
+        home: home.clone(),
+        request,
+    });
     let sent = async { bus.send(client.as_bytes(), &taken)?.await }.await;
     if sent.is_err() || home.is_empty() {
-        st.handoffs.waiting.lock().remove(&request);
+        st.handoffs.forget(request);
         if sent.is_err() {
             // Not taken over: the holder keeps it.
             st.sessions.evict_client(client);
@@ -98,7 +107,7 @@ pub async fn take_over(st: &Arc<Mqtt>, client: &str) -> Result<(), StoreError> {
     }
     let wait = st.core.cfg.cluster.session_handoff.duration();
     if tokio::time::timeout(wait, released).await.is_err() {
-        st.handoffs.waiting.lock().remove(&request);
+        st.handoffs.forget(request);
         tracing::warn!(client, node = %home, "the node holding the session did not let it go in time; taking it as stored");
     }
     st.core.writer.submit(WriteOp::CatchUp).await?;
@@ -113,7 +122,7 @@ pub async fn take_over(st: &Arc<Mqtt>, client: &str) -> Result<(), StoreError> {
 /// The holder first routes every record the bus had when it heard of the takeover (a
 /// message published just before, on another partition, may not have reached it yet): the
 /// new node's subscriptions may have missed it. Runs beside the bus follower.
-pub fn release(st: &Arc<Mqtt>, client: String, by: String, home: String, request: u64) {
+pub fn release(st: &Arc<Mqtt>, Takeover { client, by, home, request }: Takeover) {
     let Some(bus) = st.core.bus.clone() else { return };
     if home != bus.node_id() {
         if st.sessions.evict_client(&client).is_some() {

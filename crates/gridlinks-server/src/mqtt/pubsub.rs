@@ -192,8 +192,8 @@ pub fn follow_bus(
                     st.rpc.remote_reply(request, payload);
                     Ok(())
                 }
-                Event::SessionTaken { client, by, home, request } => {
-                    super::handoff::release(&st, client, by, home, request);
+                Event::SessionTaken(t) => {
+                    super::handoff::release(&st, t);
                     Ok(())
                 }
                 Event::SessionReleased(request) => {
