@@ -18,17 +18,15 @@ mod kafka_service;
 mod pg_service;
 
 use std::collections::HashSet;
-use std::net::{TcpStream, UdpSocket};
+use std::net::UdpSocket;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use coap_lite::{CoapOption, MessageClass, MessageType, RequestType, ResponseType};
 use common::mqtt::{Packet, ProtocolVersion, QoS, Raw};
-use common::{json, Server, J, SYSADMIN_PASSWORD};
+use common::{json, ws, Server, J, SYSADMIN_PASSWORD};
 use kafka_service::Kafka;
 use pg_service::Postgres;
-use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
 
 /// How long a read after a write on the other node may take to see it, seconds.
 const WAIT: u64 = 30;
@@ -268,15 +266,15 @@ fn websocket(a: &Server, b: &Server, jwt: &str) {
     assert_eq!(a.telemetry(TOKEN, r#"{"ts":1000,"values":{"temp":20}}"#), 200);
     eventually("A stores the first point", vec![(1000, 20.0)], || series(a, jwt, &id, "temp", "startTs=0&endTs=5000"));
 
-    let mut ws = ws_open(a);
+    let mut ws = ws::open(a, "/api/ws", Duration::from_secs(WAIT));
     let sub = json!({"cmdId": 1, "type": "TIMESERIES", "entityType": "DEVICE", "entityId": id, "keys": "temp"});
-    ws_send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [sub]}));
-    let first = ws_next(&mut ws);
+    ws::send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [sub]}));
+    let first = ws::next(&mut ws);
     assert_eq!((&first["subscriptionId"], &first["errorCode"]), (&json!(1), &json!(0)), "{first}");
     assert_eq!(first["data"], json!({"temp": [[1000, "20"]]}), "{first}");
 
     eventually("B takes the device's telemetry", 200, || b.telemetry(TOKEN, r#"{"ts":2000,"values":{"temp":21}}"#));
-    let update = ws_next(&mut ws);
+    let update = ws::next(&mut ws);
     assert_eq!(update["subscriptionId"], 1, "{update}");
     assert_eq!(update["data"], json!({"temp": [[2000, "21"]]}), "{update}");
 }
@@ -442,34 +440,6 @@ fn coap_post(s: &Server, path: &str, body: &str) -> ResponseType {
             MessageClass::Response(code) => return code,
             MessageClass::Empty => continue,
             other => panic!("not a response: {other:?}"),
-        }
-    }
-}
-
-// ---- WebSocket ------------------------------------------------------------------------
-
-type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
-
-/// A session on `s`'s `/api/ws`.
-fn ws_open(s: &Server) -> Ws {
-    let (ws, _) = tungstenite::connect(format!("{}/api/ws", s.base.replacen("http://", "ws://", 1))).unwrap();
-    if let MaybeTlsStream::Plain(t) = ws.get_ref() {
-        t.set_read_timeout(Some(Duration::from_secs(WAIT))).unwrap();
-    }
-    ws
-}
-
-fn ws_send(ws: &mut Ws, msg: J) {
-    ws.send(Message::Text(msg.to_string().into())).unwrap();
-}
-
-/// The next JSON message (pings are answered by tungstenite itself).
-fn ws_next(ws: &mut Ws) -> J {
-    loop {
-        match ws.read().unwrap() {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Close(c) => panic!("the session closed: {c:?}"),
-            _ => {}
         }
     }
 }

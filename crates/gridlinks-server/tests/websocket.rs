@@ -8,37 +8,14 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
-use std::net::TcpStream;
 use std::time::Duration;
 
+use common::ws::{self, next, send, Ws};
 use common::*;
-use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
-
-type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
+use tungstenite::Message;
 
 fn open(s: &Server, path: &str) -> Ws {
-    let url = format!("{}{path}", s.base.replacen("http://", "ws://", 1));
-    let (ws, _) = tungstenite::connect(url).unwrap();
-    if let MaybeTlsStream::Plain(t) = ws.get_ref() {
-        t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    }
-    ws
-}
-
-fn send(ws: &mut Ws, msg: J) {
-    ws.send(Message::Text(msg.to_string().into())).unwrap();
-}
-
-/// The next JSON message (pings are answered by tungstenite itself).
-fn next(ws: &mut Ws) -> J {
-    loop {
-        match ws.read().unwrap() {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Close(_) => panic!("closed"),
-            _ => {}
-        }
-    }
+    ws::open(s, path, Duration::from_secs(10))
 }
 
 /// Whether the server closes the session (after any messages, returned).
