@@ -110,32 +110,29 @@ impl OutWindow {
 
 impl<T: Transport> Conn<T> {
     /// Deletes (in the background) the durable rows of copies the client acknowledged.
-    /// Deletes the rows of acknowledged copies in the background.
     pub(super) fn flush_acked_rows(&mut self) {
-        if self.acked_rows.is_empty() {
-            return;
-        }
-        let rows = std::mem::take(&mut self.acked_rows);
-        let writer = self.st.core.writer.clone();
-        spawn_logged("deleting acknowledged MQTT copies", async move { writer.submit(WriteOp::Broker(rows)).await });
+        self.delete_acked_rows(None);
     }
 
     /// The connection's last flush: deletes the rows of acknowledged copies, then says the
     /// connection ended (another node taking its session over reads the rows next). In a
     /// task of its own, so that the connection's future stays small.
     pub(super) fn last_flush(&mut self, link: &SessionLink) {
-        let inbox = link.inbox.clone();
+        self.delete_acked_rows(Some(link.inbox.clone()));
+    }
+
+    /// Deletes the rows of acknowledged copies in the background, then tells `ended`.
+    fn delete_acked_rows(&mut self, ended: Option<Arc<gridlinks_broker::sessions::Inbox>>) {
         if self.acked_rows.is_empty() {
-            inbox.connection_ended();
+            ended.inspect(|inbox| inbox.connection_ended());
             return;
         }
         let rows = std::mem::take(&mut self.acked_rows);
         let writer = self.st.core.writer.clone();
-        tokio::spawn(async move {
-            if let Err(e) = writer.submit(WriteOp::Broker(rows)).await {
-                crate::logging::warn_limited!(error = %e, "deleting acknowledged MQTT copies");
-            }
-            inbox.connection_ended();
+        spawn_logged("deleting acknowledged MQTT copies", async move {
+            let deleted = writer.submit(WriteOp::Broker(rows)).await;
+            ended.inspect(|inbox| inbox.connection_ended());
+            deleted
         });
     }
 
