@@ -1,5 +1,7 @@
 // The REST API as the console uses it: ThingsBoard's paths, the JWT in X-Authorization, and
-// errors carried as ApiError with the server's message.
+// errors carried as ApiError with the server's message. The login's access token is renewed
+// with its refresh token before it expires (and when the server says it has), so a page
+// left open keeps working; when renewal is refused the login is over (`session.onExpired`).
 
 export interface EntityId { id: string; entityType?: string }
 export interface Page<T> { data: T[]; totalPages: number; totalElements: number; hasNext: boolean }
@@ -18,37 +20,140 @@ export interface Customer {
 export interface Attribute { key: string; value: unknown; lastUpdateTs: number }
 
 export class ApiError extends Error {
-  constructor(readonly status: number, message: string) { super(message); }
+  /** `explained`: the server's answer said why (a message in its body), not just its status. */
+  constructor(readonly status: number, message: string, readonly explained = true) { super(message); }
 }
 
 const TOKEN = 'gridlinks.token';
+const REFRESH = 'gridlinks.refreshToken';
 let token: string | null = sessionStorage.getItem(TOKEN);
-let onLogout: () => void = () => {};
+let refreshToken: string | null = sessionStorage.getItem(REFRESH);
+/** When the access token should be renewed (ms, this browser's clock), 0 when unknown. */
+let renewAt = 0;
+let renewTimer: ReturnType<typeof setTimeout> | undefined;
+let refreshing: Promise<Renewal> | null = null;
+let onExpired: () => void = () => {};
+const onToken = new Set<(t: string) => void>();
+
+/** What asking for a new token pair came to. */
+type Renewal = 'renewed' | 'refused' | 'unreachable';
+
+/** The `iat` and `exp` claims (seconds) of a JWT, if it has them. */
+function claims(jwt: string): { iat?: number; exp?: number } {
+  try {
+    const b64 = jwt.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    return JSON.parse(atob(b64)) as { iat?: number; exp?: number };
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * Plans the renewal of a token just received: when three quarters of its lifetime have
+ * passed, at most a minute before it ends. The lifetime is `exp - iat` as the server wrote
+ * them, counted from now on this browser's clock, so a clock set wrong does not matter.
+ */
+function plan(jwt: string) {
+  clearTimeout(renewTimer);
+  const { iat, exp } = claims(jwt);
+  if (!exp) { renewAt = 0; return; }
+  const life = Math.max(1, exp - (iat ?? Math.floor(Date.now() / 1000)));
+  const ahead = Math.min(60, life / 4);
+  renewAt = Date.now() + (life - ahead) * 1000;
+  renewTimer = setTimeout(() => void renewSoon(), renewAt - Date.now());
+}
+
+/** The planned renewal: retried every 5 s while the server cannot be reached. */
+async function renewSoon() {
+  if (!refreshToken) return;
+  if ((await refresh()) === 'unreachable') renewTimer = setTimeout(() => void renewSoon(), 5000);
+}
+
+if (token) plan(token);
 
 export const session = {
   token: () => token,
-  set(t: string | null) {
+  /** Keeps a login: its access token and the refresh token that renews it. */
+  set(t: string | null, refresh: string | null = null) {
     token = t;
+    refreshToken = t ? refresh : null;
     if (t) sessionStorage.setItem(TOKEN, t); else sessionStorage.removeItem(TOKEN);
+    if (refreshToken) sessionStorage.setItem(REFRESH, refreshToken); else sessionStorage.removeItem(REFRESH);
+    if (t) { plan(t); onToken.forEach((f) => f(t)); } else { clearTimeout(renewTimer); renewAt = 0; }
   },
-  /** Called when the server says the token is no longer good (401). */
-  onLogout(f: () => void) { onLogout = f; },
+  /** Called when the login is over and cannot be renewed (the server refused the refresh token, or there was none). */
+  onExpired(f: () => void) { onExpired = f; },
+  /** Called with each new access token (after a renewal): the live session authenticates again with it. */
+  onToken(f: (t: string) => void): () => void { onToken.add(f); return () => { onToken.delete(f); }; },
+  /** The access token, renewed first when it is due (or `force`); null when the login is over. */
+  async fresh(force = false): Promise<string | null> {
+    if (token && refreshToken && (force || (renewAt && Date.now() >= renewAt))) await refresh();
+    return token;
+  },
 };
 
+/**
+ * A new token pair for the refresh token (ThingsBoard's `POST /api/auth/token`). One
+ * request at a time: the server takes each refresh token once, and a second use of it
+ * ends the login. A refusal ends the login here too (`onExpired`); an unreachable server
+ * does not.
+ */
+export function refresh(): Promise<Renewal> {
+  if (!refreshing) refreshing = renew().finally(() => { refreshing = null; });
+  return refreshing;
+}
+
+async function renew(): Promise<Renewal> {
+  const used = refreshToken;
+  if (!used) { expire(); return 'refused'; }
+  let r: Response;
+  try {
+    r = await fetch('/api/auth/token', {
+      method: 'POST', headers: { accept: 'application/json', 'content-type': 'application/json' }, body: JSON.stringify({ refreshToken: used }),
+    });
+  } catch {
+    return 'unreachable';
+  }
+  // Logged out (or in again) meanwhile: this answer is for a login that is gone.
+  if (refreshToken !== used) return token ? 'renewed' : 'refused';
+  if (r.ok) {
+    const pair = (await r.json()) as { token: string; refreshToken: string };
+    session.set(pair.token, pair.refreshToken);
+    return 'renewed';
+  }
+  if (r.status === 401 || r.status === 400 || r.status === 403) { expire(); return 'refused'; }
+  return 'unreachable';
+}
+
+function expire() {
+  if (!token) return;
+  session.set(null);
+  onExpired();
+}
+
 export async function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
-  const headers: Record<string, string> = { accept: 'application/json' };
-  if (body !== undefined) headers['content-type'] = 'application/json';
-  if (token) headers['x-authorization'] = `Bearer ${token}`;
-  const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  let sent = await session.fresh();
+  let r = await send(method, path, sent, body);
+  // Expired or revoked: renewed once and sent again (a refused renewal ends the login).
+  if (r.status === 401 && sent) {
+    if (token === sent) await refresh();
+    if (token && token !== sent) { sent = token; r = await send(method, path, sent, body); }
+  }
   const text = await r.text();
   let json: unknown = null;
   try { json = text ? JSON.parse(text) : null; } catch { json = text; }
   if (!r.ok) {
-    if (r.status === 401 && token) { session.set(null); onLogout(); }
     const msg = (json && typeof json === 'object' && 'message' in json) ? String((json as { message: unknown }).message) : text;
-    throw new ApiError(r.status, msg || `${r.status} ${r.statusText}`);
+    throw new ApiError(r.status, msg || `${r.status} ${r.statusText}`, Boolean(msg));
   }
   return json as T;
+}
+
+function send(method: string, path: string, jwt: string | null, body?: unknown): Promise<Response> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (jwt) headers['x-authorization'] = `Bearer ${jwt}`;
+  return fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
 }
 
 export const get = <T>(path: string) => api<T>('GET', path);
@@ -56,13 +161,21 @@ export const post = <T>(path: string, body?: unknown) => api<T>('POST', path, bo
 export const del = (path: string) => api('DELETE', path);
 
 export async function login(username: string, password: string): Promise<void> {
-  const r = await api<{ token: string }>('POST', '/api/auth/login', { username, password });
-  session.set(r.token);
+  const r = await api<{ token: string; refreshToken: string }>('POST', '/api/auth/login', { username, password });
+  session.set(r.token, r.refreshToken);
+}
+
+/** Sets the password of a new user from its activation link (ThingsBoard's `POST /api/noauth/activate`), which logs it in. */
+export async function activate(activateToken: string, password: string): Promise<void> {
+  const r = await api<{ token: string; refreshToken: string }>('POST', '/api/noauth/activate', { activateToken, password });
+  session.set(r.token, r.refreshToken);
 }
 
 export async function logout(): Promise<void> {
-  try { await api('POST', '/api/auth/logout'); } catch { /* the token goes anyway */ }
+  const t = token;
   session.set(null);
+  // Not through api(): an expired token is not renewed just to end its login.
+  try { await send('POST', '/api/auth/logout', t, {}); } catch { /* the token goes anyway */ }
 }
 
 export const query = (params: Record<string, string | number | undefined | null>) =>

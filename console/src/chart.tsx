@@ -25,15 +25,19 @@ export function Chart({ lines, label }: { lines: Line[]; label: string }) {
   const keys = lines.map((l) => l.key).join('\u0000');
   useEffect(() => {
     if (!host.current) return;
+    const el = host.current;
     const opts: uPlot.Options = {
-      width: Math.max(320, host.current.clientWidth),
+      width: Math.max(200, el.clientWidth),
       height: 260,
       series: [{}, ...lines.map((l, i) => ({ label: l.key, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true }))],
       axes: [{}, {}],
     };
-    plot.current = new uPlot(opts, aligned(lines), host.current);
-    return () => { plot.current?.destroy(); plot.current = null; };
+    plot.current = new uPlot(opts, aligned(lines), el);
+    // Follows its box's width (a phone turned, a window resized).
+    const resized = new ResizeObserver(() => plot.current?.setSize({ width: Math.max(200, el.clientWidth), height: 260 }));
+    resized.observe(el);
+    return () => { resized.disconnect(); plot.current?.destroy(); plot.current = null; };
   }, [keys]);
   useEffect(() => { plot.current?.setData(aligned(lines)); }, [lines]);
-  return <figure><div ref={host} role="img" aria-label={label} data-points={lines.reduce((n, l) => n + l.points.length, 0)} /></figure>;
+  return <figure class="chart"><div ref={host} role="img" aria-label={label} data-points={lines.reduce((n, l) => n + l.points.length, 0)} /></figure>;
 }

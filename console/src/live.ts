@@ -1,6 +1,12 @@
 // One WebSocket session to ThingsBoard's WebSocket API (/api/ws) for the whole console:
-// authCmd first, then TIMESERIES subscriptions; each update goes to its subscriber. The
-// session reopens (and resubscribes) after it drops.
+// authCmd first, then TIMESERIES subscriptions; each update goes to its subscriber.
+//
+// Each socket has its own state (a command is sent on a socket only once it is open and
+// authenticated; until then the subscriptions wait in `subs` and go with the authCmd). The
+// session reopens after it drops, with a growing pause, and subscribes again; a renewed
+// access token is sent on the open session as a new authCmd, and a session the server ended
+// for its token reopens with a renewed one. Its state (`useLiveStatus`) drives the notice
+// the console shows while live data is stopped.
 import { useEffect, useState } from 'preact/hooks';
 import { session } from './api';
 
@@ -10,35 +16,83 @@ type OnError = (message: string) => void;
 
 interface Sub { cmd: Record<string, unknown>; handler: Handler; onError?: OnError }
 
-let ws: WebSocket | null = null;
-let open = false;
+/** `idle`: nothing subscribed; `connecting`: the first socket is opening; `live`; `reconnecting`: it dropped and reopens. */
+export type LiveStatus = 'idle' | 'connecting' | 'live' | 'reconnecting';
+
+/** ThingsBoard's WebSocket error code for a missing, invalid or expired token. */
+const UNAUTHORIZED = 3;
+/** Pauses before reopening a dropped session: 1 s, doubling up to 10 s. */
+const RETRY_FIRST_MS = 1000;
+const RETRY_MAX_MS = 10_000;
+/** How long the session stays open with nothing subscribed (a page change subscribes again at once). */
+const LINGER_MS = 3000;
+
+/** The socket and what is known of it. */
+interface Conn { ws: WebSocket; ready: boolean }
+
+let conn: Conn | null = null;
 let nextId = 1;
 const subs = new Map<number, Sub>();
+let retryMs = RETRY_FIRST_MS;
+let retryTimer: ReturnType<typeof setTimeout> | undefined;
+let lingerTimer: ReturnType<typeof setTimeout> | undefined;
+let status: LiveStatus = 'idle';
+/** Set when the server refused the session's token (expired, revoked): the next session renews it first. */
+let refused = false;
+const watchers = new Set<(s: LiveStatus) => void>();
 
-function send(msg: unknown) {
-  if (ws && open) ws.send(JSON.stringify(msg));
+function setStatus(s: LiveStatus) {
+  if (s === status) return;
+  status = s;
+  watchers.forEach((f) => f(s));
 }
+
+/** Sends on the current socket if it is open and authenticated; otherwise the subscriptions go with the next authCmd. */
+function send(msg: unknown) {
+  if (conn?.ready) conn.ws.send(JSON.stringify(msg));
+}
+
+const allCmds = () => [...subs.entries()].map(([id, sub]) => ({ ...sub.cmd, cmdId: id }));
 
 function connect() {
+  clearTimeout(retryTimer);
+  retryTimer = undefined;
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/ws`;
-  const s = new WebSocket(url);
-  ws = s;
-  s.onopen = () => {
-    open = true;
-    s.send(JSON.stringify({ authCmd: { cmdId: 0, token: session.token() }, cmds: [...subs.entries()].map(([id, sub]) => ({ ...sub.cmd, cmdId: id })) }));
+  const c: Conn = { ws: new WebSocket(url), ready: false };
+  conn = c;
+  c.ws.onopen = async () => {
+    // A token that is due (or that the server refused last time) is renewed first.
+    const token = await session.fresh(refused);
+    if (conn !== c) return;
+    if (!token) { c.ws.close(); return; }
+    refused = false;
+    c.ws.send(JSON.stringify({ authCmd: { cmdId: 0, token }, cmds: allCmds() }));
+    c.ready = true;
+    retryMs = RETRY_FIRST_MS;
+    setStatus('live');
   };
-  s.onmessage = (ev) => {
-    const u = JSON.parse(ev.data as string);
-    const sub = subs.get(u.subscriptionId);
-    if (sub && u.errorCode === 0) sub.handler(u.data as Series);
+  c.ws.onmessage = (ev) => {
+    if (conn !== c) return;
+    let u: { subscriptionId?: number; errorCode?: number; errorMsg?: string; data?: Series };
+    try { u = JSON.parse(ev.data as string); } catch { return; }
+    if (u.errorCode === UNAUTHORIZED) refused = true;
+    const sub = subs.get(u.subscriptionId ?? 0);
+    if (sub && u.errorCode === 0) sub.handler(u.data ?? {});
     else if (sub) sub.onError?.(String(u.errorMsg ?? `error ${u.errorCode}`));
   };
-  s.onclose = () => {
-    open = false;
-    if (ws === s) ws = null;
-    if (subs.size > 0 && session.token()) setTimeout(() => { if (!ws && subs.size > 0) connect(); }, 1000);
+  c.ws.onclose = () => {
+    if (conn !== c) return;
+    conn = null;
+    if (subs.size === 0 || !session.token()) { setStatus('idle'); return; }
+    setStatus('reconnecting');
+    const wait = retryMs;
+    retryMs = Math.min(RETRY_MAX_MS, retryMs * 2);
+    retryTimer = setTimeout(() => { if (!conn && subs.size > 0 && session.token()) connect(); }, wait);
   };
 }
+
+// A renewed token goes to the open session; one still opening takes it with its authCmd.
+session.onToken((token) => { send({ authCmd: { cmdId: 0, token } }); });
 
 /** Subscribes to a device's time series (all keys), optionally with a window of past points; returns the unsubscribe. */
 export function subscribeTimeseries(deviceId: string, handler: Handler, timeWindow?: number, onError?: OnError): () => void {
@@ -46,18 +100,41 @@ export function subscribeTimeseries(deviceId: string, handler: Handler, timeWind
   const cmd: Record<string, unknown> = { type: 'TIMESERIES', entityType: 'DEVICE', entityId: deviceId };
   if (timeWindow) { cmd.timeWindow = timeWindow; cmd.limit = 1000; }
   subs.set(id, { cmd, handler, onError });
-  if (!ws) connect(); else send({ cmds: [{ ...cmd, cmdId: id }] });
+  clearTimeout(lingerTimer);
+  if (conn) send({ cmds: [{ ...cmd, cmdId: id }] });
+  else if (retryTimer === undefined) { setStatus(status === 'reconnecting' ? status : 'connecting'); connect(); }
   return () => {
-    subs.delete(id);
+    if (!subs.delete(id)) return;
     send({ cmds: [{ cmdId: id, type: 'TIMESERIES', unsubscribe: true }] });
-    if (subs.size === 0 && ws) { ws.close(); ws = null; }
+    if (subs.size === 0) {
+      clearTimeout(lingerTimer);
+      lingerTimer = setTimeout(() => { if (subs.size === 0) closeLive(); }, LINGER_MS);
+    }
   };
 }
 
+/** Ends the session and forgets every subscription (logging out). */
 export function closeLive() {
   subs.clear();
-  ws?.close();
-  ws = null;
+  clearTimeout(retryTimer);
+  retryTimer = undefined;
+  clearTimeout(lingerTimer);
+  const c = conn;
+  conn = null;
+  c?.ws.close();
+  retryMs = RETRY_FIRST_MS;
+  setStatus('idle');
+}
+
+/** The live session's state, kept current. */
+export function useLiveStatus(): LiveStatus {
+  const [s, setS] = useState(status);
+  useEffect(() => {
+    setS(status);
+    watchers.add(setS);
+    return () => { watchers.delete(setS); };
+  }, []);
+  return s;
 }
 
 export type Points = Record<string, [number, number][]>;
@@ -70,7 +147,7 @@ function useFolded<T>(deviceId: string, empty: () => T, fold: (old: T, data: Ser
   useEffect(() => {
     setValue(empty());
     setError(null);
-    return subscribeTimeseries(deviceId, (data) => setValue((old) => fold(old, data)), timeWindow, setError);
+    return subscribeTimeseries(deviceId, (data) => { setError(null); setValue((old) => fold(old, data)); }, timeWindow, setError);
   }, [deviceId, timeWindow]);
   return { value, error };
 }
@@ -83,7 +160,9 @@ export function useLivePoints(deviceId: string, windowMs: number, max = 1000): {
     for (const [k, pts] of Object.entries(data)) {
       const nums = pts.map(([ts, v]) => [ts, Number(v)] as [number, number]).filter(([, v]) => Number.isFinite(v));
       if (nums.length === 0) continue;
-      next[k] = [...(next[k] ?? []), ...nums].filter(([ts]) => ts >= since).sort((a, b) => a[0] - b[0]).slice(-max);
+      // A resubscription (after a reconnect) sends the window again: points already held are not doubled.
+      const merged = new Map([...(next[k] ?? []), ...nums].map((p) => [p[0], p]));
+      next[k] = [...merged.values()].filter(([ts]) => ts >= since).sort((a, b) => a[0] - b[0]).slice(-max);
     }
     return next;
   }, windowMs);

@@ -182,9 +182,11 @@ function DeviceLatest({ device, keys, label }: { device: string; keys: string[];
   const { latest, error } = useLatest(device);
   if (error) return <ErrorBox error={error} />;
   return (
-    <table aria-label={label}>
-      <tbody>{keys.map((k) => <tr data-key={k}><th scope="row">{k}</th><td class="value">{latest[k]?.[1] ?? '–'}</td><td>{latest[k] ? fmtTime(latest[k][0]) : ''}</td></tr>)}</tbody>
-    </table>
+    <div class="overflow-auto">
+      <table aria-label={label}>
+        <tbody>{keys.map((k) => <tr data-key={k}><th scope="row">{k}</th><td class="value">{latest[k]?.[1] ?? '–'}</td><td>{latest[k] ? fmtTime(latest[k][0]) : ''}</td></tr>)}</tbody>
+      </table>
+    </div>
   );
 }
 

@@ -1,7 +1,7 @@
 // One device: latest values and a live chart over the WebSocket API, history with a range
 // and aggregation, attributes (shared and server ones editable), and RPC.
 import { useMemo, useState } from 'preact/hooks';
-import { api, del, fmtTime, get, post, query, typed, type Attribute, type Device, type User } from '../api';
+import { api, ApiError, del, fmtTime, get, post, query, typed, type Attribute, type Device, type User } from '../api';
 import { Chart, type Line } from '../chart';
 import { ErrorBox, useAction, useLoad } from '../components';
 import { useLatest, useLivePoints } from '../live';
@@ -37,10 +37,12 @@ function Live({ id }: { id: string }) {
       <h2>Latest values</h2>
       <ErrorBox error={error} />
       {keys.length === 0 ? <p>No telemetry yet.</p> : (
-        <table aria-label="Latest values">
-          <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Time</th></tr></thead>
-          <tbody>{keys.map((k) => <tr key={k} data-key={k}><td>{k}</td><td class="value">{latest[k][1]}</td><td>{fmtTime(latest[k][0])}</td></tr>)}</tbody>
-        </table>
+        <div class="overflow-auto">
+          <table aria-label="Latest values">
+            <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Time</th></tr></thead>
+            <tbody>{keys.map((k) => <tr key={k} data-key={k}><td>{k}</td><td class="value">{latest[k][1]}</td><td>{fmtTime(latest[k][0])}</td></tr>)}</tbody>
+          </table>
+        </div>
       )}
       <h3>Live, last 10 minutes</h3>
       {lines.length === 0 ? <p>No numeric telemetry in the last 10 minutes.</p> : <Chart lines={lines} label="Live telemetry chart" />}
@@ -126,7 +128,7 @@ function AttributeScope({ id, scope, title, editable }: { id: string; scope: str
     <section>
       <h3>{title}</h3>
       <ErrorBox error={list.error ?? action.error} />
-      <table aria-label={title}>
+      <div class="overflow-auto"><table aria-label={title}>
         <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Updated</th>{editable && <th scope="col">Actions</th>}</tr></thead>
         <tbody>
           {(list.data ?? []).map((a) => (
@@ -141,7 +143,7 @@ function AttributeScope({ id, scope, title, editable }: { id: string; scope: str
             </tr>
           ))}
         </tbody>
-      </table>
+      </table></div>
       {editable && (
         <form id={fid} class="grid" onSubmit={(e) => { e.preventDefault(); void save(key, value); }}>
           <label>Key<input required value={key} onInput={(e) => setKey(e.currentTarget.value)} /></label>
@@ -152,6 +154,14 @@ function AttributeScope({ id, scope, title, editable }: { id: string; scope: str
     </section>
   );
 }
+
+/** What ThingsBoard's RPC statuses mean, for an answer without a message. */
+const RPC_STATUS: Record<number, string> = {
+  409: 'the device is not connected (no session subscribed to RPC requests).',
+  408: 'the device did not answer within the timeout.',
+  504: 'the device did not answer within the timeout.',
+  406: 'the device answered with something that is not JSON.',
+};
 
 /** Sends an RPC to the device and shows its reply (two-way) or that it was delivered (one-way). */
 function Rpc({ id }: { id: string }) {
@@ -165,8 +175,14 @@ function Rpc({ id }: { id: string }) {
     e.preventDefault();
     setReply(null);
     void action.run(async () => {
-      const r = await api('POST', `/api/plugins/rpc/${twoWay ? 'twoway' : 'oneway'}/${id}`, { method, params: typed(params), timeout });
-      setReply(r === null ? 'Delivered.' : JSON.stringify(r, null, 2));
+      try {
+        const r = await api('POST', `/api/plugins/rpc/${twoWay ? 'twoway' : 'oneway'}/${id}`, { method, params: typed(params), timeout });
+        setReply(r === null ? 'Delivered.' : JSON.stringify(r, null, 2));
+      } catch (err) {
+        // The server says why in its body; a server that does not gets its status explained here.
+        if (err instanceof ApiError && !err.explained && RPC_STATUS[err.status]) throw new Error(`RPC failed (${err.status}): ${RPC_STATUS[err.status]}`);
+        throw err;
+      }
     });
   };
   return (

@@ -1,6 +1,6 @@
 // The device list: search, sort, paging; create, edit (customer assignment), delete; copy a
-// device's access token.
-import { useEffect, useState } from 'preact/hooks';
+// device's access token (or, where the browser gives no clipboard, show it selected).
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, customerOf, del, get, post, query, fmtTime, type Customer, type Device, type Page, type User } from '../api';
 import { Dialog, ErrorBox, FormEnd, Pager, SortHeader, useAction, useLoad, type Sort } from '../components';
 
@@ -14,6 +14,7 @@ export function Devices({ me }: { me: User }) {
   const [sort, setSort] = useState<Sort>({ property: 'name', desc: false });
   const [editing, setEditing] = useState<Device | 'new' | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
+  const [shown, setShown] = useState<{ name: string; token: string } | null>(null);
   const action = useAction();
   const admin = me.authority === 'TENANT_ADMIN';
   // Typing waits 250 ms before it searches.
@@ -25,9 +26,17 @@ export function Devices({ me }: { me: User }) {
   }, [page, size, text, sort.property, sort.desc]);
 
   const copyToken = (d: Device) => action.run(async () => {
+    setNotice(null);
     const c = await get<{ credentialsId: string; credentialsType: string }>(`/api/device/${d.id.id}/credentials`);
-    await navigator.clipboard.writeText(c.credentialsId);
-    setNotice(`Access token of ${d.name} copied.`);
+    // The clipboard API exists only in a secure context (HTTPS or localhost), and may be refused:
+    // then the token is shown, selected, to copy by hand.
+    try {
+      if (!navigator.clipboard) throw new Error('no clipboard');
+      await navigator.clipboard.writeText(c.credentialsId);
+      setNotice(`Access token of ${d.name} copied.`);
+    } catch {
+      setShown({ name: d.name, token: c.credentialsId });
+    }
   });
   const remove = (d: Device) => {
     if (!confirm(`Delete device ${d.name} and all its data?`)) return;
@@ -80,8 +89,35 @@ export function Devices({ me }: { me: User }) {
         </table>
       </div>
       {list.data && <Pager page={page} totalPages={list.data.totalPages} total={list.data.totalElements} setPage={setPage} />}
+      {shown && <TokenDialog name={shown.name} token={shown.token} onClose={() => setShown(null)} />}
       {editing && <DeviceForm device={editing === 'new' ? null : editing} onClose={(saved) => { setEditing(null); if (saved) list.reload(); }} />}
     </section>
+  );
+}
+
+/** A device's access token, selected, for a browser that would not copy it (no clipboard on plain HTTP). */
+function TokenDialog({ name, token, onClose }: { name: string; token: string; onClose: () => void }) {
+  const input = useRef<HTMLInputElement>(null);
+  const [copied, setCopied] = useState<boolean | null>(null);
+  useEffect(() => { input.current?.focus(); input.current?.select(); }, []);
+  const copy = () => {
+    input.current?.select();
+    // The old way, which works without a secure context while the user clicks.
+    let ok = false;
+    try { ok = document.execCommand('copy'); } catch { ok = false; }
+    setCopied(ok);
+  };
+  return (
+    <Dialog title={`Access token of ${name}`} onClose={onClose}>
+      <p>This browser does not let the console write to the clipboard (it does only on HTTPS or localhost). The token is selected: copy it with Ctrl+C (⌘C).</p>
+      <input ref={input} readOnly value={token} aria-label={`Access token of ${name}`} class="token" onFocus={(e) => e.currentTarget.select()} />
+      {copied === true && <p role="status">Copied.</p>}
+      {copied === false && <p role="status">The browser refused to copy: copy the selected token with Ctrl+C (⌘C).</p>}
+      <footer>
+        <button type="button" class="secondary" onClick={copy}>Copy</button>
+        <button type="button" onClick={onClose}>Close</button>
+      </footer>
+    </Dialog>
   );
 }
 

@@ -141,7 +141,7 @@ export function Import() {
       </div>
       {text !== null && (
         <>
-          <table aria-label="Column mapping">
+          <div class="overflow-auto"><table aria-label="Column mapping">
             <thead><tr><th scope="col">Column</th><th scope="col">Holds</th><th scope="col">Key</th></tr></thead>
             <tbody>
               {columns.map((c, i) => (
@@ -154,7 +154,7 @@ export function Import() {
                 </tr>
               ))}
             </tbody>
-          </table>
+          </table></div>
           <button type="button" onClick={() => void run()} aria-busy={action.busy} disabled={action.busy}>Import {fileName}</button>
         </>
       )}
