@@ -49,6 +49,7 @@ function decode(f, session) {
   }
   if (control === LOGIN) {
     if (p.length < 19) throw new Error("login too short: " + f.length + " bytes");
+    out.login = true;
     let model = "";
     for (let i = 19; i < p.length && p[i] !== 0; i++) {
       model += (p[i] >= 0x20 && p[i] < 0x7f) ? String.fromCharCode(p[i]) : "?";

@@ -174,6 +174,7 @@ pub fn decode(frame: &[u8], session: Session<'_>) -> Result<Uplink, DecodeError>
     match control {
         LOGIN => {
             need(p, "login", LOGIN_LEN)?;
+            up.login = true;
             let model = &p[LOGIN_LEN..];
             let model = &model[..model.iter().position(|&b| b == 0).unwrap_or(model.len())];
             let model: String =

@@ -17,6 +17,9 @@ pub struct Uplink {
     /// The device that sent it, as the protocol names devices (an address, a serial
     /// number); `None` when the frame does not say (the connection's device then).
     pub identity: Option<String>,
+    /// The frame is a login: where a listener has `require_login`, only such a frame binds
+    /// a connection to the device its identity names.
+    pub login: bool,
     /// Time-series records.
     pub telemetry: Vec<TsRecord>,
     /// Client-scope attributes.

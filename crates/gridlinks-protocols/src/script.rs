@@ -7,6 +7,8 @@
 //! `null` (nothing to store, nothing to answer) or an object with any of
 //!
 //! - `identity`: the device, as a string (an address, a serial number);
+//! - `login`: `true` when the frame is the device's login (listeners with `require_login`
+//!   bind a connection only on such a frame);
 //! - `telemetry`: ThingsBoard's telemetry shapes (`{"key": value}`, `{"ts", "values"}`, or an
 //!   array of these); without `ts`, the frame's arrival time;
 //! - `attributes`: client attributes, a flat object;
@@ -275,6 +277,7 @@ fn uplink<'js>(ctx: &Ctx<'js>, out: Value<'js>, now: Ts, lim: PayloadLimits) -> 
         }
         match key.as_str() {
             "identity" => up.identity = Some(string(&v).ok_or("identity must be a string")?),
+            "login" => up.login = v.as_bool().ok_or("login must be true or false")?,
             "telemetry" => up.telemetry = telemetry(ctx, v, now, lim, &mut count)?,
             "attributes" => {
                 let o = object(v).ok_or("attributes must be an object")?;
@@ -284,7 +287,7 @@ fn uplink<'js>(ctx: &Ctx<'js>, out: Value<'js>, now: Ts, lim: PayloadLimits) -> 
             "rpcResponse" => up.rpc_responses = rpc_responses(ctx, v)?,
             other => {
                 return Err(format!(
-                    "decode returned an unknown field {other:?} (expected identity, telemetry, attributes, replies, rpcResponse)"
+                    "decode returned an unknown field {other:?} (expected identity, login, telemetry, attributes, replies, rpcResponse)"
                 ))
             }
         }
@@ -422,7 +425,8 @@ fn typed<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> Result<Option<GlValue>, String> 
 /// A `Uint8Array`, or an array of integers 0..255, as bytes (replies, `crc16modbus`).
 fn bytes(v: Value<'_>) -> Result<Vec<u8>, &'static str> {
     if let Ok(t) = TypedArray::<u8>::from_value(v.clone()) {
-        return Ok(t.as_bytes().map(<[u8]>::to_vec).unwrap_or_default());
+        // SAFETY: the slice is copied at once; no JavaScript runs while it lives.
+        return Ok(unsafe { t.as_bytes() }.map(<[u8]>::to_vec).unwrap_or_default());
     }
     let arr = v.into_array().ok_or("not a Uint8Array or an array of bytes")?;
     arr.iter::<Value>()
@@ -548,6 +552,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(caught.decode(&[0], NOW), Err(DecodeError::Timeout(50)));
+    }
+
+    #[test]
+    fn the_time_limit_stops_a_backtracking_regular_expression() {
+        // `/^(a+)+$/` on 42 `a`s and a `b` backtracks 2^42 times: without the interrupt
+        // reaching the regular-expression engine it runs for hours.
+        let s = Script::load(
+            "redos",
+            r#"function decode(b) {
+                 const text = String.fromCharCode.apply(null, b);
+                 return { telemetry: { matched: /^(a+)+$/.test(text) ? 1 : 0 } };
+               }"#,
+            limits(),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut frame = vec![b'a'; 42];
+            frame.push(b'b');
+            let _ = tx.send((s.decode(&frame, NOW), s.decode(b"aaaa", NOW)));
+        });
+        // A hang guard, not a speed check.
+        let (slow, quick) = rx.recv_timeout(Duration::from_secs(120)).expect("the regular expression was not stopped");
+        assert_eq!(slow, Err(DecodeError::Timeout(50)));
+        assert_eq!(quick.unwrap().telemetry[0].values, vec![("matched".into(), Value::Long(1))]);
     }
 
     #[test]
