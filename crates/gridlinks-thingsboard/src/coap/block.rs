@@ -150,8 +150,8 @@ impl<K: Hash + Eq + Clone> Uploads<K> {
         }
     }
 
-    /// Forgets uploads older than the lifetime.
-    fn expire(&mut self, now: Instant) {
+    /// Forgets uploads older than the lifetime (also done by every [`Uploads::offer`]).
+    pub fn expire(&mut self, now: Instant) {
         while let Some((at, _)) = self.order.front() {
             if now.duration_since(*at) < self.lifetime || !self.evict_oldest() {
                 break;

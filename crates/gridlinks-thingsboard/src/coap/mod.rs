@@ -1,8 +1,13 @@
 //! ThingsBoard's CoAP device API resources, from a request's method, Uri-Path segments and
 //! Uri-Query options ([`Parts`], read from a coap-lite packet): what the request asks for,
-//! or why it cannot be served; and block-wise transfer ([`block`]).
+//! or why it cannot be served; block-wise transfer ([`block`]); the message format and
+//! option checks before a request is served ([`message`]); the deduplication store
+//! ([`exchange`]); address verification against amplification ([`echo`]). All sans-IO.
 
 pub mod block;
+pub mod echo;
+pub mod exchange;
+pub mod message;
 
 use coap_lite::{CoapOption, MessageClass, Packet, RequestType};
 
