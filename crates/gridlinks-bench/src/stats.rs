@@ -147,18 +147,30 @@ pub struct LatencyRecorder {
 impl LatencyRecorder {
     /// Records one latency.
     pub fn record(&mut self, latency: Duration) {
+        self.record_at(latency, Instant::now());
+    }
+
+    /// Records one latency measured at `now` (the clock is a parameter so the batching
+    /// can be tested without sleeping).
+    fn record_at(&mut self, latency: Duration, now: Instant) {
         if self.pending.capacity() == 0 {
             self.pending.reserve_exact(RECORD_BATCH);
         }
         self.pending.push(micros(latency));
-        if self.pending.len() >= RECORD_BATCH || self.flushed.is_none_or(|t| t.elapsed() >= FLUSH_EVERY) {
-            self.flush();
+        if self.pending.len() >= RECORD_BATCH
+            || self.flushed.is_none_or(|t| now.saturating_duration_since(t) >= FLUSH_EVERY)
+        {
+            self.flush_at(now);
         }
     }
 
     /// Moves the buffered values into the shared shard.
     pub fn flush(&mut self) {
-        self.flushed = Some(Instant::now());
+        self.flush_at(Instant::now());
+    }
+
+    fn flush_at(&mut self, now: Instant) {
+        self.flushed = Some(now);
         if self.pending.is_empty() {
             return;
         }
@@ -219,21 +231,22 @@ mod tests {
         // A device publishing every 150 ms: far fewer than a batch in a second, but
         // each value must be readable from the shard (the per-second timeline) while
         // the recorder is still alive.
+        // The clock is given, not slept on: a busy machine cannot stretch "quick".
         let shards = LatencyShards::new(2);
         let mut rec = shards.recorder(1);
-        rec.record(Duration::from_millis(1));
+        let mut now = Instant::now();
+        rec.record_at(Duration::from_millis(1), now);
         assert_eq!(shards.merged().len(), 1, "the first value goes straight in");
         for i in 2..=4u64 {
-            std::thread::sleep(FLUSH_EVERY + Duration::from_millis(50));
-            rec.record(Duration::from_millis(i));
+            now += FLUSH_EVERY + Duration::from_millis(50);
+            rec.record_at(Duration::from_millis(i), now);
             assert_eq!(shards.merged().len(), i, "value {i} still pending");
         }
         // Quick successive values are batched, and in the shard within FLUSH_EVERY.
-        rec.record(Duration::from_millis(5));
-        rec.record(Duration::from_millis(6));
+        rec.record_at(Duration::from_millis(5), now + Duration::from_millis(1));
+        rec.record_at(Duration::from_millis(6), now + Duration::from_millis(2));
         assert_eq!(shards.merged().len(), 4, "batched");
-        std::thread::sleep(FLUSH_EVERY);
-        rec.record(Duration::from_millis(7));
+        rec.record_at(Duration::from_millis(7), now + FLUSH_EVERY);
         assert_eq!(shards.merged().len(), 7);
         drop(rec);
     }

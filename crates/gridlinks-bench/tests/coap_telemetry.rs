@@ -1,5 +1,8 @@
 //! `coap-telemetry` against the real `gridlinks` binary: devices post over CoAP, at full
 //! speed and at a fixed rate, and every acknowledged point is stored.
+//!
+//! Nothing here depends on how fast the machine is: the counts checked are those of
+//! requests sent and answered (however late), not of answers inside the load's window.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -14,14 +17,20 @@ fn every_acknowledged_coap_post_is_stored() {
         assert!(out.contains("LOSS CHECK PASSED"), "{out}");
         let run = &r["run"];
         assert_eq!(run["failed"], 0, "{run}");
-        let acked = run["acked"].as_u64().unwrap();
+        let (sent, answered, acked) =
+            (run["sent"].as_u64().unwrap(), run["answered"].as_u64().unwrap(), run["acked"].as_u64().unwrap());
+        // Every request was answered, each answer is a stored point, and the answers
+        // counted inside the window are some of them.
+        assert_eq!(answered, sent, "{run}");
+        assert!(acked <= answered, "{run}");
         assert_eq!(run["loss_check"]["missing"], 0, "{run}");
-        assert!(run["loss_check"]["points_acked"].as_u64().unwrap() >= acked, "{run}");
+        assert_eq!(run["loss_check"]["points_acked"].as_u64().unwrap(), answered, "{run}");
         if rate == "300" {
-            // 300/s for 1.5 s: about 450, whatever the machine.
-            assert!((350..=470).contains(&acked), "{run}");
+            // 300/s for 1.5 s: 450 requests are due before the end, and each is sent
+            // however late the machine gets to it (±1 for rounding at the boundary).
+            assert!((440..=460).contains(&sent), "{run}");
         } else {
-            assert!(acked > 0, "{run}");
+            assert!(sent >= 20, "each device sends at least once: {run}");
         }
     }
 }

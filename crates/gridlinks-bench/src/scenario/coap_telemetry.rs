@@ -45,8 +45,14 @@ pub struct CoapRun {
     pub rate: f64,
     /// Seconds of the load.
     pub seconds: f64,
+    /// Requests sent (first transmissions): at a fixed rate, every request due before the
+    /// end of the load, however late the machine gets to it; so the count follows from
+    /// the rate and duration alone.
+    pub sent: u64,
     /// Requests answered 2.01 within the load.
     pub acked: u64,
+    /// Requests answered 2.01 in all, including those answered after the load's end.
+    pub answered: u64,
     /// Retransmissions sent.
     pub retransmissions: u64,
     /// Answered requests per second.
@@ -71,6 +77,8 @@ struct Shared {
     phase: tokio::sync::watch::Receiver<Option<(Instant, Instant)>>,
     latency: Arc<LatencyShards>,
     acked: AtomicU64,
+    sent: AtomicU64,
+    answered: AtomicU64,
     retransmissions: AtomicU64,
     period: Option<Duration>,
     devices: usize,
@@ -100,6 +108,8 @@ pub async fn run(args: CoapTelemetryArgs) -> anyhow::Result<std::process::ExitCo
         phase: phase_rx,
         latency: LatencyShards::new(16),
         acked: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+        answered: AtomicU64::new(0),
         retransmissions: AtomicU64::new(0),
         period: (args.rate > 0.0).then(|| Duration::from_secs_f64(n as f64 / args.rate)),
         devices: n,
@@ -136,7 +146,9 @@ pub async fn run(args: CoapTelemetryArgs) -> anyhow::Result<std::process::ExitCo
         first_error,
         rate: args.rate,
         seconds,
+        sent: shared.sent.load(Ordering::Relaxed),
         acked,
+        answered: shared.answered.load(Ordering::Relaxed),
         retransmissions: shared.retransmissions.load(Ordering::Relaxed),
         msgs_per_second: acked as f64 / seconds,
         server_cpu_seconds: cpu,
@@ -206,6 +218,9 @@ async fn post_loop(
     loop {
         let due = match (shared.period, offset) {
             (Some(p), Some(o)) => start + o + p.mul_f64(seq as f64),
+            // As fast as ACKs allow: the first request is due at the start, so each
+            // device sends at least one however late its task runs.
+            _ if seq == 0 => start,
             _ => Instant::now(),
         };
         if due >= end {
@@ -217,6 +232,7 @@ async fn post_loop(
         let ts = loss_check::unix_millis().max(last_ts + 1);
         last_ts = ts;
         let request = post(mid, token, &format!(r#"{{"ts":{ts},"values":{{"seq":{seq}}}}}"#))?;
+        shared.sent.fetch_add(1, Ordering::Relaxed);
         let mut timeout = ACK_TIMEOUT;
         let mut tries = 0;
         let response = loop {
@@ -236,6 +252,7 @@ async fn post_loop(
         }
         latency.record(due.elapsed());
         acks.push(ts, loss_check::unix_millis());
+        shared.answered.fetch_add(1, Ordering::Relaxed);
         if Instant::now() <= end {
             shared.acked.fetch_add(1, Ordering::Relaxed);
         }

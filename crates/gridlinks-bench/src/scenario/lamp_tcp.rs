@@ -9,7 +9,8 @@
 //!    sequence numbers from 2), as fast as replies allow (`--window` unanswered at most) or
 //!    at `--rate` reports/s over all controllers. Each reply is checked (control code `81`,
 //!    same sequence number); its latency is measured from the report's send time, or from
-//!    its scheduled time at a fixed rate.
+//!    its scheduled time at a fixed rate. At a fixed rate every report due within
+//!    `--duration` is sent, however late, so the count sent follows from rate and duration.
 //! 3. **drain**: controllers wait for their last replies, then close.
 //! 4. **verify** (`--verify`): every answered sequence number must be stored, as the `seq`
 //!    of device `lamp-{id}` (the server stamps reports itself, so the check reads values).
@@ -61,8 +62,13 @@ pub struct LampRun {
     pub rate: f64,
     /// Seconds of the report phase.
     pub seconds: f64,
-    /// Reports answered.
+    /// Reports sent: at a fixed rate, every report due before the end of the phase,
+    /// however late the machine gets to it, so the count follows from rate and duration.
+    pub sent: u64,
+    /// Reports answered within the report phase.
     pub replies: u64,
+    /// Reports answered in all, including those answered after the phase's end.
+    pub answered: u64,
     /// Answered reports per second.
     pub reports_per_second: f64,
     /// Server CPU seconds in the report phase.
@@ -154,6 +160,8 @@ struct Shared {
     phase: tokio::sync::watch::Receiver<Option<(Instant, Instant)>>,
     latency: Arc<LatencyShards>,
     replies: AtomicU64,
+    sent: AtomicU64,
+    answered: AtomicU64,
     /// Seconds between two reports of one controller at a fixed rate (None: as fast as replies allow).
     period: Option<Duration>,
     window: usize,
@@ -177,6 +185,8 @@ async fn run_one(args: &LampTcpArgs, bins: &Binaries, decoder: LampDecoder) -> a
         phase: phase_rx,
         latency: LatencyShards::new(16),
         replies: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+        answered: AtomicU64::new(0),
         period: (args.rate > 0.0).then(|| Duration::from_secs_f64(n as f64 / args.rate)),
         window: usize::from(args.window),
         controllers: n,
@@ -220,7 +230,9 @@ async fn run_one(args: &LampTcpArgs, bins: &Binaries, decoder: LampDecoder) -> a
         first_error,
         rate: args.rate,
         seconds,
+        sent: shared.sent.load(Ordering::Relaxed),
         replies,
+        answered: shared.answered.load(Ordering::Relaxed),
         reports_per_second: replies as f64 / seconds,
         server_cpu_seconds: cpu,
         reports_per_cpu_second: if cpu > 0.0 { replies as f64 / cpu } else { 0.0 },
@@ -310,9 +322,14 @@ async fn report(
         let now = Instant::now();
         let due = match (shared.period, offset) {
             (Some(p), Some(o)) => start + o + p * k,
+            // As fast as replies allow: the first report is due at the start, so each
+            // controller reports at least once however late its task runs.
+            _ if k == 0 => start,
             _ => now,
         };
-        let may_send = now < end && sent.len() < shared.window.max(1) && due <= now;
+        // At a fixed rate every report due before the end is sent, late or not.
+        let more = due < end;
+        let may_send = more && sent.len() < shared.window.max(1) && due <= now;
         if may_send {
             seq += 1;
             k += 1;
@@ -325,14 +342,15 @@ async fn report(
                 temperature: 20,
             };
             stream.write_all(&lamp::report_frame(address, seq, &r)).await.map_err(|e| format!("write: {e}"))?;
+            shared.sent.fetch_add(1, Ordering::Relaxed);
             sent.push_back((seq, due));
             continue;
         }
         if sent.is_empty() {
-            if now >= end {
+            if !more {
                 break;
             }
-            tokio::time::sleep_until(due.min(end)).await;
+            tokio::time::sleep_until(due).await;
             continue;
         }
         let reply = next_reply(&mut stream, &mut framer, &mut buf).await?;
@@ -342,6 +360,7 @@ async fn report(
         }
         latency.record(at.elapsed());
         acks.push(u64::from(want), loss_check::unix_millis());
+        shared.answered.fetch_add(1, Ordering::Relaxed);
         if Instant::now() <= end {
             shared.replies.fetch_add(1, Ordering::Relaxed);
         }
