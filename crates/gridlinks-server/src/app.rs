@@ -454,6 +454,7 @@ pub async fn serve(
         enqueue_timeout: cfg.storage.enqueue_timeout.duration(),
         max_keys: cfg.storage.max_keys,
         min_free_bytes: cfg.storage.min_free_mb * 1024 * 1024,
+        max_devices_per_tenant: cfg.limits.max_devices_per_tenant,
     })?;
     let follower = crate::cluster::follow_entities(&cfg.cluster, &writer).await?;
 
@@ -551,7 +552,8 @@ pub async fn serve(
     };
     let cluster = crate::cluster::start(&cfg.cluster, &store, &writer).await?;
     let live = Arc::new(live);
-    let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway);
+    let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway)
+        .gateways_adopt(cfg.limits.gateway_adopts_devices);
     let (ts, backends, bus, cluster_tasks) = (cluster.ts, cluster.backends, cluster.bus, cluster.tasks);
     let core = Core {
         cfg: Arc::new(cfg),
@@ -582,14 +584,30 @@ pub async fn serve(
     let coap_metrics = Arc::new(crate::coap::CoapMetrics::default());
     let core = Arc::new(core);
     let mut tcp_shared = Vec::new();
+    // One script pool for every listener that runs scripts.
+    let mut scripts = None;
     for (l, listener) in tcp_listeners {
         let protocol = crate::tcp::Protocol::load(&core, &l)
             .with_context(|| format!("tcp.listeners ({}, protocol {})", l.bind, l.protocol))?;
+        let pool = if protocol.uses_script() {
+            if scripts.is_none() {
+                let threads = match core.cfg.tcp.script_threads {
+                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    n => n,
+                };
+                let pool = crate::tcp::scripts::ScriptPool::start(threads).context("starting the script threads")?;
+                scripts = Some(Arc::new(pool));
+            }
+            scripts.clone()
+        } else {
+            None
+        };
         let shared = crate::tcp::Shared {
             core: core.clone(),
             mqtt: mqtt.clone(),
             protocol: Arc::new(protocol),
             metrics: tcp_metrics.clone(),
+            scripts: pool,
         };
         tcp_shared.push((listener, shared));
     }

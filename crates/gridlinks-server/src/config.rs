@@ -172,8 +172,11 @@ pub struct TcpConfig {
     pub idle_timeout: Seconds,
     /// Longest a decoder script may run on one frame.
     pub script_timeout: Millis,
-    /// Most memory a decoder script may hold (per script and server thread), MiB.
+    /// Most memory a decoder script may hold (per script and script thread), MiB.
     pub script_memory_mb: usize,
+    /// Threads decoder scripts run on (never the threads serving connections); 0: one per
+    /// CPU.
+    pub script_threads: usize,
 }
 
 /// One custom-protocol TCP listener.
@@ -200,6 +203,18 @@ pub struct TcpListenerConfig {
     /// none (the login is refused), so strangers cannot fill the device table.
     #[serde(default = "default_max_devices")]
     pub max_devices: usize,
+    /// Only a login frame (one the decoder marks `login`) binds a connection to its device;
+    /// frames before it are rejected. Default: on for `lamp`, off for scripted protocols
+    /// (whose scripts may mark logins or let any frame that names a device bind it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_login: Option<bool>,
+}
+
+impl TcpListenerConfig {
+    /// Whether only a login frame binds a connection (`require_login`, by protocol default).
+    pub fn require_login(&self) -> bool {
+        self.require_login.unwrap_or(self.protocol == "lamp")
+    }
 }
 
 fn default_max_devices() -> usize {
@@ -337,8 +352,20 @@ pub struct LimitsConfig {
     pub max_key_len: usize,
     /// Most values in one request.
     pub max_values_per_request: usize,
-    /// Most devices one gateway may create (and own) through the gateway API.
+    /// Most devices one gateway may create or adopt (and own) through the gateway API.
     pub max_devices_per_gateway: usize,
+    /// Whether a gateway may adopt a device of its tenant that no gateway owns (made over
+    /// REST, say) the first time it names it, as ThingsBoard's gateways do; a device profile's
+    /// `"gatewayAdoption": "ALLOW"` or `"REFUSE"` decides for its devices. A device another
+    /// gateway owns is never taken over.
+    pub gateway_adopts_devices: bool,
+    /// Most devices one tenant may have, however made (REST, bulk import, provisioning,
+    /// gateways, TCP listeners); 0: no bound.
+    pub max_devices_per_tenant: usize,
+    /// Most devices provisioned per minute through one device profile's provision key
+    /// (`/api/v1/provision`, MQTT and CoAP provisioning), as a bucket that refills evenly
+    /// over the minute; 0: no bound.
+    pub max_provisions_per_minute: u32,
 }
 
 /// Where acknowledged device data is committed before it is stored.
@@ -654,6 +681,7 @@ impl Default for TcpConfig {
             idle_timeout: Seconds(300),
             script_timeout: Millis(20),
             script_memory_mb: 16,
+            script_threads: 0,
         }
     }
 }
@@ -707,7 +735,14 @@ impl Default for StorageConfig {
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_key_len: 255, max_values_per_request: 10_000, max_devices_per_gateway: 10_000 }
+        Self {
+            max_key_len: 255,
+            max_values_per_request: 10_000,
+            max_devices_per_gateway: 10_000,
+            gateway_adopts_devices: true,
+            max_devices_per_tenant: 1_000_000,
+            max_provisions_per_minute: 60,
+        }
     }
 }
 

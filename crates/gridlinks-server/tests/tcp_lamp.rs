@@ -36,6 +36,11 @@ fn start() -> Lamp {
 
 /// [`start`], with `extra` TOML appended to the configuration (in `cfg`'s directory).
 fn start_with(extra: &str) -> Lamp {
+    start_tcp("", extra)
+}
+
+/// [`start_with`], with `tcp_keys` in the `[tcp]` table.
+fn start_tcp(tcp_keys: &str, extra: &str) -> Lamp {
     let cfg = tempfile::tempdir().unwrap();
     let (native, script) = (free_port(), free_port());
     let js = concat!(env!("CARGO_MANIFEST_DIR"), "/../../protocols/lamp.js");
@@ -46,6 +51,7 @@ fn start_with(extra: &str) -> Lamp {
             r#"
 [tcp]
 login_timeout = 1000
+{tcp_keys}
 
 [[tcp.listeners]]
 bind = "127.0.0.1:{native}"
@@ -140,10 +146,11 @@ fn the_sample_frames_byte_for_byte_with_auto_provisioning() {
     assert_eq!(attr("model"), Some(json!("LOC7900-C1EL610")));
     assert_eq!(attr("firmwareVersion"), Some(json!("1.00")));
 
-    // The report, from another controller on its own connection: its first frame logs it in.
+    // The report, from another controller on its own connection after its login.
     let mut r = connect(l.native);
+    r.write_all(&lamp::login_frame(&[0, 0, 0, 0x13, 0, 0], 13)).unwrap();
     r.write_all(&unhex(REPORT_HEX)).unwrap();
-    assert_eq!(replies(&mut r, 1), vec![lamp::frame(&unhex("810000001300000e00000000"))]);
+    assert_eq!(replies(&mut r, 2)[1], lamp::frame(&unhex("810000001300000e00000000")));
     let rid = device_named(&l.server, &jwt, "lamp-000000130000")["id"]["id"].as_str().unwrap().to_owned();
     let v = latest(&l.server, &jwt, &rid, "voltage,power,energy,dim,temperature,status,seq");
     let value = |k: &str| v[k][0]["value"].clone();
@@ -155,7 +162,106 @@ fn the_sample_frames_byte_for_byte_with_auto_provisioning() {
     assert_eq!(value("status"), json!(15));
     assert_eq!(value("seq"), json!(14));
     assert_eq!(metric(&l.server, "gridlinks_tcp_logins_total"), 2.0);
-    assert_eq!(metric(&l.server, "gridlinks_tcp_frames_total"), 2.0);
+    assert_eq!(metric(&l.server, "gridlinks_tcp_frames_total"), 3.0);
+}
+
+/// `require_login` (on by default for `lamp`): a report before any login is rejected and
+/// creates nothing; after the login it is taken. Off, a report's identity logs it in.
+#[test]
+fn lamp_reports_before_a_login_are_rejected_unless_require_login_is_off() {
+    let lenient = free_port();
+    let l = start_with(&format!(
+        "[[tcp.listeners]]\nbind = \"127.0.0.1:{lenient}\"\nprotocol = \"lamp\"\nauto_provision = true\nrequire_login = false\n"
+    ));
+    let jwt = l.server.login();
+    let addr = [0, 0, 0, 0, 0, 0x42];
+    let r = Report { status: 0, voltage_cv: 1, energy_wh: 1, power_w: 1.0, dim: 1, temperature: 1 };
+    let mut c = connect(l.native);
+    c.write_all(&lamp::report_frame(&addr, 1, &r)).unwrap();
+    silent(&mut c);
+    assert_eq!(metric(&l.server, "gridlinks_tcp_rejected_total"), 1.0);
+    let (st, _) = l.server.json("GET", "/api/tenant/devices?deviceName=lamp-000000000042", &jwt, None);
+    assert_eq!(st, 404, "a report before login created no device");
+    // The same connection logs in, and its report is then taken.
+    c.write_all(&[lamp::login_frame(&addr, 2), lamp::report_frame(&addr, 3, &r)].concat()).unwrap();
+    let got = replies(&mut c, 2);
+    assert_eq!(got, vec![lamp::reply(lamp::LOGIN, &addr, 2), lamp::reply(lamp::REPORT, &addr, 3)]);
+    // The scripted lamp listener marks logins the same way.
+    let scripted = [0, 0, 0, 0, 0, 0x43];
+    let id = l.server.device(&jwt, "pole-43", "POLE43");
+    let cred = json!({"deviceId": {"id": id, "entityType": "DEVICE"}, "credentialsType": "PROTOCOL_IDENTITY", "credentialsId": "000000000043", "credentialsValue": "lamp"});
+    assert_eq!(l.server.json("POST", "/api/device/credentials", &jwt, Some(cred)).0, 200);
+    let mut s = connect(l.script);
+    s.write_all(&lamp::report_frame(&scripted, 1, &r)).unwrap();
+    silent(&mut s);
+    assert_eq!(metric(&l.server, "gridlinks_tcp_rejected_total"), 2.0);
+    s.write_all(&lamp::login_frame(&scripted, 2)).unwrap();
+    assert_eq!(replies(&mut s, 1), vec![lamp::reply(lamp::LOGIN, &scripted, 2)]);
+    // With require_login = false the report's identity logs the connection in.
+    let mut o = connect(lenient);
+    o.write_all(&lamp::report_frame(&[0, 0, 0, 0, 0, 0x44], 1, &r)).unwrap();
+    assert_eq!(replies(&mut o, 1), vec![lamp::reply(lamp::REPORT, &[0, 0, 0, 0, 0, 0x44], 1)]);
+    assert_eq!(device_named(&l.server, &jwt, "lamp-000000000044")["type"], "lamp");
+}
+
+/// A decoder script that makes a regular expression backtrack on device text (no login
+/// needed: decoding comes first) is stopped by the time limit and closes only its own
+/// connection: HTTP, MQTT, the native listener and the script listener keep serving, even
+/// with a single script thread and several such frames at once.
+#[test]
+fn a_backtracking_script_stalls_only_its_own_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let js = dir.path().join("redos.js");
+    std::fs::write(
+        &js,
+        r#"
+        function frame(b) { const nl = b.indexOf(10); return nl < 0 ? 0 : nl + 1; }
+        function decode(f) {
+          const line = String.fromCharCode.apply(null, f.subarray(0, f.length - 1));
+          if (/^(a+)+$/.test(line)) return { identity: "all-a", telemetry: { a: 1 } };
+          const ok = "OK\n";
+          return { identity: line, telemetry: { ok: 1 }, replies: [Array.from(ok, function (c) { return c.charCodeAt(0); })] };
+        }"#,
+    )
+    .unwrap();
+    let port = free_port();
+    let l = start_tcp(
+        "script_threads = 1",
+        &format!(
+            "[[tcp.listeners]]\nbind = \"127.0.0.1:{port}\"\nprotocol = \"redos\"\nauto_provision = true\n\n\
+             [tcp.protocols.redos]\nframing = {{ kind = \"script\", max_frame = 128 }}\nscript = {:?}\n",
+            js.display().to_string()
+        ),
+    );
+    let evil = [&[b'a'; 42][..], b"b\n"].concat();
+    let mut attackers: Vec<TcpStream> = (0..3).map(|_| connect(port)).collect();
+    for a in &mut attackers {
+        a.write_all(&evil).unwrap();
+    }
+    // Everything else answers meanwhile.
+    let (st, _) = l.server.req("GET", "/healthz", None, None);
+    assert_eq!(st, 200);
+    let jwt = l.server.login();
+    let token = "REDOS-NEIGHBOUR";
+    l.server.device(&jwt, "neighbour", token);
+    assert_eq!(l.server.telemetry(token, r#"{"t":1}"#), 200);
+    let (mut mqtt, _) = mqtt::Raw::connect(l.server.mqtt_port, mqtt::ProtocolVersion::V3_1_1, Some(token), 60);
+    mqtt.publish("v1/devices/me/telemetry", br#"{"t":2}"#, mqtt::QoS::AtLeastOnce, Some(1));
+    assert!(matches!(mqtt.recv(), Some(mqtt::Packet::PubAck(_))));
+    let mut lamp_conn = connect(l.native);
+    lamp_conn.write_all(&lamp::login_frame(&[0, 0, 0, 0, 0, 0x51], 1)).unwrap();
+    assert_eq!(replies(&mut lamp_conn, 1)[0][4], 0x80);
+    // Each attacker's frame runs into the time limit and closes its connection.
+    for a in &mut attackers {
+        assert!(closed(a));
+    }
+    assert!(metric(&l.server, "gridlinks_tcp_decode_errors_total") >= 3.0);
+    // The script listener still serves honest devices.
+    let mut honest = connect(port);
+    honest.write_all(b"meter-1\n").unwrap();
+    let mut ok = [0u8; 3];
+    honest.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"OK\n");
 }
 
 #[test]

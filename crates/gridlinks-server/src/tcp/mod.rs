@@ -21,6 +21,11 @@
 //! A logged-in connection holds its device's session: server-side RPC requests and shared
 //! attributes reach it there and go down as the decoder's encoder frames them; the device's
 //! answers (`rpc_responses`) complete two-way calls.
+//!
+//! Script work (a framing hook, a decoder, an encoder) never runs on the runtime's threads:
+//! it goes to the [`scripts::ScriptPool`], one job per read, bounded by `tcp.script_timeout`.
+
+pub mod scripts;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,7 +35,7 @@ use anyhow::Context;
 use bytes::{Buf, BytesMut};
 use gridlinks_framing::{FrameError, Framer, FramingSpec, Next};
 use gridlinks_ingest::{IngestError, Item};
-use gridlinks_protocols::{Cut, Decoder, Script, ScriptLimits, Session, Uplink};
+use gridlinks_protocols::{Cut, DecodeError, Decoder, Script, ScriptLimits, Session, Uplink};
 use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -86,9 +91,16 @@ pub struct Protocol {
     /// Type of devices created on first login and the most devices of the protocol;
     /// `None`: unknown devices are refused.
     provision: Option<(String, usize)>,
+    /// Only a login frame binds a connection (`require_login`).
+    require_login: bool,
 }
 
 impl Protocol {
+    /// Whether cutting or decoding its frames runs a script (on the script pool).
+    pub fn uses_script(&self) -> bool {
+        matches!(self.decoder, Decoder::Script(_))
+    }
+
     /// The protocol `listener` speaks, its script loaded (errors name the file).
     pub fn load(core: &Core, listener: &TcpListenerConfig) -> anyhow::Result<Self> {
         let tcp = &core.cfg.tcp;
@@ -121,6 +133,7 @@ impl Protocol {
             framing: Arc::new(framing),
             decoder,
             provision: listener.auto_provision.then(|| (device_type.clone(), listener.max_devices)),
+            require_login: listener.require_login(),
         })
     }
 }
@@ -137,6 +150,8 @@ pub struct Shared {
     pub protocol: Arc<Protocol>,
     /// Counters.
     pub metrics: Arc<TcpMetrics>,
+    /// Where the protocol's scripts run (`Some` when it has any).
+    pub scripts: Option<Arc<scripts::ScriptPool>>,
 }
 
 /// Accepts connections until `shutdown`; each holds a permit of `limit` (the device
@@ -212,10 +227,97 @@ impl Cutter {
     }
 }
 
+/// One read's decoding: cut the buffered bytes into frames and decode them. Runs inline for
+/// native decoders, on the script pool for scripted ones; it owns what it needs so that it
+/// can move there and back.
+struct Work {
+    cutter: Cutter,
+    buf: BytesMut,
+    decoder: Decoder,
+    /// The identity the connection is (or, after this read's first login, will be) bound to.
+    identity: Option<String>,
+    last_ts: i64,
+    /// Time for the whole read; frames left over wait for the next turn.
+    budget: Duration,
+    metrics: Arc<TcpMetrics>,
+    require_login: bool,
+}
+
+/// What [`Work`] gives back.
+struct Decoded {
+    cutter: Cutter,
+    buf: BytesMut,
+    /// The decoded frames.
+    uplinks: Vec<Uplink>,
+    last_ts: i64,
+    /// The read's first problem: what, and the detail.
+    problem: Option<(&'static str, String)>,
+    /// Close once the decoded frames are answered: the stream cannot be followed, or a
+    /// frame kept the script busy to its time limit (such frames would burn a core each).
+    stop: bool,
+    /// Whole frames are left in the buffer (the budget ran out): decode again before reading.
+    more: bool,
+}
+
+impl Work {
+    fn run(mut self) -> Decoded {
+        let started = Instant::now();
+        let m = &self.metrics;
+        let (mut uplinks, mut problem, mut stop, mut more) = (Vec::new(), None, false, false);
+        let mut note = |what: &'static str, detail: &dyn std::fmt::Display| {
+            problem.get_or_insert_with(|| (what, detail.to_string()));
+        };
+        loop {
+            if !uplinks.is_empty() && started.elapsed() >= self.budget {
+                more = true;
+                break;
+            }
+            match self.cutter.next(&mut self.buf) {
+                Next::Frame(frame) => {
+                    let now = Ts(Ts::now().0.max(self.last_ts + 1));
+                    let session = Session { identity: self.identity.as_deref(), now };
+                    match self.decoder.decode(&frame, session) {
+                        Ok(up) => {
+                            if self.identity.is_none() && (up.login || !self.require_login) {
+                                self.identity.clone_from(&up.identity);
+                            }
+                            if !up.telemetry.is_empty() {
+                                self.last_ts = now.0;
+                            }
+                            uplinks.push(up);
+                        }
+                        Err(e) => {
+                            m.decode_errors.fetch_add(1, Ordering::Relaxed);
+                            note("decode error", &e);
+                            if matches!(e, DecodeError::Timeout(_)) {
+                                stop = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+                Next::NeedMore => break,
+                Next::Skipped(_, e) => {
+                    m.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    note("bad frame", &e);
+                }
+                Next::Lost(e) => {
+                    m.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    note("bad frame, stream lost", &e);
+                    stop = true;
+                    break;
+                }
+            }
+        }
+        Decoded { cutter: self.cutter, buf: self.buf, uplinks, last_ts: self.last_ts, problem, stop, more }
+    }
+}
+
 /// One device connection.
 struct Connection {
     shared: Shared,
-    framer: Cutter,
+    /// `None` only while a decoding job holds it.
+    cutter: Option<Cutter>,
     /// The device this connection logged in as, and its identity.
     device: Option<(DeviceId, String)>,
     /// Timestamp given to the last frame's telemetry: frames of one connection never share
@@ -225,8 +327,6 @@ struct Connection {
     warned: bool,
     /// The device's session once logged in: server-side RPC and shared attributes.
     session: Option<SessionLink>,
-    /// Close once this read's frames are answered.
-    stop: bool,
     /// This connection, counted against its identity (`mqtt.max_connections_per_credential`).
     _slot: Option<CredentialSlot>,
 }
@@ -239,8 +339,8 @@ struct Pending {
 
 impl Connection {
     fn new(shared: Shared) -> Self {
-        let framer = Cutter::new(&shared.protocol);
-        Connection { shared, framer, device: None, last_ts: 0, warned: false, session: None, stop: false, _slot: None }
+        let cutter = Some(Cutter::new(&shared.protocol));
+        Connection { shared, cutter, device: None, last_ts: 0, warned: false, session: None, _slot: None }
     }
 
     /// Logs the connection's first problem (rate-limited across connections).
@@ -264,38 +364,48 @@ impl Connection {
         let cfg = &self.shared.core.cfg.tcp;
         let (login_timeout, idle) = (cfg.login_timeout.duration(), cfg.idle_timeout.duration());
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        let mut more = false;
         loop {
-            let wait = match self.device {
-                None => login_timeout.saturating_sub(started.elapsed()),
-                Some(_) if idle.is_zero() => Duration::MAX,
-                Some(_) => idle,
-            };
-            buf.reserve(READ_CHUNK);
-            let inbox = self.session.as_ref().map(|s| s.inbox.clone());
-            let read = tokio::select! {
-                r = tokio::time::timeout(wait, stream.read_buf(&mut buf)) => r,
-                _ = shutdown.changed() => break,
-                () = async { match &inbox { Some(i) => i.wake.notified().await, None => std::future::pending().await } } => {
-                    match self.downlink() {
-                        Some(out) if send(&mut stream, &out).await => continue,
-                        _ => break,
+            if !more {
+                let wait = match self.device {
+                    None => login_timeout.saturating_sub(started.elapsed()),
+                    Some(_) if idle.is_zero() => Duration::MAX,
+                    Some(_) => idle,
+                };
+                buf.reserve(READ_CHUNK);
+                let inbox = self.session.as_ref().map(|s| s.inbox.clone());
+                let read = tokio::select! {
+                    r = tokio::time::timeout(wait, stream.read_buf(&mut buf)) => r,
+                    _ = shutdown.changed() => break,
+                    () = async { match &inbox { Some(i) => i.wake.notified().await, None => std::future::pending().await } } => {
+                        match self.downlink().await {
+                            Some(out) if send(&mut stream, &out).await => continue,
+                            _ => break,
+                        }
+                    }
+                };
+                match read {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(_)) => {}
+                    Err(_) => {
+                        m.timeouts.fetch_add(1, Ordering::Relaxed);
+                        break;
                     }
                 }
-            };
-            match read {
-                Ok(Ok(0)) | Ok(Err(_)) => break,
-                Ok(Ok(_)) => {}
-                Err(_) => {
-                    m.timeouts.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
             }
-            let (frames, lost) = self.frames(&mut buf);
-            match self.handle(frames).await {
+            let Some(decoded) = self.decode(std::mem::take(&mut buf)).await else { break };
+            buf = decoded.buf;
+            more = decoded.more;
+            self.cutter = Some(decoded.cutter);
+            self.last_ts = decoded.last_ts;
+            if let Some((what, detail)) = &decoded.problem {
+                self.warn(what, detail);
+            }
+            match self.handle(decoded.uplinks).await {
                 Ok(out) if send(&mut stream, &out).await => {}
                 _ => break,
             }
-            if lost || self.stop {
+            if decoded.stop {
                 break;
             }
         }
@@ -305,76 +415,70 @@ impl Connection {
         m.connections.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Cuts and decodes `buf`: on the script pool when the protocol runs scripts, so that no
+    /// script (however slow) holds a thread other connections are served on. `None`: the
+    /// server is shutting down.
+    async fn decode(&mut self, buf: BytesMut) -> Option<Decoded> {
+        let shared = &self.shared;
+        let work = Work {
+            cutter: self.cutter.take()?,
+            buf,
+            decoder: shared.protocol.decoder.clone(),
+            identity: self.device.as_ref().map(|d| d.1.clone()),
+            last_ts: self.last_ts,
+            budget: shared.core.cfg.tcp.script_timeout.duration(),
+            metrics: shared.metrics.clone(),
+            require_login: shared.protocol.require_login,
+        };
+        match &shared.scripts {
+            Some(pool) => pool.run(move || work.run()).await.ok(),
+            None => Some(work.run()),
+        }
+    }
+
     /// The frames for what the device's session holds (RPC requests, shared attributes);
     /// `None`: the session was closed (device deleted, shutdown), close the connection.
-    fn downlink(&mut self) -> Option<Vec<u8>> {
+    async fn downlink(&mut self) -> Option<Vec<u8>> {
         let link = self.session.as_ref()?;
         if link.close_reason().is_some() {
             return None;
         }
+        let downs: Vec<Downlink> =
+            link.inbox.drain().into_iter().filter_map(|o| downlink_of(&o.msg.topic, &o.msg.payload)).collect();
         let identity = self.device.as_ref().map(|d| d.1.clone());
-        let session = Session { identity: identity.as_deref(), now: Ts::now() };
+        let decoder = self.shared.protocol.decoder.clone();
+        let encode = move || {
+            let session = Session { identity: identity.as_deref(), now: Ts::now() };
+            downs.iter().map(|d| decoder.encode(d, session)).collect::<Vec<_>>()
+        };
+        let encoded = match &self.shared.scripts {
+            Some(pool) => pool.run(encode).await.ok()?,
+            None => encode(),
+        };
         let mut out = Vec::new();
-        for o in link.inbox.drain() {
-            let Some(down) = downlink_of(&o.msg.topic, &o.msg.payload) else { continue };
-            match self.shared.protocol.decoder.encode(&down, session) {
+        for frames in encoded {
+            match frames {
                 Ok(frames) => {
                     self.shared.metrics.downlinks.fetch_add(1, Ordering::Relaxed);
                     frames.iter().for_each(|f| out.extend_from_slice(f));
                 }
                 Err(e) => {
                     self.shared.metrics.downlink_errors.fetch_add(1, Ordering::Relaxed);
-                    crate::logging::warn_limited!(protocol = %self.shared.protocol.name, identity = ?session.identity, error = %e, "server message not sent to a custom TCP device");
+                    let identity = self.device.as_ref().map(|d| d.1.as_str());
+                    crate::logging::warn_limited!(protocol = %self.shared.protocol.name, identity = ?identity, error = %e, "server message not sent to a custom TCP device");
                 }
             }
         }
         Some(out)
     }
 
-    /// The whole frames in `buf`; true when the stream cannot be followed any more.
-    fn frames(&mut self, buf: &mut BytesMut) -> (Vec<bytes::Bytes>, bool) {
-        let mut frames = Vec::new();
-        loop {
-            match self.framer.next(buf) {
-                Next::Frame(f) => frames.push(f),
-                Next::NeedMore => return (frames, false),
-                Next::Skipped(_, e) => {
-                    self.shared.metrics.bad_frames.fetch_add(1, Ordering::Relaxed);
-                    self.warn("bad frame", &e);
-                }
-                Next::Lost(e) => {
-                    self.shared.metrics.bad_frames.fetch_add(1, Ordering::Relaxed);
-                    self.warn("bad frame, stream lost", &e);
-                    return (frames, true);
-                }
-            }
-        }
-    }
-
-    /// Decodes `frames`, commits what they carry in one submit, and returns the replies of
-    /// the frames that were committed. `Err`: close the connection (login refused).
-    async fn handle(&mut self, frames: Vec<bytes::Bytes>) -> Result<Vec<u8>, ()> {
+    /// Commits what this read's decoded frames carry in one submit, and returns the replies
+    /// of the frames that were committed. `Err`: close the connection (login refused).
+    async fn handle(&mut self, uplinks: Vec<Uplink>) -> Result<Vec<u8>, ()> {
         let m = self.shared.metrics.clone();
         let mut items = Vec::new();
-        let mut pending = Vec::with_capacity(frames.len());
-        for frame in frames {
-            let now = Ts(Ts::now().0.max(self.last_ts + 1));
-            let session = Session { identity: self.device.as_ref().map(|d| d.1.as_str()), now };
-            let up = match self.shared.protocol.decoder.decode(&frame, session) {
-                Ok(up) => up,
-                Err(e) => {
-                    m.decode_errors.fetch_add(1, Ordering::Relaxed);
-                    self.warn("decode error", &e);
-                    // A frame that keeps the script busy to its time limit ends the
-                    // connection (once the frames before it are answered): such frames
-                    // would burn a core each.
-                    if matches!(e, gridlinks_protocols::DecodeError::Timeout(_)) {
-                        self.stop = true;
-                        break;
-                    }
-                    continue;
-                }
-            };
+        let mut pending = Vec::with_capacity(uplinks.len());
+        for up in uplinks {
             let Some(device) = self.device_of(&up).await? else { continue };
             let start = items.len();
             let Uplink { telemetry, attributes, replies, rpc_responses, .. } = up;
@@ -382,7 +486,6 @@ impl Connection {
                 self.shared.mqtt.rpc.complete(device, id, answer.into());
             }
             if !telemetry.is_empty() {
-                self.last_ts = now.0;
                 items.push(Item::Telemetry { device, records: telemetry });
             }
             if !attributes.is_empty() {
@@ -423,6 +526,11 @@ impl Connection {
             (None, None) => {
                 m.rejected.fetch_add(1, Ordering::Relaxed);
                 self.warn("frame before login", &"the frame names no device and the connection has none yet");
+                Ok(None)
+            }
+            (Some(_), None) if self.shared.protocol.require_login && !up.login => {
+                m.rejected.fetch_add(1, Ordering::Relaxed);
+                self.warn("frame before login", &"the listener has require_login and this frame is not a login");
                 Ok(None)
             }
             (Some(id), None) => {
