@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,13 +11,19 @@ use common::*;
 
 const CLIENTS: usize = 16;
 
-/// Posts increasing timestamps from `first_ts` on from CLIENTS devices until `stop`;
-/// returns per-device the timestamps that got 200.
-fn load(base: &str, first_ts: i64, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<Vec<i64>>> {
+/// Posts increasing timestamps from `first_ts` on from CLIENTS devices until `stop`,
+/// counting answers in `acks`; returns per-device the timestamps that got 200.
+fn load(
+    base: &str,
+    first_ts: i64,
+    stop: Arc<AtomicBool>,
+    acks: Arc<AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<Vec<i64>>> {
     (0..CLIENTS)
         .map(|c| {
             let base = base.to_owned();
             let stop = stop.clone();
+            let acks = acks.clone();
             std::thread::spawn(move || {
                 let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(5)).build();
                 let mut acked = Vec::new();
@@ -25,7 +31,10 @@ fn load(base: &str, first_ts: i64, stop: Arc<AtomicBool>) -> Vec<std::thread::Jo
                 while !stop.load(Ordering::Relaxed) {
                     let body = format!(r#"{{"ts":{ts},"values":{{"seq":{ts},"c":{c}}}}}"#);
                     match agent.post(&format!("{base}/api/v1/CRASH{c}/telemetry")).send_string(&body) {
-                        Ok(r) if r.status() == 200 => acked.push(ts),
+                        Ok(r) if r.status() == 200 => {
+                            acked.push(ts);
+                            acks.fetch_add(1, Ordering::Relaxed);
+                        }
                         Ok(_) | Err(_) => {
                             // The server is gone (or refused): this point is not acknowledged.
                             if stop.load(Ordering::Relaxed) {
@@ -59,8 +68,11 @@ fn kill_9_under_load_loses_no_acknowledged_point() {
     // (and cut back to its last whole batch), and must land where the next recovery reads.
     for round in 0..2 {
         let stop = Arc::new(AtomicBool::new(false));
-        let workers = load(&s.base, 1 + round * 1_000_000, stop.clone());
-        std::thread::sleep(Duration::from_millis(1500));
+        let acks = Arc::new(AtomicUsize::new(0));
+        let workers = load(&s.base, 1 + round * 1_000_000, stop.clone(), acks.clone());
+        // Killed under load: once a good number of points are acknowledged (a count,
+        // not a guessed time, so a slow machine only takes longer).
+        wait_until("1,000 acknowledged points", || acks.load(Ordering::Relaxed) > 1_000);
         s.kill9();
         stop.store(true, Ordering::Relaxed);
         let acked: Vec<Vec<i64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
@@ -83,8 +95,9 @@ fn sigterm_drains_and_loses_nothing() {
     let mut s = Server::start_on(&dir, &[]);
     let (_, ids) = provision(&s);
     let stop = Arc::new(AtomicBool::new(false));
-    let workers = load(&s.base, 1, stop.clone());
-    std::thread::sleep(Duration::from_millis(800));
+    let acks = Arc::new(AtomicUsize::new(0));
+    let workers = load(&s.base, 1, stop.clone(), acks.clone());
+    wait_until("50 acknowledged points", || acks.load(Ordering::Relaxed) > 50);
     let status = s.sigterm();
     stop.store(true, Ordering::Relaxed);
     assert!(status.success(), "gridlinks exited with {status} on SIGTERM");

@@ -3,7 +3,7 @@
 
 mod common;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +13,9 @@ use common::*;
 const DEVICES: usize = 16;
 const WINDOW: u16 = 8;
 
-/// Publishes QoS 1 with up to WINDOW in flight until the connection dies; returns the
-/// timestamps whose PUBACK arrived.
-fn publisher(port: u16, token: String, stop: Arc<AtomicBool>) -> Vec<i64> {
+/// Publishes QoS 1 with up to WINDOW in flight until the connection dies, counting
+/// PUBACKs in `acks`; returns the timestamps whose PUBACK arrived.
+fn publisher(port: u16, token: String, stop: Arc<AtomicBool>, acks: Arc<AtomicUsize>) -> Vec<i64> {
     let (mut c, ack) = Raw::connect(port, ProtocolVersion::V3_1_1, Some(&token), 60);
     assert_eq!(ack.code, 0);
     c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -38,6 +38,7 @@ fn publisher(port: u16, token: String, stop: Arc<AtomicBool>) -> Vec<i64> {
             Ok(Some(Packet::PubAck(a))) => {
                 if let Some(ts) = in_flight.remove(&a.packet_id) {
                     acked.push(ts);
+                    acks.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Ok(Some(other)) => panic!("unexpected {other:?}"),
@@ -58,14 +59,17 @@ fn kill_9_under_mqtt_load_loses_no_puback_point() {
     let jwt = s.login();
     let ids: Vec<String> = (0..DEVICES).map(|d| s.device(&jwt, &format!("m{d}"), &format!("MQ{d}"))).collect();
     let stop = Arc::new(AtomicBool::new(false));
+    let acks = Arc::new(AtomicUsize::new(0));
     let port = s.mqtt_port;
     let workers: Vec<_> = (0..DEVICES)
         .map(|d| {
-            let stop = stop.clone();
-            std::thread::spawn(move || publisher(port, format!("MQ{d}"), stop))
+            let (stop, acks) = (stop.clone(), acks.clone());
+            std::thread::spawn(move || publisher(port, format!("MQ{d}"), stop, acks))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Killed under load once a good number of PUBACKs arrived (a count, not a guessed
+    // time, so a slow machine only takes longer).
+    wait_until("2,000 PUBACKs", || acks.load(Ordering::Relaxed) > 2_000);
     s.kill9();
     stop.store(true, Ordering::Relaxed);
     let acked: Vec<Vec<i64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
@@ -85,19 +89,23 @@ fn sigterm_with_mqtt_clients_acks_in_flight_and_says_goodbye() {
     let ids: Vec<String> = (0..4).map(|d| s.device(&jwt, &format!("t{d}"), &format!("MQ{d}"))).collect();
     let (mut idle, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("MQ0"), 60);
     let stop = Arc::new(AtomicBool::new(false));
+    let acks = Arc::new(AtomicUsize::new(0));
     let port = s.mqtt_port;
     let workers: Vec<_> = (0..4)
         .map(|d| {
-            let stop = stop.clone();
-            std::thread::spawn(move || publisher(port, format!("MQ{d}"), stop))
+            let (stop, acks) = (stop.clone(), acks.clone());
+            std::thread::spawn(move || publisher(port, format!("MQ{d}"), stop, acks))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_until("PUBACKs from every publisher's first window", || {
+        acks.load(Ordering::Relaxed) > 4 * usize::from(WINDOW)
+    });
     let started = std::time::Instant::now();
     let status = s.sigterm();
     stop.store(true, Ordering::Relaxed);
     assert!(status.success(), "exit status {status}");
-    assert!(started.elapsed() < Duration::from_secs(10), "shutdown took {:?}", started.elapsed());
+    // A hang guard: the drain is bounded, but a busy machine may take a while.
+    assert!(started.elapsed() < PATIENCE, "shutdown took {:?}", started.elapsed());
     let (d, _) = idle.expect_close();
     assert_eq!(d.map(|d| d.reason), Some(0x8B), "MQTT 5 clients are told the server is shutting down");
     let acked: Vec<Vec<i64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();

@@ -29,6 +29,20 @@ pub struct Server {
     _tmp: Option<tempfile::TempDir>,
 }
 
+/// How long a test waits for something that should happen at once: a hang guard only,
+/// generous enough for a busy 2-core machine running every test at the same time.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Polls `done` every 20 ms until it holds; panics naming `what` after [`PATIENCE`].
+/// For waiting on a condition instead of sleeping a guessed time.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "not within {PATIENCE:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A free loopback port below Linux's ephemeral range (32768-60999), so that the many
 /// client sockets of tests running in parallel cannot take it between this check and the
 /// server's bind (port 0 would hand out exactly those ports).
