@@ -21,8 +21,8 @@ pub enum IngestError {
     /// A gateway topic or API from a device that is not a gateway.
     #[error("only gateways (additionalInfo.gateway = true) may use the gateway API")]
     NotGateway,
-    /// A gateway named a device it neither created nor was assigned.
-    #[error("device '{0}' does not belong to this gateway")]
+    /// A gateway named a device it does not own and may not adopt.
+    #[error("device '{0}' belongs to another gateway, is a gateway, or may not be adopted by this gateway")]
     ForeignDevice(String),
     /// Bounds reached (distinct keys, devices per gateway).
     #[error("{0}")]

@@ -105,13 +105,24 @@ pub struct Ingest {
     log: Arc<dyn CommitLog>,
     live: Arc<dyn LiveData>,
     max_devices_per_gateway: usize,
+    /// Whether a gateway may adopt a device of its tenant that no gateway owns, unless the
+    /// device's profile says otherwise.
+    gateway_adopts: bool,
 }
 
 impl Ingest {
     /// An ingest path committing to `log`, reading credentials from `store`, handing
     /// committed telemetry to `live`; a gateway may own at most `max_devices_per_gateway`.
+    /// Gateways adopt devices of no gateway (as ThingsBoard's do); see
+    /// [`Ingest::gateways_adopt`].
     pub fn new(store: Store, log: Arc<dyn CommitLog>, live: Arc<dyn LiveData>, max_devices_per_gateway: usize) -> Self {
-        Self { store, log, live, max_devices_per_gateway }
+        Self { store, log, live, max_devices_per_gateway, gateway_adopts: true }
+    }
+
+    /// Whether a gateway may adopt (bind on first use) a device of its tenant that no gateway
+    /// owns, where the device's profile does not say (`gatewayAdoption`).
+    pub fn gateways_adopt(self, adopt: bool) -> Self {
+        Self { gateway_adopts: adopt, ..self }
     }
 
     /// The device whose access token is `token` (an in-memory cache in front of the store).
@@ -185,9 +196,11 @@ impl Ingest {
         self.submit(vec![item]).await.pop().unwrap_or(Err(IngestError::Unavailable("no result".into())))
     }
 
-    /// The id of gateway `gateway`'s sub-device `name`: one it owns, or one created for it
-    /// on first use (type `default` unless given; bounded per gateway). Another gateway's
-    /// device, or one of no gateway, is refused.
+    /// The id of gateway `gateway`'s sub-device `name`, looked up in the gateway's tenant
+    /// only: one it owns; one of no gateway, which it adopts (binds) when adoption is allowed
+    /// (`gateways_adopt`, or the device profile's `gatewayAdoption`); or one created for it on
+    /// first use (type `default` unless given). Owned devices are bounded per gateway.
+    /// Another gateway's device, a gateway, or a device that may not be adopted is refused.
     pub async fn gateway_device(
         &self,
         gateway: DeviceId,
@@ -203,18 +216,19 @@ impl Ingest {
         })
         .await
         .map_err(|_| IngestError::Unavailable("lookup task failed".into()))??;
-        if let Some(d) = found {
-            return if d.gateway == Some(gateway) {
-                Ok(d.id)
-            } else {
-                Err(IngestError::ForeignDevice(name.to_owned()))
-            };
+        match found {
+            Some(d) if d.gateway == Some(gateway) => return Ok(d.id),
+            // Another gateway's: refused without a write. One of no gateway goes to the
+            // writer, which adopts it if allowed, under the same lock as creations.
+            Some(d) if d.gateway.is_some() => return Err(IngestError::ForeignDevice(name.to_owned())),
+            _ => {}
         }
         let op = WriteOp::GatewayDevice {
             gateway,
             name: name.to_owned(),
             device_type,
             max_devices: self.max_devices_per_gateway,
+            adopt: self.gateway_adopts,
         };
         match self.commit_one(op).await? {
             WriteOutcome::Device(d) => Ok(d.id),
@@ -243,11 +257,12 @@ impl Ingest {
         }
     }
 
-    /// Whether gateway `gateway` owns the device named `name` (its `disconnect`).
+    /// Whether gateway `gateway` may say device `name` disconnected: one it owns, or one of
+    /// its tenant that no gateway owns (nothing to undo; ThingsBoard accepts it too).
     pub fn owns(&self, gateway: DeviceId, name: &str) -> Result<(), IngestError> {
         let tenant = self.store.device(gateway)?.and_then(|g| g.tenant);
         match self.store.device_by_name(tenant, name)? {
-            Some(d) if d.gateway == Some(gateway) => Ok(()),
+            Some(d) if d.gateway == Some(gateway) || (d.gateway.is_none() && !d.is_gateway()) => Ok(()),
             _ => Err(IngestError::ForeignDevice(name.to_owned())),
         }
     }

@@ -117,3 +117,24 @@ fn malformed_lines_and_control_characters_are_refused_per_line() {
     let cred = json!({"username": "app\u{0}", "password": "pw"});
     assert_eq!(s.json("POST", "/api/mqtt/clients", &jwt, Some(cred)).0, 400);
 }
+
+/// A row must have exactly one cell per mapped column: a short row (a truncated or shifted
+/// line) is refused like a long one, never imported with its last columns missing. Empty
+/// cells are fine.
+#[test]
+fn rows_with_too_few_or_too_many_cells_are_refused_per_line() {
+    let s = Server::start();
+    let jwt = s.login();
+    let mapping = json!({"columns": [{"type": "NAME"}, {"type": "TYPE"}, {"type": "ACCESS_TOKEN"}], "delimiter": ",", "update": false, "header": false});
+    let csv = "full,t,TOKFULL\nshort,t\nlong,t,TOKLONG,extra\nblank-cells,,\nname-only\n";
+    let (st, r) = s.json("POST", "/api/device/bulk_import", &jwt, Some(json!({"file": csv, "mapping": mapping})));
+    assert_eq!(st, 200, "{r}");
+    assert_eq!((r["created"].as_i64(), r["errors"].as_i64()), (Some(2), Some(3)), "{r}");
+    let errors: Vec<&str> = r["errorsList"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    for (line, what) in [(2, "2 cells but 3 columns"), (3, "4 cells only 3 columns"), (5, "1 cells but 3 columns")] {
+        assert!(errors.iter().any(|e| e.starts_with(&format!("Line {line}:")) && e.contains(what)), "{errors:?}");
+    }
+    for (name, status) in [("full", 200), ("blank-cells", 200), ("short", 404), ("long", 404), ("name-only", 404)] {
+        assert_eq!(s.json("GET", &format!("/api/tenant/devices?deviceName={name}"), &jwt, None).0, status, "{name}");
+    }
+}

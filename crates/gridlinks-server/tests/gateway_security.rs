@@ -67,9 +67,11 @@ fn a_device_that_is_not_a_gateway_cannot_write_into_another() {
     assert_eq!(values(&s, &jwt, &b, "injected"), json!({}));
 }
 
+/// With adoption refused (`limits.gateway_adopts_devices = false`; by default a gateway adopts a
+/// device of no gateway, see gateway_adoption.rs).
 #[test]
 fn a_gateway_writes_only_to_devices_it_created_or_was_assigned() {
-    let s = Server::start();
+    let s = Server::start_env(&[("GRIDLINKS_LIMITS_GATEWAY_ADOPTS_DEVICES", "false")]);
     let jwt = s.login();
     let gw = s.gateway(&jwt, "gw-1", "GW1");
     s.gateway(&jwt, "gw-2", "GW2");
@@ -78,7 +80,7 @@ fn a_gateway_writes_only_to_devices_it_created_or_was_assigned() {
     let (mut g2, _) = Raw::connect(s.mqtt_port, V5, Some("GW2"), 60);
     // Its own new device: created, stored.
     assert_eq!(publish(&mut g1, 1, "v1/gateway/telemetry", r#"{"own":{"t":1}}"#), 0);
-    // A device created over REST belongs to no gateway.
+    // A device created over REST belongs to no gateway, and adoption is off.
     assert_eq!(publish(&mut g1, 2, "v1/gateway/telemetry", INJECT), reason::NOT_AUTHORIZED);
     // Another gateway's device is refused, and a message naming one is refused whole.
     assert_eq!(publish(&mut g2, 1, "v1/gateway/telemetry", r#"{"own":{"t":666}}"#), reason::NOT_AUTHORIZED);

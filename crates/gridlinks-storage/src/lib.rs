@@ -71,8 +71,8 @@ use crate::keydict::KeyDict;
 
 pub use timeseries::Timeseries;
 pub use writer::{
-    BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, WriteOp, WriteOutcome, WriterConfig,
-    WriterHandle,
+    adoption_allowed, BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, WriteOp,
+    WriteOutcome, WriterConfig, WriterHandle, GATEWAY_ADOPTION,
 };
 
 /// Version of the on-disk layout, kept in `meta` under [`FORMAT_KEY`].
@@ -124,8 +124,8 @@ pub enum StoreError {
     /// The default profile cannot be deleted.
     #[error("Deletion of Default Device Profile is prohibited!")]
     ProfileIsDefault,
-    /// A gateway wrote to a device it neither created nor was assigned.
-    #[error("device '{0}' does not belong to this gateway")]
+    /// A gateway wrote to a device it does not own and may not adopt.
+    #[error("device '{0}' belongs to another gateway, is a gateway, or may not be adopted by this gateway")]
     ForeignDevice(String),
     /// A device access token and an MQTT application user name would be equal: the broker
     /// could not tell a device from an application.

@@ -68,6 +68,9 @@ pub struct WriterConfig {
     /// deletes) are refused with [`StoreError::DiskFull`] before the engine runs out of
     /// space, leaving it room to flush, compact and recover. 0 turns the check off.
     pub min_free_bytes: u64,
+    /// Most devices one tenant may have, however they are created (REST, bulk import,
+    /// provisioning, gateways, protocol listeners); 0: no bound.
+    pub max_devices_per_tenant: usize,
 }
 
 impl Default for WriterConfig {
@@ -79,7 +82,22 @@ impl Default for WriterConfig {
             enqueue_timeout: Duration::from_secs(5),
             max_keys: 1_000_000,
             min_free_bytes: 64 * 1024 * 1024,
+            max_devices_per_tenant: 0,
         }
+    }
+}
+
+/// The device profile field that says whether gateways may adopt its devices (bind a device
+/// of no gateway on first use): `"ALLOW"` or `"REFUSE"`.
+pub const GATEWAY_ADOPTION: &str = "gatewayAdoption";
+
+/// Whether a gateway may adopt a device of no gateway whose profile document is `profile`:
+/// the profile's [`GATEWAY_ADOPTION`] when it says `ALLOW` or `REFUSE`, else `default`.
+pub fn adoption_allowed(profile: Option<&serde_json::Value>, default: bool) -> bool {
+    match profile.and_then(|p| p.get(GATEWAY_ADOPTION)).and_then(serde_json::Value::as_str) {
+        Some("ALLOW") => true,
+        Some("REFUSE") => false,
+        _ => default,
     }
 }
 
@@ -147,9 +165,12 @@ pub enum WriteOp {
     DeleteDoc(DocKind, uuid::Uuid),
     /// Deletes a device with all its data; its token stops working.
     DeleteDevice(DeviceId),
-    /// The device named `name` for a gateway to write to: an existing one it owns, or a
-    /// new one it then owns (at most `max_devices` per gateway). Refused when the device
-    /// belongs to no or another gateway, or `gateway` is not a gateway.
+    /// The device named `name` of the gateway's tenant for a gateway to write to: one it
+    /// owns; one of no gateway, which it then owns (adopts), when `adopt` (or the device's
+    /// profile, see [`adoption_allowed`]) allows; or a new one it then owns. A gateway owns
+    /// at most `max_devices`. Refused when the device belongs to another gateway, is itself
+    /// a gateway, may not be adopted, or `gateway` is not a gateway. Another tenant's
+    /// devices are never looked at.
     GatewayDevice {
         /// The gateway (must be one, `additionalInfo.gateway: true`).
         gateway: DeviceId,
@@ -159,6 +180,8 @@ pub enum WriteOp {
         device_type: Option<String>,
         /// Most devices one gateway may own.
         max_devices: usize,
+        /// Whether a gateway may adopt a device of no gateway when its profile does not say.
+        adopt: bool,
     },
     /// Gives a device a protocol identity (`Some`) or takes it away (`None`).
     SetIdentity {
@@ -556,6 +579,9 @@ struct Writer {
     /// Devices holding an identity of each protocol, counted on first use (dropped on
     /// deletes and identity changes).
     identity_counts: HashMap<String, usize>,
+    /// Devices per tenant, counted on first use when `max_devices_per_tenant` bounds them
+    /// (dropped on deletes and when another node changed the shared rows).
+    tenant_counts: HashMap<Option<uuid::Uuid>, usize>,
 }
 
 /// Telemetry and attribute writes of one round, merged before they hit the database.
@@ -625,6 +651,7 @@ impl Writer {
             unsaved: std::collections::VecDeque::new(),
             gateway_counts: HashMap::default(),
             identity_counts: HashMap::default(),
+            tenant_counts: HashMap::default(),
         }
     }
 
@@ -719,10 +746,27 @@ impl Writer {
         self.forget_counts();
     }
 
-    /// Drops the cached device counts of gateways and of protocol identities.
+    /// Drops the cached device counts of gateways, of protocol identities and of tenants.
     fn forget_counts(&mut self) {
         self.gateway_counts.clear();
         self.identity_counts.clear();
+        self.tenant_counts.clear();
+    }
+
+    /// A device transaction bounded by `max_devices_per_tenant`, seeded with the cached
+    /// counts (write them back with [`DeviceTxn::take_counts`] once it committed).
+    fn txn<'a>(
+        store: &'a Store,
+        engine: &'a Engine,
+        cfg: &WriterConfig,
+        counts: &HashMap<Option<uuid::Uuid>, usize>,
+    ) -> DeviceTxn<'a> {
+        let mut txn = DeviceTxn::new(store, engine);
+        txn.tenant_cap = cfg.max_devices_per_tenant;
+        if txn.tenant_cap > 0 {
+            txn.tenant_counts = counts.clone();
+        }
+        txn
     }
 
     /// The engine to write to.
@@ -1113,9 +1157,11 @@ impl Writer {
             WriteOp::DeleteTelemetry(d) => self.delete_telemetry(d),
             WriteOp::SaveDevice(s) => {
                 let engine = self.engine()?;
-                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let mut txn = Self::txn(&self.store, &engine, &self.cfg, &self.tenant_counts);
                 let rec = txn.save(s, None)?;
+                let counts = txn.take_counts();
                 txn.commit()?;
+                self.tenant_counts = counts;
                 Ok(WriteOutcome::Device(Box::new(rec)))
             }
             WriteOp::SaveProfile(p) => {
@@ -1192,8 +1238,8 @@ impl Writer {
                 self.forget_counts();
                 self.delete_device(id)
             }
-            WriteOp::GatewayDevice { gateway, name, device_type, max_devices } => {
-                self.gateway_device(gateway, name, device_type, max_devices)
+            WriteOp::GatewayDevice { gateway, name, device_type, max_devices, adopt } => {
+                self.gateway_device(gateway, name, device_type, max_devices, adopt)
             }
             WriteOp::SetIdentity { device, identity } => {
                 self.identity_counts.clear();
@@ -1211,7 +1257,7 @@ impl Writer {
             WriteOp::ProtocolDevice { identity, device_type, max_devices } => {
                 identity.validate().map_err(|e| StoreError::Invalid(e.to_string()))?;
                 let engine = self.engine()?;
-                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let mut txn = Self::txn(&self.store, &engine, &self.cfg, &self.tenant_counts);
                 if let Some(id) = txn.identity_owner(&identity)? {
                     return Ok(WriteOutcome::Device(Box::new(txn.record(id)?.ok_or(StoreError::DeviceNotFound)?)));
                 }
@@ -1241,7 +1287,9 @@ impl Writer {
                 let created = txn.save(save, None)?;
                 let rec = DeviceRecord { identity: Some(identity), ..created.clone() };
                 txn.put(rec.clone(), Some(&created))?;
+                let counts = txn.take_counts();
                 txn.commit()?;
+                self.tenant_counts = counts;
                 self.identity_counts.insert(protocol, holders + 1);
                 Ok(WriteOutcome::Device(Box::new(rec)))
             }
@@ -1363,9 +1411,11 @@ impl Writer {
             }
             WriteOp::Import { tenant, rows, update } => {
                 let engine = self.engine()?;
-                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let mut txn = Self::txn(&self.store, &engine, &self.cfg, &self.tenant_counts);
                 let out = txn.import(tenant, rows, update)?;
+                let counts = txn.take_counts();
                 txn.commit()?;
+                self.tenant_counts = counts;
                 Ok(WriteOutcome::Import(out))
             }
             WriteOp::Telemetry { .. }
@@ -1450,18 +1500,30 @@ impl Writer {
         name: String,
         device_type: Option<String>,
         max_devices: usize,
+        adopt: bool,
     ) -> Result<WriteOutcome, StoreError> {
         let engine = self.engine()?;
-        let mut txn = DeviceTxn::new(&self.store, &engine);
+        let mut txn = Self::txn(&self.store, &engine, &self.cfg, &self.tenant_counts);
         txn.require_gateway(gateway)?;
         // A gateway's devices are of its tenant.
         let tenant = txn.record(gateway)?.and_then(|g| g.tenant);
-        if let Some(id) = txn.name_owner(tenant, &name)? {
-            let rec = txn.record(id)?.ok_or(StoreError::DeviceNotFound)?;
-            return match rec.gateway {
-                Some(g) if g == gateway => Ok(WriteOutcome::Device(Box::new(rec))),
-                _ => Err(StoreError::ForeignDevice(name)),
-            };
+        let existing = match txn.name_owner(tenant, &name)? {
+            Some(id) => Some(txn.record(id)?.ok_or(StoreError::DeviceNotFound)?),
+            None => None,
+        };
+        if let Some(rec) = &existing {
+            match rec.gateway {
+                Some(g) if g == gateway => return Ok(WriteOutcome::Device(Box::new(rec.clone()))),
+                // Bound to another gateway: never taken over.
+                Some(_) => return Err(StoreError::ForeignDevice(name)),
+                None if rec.id == gateway || rec.is_gateway() => return Err(StoreError::ForeignDevice(name)),
+                None => {
+                    let profile = txn.store.profile(rec.profile_id())?;
+                    if !adoption_allowed(profile.as_ref().map(|p| &p.doc), adopt) {
+                        return Err(StoreError::ForeignDevice(name));
+                    }
+                }
+            }
         }
         let owned = match self.gateway_counts.get(&gateway) {
             Some(n) => *n,
@@ -1469,26 +1531,45 @@ impl Writer {
         };
         if owned >= max_devices {
             self.gateway_counts.insert(gateway, owned);
+            let what = if existing.is_some() { "adopted" } else { "created" };
             return Err(StoreError::Limit(format!(
-                "this gateway owns {owned} devices, the limit (limits.max_devices_per_gateway); device '{name}' was not created"
+                "this gateway owns {owned} devices, the limit (limits.max_devices_per_gateway); device '{name}' was not {what}"
             )));
         }
-        let rec = txn.save(
-            SaveDevice {
-                profile: None,
-                tenant,
-                id: None,
-                name,
-                device_type: device_type.unwrap_or_default(),
-                label: None,
-                token: None,
-                additional_info: Some(
-                    serde_json::json!({"gateway": false, "lastConnectedGateway": gateway.to_string()}),
-                ),
-            },
-            Some(gateway),
-        )?;
+        let rec = match existing {
+            // Adopted: bound to the gateway, which ThingsBoard records as its last gateway.
+            Some(old) => {
+                let mut info = old
+                    .additional_info
+                    .clone()
+                    .filter(serde_json::Value::is_object)
+                    .unwrap_or_else(|| serde_json::json!({}));
+                if let Some(o) = info.as_object_mut() {
+                    o.insert("lastConnectedGateway".into(), gateway.to_string().into());
+                }
+                let new = DeviceRecord { gateway: Some(gateway), additional_info: Some(info), ..old.clone() };
+                txn.put(new.clone(), Some(&old))?;
+                new
+            }
+            None => txn.save(
+                SaveDevice {
+                    profile: None,
+                    tenant,
+                    id: None,
+                    name,
+                    device_type: device_type.unwrap_or_default(),
+                    label: None,
+                    token: None,
+                    additional_info: Some(
+                        serde_json::json!({"gateway": false, "lastConnectedGateway": gateway.to_string()}),
+                    ),
+                },
+                Some(gateway),
+            )?,
+        };
+        let counts = txn.take_counts();
         txn.commit()?;
+        self.tenant_counts = counts;
         self.gateway_counts.insert(gateway, owned + 1);
         Ok(WriteOutcome::Device(Box::new(rec)))
     }
@@ -1672,6 +1753,10 @@ struct DeviceTxn<'a> {
     records: HashMap<DeviceId, DeviceRecord>,
     /// Profiles written by this transaction (they win over the store's).
     staged_profiles: Vec<ProfileRecord>,
+    /// Most devices per tenant (0: no bound).
+    tenant_cap: usize,
+    /// Devices per tenant as of this transaction, counted on first need (only when bounded).
+    tenant_counts: HashMap<Option<uuid::Uuid>, usize>,
 }
 
 impl<'a> DeviceTxn<'a> {
@@ -1686,7 +1771,41 @@ impl<'a> DeviceTxn<'a> {
             basic: HashMap::default(),
             records: HashMap::default(),
             staged_profiles: Vec::new(),
+            tenant_cap: 0,
+            tenant_counts: HashMap::default(),
         }
+    }
+
+    /// The devices per tenant as of this transaction, for the writer's cache.
+    fn take_counts(&mut self) -> HashMap<Option<uuid::Uuid>, usize> {
+        std::mem::take(&mut self.tenant_counts)
+    }
+
+    /// How many devices `tenant` has as of this transaction: its entries in the name index
+    /// (keys only), counted once per transaction unless the writer knew it already.
+    fn tenant_devices(&mut self, tenant: Option<uuid::Uuid>) -> Result<usize, StoreError> {
+        if let Some(n) = self.tenant_counts.get(&tenant) {
+            return Ok(*n);
+        }
+        let names = &self.engine.ks.names;
+        let mut n = 0;
+        match tenant {
+            // The first tenant's names are the bare names: every key below 0xFF.
+            None => {
+                for kv in names.range(..vec![0xFFu8]) {
+                    kv.key()?;
+                    n += 1;
+                }
+            }
+            Some(t) => {
+                for kv in names.prefix(crate::name_key(Some(t), "")) {
+                    kv.key()?;
+                    n += 1;
+                }
+            }
+        }
+        self.tenant_counts.insert(tenant, n);
+        Ok(n)
     }
 
     /// The first profile, as of this transaction, that `pred` accepts.
@@ -1969,6 +2088,19 @@ impl<'a> DeviceTxn<'a> {
         if self.name_owner(tenant, &s.name)?.is_some_and(|o| o != id) {
             return Err(StoreError::NameTaken(s.name));
         }
+        let count = match (&old, self.tenant_cap) {
+            (None, cap) if cap > 0 => {
+                let n = self.tenant_devices(tenant)?;
+                if n >= cap {
+                    return Err(StoreError::Limit(format!(
+                        "this tenant has {n} devices, the limit (limits.max_devices_per_tenant); device '{}' was not created",
+                        s.name
+                    )));
+                }
+                Some(n)
+            }
+            _ => None,
+        };
         let token = match (&s.token, &old) {
             (Some(t), _) => {
                 if self.token_owner(t)?.is_some_and(|o| o != id) {
@@ -2005,6 +2137,9 @@ impl<'a> DeviceTxn<'a> {
             tenant,
         };
         self.put(rec.clone(), old.as_ref())?;
+        if let Some(n) = count {
+            self.tenant_counts.insert(tenant, n + 1);
+        }
         Ok(rec)
     }
 

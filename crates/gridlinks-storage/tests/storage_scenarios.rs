@@ -4,8 +4,8 @@
 
 use gridlinks_storage::query::{Agg, HistoryQuery, Order};
 use gridlinks_storage::{
-    DeleteTelemetry, ImportRow, SaveDevice, Store, StoreError, StoreOptions, WriteOp, WriteOutcome, WriterConfig,
-    WriterHandle,
+    DeleteTelemetry, ImportRow, SaveDevice, SaveProfile, Store, StoreError, StoreOptions, WriteOp, WriteOutcome,
+    WriterConfig, WriterHandle,
 };
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 
@@ -307,11 +307,110 @@ async fn save(h: &WriterHandle, name: &str, info: Option<serde_json::Value>) -> 
 }
 
 async fn for_gateway(h: &WriterHandle, gateway: DeviceId, name: &str) -> Result<DeviceId, StoreError> {
-    let op = WriteOp::GatewayDevice { gateway, name: name.into(), device_type: None, max_devices: 2 };
+    let op = WriteOp::GatewayDevice { gateway, name: name.into(), device_type: None, max_devices: 2, adopt: false };
     h.submit(op).await.map(|o| match o {
         WriteOutcome::Device(d) => d.id,
         other => panic!("unexpected {other:?}"),
     })
+}
+
+/// With adoption allowed a gateway takes a device of no gateway as its own (bound, and
+/// counted against its bound); another gateway's device, a gateway, or a device whose profile
+/// refuses adoption it does not.
+#[tokio::test]
+async fn gateways_adopt_devices_of_no_gateway_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, j) = open(dir.path());
+    let adopt = |gateway, name: &str| WriteOp::GatewayDevice {
+        gateway,
+        name: name.into(),
+        device_type: None,
+        max_devices: 2,
+        adopt: true,
+    };
+    let gw = save(&h, "gw", Some(serde_json::json!({"gateway": true}))).await;
+    let gw2 = save(&h, "gw2", Some(serde_json::json!({"gateway": true}))).await;
+    let plain = save(&h, "plain", Some(serde_json::json!({"description": "kept"}))).await;
+    let WriteOutcome::Device(d) = h.submit(adopt(gw, "plain")).await.unwrap() else { panic!() };
+    assert_eq!((d.id, d.gateway), (plain, Some(gw)));
+    let stored = store.device(plain).unwrap().unwrap();
+    assert_eq!(stored.gateway, Some(gw));
+    let info = stored.additional_info.unwrap();
+    assert_eq!(
+        (info["description"].as_str(), info["lastConnectedGateway"].as_str()),
+        (Some("kept"), Some(&*gw.to_string()))
+    );
+    assert_eq!(store.gateway_devices(gw).unwrap(), [plain]);
+    // Never taken over by another gateway; a gateway is never adopted.
+    assert!(matches!(h.submit(adopt(gw2, "plain")).await, Err(StoreError::ForeignDevice(_))));
+    assert!(matches!(h.submit(adopt(gw, "gw2")).await, Err(StoreError::ForeignDevice(_))));
+    // A profile that refuses adoption wins over the default.
+    let locked = SaveProfile {
+        id: None,
+        tenant: None,
+        name: "locked".into(),
+        doc: serde_json::json!({"name": "locked", "gatewayAdoption": "REFUSE"}),
+    };
+    let WriteOutcome::Profile(locked) = h.submit(WriteOp::SaveProfile(locked)).await.unwrap() else { panic!() };
+    let vault = SaveDevice { name: "vault".into(), profile: Some(locked.id), ..SaveDevice::default() };
+    h.submit(WriteOp::SaveDevice(vault)).await.unwrap();
+    assert!(matches!(h.submit(adopt(gw, "vault")).await, Err(StoreError::ForeignDevice(_))));
+    // Adopted devices count against the gateway's bound.
+    save(&h, "spare", None).await;
+    h.submit(adopt(gw, "new-one")).await.unwrap();
+    assert!(matches!(h.submit(adopt(gw, "spare")).await, Err(StoreError::Limit(_))));
+    assert_eq!(store.device_by_name(None, "spare").unwrap().unwrap().gateway, None);
+    drop(h);
+    j.join().unwrap();
+}
+
+/// `max_devices_per_tenant` bounds every way devices are made, per tenant.
+#[tokio::test]
+async fn devices_per_tenant_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+    let (h, j) = store.start_writer(WriterConfig { max_devices_per_tenant: 3, ..WriterConfig::default() }).unwrap();
+    let t = uuid::Uuid::new_v4();
+    let dev = |tenant, name: &str, info: Option<serde_json::Value>| {
+        WriteOp::SaveDevice(SaveDevice { tenant, name: name.into(), additional_info: info, ..SaveDevice::default() })
+    };
+    h.submit(dev(None, "a", None)).await.unwrap();
+    let gw = match h.submit(dev(None, "gw", Some(serde_json::json!({"gateway": true})))).await.unwrap() {
+        WriteOutcome::Device(d) => d.id,
+        other => panic!("unexpected {other:?}"),
+    };
+    let row = |name: &str| ImportRow {
+        line: 1,
+        name: name.into(),
+        device_type: None,
+        label: None,
+        token: None,
+        description: None,
+        gateway: None,
+        shared: Vec::new(),
+        server: Vec::new(),
+    };
+    let WriteOutcome::Import(out) =
+        h.submit(WriteOp::Import { tenant: None, rows: vec![row("b"), row("c")], update: false }).await.unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!((out.created, out.errors.len()), (1, 1), "{out:?}");
+    assert!(out.errors[0].contains("max_devices_per_tenant"), "{out:?}");
+    assert!(matches!(h.submit(dev(None, "d", None)).await, Err(StoreError::Limit(_))));
+    let sub = WriteOp::GatewayDevice { gateway: gw, name: "e".into(), device_type: None, max_devices: 10, adopt: true };
+    assert!(matches!(h.submit(sub).await, Err(StoreError::Limit(_))));
+    // Updates are not creations; another tenant has its own bound.
+    let a = store.device_by_name(None, "a").unwrap().unwrap().id;
+    let update = SaveDevice { id: Some(a), name: "a".into(), label: Some("renamed".into()), ..SaveDevice::default() };
+    h.submit(WriteOp::SaveDevice(update)).await.unwrap();
+    h.submit(dev(Some(t), "a", None)).await.unwrap();
+    // A deleted device frees its place.
+    h.submit(WriteOp::DeleteDevice(a)).await.unwrap();
+    h.submit(dev(None, "d", None)).await.unwrap();
+    assert!(matches!(h.submit(dev(None, "f", None)).await, Err(StoreError::Limit(_))));
+    drop(h);
+    j.join().unwrap();
 }
 
 #[tokio::test]
@@ -622,12 +721,24 @@ async fn tenants_have_their_own_device_names_and_profiles() {
         assert!(matches!(h.submit(foreign).await, Err(StoreError::ProfileNotFound(_))));
         let gw =
             dev(h.submit(save(Some(t), "gw", "", "tok-gw", Some(serde_json::json!({"gateway": true})))).await.unwrap());
-        let op = WriteOp::GatewayDevice { gateway: gw.id, name: "pump".into(), device_type: None, max_devices: 10 };
+        let op = WriteOp::GatewayDevice {
+            gateway: gw.id,
+            name: "pump".into(),
+            device_type: None,
+            max_devices: 10,
+            adopt: false,
+        };
         assert!(
             matches!(h.submit(op).await, Err(StoreError::ForeignDevice(_))),
             "the tenant's own 'pump' is not the gateway's"
         );
-        let op = WriteOp::GatewayDevice { gateway: gw.id, name: "child".into(), device_type: None, max_devices: 10 };
+        let op = WriteOp::GatewayDevice {
+            gateway: gw.id,
+            name: "child".into(),
+            device_type: None,
+            max_devices: 10,
+            adopt: false,
+        };
         let child = dev(h.submit(op).await.unwrap());
         assert_eq!(child.tenant, Some(t));
         (a.id, b.id, gw.id)

@@ -510,12 +510,12 @@ pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> A
                 continue;
             }
         };
-        if record.len() > req.mapping.columns.len() {
-            errors.push(format!(
-                "Line {line}: {} cells but only {} columns are mapped",
-                record.len(),
-                req.mapping.columns.len()
-            ));
+        // Every mapped column needs its cell (empty is fine, missing is not), and no cell may
+        // go unmapped: a row of the wrong width is a shifted or truncated line.
+        if record.len() != req.mapping.columns.len() {
+            let (cells, columns) = (record.len(), req.mapping.columns.len());
+            let which = if cells > columns { "only" } else { "but" };
+            errors.push(format!("Line {line}: {cells} cells {which} {columns} columns are mapped"));
             continue;
         }
         let mut row = ImportRow {

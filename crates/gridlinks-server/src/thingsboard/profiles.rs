@@ -129,7 +129,8 @@ pub async fn default_info(Admin(me): Admin, State(st): St) -> ApiResult<Json<J>>
 }
 
 /// `POST /api/deviceProfile`: create, or update when the body has an id. The body is kept
-/// as given (alarm rules, transport and provisioning settings are data here).
+/// as given (alarm rules, transport and provisioning settings are data here); GridLinks reads
+/// `gatewayAdoption` (`ALLOW`/`REFUSE`: whether gateways may adopt its devices) from it.
 ///
 /// A provision key is unique across tenants: it alone names the profile a device provisions
 /// into.
@@ -139,6 +140,14 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
         return Err(ApiError::bad_request("Invalid request body: a device profile is a JSON object"));
     }
     let name = doc.get("name").and_then(J::as_str).unwrap_or_default().to_owned();
+    let adoption = doc.get(gridlinks_storage::GATEWAY_ADOPTION).filter(|v| !v.is_null());
+    if adoption.is_some_and(|v| !matches!(v.as_str(), Some("ALLOW" | "REFUSE"))) {
+        return Err(ApiError::bad_request(format!(
+            "{}: ALLOW or REFUSE (whether gateways may adopt this profile's devices), or absent for the server's \
+             limits.gateway_adopts_devices",
+            gridlinks_storage::GATEWAY_ADOPTION
+        )));
+    }
     let id = body_id(&doc, profile_id)?;
     if let Some(id) = id {
         load(&st, &me, id).await?;
