@@ -148,11 +148,40 @@ pub struct CoapConfig {
     pub max_payload_bytes: usize,
     /// Most live observations (RFC 7641) at once; past it a registration gets 5.03.
     pub max_observations: usize,
+    /// How long a request's message id is remembered, to answer its retransmissions
+    /// without processing them again (RFC 7252's EXCHANGE_LIFETIME, 247 s). Forgotten on a
+    /// timer. Clients retransmit within 45 s (MAX_TRANSMIT_SPAN), so a shorter one is safe
+    /// with RFC-default clients.
+    pub exchange_lifetime: Seconds,
+    /// Most exchanges remembered per client endpoint (address and port); a new one forgets
+    /// the endpoint's oldest answered exchange, and when all are still in progress the
+    /// request gets 5.03.
+    pub max_exchanges_per_peer: usize,
+    /// Most exchanges remembered in total; past it the oldest are forgotten.
+    pub max_exchanges: usize,
+    /// Largest answer to an endpoint not yet verified, as a multiple of its request's size
+    /// (RFC 7252 §11.3): a larger answer becomes 4.01 with an Echo option (RFC 9175) that
+    /// the client repeats to verify its address; errors lose their diagnostic text. 0: off.
+    pub amplification_factor: usize,
+    /// How long an endpoint stays verified after it repeated an Echo value.
+    pub verified_lifetime: Seconds,
+    /// Most verified endpoints remembered; past it the oldest are forgotten (asked again).
+    pub max_verified_peers: usize,
 }
 
 impl Default for CoapConfig {
     fn default() -> Self {
-        Self { bind: "0.0.0.0:5683".into(), max_payload_bytes: 16 * 1024, max_observations: 100_000 }
+        Self {
+            bind: "0.0.0.0:5683".into(),
+            max_payload_bytes: 16 * 1024,
+            max_observations: 100_000,
+            exchange_lifetime: Seconds(247),
+            max_exchanges_per_peer: 256,
+            max_exchanges: 100_000,
+            amplification_factor: 3,
+            verified_lifetime: Seconds(3600),
+            max_verified_peers: 100_000,
+        }
     }
 }
 

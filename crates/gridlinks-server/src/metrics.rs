@@ -118,7 +118,7 @@ fn coap(e: &mut DescriptorEncoder, m: &CoapMetrics) -> fmt::Result {
     counter(
         e,
         "gridlinks_coap_malformed_total",
-        "UDP datagrams on the CoAP port that were not CoAP.",
+        "UDP datagrams on the CoAP port that were not CoAP version 1, had a format error, or were rejected for an unsupported critical option.",
         l(&m.malformed),
     )?;
     counter(e, "gridlinks_coap_errors_total", "CoAP requests answered with a 4.xx or 5.xx code.", l(&m.errors))?;
@@ -133,7 +133,33 @@ fn coap(e: &mut DescriptorEncoder, m: &CoapMetrics) -> fmt::Result {
         "gridlinks_coap_notifications_total",
         "CoAP notifications sent, retransmissions included.",
         l(&m.notifications),
-    )
+    )?;
+    gauge(e, "gridlinks_coap_exchanges", "CoAP exchanges remembered for deduplication.", l(&m.exchanges))?;
+    counter(
+        e,
+        "gridlinks_coap_exchanges_evicted_total",
+        "CoAP exchanges forgotten before coap.exchange_lifetime because a bound was reached.",
+        l(&m.exchanges_evicted),
+    )?;
+    counter(
+        e,
+        "gridlinks_coap_exchanges_refused_total",
+        "CoAP requests refused (5.03): coap.max_exchanges_per_peer of their endpoint in progress.",
+        l(&m.exchanges_refused),
+    )?;
+    counter(
+        e,
+        "gridlinks_coap_echo_challenges_total",
+        "CoAP answers to unverified endpoints replaced by 4.01 with an Echo option (amplification limit).",
+        l(&m.echo_challenges),
+    )?;
+    counter(
+        e,
+        "gridlinks_coap_diagnostics_withheld_total",
+        "CoAP error answers to unverified endpoints sent without their diagnostic text (amplification limit).",
+        l(&m.diagnostics_withheld),
+    )?;
+    gauge(e, "gridlinks_coap_verified_peers", "CoAP endpoints verified by an Echo value.", l(&m.verified_peers))
 }
 
 /// Custom TCP protocols' counters (all listeners together).

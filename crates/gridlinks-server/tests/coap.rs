@@ -1,6 +1,9 @@
 //! ThingsBoard's CoAP device API on the real binary, over real UDP: confirmable requests
 //! answered in their ACK, non-confirmable ones with their own message, retransmissions
-//! answered again without being stored twice, and every error code.
+//! answered again without being stored twice, and every error code; the bounded exchange
+//! store forgetting on a timer; answers to unverified endpoints within three times their
+//! request (Echo, RFC 9175), with libcoap's client; messages RFC 7252 says to ignore,
+//! reject or refuse.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -27,9 +30,29 @@ impl Client {
     }
 
     fn recv(&self) -> Packet {
+        Packet::from_bytes(&self.recv_raw()).unwrap()
+    }
+
+    /// The next datagram, as it came.
+    fn recv_raw(&self) -> Vec<u8> {
         let mut buf = [0u8; 2048];
         let n = self.socket.recv(&mut buf).unwrap();
-        Packet::from_bytes(&buf[..n]).unwrap()
+        buf[..n].to_vec()
+    }
+
+    /// Sends `p`; if the answer is 4.01 with an Echo option (the server has not verified
+    /// this endpoint and the answer is large), sends `p` again with message id `retry` and
+    /// the Echo value, as RFC 9175 says. The final answer.
+    fn ask_echoed(&self, p: &Packet, retry: u16) -> Packet {
+        self.send(p);
+        let r = self.recv();
+        let Some(echo) = r.get_first_option(ECHO).cloned() else { return r };
+        assert_eq!(code(&r), ResponseType::Unauthorized);
+        let mut again = p.clone();
+        again.header.message_id = retry;
+        again.add_option(ECHO, echo);
+        self.send(&again);
+        self.recv()
     }
 
     fn silent(&self) -> bool {
@@ -40,6 +63,9 @@ impl Client {
         quiet
     }
 }
+
+/// The Echo option (RFC 9175).
+const ECHO: CoapOption = CoapOption::Unknown(252);
 
 fn request(kind: MessageType, method: RequestType, mid: u16, path: &str, body: &[u8]) -> Packet {
     let mut p = Packet::new();
@@ -294,7 +320,7 @@ fn observed_attributes_and_rpc_reach_the_device_and_its_answers_complete_the_cal
     assert_eq!(s.json("POST", &shared, &jwt, Some(json!({"mode": "reset-me"}))).0, 200);
     let n = c.recv();
     c.send(&empty(MessageType::Reset, n.header.message_id));
-    wait_until(|| metric(&s, "gridlinks_coap_observations") == "0");
+    wait_until("no observation", || metric(&s, "gridlinks_coap_observations") == "0");
     assert_eq!(s.json("POST", &shared, &jwt, Some(json!({"mode": "unheard"}))).0, 200);
     assert!(c.silent());
 
@@ -304,7 +330,7 @@ fn observed_attributes_and_rpc_reach_the_device_and_its_answers_complete_the_cal
     assert_eq!(s.req("DELETE", &format!("/api/device/{id}"), Some(&jwt), None).0, 200);
     let end = c.recv();
     assert_eq!((end.get_token(), code(&end)), (&b"a2"[..], ResponseType::NotFound));
-    wait_until(|| metric(&s, "gridlinks_coap_observations") == "0");
+    wait_until("no observation", || metric(&s, "gridlinks_coap_observations") == "0");
 
     // Client-side RPC: the session limits, as ThingsBoard's SDK asks them.
     let ask = request(
@@ -326,14 +352,6 @@ fn observed_attributes_and_rpc_reach_the_device_and_its_answers_complete_the_cal
     };
     assert_eq!(plain, ResponseType::BadRequest);
     assert!(why.contains("Observe"), "{why}");
-}
-
-fn wait_until(mut f: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(std::time::Instant::now() < deadline, "condition not reached in 10 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A request carrying `block` as its Block1 or Block2 option.
@@ -396,6 +414,10 @@ fn bodies_and_answers_travel_in_blocks() {
     let many: serde_json::Map<String, J> = (0..40).map(|i| (format!("key{i:02}"), json!("v".repeat(40)))).collect();
     let shared = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SHARED_SCOPE");
     assert_eq!(s.json("POST", &shared, &jwt, Some(J::Object(many.clone()))).0, 200);
+    // A block is larger than three times its request: the endpoint proves its address
+    // first (Echo), once.
+    let first = request(MessageType::Confirmable, RequestType::Get, next(), "/api/v1/BLOCKTOKEN/attributes", b"");
+    assert_eq!(code(&c.ask_echoed(&first, next())), ResponseType::Content);
     let whole = json!({"shared": many});
     for szx in [None, Some(2u8)] {
         let mut got = Vec::new();
@@ -424,4 +446,248 @@ fn bodies_and_answers_travel_in_blocks() {
     }
     let p = request(MessageType::Confirmable, RequestType::Get, next(), "/api/v1/BLOCKTOKEN/attributes", b"");
     assert_eq!(code(&ask(with_block(p, CoapOption::Block2, 99, false, 6))), ResponseType::BadOption);
+}
+
+/// A confirmable POST of `body` to `path` with the extra `options` (number, value).
+fn post_with(mid: u16, path: &str, options: &[(u16, &[u8])], body: &[u8]) -> Packet {
+    let mut p = request(MessageType::Confirmable, RequestType::Post, mid, path, body);
+    for (n, v) in options {
+        p.add_option(CoapOption::from(*n), v.to_vec());
+    }
+    p
+}
+
+fn count(s: &Server, name: &str) -> u64 {
+    metric(s, name).parse().unwrap()
+}
+
+#[test]
+fn unknown_versions_format_errors_critical_options_and_content_formats_are_handled_as_rfc_7252_says() {
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "coap-rfc", "RFCTOKEN");
+    let c = Client::new(s.coap_port);
+    let path = "/api/v1/RFCTOKEN/telemetry";
+
+    // Version 0 (the header's first two bits), otherwise a good telemetry post: ignored,
+    // not answered, not stored (RFC 7252 §3).
+    let mut v0 = post_with(0x4001, path, &[], br#"{"v0":1}"#).to_bytes().unwrap();
+    v0[0] &= 0x3f;
+    c.socket.send(&v0).unwrap();
+    assert!(c.silent(), "a version-0 message is ignored");
+
+    // An unrecognized critical option (9, odd): 4.02 for a CON, a Reset for a NON; nothing
+    // stored either way (§5.4.1).
+    c.send(&post_with(0x4002, path, &[(9, b"")], br#"{"crit":1}"#));
+    let r = c.recv();
+    assert_eq!((r.header.message_id, code(&r)), (0x4002, ResponseType::BadOption));
+    assert!(String::from_utf8_lossy(&r.payload).contains("option 9"), "{r:?}");
+    let mut non = post_with(0x4003, path, &[(9, b"")], br#"{"crit":2}"#);
+    non.header.set_type(MessageType::NonConfirmable);
+    c.send(&non);
+    let r = c.recv();
+    assert_eq!((r.header.get_type(), r.header.message_id), (MessageType::Reset, 0x4003));
+    // An unknown elective option (even) is ignored.
+    c.send(&post_with(0x4004, path, &[(2048, b"x")], br#"{"elective":1}"#));
+    assert_eq!(code(&c.recv()), ResponseType::Created);
+
+    // A payload marker with nothing after it is a format error: a Reset for a CON, silence
+    // for a NON (§3, §4.2, §4.3).
+    let mut empty = post_with(0x4005, path, &[], b"").to_bytes().unwrap();
+    empty.push(0xff);
+    c.socket.send(&empty).unwrap();
+    let r = c.recv();
+    assert_eq!((r.header.get_type(), r.header.message_id), (MessageType::Reset, 0x4005));
+    empty[0] = (empty[0] & !0x30) | 0x10;
+    c.socket.send(&empty).unwrap();
+    assert!(c.silent(), "a malformed NON is ignored");
+
+    // Content-Format: CBOR (60) and octet-stream (42) get 4.15; JSON (50), text (0) or none
+    // are read as JSON.
+    let cbor = [0xa1, 0x61, b'c', 0x01]; // {"c": 1}
+    c.send(&post_with(0x4006, path, &[(12, &[60])], &cbor));
+    assert_eq!(code(&c.recv()), ResponseType::UnsupportedContentFormat);
+    c.send(&post_with(0x4007, "/api/v1/RFCTOKEN/attributes", &[(12, &[42])], br#"{"a":1}"#));
+    assert_eq!(code(&c.recv()), ResponseType::UnsupportedContentFormat);
+    c.send(&post_with(0x4008, path, &[(12, &[50])], br#"{"json":1}"#));
+    assert_eq!(code(&c.recv()), ResponseType::Created);
+    c.send(&post_with(0x4009, path, &[(12, &[0])], br#"{"text":1}"#));
+    assert_eq!(code(&c.recv()), ResponseType::Created);
+    // A GET asking for an answer in CBOR: 4.06.
+    let mut get = request(MessageType::Confirmable, RequestType::Get, 0x400a, "/api/v1/RFCTOKEN/attributes", b"");
+    get.add_option(CoapOption::Accept, vec![60]);
+    c.send(&get);
+    assert_eq!(code(&c.recv()), ResponseType::NotAcceptable);
+
+    for key in ["v0", "crit", "c", "a"] {
+        assert_eq!(stored(&s, &jwt, &id, key), 0, "{key} must not be stored");
+    }
+    let (_, attrs) = s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes"), &jwt, None);
+    assert_eq!(attrs, json!([]), "nothing of the refused attributes post");
+    for key in ["elective", "json", "text"] {
+        assert_eq!(stored(&s, &jwt, &id, key), 1, "{key}");
+    }
+    // Version 0, the NON with option 9, the two empty payloads.
+    assert_eq!(count(&s, "gridlinks_coap_malformed_total"), 4);
+}
+
+#[test]
+fn the_exchange_store_keeps_each_endpoints_share_and_forgets_on_a_timer() {
+    // The lifetime is long enough for the exchanges below to be made well within it on a
+    // busy machine (they are answered without storage work), short enough to wait for.
+    let s = Server::start_env(&[
+        ("GRIDLINKS_COAP_EXCHANGE_LIFETIME", "10"),
+        ("GRIDLINKS_COAP_MAX_EXCHANGES_PER_PEER", "50"),
+        ("GRIDLINKS_COAP_MAX_EXCHANGES", "80"),
+    ]);
+    let jwt = s.login();
+    let id = s.device(&jwt, "coap-store", "STORETOKEN");
+    let (a, b) = (Client::new(s.coap_port), Client::new(s.coap_port));
+    let post = |c: &Client, mid: u16, token: &str| {
+        let body = format!(r#"{{"ts":{mid},"values":{{"n":{mid}}}}}"#);
+        c.send(&request(
+            MessageType::Confirmable,
+            RequestType::Post,
+            mid,
+            &format!("/api/v1/{token}/telemetry"),
+            body.as_bytes(),
+        ));
+        let r = c.recv();
+        assert_eq!(r.header.message_id, mid);
+        r
+    };
+
+    // 200 exchanges from one endpoint: it keeps 50 (its oldest answered ones are forgotten).
+    for mid in 1..=200 {
+        assert_eq!(code(&post(&a, mid, "NOSUCHTOKEN")), ResponseType::Unauthorized);
+        assert!(count(&s, "gridlinks_coap_exchanges") <= 50);
+    }
+    assert_eq!(count(&s, "gridlinks_coap_exchanges"), 50);
+    assert_eq!(count(&s, "gridlinks_coap_exchanges_evicted_total"), 150);
+    // Acknowledged writes are stored, and the latest are remembered: a retransmission gets
+    // the same answer and stores nothing new.
+    let ack = post(&a, 201, "STORETOKEN");
+    assert_eq!(code(&ack), ResponseType::Created);
+    a.send(&request(MessageType::Confirmable, RequestType::Post, 201, "/api/v1/STORETOKEN/telemetry", br#"{"n":-1}"#));
+    assert_eq!(a.recv().to_bytes().unwrap(), ack.to_bytes().unwrap());
+    assert_eq!(count(&s, "gridlinks_coap_duplicates_total"), 1);
+    assert_eq!(stored(&s, &jwt, &id, "n"), 1);
+    // GETs are served again when repeated, so they take no room.
+    for mid in 300..400 {
+        a.send(&request(MessageType::Confirmable, RequestType::Get, mid, "/api/v1/STORETOKEN/attributes", b""));
+        assert_eq!(code(&a.recv()), ResponseType::Content);
+    }
+    assert_eq!(count(&s, "gridlinks_coap_exchanges"), 50);
+
+    // Another endpoint has its own share, within the total of 80.
+    for mid in 1..=40 {
+        post(&b, mid, "NOSUCHTOKEN");
+    }
+    assert_eq!(count(&s, "gridlinks_coap_exchanges"), 80);
+
+    // With no request at all, everything is forgotten once the lifetime has passed.
+    wait_until("the exchange store drains", || count(&s, "gridlinks_coap_exchanges") == 0);
+    // Forgotten: the same message id is a new request.
+    let requests = count(&s, "gridlinks_coap_requests_total");
+    post(&b, 40, "NOSUCHTOKEN");
+    assert_eq!(count(&s, "gridlinks_coap_requests_total"), requests + 1);
+}
+
+/// The shared attributes of `id`: 40 keys of 40 characters (more than one 1,024-byte block).
+fn large_attributes(s: &Server, jwt: &str, id: &str) -> J {
+    let many: serde_json::Map<String, J> = (0..40).map(|i| (format!("key{i:02}"), json!("v".repeat(40)))).collect();
+    let shared = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SHARED_SCOPE");
+    assert_eq!(s.json("POST", &shared, jwt, Some(J::Object(many.clone()))).0, 200);
+    J::Object(many)
+}
+
+#[test]
+fn answers_to_unverified_endpoints_stay_within_three_times_their_request() {
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "coap-amp", "AMPTOKEN");
+    let many = large_attributes(&s, &jwt, &id);
+    let c = Client::new(s.coap_port);
+    let ask = |raw: &[u8]| {
+        c.socket.send(raw).unwrap();
+        let r = c.recv_raw();
+        assert!(r.len() <= 3 * raw.len(), "{} bytes answered to {} bytes: {r:x?}", r.len(), raw.len());
+        Packet::from_bytes(&r).unwrap()
+    };
+
+    // Tiny requests with no credentials: codes without diagnostic text.
+    assert_eq!(code(&ask(&[0x40, 0x01, 0x00, 0x01])), ResponseType::NotFound);
+    assert_eq!(code(&ask(&[0x41, 0x02, 0x00, 0x02, 0x07])), ResponseType::NotFound);
+    assert_eq!(code(&ask(&[0x40, 0x03, 0x00, 0x03])), ResponseType::NotFound);
+    let bad_token = request(MessageType::Confirmable, RequestType::Post, 4, "/api/v1/X/telemetry", b"{}");
+    let r = ask(&bad_token.to_bytes().unwrap());
+    assert_eq!(code(&r), ResponseType::Unauthorized);
+    assert!(r.get_first_option(ECHO).is_none(), "an error is cut if need be, never challenged");
+
+    // A GET whose answer (a 1,024-byte block) is 38 times the request: 4.01 with an Echo.
+    let get = request(MessageType::Confirmable, RequestType::Get, 5, "/api/v1/AMPTOKEN/attributes", b"");
+    let raw = get.to_bytes().unwrap();
+    let challenge = ask(&raw);
+    assert_eq!(code(&challenge), ResponseType::Unauthorized);
+    let echo = challenge.get_first_option(ECHO).expect("an Echo option").clone();
+    assert_eq!(count(&s, "gridlinks_coap_echo_challenges_total"), 1);
+
+    // Another endpoint cannot use this endpoint's Echo value.
+    let other = Client::new(s.coap_port);
+    let mut stolen = get.clone();
+    stolen.header.message_id = 6;
+    stolen.add_option(ECHO, echo.clone());
+    other.send(&stolen);
+    let r = other.recv();
+    assert_eq!(code(&r), ResponseType::Unauthorized);
+    assert_ne!(r.get_first_option(ECHO), Some(&echo));
+
+    // The request repeated with the Echo value: the whole answer, block by block.
+    let mut repeated = get.clone();
+    repeated.header.message_id = 7;
+    repeated.add_option(ECHO, echo);
+    c.send(&repeated);
+    let mut r = c.recv();
+    let mut body = Vec::new();
+    for n in 1.. {
+        assert_eq!(code(&r), ResponseType::Content);
+        body.extend_from_slice(&r.payload);
+        if !block_of(&r, CoapOption::Block2).1 {
+            break;
+        }
+        let next =
+            request(MessageType::Confirmable, RequestType::Get, 7 + n as u16, "/api/v1/AMPTOKEN/attributes", b"");
+        c.send(&with_block(next, CoapOption::Block2, n, false, 6));
+        r = c.recv();
+    }
+    assert_eq!(serde_json::from_slice::<J>(&body).unwrap(), json!({"shared": many}));
+    assert_eq!(metric(&s, "gridlinks_coap_verified_peers"), "1");
+    // Verified: errors carry their diagnostic text again.
+    c.socket.send(&[0x40, 0x01, 0x00, 0x20]).unwrap();
+    assert!(!c.recv().payload.is_empty());
+
+    // A telemetry post from an endpoint never verified is answered at once (no Echo).
+    let fresh = Client::new(s.coap_port);
+    fresh.send(&request(MessageType::Confirmable, RequestType::Post, 1, "/api/v1/AMPTOKEN/telemetry", br#"{"t":1}"#));
+    let r = fresh.recv();
+    assert_eq!((code(&r), r.get_first_option(ECHO)), (ResponseType::Created, None));
+    assert_eq!(stored(&s, &jwt, &id, "t"), 1);
+    assert_eq!(count(&s, "gridlinks_coap_echo_challenges_total"), 2);
+}
+
+#[test]
+fn libcoap_reads_a_large_answer_through_the_echo_challenge() {
+    let s = Server::start();
+    let jwt = s.login();
+    let id = s.device(&jwt, "coap-libcoap", "LIBCOAPAMP");
+    let many = large_attributes(&s, &jwt, &id);
+    let out = std::process::Command::new("coap-client-notls")
+        .args(["-B", "30", "-m", "get"])
+        .arg(format!("coap://127.0.0.1:{}/api/v1/LIBCOAPAMP/attributes", s.coap_port))
+        .output()
+        .expect("coap-client-notls (apt-get install libcoap3-bin; make deps)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(serde_json::from_str::<J>(stdout.trim()).unwrap(), json!({"shared": many}));
+    assert_eq!(count(&s, "gridlinks_coap_echo_challenges_total"), 1);
 }

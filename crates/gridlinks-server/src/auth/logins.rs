@@ -4,7 +4,12 @@
 //! neither the thief's nor the owner's tokens work any more. Access tokens of an ended
 //! login are refused too.
 //!
-//! Logins are shared settings (`login/{sessionId}` → `{"jti","exp"}`): they outlive a
+//! A login also records the credentials stamp of the password it checked
+//! ([`crate::auth::users::Entry::stamp`]): a password change gives the user a new stamp,
+//! which ends every earlier login at once, whatever the clock says — even one whose check
+//! of the old password finished after the change.
+//!
+//! Logins are shared settings (`login/{sessionId}` → `{"jti","exp","stamp"}`): they outlive a
 //! restart, and with shared entities (`cluster.entities`) every node knows them, so a token
 //! works on any node. A refresh is a compare-and-set ([`WriteOp::SwapSetting`]) under the
 //! cluster's lock, so a refresh token used on two nodes at once still works only once.
@@ -30,11 +35,15 @@ struct Login {
     jti: String,
     /// When the login ends (its last refresh token expires), seconds.
     exp: i64,
+    /// The user's credentials stamp when the login began (logins of releases before
+    /// stamps have none: the empty stamp).
+    #[serde(default)]
+    stamp: String,
 }
 
 impl Login {
     fn encode(&self) -> Vec<u8> {
-        // A struct of a string and an integer always encodes.
+        // A struct of strings and an integer always encodes.
         serde_json::to_vec(self).unwrap_or_default()
     }
 
@@ -101,12 +110,13 @@ impl Logins {
         }))
     }
 
-    /// Whether login `session_id` is in force.
-    pub fn contains(&self, session_id: &str) -> bool {
-        if self.memory.lock().get(session_id).is_some_and(Login::live) {
+    /// Whether login `session_id` is in force for a user whose credentials stamp is `stamp`.
+    pub fn contains(&self, session_id: &str, stamp: &str) -> bool {
+        let valid = |l: &Login| l.live() && l.stamp == stamp;
+        if self.memory.lock().get(session_id).is_some_and(valid) {
             return true;
         }
-        matches!(self.stored(session_id), Ok(Some((_, l))) if l.live())
+        matches!(self.stored(session_id), Ok(Some((_, l))) if valid(&l))
     }
 
     /// Sets `session_id`'s login to `value` if it is `expect` now; whether it was.
@@ -118,10 +128,11 @@ impl Logins {
         }
     }
 
-    /// Starts a login whose refresh tokens live until `exp`: (session id, refresh token id).
-    pub async fn start(&self, exp: i64) -> Result<(String, String), StoreError> {
+    /// Starts a login, of a password whose credentials stamp is `stamp`, whose refresh
+    /// tokens live until `exp`: (session id, refresh token id).
+    pub async fn start(&self, exp: i64, stamp: &str) -> Result<(String, String), StoreError> {
         let (session_id, jti) = (random_id(), random_id());
-        let login = Login { jti: jti.clone(), exp };
+        let login = Login { jti: jti.clone(), exp, stamp: stamp.to_owned() };
         if let Err(e) = self.make_room().await {
             if !unwritable(&e) {
                 return Err(e);
@@ -162,12 +173,22 @@ impl Logins {
         Ok(())
     }
 
-    /// Replaces login `session_id`'s refresh token `jti` by a new one (returned), valid until `exp`.
-    pub async fn rotate(&self, session_id: &str, jti: &str, exp: i64) -> Result<Result<String, Refused>, StoreError> {
+    /// Replaces login `session_id`'s refresh token `jti` by a new one (returned), valid until
+    /// `exp`, if the login is of credentials stamp `stamp` (the user's now).
+    pub async fn rotate(
+        &self,
+        session_id: &str,
+        jti: &str,
+        exp: i64,
+        stamp: &str,
+    ) -> Result<Result<String, Refused>, StoreError> {
         let next = random_id();
         {
             let mut memory = self.memory.lock();
             if let Some(l) = memory.get_mut(session_id) {
+                if l.stamp != stamp {
+                    return Ok(Err(Refused::Unknown));
+                }
                 if l.jti != jti {
                     memory.remove(session_id);
                     return Ok(Err(Refused::Reused));
@@ -177,14 +198,15 @@ impl Logins {
                 return Ok(Ok(next));
             }
         }
-        let Some((raw, login)) = self.stored(session_id)?.filter(|(_, l)| l.live()) else {
+        let Some((raw, login)) = self.stored(session_id)?.filter(|(_, l)| l.live() && l.stamp == stamp) else {
             return Ok(Err(Refused::Unknown));
         };
         if login.jti != jti {
             self.end(session_id).await?;
             return Ok(Err(Refused::Reused));
         }
-        if self.swap(session_id, Some(raw), Some(&Login { jti: next.clone(), exp })).await? {
+        let rotated = Login { jti: next.clone(), exp, stamp: login.stamp };
+        if self.swap(session_id, Some(raw), Some(&rotated)).await? {
             return Ok(Ok(next));
         }
         // Changed since it was read: refreshed with the same token elsewhere, or ended.

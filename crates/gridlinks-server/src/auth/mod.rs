@@ -230,9 +230,11 @@ impl Auth {
         self.start(&entry).await
     }
 
-    /// Starts a login for a user whose password was just checked (or set).
+    /// Starts a login for a user whose password was just checked (or set): `entry` is the
+    /// user as it was when checked, so a login whose check raced a password change is of
+    /// the old credentials stamp and does not work.
     pub async fn start(&self, entry: &users::Entry) -> Result<TokenPair, AuthError> {
-        let (session_id, jti) = self.logins.start(self.refresh_exp()).await?;
+        let (session_id, jti) = self.logins.start(self.refresh_exp(), &entry.stamp).await?;
         self.pair(entry, &session_id, jti)
     }
 
@@ -245,7 +247,7 @@ impl Auth {
         self.catch_up(Instant::now()).await?;
         let entry = self.holder(&claims)?.ok_or(AuthError::BadToken)?;
         let jti = claims.jti.as_deref().ok_or(AuthError::BadToken)?;
-        match self.logins.rotate(&claims.session_id, jti, self.refresh_exp()).await? {
+        match self.logins.rotate(&claims.session_id, jti, self.refresh_exp(), &entry.stamp).await? {
             Ok(next) => self.pair(&entry, &claims.session_id, next),
             Err(_) => Err(AuthError::BadToken),
         }
@@ -287,19 +289,20 @@ impl Auth {
         if !claims.scopes.iter().any(|s| s == entry.caller.authority.as_str()) {
             return Err(AuthError::BadToken);
         }
-        Ok(self.logins.contains(&claims.session_id).then_some((claims, entry)))
+        Ok(self.logins.contains(&claims.session_id, &entry.stamp).then_some((claims, entry)))
     }
 
-    /// The user a token was issued to (`None`: no user of that name here), if it is enabled,
-    /// has the same id, and has not changed its password since. Tokens of releases before
-    /// users existed carry no user id: they are the configured administrator's.
+    /// The user a token was issued to (`None`: no user of that name here), if it is enabled
+    /// and has the same id (whether its password changed since is the login's business).
+    /// Tokens of releases before users existed carry no user id: they are the configured
+    /// administrator's.
     fn holder(&self, claims: &Claims) -> Result<Option<std::sync::Arc<users::Entry>>, AuthError> {
         let Some(entry) = self.users.by_email(&claims.sub) else { return Ok(None) };
         let same = match claims.user_id.as_deref() {
             Some(id) => id == entry.caller.user.to_string(),
             None => entry.configured,
         };
-        if !same || !entry.enabled || claims.iat < entry.tokens_after {
+        if !same || !entry.enabled {
             return Err(AuthError::BadToken);
         }
         Ok(Some(entry))

@@ -106,8 +106,9 @@ pub struct Entry {
     pub hash: Option<String>,
     /// Whether it may log in.
     pub enabled: bool,
-    /// Tokens issued before this second are refused (a password change).
-    pub tokens_after: i64,
+    /// The credentials' version: a new one with every password change. A login records the
+    /// stamp of the password it checked, and works only while the user's stamp is the same.
+    pub stamp: String,
     /// Whether it is the administrator of the configuration (no stored document).
     pub configured: bool,
 }
@@ -176,15 +177,20 @@ pub fn user_doc(email: &str, authority: Authority, tenant: Uuid, customer: Optio
     })
 }
 
-/// A credentials document's fields.
-pub fn credentials_doc(hash: Option<&str>, enabled: bool, activation: Option<(&str, i64)>, tokens_after: i64) -> J {
+/// A credentials document's fields (`stamp`: see [`Entry::stamp`]).
+pub fn credentials_doc(hash: Option<&str>, enabled: bool, activation: Option<(&str, i64)>, stamp: &str) -> J {
     json!({
         "hash": hash,
         "enabled": enabled,
         "activateHash": activation.map(|a| a.0),
         "activateExpires": activation.map(|a| a.1),
-        "tokensAfter": tokens_after,
+        "stamp": stamp,
     })
+}
+
+/// A fresh credentials stamp, for a password change.
+pub fn new_stamp() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 fn str_of<'a>(d: &'a J, k: &str) -> Option<&'a str> {
@@ -204,7 +210,17 @@ fn entry(u: &DocRecord, c: Option<&DocRecord>, first_tenant: Uuid) -> Option<(En
         last_name: str_of(&u.doc, "lastName").map(str::to_owned),
         hash: cred.and_then(|c| str_of(c, "hash")).map(str::to_owned),
         enabled: cred.and_then(|c| c.get("enabled")).and_then(J::as_bool).unwrap_or(false),
-        tokens_after: cred.and_then(|c| c.get("tokensAfter")).and_then(J::as_i64).unwrap_or(0),
+        // Documents of releases before stamps: the second of the last password change, so
+        // that the logins made before it (which have no stamp) stay ended.
+        stamp: match cred.and_then(|c| str_of(c, "stamp")) {
+            Some(s) => s.to_owned(),
+            None => cred
+                .and_then(|c| c.get("tokensAfter"))
+                .and_then(J::as_i64)
+                .filter(|&t| t > 0)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+        },
         configured: false,
     };
     let activation = cred.and_then(|c| {
@@ -230,7 +246,7 @@ impl Users {
                 last_name: None,
                 hash: Some(c.hash),
                 enabled: true,
-                tokens_after: 0,
+                stamp: String::new(),
                 configured: true,
             })
         };
@@ -371,7 +387,7 @@ mod tests {
             "cu@x",
             user_doc("cu@x", Authority::CustomerUser, Uuid::new_v4(), Some(Uuid::new_v4()), &json!({})),
         );
-        let c = doc(id, "credentials", credentials_doc(None, false, Some((&token_hash("tok"), 100)), 0));
+        let c = doc(id, "credentials", credentials_doc(None, false, Some((&token_hash("tok"), 100)), ""));
         users.put(&u, Some(&c));
         assert_eq!(users.by_email("CU@x").unwrap().caller.user, id);
         assert_eq!(users.activation("tok", 99).unwrap().caller.user, id);

@@ -4,39 +4,57 @@
 //! `…/attributes` and `…/rpc` ([`observe`]), RPC answers `POST …/rpc/{id}` and client-side
 //! RPC `POST …/rpc`.
 //!
-//! Packets are parsed by `coap-lite` (sans-IO); this module owns the exchange rules:
+//! Packets are parsed by `coap-lite` after the stricter checks of
+//! `gridlinks_thingsboard::coap::message` (sans-IO, like the exchange store and the Echo
+//! values); this module owns the exchange rules:
 //!
+//! - a datagram of another CoAP version than 1 is ignored; a message format error (a
+//!   payload marker with no payload, a reserved option nibble, …) gets a Reset if it is
+//!   confirmable and is dropped otherwise;
+//! - a request with a critical option the server does not implement gets 4.02 Bad Option
+//!   (confirmable) or a Reset (non-confirmable) and is not processed; a body whose
+//!   Content-Format is not JSON gets 4.15;
 //! - a confirmable request is answered in its ACK (piggybacked); if the answer is not
 //!   ready within [`SEPARATE_AFTER`], an empty ACK goes first and the answer follows as a
 //!   separate non-confirmable response with the request's token;
 //! - a non-confirmable request gets a non-confirmable response;
-//! - a retransmitted request (same peer, same message id, within [`EXCHANGE_LIFETIME`]) is
-//!   not processed again: the stored response is sent again, or nothing while the first is
-//!   still being processed (deduplication, [`Exchanges`], bounded);
+//! - a retransmitted request (same peer, same message id, within `coap.exchange_lifetime`)
+//!   is not processed again: the stored response is sent again, or nothing while the first
+//!   is still being processed (deduplication, `gridlinks_thingsboard::coap::exchange`,
+//!   bounded per endpoint and in total, forgotten on a timer). GETs are safe and
+//!   idempotent, so they are served again instead (RFC 7252 §4.5) and not remembered;
+//! - an answer to an endpoint not yet verified is at most `coap.amplification_factor`
+//!   times its request's size (RFC 7252 §11.3): a larger one becomes 4.01 with an Echo
+//!   option (RFC 9175), which the client repeats to verify its address; an error loses its
+//!   diagnostic text instead (`gridlinks_thingsboard::coap::echo`). Small answers — every
+//!   2.01 to a telemetry post — go out at once, with no extra round trip;
 //! - block-wise transfer (RFC 7959, `gridlinks_thingsboard::coap::block`): a request body
 //!   may come in Block1 blocks (2.31 Continue until the last), a response larger than one
 //!   1,024-byte block goes in Block2 blocks the client asks for one by one, each block cut
 //!   from the representation read again and marked with its ETag;
-//! - a malformed confirmable message gets a Reset; anything else malformed is dropped;
 //! - at most [`MAX_IN_FLIGHT`] requests are processed at once; past it a request gets
 //!   5.03 at once (bounded memory under a flood).
 //!
-//! Errors: 4.00 bad payload, 4.01 bad token, 4.02 a block past the end, 4.04 unknown path,
-//! 4.05 wrong method, 4.08 a block out of order, 4.13 too large, 5.03 overloaded or out of
-//! space, 5.00 storage failure; each with a diagnostic payload (RFC 7252 §5.5.2).
+//! Errors: 4.00 bad payload, 4.01 bad token, 4.02 a block past the end or an unsupported
+//! critical option, 4.04 unknown path, 4.05 wrong method, 4.06 an Accept other than JSON,
+//! 4.08 a block out of order, 4.13 too large, 4.15 a body that is not JSON, 5.03 overloaded
+//! or out of space, 5.05 a proxy request, 5.00 storage failure; each with a diagnostic
+//! payload (RFC 7252 §5.5.2) to a verified endpoint.
 
 pub mod observe;
 
-use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coap_lite::{CoapOption, MessageClass, MessageType, Packet, ResponseType};
+use coap_lite::{CoapOption, MessageClass, MessageType, Packet, RequestType, ResponseType};
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::coap::block::{self, Block, Offer, Uploads};
+use gridlinks_thingsboard::coap::echo::{Echo, Verified};
+use gridlinks_thingsboard::coap::exchange::{Begin, Exchanges, Limits};
+use gridlinks_thingsboard::coap::message::{self, OptionError, ECHO};
 use gridlinks_thingsboard::coap::{DeviceResource, Parts, Resource, RouteError};
 use gridlinks_thingsboard::payload::{self, PayloadError};
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
@@ -44,16 +62,22 @@ use parking_lot::Mutex;
 use tokio::net::UdpSocket;
 use tokio::sync::{watch, Semaphore};
 
+use crate::config::CoapConfig;
 use crate::mqtt::Mqtt;
 use observe::Watched;
 
 /// How long a confirmable request may take before it is acknowledged empty and answered
 /// separately (the client retransmits after 2–3 s: ACK_TIMEOUT × ACK_RANDOM_FACTOR).
 pub const SEPARATE_AFTER: Duration = Duration::from_millis(1000);
-/// How long a message id is remembered for deduplication (RFC 7252 §4.8.2).
-pub const EXCHANGE_LIFETIME: Duration = Duration::from_secs(247);
-/// Most exchanges remembered; past it the oldest are forgotten first.
-const MAX_EXCHANGES: usize = 200_000;
+/// How long a body arriving in blocks is kept after its first block (RFC 7252's
+/// EXCHANGE_LIFETIME).
+pub const UPLOAD_LIFETIME: Duration = Duration::from_secs(247);
+/// How long an Echo value is taken after it was sent (RFC 9175 leaves it to the server; a
+/// client repeats its request at once).
+pub const ECHO_FRESH: Duration = Duration::from_secs(60);
+/// Longest pause between two sweeps of the exchange, upload and verified-endpoint stores
+/// (a sweep forgets what has expired, whether or not requests arrive).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Requests processed at once; past it a request is answered 5.03 at once.
 const MAX_IN_FLIGHT: usize = 16_384;
 /// Largest datagram read.
@@ -61,14 +85,15 @@ const MAX_DATAGRAM: usize = 65_535;
 /// Request bodies being received in blocks at once (each at most `coap.max_payload_bytes`).
 const MAX_UPLOADS: usize = 4_096;
 
-/// CoAP counters.
+/// CoAP counters and gauges (`/metrics`, docs/operations.md).
 #[derive(Default)]
 pub struct CoapMetrics {
     /// Requests processed (not counting retransmissions).
     pub requests: AtomicU64,
     /// Retransmitted requests answered from the exchange store.
     pub duplicates: AtomicU64,
-    /// Datagrams that were not CoAP.
+    /// Datagrams that were not CoAP version 1, had a message format error, or were
+    /// non-confirmable requests rejected for an unsupported critical option.
     pub malformed: AtomicU64,
     /// Requests answered with a 4.xx or 5.xx.
     pub errors: AtomicU64,
@@ -76,40 +101,19 @@ pub struct CoapMetrics {
     pub observations: AtomicI64,
     /// Notifications sent (retransmissions included).
     pub notifications: AtomicU64,
-}
-
-/// Remembered exchanges: (peer, message id) → the response sent (`None` while the
-/// request is being processed).
-#[derive(Default)]
-struct Exchanges {
-    map: HashMap<(SocketAddr, u16), Option<Vec<u8>>>,
-    order: VecDeque<(Instant, (SocketAddr, u16))>,
-}
-
-impl Exchanges {
-    /// Starts an exchange; `Err(stored)` if it is a retransmission.
-    fn begin(&mut self, key: (SocketAddr, u16)) -> Result<(), Option<Vec<u8>>> {
-        let now = Instant::now();
-        while let Some((at, k)) = self.order.front() {
-            if now.duration_since(*at) < EXCHANGE_LIFETIME && self.order.len() < MAX_EXCHANGES {
-                break;
-            }
-            self.map.remove(k);
-            self.order.pop_front();
-        }
-        if let Some(stored) = self.map.get(&key) {
-            return Err(stored.clone());
-        }
-        self.map.insert(key, None);
-        self.order.push_back((now, key));
-        Ok(())
-    }
-
-    fn finish(&mut self, key: (SocketAddr, u16), response: Vec<u8>) {
-        if let Some(slot) = self.map.get_mut(&key) {
-            *slot = Some(response);
-        }
-    }
+    /// Exchanges remembered for deduplication now.
+    pub exchanges: AtomicU64,
+    /// Exchanges forgotten before `coap.exchange_lifetime` because a bound was reached.
+    pub exchanges_evicted: AtomicU64,
+    /// Requests refused (5.03) because all of their endpoint's remembered exchanges
+    /// (`coap.max_exchanges_per_peer`) were still being processed.
+    pub exchanges_refused: AtomicU64,
+    /// Answers to unverified endpoints replaced by 4.01 with an Echo option.
+    pub echo_challenges: AtomicU64,
+    /// Error answers to unverified endpoints sent without their diagnostic text.
+    pub diagnostics_withheld: AtomicU64,
+    /// Endpoints verified by an Echo value, remembered now.
+    pub verified_peers: AtomicU64,
 }
 
 /// What the CoAP listener shares with its request and notification tasks.
@@ -117,9 +121,16 @@ pub struct Server {
     socket: UdpSocket,
     mqtt: Arc<Mqtt>,
     metrics: Arc<CoapMetrics>,
-    exchanges: Mutex<Exchanges>,
+    /// Requests remembered for deduplication, by (peer, message id).
+    exchanges: Mutex<Exchanges<SocketAddr>>,
     /// Request bodies arriving in blocks, by (peer, path and query).
     uploads: Mutex<Uploads<(SocketAddr, String)>>,
+    /// Issues and checks Echo values (stateless).
+    echo: Echo,
+    /// Endpoints that repeated an Echo value lately: their answers are not limited.
+    verified: Mutex<Verified<SocketAddr>>,
+    /// `coap.amplification_factor` (0: no limit).
+    amplification_factor: usize,
     observations: observe::Observations,
     /// Message ids of the server's own messages (separate responses, notifications).
     next_mid: AtomicU16,
@@ -138,6 +149,83 @@ impl Server {
     fn observe_seq(&self) -> u32 {
         self.next_observe.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF
     }
+
+    /// Starts the exchange of `peer`'s message `mid`, keeping the store's gauges current.
+    fn begin(&self, peer: SocketAddr, mid: u16) -> Begin {
+        let mut x = self.exchanges.lock();
+        let begun = x.begin(peer, mid, Instant::now());
+        self.metrics.exchanges.store(x.len() as u64, Ordering::Relaxed);
+        self.metrics.exchanges_evicted.store(x.evicted(), Ordering::Relaxed);
+        begun
+    }
+
+    /// Forgets what has expired in every store (the sweep's work).
+    fn sweep(&self) {
+        let now = Instant::now();
+        let mut x = self.exchanges.lock();
+        x.expire(now);
+        self.metrics.exchanges.store(x.len() as u64, Ordering::Relaxed);
+        drop(x);
+        self.uploads.lock().expire(now);
+        let mut v = self.verified.lock();
+        v.expire(now);
+        self.metrics.verified_peers.store(v.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Takes the Echo option of `request`, if it carries one this server gave `peer`
+    /// lately: `peer` is verified from now on.
+    fn take_echo(&self, request: &Packet, peer: SocketAddr) {
+        let Some(value) = request.get_first_option(CoapOption::Unknown(ECHO)) else { return };
+        let now = Instant::now();
+        if self.echo.verify(&peer, value, now) {
+            let mut v = self.verified.lock();
+            v.insert(peer, now);
+            self.metrics.verified_peers.store(v.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Encodes `answer` as a message of `kind`, `mid` and `token` to `peer`, within the
+    /// amplification limit of a request of `request_len` bytes (RFC 7252 §11.3): an answer
+    /// over it to an endpoint not verified becomes 4.01 with an Echo option if it is a
+    /// success, or loses its payload if it is an error. True with the bytes when the
+    /// answer was replaced by the Echo challenge.
+    ///
+    /// Only answers without lasting effects can be replaced: telemetry, attribute, claim
+    /// and RPC-answer posts are answered with no payload, client-side RPC answers are
+    /// computed, and a provisioning answer is smaller than a third of its request (which
+    /// carries the key and secret); GETs read, and an observation registered by a GET
+    /// whose answer is replaced is cancelled by the caller.
+    fn encode(
+        &self,
+        peer: SocketAddr,
+        request_len: usize,
+        kind: MessageType,
+        mid: u16,
+        token: &[u8],
+        answer: Answer,
+    ) -> (Vec<u8>, bool) {
+        let Answer { code, body, json, options } = answer;
+        let bytes = message(kind, mid, token, code, &options, body, json);
+        let limit = self.amplification_factor.saturating_mul(request_len);
+        if self.amplification_factor == 0 || bytes.len() <= limit {
+            return (bytes, false);
+        }
+        if self.verified.lock().contains(&peer, Instant::now()) {
+            return (bytes, false);
+        }
+        if code.is_error() {
+            self.metrics.diagnostics_withheld.fetch_add(1, Ordering::Relaxed);
+            let bare = message(kind, mid, token, code, &options, Vec::new(), false);
+            if bare.len() <= limit {
+                return (bare, false);
+            }
+            // At most the request's own header and token.
+            return (message(kind, mid, token, code, &[], Vec::new(), false), false);
+        }
+        self.metrics.echo_challenges.fetch_add(1, Ordering::Relaxed);
+        let echo = vec![(CoapOption::Unknown(ECHO), self.echo.challenge(&peer, Instant::now()).to_vec())];
+        (message(kind, mid, token, ResponseType::Unauthorized, &echo, Vec::new(), false), true)
+    }
 }
 
 /// Socket buffers asked for (the kernel caps them at `net.core.rmem_max` / `wmem_max`):
@@ -151,18 +239,41 @@ pub async fn serve(socket: UdpSocket, mqtt: Arc<Mqtt>, metrics: Arc<CoapMetrics>
     if sock.set_recv_buffer_size(SOCKET_BUFFER).and_then(|()| sock.set_send_buffer_size(SOCKET_BUFFER)).is_err() {
         tracing::warn!("cannot enlarge the CoAP socket's buffers; bursts may drop datagrams");
     }
-    let max_body = mqtt.core.cfg.coap.max_payload_bytes;
+    let cfg: &CoapConfig = &mqtt.core.cfg.coap;
+    let limits = Limits {
+        lifetime: cfg.exchange_lifetime.duration(),
+        per_peer: cfg.max_exchanges_per_peer,
+        total: cfg.max_exchanges,
+    };
     let server = Arc::new(Server {
         socket,
-        mqtt,
-        metrics,
-        exchanges: Mutex::default(),
-        uploads: Mutex::new(Uploads::new(MAX_UPLOADS, max_body, EXCHANGE_LIFETIME)),
+        exchanges: Mutex::new(Exchanges::new(limits)),
+        uploads: Mutex::new(Uploads::new(MAX_UPLOADS, cfg.max_payload_bytes, UPLOAD_LIFETIME)),
+        echo: Echo::new(ECHO_FRESH, Instant::now()),
+        verified: Mutex::new(Verified::new(cfg.max_verified_peers, cfg.verified_lifetime.duration())),
+        amplification_factor: cfg.amplification_factor,
         observations: observe::Observations::default(),
         next_mid: AtomicU16::new(rand_u16()),
         next_observe: AtomicU32::new(u32::from(rand_u16())),
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         shutdown: shutdown.clone(),
+        metrics,
+        mqtt,
+    });
+    // Stores forget on a timer, not only when the next request arrives.
+    let sweep_every = (limits.lifetime / 4).clamp(Duration::from_millis(50), SWEEP_EVERY);
+    let sweeper = tokio::spawn({
+        let (server, mut shutdown) = (server.clone(), shutdown.clone());
+        async move {
+            let mut tick = tokio::time::interval(sweep_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.changed() => break,
+                    _ = tick.tick() => server.sweep(),
+                }
+            }
+        }
     });
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
@@ -176,84 +287,120 @@ pub async fn serve(socket: UdpSocket, mqtt: Arc<Mqtt>, metrics: Arc<CoapMetrics>
                 }
             },
         };
-        let datagram = &buf[..n];
-        let packet = match Packet::from_bytes(datagram) {
-            Ok(p) => p,
-            Err(_) => {
-                server.metrics.malformed.fetch_add(1, Ordering::Relaxed);
-                // A confirmable message we cannot understand is rejected with a Reset.
-                if n >= 4 && datagram[0] >> 6 == 1 && (datagram[0] >> 4) & 0b11 == 0 {
-                    let _ = server.socket.send_to(&[0x70, 0x00, datagram[2], datagram[3]], peer).await;
-                }
-                continue;
+        datagram(&server, &buf[..n], peer).await;
+    }
+    sweeper.abort();
+    server.observations.cancel_all();
+}
+
+/// Takes one datagram: checks it, answers what the receive loop answers itself (Resets,
+/// retransmissions, overload) and spawns the exchange of a new request.
+async fn datagram(server: &Arc<Server>, datagram: &[u8], peer: SocketAddr) {
+    let parsed = message::screen(datagram).map_err(Some).and_then(|()| Packet::from_bytes(datagram).map_err(|_| None));
+    let packet = match parsed {
+        Ok(p) => p,
+        Err(why) => {
+            server.metrics.malformed.fetch_add(1, Ordering::Relaxed);
+            // A confirmable version-1 message with a format error is rejected with a
+            // Reset; another version is ignored (RFC 7252 §3, §4.2).
+            let resettable = why.is_none_or(message::FormatError::resettable);
+            if resettable && datagram.len() >= 4 && datagram[0] >> 6 == 1 && (datagram[0] >> 4) & 0b11 == 0 {
+                let _ = server.socket.send_to(&[0x70, 0x00, datagram[2], datagram[3]], peer).await;
             }
-        };
-        let kind = packet.header.get_type();
-        let mid = packet.header.message_id;
-        match kind {
-            // The answer to a notification.
-            MessageType::Acknowledgement | MessageType::Reset => {
-                server.observations.answered(peer, mid, kind == MessageType::Acknowledgement);
-                continue;
-            }
-            // A ping (an empty confirmable message) is answered with a Reset.
-            MessageType::Confirmable if packet.header.code == MessageClass::Empty => {
-                let _ = server.socket.send_to(&reset(mid), peer).await;
-                continue;
-            }
-            _ if !matches!(packet.header.code, MessageClass::Request(_)) => continue,
-            _ => {}
+            return;
         }
-        let key = (peer, mid);
-        let begun = server.exchanges.lock().begin(key);
-        match begun {
-            Ok(()) => {}
-            Err(stored) => {
+    };
+    let kind = packet.header.get_type();
+    let mid = packet.header.message_id;
+    match kind {
+        // The answer to a notification.
+        MessageType::Acknowledgement | MessageType::Reset => {
+            server.observations.answered(peer, mid, kind == MessageType::Acknowledgement);
+            return;
+        }
+        // A ping (an empty confirmable message) is answered with a Reset.
+        MessageType::Confirmable if packet.header.code == MessageClass::Empty => {
+            let _ = server.socket.send_to(&reset(mid), peer).await;
+            return;
+        }
+        _ if !matches!(packet.header.code, MessageClass::Request(_)) => return,
+        _ => {}
+    }
+    // A non-confirmable request with a critical option this server does not implement is
+    // rejected (RFC 7252 §5.4.1); a confirmable one gets 4.02 from `respond`.
+    if kind == MessageType::NonConfirmable && message::check_options(&packet).is_err_and(OptionError::rejects_message) {
+        server.metrics.malformed.fetch_add(1, Ordering::Relaxed);
+        let _ = server.socket.send_to(&reset(mid), peer).await;
+        return;
+    }
+    // GETs are safe and idempotent: a retransmitted one is served again (RFC 7252 §4.5),
+    // so they take no room in the exchange store.
+    let remembered = packet.header.code != MessageClass::Request(RequestType::Get);
+    if remembered {
+        match server.begin(peer, mid) {
+            Begin::New => {}
+            Begin::Duplicate(stored) => {
                 server.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 if let Some(response) = stored {
                     let _ = server.socket.send_to(&response, peer).await;
                 }
-                continue;
+                return;
+            }
+            Begin::Busy => {
+                server.metrics.exchanges_refused.fetch_add(1, Ordering::Relaxed);
+                let max = server.mqtt.core.cfg.coap.max_exchanges_per_peer;
+                let why = format!("{max} requests from this endpoint in progress (coap.max_exchanges_per_peer)");
+                refuse(server, &packet, peer, datagram.len(), why).await;
+                return;
             }
         }
-        server.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let Ok(permit) = server.in_flight.clone().try_acquire_owned() else {
-            // Overload: answer at once instead of queueing without bound.
-            server.metrics.errors.fetch_add(1, Ordering::Relaxed);
-            let (kind, mid) = match kind {
-                MessageType::Confirmable => (MessageType::Acknowledgement, mid),
-                _ => (MessageType::NonConfirmable, server.mid()),
-            };
-            let busy = format!("{MAX_IN_FLIGHT} requests in progress: retry later").into_bytes();
-            let token = packet.get_token();
-            let bytes = message(kind, mid, token, ResponseType::ServiceUnavailable, &[], busy, false);
-            server.exchanges.lock().finish(key, bytes.clone());
-            let _ = server.socket.send_to(&bytes, peer).await;
-            continue;
-        };
-        let s = server.clone();
-        tokio::spawn(async move {
-            exchange(s, packet, peer).await;
-            drop(permit);
-        });
     }
-    server.observations.cancel_all();
+    server.metrics.requests.fetch_add(1, Ordering::Relaxed);
+    let Ok(permit) = server.in_flight.clone().try_acquire_owned() else {
+        // Overload: answer at once instead of queueing without bound.
+        let why = format!("{MAX_IN_FLIGHT} requests in progress: retry later");
+        let bytes = refuse(server, &packet, peer, datagram.len(), why).await;
+        if remembered {
+            server.exchanges.lock().finish(peer, mid, bytes);
+        }
+        return;
+    };
+    let (s, request_len) = (server.clone(), datagram.len());
+    tokio::spawn(async move {
+        exchange(s, packet, peer, request_len, remembered).await;
+        drop(permit);
+    });
 }
 
-/// Answers one request, piggybacked or separately.
-async fn exchange(server: Arc<Server>, request: Packet, peer: SocketAddr) {
-    let (mid, token) = (request.header.message_id, request.get_token().to_vec());
-    let key = (peer, mid);
+/// Answers `request` 5.03 with `why` at once; the bytes sent.
+async fn refuse(server: &Server, request: &Packet, peer: SocketAddr, request_len: usize, why: String) -> Vec<u8> {
+    server.metrics.errors.fetch_add(1, Ordering::Relaxed);
+    let (kind, mid) = match request.header.get_type() {
+        MessageType::Confirmable => (MessageType::Acknowledgement, request.header.message_id),
+        _ => (MessageType::NonConfirmable, server.mid()),
+    };
+    let answer = text(ResponseType::ServiceUnavailable, why);
+    let (bytes, _) = server.encode(peer, request_len, kind, mid, request.get_token(), answer);
+    let _ = server.socket.send_to(&bytes, peer).await;
+    bytes
+}
+
+/// Answers one request of `request_len` bytes, piggybacked or separately; `remembered`:
+/// the exchange store waits for its response.
+async fn exchange(server: Arc<Server>, request: Packet, peer: SocketAddr, request_len: usize, remembered: bool) {
+    let (request_mid, token) = (request.header.message_id, request.get_token().to_vec());
     let confirmable = request.header.get_type() == MessageType::Confirmable;
+    let registers = request.get_observe_value().is_some_and(|o| o.is_ok_and(|v| v == 0));
+    server.take_echo(&request, peer);
     let answer = respond(&server, request, peer);
     tokio::pin!(answer);
     let piggybacked = if confirmable { tokio::time::timeout(SEPARATE_AFTER, &mut answer).await.ok() } else { None };
     let (answer, kind, mid) = match piggybacked {
-        Some(a) => (a, MessageType::Acknowledgement, mid),
+        Some(a) => (a, MessageType::Acknowledgement, request_mid),
         None => {
             if confirmable {
                 // Acknowledge now, answer when ready (separate response, RFC 7252 §5.2.2).
-                let _ = server.socket.send_to(&empty_ack(mid), peer).await;
+                let _ = server.socket.send_to(&empty_ack(request_mid), peer).await;
             }
             (answer.await, MessageType::NonConfirmable, server.mid())
         }
@@ -261,14 +408,31 @@ async fn exchange(server: Arc<Server>, request: Packet, peer: SocketAddr) {
     if answer.code.is_error() {
         server.metrics.errors.fetch_add(1, Ordering::Relaxed);
     }
-    let bytes = message(kind, mid, &token, answer.code, &answer.options, answer.body, answer.json);
-    server.exchanges.lock().finish(key, bytes.clone());
+    let registered = registers && !answer.code.is_error();
+    let (bytes, challenged) = server.encode(peer, request_len, kind, mid, &token, answer);
+    if challenged && registered {
+        // Its answer did not go out: neither do notifications. The client registers again
+        // with the Echo value.
+        server.observations.cancel(&(peer, token));
+    }
+    if remembered {
+        server.exchanges.lock().finish(peer, request_mid, bytes.clone());
+    }
     let _ = server.socket.send_to(&bytes, peer).await;
 }
 
 /// The answer to `request`. A body in Block1 blocks is stored block by block (2.31
 /// Continue) until the last block completes it; then the whole request is served.
 async fn respond(server: &Arc<Server>, mut request: Packet, peer: SocketAddr) -> Answer {
+    if let Err(e) = message::check_options(&request) {
+        let code = match e {
+            OptionError::Unrecognized(_) => ResponseType::BadOption,
+            OptionError::Proxy(_) => ResponseType::ProxyingNotSupported,
+            OptionError::ContentFormat(_) => ResponseType::UnsupportedContentFormat,
+            OptionError::Accept(_) => ResponseType::NotAcceptable,
+        };
+        return text(code, e.to_string());
+    }
     let mut options = Vec::new();
     if let Some(b) = request.get_first_option(CoapOption::Block1) {
         let Some(b) = Block::decode(b) else {

@@ -193,7 +193,7 @@ pub async fn save(
     let store = st.store.clone();
     let credentials = match id {
         Some(_) => blocking(move || store.doc(DocKind::UserCredentials, uid)).await?,
-        None => Some(write_credentials(&st, uid, u::credentials_doc(None, false, None, 0)).await?),
+        None => Some(write_credentials(&st, uid, u::credentials_doc(None, false, None, "")).await?),
     };
     auth.users.put(&user, credentials.as_ref());
     Ok(Json(render(&st, &user)))
@@ -314,7 +314,7 @@ async fn activation_link(st: &Core, auth: &Auth, me: &Caller, headers: &HeaderMa
     let token: String = (0..2).map(|_| gridlinks_storage::generate_token()).collect();
     let expires = Ts::now().0 + ACTIVATION_TTL_MS;
     let c =
-        write_credentials(st, id, u::credentials_doc(None, false, Some((&u::token_hash(&token), expires)), 0)).await?;
+        write_credentials(st, id, u::credentials_doc(None, false, Some((&u::token_hash(&token), expires)), "")).await?;
     auth.users.put(&load(st, id).await?, Some(&c));
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     Ok(format!("http://{host}/api/noauth/activate?activateToken={token}"))
@@ -359,8 +359,8 @@ fn check_password(p: &str) -> ApiResult<()> {
 async fn set_password(st: &Core, auth: &Auth, user: &Entry, password: String) -> ApiResult<J> {
     check_password(&password)?;
     let hash = auth.passwords.hash(password).await.map_err(auth_error)?;
-    let now = Ts::now().0 / 1000;
-    let c = write_credentials(st, user.caller.user, u::credentials_doc(Some(&hash), true, None, now)).await?;
+    let doc = u::credentials_doc(Some(&hash), true, None, &u::new_stamp());
+    let c = write_credentials(st, user.caller.user, doc).await?;
     auth.users.put(&load(st, user.caller.user).await?, Some(&c));
     let entry = auth.users.by_id(user.caller.user).ok_or_else(|| ApiError::internal("user vanished"))?;
     Ok(pair_json(&auth.start(&entry).await.map_err(auth_error)?))
