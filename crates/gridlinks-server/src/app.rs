@@ -98,7 +98,8 @@ pub struct Status {
     pub ready: AtomicBool,
     /// Device payloads refused as malformed or over limits.
     pub payload_rejected: AtomicU64,
-    /// HTTP connections refused because `http.max_connections` was reached.
+    /// HTTP connections refused at `http.max_connections` or
+    /// `http.max_connections_per_address` with every connection in the way busy.
     pub http_over_limit: AtomicU64,
 }
 
@@ -157,6 +158,9 @@ impl FromRef<Http> for Arc<Status> {
         h.status.clone()
     }
 }
+
+/// The bulk import's path: its bodies may be larger (`http.max_import_bytes`).
+pub const BULK_IMPORT_PATH: &str = "/api/device/bulk_import";
 
 /// The HTTP routes.
 pub fn router(state: Http) -> Router {
@@ -226,7 +230,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
         .route("/api/device/{id}/credentials", get(api::get_credentials))
         .route("/api/device/credentials", post(api::save_credentials))
-        .route("/api/device/bulk_import", post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
+        .route(BULK_IMPORT_PATH, post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
         .route("/api/tenant/devices", get(api::list_devices))
         .route("/api/relation", post(relations::save).delete(relations::delete))
         .route("/api/relations", get(relations::list))
@@ -659,13 +663,27 @@ pub async fn serve(
     let mqtt_task = tokio::spawn(crate::mqtt::listen(mqtt_listener, mqtt.clone(), stop_rx.clone(), alive, limit));
     let limits = crate::listener::HttpLimits {
         header_read_timeout: cfg.http.header_read_timeout.duration(),
-        max_connections: cfg.http.max_connections,
+        max_connections: cfg.http_max_connections(),
+        max_per_address: match cfg.http.max_connections_per_address {
+            0 => usize::MAX,
+            n => n,
+        },
+        unbounded: cfg.http.unbounded_addresses.clone(),
         keepalive_idle: cfg.tcp_keepalive_idle.duration(),
     };
     let st = status.clone();
-    let over_limit = move || {
+    let over_limit = move |why| {
         st.http_over_limit.fetch_add(1, Ordering::Relaxed);
-        crate::logging::warn_limited!("HTTP connection refused: http.max_connections reached");
+        match why {
+            crate::listener::Refusal::Total => {
+                crate::logging::warn_limited!("HTTP connection refused: http.max_connections reached, all busy")
+            }
+            crate::listener::Refusal::Address => {
+                crate::logging::warn_limited!(
+                    "HTTP connection refused: http.max_connections_per_address reached, all busy"
+                )
+            }
+        }
     };
     let http_task = tokio::spawn(crate::listener::serve_http(listener, app, limits, stop_rx, over_limit));
     status.ready.store(true, Ordering::Release);

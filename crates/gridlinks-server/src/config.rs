@@ -87,8 +87,14 @@ pub struct HttpConfig {
     pub header_read_timeout: Millis,
     /// Longest time to receive a request body (408 after it).
     pub body_read_timeout: Millis,
-    /// Most simultaneous HTTP connections; more are answered 503 and closed.
+    /// Most simultaneous HTTP connections (at the bound a new one replaces the longest-idle
+    /// one; 503 when all are busy); 0: a sixteenth of the open-files limit (at least 64).
     pub max_connections: usize,
+    /// Most simultaneous HTTP connections from one address (same rule); 0: no bound.
+    pub max_connections_per_address: usize,
+    /// Addresses `max_connections_per_address` does not apply to (a reverse proxy on this
+    /// host speaks for many clients).
+    pub unbounded_addresses: Vec<std::net::IpAddr>,
 }
 
 /// MQTT listener settings.
@@ -672,7 +678,9 @@ impl Default for HttpConfig {
             max_page_size: 10_000,
             header_read_timeout: Millis(30_000),
             body_read_timeout: Millis(30_000),
-            max_connections: 512,
+            max_connections: 0,
+            max_connections_per_address: 64,
+            unbounded_addresses: vec![std::net::Ipv4Addr::LOCALHOST.into(), std::net::Ipv6Addr::LOCALHOST.into()],
         }
     }
 }
@@ -830,13 +838,22 @@ impl Config {
     }
 
     /// The MQTT connection limit in force: `mqtt.max_connections`, or when that is 0 the
-    /// open-files limit less `http.max_connections`, `storage.max_open_files` and
+    /// open-files limit less the HTTP connection limit, `storage.max_open_files` and
     /// [`FD_RESERVE`] (at least 1).
     pub fn mqtt_max_connections(&self) -> usize {
         if self.mqtt.max_connections > 0 {
             return self.mqtt.max_connections;
         }
-        open_files_limit().saturating_sub(self.http.max_connections + self.storage.max_open_files + FD_RESERVE).max(1)
+        open_files_limit().saturating_sub(self.http_max_connections() + self.storage.max_open_files + FD_RESERVE).max(1)
+    }
+
+    /// The HTTP connection limit in force: `http.max_connections`, or when that is 0 an
+    /// sixteenth of the open-files limit (at least 64).
+    pub fn http_max_connections(&self) -> usize {
+        match self.http.max_connections {
+            0 => (open_files_limit() / 16).max(64),
+            n => n,
+        }
     }
 
     /// Semantic checks the types cannot express.
@@ -879,11 +896,8 @@ impl Config {
         if !self.auth.jwt_secret.is_empty() && self.auth.jwt_secret.len() < 16 {
             return bad("auth.jwt_secret must be at least 16 bytes (or empty, to use the secret file)".into());
         }
-        if self.http.max_connections == 0 || self.http.header_read_timeout.0 == 0 || self.http.body_read_timeout.0 == 0
-        {
-            return bad(
-                "http.max_connections, http.header_read_timeout and http.body_read_timeout must be at least 1".into()
-            );
+        if self.http.header_read_timeout.0 == 0 || self.http.body_read_timeout.0 == 0 {
+            return bad("http.header_read_timeout and http.body_read_timeout must be at least 1".into());
         }
         if self.mqtt.client_queue_hard_limit < self.mqtt.client_outbound_queue {
             return bad("mqtt.client_queue_hard_limit must be at least mqtt.client_outbound_queue".into());

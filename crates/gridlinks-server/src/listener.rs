@@ -9,16 +9,28 @@
 //! clients and idle keep-alive connections alike (hyper starts the timer whenever it
 //! waits for the next request). A slow body is bounded by `http.body_read_timeout` in the
 //! body extractor (408).
+//!
+//! Connections are bounded in total (`http.max_connections`, by default a share of the
+//! open-files limit) and per source address (`http.max_connections_per_address`). At either
+//! bound a new connection takes the place of the longest-idle one that is not in the middle
+//! of a request (an idle keep-alive connection, or one that has not finished its request
+//! header): an address that opens hundreds of idle connections holds nothing another
+//! client needs. Only when every connection in the way is busy is the new one refused with
+//! 503.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, Notify};
 
 /// How often and how long TCP keepalive probes a silent peer (after `idle`).
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
@@ -44,19 +56,173 @@ pub struct HttpLimits {
     /// Longest wait for a complete request header, and for the next request on an idle
     /// keep-alive connection.
     pub header_read_timeout: Duration,
-    /// Most simultaneous connections; more are answered 503 and closed.
+    /// Most simultaneous connections.
     pub max_connections: usize,
+    /// Most simultaneous connections from one address.
+    pub max_per_address: usize,
+    /// Addresses `max_per_address` does not apply to.
+    pub unbounded: Vec<IpAddr>,
     /// TCP keepalive idle time (zero: off).
     pub keepalive_idle: Duration,
 }
 
-/// What a connection over the limit gets before it is closed (written without waiting).
-fn over_limit_response() -> &'static [u8] {
-    static RESPONSE: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
-        let body = r#"{"status":503,"message":"Too many HTTP connections (http.max_connections); retry later","errorCode":33}"#;
+/// Why a connection was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `http.max_connections` reached, every connection busy.
+    Total,
+    /// `http.max_connections_per_address` reached for its address, every one busy.
+    Address,
+}
+
+/// What a refused connection gets before it is closed (written without waiting).
+fn over_limit_response(why: Refusal) -> &'static [u8] {
+    fn response(message: &str) -> Vec<u8> {
+        let body = format!(r#"{{"status":503,"message":"{message}","errorCode":33}}"#);
         format!("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+    static TOTAL: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+        response("Too many HTTP connections (http.max_connections), all busy; retry later")
     });
-    &RESPONSE
+    static ADDRESS: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+        response(
+            "Too many HTTP connections from your address (http.max_connections_per_address), all busy; retry later",
+        )
+    });
+    match why {
+        Refusal::Total => &TOTAL,
+        Refusal::Address => &ADDRESS,
+    }
+}
+
+/// One open connection, as the admission sees it.
+struct Conn {
+    addr: IpAddr,
+    /// Requests being handled.
+    busy: AtomicUsize,
+    /// When it last finished a request (or opened), ms since [`Conns::epoch`].
+    idle_since: AtomicU64,
+    /// Chosen to make room: closing (it no longer counts).
+    leaving: AtomicBool,
+    /// Wakes the connection to close.
+    shed: Notify,
+}
+
+/// The open connections: how many in all and per address, and which may make room.
+struct Conns {
+    epoch: Instant,
+    max: usize,
+    max_per_address: usize,
+    unbounded: Vec<IpAddr>,
+    inner: Mutex<Open>,
+}
+
+#[derive(Default)]
+struct Open {
+    next: u64,
+    conns: HashMap<u64, Arc<Conn>>,
+    /// Connections per address that are not leaving.
+    per_address: HashMap<IpAddr, usize>,
+    /// Connections that are leaving.
+    leaving: usize,
+}
+
+/// A connection's place; gives it back when dropped.
+struct Place {
+    conns: Arc<Conns>,
+    id: u64,
+    conn: Arc<Conn>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut open = self.conns.inner.lock();
+        open.conns.remove(&self.id);
+        if self.conn.leaving.load(Ordering::Relaxed) {
+            open.leaving -= 1;
+        } else {
+            forget(&mut open.per_address, self.conn.addr);
+        }
+    }
+}
+
+fn forget(per_address: &mut HashMap<IpAddr, usize>, addr: IpAddr) {
+    if let Some(n) = per_address.get_mut(&addr) {
+        *n -= 1;
+        if *n == 0 {
+            per_address.remove(&addr);
+        }
+    }
+}
+
+impl Conns {
+    fn new(limits: &HttpLimits) -> Self {
+        Conns {
+            epoch: Instant::now(),
+            max: limits.max_connections,
+            max_per_address: limits.max_per_address,
+            unbounded: limits.unbounded.clone(),
+            inner: Mutex::default(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A place for a connection from `addr`, making room by closing the longest-idle
+    /// connection (of `addr` when its address is at its bound) if need be.
+    fn admit(self: &Arc<Self>, addr: IpAddr) -> Result<Place, Refusal> {
+        let mut open = self.inner.lock();
+        let from_addr = match self.unbounded.contains(&addr) {
+            true => 0,
+            false => open.per_address.get(&addr).copied().unwrap_or(0),
+        };
+        let counted = open.conns.len() - open.leaving;
+        let room = if from_addr >= self.max_per_address {
+            Some((Some(addr), Refusal::Address))
+        } else if counted >= self.max {
+            Some((None, Refusal::Total))
+        } else {
+            None
+        };
+        if let Some((of, refusal)) = room {
+            let idlest = open
+                .conns
+                .values()
+                .filter(|c| of.is_none_or(|a| c.addr == a))
+                .filter(|c| c.busy.load(Ordering::Acquire) == 0 && !c.leaving.load(Ordering::Relaxed))
+                .min_by_key(|c| c.idle_since.load(Ordering::Relaxed))
+                .cloned();
+            let Some(victim) = idlest else { return Err(refusal) };
+            victim.leaving.store(true, Ordering::Relaxed);
+            open.leaving += 1;
+            forget(&mut open.per_address, victim.addr);
+            victim.shed.notify_one();
+        }
+        let conn = Arc::new(Conn {
+            addr,
+            busy: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(self.now()),
+            leaving: AtomicBool::new(false),
+            shed: Notify::new(),
+        });
+        open.next += 1;
+        let id = open.next;
+        open.conns.insert(id, conn.clone());
+        *open.per_address.entry(addr).or_default() += 1;
+        Ok(Place { conns: self.clone(), id, conn })
+    }
+}
+
+/// Marks a connection busy while a request is handled.
+struct Busy<'a>(&'a Conns, &'a Conn);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.1.idle_since.store(self.0.now(), Ordering::Relaxed);
+        self.1.busy.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// Serves `app` on `listener` until `shutdown` turns true, then lets open connections
@@ -67,9 +233,9 @@ pub async fn serve_http(
     app: Router,
     limits: HttpLimits,
     mut shutdown: watch::Receiver<bool>,
-    on_over_limit: impl Fn() + Send + Sync + 'static,
+    on_over_limit: impl Fn(Refusal) + Send + Sync + 'static,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let conns = Arc::new(Conns::new(&limits));
     let (alive, mut all_closed) = mpsc::channel::<()>(1);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
@@ -87,19 +253,29 @@ pub async fn serve_http(
                 }
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            on_over_limit();
-            let _ = stream.try_write(over_limit_response());
-            continue;
+        let place = match conns.admit(peer.ip()) {
+            Ok(place) => place,
+            Err(why) => {
+                on_over_limit(why);
+                let _ = stream.try_write(over_limit_response(why));
+                continue;
+            }
         };
         tune(&stream, limits.keepalive_idle);
         let (app, builder, alive, mut stop) = (app.clone(), builder.clone(), alive.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let _hold = (permit, alive);
+            let place = Arc::new(place);
+            let _alive = alive;
+            let in_service = place.clone();
             let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(ConnectInfo(peer));
                 let mut app = app.clone();
-                async move { tower_service::Service::call(&mut app, req).await }
+                let place = in_service.clone();
+                place.conn.busy.fetch_add(1, Ordering::AcqRel);
+                async move {
+                    let _busy = Busy(&place.conns, &place.conn);
+                    tower_service::Service::call(&mut app, req).await
+                }
             });
             let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
             tokio::pin!(conn);
@@ -113,6 +289,8 @@ pub async fn serve_http(
                     return;
                 }
                 () = stopped(&mut stop) => {}
+                // Making room for another: idle, so it closes at once.
+                () = place.conn.shed.notified() => {}
             }
             conn.as_mut().graceful_shutdown();
             if let Err(e) = conn.await {

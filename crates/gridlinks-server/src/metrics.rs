@@ -66,7 +66,7 @@ impl Collector for Scrape {
         counter(
             &mut e,
             "gridlinks_http_over_limit_total",
-            "HTTP connections refused because http.max_connections was reached.",
+            "HTTP connections refused at http.max_connections or http.max_connections_per_address, every connection in the way busy.",
             l(&st.status.http_over_limit),
         )?;
         gauge(

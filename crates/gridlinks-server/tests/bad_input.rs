@@ -122,6 +122,35 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
 
 /// Integers beyond 64 bits keep every digit (stored as strings, as ThingsBoard does), over
 /// HTTP, MQTT and the REST telemetry and attribute posts.
+/// A body declared larger than the limit (`Content-Length`) is refused with 413 at once,
+/// not waited for until the body timeout (which would hold the connection meanwhile): the
+/// body timeout is set far beyond the test's patience, so a 408 cannot arrive first.
+#[test]
+fn a_body_declared_too_large_is_refused_before_it_is_read() {
+    let s = Server::start_env(&[("GRIDLINKS_HTTP_BODY_READ_TIMEOUT", "600000")]);
+    let jwt = s.login();
+    s.device(&jwt, "declared", "DECLARED");
+    for (path, token) in [("/api/v1/DECLARED/telemetry", None), ("/api/device/bulk_import", Some(jwt.as_str()))] {
+        let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(120))).unwrap();
+        let auth = token.map(|t| format!("X-Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n{{}}"
+        );
+        std::io::Write::write_all(&mut c, head.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            match std::io::Read::read(&mut c, &mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+    }
+}
+
 #[test]
 fn integers_beyond_64_bits_are_kept_exactly_on_every_transport() {
     use common::mqtt::*;

@@ -305,12 +305,15 @@ pub async fn listen_ws(
     // against `mqtt.max_connections` (in `upgrade`), the HTTP exchange before against this.
     let limits = crate::listener::HttpLimits {
         header_read_timeout: st.core.cfg.mqtt.connect_timeout.duration(),
-        max_connections: st.core.cfg.http.max_connections,
+        max_connections: st.core.cfg.http_max_connections(),
+        // Device fleets behind one NAT address: the MQTT connection limits bound them.
+        max_per_address: usize::MAX,
+        unbounded: Vec::new(),
         keepalive_idle: st.core.cfg.tcp_keepalive_idle.duration(),
     };
     let ctx = Arc::new(WsContext { st: st.clone(), alive, limit });
     let app = axum::Router::new().route("/mqtt", get(upgrade)).with_state(ctx);
-    let over_limit = move || {
+    let over_limit = move |_| {
         st.metrics.over_limit.fetch_add(1, Ordering::Relaxed);
         crate::logging::warn_limited!(
             "MQTT over WebSocket connection refused: http.max_connections upgrades in progress"

@@ -35,7 +35,16 @@ impl FromRequest<Http> for Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Http) -> Result<Self, ApiError> {
-        let timeout = state.core.cfg.http.body_read_timeout.duration();
+        let http = &state.core.cfg.http;
+        // A body declared larger than the limit is refused before it is waited for.
+        let limit =
+            if req.uri().path() == crate::app::BULK_IMPORT_PATH { http.max_import_bytes } else { http.max_body_bytes };
+        let declared =
+            req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(too_large());
+        }
+        let timeout = http.body_read_timeout.duration();
         let read = Bytes::from_request(req, state);
         let Ok(read) = tokio::time::timeout(timeout, read).await else {
             return Err(ApiError::new(
@@ -46,16 +55,20 @@ impl FromRequest<Http> for Body {
         };
         read.map(Body).map_err(|e: BytesRejection| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    ErrorCode::BadRequestParams,
-                    "Request body is larger than the configured limit (http.max_body_bytes)",
-                )
+                too_large()
             } else {
                 ApiError::bad_request(format!("Cannot read request body: {}", e.body_text()))
             }
         })
     }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::BadRequestParams,
+        "Request body is larger than the configured limit (http.max_body_bytes, http.max_import_bytes for bulk import)",
+    )
 }
 
 /// The token of an `X-Authorization: Bearer …` (or `Authorization`) header.

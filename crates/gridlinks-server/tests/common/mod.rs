@@ -425,6 +425,12 @@ pub fn server_routes() -> Vec<String> {
             rest.split('"').next().unwrap().replace("{{", "{").replace("}}", "}")
         } else if part.starts_with("tel,") {
             "{tel}".to_owned()
+        } else if let Some(name) =
+            part.split(',').next().filter(|n| n.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        {
+            // A path constant of app.rs.
+            let def = src.split(&format!("const {name}: &str = \"")).nth(1).expect("the path constant's definition");
+            def.split('"').next().unwrap().to_owned()
         } else {
             panic!("cannot read route: {}", &part[..40.min(part.len())]);
         };
