@@ -286,6 +286,12 @@ pub struct RpcConfig {
 pub struct WsConfig {
     /// Most subscriptions one session holds; more are refused with an error update.
     pub max_subscriptions: usize,
+    /// Most subscriptions of all of one user's sessions.
+    pub max_subscriptions_per_user: usize,
+    /// Most subscriptions of all the sessions of one tenant's users.
+    pub max_subscriptions_per_tenant: usize,
+    /// Most sessions one user holds at once; more are refused and closed.
+    pub max_sessions_per_user: usize,
     /// Updates queued for one session; a session that falls this far behind is closed
     /// (ThingsBoard: 1,000).
     pub queue: usize,
@@ -308,6 +314,9 @@ impl Default for WsConfig {
     fn default() -> Self {
         Self {
             max_subscriptions: 1_000,
+            max_subscriptions_per_user: 10_000,
+            max_subscriptions_per_tenant: 100_000,
+            max_sessions_per_user: 32,
             queue: 1_000,
             max_message_bytes: 65_536,
             ping_interval: Seconds(30),

@@ -538,3 +538,93 @@ fn entity_queries_filter_sort_and_count() {
     send(&mut theirs, json!({"entityCountCmds": [c]}));
     assert_eq!(next(&mut theirs)["count"], 1);
 }
+
+/// Subscriptions are bounded per user and per tenant across sessions, and sessions per
+/// user: a customer user cannot hold sessions × subscriptions without end (an issue's
+/// probe: 512 sessions × 1,000 subscriptions to one user). A session's end gives its
+/// subscriptions back.
+#[test]
+fn subscriptions_are_bounded_per_user_and_per_tenant_and_sessions_per_user() {
+    let s = Server::start_env(&[
+        ("GRIDLINKS_WS_MAX_SUBSCRIPTIONS", "3"),
+        ("GRIDLINKS_WS_MAX_SUBSCRIPTIONS_PER_USER", "4"),
+        ("GRIDLINKS_WS_MAX_SUBSCRIPTIONS_PER_TENANT", "6"),
+        ("GRIDLINKS_WS_MAX_SESSIONS_PER_USER", "2"),
+    ]);
+    let jwt = s.login();
+    let d = s.device(&jwt, "counted", "WSCOUNTED");
+    let auth = |token: &str, cmds: Vec<J>| json!({"authCmd": {"cmdId": 0, "token": token}, "cmds": cmds});
+    let mut a = open(&s, "/api/ws");
+    send(&mut a, auth(&jwt, vec![ts_cmd(1, &d, "a"), ts_cmd(2, &d, "b"), ts_cmd(3, &d, "c")]));
+    for _ in 0..3 {
+        assert_eq!(next(&mut a)["errorCode"], 0);
+    }
+    // A second session of the same user: one more, then the user's bound.
+    let mut b = open(&s, "/api/ws");
+    send(&mut b, auth(&jwt, vec![ts_cmd(1, &d, "a"), ts_cmd(2, &d, "b")]));
+    assert_eq!(next(&mut b)["errorCode"], 0);
+    let refused = next(&mut b);
+    assert_eq!(refused["subscriptionId"], 2, "{refused}");
+    assert!(refused["errorMsg"].as_str().unwrap().contains("ws.max_subscriptions_per_user"), "{refused}");
+    // A third session of the user is refused.
+    let mut c = open(&s, "/api/ws");
+    send(&mut c, auth(&jwt, vec![ts_cmd(1, &d, "a")]));
+    let (closed, seen) = closes(&mut c);
+    assert!(closed, "{seen:?}");
+    assert!(seen[0]["errorMsg"].as_str().unwrap().contains("ws.max_sessions_per_user"), "{seen:?}");
+    // Another user of the tenant: the tenant holds 4 of 6.
+    let (_, other) = s.user(&jwt, "watcher@tenant.test", None, "watcher-secret");
+    let mut o = open(&s, "/api/ws");
+    send(&mut o, auth(&other, vec![ts_cmd(1, &d, "a"), ts_cmd(2, &d, "b"), ts_cmd(3, &d, "c")]));
+    assert_eq!(next(&mut o)["errorCode"], 0);
+    assert_eq!(next(&mut o)["errorCode"], 0);
+    let refused = next(&mut o);
+    assert!(refused["errorMsg"].as_str().unwrap().contains("ws.max_subscriptions_per_tenant"), "{refused}");
+    // The first session ends: its three come back to the user and the tenant.
+    a.close(None).unwrap();
+    let _ = closes(&mut a);
+    let mut again = None;
+    for _ in 0..100 {
+        send(&mut o, json!({"cmds": [ts_cmd(3, &d, "c")]}));
+        let answer = next(&mut o);
+        if answer["errorCode"] == 0 {
+            again = Some(answer);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(again.is_some(), "the ended session's subscriptions were not given back");
+    let mut c = open(&s, "/api/ws");
+    send(&mut c, auth(&jwt, vec![ts_cmd(1, &d, "a")]));
+    assert_eq!(next(&mut c)["errorCode"], 0, "the user's second session slot came back");
+}
+
+/// A message over `ws.max_message_bytes` closes the session with 1009 and says why (an
+/// issue's probe: 70 KB got a bare reset, 639 KB of 5,000 commands no answer at all).
+#[test]
+fn an_oversized_message_closes_with_1009_and_the_reason() {
+    let s = Server::start();
+    let jwt = s.login();
+    let d = s.device(&jwt, "big", "WSBIG");
+    for size in [70_000, 639_000] {
+        let mut ws = open(&s, "/api/ws");
+        send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [ts_cmd(1, &d, "a")]}));
+        assert_eq!(next(&mut ws)["errorCode"], 0);
+        let n = size / 120;
+        let cmds: Vec<J> = (0..n).map(|i| ts_cmd(i as i64 + 2, &d, &"k".repeat(40))).collect();
+        let text = json!({"cmds": cmds}).to_string();
+        assert!(text.len() > 65_536);
+        ws.send(Message::Text(text.into())).unwrap();
+        let close = loop {
+            match ws.read() {
+                Ok(Message::Close(c)) => break c,
+                Ok(Message::Text(t)) => panic!("an answer to an oversized message: {t}"),
+                Ok(_) => {}
+                Err(e) => panic!("{size} bytes: no close frame, {e}"),
+            }
+        };
+        let close = close.expect("a close frame with a code");
+        assert_eq!(u16::from(close.code), 1009, "{close:?}");
+        assert!(close.reason.contains("ws.max_message_bytes"), "{close:?}");
+    }
+}

@@ -20,8 +20,11 @@
 //! Every session is bounded:
 //! - its queue of updates (`ws.queue`): a session that falls that far behind is closed,
 //!   and nothing waits on it;
-//! - its subscriptions (`ws.max_subscriptions`);
-//! - its messages (`ws.max_message_bytes`);
+//! - its subscriptions (`ws.max_subscriptions`), and those of all its user's sessions
+//!   (`ws.max_subscriptions_per_user`) and its tenant's (`ws.max_subscriptions_per_tenant`);
+//!   a user holds at most `ws.max_sessions_per_user` sessions;
+//! - its messages (`ws.max_message_bytes`): a larger one closes the session with 1009 and
+//!   the reason;
 //! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`), and the time
 //!   it has to authenticate (`ws.auth_timeout`).
 
@@ -74,22 +77,56 @@ enum Kind {
     Entity(Arc<entity::EntityKeys>),
 }
 
+/// One subscribing command; the devices it follows share it (an `ENTITY_DATA` page of
+/// 1,000 devices costs a pointer per device, not a copy of its keys and caller).
 struct Sub {
     session: u64,
     cmd_id: i64,
     kind: Kind,
     keys: Option<Vec<String>>,
-    caller: Caller,
+    caller: Arc<Caller>,
     out: Arc<Outbox>,
+}
+
+/// The subscriptions by device, and how many each user and tenant holds.
+#[derive(Default)]
+struct Table {
+    by_device: HashMap<DeviceId, Vec<Arc<Sub>>>,
+    per_user: HashMap<uuid::Uuid, usize>,
+    per_tenant: HashMap<uuid::Uuid, usize>,
+}
+
+/// Takes `n` off `key`'s count, dropping the entry at zero.
+fn uncount(counts: &mut HashMap<uuid::Uuid, usize>, key: uuid::Uuid, n: usize) {
+    if let Some(c) = counts.get_mut(&key) {
+        *c = c.saturating_sub(n);
+        if *c == 0 {
+            counts.remove(&key);
+        }
+    }
 }
 
 /// The live subscriptions of every session, by device.
 #[derive(Default)]
 pub struct Hub {
-    subs: RwLock<HashMap<DeviceId, Vec<Sub>>>,
+    subs: RwLock<Table>,
     count: AtomicUsize,
     next_session: AtomicU64,
     sessions: AtomicUsize,
+    /// Open sessions per user.
+    user_sessions: parking_lot::Mutex<HashMap<uuid::Uuid, usize>>,
+}
+
+/// A user's session, counted against `ws.max_sessions_per_user` while it lives.
+struct UserSession {
+    hub: Arc<Hub>,
+    user: uuid::Uuid,
+}
+
+impl Drop for UserSession {
+    fn drop(&mut self) {
+        uncount(&mut self.hub.user_sessions.lock(), self.user, 1);
+    }
 }
 
 impl Hub {
@@ -112,7 +149,7 @@ impl Hub {
     /// subscriptions whose caller may still see it.
     pub fn deliver(&self, device: DeviceId, tenant: uuid::Uuid, customer: Option<uuid::Uuid>, records: &[TsRecord]) {
         let subs = self.subs.read();
-        let Some(list) = subs.get(&device) else { return };
+        let Some(list) = subs.by_device.get(&device) else { return };
         for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
             match &s.kind {
                 Kind::Telemetry => {}
@@ -142,7 +179,7 @@ impl Hub {
         now: Ts,
     ) {
         let subs = self.subs.read();
-        let Some(list) = subs.get(&device) else { return };
+        let Some(list) = subs.by_device.get(&device) else { return };
         for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
             let wanted = match &s.kind {
                 Kind::Attributes(wanted) => *wanted,
@@ -168,34 +205,58 @@ impl Hub {
         }
     }
 
-    /// Subscribes `sub` to `devices`.
-    fn add(&self, devices: &[DeviceId], sub: Sub) {
+    /// Subscribes `sub` to `devices`, within its user's and tenant's bounds (why not, if
+    /// not).
+    fn add(&self, devices: &[DeviceId], sub: Sub, cfg: &crate::config::WsConfig) -> Result<(), String> {
         let mut subs = self.subs.write();
-        for &device in devices {
-            let s = Sub {
-                kind: sub.kind.clone(),
-                keys: sub.keys.clone(),
-                caller: sub.caller.clone(),
-                out: sub.out.clone(),
-                ..sub
-            };
-            subs.entry(device).or_default().push(s);
+        let n = devices.len();
+        let (user, tenant) = (sub.caller.user, sub.caller.tenant);
+        let max_user = cfg.max_subscriptions_per_user;
+        if subs.per_user.get(&user).copied().unwrap_or(0) + n > max_user {
+            return Err(format!("too many subscriptions: at most {max_user} per user (ws.max_subscriptions_per_user)"));
         }
-        self.count.fetch_add(devices.len(), Ordering::Relaxed);
+        let max_tenant = cfg.max_subscriptions_per_tenant;
+        if subs.per_tenant.get(&tenant).copied().unwrap_or(0) + n > max_tenant {
+            return Err(format!(
+                "too many subscriptions: at most {max_tenant} per tenant (ws.max_subscriptions_per_tenant)"
+            ));
+        }
+        *subs.per_user.entry(user).or_default() += n;
+        *subs.per_tenant.entry(tenant).or_default() += n;
+        let sub = Arc::new(sub);
+        for &device in devices {
+            subs.by_device.entry(device).or_default().push(sub.clone());
+        }
+        self.count.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Counts a session of `user`, within `max` (`None`: it has that many already).
+    fn open_session(self: &Arc<Self>, user: uuid::Uuid, max: usize) -> Option<UserSession> {
+        let mut open = self.user_sessions.lock();
+        let n = open.entry(user).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(UserSession { hub: self.clone(), user })
     }
 
     /// Ends command `cmd_id` of `session`, which follows `devices`: only their lists are
     /// touched, however many subscriptions other sessions hold.
     fn remove(&self, session: u64, cmd_id: i64, devices: &[DeviceId]) {
-        let mut subs = self.subs.write();
+        let mut guard = self.subs.write();
+        let subs = &mut *guard;
         for device in devices {
-            let Some(list) = subs.get_mut(device) else { continue };
-            let before = list.len();
-            list.retain(|s| s.session != session || s.cmd_id != cmd_id);
-            self.count.fetch_sub(before - list.len(), Ordering::Relaxed);
+            let Some(list) = subs.by_device.get_mut(device) else { continue };
+            let Some(at) = list.iter().position(|s| s.session == session && s.cmd_id == cmd_id) else { continue };
+            let gone = list.swap_remove(at);
             if list.is_empty() {
-                subs.remove(device);
+                subs.by_device.remove(device);
             }
+            uncount(&mut subs.per_user, gone.caller.user, 1);
+            uncount(&mut subs.per_tenant, gone.caller.tenant, 1);
+            self.count.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -208,9 +269,18 @@ pub struct TokenParam {
 
 /// The upgrade with the session's bounds. Buffers start small (tungstenite's default is
 /// 128 KiB each way): commands and updates are small, and every idle session pays them.
+/// The socket itself takes messages up to [`socket_bound`], so that one over
+/// `ws.max_message_bytes` is read whole and answered with a close frame saying why (a
+/// socket closed with unread bytes resets, and the client never reads the reason).
 fn bounded(ws: WebSocketUpgrade, h: &Http) -> WebSocketUpgrade {
-    let max = h.core.cfg.ws.max_message_bytes;
+    let max = socket_bound(h.core.cfg.ws.max_message_bytes);
     ws.max_message_size(max).max_frame_size(max).read_buffer_size(4096).write_buffer_size(4096)
+}
+
+/// The most a session's socket reads of one message: 16 times `ws.max_message_bytes`,
+/// at least 1 MiB.
+fn socket_bound(max_message_bytes: usize) -> usize {
+    max_message_bytes.saturating_mul(16).max(1 << 20)
 }
 
 /// `GET /api/ws`: the first message authenticates (`authCmd`).
@@ -228,12 +298,17 @@ async fn authenticate(auth: &Auth, token: &str) -> Option<(Caller, i64)> {
     auth.access_with_expiry(token).await.ok()
 }
 
+/// How a session's message ended it: the close code and reason sent.
+const TOO_BIG: u16 = 1009;
+
 /// A session's state while it runs.
 struct Session {
     h: Http,
     id: u64,
     out: Arc<Outbox>,
-    caller: Option<(Caller, i64)>,
+    caller: Option<(Arc<Caller>, i64)>,
+    /// The session counted against its user's `ws.max_sessions_per_user`.
+    counted: Option<UserSession>,
     token: String,
     /// The devices of each `ENTITY_DATA` command's page (a later command with the same
     /// `cmdId` and no query follows them).
@@ -250,6 +325,17 @@ enum Next {
     Close(Option<(u8, String)>),
 }
 
+/// Why a session ends.
+enum End {
+    /// Just the close (the client went away, the socket failed, or the last answer said
+    /// why).
+    Quiet,
+    /// An error update with this code and message, then the close.
+    Error(u8, String),
+    /// A close frame with this code and reason (a message too large).
+    Close(u16, String),
+}
+
 async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let cfg = h.core.cfg.ws.clone();
     let (tx, mut rx) = mpsc::channel(cfg.queue.max(1));
@@ -262,21 +348,24 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
         id,
         out: out.clone(),
         caller: None,
+        counted: None,
         token: String::new(),
         pages: HashMap::new(),
         followed: HashMap::new(),
         counts: HashMap::new(),
     };
     if let Some(t) = token {
-        s.caller = authenticate(&h.auth, &t).await;
-        s.token = t;
-        if s.caller.is_none() {
-            let e = proto::error(0, code::UNAUTHORIZED, "Invalid JWT token").to_string();
+        if let Err((code, why)) = s.authenticate(t).await {
+            let e = proto::error(0, code, &why).to_string();
             let _ = sink.send(Message::Text(e.into())).await;
             let _ = sink.close().await;
             return;
         }
     }
+    let max_message = cfg.max_message_bytes;
+    let too_big = |n: usize| {
+        End::Close(TOO_BIG, format!("message of {n} bytes is larger than ws.max_message_bytes ({max_message})"))
+    };
     let idle = cfg.idle_timeout.duration();
     let ping = cfg.ping_interval.duration();
     let mut last_heard = tokio::time::Instant::now();
@@ -302,11 +391,15 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
             msg = stream.next() => {
                 last_heard = tokio::time::Instant::now();
                 let text = match msg {
+                    Some(Ok(Message::Text(t))) if t.len() > max_message => break too_big(t.len()),
+                    Some(Ok(Message::Binary(b))) if b.len() > max_message => break too_big(b.len()),
                     Some(Ok(Message::Text(t))) => t,
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break None,
+                    // Larger than the socket's own bound: its length is not known.
+                    Some(Err(e)) if is_capacity(&e) => break End::Close(TOO_BIG, format!("message larger than ws.max_message_bytes ({max_message})")),
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break End::Quiet,
                     Some(Ok(Message::Binary(_))) => {
                         let e = proto::error(0, code::BAD_REQUEST, "commands are JSON text messages");
-                        if sink.send(Message::Text(e.to_string().into())).await.is_err() { break None; }
+                        if sink.send(Message::Text(e.to_string().into())).await.is_err() { break End::Quiet; }
                         continue;
                     }
                     Some(Ok(_)) => continue,
@@ -317,51 +410,76 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
                     if sink.send(Message::Text(a.to_string().into())).await.is_err() { failed = true; break; }
                 }
                 match (failed, next) {
-                    (true, _) => break None,
-                    (false, Next::Close(why)) => break why,
+                    (true, _) | (false, Next::Close(None)) => break End::Quiet,
+                    (false, Next::Close(Some((code, why)))) => break End::Error(code, why),
                     (false, Next::Go) => {}
                 }
             }
             update = rx.recv() => {
-                let Some(update) = update else { break None };
-                if sink.send(Message::Text(update)).await.is_err() { break None; }
+                let Some(update) = update else { break End::Quiet };
+                if sink.send(Message::Text(update)).await.is_err() { break End::Quiet; }
             }
             () = out.wake.notified() => {
-                break Some((code::INTERNAL_ERROR, format!("too many updates queued for this session (ws.queue = {}): it was closed", cfg.queue)));
+                break End::Error(code::INTERNAL_ERROR, format!("too many updates queued for this session (ws.queue = {}): it was closed", cfg.queue));
             }
             _ = ticker.tick() => {
                 if last_heard.elapsed() >= idle {
-                    break Some((code::BAD_REQUEST, "idle for ws.idle_timeout".into()));
+                    break End::Error(code::BAD_REQUEST, "idle for ws.idle_timeout".into());
                 }
                 // A user deleted or disabled, or whose password changed, is out.
                 if s.caller.is_some() && authenticate(&h.auth, &s.token).await.is_none() {
-                    break Some((code::UNAUTHORIZED, "Invalid JWT token".into()));
+                    break End::Error(code::UNAUTHORIZED, "Invalid JWT token".into());
                 }
-                if sink.send(Message::Ping(Default::default())).await.is_err() { break None; }
+                if sink.send(Message::Ping(Default::default())).await.is_err() { break End::Quiet; }
             }
             _ = recount.tick(), if !s.counts.is_empty() => {
                 let mut failed = false;
                 for a in s.recount().await {
                     if sink.send(Message::Text(a.to_string().into())).await.is_err() { failed = true; break; }
                 }
-                if failed { break None; }
+                if failed { break End::Quiet; }
             }
             () = tokio::time::sleep_until(auth_deadline), if s.caller.is_none() => {
-                break Some((code::UNAUTHORIZED, "no authCmd within ws.auth_timeout".into()));
+                break End::Error(code::UNAUTHORIZED, "no authCmd within ws.auth_timeout".into());
             }
             () = &mut token_end, if s.caller.is_some() => {
-                break Some((code::UNAUTHORIZED, "Token has expired".into()));
+                break End::Error(code::UNAUTHORIZED, "Token has expired".into());
             }
         }
     };
     for cmd_id in s.followed.keys().copied().collect::<Vec<_>>() {
         s.unfollow(cmd_id);
     }
-    if let Some((code, why)) = end {
-        let e = proto::error(0, code, &why).to_string();
-        let _ = sink.send(Message::Text(e.into())).await;
+    match end {
+        End::Quiet => {}
+        End::Error(code, why) => {
+            let e = proto::error(0, code, &why).to_string();
+            let _ = sink.send(Message::Text(e.into())).await;
+        }
+        End::Close(code, reason) => {
+            let frame = axum::extract::ws::CloseFrame { code, reason: reason.into() };
+            if sink.send(Message::Close(Some(frame))).await.is_ok() {
+                // Until the client answers the close (what it still sends is dropped), so
+                // that it reads the reason instead of a reset; bounded.
+                let drain = async { while let Some(Ok(_)) = stream.next().await {} };
+                let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+            }
+            return;
+        }
     }
     let _ = sink.close().await;
+}
+
+/// Whether a socket error is a message or frame over the socket's size bound.
+fn is_capacity(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(t) = err.downcast_ref::<tungstenite::Error>() {
+            return matches!(t, tungstenite::Error::Capacity(_));
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// An open session in the count: counted up when made, down when it ends, however it ends.
@@ -381,6 +499,31 @@ impl Drop for Open<'_> {
 }
 
 impl Session {
+    /// Takes `token` as the session's: its caller, the session counted against its user's
+    /// `ws.max_sessions_per_user`.
+    async fn authenticate(&mut self, token: String) -> Result<(), Refusal> {
+        let found = authenticate(&self.h.auth, &token).await;
+        self.token = token;
+        let Some((caller, expiry)) = found else {
+            self.caller = None;
+            return Err((code::UNAUTHORIZED, "Invalid JWT token".into()));
+        };
+        if self.counted.as_ref().is_none_or(|c| c.user != caller.user) {
+            self.counted = None;
+            let max = self.h.core.cfg.ws.max_sessions_per_user;
+            self.counted = self.h.ws.open_session(caller.user, max);
+            if self.counted.is_none() {
+                self.caller = None;
+                return Err((
+                    code::BAD_REQUEST,
+                    format!("too many sessions: at most {max} per user (ws.max_sessions_per_user)"),
+                ));
+            }
+        }
+        self.caller = Some((Arc::new(caller), expiry));
+        Ok(())
+    }
+
     /// Answers a client message: the updates to send at once, and whether to go on.
     async fn handle(&mut self, text: &str) -> (Vec<J>, Next) {
         let msg = match proto::parse(text, Ts::now().0) {
@@ -388,10 +531,8 @@ impl Session {
             Err(e) => return (vec![proto::error(0, code::BAD_REQUEST, &e)], Next::Go),
         };
         if let Some((cmd_id, token)) = msg.auth {
-            self.caller = authenticate(&self.h.auth, &token).await;
-            self.token = token;
-            if self.caller.is_none() {
-                return (vec![proto::error(cmd_id, code::UNAUTHORIZED, "Invalid JWT token")], Next::Close(None));
+            if let Err((code, why)) = self.authenticate(token).await {
+                return (vec![proto::error(cmd_id, code, &why)], Next::Close(None));
             }
         }
         let Some((caller, _)) = self.caller.clone() else {
@@ -430,28 +571,39 @@ impl Session {
         (answers, Next::Go)
     }
 
-    async fn subscribe(&mut self, caller: &Caller, sub: TsSub) -> J {
-        if let Some(e) = self.over_limit(sub.cmd_id) {
-            return e;
-        }
+    async fn subscribe(&mut self, caller: &Arc<Caller>, sub: TsSub) -> J {
         let device = match device_for(&self.h.core, caller, &sub.entity_type, &sub.entity_id).await {
             Ok(d) => d,
             Err(e) => return proto::error(sub.cmd_id, e.0, &e.1),
         };
         // Registered before the first read, so no change committed in between is missed.
-        self.register(&[device], sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller);
+        if let Err(why) = self.register(&[device], sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller) {
+            return proto::error(sub.cmd_id, code::BAD_REQUEST, &why);
+        }
         let store = self.h.core.ts.clone();
         blocking(move || first_values(store.reads(), device, &sub).map_err(internal))
             .await
             .unwrap_or_else(|(code, why)| proto::error(0, code, &why))
     }
 
-    /// Subscribes command `cmd_id` to `devices`, replacing what it followed before.
-    fn register(&mut self, devices: &[DeviceId], cmd_id: i64, kind: Kind, keys: Option<Vec<String>>, caller: &Caller) {
+    /// Subscribes command `cmd_id` to `devices`, replacing what it followed before, within
+    /// the session's, its user's and its tenant's bounds (why not, if not).
+    fn register(
+        &mut self,
+        devices: &[DeviceId],
+        cmd_id: i64,
+        kind: Kind,
+        keys: Option<Vec<String>>,
+        caller: &Arc<Caller>,
+    ) -> Result<(), String> {
+        if let Some(why) = self.over(cmd_id, devices.len()) {
+            return Err(why);
+        }
         self.unfollow(cmd_id);
         let s = Sub { session: self.id, cmd_id, kind, keys, caller: caller.clone(), out: self.out.clone() };
-        self.h.ws.add(devices, s);
+        self.h.ws.add(devices, s, &self.h.core.cfg.ws)?;
         self.followed.insert(cmd_id, devices.to_vec());
+        Ok(())
     }
 
     /// Ends what command `cmd_id` follows, if anything.
@@ -470,14 +622,9 @@ impl Session {
             .then(|| format!("too many subscriptions: at most {max} per session (ws.max_subscriptions)"))
     }
 
-    /// Too many subscriptions already: the error update.
-    fn over_limit(&self, cmd_id: i64) -> Option<J> {
-        self.over(cmd_id, 1).map(|why| proto::error(cmd_id, code::BAD_REQUEST, &why))
-    }
-
     /// `ENTITY_DATA`: the page of its query (or of the query this `cmdId` sent before),
     /// its subscriptions, and the points of its `tsCmd` or `historyCmd` window.
-    async fn entity_data(&mut self, caller: &Caller, e: EntityDataCmd) -> Vec<J> {
+    async fn entity_data(&mut self, caller: &Arc<Caller>, e: EntityDataCmd) -> Vec<J> {
         let cmd_id = e.cmd_id;
         match self.try_entity_data(caller, e).await {
             Ok(answers) => answers,
@@ -485,7 +632,7 @@ impl Session {
         }
     }
 
-    async fn try_entity_data(&mut self, caller: &Caller, e: EntityDataCmd) -> Result<Vec<J>, Refusal> {
+    async fn try_entity_data(&mut self, caller: &Arc<Caller>, e: EntityDataCmd) -> Result<Vec<J>, Refusal> {
         let mut answers = Vec::new();
         let core = self.h.core.clone();
         let max = core.cfg.ws.max_subscriptions;
@@ -513,11 +660,9 @@ impl Session {
         };
         let keys = entity::EntityKeys::new(e.latest.as_deref().unwrap_or_default(), e.ts.as_ref());
         if !keys.is_empty() {
-            if let Some(why) = self.over(e.cmd_id, devices.len()) {
-                return Err((code::BAD_REQUEST, why));
-            }
             // Registered before the window is read, so no change committed in between is missed.
-            self.register(&devices, e.cmd_id, Kind::Entity(Arc::new(keys)), None, caller);
+            self.register(&devices, e.cmd_id, Kind::Entity(Arc::new(keys)), None, caller)
+                .map_err(|why| (code::BAD_REQUEST, why))?;
         }
         for window in [e.ts, e.history].into_iter().flatten() {
             let (store, devices) = (self.h.core.ts.clone(), devices.clone());
@@ -584,10 +729,7 @@ impl Session {
         answers
     }
 
-    async fn attributes(&mut self, caller: &Caller, sub: AttrSub) -> J {
-        if let Some(e) = self.over_limit(sub.cmd_id) {
-            return e;
-        }
+    async fn attributes(&mut self, caller: &Arc<Caller>, sub: AttrSub) -> J {
         let scope = match sub.scope.as_deref().map(str::parse::<AttributeScope>).transpose() {
             Ok(s) => s,
             Err(e) => return proto::error(sub.cmd_id, code::BAD_REQUEST, &e),
@@ -596,7 +738,9 @@ impl Session {
             Ok(d) => d,
             Err(e) => return proto::error(sub.cmd_id, e.0, &e.1),
         };
-        self.register(&[device], sub.cmd_id, Kind::Attributes(scope), sub.keys.clone(), caller);
+        if let Err(why) = self.register(&[device], sub.cmd_id, Kind::Attributes(scope), sub.keys.clone(), caller) {
+            return proto::error(sub.cmd_id, code::BAD_REQUEST, &why);
+        }
         match crate::thingsboard::attributes::read(&self.h.core.store, device, scope, sub.keys).await {
             Ok(attrs) => proto::update(
                 sub.cmd_id,
