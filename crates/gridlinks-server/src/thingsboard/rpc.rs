@@ -8,6 +8,11 @@
 //! the call. The call then goes on the Kafka bus (`gridlinks_kafka::bus`); the node holding
 //! the device delivers it under an id of its own, says so, and sends the device's answer
 //! back. A device connected to no node is answered 409 after `rpc.remote_wait`.
+//!
+//! ThingsBoard answers these failures with a bare status; here each also carries its
+//! error body (`{"status","message","errorCode","timestamp"}`, errorCode 2) saying why:
+//! no session takes the device's RPC requests (409), no answer within the timeout (408 /
+//! 504), an answer that is not JSON (406). Clients that read only the status are unaffected.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -20,8 +25,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridlinks_kafka::bus::{BrokerRecord, RpcRequest};
 use gridlinks_kafka::Bus;
+use gridlinks_thingsboard::error::{self as tb_error, ErrorCode};
 use gridlinks_thingsboard::topic;
-use gridlinks_types::DeviceId;
+use gridlinks_types::{DeviceId, Ts};
 use parking_lot::Mutex;
 use serde_json::{json, Value as J};
 use tokio::sync::oneshot;
@@ -158,7 +164,7 @@ pub fn deliver_remote(st: &Arc<Mqtt>, r: RpcRequest) {
 }
 
 /// Which controller generation answers (they differ in the timeout status only).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Version {
     V1,
     V2,
@@ -202,6 +208,56 @@ async fn call_elsewhere(
     }
 }
 
+/// Why a call was not delivered or not answered; its status and message.
+#[derive(Debug)]
+enum Failure {
+    /// No session of the device (on any node, with several) takes RPC requests.
+    NotConnected { nodes: bool },
+    /// The device did not answer within the timeout.
+    NoReply { timeout: Duration, version: Version },
+    /// The device answered with something that is not JSON.
+    NotJson,
+}
+
+impl Failure {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::NotConnected { .. } => StatusCode::CONFLICT,
+            Self::NoReply { version: Version::V1, .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::NoReply { version: Version::V2, .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::NotJson => StatusCode::NOT_ACCEPTABLE,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::NotConnected { nodes } => format!(
+                "Device is not connected{}: no session of it is subscribed to RPC requests \
+                 (v1/devices/me/rpc/request/+), or its session was just closed because its queue was full \
+                 (it was not reading what it was sent)",
+                if *nodes { " to any node" } else { "" }
+            ),
+            Self::NoReply { timeout, .. } => {
+                format!(
+                    "Device did not answer within the timeout ({} ms); the request was delivered",
+                    timeout.as_millis()
+                )
+            }
+            Self::NotJson => "Device answered with a response that is not JSON".to_owned(),
+        }
+    }
+}
+
+/// ThingsBoard's status with its error body. (Not through `ApiError`: that closes the
+/// connection after a 408, which is right for an unread request body, not here.)
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = tb_error::body(status.as_u16(), ErrorCode::General, &self.message(), Ts::now());
+        (status, axum::Json(body)).into_response()
+    }
+}
+
 async fn call(st: Arc<Mqtt>, me: &Caller, version: Version, kind: &str, id: &str, body: &[u8]) -> ApiResult<Response> {
     let two_way = match kind {
         "oneway" => false,
@@ -226,10 +282,10 @@ async fn call(st: Arc<Mqtt>, me: &Caller, version: Version, kind: &str, id: &str
         (Delivered::Here(rpc_id), rx)
     } else {
         st.rpc.cancel(device, rpc_id);
-        let Some(bus) = &st.core.bus else { return Ok(StatusCode::CONFLICT.into_response()) };
+        let Some(bus) = &st.core.bus else { return Ok(Failure::NotConnected { nodes: false }.into_response()) };
         match call_elsewhere(&st, bus, device, payload, timeout).await? {
             Some((request, rx)) => (Delivered::Elsewhere(request), rx),
-            None => return Ok(StatusCode::CONFLICT.into_response()),
+            None => return Ok(Failure::NotConnected { nodes: true }.into_response()),
         }
     };
     let forget = || match at {
@@ -244,15 +300,11 @@ async fn call(st: Arc<Mqtt>, me: &Caller, version: Version, kind: &str, id: &str
         Ok(Ok(answer)) if answer.is_empty() => Ok(StatusCode::OK.into_response()),
         Ok(Ok(answer)) => match serde_json::from_slice::<J>(&answer) {
             Ok(_) => Ok(([(header::CONTENT_TYPE, "application/json")], answer).into_response()),
-            Err(_) => Ok(StatusCode::NOT_ACCEPTABLE.into_response()),
+            Err(_) => Ok(Failure::NotJson.into_response()),
         },
         _ => {
             forget();
-            Ok(match version {
-                Version::V1 => StatusCode::REQUEST_TIMEOUT,
-                Version::V2 => StatusCode::GATEWAY_TIMEOUT,
-            }
-            .into_response())
+            Ok(Failure::NoReply { timeout, version }.into_response())
         }
     }
 }

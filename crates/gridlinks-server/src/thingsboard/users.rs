@@ -389,12 +389,30 @@ pub async fn activate(
     Ok(Json(set_password(&st, &auth, &user, r.password).await?))
 }
 
-/// `GET /api/noauth/activate?activateToken=`: where the link leads. ThingsBoard's web page
-/// is not built yet: the answer says how to activate.
-pub async fn activate_page() -> impl IntoResponse {
+/// The query of an activation link.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivationLink {
+    /// The token `activation_link` made.
+    activate_token: Option<String>,
+}
+
+/// `GET /api/noauth/activate?activateToken=`: where the link leads. As ThingsBoard sends it
+/// to its password page, this sends it (303) to the console's, `/#/activate?activateToken=`,
+/// where the user chooses a password; the page `POST`s it here and is logged in. The token
+/// goes in the fragment, which the browser never sends on. A token with characters that
+/// generated tokens do not have is dropped (the page then says the link has no token).
+pub async fn activate_page(Q(link): Q<ActivationLink>) -> impl IntoResponse {
+    let token = link
+        .activate_token
+        .filter(|t| t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        .unwrap_or_default();
     (
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        "To activate this account, POST {\"activateToken\": \"<the token of this link>\", \"password\": \"<your new password>\"} to /api/noauth/activate\n",
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, format!("/#/activate?activateToken={token}")),
+            (header::CACHE_CONTROL, "no-store".to_owned()),
+        ],
     )
 }
 
