@@ -89,6 +89,15 @@ impl Scenario {
         }
     }
 
+    /// What the scenario was asked to do, for the report's settings.
+    pub fn settings(&self) -> crate::settings::Settings {
+        match self {
+            Scenario::MqttTelemetry(a) => crate::settings::telemetry(a),
+            Scenario::Pubsub(a) => crate::settings::pubsub(a),
+            Scenario::Connect(a) => crate::settings::connect(a),
+        }
+    }
+
     /// The subcommand name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -227,6 +236,17 @@ pub async fn measure(scenario: &Scenario) -> anyhow::Result<Outcome> {
     })
 }
 
+/// One step of a comparison: its title, the scenario it ran and each server's run.
+#[derive(Debug)]
+pub struct Step {
+    /// Heading of the step's tables and charts.
+    pub title: String,
+    /// The scenario as given (before [`aim`] pointed it at each server).
+    pub scenario: Scenario,
+    /// One per server, in order.
+    pub runs: Vec<Run>,
+}
+
 /// One server's part of a comparison.
 #[derive(Debug)]
 pub struct Run {
@@ -348,12 +368,18 @@ fn page_parts(title: &str, runs: &[Run]) -> (Vec<Table>, Vec<crate::html::Chart>
 pub fn finish(
     title: &str,
     subtitle: &str,
-    steps: &[(String, Vec<Run>)],
+    steps: &[Step],
     output: &OutputArgs,
 ) -> anyhow::Result<std::process::ExitCode> {
     let mut human = String::new();
-    let mut page = Page { title: title.into(), subtitle: subtitle.into(), ..Default::default() };
-    for (step, runs) in steps {
+    let mut page = Page {
+        title: title.into(),
+        subtitle: subtitle.into(),
+        settings: settings_tables(steps),
+        durability: durability(steps),
+        ..Default::default()
+    };
+    for Step { title: step, runs, .. } in steps {
         human.push('\n');
         human.push_str(&text_table(&table(step, runs)));
         let (tables, charts) = page_parts(step, runs);
@@ -362,15 +388,44 @@ pub fn finish(
     }
     let json = report::json::value(&report::json::ComparisonJson {
         title: title.into(),
-        steps: steps.iter().map(|(step, runs)| runs_json(step, runs)).collect(),
+        steps: steps.iter().map(|s| runs_json(&s.title, &s.runs)).collect(),
     });
     report::emit(output, &human, &json, || page)?;
     let passed = !steps
         .iter()
-        .flat_map(|(_, runs)| runs)
+        .flat_map(|s| &s.runs)
         .filter(|r| r.kind == ServerKind::Gridlinks)
         .any(|r| r.outcome.as_ref().is_ok_and(|o| !o.passed()));
     Ok(crate::exit_code(passed))
+}
+
+/// The settings of a comparison: each step's scenario (a column per step), the machine,
+/// and every server with its version.
+fn settings_tables(steps: &[Step]) -> Vec<Table> {
+    let columns: Vec<(String, crate::settings::Settings)> =
+        steps.iter().map(|s| (s.title.clone(), s.scenario.settings())).collect();
+    let mut servers: Vec<(String, String)> = Vec::new();
+    for run in steps.iter().flat_map(|s| &s.runs) {
+        if !servers.iter().any(|(name, _)| name == run.kind.label()) {
+            servers.push((run.kind.label().into(), run.version.clone()));
+        }
+    }
+    figures::settings_tables(&columns, &servers)
+}
+
+/// What each server's acknowledgement promises in the comparison's scenario.
+fn durability(steps: &[Step]) -> Vec<(String, String)> {
+    let mut notes: Vec<(String, String)> = Vec::new();
+    for step in steps {
+        for run in &step.runs {
+            let note = run.kind.durability(step.scenario.name());
+            let label = run.kind.label();
+            if !notes.iter().any(|(name, n)| name == label && n == note) {
+                notes.push((label.into(), note.into()));
+            }
+        }
+    }
+    notes
 }
 
 /// A published test replayed on one machine.

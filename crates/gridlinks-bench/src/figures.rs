@@ -2,8 +2,9 @@
 //! report (`--html`) and the side-by-side comparison of several servers (`compare`).
 
 use crate::cli::OutputArgs;
-use crate::html::{Chart, Page, Series, Table};
+use crate::html::{Chart, Page, Scale, Series, Table};
 use crate::report::{per_second, thousands, ConnectReport, LatencySummary, PubsubReport, TelemetryReport};
+use crate::settings::Settings;
 use crate::timeline::{Sample, Timeline};
 
 /// What a figure counts, for formatting.
@@ -105,6 +106,8 @@ pub trait RunResult {
     fn timeline(&self) -> &Timeline;
     /// What the acknowledgement latency measures: `PUBACK`, `CONNACK`, `HTTP 200`.
     fn ack_name(&self) -> &'static str;
+    /// The server driven, `host:port`.
+    fn server(&self) -> String;
     /// The human summary.
     fn human(&self) -> String;
     /// The JSON result.
@@ -113,10 +116,14 @@ pub trait RunResult {
     fn passed(&self) -> bool;
 }
 
-/// Prints a run's summary, writes its `--json`/`--html`, and gives the exit code: 2 when
-/// a check failed.
-pub fn finish(output: &OutputArgs, result: &dyn RunResult) -> anyhow::Result<std::process::ExitCode> {
-    crate::report::emit(output, &result.human(), &result.to_json(), || run_page(result))?;
+/// Prints a run's summary, writes its `--json`/`--html` (with the run's `settings`, see
+/// [`crate::settings`]), and gives the exit code: 2 when a check failed.
+pub fn finish(
+    output: &OutputArgs,
+    result: &dyn RunResult,
+    settings: Settings,
+) -> anyhow::Result<std::process::ExitCode> {
+    crate::report::emit(output, &result.human(), &result.to_json(), || run_page(result, settings))?;
     Ok(crate::exit_code(result.passed()))
 }
 
@@ -173,6 +180,10 @@ impl RunResult for TelemetryReport {
 
     fn ack_name(&self) -> &'static str {
         self.ack_name()
+    }
+
+    fn server(&self) -> String {
+        self.server.clone()
     }
 
     fn human(&self) -> String {
@@ -238,6 +249,10 @@ impl RunResult for PubsubReport {
         "PUBACK"
     }
 
+    fn server(&self) -> String {
+        self.server.clone()
+    }
+
     fn human(&self) -> String {
         self.human()
     }
@@ -288,6 +303,10 @@ impl RunResult for ConnectReport {
         "CONNACK"
     }
 
+    fn server(&self) -> String {
+        self.server.clone()
+    }
+
     fn human(&self) -> String {
         self.human()
     }
@@ -319,11 +338,58 @@ fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().trim_matches(|c| c == '=' || c == ' ').to_owned()
 }
 
-/// The report of one run.
-pub fn run_page(result: &dyn RunResult) -> Page {
+/// What a report says about a server the tool did not start.
+pub const UNKNOWN_DURABILITY: &str = "started outside the tool, so what its acknowledgement promises \
+     depends on it and its configuration: GridLinks as shipped acknowledges after a durable \
+     (fsync'd) commit; brokers such as Mosquitto and rumqttd as `compare` starts them keep \
+     everything in memory";
+
+/// The settings tables of a page: the scenario's `settings` (one column per entry of
+/// `columns`, or one "value" column), then the machine and `servers` (name, version).
+pub fn settings_tables(columns: &[(String, Settings)], servers: &[(String, String)]) -> Vec<Table> {
+    let mut header = vec!["setting".to_string()];
+    if columns.len() > 1 {
+        header.extend(columns.iter().map(|(title, _)| title.clone()));
+    } else {
+        header.push("value".into());
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (name, _) in columns.iter().flat_map(|(_, s)| s) {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    let rows =
+        names
+            .iter()
+            .map(|&name| {
+                let mut row = vec![name.to_string()];
+                row.extend(columns.iter().map(|(_, s)| {
+                    s.iter().find(|(n, _)| n == name).map_or_else(|| "-".to_string(), |(_, v)| v.clone())
+                }));
+                row
+            })
+            .collect();
+    let mut machine = crate::settings::machine();
+    machine.extend(servers.iter().cloned());
+    vec![
+        Table { title: "Settings".into(), header, rows },
+        Table {
+            title: "Machine and servers".into(),
+            header: vec!["machine and servers".into(), "value".into()],
+            rows: machine.into_iter().map(|(n, v)| vec![n, v]).collect(),
+        },
+    ]
+}
+
+/// The report of one run, with the run's `settings`.
+pub fn run_page(result: &dyn RunResult, settings: Settings) -> Page {
+    let server = result.server();
     Page {
         title: format!("gridlinks-bench {}", result.scenario()),
         subtitle: result.headline(),
+        settings: settings_tables(&[(String::new(), settings)], &[("server".into(), server.clone())]),
+        durability: vec![(server, UNKNOWN_DURABILITY.into())],
         tables: vec![Table {
             title: "Results".into(),
             header: vec!["figure".into(), "value".into()],
@@ -408,7 +474,14 @@ pub fn charts(runs: &[(&str, &Timeline)], ack: &str) -> Vec<Chart> {
     ];
     all.into_iter()
         .filter(|(_, _, series)| !series.is_empty())
-        .map(|(title, y_label, series)| Chart { title: title.into(), y_label: y_label.into(), series })
+        .map(|(title, y_label, series)| Chart {
+            title: title.into(),
+            y_label: y_label.into(),
+            // Latency spans orders of magnitude between servers and percentiles: on a
+            // linear axis the faster server's lines lie flat on zero.
+            y_scale: if y_label == "ms" { Scale::Log } else { Scale::Linear },
+            series,
+        })
         .collect()
 }
 

@@ -18,6 +18,16 @@
 //!   line over a wider one. With two groups or more the legend also has a toggle per
 //!   group, so one server's lines can be isolated in one click.
 //!
+//! Latency spans orders of magnitude (one server's p50 at 0.2 ms, another's max at
+//! 400 ms), so latency charts use a logarithmic value axis ([`Scale::Log`]): ticks at
+//! 1, 2 and 5 × 10^n (only powers of ten over many decades), labelled with the scale,
+//! and the faster server's lines keep their shape instead of lying flat on zero.
+//!
+//! Above the tables a settings section says what the run was asked to do and where it
+//! ran ([`Page::settings`]) and what each server's acknowledgement promises
+//! ([`Page::durability`]), so figures are read against the load and the guarantees
+//! that produced them.
+//!
 //! Callers describe the page with plain data ([`Page`], [`Table`], [`Chart`],
 //! [`Series`]) and call [`render`]. Every piece of text is escaped, so labels and
 //! cells may contain anything. Rendering never panics: non-finite points are
@@ -41,6 +51,17 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// How a chart's value axis maps values to heights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Scale {
+    /// Evenly spaced values from 0 (throughput, connections, memory).
+    #[default]
+    Linear,
+    /// Evenly spaced powers of ten (latency): values that differ a hundredfold stay
+    /// readable on one chart. Values at or below zero cannot be drawn and are skipped.
+    Log,
+}
+
 /// A line chart.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Chart {
@@ -48,6 +69,8 @@ pub struct Chart {
     pub title: String,
     /// Label of the y axis, usually the unit (`msgs/s`, `ms`, `RSS MiB`).
     pub y_label: String,
+    /// The value axis' scale.
+    pub y_scale: Scale,
     /// The lines, drawn on shared axes, one colour each.
     pub series: Vec<Series>,
 }
@@ -71,7 +94,14 @@ pub struct Page {
     pub title: String,
     /// One line under the title (command line, machine, date...).
     pub subtitle: String,
-    /// Summary tables, shown first.
+    /// What the run was asked to do and where it ran (scenario, load, clients, QoS,
+    /// payload, duration, machine, servers and versions): shown first, in a section
+    /// with the id `settings`.
+    pub settings: Vec<Table>,
+    /// What an acknowledgement from each server promises, as (server, note): shown
+    /// beside the settings, in a section with the id `durability`.
+    pub durability: Vec<(String, String)>,
+    /// Summary tables, shown after the settings.
     pub tables: Vec<Table>,
     /// Charts over time, shown after the tables.
     pub charts: Vec<Chart>,
@@ -130,6 +160,10 @@ svg.plot .hover rect:hover{fill:rgba(40,70,120,.08)}
 details summary{cursor:pointer;font-weight:600}
 pre{margin:10px 0 0;max-height:480px;overflow:auto;padding:10px;background:#f8f9fb;border:1px solid #eceef2;border-radius:6px;font-size:12px}
 footer{color:#8a93a0;font-size:12px}
+.durability{max-width:640px}
+.durability dl{margin:0;font-size:13px}
+.durability dt{font-weight:600;margin-top:6px}
+.durability dd{margin:0 0 0 12px;color:#3b4350}
 @media print{body{background:#fff}.card{break-inside:avoid}}
 ";
 
@@ -147,6 +181,23 @@ fn write_page(out: &mut String, page: &Page) -> fmt::Result {
     writeln!(out, "<h1>{}</h1>", escape(title))?;
     if !page.subtitle.is_empty() {
         writeln!(out, "<p class=\"subtitle\">{}</p>", escape(&page.subtitle))?;
+    }
+    if !page.settings.is_empty() || !page.durability.is_empty() {
+        out.push_str("<div class=\"tables settings\" id=\"settings\">\n");
+        for table in &page.settings {
+            write_table(out, table)?;
+        }
+        if !page.durability.is_empty() {
+            out.push_str(
+                "<section class=\"card durability\" id=\"durability\">\n\
+                 <h2>What an acknowledgement means</h2>\n<dl>\n",
+            );
+            for (server, note) in &page.durability {
+                writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(server), escape(note))?;
+            }
+            out.push_str("</dl>\n</section>\n");
+        }
+        out.push_str("</div>\n");
     }
     if !page.tables.is_empty() {
         out.push_str("<div class=\"tables\">\n");
@@ -299,10 +350,12 @@ fn dash(i: usize) -> &'static str {
     DASHES[(i / PALETTE.len()) % DASHES.len()]
 }
 
-/// The finite points of a series, sorted by x.
-fn finite_points(series: &Series) -> Vec<(f64, f64)> {
+/// The finite points of a series that `scale` can draw (positive ones on a log
+/// scale), sorted by x.
+fn finite_points(series: &Series, scale: Scale) -> Vec<(f64, f64)> {
+    let drawable = |y: f64| y.is_finite() && (scale == Scale::Linear || y > 0.0);
     let mut points: Vec<(f64, f64)> =
-        series.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+        series.points.iter().copied().filter(|&(x, y)| x.is_finite() && drawable(y)).collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
     points
 }
@@ -316,11 +369,14 @@ struct Axes {
     x_step: f64,
     y_ticks: Vec<f64>,
     y_step: f64,
+    /// The value axis is logarithmic: ticks are 1/2/5 × 10^n, heights follow log10.
+    y_log: bool,
 }
 
 impl Axes {
-    /// Axes covering all points; `None` when there are none.
-    fn new(series: &[Vec<(f64, f64)>]) -> Option<Axes> {
+    /// Axes covering all points (positive ones, on a log scale); `None` when there
+    /// are none.
+    fn new(series: &[Vec<(f64, f64)>], scale: Scale) -> Option<Axes> {
         let all = series.iter().flatten();
         let (mut x_min, mut x_max) = (f64::INFINITY, f64::NEG_INFINITY);
         let (mut y_min, mut y_max) = (f64::INFINITY, f64::NEG_INFINITY);
@@ -350,12 +406,13 @@ impl Axes {
             }
         }
         let (x_ticks, x_step) = time_ticks(x_lo, x_hi);
-        let y_ticks = nice_ticks(y_min, y_max);
+        let y_log = scale == Scale::Log;
+        let y_ticks = if y_log { log_ticks(y_min, y_max) } else { nice_ticks(y_min, y_max) };
         let y_step = match y_ticks.as_slice() {
             [a, b, ..] => b - a,
             _ => 1.0,
         };
-        Some(Axes { x_lo, x_hi, x_ticks, x_step, y_ticks, y_step })
+        Some(Axes { x_lo, x_hi, x_ticks, x_step, y_ticks, y_step, y_log })
     }
 
     fn y_lo(&self) -> f64 {
@@ -373,7 +430,22 @@ impl Axes {
 
     /// y in viewBox coordinates.
     fn py(&self, y: f64) -> f64 {
-        PLOT_BOTTOM - fraction(y, self.y_lo(), self.y_hi()) * (PLOT_BOTTOM - PLOT_TOP)
+        let f = if self.y_log {
+            // The ticks are positive; so are the points drawn (see `finite_points`).
+            fraction(y.max(f64::MIN_POSITIVE).log10(), self.y_lo().log10(), self.y_hi().log10())
+        } else {
+            fraction(y, self.y_lo(), self.y_hi())
+        };
+        PLOT_BOTTOM - f * (PLOT_BOTTOM - PLOT_TOP)
+    }
+
+    /// The label of value tick `y`.
+    fn y_tick_label(&self, y: f64) -> String {
+        if self.y_log {
+            fmt_value(y)
+        } else {
+            fmt_tick(y, self.y_step)
+        }
     }
 }
 
@@ -439,6 +511,45 @@ fn nice_ticks(min: f64, max: f64) -> Vec<f64> {
             lo * (1.0 - t) + hi * t
         })
         .collect()
+}
+
+/// Ticks of a logarithmic value axis covering `min..=max` (positive): 1, 2 and 5 ×
+/// 10^n over up to three decades, powers of ten beyond (every k-th power past eight
+/// decades), from the last tick at or below `min` to the first at or above `max`.
+fn log_ticks(min: f64, max: f64) -> Vec<f64> {
+    if !(min.is_finite() && max.is_finite() && min > 0.0) {
+        return vec![1.0, 10.0];
+    }
+    let max = max.max(min);
+    // Exponents stay where 10^e is a normal, finite f64.
+    let lo_e = ((min.log10() + 1e-9).floor() as i32).clamp(-300, 300);
+    let hi_e = ((max.log10() - 1e-9).ceil() as i32).clamp(lo_e + 1, 301);
+    let decades = hi_e - lo_e;
+    let stride = (decades + 7) / 8;
+    let hi_e = (lo_e + stride * ((decades + stride - 1) / stride)).min(301 + stride);
+    let mantissas: &[f64] = if decades <= 3 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    let mut ticks = Vec::new();
+    let mut e = lo_e;
+    while e <= hi_e {
+        for &m in mantissas {
+            let t = m * pow10(e);
+            if t.is_finite() && (e < hi_e || m == 1.0) {
+                ticks.push(t);
+            }
+        }
+        e += stride;
+    }
+    // Trim to the ticks that bracket the values.
+    let first = ticks.iter().rposition(|&t| t <= min * (1.0 + 1e-9)).unwrap_or(0);
+    let end = ticks.len().saturating_sub(1);
+    let last = ticks.iter().position(|&t| t >= max * (1.0 - 1e-9)).unwrap_or(end).max(first + 1).min(end);
+    let ticks: Vec<f64> = ticks.get(first..=last.max(first)).map(<[f64]>::to_vec).unwrap_or_default();
+    if ticks.len() >= 2 {
+        ticks
+    } else {
+        let t = ticks.first().copied().unwrap_or(1.0);
+        vec![t, t * 10.0]
+    }
 }
 
 /// Ticks of the time axis within `lo..=hi` (seconds) and their step: a 1/2/5 step
@@ -842,9 +953,9 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
     if !chart.title.is_empty() {
         writeln!(out, "<h2>{}</h2>", escape(&chart.title))?;
     }
-    let points: Vec<Vec<(f64, f64)>> = chart.series.iter().map(finite_points).collect();
+    let points: Vec<Vec<(f64, f64)>> = chart.series.iter().map(|s| finite_points(s, chart.y_scale)).collect();
     let labels: Vec<String> = chart.series.iter().enumerate().map(|(i, s)| escape(&series_label(s, i))).collect();
-    let Some(axes) = Axes::new(&points) else {
+    let Some(axes) = Axes::new(&points, chart.y_scale) else {
         out.push_str("<p class=\"nodata\">No data</p>\n</section>\n");
         return Ok(());
     };
@@ -853,8 +964,10 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
 
     writeln!(
         out,
-        "<svg class=\"plot\" viewBox=\"0 0 {VIEW_W} {VIEW_H}\" font-size=\"12\" role=\"img\" aria-label=\"{}\">",
-        escape(&chart.title)
+        "<svg class=\"plot\" viewBox=\"0 0 {VIEW_W} {VIEW_H}\" font-size=\"12\" role=\"img\" aria-label=\"{}\" \
+         data-y-scale=\"{}\">",
+        escape(&chart.title),
+        if axes.y_log { "log" } else { "linear" }
     )?;
 
     // Grid and tick labels.
@@ -874,7 +987,7 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
             "<text x=\"{}\" y=\"{}\">{}</text>",
             C(PLOT_LEFT - 7.0),
             C(axes.py(y) + 4.0),
-            escape(&fmt_tick(y, axes.y_step))
+            escape(&axes.y_tick_label(y))
         )?;
     }
     out.push_str("</g>\n<g text-anchor=\"middle\">");
@@ -890,9 +1003,10 @@ fn write_chart(out: &mut String, n: usize, chart: &Chart) -> fmt::Result {
     writeln!(out, "<text x=\"{}\" y=\"{}\">time (s)</text>", C((PLOT_LEFT + PLOT_RIGHT) / 2.0), C(VIEW_H - 4.0))?;
     writeln!(
         out,
-        "<text transform=\"rotate(-90)\" x=\"{}\" y=\"16\">{}</text></g>",
+        "<text transform=\"rotate(-90)\" x=\"{}\" y=\"16\">{}{}</text></g>",
         C(-(PLOT_TOP + PLOT_BOTTOM) / 2.0),
-        escape(&chart.y_label)
+        escape(&chart.y_label),
+        if axes.y_log { " (log scale)" } else { "" }
     )?;
     writeln!(
         out,
@@ -1038,7 +1152,7 @@ mod tests {
     }
 
     fn chart(series: Vec<Series>) -> Chart {
-        Chart { title: "Throughput".into(), y_label: "msgs/s".into(), series }
+        Chart { title: "Throughput".into(), y_label: "msgs/s".into(), series, ..Default::default() }
     }
 
     fn ramp(n: usize, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
@@ -1083,13 +1197,20 @@ mod tests {
         let page = Page {
             title: evil.into(),
             subtitle: evil.into(),
+            settings: vec![Table { title: evil.into(), header: vec![], rows: vec![vec![evil.into(), evil.into()]] }],
+            durability: vec![(evil.into(), evil.into())],
             tables: vec![Table {
                 title: evil.into(),
                 header: vec![evil.into(), evil.into()],
                 rows: vec![vec![evil.into(), evil.into()]],
             }],
             charts: vec![
-                Chart { title: evil.into(), y_label: evil.into(), series: vec![series(evil, ramp(5, |x| x))] },
+                Chart {
+                    title: evil.into(),
+                    y_label: evil.into(),
+                    series: vec![series(evil, ramp(5, |x| x))],
+                    ..Default::default()
+                },
                 Chart { title: evil.into(), ..Default::default() },
             ],
             raw_json: Some(format!("{{\"a\": \"{evil}\"}}")),
@@ -1375,6 +1496,7 @@ mod tests {
             }],
             charts: vec![chart(vec![series("a", ramp(30, |x| x * x))])],
             raw_json: Some("{\"acked\": 1}".into()),
+            ..Default::default()
         });
         assert!(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
         assert!(html.contains("<meta charset=\"utf-8\">"));
@@ -1429,7 +1551,7 @@ mod tests {
         let top = line.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
         let bottom = line.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
         assert!(line.len() < 3600);
-        let axes = Axes::new(&[noisy(1.3)]).expect("axes");
+        let axes = Axes::new(&[noisy(1.3)], Scale::Linear).expect("axes");
         assert!((top - axes.py(25_000.0)).abs() < 0.5, "{top}");
         assert!((bottom - axes.py(15_000.0)).abs() < 0.5, "{bottom}");
         // A million points still render in bounded size.
@@ -1449,5 +1571,73 @@ mod tests {
         assert_eq!(dash(0), "");
         assert_eq!(colour(8), colour(0));
         assert_ne!(dash(8), dash(0));
+    }
+
+    #[test]
+    fn log_ticks_are_one_two_five_over_few_decades_and_powers_over_many() {
+        assert_eq!(log_ticks(0.3, 40.0), [0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
+        assert_eq!(log_ticks(1.0, 1.0), [1.0, 2.0]);
+        assert_eq!(log_ticks(0.002, 900.0), [0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0]);
+        // Past eight decades every other power.
+        let wide = log_ticks(1e-3, 1e12);
+        assert_eq!(wide.first(), Some(&1e-3));
+        assert!(wide.len() <= 9 && wide.last().is_some_and(|&t| t >= 1e12), "{wide:?}");
+        // Nothing drawable, or extremes: still two ticks, all finite and positive.
+        for (lo, hi) in [(0.0, 1.0), (f64::NAN, 1.0), (f64::MIN_POSITIVE, f64::MAX), (5.0, 1.0)] {
+            let t = log_ticks(lo, hi);
+            assert!(t.len() >= 2 && t.iter().all(|v| v.is_finite() && *v > 0.0), "{lo} {hi}: {t:?}");
+        }
+    }
+
+    #[test]
+    fn a_log_chart_keeps_the_faster_servers_line_off_the_floor() {
+        // Server A answers in 0.2-0.4 ms, server B in 150-400 ms.
+        let fast = grouped("a p50", "a", ramp(10, |x| 0.2 + 0.02 * x));
+        let slow = grouped("b p50", "b", ramp(10, |x| 150.0 + 25.0 * x));
+        let log =
+            Chart { title: "Latency".into(), y_label: "ms".into(), y_scale: Scale::Log, series: vec![fast, slow] };
+        let html = render(&page_with(vec![log.clone()]));
+        assert!(html.contains("data-y-scale=\"log\""), "{html}");
+        assert!(html.contains("ms (log scale)"));
+        for tick in [">0.1<", ">1<", ">10<", ">100<", ">1k<"] {
+            assert!(html.contains(tick), "no tick {tick}");
+        }
+        let lines = polylines(&html);
+        let height = |line: &Vec<(f64, f64)>| {
+            let ys = line.iter().map(|p| p.1);
+            ys.clone().fold(f64::NEG_INFINITY, f64::max) - ys.fold(f64::INFINITY, f64::min)
+        };
+        // The fast line rises visibly (over 10 of the plot's 210 units) and sits well
+        // above the floor; on a linear axis it is flat at the bottom.
+        assert!(height(&lines[0]) > 10.0, "{:?}", lines[0]);
+        assert!(lines[0].iter().all(|p| p.1 < PLOT_BOTTOM - 10.0), "{:?}", lines[0]);
+        let linear = render(&page_with(vec![Chart { y_scale: Scale::Linear, ..log }]));
+        assert!(height(&polylines(&linear)[0]) < 1.0);
+        assert!(linear.contains("data-y-scale=\"linear\""));
+        // Zero and negative values cannot be drawn on a log axis: skipped, not a panic.
+        let zeros =
+            Chart { y_scale: Scale::Log, series: vec![series("z", vec![(0.0, 0.0), (1.0, -1.0)])], ..chart(vec![]) };
+        assert!(render(&page_with(vec![zeros])).contains("No data"));
+    }
+
+    #[test]
+    fn settings_and_durability_come_before_the_results() {
+        let page = Page {
+            settings: vec![Table {
+                title: "Settings".into(),
+                header: vec!["setting".into(), "value".into()],
+                rows: vec![vec!["QoS".into(), "1".into()]],
+            }],
+            durability: vec![("gridlinks".into(), "ack after durable commit".into())],
+            tables: vec![Table { title: "Results".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        let html = render(&page);
+        let settings = html.find("id=\"settings\"").expect("settings section");
+        let durability = html.find("id=\"durability\"").expect("durability section");
+        let results = html.find("<h2>Results</h2>").expect("results");
+        assert!(settings < durability && durability < results);
+        assert!(html.contains("<dt>gridlinks</dt><dd>ack after durable commit</dd>"));
+        assert!(!render(&Page::default()).contains("id=\"settings\""), "no empty section");
     }
 }

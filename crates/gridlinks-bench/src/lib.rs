@@ -43,7 +43,9 @@
 //! loss_check.rs        `--verify` and `verify`: acknowledged timestamps against stored
 //!                      ones; missing points fail the run with exit code 2
 //! storage_lag.rs       `--storage-lag`: ack -> queryable through the REST API
-//! servers.rs           GridLinks, Mosquitto and rumqttd started on free loopback ports
+//! servers.rs           GridLinks, Mosquitto and rumqttd started on free loopback ports,
+//!                      and what each one's acknowledgement promises (durability)
+//! settings.rs          what a run was asked to do and where it ran, for the report
 //! compare.rs           `compare` and `preset`: one scenario against several servers,
 //!                      side by side; the presets
 //! crash_loop.rs        `crash-loop`: kill -9 GridLinks under MQTT or HTTP load and restart
@@ -63,6 +65,7 @@ pub mod report;
 pub mod rest_api;
 pub mod scenario;
 pub mod servers;
+pub mod settings;
 pub mod stats;
 pub mod storage_lag;
 pub mod template;
@@ -113,7 +116,11 @@ async fn compare_cmd(args: cli::CompareArgs) -> anyhow::Result<std::process::Exi
     compare::finish(
         title,
         &format!("{} against {}", args.scenario.name(), names.join(", ")),
-        &[(format!("{} ({})", args.scenario.name(), names.join(" vs ")), runs)],
+        &[compare::Step {
+            title: format!("{} ({})", args.scenario.name(), names.join(" vs ")),
+            scenario: args.scenario.clone(),
+            runs,
+        }],
         &output,
     )
 }
@@ -145,7 +152,8 @@ async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitC
             scenario.set_duration(d);
         }
         eprintln!("=== {title}");
-        steps.push((title.to_string(), compare::compare(&servers, &scenario, &bins, args.servers.tenant).await?));
+        let runs = compare::compare(&servers, &scenario, &bins, args.servers.tenant).await?;
+        steps.push(compare::Step { title: title.to_string(), scenario, runs });
     }
     compare::finish(
         &format!("gridlinks-bench preset {}", preset.name),

@@ -52,7 +52,7 @@ struct HoldResult {
 
 /// Runs the scenario and prints its report.
 pub async fn run(args: ConnectArgs) -> anyhow::Result<std::process::ExitCode> {
-    figures::finish(&args.target.output, &measure(&args).await?)
+    figures::finish(&args.target.output, &measure(&args).await?, crate::settings::connect(&args))
 }
 
 /// Runs the scenario.

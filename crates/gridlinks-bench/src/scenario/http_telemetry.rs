@@ -43,7 +43,7 @@ const LATENCY_SHARDS: usize = 32;
 
 /// Runs the scenario and prints its report; exit code 2 when the loss check fails.
 pub async fn run(args: HttpTelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
-    figures::finish(&args.output, &measure(&args).await?)
+    figures::finish(&args.output, &measure(&args).await?, crate::settings::http_telemetry(&args))
 }
 
 /// What every device does.

@@ -67,7 +67,7 @@ struct SubscriberResult {
 
 /// Runs the scenario and prints its report; exit code 2 when QoS 1 deliveries are missing.
 pub async fn run(args: PubsubArgs) -> anyhow::Result<std::process::ExitCode> {
-    figures::finish(&args.target.output, &measure(&args).await?)
+    figures::finish(&args.target.output, &measure(&args).await?, crate::settings::pubsub(&args))
 }
 
 /// Runs the scenario.

@@ -289,7 +289,7 @@ pub(crate) async fn disconnect_all(open: Vec<MqttConnection>) {
 /// Runs the scenario and prints its report; the exit code says whether the loss check
 /// (if it ran) passed.
 pub async fn run(args: TelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
-    figures::finish(&args.target.output, &measure(&args).await?)
+    figures::finish(&args.target.output, &measure(&args).await?, crate::settings::telemetry(&args))
 }
 
 /// Runs the scenario: provisioning, connect, publish window, disconnect, loss check.
