@@ -22,6 +22,7 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +51,10 @@ const DEFAULT_WINDOW: u16 = 10;
 /// The load of a cycle stops by itself this long after the planned kill, should the
 /// kill not end it.
 const LOAD_LIMIT_AFTER_KILL: Duration = Duration::from_secs(30);
+
+/// How long past its planned time the kill waits for the cycle's first acknowledgement
+/// (less than [`LOAD_LIMIT_AFTER_KILL`], so the load still runs when it comes).
+const FIRST_ACK_PATIENCE: Duration = Duration::from_secs(25);
 
 /// A connection that waits this long for an acknowledgement gives up.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -433,15 +438,29 @@ impl CycleLoad {
 }
 
 /// Runs `load` (a fleet's window, which starts when first polled) and sends SIGKILL
-/// `delay` after its start: the load's result and when the kill went out.
+/// `delay` after its start, and not before the first acknowledgement (`acked` > 0;
+/// waiting at most [`FIRST_ACK_PATIENCE`] more, and not once the load has ended): a
+/// cycle that acknowledged nothing proves nothing, and a busy machine may take longer
+/// than `delay` to answer at all. The load's result and when the kill went out.
 async fn under_kill<T>(
     server: &mut ManagedServer,
     delay: Duration,
+    acked: &AtomicU64,
     load: impl Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<(T, Instant)> {
     let start = Instant::now();
+    let ended = AtomicBool::new(false);
+    let load = async {
+        let result = load.await;
+        ended.store(true, Ordering::Relaxed);
+        result
+    };
     let kill = async {
         tokio::time::sleep_until(start + delay).await;
+        let give_up = Instant::now() + FIRST_ACK_PATIENCE;
+        while Counters::get(acked) == 0 && !ended.load(Ordering::Relaxed) && Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let at = Instant::now();
         server.kill().await.map(|()| at)
     };
@@ -504,7 +523,8 @@ async fn mqtt_cycle(
     let fleet = Fleet::connect(&target, &plan, &counters, &latency, setup.connect_rate).await?;
     let (connect_failures, connect_seconds) = (fleet.connect_failures.clone(), fleet.connect_seconds);
     progress.set_phase("publishing");
-    let (result, killed_at) = under_kill(server, delay, fleet.publish(Some(delay + LOAD_LIMIT_AFTER_KILL))).await?;
+    let (result, killed_at) =
+        under_kill(server, delay, &counters.acked, fleet.publish(Some(delay + LOAD_LIMIT_AFTER_KILL))).await?;
     progress.finish();
     // Only devices whose window ended before the kill could still be connected.
     disconnect_all(result.open).await;
@@ -550,7 +570,8 @@ async fn http_cycle(
     let fleet = HttpFleet::connect(&plan, setup.tokens.clone(), &counters, &latency, setup.connect_rate).await;
     let (connect_failures, connect_seconds) = (fleet.connect_failures.clone(), fleet.connect_seconds);
     progress.set_phase("posting");
-    let (result, killed_at) = under_kill(server, delay, fleet.post(Some(delay + LOAD_LIMIT_AFTER_KILL))).await?;
+    let (result, killed_at) =
+        under_kill(server, delay, &counters.acked, fleet.post(Some(delay + LOAD_LIMIT_AFTER_KILL))).await?;
     progress.finish();
     Ok(CycleLoad {
         connected: Counters::get(&counters.connected),
