@@ -355,7 +355,8 @@ fn check_password(p: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// Sets `user`'s password; tokens issued before now stop working. Returns a login.
+/// Sets `user`'s password; every login made before (with the old password) ends, even one
+/// whose check of the old password is still under way. Returns a login.
 async fn set_password(st: &Core, auth: &Auth, user: &Entry, password: String) -> ApiResult<J> {
     check_password(&password)?;
     let hash = auth.passwords.hash(password).await.map_err(auth_error)?;

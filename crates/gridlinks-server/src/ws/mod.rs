@@ -298,7 +298,7 @@ async fn authenticate(auth: &Auth, token: &str) -> Option<(Caller, i64)> {
     auth.access_with_expiry(token).await.ok()
 }
 
-/// How a session's message ended it: the close code and reason sent.
+/// The close code for a message over the size bound (RFC 6455: message too big).
 const TOO_BIG: u16 = 1009;
 
 /// A session's state while it runs.
