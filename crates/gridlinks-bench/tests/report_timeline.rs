@@ -197,6 +197,8 @@ fn pubsub_records_puback_and_end_to_end_latency_every_second_on_both_servers() {
         "1s",
         "--messages-per-publisher",
         "4",
+        "--drain-timeout",
+        "30s",
     ]);
     assert_eq!(out.status.code(), Some(0));
     let runs = runs(&read_json(&json));

@@ -1,6 +1,9 @@
 //! Every scenario of the tool, run briefly against real servers, with the counts checked
 //! to add up: GridLinks (started by the test or by `compare`) and Mosquitto (started by
 //! `compare` on a free loopback port; `apt-get install mosquitto`).
+//!
+//! Devices send a fixed number of messages (`--messages-per-device`), not for a fixed
+//! time, so the counts checked are exact and do not depend on the machine's speed.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -48,8 +51,8 @@ fn compare_with_devices_in_a_tenant_of_their_own_checks_every_point() {
         "mqtt-telemetry",
         "--devices",
         "10",
-        "--duration",
-        "2s",
+        "--messages-per-device",
+        "20",
         "--ramp-up",
         "500ms",
         "--verify",
@@ -58,6 +61,7 @@ fn compare_with_devices_in_a_tenant_of_their_own_checks_every_point() {
     let runs = runs(&read_json(&json), 0);
     let gl = &runs[0].1["result"];
     assert_publish_counts(gl, 10);
+    assert_eq!(n(&gl["acked"]), 200, "{gl}");
     assert_eq!(gl["loss_check"]["passed"], true, "{gl}");
     assert_eq!(gl["loss_check"]["points_found"], gl["acked"]);
 }
@@ -79,8 +83,10 @@ fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
         "mqtt-telemetry",
         "--devices",
         "10",
-        "--duration",
-        "2s",
+        "--interval",
+        "100ms",
+        "--messages-per-device",
+        "20",
         "--ramp-up",
         "500ms",
         "--verify",
@@ -93,6 +99,7 @@ fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
     for (server, run) in &runs {
         let result = &run["result"];
         assert_publish_counts(result, 10);
+        assert_eq!(n(&result["acked"]), 200, "{server}: {result}");
         assert!(result["server"]["cpu_seconds"].as_f64().unwrap() > 0.0, "{server}: {result}");
         let acked = n(&result["acked"]);
         assert_eq!(n(&result["ack_latency"]["count"]), acked, "{server}");
@@ -130,8 +137,11 @@ fn pubsub_on_gridlinks_and_mosquitto_delivers_every_message_to_every_subscriber(
         "3",
         "--subscribers",
         "2",
-        "--duration",
-        "2s",
+        "--messages-per-publisher",
+        "20",
+        // A hang guard for the last deliveries: the run ends when all are in.
+        "--drain-timeout",
+        "30s",
     ]);
     assert_eq!(out.status.code(), Some(0));
     let runs = runs(&read_json(&json), 0);
@@ -139,6 +149,7 @@ fn pubsub_on_gridlinks_and_mosquitto_delivers_every_message_to_every_subscriber(
     for (server, run) in &runs {
         let result = &run["result"];
         assert_publish_counts(result, 2 * 3 + 2 * 2);
+        assert_eq!(n(&result["acked"]), 2 * 3 * 20, "{server}: {result}");
         let acked = n(&result["acked"]);
         assert_eq!(n(&result["expected"]), 2 * acked, "{server}: each group's 2 subscribers get all");
         assert_eq!(n(&result["received"]), n(&result["expected"]), "{server}");
@@ -155,8 +166,10 @@ fn http_telemetry_with_a_payload_template_stores_every_answered_point() {
         "http-telemetry",
         "--devices",
         "5",
-        "--duration",
-        "2s",
+        "--interval",
+        "100ms",
+        "--messages-per-device",
+        "20",
         "--provision",
         "--verify",
         "--storage-lag",
@@ -169,6 +182,7 @@ fn http_telemetry_with_a_payload_template_stores_every_answered_point() {
     let result = read_json(&json);
     assert_eq!(result["scenario"], "http-telemetry");
     assert_publish_counts(&result, 5);
+    assert_eq!(n(&result["acked"]), 100, "{result}");
     assert_eq!(result["loss_check"]["points_found"], result["acked"]);
     assert_eq!(result["loss_check"]["missing"], 0);
     assert!(n(&result["storage_lag"]["ack_to_queryable"]["count"]) > 0);
@@ -238,8 +252,8 @@ fn workers_split_one_run_and_the_loss_check_covers_all_of_them() {
         "3",
         "--devices",
         "10",
-        "--duration",
-        "2s",
+        "--messages-per-device",
+        "20",
         "--provision",
         "--verify",
         "--json",
@@ -249,6 +263,7 @@ fn workers_split_one_run_and_the_loss_check_covers_all_of_them() {
     let result = read_json(&json);
     // 10 devices over 3 processes (3 + 3 + 4), each with its own token.
     assert_publish_counts(&result, 10);
+    assert_eq!(n(&result["acked"]), 200, "{result}");
     assert_eq!(n(&result["ack_latency"]["count"]), n(&result["acked"]));
     let check = &result["loss_check"];
     assert_eq!(check["devices_checked"], 10);
@@ -273,8 +288,8 @@ fn devices_from_a_name_token_csv_are_driven_and_checked_by_name() {
         csv.to_str().unwrap(),
         "--devices",
         "4",
-        "--duration",
-        "1s",
+        "--messages-per-device",
+        "10",
         "--verify",
         "--json",
         json.to_str().unwrap(),
@@ -282,6 +297,7 @@ fn devices_from_a_name_token_csv_are_driven_and_checked_by_name() {
     assert_eq!(out.status.code(), Some(0));
     let result = read_json(&json);
     assert_publish_counts(&result, 4);
+    assert_eq!(n(&result["acked"]), 40, "{result}");
     assert_eq!(result["loss_check"]["devices_checked"], 4);
     assert_eq!(result["loss_check"]["devices_not_found"], 0);
     assert_eq!(result["loss_check"]["points_found"], result["acked"]);

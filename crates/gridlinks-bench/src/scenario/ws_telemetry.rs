@@ -44,6 +44,10 @@ use crate::rest_api::{random_tokens, ApiTarget, RestClient};
 use crate::servers::{Binaries, ManagedServer};
 use crate::stats::LatencyShards;
 
+/// Longest wait for the updates of the last posts once posting ended: a hang guard (the
+/// wait ends as soon as every update is in), generous for a busy machine.
+const LAST_UPDATES_PATIENCE: Duration = Duration::from_secs(30);
+
 /// The run's figures.
 #[derive(Debug, Serialize)]
 pub struct WsRun {
@@ -182,7 +186,7 @@ pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode
     // Each device has exactly one subscription (its own session's, or the one session's),
     // or none without receivers.
     let expected = if groups.is_empty() { 0 } else { posted };
-    let wait_until = Instant::now() + Duration::from_secs(5);
+    let wait_until = Instant::now() + LAST_UPDATES_PATIENCE;
     while received.load(Ordering::Relaxed) < expected && Instant::now() < wait_until {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
