@@ -15,7 +15,7 @@ const url = (transport) => (transport === 'ws' ? `ws://127.0.0.1:${server.wsPort
 const connect = (transport, opts) => mqtt.connectAsync(url(transport), { reconnectPeriod: 0, connectTimeout: 10_000, ...opts });
 
 /** Resolves with the next `n` messages of `client` as {topic, payload, packet}. */
-function collect(client, n, ms = 10_000) {
+function collect(client, n, ms = 60_000) { // a hang guard: resolves as soon as all are in
   return new Promise((resolve, reject) => {
     const got = [];
     const timer = setTimeout(() => { client.off('message', on); reject(new Error(`${got.length} of ${n} messages within ${ms} ms`)); }, ms);
