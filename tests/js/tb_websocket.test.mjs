@@ -34,7 +34,7 @@ async function session(path) {
   return {
     send: (msg) => ws.send(JSON.stringify(msg)),
     next: () => (queue.length ? Promise.resolve(queue.shift()) : new Promise((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error('no message within 10 s')), 10_000);
+      const t = setTimeout(() => reject(new Error('no message within 60 s')), 60_000); // a hang guard
       waiting.push((m) => { clearTimeout(t); resolve(m); });
     })),
     close: () => ws.close(),
