@@ -51,6 +51,8 @@ pub struct Core {
     pub tenant_id: Uuid,
     /// Devices' open claims.
     pub claims: Arc<crate::thingsboard::claim::Claims>,
+    /// Throttles on credential-conflict answers and on provisioning.
+    pub guards: Arc<crate::thingsboard::guards::Guards>,
     /// Live delivery across nodes (client publishes go to it; other nodes' come from it).
     pub bus: Option<Arc<gridlinks_kafka::Bus>>,
 }
@@ -559,6 +561,7 @@ pub async fn serve(
     let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway)
         .gateways_adopt(cfg.limits.gateway_adopts_devices);
     let (ts, backends, bus, cluster_tasks) = (cluster.ts, cluster.backends, cluster.bus, cluster.tasks);
+    let guards = Arc::new(crate::thingsboard::guards::Guards::new(&cfg));
     let core = Core {
         cfg: Arc::new(cfg),
         store: store.clone(),
@@ -568,6 +571,7 @@ pub async fn serve(
         ingest,
         tenant_id,
         claims: Default::default(),
+        guards,
         bus,
     };
     crate::thingsboard::tenants::ensure_first(&core).await.context("writing the first tenant")?;

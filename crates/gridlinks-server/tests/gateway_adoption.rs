@@ -120,7 +120,7 @@ fn a_gateway_adopts_a_device_made_over_rest_and_keeps_it() {
     // Bound to gateway A, as ThingsBoard records it; still the same device with its token.
     let d = device(&s, &jwt, &sensor);
     assert_eq!(d["additionalInfo"]["lastConnectedGateway"].as_str(), Some(gw_a.as_str()), "{d}");
-    assert_eq!(owned_by(&s, &jwt, &gw_a), [sensor.clone()]);
+    assert_eq!(owned_by(&s, &jwt, &gw_a), std::slice::from_ref(&sensor));
     assert_eq!(s.telemetry("SENSOR1", r#"{"own":1}"#), 200);
     publish_acked(&a, &rx, "v1/gateway/disconnect", r#"{"device":"sensor-1"}"#);
 
@@ -138,7 +138,7 @@ fn a_gateway_adopts_a_device_made_over_rest_and_keeps_it() {
     assert_eq!(d["additionalInfo"]["lastConnectedGateway"].as_str(), Some(gw_a.as_str()), "{d}");
     // Nor is a gateway adopted by another.
     assert_eq!(publish(&mut b, 4, "v1/gateway/telemetry", r#"{"gw-a":{"x":1}}"#), reason::NOT_AUTHORIZED);
-    assert!(owned_by(&s, &jwt, &gw_a).len() == 1);
+    assert_eq!(owned_by(&s, &jwt, &gw_a).len(), 1);
     // A plain device still may not use the gateway API at all.
     let (mut plain, _) = Raw::connect(s.mqtt_port, V5, Some("SENSOR1"), 60);
     assert_eq!(publish(&mut plain, 1, "v1/gateway/connect", r#"{"device":"other"}"#), reason::NOT_AUTHORIZED);

@@ -178,9 +178,37 @@ fn tenants_see_nothing_of_each_other() {
     for route in server_routes() {
         assert!(checked.contains(route.as_str()), "route {route} is not tried across tenants: add it to this test");
     }
+    // Each is answered exactly as the same request with ids that exist nowhere: Beta learns
+    // nothing of which of Alpha's ids exist (only the id in the message differs).
+    let me_id = me["id"]["id"].as_str().unwrap().to_owned();
+    let ids = [&a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id];
+    let twins: Vec<(String, String)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| ((*id).clone(), format!("00000000-0000-4000-8000-{:012x}", i + 1)))
+        .collect();
+    let swap = |text: &str, back: bool| {
+        twins
+            .iter()
+            .fold(text.to_owned(), |t, (real, twin)| if back { t.replace(twin, real) } else { t.replace(real, twin) })
+    };
+    let normal = |out: &str| -> J {
+        let mut j: J = serde_json::from_str(out).unwrap_or_else(|_| J::String(out.to_owned()));
+        if let Some(o) = j.as_object_mut() {
+            o.remove("timestamp");
+        }
+        j
+    };
     for (_, m, path, body) in &tried {
+        let (twin_st, twin_out) =
+            s.req(m, &swap(path, false), Some(&beta), body.as_deref().map(|b| swap(b, false)).as_deref());
         let (st, out) = s.req(m, path, Some(&beta), body.as_deref());
         assert!(st == 403 || st == 404, "{m} {path}: {st} {out}");
+        assert_eq!(
+            (st, normal(&out)),
+            (twin_st, normal(&swap(&twin_out, true))),
+            "{m} {path}: answered unlike the same request with ids that do not exist"
+        );
         for secret in
             ["ALPHAPUMP", "value-of-ALPHA", "alpha-secret", "alpha-dash", "alpha-profile", "cu@alpha", "alpha-key"]
         {

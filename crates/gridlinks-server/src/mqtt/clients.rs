@@ -290,7 +290,9 @@ fn of_caller(st: &Mqtt, me: &Caller, username: &str) -> Option<Credential> {
 }
 
 /// `POST /api/mqtt/clients`: creates or updates a credential of the caller's tenant. Live
-/// connections that use it are closed, so they reconnect under the new rules.
+/// connections that use it are closed, so they reconnect under the new rules. User names
+/// are unique across tenants: refusing another tenant's tells that it exists, so such
+/// refusals are throttled (`crate::thingsboard::guards`).
 pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<serde_json::Value>> {
     let req: SaveRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))?;
@@ -306,9 +308,12 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
     }
     check_filters("publish", &req.publish)?;
     check_filters("subscribe", &req.subscribe)?;
+    let guards = &st.core.guards;
+    guards.check_conflicts(&me)?;
     let old = st.clients.get(&req.username);
     let tenant = st.core.stored_tenant(me.tenant);
     if old.as_ref().is_some_and(|o| o.tenant != tenant) {
+        guards.conflict(&me);
         return Err(ApiError::bad_request("This MQTT user name is taken: choose another"));
     }
     let password_hash = match (req.password, &old) {
@@ -330,7 +335,7 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
     let value = serde_json::to_vec(&cred).map_err(|e| ApiError::internal(e.to_string()))?;
     let row =
         BrokerRow { table: BrokerTable::Credentials, key: cred.username.clone().into_bytes(), value: Some(value) };
-    st.core.writer.submit(WriteOp::Broker(vec![row])).await?;
+    st.core.writer.submit(WriteOp::Broker(vec![row])).await.map_err(|e| guards.note(&me, e))?;
     let view = cred.view();
     let username = cred.username.clone();
     st.clients.map.write().insert(username.clone(), Arc::new(entry(cred)));

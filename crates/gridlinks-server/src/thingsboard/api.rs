@@ -163,19 +163,18 @@ pub(crate) fn device_json(st: &Core, d: &gridlinks_storage::DeviceRecord) -> J {
     model::device(&device_view(d), st.tenant_of(d.tenant))
 }
 
-async fn load_device(st: &Core, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
-    let store = st.store.clone();
-    blocking(move || store.device(id))
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Device with id [{id}] is not found")))
+fn no_device(id: DeviceId) -> ApiError {
+    ApiError::not_found(format!("Device with id [{id}] is not found"))
 }
 
-/// A device the caller may see and control: 404 when there is none, 403 when it is another
-/// tenant's or not assigned to a customer user's customer.
+/// A device the caller may see and control: 404 when there is none or it is another
+/// tenant's (the same answer: other tenants' ids are not confirmed), 403 when it is of the
+/// caller's tenant but not assigned to a customer user's customer.
 pub(crate) async fn device_for(st: &Core, me: &Caller, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
-    let d = load_device(st, id).await?;
+    let store = st.store.clone();
+    let d = blocking(move || store.device(id)).await?.ok_or_else(|| no_device(id))?;
     if !me.may_use(st.tenant_of(d.tenant), d.customer) {
-        return Err(ApiError::forbidden());
+        return Err(ApiError::hidden(me, st.tenant_of(d.tenant), || no_device(id)));
     }
     Ok(d)
 }
@@ -199,7 +198,9 @@ struct DeviceBody {
     device_profile_id: Option<model::Id>,
 }
 
-/// `POST /api/device[?accessToken=]`: create, or update when the body has an id.
+/// `POST /api/device[?accessToken=]`: create, or update when the body has an id. A token
+/// taken by any device (of any tenant) is refused, and such refusals are throttled
+/// ([`super::guards`]).
 pub async fn save_device(
     Admin(me): Admin,
     State(st): St,
@@ -227,6 +228,10 @@ pub async fn save_device(
     if let Some(id) = id {
         device_for(&st, &me, id).await?;
     }
+    let token = p.access_token.filter(|t| !t.is_empty());
+    if token.is_some() {
+        st.guards.check_conflicts(&me)?;
+    }
     let save = SaveDevice {
         tenant: st.stored_tenant(me.tenant),
         id,
@@ -235,7 +240,7 @@ pub async fn save_device(
         device_type,
         label: b.label,
         // Empty or absent: a new device gets a random 20-character token, as in ThingsBoard.
-        token: p.access_token.filter(|t| !t.is_empty()),
+        token,
         additional_info: b.additional_info.filter(|v| !v.is_null()),
     };
     let op = WriteOp::SaveDevice(save);
@@ -246,7 +251,7 @@ pub async fn save_device(
             "Device with id [{}] is not found",
             id.map(|i| i.to_string()).unwrap_or_default()
         ))),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(st.guards.note(&me, e).into()),
     }
 }
 
@@ -308,7 +313,8 @@ struct CredentialsBody {
 /// ThingsBoard); `PROTOCOL_IDENTITY` gives it the identity a custom TCP protocol knows it by
 /// (`credentialsId` the identity, `credentialsValue` the protocol, e.g. `lamp`), beside its
 /// token; `MQTT_BASIC` (`credentialsValue` `{"clientId","userName","password"}` as a JSON
-/// string) replaces its token, the password kept as an argon2 hash.
+/// string) replaces its token, the password kept as an argon2 hash. Each is unique across
+/// tenants: a taken one is refused, and such refusals are throttled ([`super::guards`]).
 pub async fn save_credentials(
     Admin(me): Admin,
     State(st): St,
@@ -318,6 +324,7 @@ pub async fn save_credentials(
     let b: CredentialsBody = parse_json(&body)?;
     let id = device_id(&b.device_id.id)?;
     let d = device_for(&st, &me, id).await?;
+    st.guards.check_conflicts(&me)?;
     let cred_id = b.credentials_id.filter(|c| !c.is_empty());
     let outcome = match b.credentials_type.as_str() {
         "ACCESS_TOKEN" => {
@@ -382,7 +389,7 @@ pub async fn save_credentials(
         Err(gridlinks_storage::StoreError::DeviceNotFound) => {
             Err(ApiError::not_found(format!("Device with id [{id}] is not found")))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(st.guards.note(&me, e).into()),
     }
 }
 
@@ -470,9 +477,14 @@ struct ImportColumn {
     key: Option<String>,
 }
 
-/// `POST /api/device/bulk_import`: ThingsBoard's CSV import, one commit for all rows.
+/// `POST /api/device/bulk_import`: ThingsBoard's CSV import, one commit for all rows. A row
+/// whose access token is taken (by any tenant's device) is refused, and each such row counts
+/// as a credential conflict ([`super::guards`]).
 pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
     let req: ImportRequest = parse_json(&body)?;
+    if req.mapping.columns.iter().any(|c| c.column_type == "ACCESS_TOKEN") {
+        st.guards.check_conflicts(&me)?;
+    }
     let delimiter = match req.mapping.delimiter.as_deref() {
         None | Some("") => b',',
         Some(d) if d.len() == 1 => d.as_bytes()[0],
@@ -575,6 +587,12 @@ pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> A
     let update = req.mapping.update;
     let tenant = st.stored_tenant(me.tenant);
     let mut out = st.ingest.import(tenant, rows, update).await?;
+    // A row's token taken by a device, or equal to a credential of another kind (the
+    // writer's CredentialClash texts for a token begin so).
+    let taken = gridlinks_storage::StoreError::TokenTaken.to_string();
+    for _ in out.errors.iter().filter(|e| e.contains(&taken) || e.contains(": access token is ")) {
+        st.guards.conflict(&me);
+    }
     // TIMESERIES columns: one record per device at import time, submitted together so they
     // share group commits instead of paying one commit each.
     let now = Ts::now();
@@ -613,15 +631,15 @@ pub(crate) fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     model::entity_device_id(entity_type, id).map_err(entity_error)
 }
 
-/// The device of an entity reference, if the caller may see and control it (404, 403).
+/// The device of an entity reference, if the caller may see and control it (404 when there
+/// is none or it is another tenant's, 403 as [`device_for`]).
 async fn existing_device(st: &Core, me: &Caller, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     let id = entity(entity_type, id)?;
     let store = st.store.clone();
-    let d = blocking(move || store.device(id))
-        .await?
-        .ok_or_else(|| ApiError::not_found("Device with requested id wasn't found!"))?;
+    let missing = || ApiError::not_found("Device with requested id wasn't found!");
+    let d = blocking(move || store.device(id)).await?.ok_or_else(missing)?;
     if !me.may_use(st.tenant_of(d.tenant), d.customer) {
-        return Err(ApiError::forbidden());
+        return Err(ApiError::hidden(me, st.tenant_of(d.tenant), missing));
     }
     Ok(id)
 }

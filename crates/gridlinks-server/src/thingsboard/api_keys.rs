@@ -45,11 +45,12 @@ fn owner(d: &DocRecord) -> Option<Uuid> {
 }
 
 /// The user whose keys the caller would manage: itself, or a user it manages (404 when
-/// there is none, 403 when it is not the caller's to manage).
+/// there is none or it is of another tenant, 403 when it is not the caller's to manage).
 fn managed_user(auth: &Auth, me: &Caller, user: Uuid) -> ApiResult<Caller> {
-    let e = auth.users.by_id(user).ok_or_else(|| ApiError::not_found(format!("User with id [{user}] is not found")))?;
+    let missing = || ApiError::not_found(format!("User with id [{user}] is not found"));
+    let e = auth.users.by_id(user).ok_or_else(missing)?;
     if e.caller.user != me.user && !me.may_manage(&e.caller) {
-        return Err(ApiError::forbidden());
+        return Err(ApiError::hidden(me, e.caller.tenant, missing));
     }
     Ok(e.caller.clone())
 }
@@ -57,12 +58,13 @@ fn managed_user(auth: &Auth, me: &Caller, user: Uuid) -> ApiResult<Caller> {
 /// A key the caller may manage.
 async fn load(st: &Core, auth: &Auth, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
     let store = st.store.clone();
-    let d = blocking(move || store.doc(DocKind::ApiKey, id))
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("API key with id [{id}] is not found")))?;
-    match owner(&d) {
-        Some(u) if managed_user(auth, me, u).is_ok() => Ok(d),
-        _ => Err(ApiError::forbidden()),
+    let missing = || ApiError::not_found(format!("API key with id [{id}] is not found"));
+    let d = blocking(move || store.doc(DocKind::ApiKey, id)).await?.ok_or_else(missing)?;
+    match owner(&d).and_then(|u| auth.users.by_id(u)) {
+        Some(e) if managed_user(auth, me, e.caller.user).is_ok() => Ok(d),
+        // Another tenant's user's key is not confirmed, nor one whose user is gone.
+        Some(e) => Err(ApiError::hidden(me, e.caller.tenant, missing)),
+        None => Err(missing()),
     }
 }
 

@@ -36,14 +36,14 @@ fn render(st: &Core, c: &DocRecord) -> J {
 }
 
 /// A customer the caller may read: a tenant administrator its tenant's, a customer user only
-/// its own (403 for others).
+/// its own (403 for others of its tenant; another tenant's is answered as one that does not
+/// exist).
 pub(crate) async fn load_for(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
     let store = st.store.clone();
-    let c = blocking(move || store.doc(DocKind::Customer, id))
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Customer with id [{id}] is not found")))?;
+    let missing = || ApiError::not_found(format!("Customer with id [{id}] is not found"));
+    let c = blocking(move || store.doc(DocKind::Customer, id)).await?.ok_or_else(missing)?;
     if !me.may_use(st.doc_tenant(&c), Some(id)) {
-        return Err(ApiError::forbidden());
+        return Err(ApiError::hidden(me, st.doc_tenant(&c), missing));
     }
     Ok(c)
 }

@@ -54,11 +54,10 @@ pub(crate) fn assigned(d: &DocRecord, customer: Uuid) -> bool {
 /// assigned to its customer (403 for others).
 pub(crate) async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
     let store = st.store.clone();
-    let d = blocking(move || store.doc(DocKind::Dashboard, id))
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Dashboard with id [{id}] is not found")))?;
+    let missing = || ApiError::not_found(format!("Dashboard with id [{id}] is not found"));
+    let d = blocking(move || store.doc(DocKind::Dashboard, id)).await?.ok_or_else(missing)?;
     if !me.may_use(st.doc_tenant(&d), me.customer) || me.customer.is_some_and(|c| !assigned(&d, c)) {
-        return Err(ApiError::forbidden());
+        return Err(ApiError::hidden(me, st.doc_tenant(&d), missing));
     }
     Ok(d)
 }

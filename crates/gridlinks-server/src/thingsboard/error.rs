@@ -59,6 +59,19 @@ impl ApiError {
         )
     }
 
+    /// The answer to an entity of `tenant` that `me` may not use: when it is another
+    /// tenant's, `missing` — the very answer an id that does not exist gets, so that a tenant
+    /// administrator (or customer user) learns nothing of other tenants' ids; 403 when it is
+    /// of the caller's own tenant (a customer user on another customer's entity, as in
+    /// ThingsBoard) or the caller is the system administrator, who may know every tenant.
+    pub fn hidden(me: &crate::auth::Caller, tenant: uuid::Uuid, missing: impl FnOnce() -> Self) -> Self {
+        if tenant != me.tenant && me.authority != crate::auth::Authority::SysAdmin {
+            missing()
+        } else {
+            Self::forbidden()
+        }
+    }
+
     /// 500 with errorCode 2.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::General, message)

@@ -16,6 +16,7 @@ pub mod device_api;
 pub mod device_mqtt;
 pub mod error;
 pub mod extract;
+pub mod guards;
 pub mod paging;
 pub mod profiles;
 pub mod provision;

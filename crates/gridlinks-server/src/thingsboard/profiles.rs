@@ -33,14 +33,14 @@ fn view(p: &ProfileRecord) -> model::Profile<'_> {
     model::Profile { id: p.id, created_time: p.created_time, name: &p.name, default: p.default, doc: &p.doc }
 }
 
-/// A profile of the caller's tenant (403 for another tenant's).
+/// A profile of the caller's tenant (another tenant's is answered as one that does not
+/// exist).
 async fn load(st: &Core, me: &Caller, id: ProfileId) -> ApiResult<ProfileRecord> {
     let store = st.store.clone();
-    let p = blocking(move || store.profile(id))
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Device profile with id [{id}] is not found")))?;
+    let missing = || ApiError::not_found(format!("Device profile with id [{id}] is not found"));
+    let p = blocking(move || store.profile(id)).await?.ok_or_else(missing)?;
     if st.tenant_of(p.tenant) != me.tenant {
-        return Err(ApiError::forbidden());
+        return Err(ApiError::hidden(me, st.tenant_of(p.tenant), missing));
     }
     Ok(p)
 }

@@ -12,6 +12,9 @@
 //! - `DISABLED`: nothing is provisioned.
 //!
 //! Wrong keys and secrets are throttled like passwords (per source address and per key).
+//! Each profile provisions at most `limits.max_provisions_per_minute` devices a minute (its
+//! key and secret ship in firmware), and a tenant has at most `limits.max_devices_per_tenant`
+//! devices; past either the answer is a `FAILURE` that says which.
 //! The answer is `{"status":"SUCCESS","credentialsType":"ACCESS_TOKEN","credentialsValue":…}`
 //! or `{"status":"NOT_FOUND"|"FAILURE","errorMsg":…}`.
 
@@ -73,6 +76,15 @@ pub async fn provision(mqtt: &Mqtt, peer: IpAddr, body: &[u8]) -> J {
         return failure("NOT_FOUND", "no device profile has this provision key and secret");
     };
     throttle.succeeded(peer, &who);
+    if let Err(wait) = mqtt.core.guards.provision(profile.id) {
+        return failure(
+            "FAILURE",
+            format!(
+                "too many devices provisioned through this device profile (limits.max_provisions_per_minute): retry in {} s",
+                wait.as_secs().max(1)
+            ),
+        );
+    }
     match req.credentials_type.as_deref() {
         None | Some("ACCESS_TOKEN") => {}
         Some(other) => {

@@ -79,11 +79,13 @@ async fn render_entry(st: &Core, e: &Entry) -> ApiResult<J> {
     }))
 }
 
-/// A user the caller manages (403 otherwise; 404 when there is none).
+/// A user the caller manages (403 otherwise; 404 when there is none or it is of another
+/// tenant, which a tenant's users do not learn of).
 fn managed(auth: &Auth, me: &Caller, id: Uuid) -> ApiResult<std::sync::Arc<Entry>> {
-    let e = auth.users.by_id(id).ok_or_else(|| ApiError::not_found(format!("User with id [{id}] is not found")))?;
+    let missing = || ApiError::not_found(format!("User with id [{id}] is not found"));
+    let e = auth.users.by_id(id).ok_or_else(missing)?;
     if !me.may_manage(&e.caller) {
-        return Err(ApiError::forbidden());
+        return Err(ApiError::hidden(me, e.caller.tenant, missing));
     }
     Ok(e)
 }
@@ -162,8 +164,8 @@ pub async fn save(
             let found = blocking(move || store.doc(DocKind::Customer, c)).await?;
             match found {
                 Some(d) if st.doc_tenant(&d) == tenant => {}
-                Some(_) => return Err(ApiError::forbidden()),
-                None => return Err(ApiError::not_found(format!("Customer with id [{c}] is not found"))),
+                // Another tenant's customer is answered as one that does not exist.
+                Some(_) | None => return Err(ApiError::not_found(format!("Customer with id [{c}] is not found"))),
             }
         }
         (_, Some(_)) => {
