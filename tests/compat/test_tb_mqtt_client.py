@@ -42,8 +42,8 @@ GATEWAY_TOKEN = "sdkGwTok" + uuid.uuid4().hex[:12]
 SUB_DEVICE_NAME = "sdk-sub-" + uuid.uuid4().hex[:6]
 SUB_DEVICE_TYPE = "sdk-sensor"
 
-WAIT_S = 10  # upper bound of every wait in this file
-HTTP_TIMEOUT = 10
+WAIT_S = 60  # upper bound of every wait in this file: a hang guard, each wait ends once its condition holds
+HTTP_TIMEOUT = 60  # a hang guard, above the RPC timeouts below
 
 NOW_MS = int(time.time() * 1000)
 TELEMETRY_TS = NOW_MS - 45_000
@@ -283,7 +283,7 @@ def test_server_side_rpc(server, rest, device_id, sdk):
     try:
         r = requests.post(f"{server['base']}/api/plugins/rpc/twoway/{device_id}",
                           headers=rest.headers, timeout=HTTP_TIMEOUT,
-                          json={"method": "setGpio", "params": {"pin": 7, "value": 1}, "timeout": 5000})
+                          json={"method": "setGpio", "params": {"pin": 7, "value": 1}, "timeout": 30000})
         assert r.status_code == 200, r.text
         assert r.json() == reply
         assert len(requests_seen) == 1, requests_seen
@@ -294,7 +294,7 @@ def test_server_side_rpc(server, rest, device_id, sdk):
         # A second call gets a new request id and its own answer.
         r = requests.post(f"{server['base']}/api/plugins/rpc/twoway/{device_id}",
                           headers=rest.headers, timeout=HTTP_TIMEOUT,
-                          json={"method": "getState", "params": {}, "timeout": 5000})
+                          json={"method": "getState", "params": {}, "timeout": 30000})
         assert r.status_code == 200, r.text
         assert r.json() == reply
         assert len(requests_seen) == 2, requests_seen
