@@ -151,6 +151,36 @@ fn a_body_declared_too_large_is_refused_before_it_is_read() {
     }
 }
 
+/// A request with a body refused before its body is read (here: no permission) is answered
+/// with `Connection: close`, so that the client does not send its next request down a
+/// connection the server is closing (ureq met "Unexpected EOF" on the request after such a
+/// refusal, now and then).
+#[test]
+fn a_refused_request_with_a_body_says_the_connection_closes() {
+    let s = Server::start();
+    let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
+    let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let head = format!(
+        "POST /api/device HTTP/1.1\r\nHost: x\r\nX-Authorization: Bearer {sys}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n"
+    );
+    std::io::Write::write_all(&mut c, head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        match std::io::Read::read(&mut c, &mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 403"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    // A refusal without a body keeps the connection.
+    let (st, _) = s.req("GET", "/api/tenant/devices?pageSize=10&page=0", Some(&sys), None);
+    assert_eq!(st, 403);
+}
+
 #[test]
 fn integers_beyond_64_bits_are_kept_exactly_on_every_transport() {
     use common::mqtt::*;

@@ -628,3 +628,25 @@ fn an_oversized_message_closes_with_1009_and_the_reason() {
         assert!(close.reason.contains("ws.max_message_bytes"), "{close:?}");
     }
 }
+
+/// Another tenant's device is answered as an id that exists nowhere: the same error code
+/// and message, so that a subscription does not tell a tenant which ids exist elsewhere.
+#[test]
+fn another_tenants_device_is_answered_as_one_that_does_not_exist() {
+    let s = Server::start();
+    let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
+    let alpha = s.login();
+    let theirs = s.device(&alpha, "alpha-only", "WSALPHAONLY");
+    let (st, beta) = s.json("POST", "/api/tenant", &sys, Some(json!({"title": "Beta"})));
+    assert_eq!(st, 200, "{beta}");
+    let body = json!({"email": "boss@beta.ws", "authority": "TENANT_ADMIN",
+        "tenantId": {"entityType": "TENANT", "id": beta["id"]["id"]}});
+    let (_, beta) = s.activated_user(&sys, body, "beta-secret");
+    let mut ws = open(&s, "/api/ws");
+    let nowhere = "6a4b0f4e-0000-4000-8000-000000000001";
+    let cmds = vec![ts_cmd(1, &theirs, "t"), ts_cmd(2, nowhere, "t")];
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": beta}, "cmds": cmds}));
+    let (a, b) = (next(&mut ws), next(&mut ws));
+    assert_ne!(a["errorCode"], 0, "{a}");
+    assert_eq!((&a["errorCode"], &a["errorMsg"]), (&b["errorCode"], &b["errorMsg"]), "{a} / {b}");
+}

@@ -70,6 +70,12 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whether it may learn that entities of `tenant` exist: its own tenant's, or any for
+    /// the system administrator. Another tenant's ids are answered as ids that do not exist.
+    pub fn knows_tenant(&self, tenant: Uuid) -> bool {
+        tenant == self.tenant || self.authority == Authority::SysAdmin
+    }
+
     /// Whether it may create, read, change and delete user `other`: the system administrator
     /// tenant administrators; a tenant administrator its tenant's administrators and
     /// customer users; a customer user nobody (itself through other paths).

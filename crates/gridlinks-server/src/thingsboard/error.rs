@@ -65,7 +65,7 @@ impl ApiError {
     /// of the caller's own tenant (a customer user on another customer's entity, as in
     /// ThingsBoard) or the caller is the system administrator, who may know every tenant.
     pub fn hidden(me: &crate::auth::Caller, tenant: uuid::Uuid, missing: impl FnOnce() -> Self) -> Self {
-        if tenant != me.tenant && me.authority != crate::auth::Authority::SysAdmin {
+        if !me.knows_tenant(tenant) {
             missing()
         } else {
             Self::forbidden()

@@ -817,10 +817,14 @@ async fn device_for(core: &Core, caller: &Caller, entity_type: &str, id: &str) -
     let id = gridlinks_thingsboard::model::entity_device_id(entity_type, id)
         .map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
     let store = core.store.clone();
-    let d = blocking(move || store.device(id).map_err(internal))
-        .await?
-        .ok_or_else(|| (code::BAD_REQUEST, "Device with requested id wasn't found!".to_owned()))?;
-    if !caller.may_use(core.tenant_of(d.tenant), d.customer) {
+    let missing = || (code::BAD_REQUEST, "Device with requested id wasn't found!".to_owned());
+    let d = blocking(move || store.device(id).map_err(internal)).await?.ok_or_else(missing)?;
+    let tenant = core.tenant_of(d.tenant);
+    if !caller.may_use(tenant, d.customer) {
+        // Another tenant's device is answered as one that does not exist (as REST does).
+        if !caller.knows_tenant(tenant) {
+            return Err(missing());
+        }
         return Err((code::UNAUTHORIZED, "You don't have permission to perform this operation!".into()));
     }
     Ok(id)
