@@ -190,7 +190,8 @@ async fn nodes_share_devices_documents_and_attributes_through_postgres() {
     assert!(a.store.device_by_name(None, "while-down").unwrap().is_none());
     pg.restart();
     let mut saved = None;
-    for _ in 0..50 {
+    // Until writes resume: 60 s is a hang guard.
+    for _ in 0..600 {
         if let Ok(id) = a.save("while-down", "tok-wd").await {
             saved = Some(id);
             break;

@@ -78,12 +78,15 @@ fn api_keys_authenticate_until_disabled_expired_or_deleted() {
     assert_eq!(s.json("PUT", &format!("/api/apiKey/{id}/enabled/true"), &jwt, None).0, 200);
     assert_eq!(with_key(&s, "GET", devices, &value, None).0, 200);
 
-    // A key that expires: works, then not, and says so.
-    let soon = gridlinks_types::Ts::now().0 + 1500;
+    // A key that expires: works, then not, and says so. 3 s: its first use must come
+    // before that, even on a busy machine; the wait ends just past it.
+    let soon = gridlinks_types::Ts::now().0 + 3000;
     let (_, short) = s.json("POST", "/api/apiKey", &jwt, Some(json!({"description": "short", "expirationTime": soon})));
     let short_value = short["value"].as_str().unwrap().to_owned();
     assert_eq!(with_key(&s, "GET", devices, &short_value, None).0, 200);
-    std::thread::sleep(Duration::from_millis(1700));
+    while gridlinks_types::Ts::now().0 <= soon + 100 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(with_key(&s, "GET", devices, &short_value, None).0, 401);
     let (_, list) = s.json("GET", &format!("/api/apiKeys/{user}?pageSize=10&page=0"), &jwt, None);
     assert!(list["data"].as_array().unwrap().iter().any(|k| k["description"] == "short" && k["expired"] == true));

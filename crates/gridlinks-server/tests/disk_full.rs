@@ -108,7 +108,7 @@ fn disk_full_story(min_free_mb: &str) {
     }
     // Another program takes the space: below the headroom, or every last byte.
     let filler = fill(&fs.mnt, if min_free_mb == "0" { 0 } else { 2 * 1024 * 1024 });
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + PATIENCE;
     let refusal = loop {
         ts += 1;
         let (st, body) = post(&s, ts);
@@ -146,7 +146,7 @@ fn disk_full_story(min_free_mb: &str) {
     }
     // Space comes back: writes resume by themselves, same process.
     std::fs::remove_file(&filler).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         ts += 1;
         let (st, body) = post(&s, ts);

@@ -157,7 +157,8 @@ fn expired_messages_are_not_delivered() {
     // exp/2 expired while it waited in the queue: exp/3 comes next, with its time left.
     let next = next_publish(&mut sub);
     assert_eq!(next.topic, "exp/3");
-    assert!(next.properties.message_expiry_interval.is_some_and(|s| (598..=600).contains(&s)));
+    // Its time left is less the wait (1.5 s, more on a busy machine).
+    assert!(next.properties.message_expiry_interval.is_some_and(|s| (540..=600).contains(&s)), "{next:?}");
 }
 
 #[test]

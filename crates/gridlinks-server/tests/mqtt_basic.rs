@@ -63,7 +63,7 @@ fn mqtt_basic_credentials_replace_the_token() {
     let (code, client) = connect(s.mqtt_port, "meter-17", Some(("meter", "s3cret")));
     assert_eq!(code, ConnectReturnCode::Success);
     client.unwrap().publish("v1/devices/me/telemetry", QoS::AtLeastOnce, false, r#"{"via":"basic"}"#).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let (_, v) =
             s.json("GET", &format!("/api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=via"), &jwt, None);

@@ -29,9 +29,9 @@ fn publishes(n: usize, qos: QoS) -> Vec<Packet> {
         .collect()
 }
 
-/// Polls until `n` points of `n` are stored (or 10 s pass); the stored count.
+/// Polls until `n` points of `n` are stored (or [`PATIENCE`] passes); the stored count.
 fn wait_stored(s: &Server, jwt: &str, id: &str, n: usize) -> usize {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let stored = s.stored_timestamps(jwt, id, "n").len();
         if stored >= n || std::time::Instant::now() > deadline {

@@ -148,15 +148,18 @@ fn silent_clients_are_dropped() {
     // TCP connect, no CONNECT: dropped after mqtt.connect_timeout (500 ms here).
     let mut raw = Raw::open(s.mqtt_port, V3);
     let (_, took) = raw.expect_close();
-    assert!(took < Duration::from_secs(3), "{took:?}");
+    // Closed, not timed out: expect_close gives up after its 10 s read timeout, and a busy
+    // machine may take a while beyond the 500 ms.
+    assert!(took < Duration::from_secs(9), "{took:?}");
     // CONNECT with keep-alive 1 s, then silence: dropped after 1.5 s.
     let (mut c, _) = Raw::connect(s.mqtt_port, V5, Some("MQTT_TOKEN"), 1);
     let (d, took) = c.expect_close();
     assert_eq!(d.map(|d| d.reason), Some(0x8D));
-    assert!(took >= Duration::from_millis(1400) && took < Duration::from_secs(4), "{took:?}");
-    // A client that pings stays.
-    let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("MQTT_TOKEN"), 1);
-    for _ in 0..4 {
+    assert!(took >= Duration::from_millis(1400) && took < Duration::from_secs(9), "{took:?}");
+    // A client that pings stays: pings every 600 ms with keep-alive 2 s (3 s allowed) for
+    // longer than that, each with 2.4 s to spare for a busy machine.
+    let (mut c, _) = Raw::connect(s.mqtt_port, V3, Some("MQTT_TOKEN"), 2);
+    for _ in 0..6 {
         std::thread::sleep(Duration::from_millis(600));
         c.send(&Packet::PingReq);
         assert!(matches!(c.recv(), Some(Packet::PingResp)));

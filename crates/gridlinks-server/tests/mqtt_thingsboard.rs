@@ -267,9 +267,9 @@ fn mosquitto_clients_publish_and_receive() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until its subscription is live, then change the attribute.
+    // Wait until its subscription is live, then change the attribute (60 s: a hang guard).
     let base = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SHARED_SCOPE");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut out = None;
     let mut sub = Some(sub);
     while std::time::Instant::now() < deadline {

@@ -71,8 +71,9 @@ fn the_routing_table_gives_its_memory_back_when_the_client_leaves() {
     let grown = peak.saturating_sub(baseline);
     assert!(grown > 20 * 1024, "{n} subscriptions should take memory: {baseline} -> {peak} KiB");
     c.disconnect();
-    // Freed memory goes back to the OS within moments (mimalloc purges freed pages).
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Freed memory goes back to the OS within moments (mimalloc purges freed pages); the
+    // wait ends as soon as it has, 60 s is a hang guard.
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut now = rss_kib(pid);
     while now > baseline + grown / 4 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
