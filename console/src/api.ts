@@ -26,6 +26,8 @@ export class ApiError extends Error {
 
 const TOKEN = 'gridlinks.token';
 const REFRESH = 'gridlinks.refreshToken';
+/** When the access token arrived (ms, this browser's clock): a reloaded page renews on time too. */
+const RECEIVED = 'gridlinks.tokenReceived';
 let token: string | null = sessionStorage.getItem(TOKEN);
 let refreshToken: string | null = sessionStorage.getItem(REFRESH);
 /** When the access token should be renewed (ms, this browser's clock), 0 when unknown. */
@@ -49,18 +51,19 @@ function claims(jwt: string): { iat?: number; exp?: number } {
 }
 
 /**
- * Plans the renewal of a token just received: when three quarters of its lifetime have
- * passed, at most a minute before it ends. The lifetime is `exp - iat` as the server wrote
- * them, counted from now on this browser's clock, so a clock set wrong does not matter.
+ * Plans the renewal of a token that arrived at `received`: when three quarters of its
+ * lifetime have passed, at most a minute before it ends. The lifetime is `exp - iat` as the
+ * server wrote them, counted from its arrival on this browser's clock, so a clock set wrong
+ * does not matter.
  */
-function plan(jwt: string) {
+function plan(jwt: string, received: number) {
   clearTimeout(renewTimer);
   const { iat, exp } = claims(jwt);
   if (!exp) { renewAt = 0; return; }
-  const life = Math.max(1, exp - (iat ?? Math.floor(Date.now() / 1000)));
+  const life = Math.max(1, exp - (iat ?? Math.floor(received / 1000)));
   const ahead = Math.min(60, life / 4);
-  renewAt = Date.now() + (life - ahead) * 1000;
-  renewTimer = setTimeout(() => void renewSoon(), renewAt - Date.now());
+  renewAt = received + (life - ahead) * 1000;
+  renewTimer = setTimeout(() => void renewSoon(), Math.max(0, renewAt - Date.now()));
 }
 
 /** The planned renewal: retried every 5 s while the server cannot be reached. */
@@ -69,7 +72,7 @@ async function renewSoon() {
   if ((await refresh()) === 'unreachable') renewTimer = setTimeout(() => void renewSoon(), 5000);
 }
 
-if (token) plan(token);
+if (token) plan(token, Number(sessionStorage.getItem(RECEIVED)) || 0);
 
 export const session = {
   token: () => token,
@@ -77,9 +80,11 @@ export const session = {
   set(t: string | null, refresh: string | null = null) {
     token = t;
     refreshToken = t ? refresh : null;
+    const now = Date.now();
     if (t) sessionStorage.setItem(TOKEN, t); else sessionStorage.removeItem(TOKEN);
     if (refreshToken) sessionStorage.setItem(REFRESH, refreshToken); else sessionStorage.removeItem(REFRESH);
-    if (t) { plan(t); onToken.forEach((f) => f(t)); } else { clearTimeout(renewTimer); renewAt = 0; }
+    if (t) sessionStorage.setItem(RECEIVED, String(now)); else sessionStorage.removeItem(RECEIVED);
+    if (t) { plan(t, now); onToken.forEach((f) => f(t)); } else { clearTimeout(renewTimer); renewAt = 0; }
   },
   /** Called when the login is over and cannot be renewed (the server refused the refresh token, or there was none). */
   onExpired(f: () => void) { onExpired = f; },
@@ -160,14 +165,30 @@ export const get = <T>(path: string) => api<T>('GET', path);
 export const post = <T>(path: string, body?: unknown) => api<T>('POST', path, body ?? {});
 export const del = (path: string) => api('DELETE', path);
 
+/** How long a password check refused as busy (503: the server's password threads are all taken) is tried again. */
+const BUSY_RETRY_MS = 30_000;
+
+/** `f()`, tried again every second while the server answers 503 (busy), for up to BUSY_RETRY_MS. */
+async function whileBusy<T>(f: () => Promise<T>): Promise<T> {
+  const until = Date.now() + BUSY_RETRY_MS;
+  for (;;) {
+    try {
+      return await f();
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 503 && Date.now() < until)) throw e;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+}
+
 export async function login(username: string, password: string): Promise<void> {
-  const r = await api<{ token: string; refreshToken: string }>('POST', '/api/auth/login', { username, password });
+  const r = await whileBusy(() => api<{ token: string; refreshToken: string }>('POST', '/api/auth/login', { username, password }));
   session.set(r.token, r.refreshToken);
 }
 
 /** Sets the password of a new user from its activation link (ThingsBoard's `POST /api/noauth/activate`), which logs it in. */
 export async function activate(activateToken: string, password: string): Promise<void> {
-  const r = await api<{ token: string; refreshToken: string }>('POST', '/api/noauth/activate', { activateToken, password });
+  const r = await whileBusy(() => api<{ token: string; refreshToken: string }>('POST', '/api/noauth/activate', { activateToken, password }));
   session.set(r.token, r.refreshToken);
 }
 

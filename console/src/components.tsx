@@ -15,6 +15,14 @@ export function useLoad<T>(f: () => Promise<T>, deps: unknown[]): { data: T | nu
   return { data, error, reload: () => setN((x) => x + 1) };
 }
 
+/**
+ * A table's box: it scrolls sideways when the table is wider than the screen (a phone), and
+ * takes keyboard focus so that it can be scrolled without a pointer.
+ */
+export function TableBox({ label, children }: { label: string; children: ComponentChildren }) {
+  return <div class="overflow-auto" tabIndex={0} role="region" aria-label={`${label} (scrolls sideways)`}>{children}</div>;
+}
+
 export function ErrorBox({ error }: { error: string | null }) {
   return error ? <p role="alert" class="error">{error}</p> : null;
 }

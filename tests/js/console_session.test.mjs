@@ -9,10 +9,21 @@
 // Every wait is for a condition, with generous timeouts: these run on busy 2-core machines.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
 import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium } from './gridlinks.mjs';
+
+const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+/** axe-core on the page as it is: no serious or critical violations (as console_browser.test.mjs). */
+async function accessible(page, what) {
+  await page.evaluate(AXE);
+  const result = await page.evaluate(() => globalThis.axe.run(document, { resultTypes: ['violations'] }));
+  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `${what}: accessibility`);
+}
 
 /** Lifetime of an access token on the second server, seconds: a few renewals within a test. */
 const SHORT_TTL = 6;
@@ -149,6 +160,7 @@ test('a dropped live session is announced, and the page is live again when it is
   refuse = true;
   for (const c of open.splice(0)) { c.server.close(); c.ws.close({ code: 4001, reason: 'dropped by the test' }); }
   await notice.waitFor(LONG);
+  await accessible(page, 'disconnected notice');
   refuse = false;
   // Back: the subscriptions are made again, new points arrive, the notice goes.
   await publish(server.base, 'DROP', { level: 2 });
@@ -207,6 +219,7 @@ test('a login that ends (its refresh token refused) says so, and logging in agai
   assert.equal(r.status, 200);
   await page.getByRole('alert').filter({ hasText: 'Your session has expired' }).waitFor(LONG);
   assert.equal(await tokenOf(page), null);
+  await accessible(page, 'session expired');
 
   // Logging in again returns to the same device page, live.
   await page.getByLabel('User name').fill('admin');
@@ -239,6 +252,7 @@ test('"Copy token" without a clipboard (plain HTTP from another machine) shows t
     return e instanceof HTMLInputElement && e.selectionStart === 0 && e.selectionEnd === e.value.length && e.value === 'COPY-ME-123';
   });
   assert.equal(await page.getByRole('alert').count(), 0, 'no error shown');
+  await accessible(page, 'token dialog');
   await dialog.getByRole('button', { name: 'Close' }).click();
   await dialog.waitFor({ state: 'detached' });
   assert.deepEqual(page.errors, []);
@@ -258,6 +272,7 @@ test("a new user's activation link opens the console's page: set a password, log
   const page = await newPage();
   await page.goto(link);
   await page.getByRole('heading', { name: 'Activate your GridLinks account' }).waitFor();
+  await accessible(page, 'activation page');
   await page.getByLabel('New password').fill('plant-secret-1');
   await page.getByLabel('Repeat the password').fill('plant-secret-2');
   await page.getByRole('button', { name: 'Activate and log in' }).click();
@@ -303,11 +318,13 @@ test('at phone width (390 px) the page is no wider than the screen: the menu wra
   await page.getByRole('table', { name: 'Server attributes' }).getByText('description').waitFor();
   await page.waitForFunction(() => Number(document.querySelector('[aria-label="Live telemetry chart"]')?.dataset.points) >= 1);
   await width('device page');
+  await accessible(page, 'device page at phone width');
   for (const [path, heading] of [['/users', 'Users'], ['/customers', 'Customers'], ['/dashboards', 'Dashboards'], ['/mqtt', 'MQTT application clients'], ['/import', 'Import devices from CSV'], ['/system', 'System']]) {
     await page.goto(`${server.base}/#${path}`);
     await page.getByRole('heading', { name: heading, exact: true, level: 1 }).waitFor();
     await width(heading);
   }
+  await accessible(page, 'system page at phone width');
   assert.deepEqual(page.errors, []);
   await page.close();
 });

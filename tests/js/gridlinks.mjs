@@ -83,14 +83,21 @@ export async function startGridlinks(env = {}) {
   throw new Error(`gridlinks did not start in 5 attempts:\n${readFileSync(logPath, 'utf8')}`);
 }
 
-/** Logs in as admin; the JWT. */
+/**
+ * Logs in as admin; the JWT. Password checks run at idle CPU priority: on a busy machine
+ * one may be refused as busy (503, Retry-After), which says to retry; it is, for 60 s.
+ */
 export async function login(base) {
-  const r = await fetch(`${base}/api/auth/login`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'admin', password: ADMIN_PASSWORD }),
-  });
-  if (r.status !== 200) throw new Error(`login: ${r.status}`);
-  return (await r.json()).token;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const r = await fetch(`${base}/api/auth/login`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'admin', password: ADMIN_PASSWORD }),
+    });
+    if (r.status === 503 && Date.now() < deadline) { await sleep(500); continue; }
+    if (r.status !== 200) throw new Error(`login: ${r.status}`);
+    return (await r.json()).token;
+  }
 }
 
 /**

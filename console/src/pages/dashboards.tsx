@@ -6,7 +6,7 @@
 import { useMemo, useState } from 'preact/hooks';
 import { fmtTime, get, post, del, type Device, type EntityId, type Page, type User, type Customer } from '../api';
 import { Chart } from '../chart';
-import { Dialog, ErrorBox, FormEnd, useAction, useLoad } from '../components';
+import { Dialog, ErrorBox, FormEnd, TableBox, useAction, useLoad } from '../components';
 import { useLatest, useLivePoints } from '../live';
 import { PagedList } from './entities';
 
@@ -182,11 +182,11 @@ function DeviceLatest({ device, keys, label }: { device: string; keys: string[];
   const { latest, error } = useLatest(device);
   if (error) return <ErrorBox error={error} />;
   return (
-    <div class="overflow-auto">
+    <TableBox label={label}>
       <table aria-label={label}>
         <tbody>{keys.map((k) => <tr data-key={k}><th scope="row">{k}</th><td class="value">{latest[k]?.[1] ?? '–'}</td><td>{latest[k] ? fmtTime(latest[k][0]) : ''}</td></tr>)}</tbody>
       </table>
-    </div>
+    </TableBox>
   );
 }
 

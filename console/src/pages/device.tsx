@@ -3,7 +3,7 @@
 import { useMemo, useState } from 'preact/hooks';
 import { api, ApiError, del, fmtTime, get, post, query, typed, type Attribute, type Device, type User } from '../api';
 import { Chart, type Line } from '../chart';
-import { ErrorBox, useAction, useLoad } from '../components';
+import { ErrorBox, TableBox, useAction, useLoad } from '../components';
 import { useLatest, useLivePoints } from '../live';
 
 const LIVE_WINDOW = 10 * 60_000;
@@ -37,12 +37,12 @@ function Live({ id }: { id: string }) {
       <h2>Latest values</h2>
       <ErrorBox error={error} />
       {keys.length === 0 ? <p>No telemetry yet.</p> : (
-        <div class="overflow-auto">
+        <TableBox label="Latest values">
           <table aria-label="Latest values">
             <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Time</th></tr></thead>
             <tbody>{keys.map((k) => <tr key={k} data-key={k}><td>{k}</td><td class="value">{latest[k][1]}</td><td>{fmtTime(latest[k][0])}</td></tr>)}</tbody>
           </table>
-        </div>
+        </TableBox>
       )}
       <h3>Live, last 10 minutes</h3>
       {lines.length === 0 ? <p>No numeric telemetry in the last 10 minutes.</p> : <Chart lines={lines} label="Live telemetry chart" />}
@@ -128,7 +128,7 @@ function AttributeScope({ id, scope, title, editable }: { id: string; scope: str
     <section>
       <h3>{title}</h3>
       <ErrorBox error={list.error ?? action.error} />
-      <div class="overflow-auto"><table aria-label={title}>
+      <TableBox label={title}><table aria-label={title}>
         <thead><tr><th scope="col">Key</th><th scope="col">Value</th><th scope="col">Updated</th>{editable && <th scope="col">Actions</th>}</tr></thead>
         <tbody>
           {(list.data ?? []).map((a) => (
@@ -143,7 +143,7 @@ function AttributeScope({ id, scope, title, editable }: { id: string; scope: str
             </tr>
           ))}
         </tbody>
-      </table></div>
+      </table></TableBox>
       {editable && (
         <form id={fid} class="grid" onSubmit={(e) => { e.preventDefault(); void save(key, value); }}>
           <label>Key<input required value={key} onInput={(e) => setKey(e.currentTarget.value)} /></label>

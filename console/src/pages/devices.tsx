@@ -2,7 +2,7 @@
 // device's access token (or, where the browser gives no clipboard, show it selected).
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, customerOf, del, get, post, query, fmtTime, type Customer, type Device, type Page, type User } from '../api';
-import { Dialog, ErrorBox, FormEnd, Pager, SortHeader, useAction, useLoad, type Sort } from '../components';
+import { Dialog, ErrorBox, FormEnd, Pager, SortHeader, TableBox, useAction, useLoad, type Sort } from '../components';
 
 const PAGE_SIZES = [10, 20, 50, 100];
 
@@ -60,7 +60,7 @@ export function Devices({ me }: { me: User }) {
       </div>
       <ErrorBox error={list.error ?? action.error} />
       {notice && <p role="status">{notice}</p>}
-      <div class="overflow-auto">
+      <TableBox label="Devices">
         <table class="striped" aria-label="Devices" aria-busy={list.data === null}>
           <thead>
             <tr>
@@ -87,7 +87,7 @@ export function Devices({ me }: { me: User }) {
             ))}
           </tbody>
         </table>
-      </div>
+      </TableBox>
       {list.data && <Pager page={page} totalPages={list.data.totalPages} total={list.data.totalElements} setPage={setPage} />}
       {shown && <TokenDialog name={shown.name} token={shown.token} onClose={() => setShown(null)} />}
       {editing && <DeviceForm device={editing === 'new' ? null : editing} onClose={(saved) => { setEditing(null); if (saved) list.reload(); }} />}

@@ -4,7 +4,7 @@
 import type { ComponentChildren } from 'preact';
 import { useState } from 'preact/hooks';
 import { del, fmtTime, get, post, query, type Customer, type EntityId, type Page, type User } from '../api';
-import { Dialog, ErrorBox, FormEnd, Pager, useAction, useLoad } from '../components';
+import { Dialog, ErrorBox, FormEnd, Pager, TableBox, useAction, useLoad } from '../components';
 
 /** A paged list of `path` with a search box, its columns, and create, edit and delete forms where given. */
 export function PagedList<T extends { id: EntityId }>({ title, path, columns, name, create, edit, deletePath }: {
@@ -29,7 +29,7 @@ export function PagedList<T extends { id: EntityId }>({ title, path, columns, na
       </div>
       <input type="search" aria-label={`Search ${title.toLowerCase()}`} placeholder="Search" value={text} onInput={(e) => { setText(e.currentTarget.value); setPage(0); }} />
       <ErrorBox error={list.error ?? action.error} />
-      <div class="overflow-auto"><table class="striped" aria-label={title}>
+      <TableBox label={title}><table class="striped" aria-label={title}>
         <thead><tr>{columns.map(([h]) => <th scope="col">{h}</th>)}{(edit || deletePath) && <th scope="col">Actions</th>}</tr></thead>
         <tbody>
           {(list.data?.data ?? []).map((t) => (
@@ -42,7 +42,7 @@ export function PagedList<T extends { id: EntityId }>({ title, path, columns, na
             </tr>
           ))}
         </tbody>
-      </table></div>
+      </table></TableBox>
       {list.data && <Pager page={page} totalPages={list.data.totalPages} total={list.data.totalElements} setPage={setPage} />}
       {creating && create?.((saved) => { setCreating(false); if (saved) list.reload(); })}
       {editing && edit?.(editing, (saved) => { setEditing(null); if (saved) list.reload(); })}
@@ -219,7 +219,7 @@ export function MqttClients() {
       <div class="bar"><h1>MQTT application clients</h1><button type="button" onClick={() => setCreating(true)}>Add</button></div>
       <p>Applications log in to the broker with these credentials; each may publish and subscribe only within its ACL's topic filters.</p>
       <ErrorBox error={list.error ?? action.error} />
-      <div class="overflow-auto"><table class="striped" aria-label="MQTT application clients">
+      <TableBox label="MQTT application clients"><table class="striped" aria-label="MQTT application clients">
         <thead><tr><th scope="col">User name</th><th scope="col">Client id</th><th scope="col">May publish to</th><th scope="col">May subscribe to</th><th scope="col">Created</th><th scope="col">Actions</th></tr></thead>
         <tbody>
           {(list.data ?? []).map((c) => (
@@ -229,7 +229,7 @@ export function MqttClients() {
             </tr>
           ))}
         </tbody>
-      </table></div>
+      </table></TableBox>
       {creating && <FormDialog title="Add MQTT client"
         fields={[['username', 'User name', true], ['password', 'Password', true, true], ['clientId', 'Client id (empty: any)', false], ['publish', 'May publish to (topic filters, comma separated)', false], ['subscribe', 'May subscribe to (topic filters, comma separated)', false]]}
         onSubmit={async (v) => { await post('/api/mqtt/clients', { username: v.username, password: v.password, clientId: v.clientId || null, publish: filters(v.publish ?? ''), subscribe: filters(v.subscribe ?? '') }); }}

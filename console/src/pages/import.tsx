@@ -5,7 +5,7 @@
 // (crates/gridlinks-thingsboard/src/csv.rs).
 import { useState } from 'preact/hooks';
 import { post } from '../api';
-import { ErrorBox, useAction } from '../components';
+import { ErrorBox, TableBox, useAction } from '../components';
 
 const TYPES = ['NAME', 'TYPE', 'LABEL', 'ACCESS_TOKEN', 'DESCRIPTION', 'IS_GATEWAY', 'SHARED_ATTRIBUTE', 'SERVER_ATTRIBUTE', 'TIMESERIES'];
 const KEYED = new Set(['SHARED_ATTRIBUTE', 'SERVER_ATTRIBUTE', 'TIMESERIES']);
@@ -141,7 +141,7 @@ export function Import() {
       </div>
       {text !== null && (
         <>
-          <div class="overflow-auto"><table aria-label="Column mapping">
+          <TableBox label="Column mapping"><table aria-label="Column mapping">
             <thead><tr><th scope="col">Column</th><th scope="col">Holds</th><th scope="col">Key</th></tr></thead>
             <tbody>
               {columns.map((c, i) => (
@@ -154,7 +154,7 @@ export function Import() {
                 </tr>
               ))}
             </tbody>
-          </table></div>
+          </table></TableBox>
           <button type="button" onClick={() => void run()} aria-busy={action.busy} disabled={action.busy}>Import {fileName}</button>
         </>
       )}
