@@ -364,7 +364,8 @@ fn a_silent_connection_is_closed_after_the_login_timeout() {
     let mut c = connect(l.native);
     let started = std::time::Instant::now();
     assert!(closed(&mut c));
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // Closed, not timed out (the read gives up after 10 s); a busy machine may be slow.
+    assert!(started.elapsed() < Duration::from_secs(9), "{:?}", started.elapsed());
     assert_eq!(metric(&l.server, "gridlinks_tcp_timeouts_total"), 1.0);
     // A flood of garbage is skipped without holding it: the server answers the next frame.
     let mut g = connect(l.native);
