@@ -39,18 +39,22 @@ fn a_password_change_ends_every_login_made_with_the_old_password() {
     let jwt = s.login();
     let (_, cat_jwt) = s.user(&jwt, "cat@acme.test", None, "old-secret");
     let changing = std::sync::atomic::AtomicBool::new(true);
+    let logged_in = std::sync::atomic::AtomicUsize::new(0);
     let (pairs, changed) = std::thread::scope(|scope| {
         let logger = scope.spawn(|| {
             let mut pairs = Vec::new();
             while changing.load(std::sync::atomic::Ordering::Relaxed) {
                 if let (200, pair) = login(&s, "cat@acme.test", "old-secret") {
                     pairs.push(pair);
+                    logged_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
             pairs
         });
-        std::thread::sleep(std::time::Duration::from_millis(700));
+        // The change comes once the old password has logged in a few times (a count, not
+        // a guessed time: argon2 on a busy machine is slow).
+        wait_until("logins with the old password", || logged_in.load(std::sync::atomic::Ordering::Relaxed) >= 3);
         let body = json!({"currentPassword": "old-secret", "newPassword": "new-secret"});
         let (st, changed) = s.json("POST", "/api/auth/changePassword", &cat_jwt, Some(body));
         assert_eq!(st, 200, "{changed}");
