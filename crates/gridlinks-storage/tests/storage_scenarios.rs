@@ -551,12 +551,44 @@ async fn latest_values_stay_exact_with_lazy_checkpoints() {
     std::mem::forget(h);
     std::mem::forget(j);
     drop(store);
-    // Let background flushes settle so that the copy is a consistent picture of the disk.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Let background flushes settle so that the copy is a consistent picture of the disk:
+    // until the files stop changing, not for a guessed time.
+    settle(dir.path());
     let dir2 = tempfile::tempdir().unwrap();
     copy_dir(dir.path(), dir2.path());
     let store = Store::open(dir2.path(), &StoreOptions::default()).unwrap();
     assert_eq!(latest(&store, d), vec![("a".into(), 209, Value::Long(209)), ("b".into(), 5, Value::Long(5))]);
+}
+
+/// Waits until the files under `dir` (names and sizes) are the same in two looks 300 ms
+/// apart; 60 s is a hang guard.
+fn settle(dir: &std::path::Path) {
+    fn look(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, u64)>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => look(&entry.path(), out),
+                Ok(m) => out.push((entry.path(), m.len())),
+                Err(_) => {} // removed meanwhile: the next look differs
+            }
+        }
+    }
+    let snapshot = || {
+        let mut files = Vec::new();
+        look(dir, &mut files);
+        files.sort();
+        files
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut before = snapshot();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = snapshot();
+        if now == before {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{} kept changing", dir.display());
+        before = now;
+    }
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
