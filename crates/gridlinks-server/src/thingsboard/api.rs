@@ -526,7 +526,7 @@ pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> A
         // go unmapped: a row of the wrong width is a shifted or truncated line.
         if record.len() != req.mapping.columns.len() {
             let (cells, columns) = (record.len(), req.mapping.columns.len());
-            let which = if cells > columns { "only" } else { "but" };
+            let which = if cells > columns { "but only" } else { "but" };
             errors.push(format!("Line {line}: {cells} cells {which} {columns} columns are mapped"));
             continue;
         }
