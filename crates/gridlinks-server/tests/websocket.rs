@@ -311,7 +311,8 @@ fn sessions_are_bounded_and_end_with_their_token() {
     // The token expires after 3 s: the session ends, saying why.
     let started = std::time::Instant::now();
     let (closed, seen) = closes(&mut ws);
-    assert!(closed && started.elapsed() < Duration::from_secs(8), "{seen:?}");
+    // Closed, not timed out (reads give up after 10 s); a busy machine may be slow.
+    assert!(closed && started.elapsed() < Duration::from_secs(9), "{seen:?}");
     assert_eq!(seen.last().unwrap()["errorMsg"], "Token has expired", "{seen:?}");
 }
 
@@ -390,7 +391,9 @@ fn silent_and_slow_sessions_are_closed() {
         let body = json!({"blob": format!("{i}{blob}")}).to_string();
         assert_eq!(s.telemetry("WSSLOW", &body), 200, "the device never waits for the slow session");
     }
-    assert!(started.elapsed() < Duration::from_secs(30));
+    // A hang guard: a post that waited for the session would run into the client's own
+    // 30 s request timeout above; 400 posts of 60 KB may take a while on a busy machine.
+    assert!(started.elapsed() < Duration::from_secs(120), "{:?}", started.elapsed());
     let (closed, seen) = closes(&mut slow);
     let last = seen.last().unwrap();
     assert!(closed, "the slow session is closed");
