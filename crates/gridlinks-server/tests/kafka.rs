@@ -521,7 +521,8 @@ fn cross_node_mqtt(a: &Server, b: &Server, jwt: &str, token: &str, device: &str)
     assert_eq!(st, 200);
     let started = Instant::now();
     while sub_a.recv().is_some() {}
-    assert!(started.elapsed() < Duration::from_secs(5), "A closed it after {:?}", started.elapsed());
+    // Closed, not timed out (reads give up after 10 s); a busy machine may be slow.
+    assert!(started.elapsed() < Duration::from_secs(9), "A closed it after {:?}", started.elapsed());
     let (_, ack) = Raw::login(a.mqtt_port, ProtocolVersion::V5, "again-a", "app", "app-pw");
     assert_ne!(ack.code, 0, "{ack:?}");
 }
