@@ -556,6 +556,7 @@ pub async fn serve(
     let max_subscriptions = cfg.mqtt.max_subscriptions_per_client;
     let anonymous_acl =
         Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
+    auth::users::hide_other_tenants(cfg.auth.hide_other_tenants);
     let auth = Arc::new(Auth::new(&cfg, &store, &writer, jwt_secret, [admin_hash, sysadmin_hash], tenant_id)?);
     let sessions = Arc::new(
         Sessions::with_interest(crate::mqtt::telemetry_topics::FILTER, Some(crate::mqtt::MOUNT_ROOT))

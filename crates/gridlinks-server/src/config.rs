@@ -361,6 +361,9 @@ pub struct AuthConfig {
     pub token_ttl: Seconds,
     /// Lifetime of a refresh token.
     pub refresh_ttl: Seconds,
+    /// Answer another tenant's entity ids as ids that do not exist (404), so that a tenant
+    /// learns nothing of other tenants; `false`: 403, as ThingsBoard answers.
+    pub hide_other_tenants: bool,
 }
 
 /// Storage settings.
@@ -759,6 +762,7 @@ impl Default for AuthConfig {
             login_max_delay: Seconds(300),
             token_ttl: Seconds(9000),
             refresh_ttl: Seconds(604_800),
+            hide_other_tenants: true,
         }
     }
 }

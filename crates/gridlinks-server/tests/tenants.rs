@@ -306,3 +306,20 @@ fn tenants_see_nothing_of_each_other() {
     let (_, tenants) = s.json("GET", "/api/tenants?pageSize=10&page=0", &sys, None);
     assert_eq!(tenants["totalElements"], 1);
 }
+
+/// `auth.hide_other_tenants = false` gives ThingsBoard's answer to another tenant's id:
+/// 403, where the default answers 404 as for an id that exists nowhere.
+#[test]
+fn thingsboards_403_for_other_tenants_ids_is_an_option() {
+    for (hide, status) in [("true", 404), ("false", 403)] {
+        let s = Server::start_env(&[("GRIDLINKS_AUTH_HIDE_OTHER_TENANTS", hide)]);
+        let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
+        let alpha = s.login();
+        let pump = s.device(&alpha, "pump", "HIDEPUMP");
+        let (_, beta) = s.json("POST", "/api/tenant", &sys, Some(json!({"title": "Beta"})));
+        let body = json!({"email": "boss@beta.hide", "authority": "TENANT_ADMIN",
+            "tenantId": {"entityType": "TENANT", "id": beta["id"]["id"]}});
+        let (_, beta) = s.activated_user(&sys, body, "beta-secret");
+        assert_eq!(s.json("GET", &format!("/api/device/{pump}"), &beta, None).0, status, "hide_other_tenants = {hide}");
+    }
+}

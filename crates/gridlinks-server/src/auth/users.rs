@@ -69,11 +69,22 @@ pub struct Caller {
     pub customer: Option<Uuid>,
 }
 
+/// `auth.hide_other_tenants`, set once at start.
+static HIDE_OTHER_TENANTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Sets `auth.hide_other_tenants` for [`Caller::knows_tenant`].
+pub fn hide_other_tenants(hide: bool) {
+    HIDE_OTHER_TENANTS.store(hide, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Caller {
     /// Whether it may learn that entities of `tenant` exist: its own tenant's, or any for
-    /// the system administrator. Another tenant's ids are answered as ids that do not exist.
+    /// the system administrator (or anyone with `auth.hide_other_tenants` off, as in
+    /// ThingsBoard). Other tenants' ids are answered as ids that do not exist.
     pub fn knows_tenant(&self, tenant: Uuid) -> bool {
-        tenant == self.tenant || self.authority == Authority::SysAdmin
+        tenant == self.tenant
+            || self.authority == Authority::SysAdmin
+            || !HIDE_OTHER_TENANTS.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether it may create, read, change and delete user `other`: the system administrator
