@@ -8,7 +8,9 @@ mod common;
 use common::run_scenario;
 
 fn ws_telemetry(extra: &[&str]) -> serde_json::Value {
-    let mut args = vec!["ws-telemetry", "--devices", "20", "--rate", "5", "--duration", "2s", "--connections", "4"];
+    // 40 devices: more sessions of one user than ws.max_sessions_per_user allows by default
+    // (the scenario raises the bound for its run).
+    let mut args = vec!["ws-telemetry", "--devices", "40", "--rate", "5", "--duration", "2s", "--connections", "4"];
     args.extend_from_slice(extra);
     let run = run_scenario(&format!("ws-telemetry{}", extra.join("")), &args).1["run"].clone();
     assert!(run["posted"].as_u64().unwrap() > 0, "{run}");
@@ -20,7 +22,7 @@ fn ws_telemetry(extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn every_post_reaches_its_session() {
-    assert_eq!(ws_telemetry(&[])["sessions"], 20);
+    assert_eq!(ws_telemetry(&[])["sessions"], 40);
 }
 
 #[test]
@@ -31,7 +33,7 @@ fn every_post_reaches_the_one_session() {
 #[test]
 fn every_post_reaches_its_mqtt_subscriber() {
     let run = ws_telemetry(&["--via", "mqtt"]);
-    assert_eq!((run["via"].as_str(), run["sessions"].as_u64()), (Some("mqtt"), Some(20)));
+    assert_eq!((run["via"].as_str(), run["sessions"].as_u64()), (Some("mqtt"), Some(40)));
     assert_eq!(ws_telemetry(&["--via", "mqtt", "--one-session"])["sessions"], 1);
 }
 

@@ -18,8 +18,8 @@
 //!
 //! Sandbox: the scripts get the language and nothing else — no file, network, process or
 //! module access (QuickJS without its libc bindings). Each thread has its own runtime per
-//! script, with a memory limit; every call has a time limit, past which the interpreter
-//! raises an exception the script cannot catch. An exception or a bad return value rejects
+//! script, with a memory limit; every call has a time limit (of the thread's CPU time),
+//! past which the interpreter raises an exception the script cannot catch. An exception or a bad return value rejects
 //! that frame with the reason, and the connection goes on.
 
 use std::cell::{Cell, RefCell};
@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gridlinks_framing::crc16_modbus;
 use gridlinks_thingsboard::payload::{check_key, PayloadLimits};
@@ -114,7 +114,8 @@ struct Engine {
     runtime: Runtime,
     context: Context,
     /// When the running call must stop; read by the interrupt handler.
-    deadline: Rc<Cell<Option<Instant>>>,
+    /// On this thread's CPU-time clock ([`cpu_now`]).
+    deadline: Rc<Cell<Option<Duration>>>,
 }
 
 impl Engine {
@@ -122,12 +123,12 @@ impl Engine {
         let runtime = Runtime::new().map_err(|e| e.to_string())?;
         runtime.set_memory_limit(inner.limits.memory_bytes);
         runtime.set_max_stack_size(256 * 1024);
-        let deadline: Rc<Cell<Option<Instant>>> = Rc::default();
+        let deadline: Rc<Cell<Option<Duration>>> = Rc::default();
         let watched = deadline.clone();
-        runtime.set_interrupt_handler(Some(Box::new(move || watched.get().is_some_and(|d| Instant::now() >= d))));
+        runtime.set_interrupt_handler(Some(Box::new(move || watched.get().is_some_and(|d| cpu_now() >= d))));
         let context = Context::full(&runtime).map_err(|e| e.to_string())?;
         let engine = Engine { runtime, context, deadline };
-        engine.deadline.set(Some(Instant::now() + inner.limits.timeout));
+        engine.deadline.set(Some(cpu_now() + inner.limits.timeout));
         let loaded = engine.context.with(|ctx| -> Result<(), String> {
             let crc = Function::new(ctx.clone(), crc16).map_err(|e| e.to_string())?;
             ctx.globals().set("crc16modbus", crc).map_err(|e| e.to_string())?;
@@ -142,6 +143,21 @@ impl Engine {
         engine.deadline.set(None);
         loaded.map(|()| engine)
     }
+}
+
+/// The CPU time this thread has used. A call's time limit is CPU time, not wall time: a
+/// script thread the scheduler holds back on a busy machine does not time out an honest
+/// frame (the connection would be closed for it), and a runaway script is stopped once it
+/// has burnt its limit, however long that takes on the clock.
+fn cpu_now() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given; CLOCK_THREAD_CPUTIME_ID is
+    // always available on Linux.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_nsec).unwrap_or(0))
 }
 
 /// `crc16modbus(bytes, from?, to?)`: CRC-16/MODBUS of `bytes[from..to]`.
@@ -235,9 +251,9 @@ impl Script {
                 }
             };
             let limits = self.inner.limits;
-            engine.deadline.set(Some(Instant::now() + limits.timeout));
+            engine.deadline.set(Some(cpu_now() + limits.timeout));
             let result = engine.context.with(|ctx| f(&ctx));
-            let timed_out = engine.deadline.get().is_some_and(|d| Instant::now() >= d);
+            let timed_out = engine.deadline.get().is_some_and(|d| cpu_now() >= d);
             engine.deadline.set(None);
             result.map_err(|reason| {
                 // Whatever the failed call left behind goes now, not when the next one needs room.

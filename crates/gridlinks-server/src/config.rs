@@ -205,7 +205,7 @@ pub struct TcpConfig {
     pub login_timeout: Millis,
     /// Seconds without a frame after which a connection is closed; 0: never.
     pub idle_timeout: Seconds,
-    /// Longest a decoder script may run on one frame.
+    /// CPU time a decoder script may use on one frame (its thread's, not the wall clock's).
     pub script_timeout: Millis,
     /// Most memory a decoder script may hold (per script and script thread), MiB.
     pub script_memory_mb: usize,

@@ -98,7 +98,13 @@ fn now_us() -> u64 {
 /// Runs the scenario and prints its figures.
 pub async fn run(args: WsTelemetryArgs) -> anyhow::Result<std::process::ExitCode> {
     let bins = Binaries::with_gridlinks(args.server.gridlinks_bin.as_deref());
-    let server = ManagedServer::start_gridlinks_with(&bins, "", None).await.context("starting gridlinks")?;
+    // Every session is the administrator's: the per-user and per-tenant bounds must let one
+    // user hold a session (and a subscription) per device.
+    let n = args.devices.max(1);
+    let config = format!(
+        "[ws]\nmax_sessions_per_user = {n}\nmax_subscriptions_per_user = {n}\nmax_subscriptions_per_tenant = {n}\n"
+    );
+    let server = ManagedServer::start_gridlinks_with(&bins, &config, None).await.context("starting gridlinks")?;
     let (base, password) = server.api().context("gridlinks has an API")?;
     let addr: SocketAddr = base.trim_start_matches("http://").parse().context("the API address")?;
     let api = ApiTarget { base: base.clone(), user: "admin".into(), password };
