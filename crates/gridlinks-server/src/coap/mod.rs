@@ -184,6 +184,24 @@ impl Server {
         }
     }
 
+    /// The largest Block2 size exponent whose block, with its header, token and options,
+    /// stays within the amplification limit of `request` from `peer`, when `peer` is not
+    /// verified and a body of `len` bytes would not fit whole; `None`: send as usual (the
+    /// limit does not apply, the body fits, or not even the smallest block fits).
+    fn unverified_block_cap(&self, request: &Packet, peer: SocketAddr, len: usize) -> Option<u8> {
+        if self.amplification_factor == 0 || self.verified.lock().contains(&peer, Instant::now()) {
+            return None;
+        }
+        let request_len = request.to_bytes().map_or(0, |b| b.len());
+        let limit = self.amplification_factor.saturating_mul(request_len);
+        // Header, token, ETag (9), Block2 (4), Content-Format (2), payload marker.
+        let overhead = 4 + request.get_token().len() + 9 + 4 + 2 + 1;
+        if len + overhead <= limit {
+            return None;
+        }
+        (0..=6u8).rev().find(|szx| (16usize << szx) + overhead <= limit)
+    }
+
     /// Encodes `answer` as a message of `kind`, `mid` and `token` to `peer`, within the
     /// amplification limit of a request of `request_len` bytes (RFC 7252 §11.3): an answer
     /// over it to an endpoint not verified becomes 4.01 with an Echo option if it is a
@@ -645,7 +663,7 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
                 Ok(o) => o,
                 Err(a) => return a,
             };
-            let Some(register) = observe else { return read_attributes(server, request, device, req).await };
+            let Some(register) = observe else { return read_attributes(server, request, peer, device, req).await };
             let watch = register.then_some((token, Watched::Attributes));
             return observed(server, request, peer, device, watch, Some(req)).await;
         }
@@ -669,8 +687,18 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
 }
 
 /// `GET …/attributes`: the client and shared attributes asked for, in Block2 blocks when
-/// the representation is larger than one block or the client asks for a block.
-async fn read_attributes(server: &Server, request: &Packet, device: DeviceId, req: AttributeRequest) -> Answer {
+/// the representation is larger than one block or the client asks for a block. To an
+/// endpoint not verified, a representation over the amplification limit goes in blocks
+/// small enough to stay within it (RFC 7959 used as RFC 7252 §11.3 suggests): any
+/// block-wise client (aiocoap, libcoap, Californium) reads it block by block, with no Echo
+/// round trip, which not every client makes.
+async fn read_attributes(
+    server: &Server,
+    request: &Packet,
+    peer: SocketAddr,
+    device: DeviceId,
+    req: AttributeRequest,
+) -> Answer {
     let asked = match request.get_first_option(CoapOption::Block2).map(|b| Block::decode(b)) {
         None => None,
         Some(Some(b)) => Some(b),
@@ -679,6 +707,13 @@ async fn read_attributes(server: &Server, request: &Packet, device: DeviceId, re
     let body = match crate::thingsboard::attributes::read_for_device(&server.mqtt.core.store, device, req).await {
         Ok(j) => j.to_string().into_bytes(),
         Err(e) => return ingest_error(e.into()),
+    };
+    let asked = match server.unverified_block_cap(request, peer, body.len()) {
+        Some(cap) if asked.is_none_or(|b| b.szx > cap) => {
+            let offset = asked.map_or(0, |b| b.offset());
+            Some(Block { num: u32::try_from(offset >> (4 + cap)).unwrap_or(u32::MAX), more: false, szx: cap })
+        }
+        _ => asked,
     };
     match block::slice(body.len(), asked) {
         Ok(None) => json(ResponseType::Content, body),
