@@ -12,7 +12,8 @@
 //!
 //! A connection is bound to one device: its first frame that names a device logs it in
 //! (a device registered with that protocol identity, or with `auto_provision` one created
-//! for it); an unknown identity closes the connection. Frames naming another device are
+//! for it) — with `require_login`, its first login frame, the frames before it rejected;
+//! an unknown identity closes the connection. Frames naming another device are
 //! rejected. One identity holds at most `mqtt.max_connections_per_credential` connections,
 //! and `auto_provision` stops at the listener's `max_devices`. Problems are counted
 //! ([`TcpMetrics`]) and logged once per connection, at a bounded rate overall. Buffers are
