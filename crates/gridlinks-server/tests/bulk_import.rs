@@ -131,7 +131,8 @@ fn rows_with_too_few_or_too_many_cells_are_refused_per_line() {
     assert_eq!(st, 200, "{r}");
     assert_eq!((r["created"].as_i64(), r["errors"].as_i64()), (Some(2), Some(3)), "{r}");
     let errors: Vec<&str> = r["errorsList"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
-    for (line, what) in [(2, "2 cells but 3 columns"), (3, "4 cells but only 3 columns"), (5, "1 cells but 3 columns")] {
+    for (line, what) in [(2, "2 cells but 3 columns"), (3, "4 cells but only 3 columns"), (5, "1 cells but 3 columns")]
+    {
         assert!(errors.iter().any(|e| e.starts_with(&format!("Line {line}:")) && e.contains(what)), "{errors:?}");
     }
     for (name, status) in [("full", 200), ("blank-cells", 200), ("short", 404), ("long", 404), ("name-only", 404)] {
