@@ -282,7 +282,7 @@ fn websocket(a: &Server, b: &Server, jwt: &str) {
 /// The system administrator makes a second tenant and its administrator on A; that
 /// administrator logs in on B, is refused the first tenant's device, and its own device
 /// (made on B) takes telemetry on A, which it reads there; the first tenant's
-/// administrator is refused that device on A.
+/// administrator is refused that device on A (each as a device that does not exist).
 fn tenants(a: &Server, b: &Server, jwt: &str) {
     let sys = a.login_as("sysadmin", SYSADMIN_PASSWORD);
     let tenant = id_of(&ok(a, "POST", "/api/tenant", &sys, Some(json!({"title": "Cluster Beta"}))));
@@ -294,7 +294,7 @@ fn tenants(a: &Server, b: &Server, jwt: &str) {
 
     let first = format!("/api/device/{}", a.device(jwt, "alpha-dev", "ALPHADEV"));
     known(b, jwt, &first);
-    assert_eq!(status(b, &beta, &first), 403, "another tenant's device");
+    assert_eq!(status(b, &beta, &first), 404, "another tenant's device: as one that does not exist");
 
     let own = b.device(&beta, "beta-dev", "BETADEV");
     eventually("A takes the telemetry of a device made on B", 200, || {
@@ -303,7 +303,11 @@ fn tenants(a: &Server, b: &Server, jwt: &str) {
     eventually("A stores the second tenant's point", vec![(1, 1.0)], || {
         series(a, &beta, &own, "t", "startTs=0&endTs=100")
     });
-    assert_eq!(status(a, jwt, &format!("/api/device/{own}")), 403, "another tenant's device");
+    assert_eq!(
+        status(a, jwt, &format!("/api/device/{own}")),
+        404,
+        "another tenant's device: as one that does not exist"
+    );
 }
 
 // ---- polling --------------------------------------------------------------------------
