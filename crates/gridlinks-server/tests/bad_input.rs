@@ -131,22 +131,10 @@ fn a_body_declared_too_large_is_refused_before_it_is_read() {
     let jwt = s.login();
     s.device(&jwt, "declared", "DECLARED");
     for (path, token) in [("/api/v1/DECLARED/telemetry", None), ("/api/device/bulk_import", Some(jwt.as_str()))] {
-        let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
-        c.set_read_timeout(Some(std::time::Duration::from_secs(120))).unwrap();
         let auth = token.map(|t| format!("X-Authorization: Bearer {t}\r\n")).unwrap_or_default();
-        let head = format!(
+        let answer = s.raw_http(&format!(
             "POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n{{}}"
-        );
-        std::io::Write::write_all(&mut c, head.as_bytes()).unwrap();
-        let mut answer = Vec::new();
-        let mut chunk = [0u8; 4096];
-        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-            match std::io::Read::read(&mut c, &mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => answer.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let answer = String::from_utf8_lossy(&answer);
+        ));
         assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
     }
 }
@@ -159,21 +147,11 @@ fn a_body_declared_too_large_is_refused_before_it_is_read() {
 fn a_refused_request_with_a_body_says_the_connection_closes() {
     let s = Server::start();
     let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
-    let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
-    c.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
-    let head = format!(
-        "POST /api/device HTTP/1.1\r\nHost: x\r\nX-Authorization: Bearer {sys}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n"
-    );
-    std::io::Write::write_all(&mut c, head.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
-        match std::io::Read::read(&mut c, &mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => answer.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    let answer = s
+        .raw_http(&format!(
+            "POST /api/device HTTP/1.1\r\nHost: x\r\nX-Authorization: Bearer {sys}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n"
+        ))
+        .to_lowercase();
     assert!(answer.starts_with("http/1.1 403"), "{answer}");
     assert!(answer.contains("connection: close"), "{answer}");
     // A refusal without a body keeps the connection.

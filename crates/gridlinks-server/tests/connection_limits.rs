@@ -79,24 +79,11 @@ fn tcp_from(src: &str, port: u16) -> TcpStream {
     s
 }
 
-/// Reads one response head (and whatever came with it).
-fn head(s: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !out.windows(4).any(|w| w == b"\r\n\r\n") {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// A connection that made one request and keeps the connection (idle keep-alive).
 fn idle_from(src: &str, port: u16) -> TcpStream {
     let mut c = tcp_from(src, port);
     c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let answer = head(&mut c);
+    let answer = response_head(&mut c);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     c
 }
@@ -106,7 +93,7 @@ fn idle_from(src: &str, port: u16) -> TcpStream {
 fn busy_from(src: &str, port: u16) -> TcpStream {
     let mut c = tcp_from(src, port);
     c.write_all(b"POST /api/v1/TOKEN/telemetry HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n").unwrap();
-    let answer = head(&mut c);
+    let answer = response_head(&mut c);
     assert!(answer.starts_with("HTTP/1.1 100"), "{answer}");
     c
 }
@@ -114,7 +101,7 @@ fn busy_from(src: &str, port: u16) -> TcpStream {
 fn healthz_from(src: &str, port: u16) -> String {
     let mut c = tcp_from(src, port);
     c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    head(&mut c)
+    response_head(&mut c)
 }
 
 /// At `http.max_connections` a new connection takes the place of the longest-idle one;
@@ -131,7 +118,7 @@ fn http_connections_at_the_limit_replace_idle_ones_and_get_503_only_when_all_are
     // One request completes (its body is short: 400); its connection is idle now, and the
     // next connection takes its place.
     busy[0].write_all(&[b' '; 100]).unwrap();
-    let answer = head(&mut busy[0]);
+    let answer = response_head(&mut busy[0]);
     assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
     assert!(healthz_from("127.0.0.1", port).starts_with("HTTP/1.1 200"));
     let (_, _) = until_closed(&mut busy[0]);

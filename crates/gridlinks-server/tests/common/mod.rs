@@ -439,3 +439,28 @@ pub fn server_routes() -> Vec<String> {
     assert!(out.len() > 60, "{out:?}");
     out
 }
+
+/// Reads one HTTP response head (and whatever came with it) from a raw connection.
+pub fn response_head(s: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Server {
+    /// Sends `request` (raw bytes, as written) on a new connection to the HTTP port and
+    /// returns the response head.
+    pub fn raw_http(&self, request: &str) -> String {
+        let mut c = std::net::TcpStream::connect(self.base.trim_start_matches("http://")).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        std::io::Write::write_all(&mut c, request.as_bytes()).unwrap();
+        response_head(&mut c)
+    }
+}
