@@ -25,57 +25,34 @@ struct Record {
     last: Instant,
 }
 
-/// The throttle's tables.
-pub struct Throttle {
+/// Failures per key, with growing waits: the first `free` cost nothing, each one after
+/// doubles the wait (1 s, 2 s, 4 s … up to `max_delay`). Bounded: records of quiet keys are
+/// forgotten.
+pub struct Strikes<K> {
     free: u32,
     max_delay: Duration,
-    by_addr: Mutex<HashMap<IpAddr, Record>>,
-    by_user: Mutex<HashMap<String, Record>>,
+    table: Mutex<HashMap<K, Record>>,
 }
 
-/// The key of an address: itself (IPv4), or its /64 (IPv6).
-fn addr_key(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
-        v4 => v4,
-    }
-}
-
-impl Throttle {
-    /// `free` failures without delay, then doubling delays up to `max_delay`.
+impl<K: Eq + Hash> Strikes<K> {
+    /// `free` failures without delay, then doubling waits up to `max_delay`.
     pub fn new(free: u32, max_delay: Duration) -> Self {
-        Self { free, max_delay, by_addr: Mutex::default(), by_user: Mutex::default() }
+        Self { free, max_delay, table: Mutex::default() }
     }
 
-    /// `Err(wait)` when an attempt from `addr` for `user` must not be checked now.
-    pub fn check(&self, addr: IpAddr, user: &str) -> Result<(), Duration> {
+    /// How long `key` must wait now (zero: not at all).
+    pub fn wait<Q: Eq + Hash + ?Sized>(&self, key: &Q) -> Duration
+    where
+        K: std::borrow::Borrow<Q>,
+    {
         let now = Instant::now();
-        let wait = |r: Option<&Record>| r.map_or(Duration::ZERO, |r| r.blocked_until.saturating_duration_since(now));
-        let w = wait(self.by_addr.lock().get(&addr_key(addr))).max(wait(self.by_user.lock().get(user)));
-        if w.is_zero() {
-            Ok(())
-        } else {
-            Err(w)
-        }
+        self.table.lock().get(key).map_or(Duration::ZERO, |r| r.blocked_until.saturating_duration_since(now))
     }
 
-    /// Records a failed attempt.
-    pub fn failed(&self, addr: IpAddr, user: &str) {
+    /// Records a failure of `key`.
+    pub fn strike(&self, key: K) {
         let now = Instant::now();
-        self.strike(&mut self.by_addr.lock(), addr_key(addr), now);
-        self.strike(&mut self.by_user.lock(), user.to_owned(), now);
-    }
-
-    /// Records a successful attempt: the address and the name start afresh.
-    pub fn succeeded(&self, addr: IpAddr, user: &str) {
-        self.by_addr.lock().remove(&addr_key(addr));
-        self.by_user.lock().remove(user);
-    }
-
-    fn strike<K: Eq + Hash>(&self, table: &mut HashMap<K, Record>, key: K, now: Instant) {
+        let mut table = self.table.lock();
         if table.len() >= MAX_RECORDS {
             let forget = self.max_delay * 2;
             table.retain(|_, r| now.duration_since(r.last) < forget || r.blocked_until > now);
@@ -94,6 +71,60 @@ impl Throttle {
             let exp = (r.failures - self.free - 1).min(30);
             r.blocked_until = now + Duration::from_secs(1u64 << exp).min(self.max_delay);
         }
+    }
+
+    /// `key` starts afresh.
+    pub fn clear<Q: Eq + Hash + ?Sized>(&self, key: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.table.lock().remove(key);
+    }
+}
+
+/// The throttle's tables.
+pub struct Throttle {
+    by_addr: Strikes<IpAddr>,
+    by_user: Strikes<String>,
+}
+
+/// The key of an address: itself (IPv4), or its /64 (IPv6).
+fn addr_key(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+        v4 => v4,
+    }
+}
+
+impl Throttle {
+    /// `free` failures without delay, then doubling delays up to `max_delay`.
+    pub fn new(free: u32, max_delay: Duration) -> Self {
+        Self { by_addr: Strikes::new(free, max_delay), by_user: Strikes::new(free, max_delay) }
+    }
+
+    /// `Err(wait)` when an attempt from `addr` for `user` must not be checked now.
+    pub fn check(&self, addr: IpAddr, user: &str) -> Result<(), Duration> {
+        let w = self.by_addr.wait(&addr_key(addr)).max(self.by_user.wait(user));
+        if w.is_zero() {
+            Ok(())
+        } else {
+            Err(w)
+        }
+    }
+
+    /// Records a failed attempt.
+    pub fn failed(&self, addr: IpAddr, user: &str) {
+        self.by_addr.strike(addr_key(addr));
+        self.by_user.strike(user.to_owned());
+    }
+
+    /// Records a successful attempt: the address and the name start afresh.
+    pub fn succeeded(&self, addr: IpAddr, user: &str) {
+        self.by_addr.clear(&addr_key(addr));
+        self.by_user.clear(user);
     }
 }
 

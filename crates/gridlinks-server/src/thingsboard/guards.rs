@@ -5,9 +5,10 @@
 //!   all tenants, so refusing a taken one tells the caller that it exists somewhere. Such
 //!   answers are throttled per tenant as failed logins are per user name
 //!   (`auth.login_free_attempts` free, then doubling waits up to `auth.login_max_delay`), so
-//!   guessing other tenants' credentials this way is slow. (The login throttle itself does
-//!   not fit: it also counts per source address, which would hold up every tenant whose
-//!   administrators share an address.)
+//!   guessing other tenants' credentials this way is slow. It is the login throttle's table
+//!   ([`Strikes`]) keyed by tenant (the login throttle itself does not fit: it also counts
+//!   per source address, which would hold up every tenant whose administrators share an
+//!   address).
 //! - [`Guards::provisions`]: devices provisioned per device profile (its provision key and
 //!   secret ship in firmware, so anyone may hold them), a bucket of
 //!   `limits.max_provisions_per_minute` refilled evenly over the minute.
@@ -22,35 +23,22 @@ use gridlinks_types::ProfileId;
 use parking_lot::Mutex;
 
 use super::error::ApiError;
+use crate::auth::throttle::Strikes;
 use crate::auth::Caller;
 use crate::config::Config;
 
 /// Most profiles whose provisioning bucket is remembered; past it, full buckets go.
 const MAX_BUCKETS: usize = 16_384;
-/// Most tenants whose conflict record is remembered; past it, quiet records go.
-const MAX_RECORDS: usize = 16_384;
 
 /// The guards' state, one per server.
 pub struct Guards {
-    /// Answers that a unique credential is taken, per tenant.
-    conflicts: Mutex<HashMap<uuid::Uuid, Strikes>>,
-    /// Conflicts without delay (`auth.login_free_attempts`).
-    free: u32,
-    /// Longest wait (`auth.login_max_delay`).
-    max_delay: Duration,
+    /// Answers that a unique credential is taken, per tenant (`auth.login_free_attempts`
+    /// without delay, then doubling waits up to `auth.login_max_delay`).
+    conflicts: Strikes<uuid::Uuid>,
     /// Provisioning allowance per device profile.
     provisions: Mutex<HashMap<ProfileId, Bucket>>,
     /// `limits.max_provisions_per_minute` (0: no bound).
     provisions_per_minute: u32,
-}
-
-/// A tenant's recent conflict answers.
-#[derive(Clone, Copy)]
-struct Strikes {
-    count: u32,
-    /// No request naming a credential is taken before this.
-    blocked_until: Instant,
-    last: Instant,
 }
 
 /// A token bucket: `tokens` as of `at`.
@@ -64,9 +52,7 @@ impl Guards {
     /// Guards configured by `cfg`.
     pub fn new(cfg: &Config) -> Self {
         Self {
-            conflicts: Mutex::default(),
-            free: cfg.auth.login_free_attempts,
-            max_delay: cfg.auth.login_max_delay.duration(),
+            conflicts: Strikes::new(cfg.auth.login_free_attempts, cfg.auth.login_max_delay.duration()),
             provisions: Mutex::default(),
             provisions_per_minute: cfg.limits.max_provisions_per_minute,
         }
@@ -75,12 +61,7 @@ impl Guards {
     /// Refuses (429) a request that names a unique credential while `me`'s tenant must wait
     /// after too many "taken" answers.
     pub fn check_conflicts(&self, me: &Caller) -> Result<(), ApiError> {
-        let now = Instant::now();
-        let wait = self
-            .conflicts
-            .lock()
-            .get(&me.tenant)
-            .map_or(Duration::ZERO, |r| r.blocked_until - now.min(r.blocked_until));
+        let wait = self.conflicts.wait(&me.tenant);
         if wait.is_zero() {
             return Ok(());
         }
@@ -101,26 +82,7 @@ impl Guards {
     /// Counts a "taken" answer against `me`'s tenant: past the free ones, each doubles the
     /// wait before its next request naming a credential (1 s, 2 s, 4 s … up to the maximum).
     pub fn conflict(&self, me: &Caller) {
-        let now = Instant::now();
-        let mut table = self.conflicts.lock();
-        if table.len() >= MAX_RECORDS && !table.contains_key(&me.tenant) {
-            let forget = self.max_delay * 2;
-            table.retain(|_, r| now.duration_since(r.last) < forget || r.blocked_until > now);
-            if table.len() >= MAX_RECORDS {
-                table.clear();
-            }
-        }
-        let r = table.entry(me.tenant).or_insert(Strikes { count: 0, blocked_until: now, last: now });
-        // A record quiet for longer than the longest wait starts afresh.
-        if now.duration_since(r.last) > self.max_delay * 2 {
-            r.count = 0;
-        }
-        r.count = r.count.saturating_add(1);
-        r.last = now;
-        if r.count > self.free {
-            let exp = (r.count - self.free - 1).min(30);
-            r.blocked_until = now + Duration::from_secs(1u64 << exp).min(self.max_delay);
-        }
+        self.conflicts.strike(me.tenant);
     }
 
     /// Counts `e` when it says a unique credential is taken; returns it unchanged.
