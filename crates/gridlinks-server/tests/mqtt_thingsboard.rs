@@ -7,31 +7,9 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::rumqtt::rumqttc_client;
 use common::*;
-use rumqttc::{Client, Event, Incoming, MqttOptions, QoS};
-
-/// A rumqttc client whose events arrive on a channel.
-fn rumqttc_client(port: u16, token: &str, id: &str) -> (Client, mpsc::Receiver<Incoming>) {
-    let mut opts = MqttOptions::new(id, "127.0.0.1", port);
-    opts.set_credentials(token, "");
-    opts.set_keep_alive(Duration::from_secs(30));
-    let (client, mut conn) = Client::new(opts, 64);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for ev in conn.iter() {
-            match ev {
-                Ok(Event::Incoming(i)) => {
-                    if tx.send(i).is_err() {
-                        return;
-                    }
-                }
-                Ok(Event::Outgoing(_)) => {}
-                Err(_) => return,
-            }
-        }
-    });
-    (client, rx)
-}
+use rumqttc::{Incoming, QoS};
 
 fn wait_for<T>(rx: &mpsc::Receiver<Incoming>, mut pick: impl FnMut(Incoming) -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

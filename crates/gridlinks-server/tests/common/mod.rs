@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod mqtt;
+pub mod rumqtt;
 pub mod ws;
 
 pub use serde_json::{json, Value as J};
