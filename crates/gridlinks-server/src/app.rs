@@ -259,23 +259,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/v1/{token}/claim", post(device_api::post_claim))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn(close_if_refused))
         .with_state(state)
-}
-
-/// An error answered to a request that came with a body says `Connection: close`: its
-/// handler may have refused before reading the body (a bad token, no permission), and the
-/// server then cannot reuse the connection. Said in the answer, a client does not send its
-/// next request down a connection that is closing (ureq and others do not retry a POST
-/// that met a closed connection).
-async fn close_if_refused(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
-    let has_body = req.headers().get(header::CONTENT_LENGTH).is_some_and(|n| n.as_bytes() != b"0")
-        || req.headers().contains_key(header::TRANSFER_ENCODING);
-    let mut res = next.run(req).await;
-    if has_body && (res.status().is_client_error() || res.status().is_server_error()) {
-        res.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
-    }
-    res
 }
 
 /// `GET /healthz`: 200 while the server takes data; 503 before it is ready, while shutting

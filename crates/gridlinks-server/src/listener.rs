@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
+use axum::http::header;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -272,9 +273,15 @@ pub async fn serve_http(
                 let mut app = app.clone();
                 let place = in_service.clone();
                 place.conn.busy.fetch_add(1, Ordering::AcqRel);
+                let has_body = req.headers().get(header::CONTENT_LENGTH).is_some_and(|n| n.as_bytes() != b"0")
+                    || req.headers().contains_key(header::TRANSFER_ENCODING);
                 async move {
                     let _busy = Busy(&place.conns, &place.conn);
-                    tower_service::Service::call(&mut app, req).await
+                    let mut res = tower_service::Service::call(&mut app, req).await;
+                    if let Ok(res) = &mut res {
+                        close_if_refused(has_body, res);
+                    }
+                    res
                 }
             });
             let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
@@ -300,6 +307,17 @@ pub async fn serve_http(
     }
     drop(alive);
     let _ = all_closed.recv().await;
+}
+
+/// An error answered to a request that came with a body says `Connection: close`: its
+/// handler may have refused before reading the body (a bad token, no permission), and hyper
+/// then cannot reuse the connection. Said in the answer, a client does not send its next
+/// request down a connection that is closing (ureq and others do not retry a POST that met
+/// a closed connection).
+fn close_if_refused<B>(has_body: bool, res: &mut axum::http::Response<B>) {
+    if has_body && (res.status().is_client_error() || res.status().is_server_error()) {
+        res.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
 }
 
 /// Resolves once `stop` turns true (or its sender is gone).
