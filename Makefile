@@ -49,7 +49,7 @@ cluster-test: deps
 	$(CARGO) test -p gridlinks-cassandra
 
 ## The web console (console/: TypeScript, Preact, Pico CSS, uPlot) built by npm into
-## console/dist, which the server's build.rs embeds; rebuilt only when its sources change.
+## console/dist, which gridlinks-http's build.rs embeds; rebuilt only when its sources change.
 CONSOLE_SRC := $(shell find console/src -type f) console/index.html console/vite.config.ts console/tsconfig.json
 
 console/node_modules/.installed: console/package-lock.json

@@ -9,8 +9,10 @@ use clap::{Parser, Subcommand};
 /// thread-local free lists fit the many small, short-lived allocations of the data path.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use gridlinks_server::auth::secret;
-use gridlinks_server::config::{Config, DEFAULT_TOML};
+use gridlinks_platform::auth::secret;
+use gridlinks_platform::config::{Config, DEFAULT_TOML};
+
+mod serve;
 
 /// The log filter without `GRIDLINKS_LOG`: the storage engine's own INFO lines (one per
 /// keyspace at every start) are noise to an operator.
@@ -183,7 +185,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(gridlinks_server::app::serve(cfg, shutdown_signal())) {
+            match runtime.block_on(serve::serve(cfg, shutdown_signal())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("gridlinks: {e:#}");

@@ -416,7 +416,7 @@ pub const OPEN_ROUTES: &[&str] = &[
 /// The REST routes the server declares, read from its source (`{tel}` stands for the
 /// telemetry prefix `/api/plugins/telemetry/{entity_type}/{id}`).
 pub fn server_routes() -> Vec<String> {
-    let src = include_str!("../../src/app.rs");
+    let src = include_str!("../../../gridlinks-http/src/app.rs");
     let mut out = Vec::new();
     for part in src.split(".route(").skip(1) {
         let part = part.trim_start();

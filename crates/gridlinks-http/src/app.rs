@@ -1,0 +1,244 @@
+//! The HTTP router over the platform: every route of the REST API, the HTTP device API,
+//! the WebSocket API and the console; `/healthz`, `/readyz` and `/metrics`; and the
+//! router's state ([`Http`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{any, delete, get, post, put};
+use axum::Router;
+use gridlinks_platform::metrics;
+use gridlinks_platform::{Core, Platform};
+use gridlinks_storage::Health;
+
+use crate::thingsboard::{
+    api, api_keys, claim, customers, dashboards, device_api, profiles, relations, tenants, users,
+};
+use crate::thingsboard::{mqtt_clients, rpc};
+use gridlinks_platform::auth::Auth;
+
+/// Readiness and the HTTP side's own counters.
+#[derive(Default)]
+pub struct Status {
+    /// False until start-up completes and again during shutdown.
+    pub ready: AtomicBool,
+    /// Device payloads refused as malformed or over limits.
+    pub payload_rejected: AtomicU64,
+    /// HTTP connections refused at `http.max_connections` or
+    /// `http.max_connections_per_address` with every connection in the way busy.
+    pub http_over_limit: AtomicU64,
+}
+
+/// The HTTP router's state: one handle per subsystem. A handler asks for the one it needs —
+/// `State<Arc<Core>>`, `State<Arc<Auth>>`, `State<Arc<Platform>>` (device sessions, RPC,
+/// application credentials), `State<Arc<Status>>` — through [`FromRef`]. axum clones the
+/// state for every request: one reference count.
+#[derive(Clone)]
+pub struct Http(Arc<Handles>);
+
+impl Http {
+    /// The state of the routes over `platform`.
+    pub fn new(platform: Arc<Platform>, status: Arc<Status>, ws: Arc<crate::ws::Hub>) -> Self {
+        Self(Arc::new(Handles {
+            core: Arc::new(platform.core.clone()),
+            auth: platform.auth.clone(),
+            platform,
+            status,
+            ws,
+        }))
+    }
+}
+
+/// What [`Http`] hands out.
+pub struct Handles {
+    /// Storage, ingest, configuration.
+    pub core: Arc<Core>,
+    /// The administrator's login, tokens and the password-check defences.
+    pub auth: Arc<Auth>,
+    /// Device sessions, RPC, application credentials, metrics.
+    pub platform: Arc<Platform>,
+    /// Readiness and counters.
+    pub status: Arc<Status>,
+    /// WebSocket API subscriptions.
+    pub ws: Arc<crate::ws::Hub>,
+}
+
+impl std::ops::Deref for Http {
+    type Target = Handles;
+    fn deref(&self) -> &Handles {
+        &self.0
+    }
+}
+
+impl FromRef<Http> for Arc<Core> {
+    fn from_ref(h: &Http) -> Self {
+        h.core.clone()
+    }
+}
+
+impl FromRef<Http> for Arc<Auth> {
+    fn from_ref(h: &Http) -> Self {
+        h.auth.clone()
+    }
+}
+
+impl FromRef<Http> for Arc<Platform> {
+    fn from_ref(h: &Http) -> Self {
+        h.platform.clone()
+    }
+}
+
+impl FromRef<Http> for Arc<Status> {
+    fn from_ref(h: &Http) -> Self {
+        h.status.clone()
+    }
+}
+
+/// The bulk import's path: its bodies may be larger (`http.max_import_bytes`).
+pub const BULK_IMPORT_PATH: &str = "/api/device/bulk_import";
+
+/// The HTTP routes.
+pub fn router(state: Http) -> Router {
+    let body_limit = state.core.cfg.http.max_body_bytes;
+    let import_limit = state.core.cfg.http.max_import_bytes;
+    let tel = "/api/plugins/telemetry/{entity_type}/{id}";
+    Router::new()
+        .route("/", get(crate::console::index))
+        .route("/assets/{file}", get(crate::console::asset))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route("/api/ws", get(crate::ws::upgrade))
+        .route("/api/ws/plugins/telemetry", get(crate::ws::upgrade_legacy))
+        .route("/api/auth/login", post(api::login))
+        .route("/api/auth/token", post(api::refresh))
+        .route("/api/auth/logout", post(api::logout))
+        .route("/api/auth/user", get(users::current))
+        .route("/api/auth/changePassword", post(users::change_password))
+        .route("/api/noauth/activate", post(users::activate).get(users::activate_page))
+        .route("/api/user", post(users::save))
+        .route("/api/user/{id}", get(users::get).delete(users::delete))
+        .route("/api/user/{id}/activationLink", get(users::get_activation_link))
+        .route("/api/user/{id}/activationLinkInfo", get(users::get_activation_link_info))
+        .route("/api/users", get(users::list))
+        .route("/api/tenant", post(tenants::save))
+        .route("/api/tenant/{id}", get(tenants::get).delete(tenants::delete))
+        .route("/api/tenant/{id}/users", get(users::of_tenant))
+        .route("/api/tenants", get(tenants::list))
+        .route("/api/customer/{customer}/users", get(users::of_customer))
+        .route("/api/deviceProfiles", get(profiles::list))
+        .route("/api/deviceProfileInfos", get(profiles::infos))
+        .route("/api/deviceProfile", post(profiles::save))
+        .route("/api/deviceProfile/names", get(profiles::names))
+        .route("/api/deviceProfile/{id}", get(profiles::get).delete(profiles::delete))
+        .route("/api/deviceProfile/{id}/default", post(profiles::set_default))
+        .route("/api/deviceProfileInfo/default", get(profiles::default_info))
+        .route("/api/deviceProfileInfo/{id}", get(profiles::info))
+        .route("/api/apiKey", post(api_keys::create))
+        .route("/api/apiKeys/{user}", get(api_keys::list))
+        .route("/api/apiKey/{id}", delete(api_keys::delete))
+        .route("/api/apiKey/{id}/enabled/{enabled}", put(api_keys::set_enabled))
+        .route("/api/apiKey/{id}/description", put(api_keys::set_description))
+        .route("/api/customer", post(customers::save))
+        .route("/api/customer/{id}", get(customers::get).delete(customers::delete))
+        .route("/api/customers", get(customers::list))
+        .route("/api/tenant/customers", get(customers::by_title))
+        .route("/api/customer/{customer}/device/{device}", post(customers::assign))
+        .route("/api/customer/device/{device}", delete(customers::unassign))
+        .route("/api/customer/device/{device}/claim", post(claim::claim).delete(claim::reclaim))
+        .route("/api/owner/{kind}/{owner}/{entity_type}/{entity}", post(customers::change_owner))
+        .route("/api/customer/{customer}/devices", get(customers::devices))
+        .route(
+            "/api/customer/{customer}/dashboard/{dashboard}",
+            post(customers::assign_dashboard_to).delete(customers::unassign_dashboard_from),
+        )
+        .route("/api/customer/{customer}/dashboards", get(customers::dashboards_of))
+        .route("/api/dashboard", post(dashboards::save))
+        .route("/api/dashboard/{id}", get(dashboards::get).delete(dashboards::delete))
+        .route("/api/dashboard/info/{id}", get(dashboards::info))
+        .route("/api/tenant/dashboards", get(dashboards::list))
+        .route("/api/ruleChains", any(profiles::rule_engine))
+        .route("/api/ruleChain", any(profiles::rule_engine))
+        .route("/api/ruleChain/{*rest}", any(profiles::rule_engine))
+        .route("/api/ruleNode/{*rest}", any(profiles::rule_engine))
+        .route("/api/device", post(api::save_device))
+        .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
+        .route("/api/device/{id}/credentials", get(api::get_credentials))
+        .route("/api/device/credentials", post(api::save_credentials))
+        .route(BULK_IMPORT_PATH, post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
+        .route("/api/tenant/devices", get(api::list_devices))
+        .route("/api/relation", post(relations::save).delete(relations::delete))
+        .route("/api/relations", get(relations::list))
+        .route(&format!("{tel}/values/timeseries"), get(api::get_timeseries))
+        .route(&format!("{tel}/values/timeseries/history"), get(api::get_timeseries_history))
+        .route(&format!("{tel}/keys/timeseries"), get(api::ts_keys))
+        .route(&format!("{tel}/keys/attributes"), get(api::attr_keys))
+        .route(&format!("{tel}/keys/attributes/{{scope}}"), get(api::attr_keys_scope))
+        .route(&format!("{tel}/values/attributes"), get(api::get_attributes))
+        .route(&format!("{tel}/values/attributes/{{scope}}"), get(api::get_attributes_scope))
+        .route(&format!("{tel}/attributes/{{scope}}"), post(api::post_attributes))
+        .route(&format!("{tel}/timeseries/delete"), delete(api::delete_timeseries))
+        .route(&format!("{tel}/timeseries/{{scope}}"), post(api::post_timeseries))
+        .route(&format!("{tel}/{{scope}}"), delete(api::delete_attributes).post(api::post_attributes))
+        // ThingsBoard's older device-only form: /api/plugins/telemetry/{deviceId}/{scope}.
+        .route(tel, post(api::post_device_attributes))
+        .route("/api/plugins/rpc/{kind}/{device_id}", post(rpc::rpc_v1))
+        .route("/api/rpc/{kind}/{device_id}", post(rpc::rpc_v2))
+        .route("/api/mqtt/clients", post(mqtt_clients::save).get(mqtt_clients::list))
+        .route("/api/mqtt/clients/{username}", get(mqtt_clients::get).delete(mqtt_clients::delete))
+        .route("/api/v1/provision", post(device_api::provision))
+        .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
+        .route("/api/v1/{token}/attributes", post(device_api::post_attributes).get(device_api::get_attributes))
+        .route("/api/v1/{token}/claim", post(device_api::post_claim))
+        .fallback(api::not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// `GET /healthz`: 200 while the server takes data; 503 before it is ready, while shutting
+/// down, and while storage refuses writes (disk full, or reopening after a failure) — reads
+/// keep working then. The node's own state only: a liveness check.
+async fn healthz(State(core): State<Arc<Core>>, State(status): State<Arc<Status>>) -> impl IntoResponse {
+    let (up, body) = local_health(&core, &status);
+    answer(up, body)
+}
+
+/// `GET /readyz`: `/healthz` and the shared services (`backends`: Kafka, PostgreSQL, each
+/// `"UP"` or `"DOWN: why"`): 503 while any is down, when the node refuses new work. A
+/// load balancer's readiness check. `storage_lag`: records in Kafka not stored yet.
+async fn readyz(State(core): State<Arc<Core>>, State(status): State<Arc<Status>>) -> impl IntoResponse {
+    let (up, mut body) = local_health(&core, &status);
+    body.insert("backends".into(), core.backends.report().into());
+    body.insert("storage_lag".into(), core.backends.lag().into());
+    answer(up && core.backends.refusal().is_none(), body)
+}
+
+/// Whether the node itself takes data, and the body saying so.
+fn local_health(core: &Core, status: &Status) -> (bool, serde_json::Map<String, serde_json::Value>) {
+    let health = core.store.health();
+    let storage = match health {
+        Health::Ok => "OK",
+        Health::DiskFull => "DISK_FULL",
+        Health::Failed => "FAILED",
+    };
+    let up = status.ready.load(Ordering::Acquire) && health == Health::Ok;
+    (up, serde_json::Map::from_iter([("storage".to_owned(), storage.into())]))
+}
+
+/// 200 `{"status":"UP",…}` or 503 `{"status":"DOWN",…}`.
+fn answer(up: bool, mut body: serde_json::Map<String, serde_json::Value>) -> impl IntoResponse {
+    body.insert("status".into(), if up { "UP" } else { "DOWN" }.into());
+    let code = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(serde_json::Value::Object(body)))
+}
+
+/// `GET /metrics`: OpenMetrics text of every registered source.
+async fn metrics_text(State(st): State<Http>) -> axum::response::Response {
+    match st.platform.metrics.render() {
+        Ok(body) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics").into_response(),
+    }
+}

@@ -1,0 +1,111 @@
+//! Dashboards, stored as documents: `POST /api/dashboard`, `GET /api/dashboard/{id}`,
+//! `GET /api/dashboard/info/{id}`, `DELETE /api/dashboard/{id}` and
+//! `GET /api/tenant/dashboards`. GridLinks keeps a dashboard's configuration as given and
+//! serves it back; it renders none.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
+use gridlinks_thingsboard::model;
+use serde_json::Value as J;
+use uuid::Uuid;
+
+use super::api::{blocking, body_id, parse_json, uuid};
+use super::error::{ApiError, ApiResult};
+use super::extract::{Admin, Body, User, Q};
+use super::paging::{doc_page, DocListParams};
+use gridlinks_platform::auth::Caller;
+use gridlinks_platform::Core;
+
+type St = State<Arc<Core>>;
+
+/// A dashboard's JSON: with its configuration (`full`) or its info; the customers it is
+/// assigned to named from `customers`.
+pub(crate) fn render(st: &Core, d: &DocRecord, customers: &[DocRecord], full: bool) -> J {
+    let assigned = d.doc.get("assignedCustomerIds").and_then(J::as_array).map(Vec::as_slice).unwrap_or_default();
+    let named: Vec<(Uuid, &str)> = assigned
+        .iter()
+        .filter_map(|v| v.as_str()?.parse::<Uuid>().ok())
+        .filter_map(|id| customers.iter().find(|c| c.id == id).map(|c| (c.id, c.title.as_str())))
+        .collect();
+    let view =
+        model::Dashboard { id: d.id, created_time: d.created_time, title: &d.title, doc: &d.doc, customers: &named };
+    match full {
+        true => model::dashboard(&view, st.doc_tenant(d)),
+        false => model::dashboard_info(&view, st.doc_tenant(d)),
+    }
+}
+
+pub(crate) async fn customers(st: &Core) -> ApiResult<Vec<DocRecord>> {
+    let store = st.store.clone();
+    blocking(move || store.docs(DocKind::Customer)).await
+}
+
+/// Whether dashboard `d` is assigned to `customer`.
+pub(crate) fn assigned(d: &DocRecord, customer: Uuid) -> bool {
+    let id = J::String(customer.to_string());
+    d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id))
+}
+
+/// A dashboard the caller may see: its tenant's, and for a customer user only those
+/// assigned to its customer (403 for others).
+pub(crate) async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
+    let store = st.store.clone();
+    let missing = || ApiError::not_found(format!("Dashboard with id [{id}] is not found"));
+    let d = blocking(move || store.doc(DocKind::Dashboard, id)).await?.ok_or_else(missing)?;
+    if !me.may_use(st.doc_tenant(&d), me.customer) || me.customer.is_some_and(|c| !assigned(&d, c)) {
+        return Err(ApiError::hidden(me, st.doc_tenant(&d), missing));
+    }
+    Ok(d)
+}
+
+/// `POST /api/dashboard`: create, or update when the body has an id.
+pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let mut doc: J = parse_json(&body)?;
+    if !doc.is_object() {
+        return Err(ApiError::bad_request("Invalid request body: a dashboard is a JSON object"));
+    }
+    let title = doc.get("title").and_then(J::as_str).unwrap_or_default().to_owned();
+    if title.trim().is_empty() {
+        return Err(ApiError::bad_request("Dashboard title should be specified!"));
+    }
+    let id = body_id(&doc, |s| uuid(s, "dashboard"))?;
+    if let Some(id) = id {
+        load(&st, &me, id).await?;
+    }
+    st.set_doc_tenant(&mut doc, me.tenant);
+    match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await? {
+        WriteOutcome::Doc(d) => Ok(Json(render(&st, &d, &customers(&st).await?, true))),
+        _ => Err(ApiError::internal("unexpected write outcome")),
+    }
+}
+
+/// `GET /api/dashboard/{id}`: with its configuration.
+pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
+    Ok(Json(render(&st, &d, &customers(&st).await?, true)))
+}
+
+/// `GET /api/dashboard/info/{id}`: without it.
+pub async fn info(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
+    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
+    Ok(Json(render(&st, &d, &customers(&st).await?, false)))
+}
+
+/// `DELETE /api/dashboard/{id}`.
+pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
+    st.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, d.id)).await?;
+    Ok(StatusCode::OK)
+}
+
+/// `GET /api/tenant/dashboards?pageSize=&page=[&textSearch=&sortProperty=&sortOrder=&mobile=]`:
+/// dashboard infos; `textSearch` matches the title; sort by `title` (default) or `createdTime`.
+pub async fn list(Admin(me): Admin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
+    let customers = customers(&st).await?;
+    let mine = |d: &DocRecord| st.doc_tenant(d) == me.tenant;
+    Ok(Json(doc_page(&st, DocKind::Dashboard, p, mine, |d| render(&st, d, &customers, false)).await?))
+}

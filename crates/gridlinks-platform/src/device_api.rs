@@ -1,0 +1,190 @@
+//! ThingsBoard's device API by topic: what a publish from an authenticated device means,
+//! whatever transport carried it (MQTT, and CoAP and custom TCP in MQTT's terms). The
+//! transport owns the socket and its protocol; this module owns
+//! the topic names and payloads, and resolves only once the data is durably committed.
+//!
+//! | topic | meaning |
+//! |---|---|
+//! | `v1/devices/me/telemetry` | time series (every ThingsBoard payload form) |
+//! | `v1/devices/me/attributes` | client-scope attributes |
+//! | `v1/devices/me/attributes/request/{id}` | `{"clientKeys":"a,b","sharedKeys":"c"}` → reply on `…/attributes/response/{id}` |
+//! | `v1/devices/me/rpc/response/{id}` | the device's answer to server-side RPC `{id}` |
+//! | `v1/devices/me/claim` | `{"secretKey","durationMs"}`: the device may be claimed by a customer user (`crate::claims`) |
+//! | `v1/devices/me/rpc/request/{id}` | client-side RPC: `getSessionLimits` answered with the limits, anything else "not supported", on `…/rpc/response/{id}` |
+//! | `v1/gateway/connect`, `v1/gateway/disconnect` | `{"device":"Name","type":"…"}`; sub-devices are created on first use |
+//! | `v1/gateway/telemetry`, `v1/gateway/attributes` | `{"Device A": <telemetry or attributes>}` |
+//!
+//! The gateway topics are for gateways only (`additionalInfo.gateway: true`), and a gateway
+//! writes only to the devices it created (at most `limits.max_devices_per_gateway`) or was
+//! assigned (a "Created" relation from the gateway, `POST /api/relation`). A message naming
+//! any other device is refused whole: nothing of it is stored.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use gridlinks_ingest::{IngestError, Item};
+use gridlinks_storage::StoreError;
+use gridlinks_types::{AttributeScope, DeviceId, Ts};
+use serde_json::{json, Value as J};
+
+use crate::attributes;
+use crate::core::Platform;
+use gridlinks_thingsboard::attributes::AttributeRequest;
+use gridlinks_thingsboard::payload::{self, PayloadError};
+use gridlinks_thingsboard::topic::{attributes_response, is_gateway_topic, rpc_response, DeviceTopic};
+
+/// Why a publish was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    /// Not a ThingsBoard device topic.
+    #[error("unknown topic")]
+    UnknownTopic,
+    /// Refused by the ingest path (payload, gateway rights, storage).
+    #[error("{0}")]
+    Ingest(#[from] IngestError),
+}
+
+impl From<PayloadError> for TopicError {
+    fn from(e: PayloadError) -> Self {
+        Self::Ingest(IngestError::BadPayload(e.to_string()))
+    }
+}
+
+impl From<StoreError> for TopicError {
+    fn from(e: StoreError) -> Self {
+        Self::Ingest(e.into())
+    }
+}
+
+/// A message to publish back to the same connection.
+#[derive(Debug)]
+pub struct Reply {
+    /// Topic.
+    pub topic: String,
+    /// Payload.
+    pub payload: Bytes,
+}
+
+/// The publishes that join a batch (one ingest submit for everything decoded from one
+/// read): telemetry and client attributes of the device itself, parsed here. `None` for
+/// every other topic, which [`handle_publish`] handles one by one.
+pub fn batch_item(st: &Platform, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, PayloadError>> {
+    match DeviceTopic::parse(topic)? {
+        DeviceTopic::Telemetry => Some(telemetry_item(st, device, body)),
+        DeviceTopic::Attributes => Some(attributes_item(st, device, body)),
+        _ => None,
+    }
+}
+
+fn telemetry_item(st: &Platform, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
+    let records = payload::parse_telemetry(body, Ts::now(), st.core.payload_limits())?;
+    Ok(Item::Telemetry { device, records })
+}
+
+fn attributes_item(st: &Platform, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
+    let values = payload::parse_attributes(body, st.core.payload_limits(), true)?;
+    Ok(Item::Attributes { device, scope: AttributeScope::Client, values })
+}
+
+/// Handles one PUBLISH of `device` that is not a [`batch_item`]; resolves after the
+/// durable commit.
+pub async fn handle_publish(
+    st: Arc<Platform>,
+    device: DeviceId,
+    topic: &str,
+    body: Bytes,
+) -> Result<Option<Reply>, TopicError> {
+    let lim = st.core.payload_limits();
+    let parsed = DeviceTopic::parse(topic);
+    // Every topic under v1/gateway/, known or not, is refused to a device that is not a gateway.
+    if is_gateway_topic(topic) && !st.core.ingest.is_gateway(device)? {
+        return Err(IngestError::NotGateway.into());
+    }
+    let Some(parsed) = parsed else {
+        return Err(TopicError::UnknownTopic);
+    };
+    match parsed {
+        DeviceTopic::Telemetry => {
+            st.core.ingest.submit_one(telemetry_item(&st, device, &body)?).await?;
+            Ok(None)
+        }
+        DeviceTopic::Attributes => {
+            st.core.ingest.submit_one(attributes_item(&st, device, &body)?).await?;
+            Ok(None)
+        }
+        DeviceTopic::GatewayConnect => {
+            let (name, device_type) = payload::parse_gateway_device(&body)?;
+            st.core.ingest.gateway_device(device, &name, device_type).await?;
+            Ok(None)
+        }
+        DeviceTopic::GatewayDisconnect => {
+            let (name, _) = payload::parse_gateway_device(&body)?;
+            st.core.ingest.owns(device, &name)?;
+            Ok(None)
+        }
+        DeviceTopic::GatewayTelemetry => {
+            let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
+            let mut items = Vec::with_capacity(per_device.len());
+            for (name, records) in per_device {
+                items.push(Item::Telemetry {
+                    device: st.core.ingest.gateway_device(device, &name, None).await?,
+                    records,
+                });
+            }
+            all_ok(st.core.ingest.submit(items).await)?;
+            Ok(None)
+        }
+        DeviceTopic::GatewayAttributes => {
+            let per_device = payload::parse_gateway_attributes(&body, lim)?;
+            let mut items = Vec::with_capacity(per_device.len());
+            for (name, values) in per_device {
+                let id = st.core.ingest.gateway_device(device, &name, None).await?;
+                items.push(Item::Attributes { device: id, scope: AttributeScope::Client, values });
+            }
+            all_ok(st.core.ingest.submit(items).await)?;
+            Ok(None)
+        }
+        DeviceTopic::AttributeRequest(id) => attribute_request(&st, device, id, &body).await.map(Some),
+        DeviceTopic::Claim => {
+            crate::claims::open_from_device(&st.core, device, &body)?;
+            Ok(None)
+        }
+        DeviceTopic::RpcResponse(n) => {
+            // An answer nobody waits for any more (timed out) is simply dropped, as ThingsBoard does.
+            st.devices.rpc.complete(device, n, body);
+            Ok(None)
+        }
+        DeviceTopic::RpcRequest(id) => {
+            let (max_payload, in_flight) = (st.core.cfg.mqtt.max_packet_size, st.core.cfg.mqtt.receive_maximum);
+            let answer = client_rpc(&body, max_payload, usize::from(in_flight));
+            Ok(Some(Reply { topic: rpc_response(id), payload: Bytes::from(answer.to_string()) }))
+        }
+    }
+}
+
+/// The first failure of a batch, if any.
+fn all_ok(results: Vec<Result<(), IngestError>>) -> Result<(), IngestError> {
+    results.into_iter().collect()
+}
+
+/// Client-side RPC (MQTT and CoAP). ThingsBoard's device SDK asks `getSessionLimits` on
+/// every connect; GridLinks answers with the transport's real limits (no rate limits: empty
+/// strings, as the SDK reads them). Any other method is answered "not supported".
+pub fn client_rpc(body: &[u8], max_payload: usize, max_in_flight: usize) -> J {
+    let method =
+        serde_json::from_slice::<J>(body).ok().and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
+    match method.as_deref() {
+        Some("getSessionLimits") => json!({
+            "maxPayloadSize": max_payload,
+            "maxInflightMessages": max_in_flight,
+            "rateLimits": {"messages": "", "telemetryMessages": "", "telemetryDataPoints": ""},
+        }),
+        _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
+    }
+}
+
+async fn attribute_request(st: &Arc<Platform>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {
+    let req = AttributeRequest::parse_json(body)?;
+    let answer = attributes::read_for_device(&st.core.store, device, req).await?;
+    Ok(Reply { topic: attributes_response(id), payload: Bytes::from(answer.to_string()) })
+}

@@ -1,0 +1,218 @@
+//! Device provisioning, as ThingsBoard does it, for every transport: HTTP
+//! `POST /api/v1/provision`, MQTT `/provision/request` (user name `provision`) and CoAP
+//! `POST /api/v1/provision` all answer through [`provision`].
+//!
+//! A request names a device profile by its provision key and proves it with the profile's
+//! provision secret (`profileData.provisionConfiguration.provisionDeviceSecret`). The
+//! profile's `provisionType` decides:
+//! - `ALLOW_CREATE_NEW_DEVICES`: a device of that name is created with that profile (and
+//!   the token the request gives, or a generated one); one that exists already is refused;
+//! - `CHECK_PRE_PROVISIONED_DEVICES`: the device must exist with that profile and not be
+//!   provisioned yet; it gets the server attribute `provisionState = "provisioned"`;
+//! - `DISABLED`: nothing is provisioned.
+//!
+//! Wrong keys and secrets are throttled like passwords (per source address and per key).
+//! Each profile provisions at most `limits.max_provisions_per_minute` devices a minute (its
+//! key and secret ship in firmware), and a tenant has at most `limits.max_devices_per_tenant`
+//! devices; past either the answer is a `FAILURE` that says which.
+//! The answer is `{"status":"SUCCESS","credentialsType":"ACCESS_TOKEN","credentialsValue":…}`
+//! or `{"status":"NOT_FOUND"|"FAILURE","errorMsg":…}`.
+
+use std::net::IpAddr;
+
+use gridlinks_ingest::Item;
+use gridlinks_storage::{ProfileRecord, SaveDevice, StoreError, WriteOp, WriteOutcome};
+use gridlinks_types::{AttributeScope, Value};
+use serde::Deserialize;
+use serde_json::{json, Value as J};
+
+use crate::core::Platform;
+
+/// The server attribute that marks a pre-provisioned device as provisioned.
+pub const PROVISION_STATE: &str = "provisionState";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    device_name: Option<String>,
+    provision_device_key: String,
+    provision_device_secret: String,
+    credentials_type: Option<String>,
+    token: Option<String>,
+}
+
+fn failure(status: &str, msg: impl Into<String>) -> J {
+    json!({"status": status, "errorMsg": msg.into()})
+}
+
+/// The answer to a provisioning request `body` from `peer`.
+pub async fn provision(p: &Platform, peer: IpAddr, body: &[u8]) -> J {
+    let req: Request = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return failure("FAILURE", format!("invalid provisioning request: {e}")),
+    };
+    let throttle = &p.auth.throttle;
+    let who = format!("\0provision/{}", req.provision_device_key);
+    if let Err(wait) = throttle.check(peer, &who) {
+        return failure(
+            "FAILURE",
+            format!("too many failed provisioning attempts: retry in {} s", wait.as_secs().max(1)),
+        );
+    }
+    let store = p.core.store.clone();
+    let profiles = match tokio::task::spawn_blocking(move || store.profiles()).await {
+        Ok(Ok(p)) => p,
+        _ => return failure("FAILURE", "storage unavailable: retry later"),
+    };
+    let profile = profiles
+        .iter()
+        .find(|p| {
+            !req.provision_device_key.is_empty()
+                && p.doc.get("provisionDeviceKey").and_then(J::as_str) == Some(req.provision_device_key.as_str())
+        })
+        .cloned();
+    let Some(profile) = profile.filter(|p| secret_matches(p, &req.provision_device_secret)) else {
+        throttle.failed(peer, &who);
+        return failure("NOT_FOUND", "no device profile has this provision key and secret");
+    };
+    throttle.succeeded(peer, &who);
+    if let Err(wait) = p.core.guards.provision(profile.id) {
+        return failure(
+            "FAILURE",
+            format!(
+                "too many devices provisioned through this device profile (limits.max_provisions_per_minute): retry in {} s",
+                wait.as_secs().max(1)
+            ),
+        );
+    }
+    match req.credentials_type.as_deref() {
+        None | Some("ACCESS_TOKEN") => {}
+        Some(other) => {
+            return failure("FAILURE", format!("credentialsType {other} is not supported yet: use ACCESS_TOKEN"))
+        }
+    }
+    let name = req.device_name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let token = req.token.filter(|t| !t.is_empty());
+    let outcome = match profile.doc.get("provisionType").and_then(J::as_str) {
+        Some("ALLOW_CREATE_NEW_DEVICES") => create(p, &profile, name, token).await,
+        Some("CHECK_PRE_PROVISIONED_DEVICES") => pre_provisioned(p, &profile, name, token).await,
+        _ => Err(failure("NOT_FOUND", "provisioning is disabled for this device profile")),
+    };
+    match outcome {
+        Ok(token) => json!({"status": "SUCCESS", "credentialsType": "ACCESS_TOKEN", "credentialsValue": token}),
+        Err(answer) => answer,
+    }
+}
+
+/// Compares the secret in constant time (its length aside).
+fn secret_matches(profile: &ProfileRecord, given: &str) -> bool {
+    let Some(secret) = profile
+        .doc
+        .pointer("/profileData/provisionConfiguration/provisionDeviceSecret")
+        .or_else(|| profile.doc.get("provisionDeviceSecret"))
+        .and_then(J::as_str)
+        .filter(|s| !s.is_empty())
+    else {
+        return false;
+    };
+    secret.len() == given.len() && secret.bytes().zip(given.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+fn store_failure(e: StoreError) -> J {
+    match e {
+        StoreError::NameTaken(_) => failure("FAILURE", "a device with this name exists already"),
+        StoreError::TokenTaken => failure("FAILURE", "this access token belongs to another device"),
+        e => failure("FAILURE", e.to_string()),
+    }
+}
+
+async fn create(p: &Platform, profile: &ProfileRecord, name: String, token: Option<String>) -> Result<String, J> {
+    let save = SaveDevice {
+        tenant: profile.tenant,
+        id: None,
+        name,
+        device_type: String::new(),
+        profile: Some(profile.id),
+        label: None,
+        token,
+        additional_info: None,
+    };
+    match p.core.writer.submit(WriteOp::SaveDevice(save)).await {
+        Ok(WriteOutcome::Device(d)) => Ok(d.token),
+        Ok(_) => Err(failure("FAILURE", "unexpected write outcome")),
+        Err(e) => Err(store_failure(e)),
+    }
+}
+
+async fn pre_provisioned(
+    p: &Platform,
+    profile: &ProfileRecord,
+    name: String,
+    token: Option<String>,
+) -> Result<String, J> {
+    let store = p.core.store.clone();
+    let tenant = profile.tenant;
+    let found = tokio::task::spawn_blocking(move || {
+        let Some(d) = store.device_by_name(tenant, &name)? else { return Ok(None) };
+        let keys = [PROVISION_STATE.to_owned()];
+        let state = store.attributes(d.id, Some(AttributeScope::Server), Some(&keys))?;
+        Ok::<_, StoreError>(Some((d, !state.is_empty())))
+    })
+    .await;
+    let (device, provisioned) = match found {
+        Ok(Ok(Some(f))) if f.0.profile_id() == profile.id => f,
+        Ok(Ok(_)) => return Err(failure("NOT_FOUND", "no pre-provisioned device of this name in this profile")),
+        Ok(Err(e)) => return Err(store_failure(e)),
+        Err(_) => return Err(failure("FAILURE", "storage unavailable: retry later")),
+    };
+    if provisioned {
+        return Err(failure("FAILURE", "the device is provisioned already"));
+    }
+    let mut token_now = device.token.clone();
+    if let Some(t) = token.filter(|t| *t != device.token) {
+        let save = SaveDevice {
+            tenant: device.tenant,
+            id: Some(device.id),
+            name: device.name.clone(),
+            device_type: String::new(),
+            profile: Some(profile.id),
+            label: device.label.clone(),
+            token: Some(t),
+            additional_info: device.additional_info.clone(),
+        };
+        match p.core.writer.submit(WriteOp::SaveDevice(save)).await {
+            Ok(WriteOutcome::Device(d)) => token_now = d.token,
+            Ok(_) => return Err(failure("FAILURE", "unexpected write outcome")),
+            Err(e) => return Err(store_failure(e)),
+        }
+    }
+    let values = vec![(PROVISION_STATE.to_owned(), Value::Str("provisioned".into()))];
+    match p.core.ingest.submit_one(Item::Attributes { device: device.id, scope: AttributeScope::Server, values }).await
+    {
+        Ok(()) => Ok(token_now),
+        Err(e) => Err(failure("FAILURE", e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gridlinks_types::ProfileId;
+
+    #[test]
+    fn the_secret_is_read_where_thingsboard_keeps_it() {
+        let profile = |doc: J| ProfileRecord {
+            id: ProfileId::for_name("p"),
+            created_time: 0,
+            name: "p".into(),
+            default: false,
+            doc,
+            tenant: None,
+        };
+        let p = profile(json!({"profileData": {"provisionConfiguration": {"provisionDeviceSecret": "s3cret"}}}));
+        assert!(secret_matches(&p, "s3cret"));
+        assert!(!secret_matches(&p, "s3creT"));
+        assert!(!secret_matches(&p, "s3cret!"));
+        assert!(!secret_matches(&profile(json!({})), ""), "no secret: nothing matches");
+    }
+}

@@ -1,0 +1,86 @@
+//! Running the server: the platform starts (storage, writer, shared services, auth), the
+//! listeners bind, the transports start on the platform, then readiness. Shutdown is
+//! ordered: not ready → no new connections, in-flight requests finish → device connections
+//! acknowledge what is in flight and close → the transports' background work stops → the
+//! write queue drains → final sync.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::Context;
+use gridlinks_platform::config::Config;
+use gridlinks_platform::Platform;
+use tokio::net::{TcpListener, UdpSocket};
+
+/// Binds `bind` (`what` names it in errors).
+async fn bind_tcp(bind: &str, what: &str) -> anyhow::Result<TcpListener> {
+    let addr: SocketAddr = bind.parse().with_context(|| format!("{what}: {bind:?} is not an address"))?;
+    TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} ({what})"))
+}
+
+/// Runs the server until `shutdown` resolves; returns after the final sync.
+pub async fn serve(
+    cfg: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let (platform, running) = Platform::start(cfg, stop_rx.clone()).await?;
+    let cfg = platform.core.cfg.clone();
+
+    let http_listener = bind_tcp(&cfg.http.bind, "http.bind").await?;
+    let http_local = http_listener.local_addr()?;
+    let mqtt_listener = bind_tcp(&cfg.mqtt.bind, "mqtt.bind (MQTT)").await?;
+    let mqtt_local = mqtt_listener.local_addr()?;
+    let ws_listener = match cfg.mqtt.ws_bind.as_str() {
+        "" => None,
+        bind => Some(bind_tcp(bind, "mqtt.ws_bind (MQTT over WebSocket)").await?),
+    };
+    let ws_local = ws_listener.as_ref().map(TcpListener::local_addr).transpose()?;
+    let coap_socket = match cfg.coap.bind.as_str() {
+        "" => None,
+        bind => {
+            let addr: SocketAddr = bind.parse().context("coap.bind")?;
+            Some(UdpSocket::bind(addr).await.with_context(|| format!("cannot listen on {addr} (CoAP, UDP)"))?)
+        }
+    };
+    let coap_local = coap_socket.as_ref().map(UdpSocket::local_addr).transpose()?;
+    let mut tcp_listeners = Vec::with_capacity(cfg.tcp.listeners.len());
+    for l in &cfg.tcp.listeners {
+        tcp_listeners.push(bind_tcp(&l.bind, &format!("custom TCP protocol {}", l.protocol)).await?);
+    }
+
+    // Device connections (MQTT and custom TCP) share one limit, and each holds a sender of
+    // `alive`: once all have ended, the receiver says so.
+    let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+    let limit = Arc::new(tokio::sync::Semaphore::new(cfg.mqtt_max_connections()));
+    let mut mqtt =
+        gridlinks_mqtt::start(&platform, mqtt_listener, ws_listener, stop_rx.clone(), alive.clone(), limit.clone())?;
+    let tcp = gridlinks_tcp::start(&platform, tcp_listeners, stop_rx.clone(), alive, limit)?;
+    let coap = coap_socket.map(|s| tokio::spawn(gridlinks_coap::serve(s, platform.clone(), stop_rx.clone())));
+    let http = gridlinks_http::start(&platform, http_listener, stop_rx);
+    http.status.ready.store(true, Ordering::Release);
+    let tcp_locals: Vec<_> = tcp.iter().map(|(name, _)| name.clone()).collect();
+    tracing::info!(http = %http_local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, tcp = ?tcp_locals, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), console = gridlinks_http::console::embedded(), "gridlinks ready");
+
+    shutdown.await;
+    http.status.ready.store(false, Ordering::Release);
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    let _ = stop.send(true);
+    // Device connections stop reading, acknowledge what is in flight, then close.
+    platform.devices.sessions.shut_down();
+    let mut listeners = vec![("HTTP".to_owned(), http.task)];
+    listeners.extend(mqtt.listeners.drain(..).map(|(what, task)| (what.to_owned(), task)));
+    listeners.extend(coap.map(|task| ("CoAP".to_owned(), task)));
+    listeners.extend(tcp);
+    for (what, task) in listeners {
+        if let Err(e) = task.await {
+            tracing::error!(listener = what, error = %e, "listener task failed");
+        }
+    }
+    let _ = all_closed.recv().await;
+    mqtt.finish().await;
+    running.finish(platform).await?;
+    tracing::info!("shutdown complete: all acknowledged data is on disk");
+    Ok(())
+}
