@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod config;
 mod core;
 pub mod device_api;
+pub mod entities;
 pub mod guards;
 pub mod live;
 pub mod logging;

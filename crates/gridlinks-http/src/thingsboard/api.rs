@@ -21,6 +21,7 @@ use gridlinks_ingest::{IngestError, Item};
 use gridlinks_platform::attributes;
 use gridlinks_platform::auth;
 use gridlinks_platform::auth::{Auth, Caller};
+use gridlinks_platform::entities::devices;
 use gridlinks_platform::Core;
 use gridlinks_platform::Platform;
 use gridlinks_thingsboard::error::ErrorCode;
@@ -163,22 +164,6 @@ pub(crate) fn device_json(st: &Core, d: &gridlinks_storage::DeviceRecord) -> J {
     model::device(&device_view(d), st.tenant_of(d.tenant))
 }
 
-fn no_device(id: DeviceId) -> ApiError {
-    ApiError::not_found(format!("Device with id [{id}] is not found"))
-}
-
-/// A device the caller may see and control: 404 when there is none or it is another
-/// tenant's (the same answer: other tenants' ids are not confirmed), 403 when it is of the
-/// caller's tenant but not assigned to a customer user's customer.
-pub(crate) async fn device_for(st: &Core, me: &Caller, id: DeviceId) -> ApiResult<gridlinks_storage::DeviceRecord> {
-    let store = st.store.clone();
-    let d = blocking(move || store.device(id)).await?.ok_or_else(|| no_device(id))?;
-    if !me.may_use(st.tenant_of(d.tenant), d.customer) {
-        return Err(ApiError::hidden(me, st.tenant_of(d.tenant), || no_device(id)));
-    }
-    Ok(d)
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SaveDeviceParams {
@@ -226,7 +211,7 @@ pub async fn save_device(
         None => None,
     };
     if let Some(id) = id {
-        device_for(&st, &me, id).await?;
+        devices::get(&st, &me, id).await?;
     }
     let token = p.access_token.filter(|t| !t.is_empty());
     if token.is_some() {
@@ -257,7 +242,7 @@ pub async fn save_device(
 
 /// `GET /api/device/{id}`.
 pub async fn get_device(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = device_for(&st, &me, device_id(&id)?).await?;
+    let d = devices::get(&st, &me, device_id(&id)?).await?;
     Ok(Json(device_json(&st, &d)))
 }
 
@@ -267,25 +252,14 @@ pub async fn delete_device(
     State(mqtt): State<Arc<Platform>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let id = device_id(&id)?;
-    device_for(&mqtt.core, &me, id).await?;
-    match mqtt.core.writer.submit(WriteOp::DeleteDevice(id)).await {
-        Ok(_) => {
-            // Its token no longer works; its live MQTT connections go too.
-            mqtt.devices.close(id);
-            mqtt.core.ts.forget_device(id);
-            Ok(StatusCode::OK)
-        }
-        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
-            Err(ApiError::not_found(format!("Device with id [{id}] is not found")))
-        }
-        Err(e) => Err(e.into()),
-    }
+    // Its token no longer works; its live connections go too, on every transport.
+    devices::delete(&mqtt, &me, device_id(&id)?).await?;
+    Ok(StatusCode::OK)
 }
 
 /// `GET /api/device/{id}/credentials`.
 pub async fn get_credentials(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = device_for(&st, &me, device_id(&id)?).await?;
+    let d = devices::get(&st, &me, device_id(&id)?).await?;
     Ok(Json(model::credentials(&device_view(&d))))
 }
 
@@ -323,7 +297,7 @@ pub async fn save_credentials(
 ) -> ApiResult<Json<J>> {
     let b: CredentialsBody = parse_json(&body)?;
     let id = device_id(&b.device_id.id)?;
-    let d = device_for(&st, &me, id).await?;
+    let d = devices::get(&st, &me, id).await?;
     st.guards.check_conflicts(&me).map_err(ApiError::credential_conflicts)?;
     let cred_id = b.credentials_id.filter(|c| !c.is_empty());
     let outcome = match b.credentials_type.as_str() {

@@ -14,33 +14,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use gridlinks_storage::{StoreError, WriteOp, WriteOutcome};
-use gridlinks_types::Ts;
 use serde_json::{json, Value as J};
 
-use super::api::{blocking, device_json};
+use super::api::device_json;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, User};
-use gridlinks_platform::auth::{Authority, Caller};
-use gridlinks_platform::claims::Taken;
+use gridlinks_platform::entities::devices::{self, Claimed};
 use gridlinks_platform::Core;
 use gridlinks_thingsboard::payload::parse_claim;
-
-fn customer_of(me: &Caller) -> ApiResult<uuid::Uuid> {
-    match (me.authority, me.customer) {
-        (Authority::CustomerUser, Some(c)) => Ok(c),
-        _ => Err(ApiError::forbidden()),
-    }
-}
-
-/// The device of the caller's tenant named `name`.
-async fn device_named(st: &Core, me: &Caller, name: String) -> ApiResult<gridlinks_storage::DeviceRecord> {
-    let store = st.store.clone();
-    let tenant = st.stored_tenant(me.tenant);
-    blocking(move || store.device_by_name(tenant, &name))
-        .await?
-        .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))
-}
 
 fn result(status: StatusCode, device: J, response: &str) -> Response {
     (status, Json(json!({"device": device, "response": response}))).into_response()
@@ -55,31 +36,17 @@ pub async fn claim(
     Path(name): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Response> {
-    let customer = customer_of(&me)?;
     let secret = parse_claim(&body).map_err(|e| ApiError::bad_request(e.to_string()))?.secret_key;
-    let d = device_named(&st, &me, name).await?;
-    let taken = st.claims.take(d.id, &secret, Ts::now().0);
-    match (taken, d.customer) {
-        (Taken::Yes, None) => {}
-        (Taken::Yes | Taken::NotOpen, Some(_)) => return Ok(result(StatusCode::BAD_REQUEST, J::Null, "CLAIMED")),
-        _ => return Ok(result(StatusCode::BAD_REQUEST, J::Null, "FAILURE")),
-    }
-    match st.writer.submit(WriteOp::AssignCustomer { device: d.id, customer: Some(customer) }).await {
-        Ok(WriteOutcome::Device(d)) => Ok(result(StatusCode::OK, device_json(&st, &d), "SUCCESS")),
-        Ok(_) => Err(ApiError::internal("unexpected write outcome")),
-        Err(StoreError::DeviceNotFound) => Err(ApiError::not_found("Requested item wasn't found!")),
-        Err(e) => Err(e.into()),
-    }
+    Ok(match devices::claim(&st, &me, name, &secret).await? {
+        Claimed::Yes(d) => result(StatusCode::OK, device_json(&st, &d), "SUCCESS"),
+        Claimed::Already => result(StatusCode::BAD_REQUEST, J::Null, "CLAIMED"),
+        Claimed::Refused => result(StatusCode::BAD_REQUEST, J::Null, "FAILURE"),
+    })
 }
 
 /// `DELETE /api/customer/device/{deviceName}/claim` (a customer user): its customer's
 /// device goes back to the tenant.
 pub async fn reclaim(User(me): User, State(st): State<Arc<Core>>, Path(name): Path<String>) -> ApiResult<StatusCode> {
-    let customer = customer_of(&me)?;
-    let d = device_named(&st, &me, name).await?;
-    if d.customer != Some(customer) {
-        return Err(ApiError::forbidden());
-    }
-    st.writer.submit(WriteOp::AssignCustomer { device: d.id, customer: None }).await?;
+    devices::reclaim(&st, &me, name).await?;
     Ok(StatusCode::OK)
 }

@@ -18,12 +18,13 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, body_id, device_for, device_id, device_json, parse_json, uuid};
+use super::api::{blocking, body_id, device_id, device_json, parse_json, uuid};
 use super::dashboards;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, User, Q};
 use super::paging::{descending, doc_page, page_link, page_of, DocListParams};
 use gridlinks_platform::auth::{Auth, Caller};
+use gridlinks_platform::entities::{self, customers, devices};
 use gridlinks_platform::Core;
 
 type St = State<Arc<Core>>;
@@ -35,41 +36,19 @@ fn render(st: &Core, c: &DocRecord) -> J {
     )
 }
 
-/// A customer the caller may read: a tenant administrator its tenant's, a customer user only
-/// its own (403 for others of its tenant; another tenant's is answered as one that does not
-/// exist).
-pub(crate) async fn load_for(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
-    let store = st.store.clone();
-    let missing = || ApiError::not_found(format!("Customer with id [{id}] is not found"));
-    let c = blocking(move || store.doc(DocKind::Customer, id)).await?.ok_or_else(missing)?;
-    if !me.may_use(st.doc_tenant(&c), Some(id)) {
-        return Err(ApiError::hidden(me, st.doc_tenant(&c), missing));
-    }
-    Ok(c)
-}
-
 /// `POST /api/customer`: create, or update when the body has an id. Titles are unique in
 /// a tenant.
 pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
-    let mut doc: J = parse_json(&body)?;
+    let doc: J = parse_json(&body)?;
     let title = doc.get("title").and_then(J::as_str).unwrap_or_default().to_owned();
-    if title.trim().is_empty() {
-        return Err(ApiError::bad_request("Customer title should be specified!"));
-    }
     let id = body_id(&doc, |s| uuid(s, "customer"))?;
-    if let Some(id) = id {
-        load_for(&st, &me, id).await?;
-    }
-    st.set_doc_tenant(&mut doc, me.tenant);
-    match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Customer, id, title, doc }).await? {
-        WriteOutcome::Doc(c) => Ok(Json(render(&st, &c))),
-        _ => Err(ApiError::internal("unexpected write outcome")),
-    }
+    let c = customers::save(&st, &me, id, title, doc).await?;
+    Ok(Json(render(&st, &c)))
 }
 
 /// `GET /api/customer/{id}`.
 pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let c = load_for(&st, &me, uuid(&id, "customer")?).await?;
+    let c = customers::get(&st, &me, uuid(&id, "customer")?).await?;
     Ok(Json(render(&st, &c)))
 }
 
@@ -81,10 +60,7 @@ pub async fn delete(
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let c = load_for(&st, &me, uuid(&id, "customer")?).await?;
-    st.writer.submit(WriteOp::DeleteCustomer(c.id)).await?;
-    let store = st.store.clone();
-    blocking(move || auth.users.reload(&store)).await?;
+    customers::delete(&st, &auth, &me, uuid(&id, "customer")?).await?;
     Ok(StatusCode::OK)
 }
 
@@ -113,19 +89,8 @@ pub async fn by_title(Admin(me): Admin, State(st): St, Q(p): Q<TitleParams>) -> 
 
 /// Assigns a device of the caller's tenant to one of its customers, or to none.
 async fn assign_device(st: &Core, me: &Caller, device: &str, customer: Option<Uuid>) -> ApiResult<Json<J>> {
-    let device = device_for(st, me, device_id(device)?).await?.id;
-    if let Some(c) = customer {
-        load_for(st, me, c).await?;
-    }
-    let op = WriteOp::AssignCustomer { device, customer };
-    match st.writer.submit(op).await {
-        Ok(WriteOutcome::Device(d)) => Ok(Json(device_json(st, &d))),
-        Ok(_) => Err(ApiError::internal("unexpected write outcome")),
-        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
-            Err(ApiError::not_found(format!("Device with id [{device}] is not found")))
-        }
-        Err(e) => Err(e.into()),
-    }
+    let d = devices::assign_customer(st, me, device_id(device)?, customer).await?;
+    Ok(Json(device_json(st, &d)))
 }
 
 /// `POST /api/customer/{customerId}/device/{deviceId}`: the device, assigned.
@@ -184,7 +149,7 @@ pub async fn devices(
 ) -> ApiResult<Json<J>> {
     let _ = p.sort_property;
     let id = uuid(&customer, "customer")?;
-    load_for(&st, &me, id).await?;
+    customers::get(&st, &me, id).await?;
     let link = page_link(&st, p.page_size, p.page)?;
     let desc = descending(p.sort_order.as_deref())?;
     let store = st.store.clone();
@@ -204,8 +169,8 @@ pub async fn devices(
 }
 
 async fn assign_dashboard(st: &Core, me: &Caller, customer: &str, dashboard: &str, assign: bool) -> ApiResult<Json<J>> {
-    let customer = load_for(st, me, uuid(customer, "customer")?).await?.id;
-    let dashboard = dashboards::load(st, me, uuid(dashboard, "dashboard")?).await?.id;
+    let customer = customers::get(st, me, uuid(customer, "customer")?).await?.id;
+    let dashboard = entities::dashboards::get(st, me, uuid(dashboard, "dashboard")?).await?.id;
     let op = WriteOp::AssignDashboard { dashboard, customer, assign };
     match st.writer.submit(op).await? {
         WriteOutcome::Doc(d) => Ok(Json(dashboards::render(st, &d, &dashboards::customers(st).await?, false))),
@@ -239,9 +204,9 @@ pub async fn dashboards_of(
     Q(p): Q<DocListParams>,
 ) -> ApiResult<Json<J>> {
     let id = uuid(&customer, "customer")?;
-    load_for(&st, &me, id).await?;
+    customers::get(&st, &me, id).await?;
     let customers = dashboards::customers(&st).await?;
-    let assigned = |d: &DocRecord| dashboards::assigned(d, id);
+    let assigned = |d: &DocRecord| entities::dashboards::assigned(d, id);
     let page =
         doc_page(&st, DocKind::Dashboard, p, assigned, |d| dashboards::render(&st, d, &customers, false)).await?;
     Ok(Json(page))

@@ -17,7 +17,8 @@ use super::api::{blocking, body_id, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, User, Q};
 use super::paging::{doc_page, DocListParams};
-use gridlinks_platform::auth::Caller;
+
+use gridlinks_platform::entities::dashboards;
 use gridlinks_platform::Core;
 
 type St = State<Arc<Core>>;
@@ -44,24 +45,6 @@ pub(crate) async fn customers(st: &Core) -> ApiResult<Vec<DocRecord>> {
     blocking(move || store.docs(DocKind::Customer)).await
 }
 
-/// Whether dashboard `d` is assigned to `customer`.
-pub(crate) fn assigned(d: &DocRecord, customer: Uuid) -> bool {
-    let id = J::String(customer.to_string());
-    d.doc.get("assignedCustomerIds").and_then(J::as_array).is_some_and(|a| a.contains(&id))
-}
-
-/// A dashboard the caller may see: its tenant's, and for a customer user only those
-/// assigned to its customer (403 for others).
-pub(crate) async fn load(st: &Core, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
-    let store = st.store.clone();
-    let missing = || ApiError::not_found(format!("Dashboard with id [{id}] is not found"));
-    let d = blocking(move || store.doc(DocKind::Dashboard, id)).await?.ok_or_else(missing)?;
-    if !me.may_use(st.doc_tenant(&d), me.customer) || me.customer.is_some_and(|c| !assigned(&d, c)) {
-        return Err(ApiError::hidden(me, st.doc_tenant(&d), missing));
-    }
-    Ok(d)
-}
-
 /// `POST /api/dashboard`: create, or update when the body has an id.
 pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
     let mut doc: J = parse_json(&body)?;
@@ -74,7 +57,7 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
     }
     let id = body_id(&doc, |s| uuid(s, "dashboard"))?;
     if let Some(id) = id {
-        load(&st, &me, id).await?;
+        dashboards::get(&st, &me, id).await?;
     }
     st.set_doc_tenant(&mut doc, me.tenant);
     match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await? {
@@ -85,19 +68,19 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
 
 /// `GET /api/dashboard/{id}`: with its configuration.
 pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
+    let d = dashboards::get(&st, &me, uuid(&id, "dashboard")?).await?;
     Ok(Json(render(&st, &d, &customers(&st).await?, true)))
 }
 
 /// `GET /api/dashboard/info/{id}`: without it.
 pub async fn info(User(me): User, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
+    let d = dashboards::get(&st, &me, uuid(&id, "dashboard")?).await?;
     Ok(Json(render(&st, &d, &customers(&st).await?, false)))
 }
 
 /// `DELETE /api/dashboard/{id}`.
 pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    let d = load(&st, &me, uuid(&id, "dashboard")?).await?;
+    let d = dashboards::get(&st, &me, uuid(&id, "dashboard")?).await?;
     st.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, d.id)).await?;
     Ok(StatusCode::OK)
 }

@@ -6,6 +6,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridlinks_ingest::IngestError;
+use gridlinks_platform::entities::ServiceError;
 use gridlinks_storage::StoreError;
 use gridlinks_thingsboard::error::{self as tb_error, ErrorCode};
 use gridlinks_types::Ts;
@@ -90,6 +91,17 @@ impl ApiError {
     /// 500 with errorCode 2.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::General, message)
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::NotFound(m) => Self::not_found(m),
+            ServiceError::Forbidden => Self::forbidden(),
+            ServiceError::Invalid(m) => Self::bad_request(m),
+            ServiceError::Store(e) => e.into(),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use super::paging::{descending, page_link, page_of};
 use gridlinks_platform::auth::Caller;
+use gridlinks_platform::entities::profiles;
 use gridlinks_platform::Core;
 
 type St = State<Arc<Core>>;
@@ -31,25 +32,6 @@ pub fn profile_id(s: &str) -> ApiResult<ProfileId> {
 
 fn view(p: &ProfileRecord) -> model::Profile<'_> {
     model::Profile { id: p.id, created_time: p.created_time, name: &p.name, default: p.default, doc: &p.doc }
-}
-
-/// A profile of the caller's tenant (another tenant's is answered as one that does not
-/// exist).
-async fn load(st: &Core, me: &Caller, id: ProfileId) -> ApiResult<ProfileRecord> {
-    let store = st.store.clone();
-    let missing = || ApiError::not_found(format!("Device profile with id [{id}] is not found"));
-    let p = blocking(move || store.profile(id)).await?.ok_or_else(missing)?;
-    if st.tenant_of(p.tenant) != me.tenant {
-        return Err(ApiError::hidden(me, st.tenant_of(p.tenant), missing));
-    }
-    Ok(p)
-}
-
-/// The caller's tenant's profiles, by name.
-async fn of_tenant(st: &Core, me: &Caller) -> ApiResult<Vec<ProfileRecord>> {
-    let store = st.store.clone();
-    let tenant = st.stored_tenant(me.tenant);
-    Ok(blocking(move || store.profiles()).await?.iter().filter(|p| p.tenant == tenant).cloned().collect())
 }
 
 fn json(st: &Core, p: &ProfileRecord, render: fn(&model::Profile<'_>, uuid::Uuid) -> J) -> J {
@@ -78,7 +60,7 @@ async fn page(
 ) -> ApiResult<Json<J>> {
     let link = page_link(st, p.page_size, p.page)?;
     let desc = descending(p.sort_order.as_deref())?;
-    let mut all = of_tenant(st, me).await?;
+    let mut all = profiles::of_tenant(st, me).await?;
     if let Some(q) = p.text_search.map(|q| q.to_lowercase()).filter(|q| !q.is_empty()) {
         all.retain(|r| r.name.to_lowercase().contains(&q));
     }
@@ -111,19 +93,19 @@ pub async fn infos(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiR
 
 /// `GET /api/deviceProfile/{id}`.
 pub async fn get(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let p = load(&st, &me, profile_id(&id)?).await?;
+    let p = profiles::get(&st, &me, profile_id(&id)?).await?;
     Ok(Json(json(&st, &p, model::profile)))
 }
 
 /// `GET /api/deviceProfileInfo/{id}`.
 pub async fn info(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let p = load(&st, &me, profile_id(&id)?).await?;
+    let p = profiles::get(&st, &me, profile_id(&id)?).await?;
     Ok(Json(json(&st, &p, model::profile_info)))
 }
 
 /// `GET /api/deviceProfileInfo/default`.
 pub async fn default_info(Admin(me): Admin, State(st): St) -> ApiResult<Json<J>> {
-    let all = of_tenant(&st, &me).await?;
+    let all = profiles::of_tenant(&st, &me).await?;
     let p = all.iter().find(|p| p.default).ok_or_else(|| ApiError::not_found("No default device profile"))?;
     Ok(Json(json(&st, p, model::profile_info)))
 }
@@ -150,7 +132,7 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
     }
     let id = body_id(&doc, profile_id)?;
     if let Some(id) = id {
-        load(&st, &me, id).await?;
+        profiles::get(&st, &me, id).await?;
     }
     if let Some(key) = doc.get("provisionDeviceKey").and_then(J::as_str).filter(|k| !k.is_empty()) {
         let store = st.store.clone();
@@ -185,7 +167,7 @@ pub async fn names(Admin(me): Admin, State(st): St, Q(p): Q<NamesParams>) -> Api
         Ok(used)
     })
     .await?;
-    let all = of_tenant(&st, &me).await?;
+    let all = profiles::of_tenant(&st, &me).await?;
     let list = all
         .iter()
         .filter(|p| !active || used.contains(&p.id))
@@ -197,14 +179,14 @@ pub async fn names(Admin(me): Admin, State(st): St, Q(p): Q<NamesParams>) -> Api
 /// `DELETE /api/deviceProfile/{id}`: refused (400) for the default profile and for one
 /// that devices use.
 pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    let p = load(&st, &me, profile_id(&id)?).await?;
+    let p = profiles::get(&st, &me, profile_id(&id)?).await?;
     st.writer.submit(WriteOp::DeleteProfile(p.id)).await?;
     Ok(StatusCode::OK)
 }
 
 /// `POST /api/deviceProfile/{id}/default`: makes it the default profile.
 pub async fn set_default(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let p = load(&st, &me, profile_id(&id)?).await?;
+    let p = profiles::get(&st, &me, profile_id(&id)?).await?;
     match st.writer.submit(WriteOp::SetDefaultProfile(p.id)).await? {
         WriteOutcome::Profile(p) => Ok(Json(json(&st, &p, model::profile))),
         _ => Err(ApiError::internal("unexpected write outcome")),

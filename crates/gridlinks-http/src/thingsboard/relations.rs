@@ -11,15 +11,15 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use gridlinks_storage::WriteOp;
 use gridlinks_types::DeviceId;
 use serde::Deserialize;
 use serde_json::{json, Value as J};
 use std::sync::Arc;
 
-use super::api::{blocking, device_for, parse_json};
+use super::api::parse_json;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
+use gridlinks_platform::entities::devices;
 use gridlinks_platform::Core;
 use gridlinks_thingsboard::model::{relation, EntityId, CREATED};
 
@@ -48,22 +48,11 @@ fn created_only(relation_type: &str) -> ApiResult<()> {
     }
 }
 
-async fn assign(st: &Core, device: DeviceId, gateway: Option<DeviceId>) -> ApiResult<()> {
-    st.writer.submit(WriteOp::AssignGateway { device, gateway }).await?;
-    Ok(())
-}
-
 /// `POST /api/relation`: assigns `to` to gateway `from`.
 pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<StatusCode> {
     let r: RelationBody = parse_json(&body)?;
     created_only(&r.relation_type)?;
-    let (gateway, device) = (device_ref(&r.from)?, device_ref(&r.to)?);
-    if gateway == device {
-        return Err(ApiError::bad_request("a device cannot be its own gateway"));
-    }
-    device_for(&st, &me, gateway).await?;
-    device_for(&st, &me, device).await?;
-    assign(&st, device, Some(gateway)).await?;
+    devices::relate_gateway(&st, &me, device_ref(&r.from)?, device_ref(&r.to)?).await?;
     Ok(StatusCode::OK)
 }
 
@@ -88,11 +77,7 @@ pub async fn delete(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) ->
     let (Some(gateway), Some(device)) = (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) else {
         return Err(ApiError::bad_request("fromId and toId are required"));
     };
-    let current = device_for(&st, &me, device).await?;
-    if current.gateway != Some(gateway) {
-        return Err(ApiError::not_found("Requested item wasn't found!"));
-    }
-    assign(&st, device, None).await?;
+    devices::unrelate_gateway(&st, &me, gateway, device).await?;
     Ok(StatusCode::OK)
 }
 
@@ -103,15 +88,13 @@ pub async fn list(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) -> A
     if p.relation_type.as_deref().is_some_and(|t| t != CREATED) {
         return Ok(Json(json!([])));
     }
-    let store = st.store.clone();
     match (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) {
         (Some(gateway), None) => {
-            device_for(&st, &me, gateway).await?;
-            let devices = blocking(move || store.gateway_devices(gateway)).await?;
-            Ok(Json(J::Array(devices.into_iter().map(|d| relation(gateway, d)).collect())))
+            let of = devices::of_gateway(&st, &me, gateway).await?;
+            Ok(Json(J::Array(of.into_iter().map(|d| relation(gateway, d)).collect())))
         }
         (None, Some(device)) => {
-            let gateway = device_for(&st, &me, device).await?.gateway;
+            let gateway = devices::get(&st, &me, device).await?.gateway;
             Ok(Json(J::Array(gateway.map(|g| relation(g, device)).into_iter().collect())))
         }
         _ => Err(ApiError::bad_request("give either fromId and fromType, or toId and toType")),

@@ -112,7 +112,7 @@ async fn call(
     let requested = req.get("timeout").and_then(J::as_u64).map(Duration::from_millis);
     let timeout =
         requested.unwrap_or(st.core.cfg.rpc.default_timeout.duration()).max(st.core.cfg.rpc.min_timeout.duration());
-    super::api::device_for(&st.core, me, device).await?;
+    gridlinks_platform::entities::devices::get(&st.core, me, device).await?;
     let payload = Bytes::from(json!({"method": method, "params": params}).to_string());
     Ok(match st.devices.call(&st.core, device, payload, timeout, two_way).await? {
         Outcome::Sent => StatusCode::OK.into_response(),

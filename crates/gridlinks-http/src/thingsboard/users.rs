@@ -288,7 +288,7 @@ pub async fn of_customer(
     Path(c): Path<String>,
     Q(p): Q<DocListParams>,
 ) -> ApiResult<Json<J>> {
-    let c = super::customers::load_for(&st, &me, uuid(&c, "customer")?).await?.id;
+    let c = gridlinks_platform::entities::customers::get(&st, &me, uuid(&c, "customer")?).await?.id;
     Ok(Json(page_of_users(&st, &auth, &me, p, |u| u.customer == Some(c)).await?))
 }
 

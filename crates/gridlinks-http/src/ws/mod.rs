@@ -50,6 +50,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::app::Http;
 use gridlinks_platform::auth::{Auth, Caller};
+use gridlinks_platform::entities::ServiceError;
 use gridlinks_platform::Core;
 
 /// A session's outgoing queue, as the hub sees it.
@@ -847,16 +848,16 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Refusal> + Se
 async fn device_for(core: &Core, caller: &Caller, entity_type: &str, id: &str) -> Result<DeviceId, Refusal> {
     let id = gridlinks_thingsboard::model::entity_device_id(entity_type, id)
         .map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
-    let store = core.store.clone();
-    let missing = || (code::BAD_REQUEST, "Device with requested id wasn't found!".to_owned());
-    let d = blocking(move || store.device(id).map_err(internal)).await?.ok_or_else(missing)?;
-    let tenant = core.tenant_of(d.tenant);
-    if !caller.may_use(tenant, d.customer) {
+    match gridlinks_platform::entities::devices::get(core, caller, id).await {
+        Ok(_) => {}
         // Another tenant's device is answered as one that does not exist (as REST does).
-        if !caller.knows_tenant(tenant) {
-            return Err(missing());
+        Err(ServiceError::NotFound(_)) => {
+            return Err((code::BAD_REQUEST, "Device with requested id wasn't found!".to_owned()))
         }
-        return Err((code::UNAUTHORIZED, "You don't have permission to perform this operation!".into()));
+        Err(ServiceError::Forbidden) => {
+            return Err((code::UNAUTHORIZED, "You don't have permission to perform this operation!".into()))
+        }
+        Err(e) => return Err((code::INTERNAL_ERROR, e.to_string())),
     }
     Ok(id)
 }
