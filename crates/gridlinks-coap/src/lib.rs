@@ -1,3 +1,7 @@
+//! The CoAP transport: it owns the UDP socket and the CoAP exchange rules, and stands on
+//! `gridlinks-platform` alone (what a device message means, device sessions for
+//! observations, provisioning, claims) — it never reaches into another transport.
+//!
 //! ThingsBoard's CoAP device API (RFC 7252 over UDP, `coap.bind`):
 //! `POST /api/v1/{token}/telemetry` and `/attributes` (2.01 Created once durable),
 //! `GET /api/v1/{token}/attributes?clientKeys=&sharedKeys=` (2.05 Content), Observe on
@@ -6,7 +10,7 @@
 //!
 //! Packets are parsed by `coap-lite` after the stricter checks of
 //! `gridlinks_thingsboard::coap::message` (sans-IO, like the exchange store and the Echo
-//! values); this module owns the exchange rules:
+//! values); this crate owns the exchange rules:
 //!
 //! - a datagram of another CoAP version than 1 is ignored; a message format error (a
 //!   payload marker with no payload, a reserved option nibble, …) gets a Reset if it is

@@ -1,104 +1,24 @@
 //! The HTTP router over the platform: every route of the REST API, the HTTP device API,
 //! the WebSocket API and the console; `/healthz`, `/readyz` and `/metrics`; and the
-//! router's state ([`Http`]).
+//! routes' paths.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{any, delete, get, post, put};
 use axum::Router;
 use gridlinks_platform::metrics;
-use gridlinks_platform::{Core, Platform};
+use gridlinks_platform::Core;
 use gridlinks_storage::Health;
 
+use crate::state::{Http, Status, BULK_IMPORT_PATH};
 use crate::thingsboard::{
     api, api_keys, claim, customers, dashboards, device_api, profiles, relations, tenants, users,
 };
 use crate::thingsboard::{mqtt_clients, rpc};
-use gridlinks_platform::auth::Auth;
-
-/// Readiness and the HTTP side's own counters.
-#[derive(Default)]
-pub struct Status {
-    /// False until start-up completes and again during shutdown.
-    pub ready: AtomicBool,
-    /// Device payloads refused as malformed or over limits.
-    pub payload_rejected: AtomicU64,
-    /// HTTP connections refused at `http.max_connections` or
-    /// `http.max_connections_per_address` with every connection in the way busy.
-    pub http_over_limit: AtomicU64,
-}
-
-/// The HTTP router's state: one handle per subsystem. A handler asks for the one it needs —
-/// `State<Arc<Core>>`, `State<Arc<Auth>>`, `State<Arc<Platform>>` (device sessions, RPC,
-/// application credentials), `State<Arc<Status>>` — through [`FromRef`]. axum clones the
-/// state for every request: one reference count.
-#[derive(Clone)]
-pub struct Http(Arc<Handles>);
-
-impl Http {
-    /// The state of the routes over `platform`.
-    pub fn new(platform: Arc<Platform>, status: Arc<Status>, ws: Arc<crate::ws::Hub>) -> Self {
-        Self(Arc::new(Handles {
-            core: Arc::new(platform.core.clone()),
-            auth: platform.auth.clone(),
-            platform,
-            status,
-            ws,
-        }))
-    }
-}
-
-/// What [`Http`] hands out.
-pub struct Handles {
-    /// Storage, ingest, configuration.
-    pub core: Arc<Core>,
-    /// The administrator's login, tokens and the password-check defences.
-    pub auth: Arc<Auth>,
-    /// Device sessions, RPC, application credentials, metrics.
-    pub platform: Arc<Platform>,
-    /// Readiness and counters.
-    pub status: Arc<Status>,
-    /// WebSocket API subscriptions.
-    pub ws: Arc<crate::ws::Hub>,
-}
-
-impl std::ops::Deref for Http {
-    type Target = Handles;
-    fn deref(&self) -> &Handles {
-        &self.0
-    }
-}
-
-impl FromRef<Http> for Arc<Core> {
-    fn from_ref(h: &Http) -> Self {
-        h.core.clone()
-    }
-}
-
-impl FromRef<Http> for Arc<Auth> {
-    fn from_ref(h: &Http) -> Self {
-        h.auth.clone()
-    }
-}
-
-impl FromRef<Http> for Arc<Platform> {
-    fn from_ref(h: &Http) -> Self {
-        h.platform.clone()
-    }
-}
-
-impl FromRef<Http> for Arc<Status> {
-    fn from_ref(h: &Http) -> Self {
-        h.status.clone()
-    }
-}
-
-/// The bulk import's path: its bodies may be larger (`http.max_import_bytes`).
-pub const BULK_IMPORT_PATH: &str = "/api/device/bulk_import";
 
 /// The HTTP routes.
 pub fn router(state: Http) -> Router {

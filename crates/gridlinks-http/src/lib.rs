@@ -9,6 +9,7 @@
 pub mod app;
 pub mod console;
 pub mod metrics;
+pub mod state;
 pub mod thingsboard;
 pub mod ws;
 
@@ -21,7 +22,7 @@ use gridlinks_platform::Platform;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use app::{Http, Status, BULK_IMPORT_PATH};
+pub use state::{Http, Status, BULK_IMPORT_PATH};
 
 /// The running HTTP transport.
 pub struct Running {

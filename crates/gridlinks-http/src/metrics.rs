@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use gridlinks_platform::metrics::{counter, gauge, load, DescriptorEncoder, Source};
 
-use crate::app::Status;
+use crate::state::Status;
 use crate::ws::Hub;
 
 /// The HTTP side's counters.

@@ -20,7 +20,7 @@ use gridlinks_storage::WriteOp;
 use parking_lot::Mutex;
 
 use super::{pubsub, retained, Mqtt};
-use gridlinks_platform::live;
+use crate::canonical;
 
 /// How often groups without a member here are let go.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -44,7 +44,7 @@ impl SharedGroups {
         if consumers.get(full).is_some_and(ShareConsumer::is_running) {
             return;
         }
-        let data_too = live::may_match(full_filter(full));
+        let data_too = canonical::may_match(full_filter(full));
         match ShareConsumer::start(&self.settings, full, data_too, handler(Arc::downgrade(st), full.to_owned())) {
             Ok(c) => {
                 consumers.insert(full.to_owned(), c);
@@ -93,7 +93,7 @@ fn handler(st: Weak<Mqtt>, full: String) -> impl FnMut(Event) -> Handled + Send 
                 None => return Handled::Done,
             },
             Event::Data(WriteOp::Telemetry { device, records }) => match st.core.store.device(device) {
-                Ok(Some(d)) => (String::new(), live::message(&d, &records), false),
+                Ok(Some(d)) => (String::new(), canonical::message(&d, &records), false),
                 // Deleted since: no topic any more.
                 Ok(None) => return Handled::Done,
                 Err(e) => {

@@ -1,4 +1,7 @@
-//! Devices' own binary protocols over TCP (`[[tcp.listeners]]`). Each connection's bytes are
+//! The custom TCP transport: devices' own binary protocols over TCP (`[[tcp.listeners]]`).
+//! It owns the sockets, the framing and decoding loop and the script pool, and stands on
+//! `gridlinks-platform` alone (ingest, device sessions, connection counts) — it never
+//! reaches into another transport. Each connection's bytes are
 //! cut into frames (`gridlinks-framing`), decoded (`gridlinks-protocols`: natively or by a
 //! user's script), bound to the device the first decoded identity names, and committed
 //! through the ingest boundary; a frame's replies go out only once what it carried is

@@ -14,7 +14,7 @@ use serde_json::Value as J;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
-use crate::app::Status;
+use crate::state::Status;
 use gridlinks_platform::attributes;
 use gridlinks_platform::Core;
 use gridlinks_thingsboard::attributes::AttributeRequest;

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
-use crate::app::Http;
+use crate::state::Http;
 use gridlinks_platform::auth::{AuthError, Authority, Caller};
 use gridlinks_thingsboard::error::ErrorCode;
 
@@ -37,8 +37,11 @@ impl FromRequest<Http> for Body {
     async fn from_request(req: Request, state: &Http) -> Result<Self, ApiError> {
         let http = &state.core.cfg.http;
         // A body declared larger than the limit is refused before it is waited for.
-        let limit =
-            if req.uri().path() == crate::app::BULK_IMPORT_PATH { http.max_import_bytes } else { http.max_body_bytes };
+        let limit = if req.uri().path() == crate::state::BULK_IMPORT_PATH {
+            http.max_import_bytes
+        } else {
+            http.max_body_bytes
+        };
         let declared =
             req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {

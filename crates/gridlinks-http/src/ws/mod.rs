@@ -48,7 +48,7 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use tokio::sync::{mpsc, Notify};
 
-use crate::app::Http;
+use crate::state::Http;
 use gridlinks_platform::auth::{Auth, Caller};
 use gridlinks_platform::entities::ServiceError;
 use gridlinks_platform::Core;

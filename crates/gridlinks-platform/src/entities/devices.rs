@@ -109,7 +109,9 @@ pub async fn claim(core: &Core, me: &Caller, name: String, secret: &str) -> Serv
     let d = named(core, me, name).await?;
     let taken = core.claims.take(d.id, secret, gridlinks_types::Ts::now().0);
     match (taken, d.customer) {
-        (crate::claims::Taken::Yes, None) => Ok(Claimed::Yes(Box::new(set_customer(core, d.id, Some(customer)).await?))),
+        (crate::claims::Taken::Yes, None) => {
+            Ok(Claimed::Yes(Box::new(set_customer(core, d.id, Some(customer)).await?)))
+        }
         (crate::claims::Taken::Yes | crate::claims::Taken::NotOpen, Some(_)) => Ok(Claimed::Already),
         _ => Ok(Claimed::Refused),
     }

@@ -417,6 +417,7 @@ pub const OPEN_ROUTES: &[&str] = &[
 /// telemetry prefix `/api/plugins/telemetry/{entity_type}/{id}`).
 pub fn server_routes() -> Vec<String> {
     let src = include_str!("../../../gridlinks-http/src/app.rs");
+    let state = include_str!("../../../gridlinks-http/src/state.rs");
     let mut out = Vec::new();
     for part in src.split(".route(").skip(1) {
         let part = part.trim_start();
@@ -429,8 +430,8 @@ pub fn server_routes() -> Vec<String> {
         } else if let Some(name) =
             part.split(',').next().filter(|n| n.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
         {
-            // A path constant of app.rs.
-            let def = src.split(&format!("const {name}: &str = \"")).nth(1).expect("the path constant's definition");
+            // A path constant of the HTTP transport's state.
+            let def = state.split(&format!("const {name}: &str = \"")).nth(1).expect("the path constant's definition");
             def.split('"').next().unwrap().to_owned()
         } else {
             panic!("cannot read route: {}", &part[..40.min(part.len())]);
