@@ -17,11 +17,12 @@ use serde::Deserialize;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::api::{blocking, parse_json, uuid};
+use super::api::{parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, User, Q};
 use super::paging::{doc_page, DocListParams};
-use gridlinks_platform::auth::{api_keys, Auth, Caller};
+use gridlinks_platform::auth::{api_keys, Auth};
+use gridlinks_platform::entities::{api_keys as keys, users};
 use gridlinks_platform::Core;
 
 type St = State<Arc<Core>>;
@@ -37,46 +38,6 @@ fn info(st: &Core, d: &DocRecord) -> J {
         enabled: field("enabled").and_then(J::as_bool).unwrap_or(true),
     };
     model::api_key_info(&key, st.doc_tenant(d), Ts::now().0)
-}
-
-/// Whose key `d` is.
-fn owner(d: &DocRecord) -> Option<Uuid> {
-    d.doc.get("userId").and_then(J::as_str).and_then(|u| u.parse().ok())
-}
-
-/// The user whose keys the caller would manage: itself, or a user it manages (404 when
-/// there is none or it is of another tenant, 403 when it is not the caller's to manage).
-fn managed_user(auth: &Auth, me: &Caller, user: Uuid) -> ApiResult<Caller> {
-    let missing = || ApiError::not_found(format!("User with id [{user}] is not found"));
-    let e = auth.users.by_id(user).ok_or_else(missing)?;
-    if e.caller.user != me.user && !me.may_manage(&e.caller) {
-        return Err(ApiError::hidden(me, e.caller.tenant, missing));
-    }
-    Ok(e.caller.clone())
-}
-
-/// A key the caller may manage.
-async fn load(st: &Core, auth: &Auth, me: &Caller, id: Uuid) -> ApiResult<DocRecord> {
-    let store = st.store.clone();
-    let missing = || ApiError::not_found(format!("API key with id [{id}] is not found"));
-    let d = blocking(move || store.doc(DocKind::ApiKey, id)).await?.ok_or_else(missing)?;
-    match owner(&d).and_then(|u| auth.users.by_id(u)) {
-        Some(e) if managed_user(auth, me, e.caller.user).is_ok() => Ok(d),
-        // Another tenant's user's key is not confirmed, nor one whose user is gone.
-        Some(e) => Err(ApiError::hidden(me, e.caller.tenant, missing)),
-        None => Err(missing()),
-    }
-}
-
-/// Stores `d` (an update of an existing key) and takes it into the keys in force.
-async fn store(st: &Core, auth: &Auth, id: Option<Uuid>, title: String, doc: J) -> ApiResult<DocRecord> {
-    match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::ApiKey, id, title, doc }).await? {
-        WriteOutcome::Doc(d) => {
-            auth.api_keys.put(&d);
-            Ok(d)
-        }
-        _ => Err(ApiError::internal("unexpected write outcome")),
-    }
 }
 
 #[derive(Deserialize)]
@@ -101,7 +62,7 @@ pub async fn create(
         Some(u) => uuid(&u.id, "user")?,
         None => me.user,
     };
-    let owner = managed_user(&auth, &me, user)?;
+    let owner = users::keys_owner(&auth, &me, user)?;
     let expiration = b.expiration_time.unwrap_or(0);
     if expiration < 0 {
         return Err(ApiError::bad_request("expirationTime must be 0 (never) or a time in ms since epoch"));
@@ -134,8 +95,8 @@ pub async fn list(
     Q(p): Q<DocListParams>,
 ) -> ApiResult<Json<J>> {
     let user = uuid(&user, "user")?;
-    managed_user(&auth, &me, user)?;
-    Ok(Json(doc_page(&st, DocKind::ApiKey, p, |d| owner(d) == Some(user), |d| info(&st, d)).await?))
+    users::keys_owner(&auth, &me, user)?;
+    Ok(Json(doc_page(&st, DocKind::ApiKey, p, |d| keys::owner(d) == Some(user), |d| info(&st, d)).await?))
 }
 
 /// `PUT /api/apiKey/{id}/enabled/{value}`.
@@ -145,11 +106,11 @@ pub async fn set_enabled(
     State(auth): State<Arc<Auth>>,
     Path((id, enabled)): Path<(String, bool)>,
 ) -> ApiResult<Json<J>> {
-    let mut d = load(&st, &auth, &me, uuid(&id, "API key")?).await?;
+    let mut d = keys::get(&st, &auth, &me, uuid(&id, "API key")?).await?;
     if let Some(o) = d.doc.as_object_mut() {
         o.insert("enabled".into(), enabled.into());
     }
-    let d = store(&st, &auth, Some(d.id), d.title, d.doc).await?;
+    let d = keys::store(&st, &auth, Some(d.id), d.title, d.doc).await?;
     Ok(Json(info(&st, &d)))
 }
 
@@ -165,12 +126,12 @@ pub async fn set_description(
         Ok(J::String(s)) => s,
         _ => String::from_utf8_lossy(&body).into_owned(),
     };
-    let mut d = load(&st, &auth, &me, uuid(&id, "API key")?).await?;
+    let mut d = keys::get(&st, &auth, &me, uuid(&id, "API key")?).await?;
     if let Some(o) = d.doc.as_object_mut() {
         o.insert("description".into(), text.clone().into());
     }
     let title = if text.trim().is_empty() { "API key".to_owned() } else { text };
-    let d = store(&st, &auth, Some(d.id), title, d.doc).await?;
+    let d = keys::store(&st, &auth, Some(d.id), title, d.doc).await?;
     Ok(Json(info(&st, &d)))
 }
 
@@ -181,7 +142,7 @@ pub async fn delete(
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let id = load(&st, &auth, &me, uuid(&id, "API key")?).await?.id;
+    let id = keys::get(&st, &auth, &me, uuid(&id, "API key")?).await?.id;
     st.writer.submit(WriteOp::DeleteDoc(DocKind::ApiKey, id)).await?;
     auth.api_keys.remove(id);
     Ok(StatusCode::OK)

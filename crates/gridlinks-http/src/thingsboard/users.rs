@@ -25,6 +25,7 @@ use super::extract::{lenient_bool, Admin, Body, SysAdmin, User, Q};
 use super::paging::{doc_page, DocListParams};
 use gridlinks_platform::auth::users::{self as u, Authority, Caller, Entry};
 use gridlinks_platform::auth::{Auth, AuthError};
+use gridlinks_platform::entities::users;
 use gridlinks_platform::Core;
 
 type St = State<Arc<Core>>;
@@ -77,17 +78,6 @@ async fn render_entry(st: &Core, e: &Entry) -> ApiResult<J> {
         "phone": null,
         "additionalInfo": {},
     }))
-}
-
-/// A user the caller manages (403 otherwise; 404 when there is none or it is of another
-/// tenant, which a tenant's users do not learn of).
-fn managed(auth: &Auth, me: &Caller, id: Uuid) -> ApiResult<std::sync::Arc<Entry>> {
-    let missing = || ApiError::not_found(format!("User with id [{id}] is not found"));
-    let e = auth.users.by_id(id).ok_or_else(missing)?;
-    if !me.may_manage(&e.caller) {
-        return Err(ApiError::hidden(me, e.caller.tenant, missing));
-    }
-    Ok(e)
 }
 
 async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
@@ -175,7 +165,7 @@ pub async fn save(
     }
     let id = body_id(&b, |s| uuid(s, "user"))?;
     if let Some(id) = id {
-        let old = managed(&auth, &me, id)?;
+        let old = users::managed(&auth, &me, id)?;
         if old.configured {
             return Err(ApiError::bad_request("The users of the configuration are changed in the configuration"));
         }
@@ -226,7 +216,7 @@ pub async fn get(
     let id = uuid(&id, "user")?;
     let e = match id == me.user {
         true => auth.users.by_id(id).ok_or_else(|| ApiError::unauthorized("Invalid JWT token"))?,
-        false => managed(&auth, &me, id)?,
+        false => users::managed(&auth, &me, id)?,
     };
     Ok(Json(render_entry(&st, &e).await?))
 }
@@ -244,13 +234,7 @@ pub async fn delete(
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let id = uuid(&id, "user")?;
-    if id == me.user || managed(&auth, &me, id)?.configured {
-        return Err(ApiError::bad_request("The administrator of the configuration, or yourself, cannot be deleted"));
-    }
-    st.writer.submit(WriteOp::DeleteDoc(DocKind::User, id)).await?;
-    auth.users.remove(id);
-    auth.api_keys.remove_user(id);
+    users::delete(&st, &auth, &me, uuid(&id, "user")?).await?;
     Ok(StatusCode::OK)
 }
 
@@ -309,7 +293,7 @@ pub async fn of_tenant(
 /// the user stop working), valid for 24 hours; only its SHA-256 is stored.
 async fn activation_link(st: &Core, auth: &Auth, me: &Caller, headers: &HeaderMap, id: &str) -> ApiResult<String> {
     let id = uuid(id, "user")?;
-    let user = managed(auth, me, id)?;
+    let user = users::managed(auth, me, id)?;
     if user.hash.is_some() {
         return Err(ApiError::bad_request("User is already activated!"));
     }

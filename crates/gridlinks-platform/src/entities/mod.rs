@@ -5,10 +5,12 @@
 //! another tenant is answered as one that does not exist unless the caller may know that
 //! tenant ([`hidden`]).
 
+pub mod api_keys;
 pub mod customers;
 pub mod dashboards;
 pub mod devices;
 pub mod profiles;
+pub mod users;
 
 use gridlinks_storage::StoreError;
 use uuid::Uuid;
