@@ -249,11 +249,11 @@ pub async fn get_device(User(me): User, State(st): St, Path(id): Path<String>) -
 /// `DELETE /api/device/{id}`: the device, its data and its token go at once.
 pub async fn delete_device(
     Admin(me): Admin,
-    State(mqtt): State<Arc<Platform>>,
+    State(p): State<Arc<Platform>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     // Its token no longer works; its live connections go too, on every transport.
-    devices::delete(&mqtt, &me, device_id(&id)?).await?;
+    devices::delete(&p, &me, device_id(&id)?).await?;
     Ok(StatusCode::OK)
 }
 
@@ -826,36 +826,36 @@ pub async fn get_attributes_scope(
 /// `POST …/attributes/{scope}` (SERVER_SCOPE or SHARED_SCOPE).
 pub async fn post_attributes(
     User(me): User,
-    State(mqtt): State<Arc<Platform>>,
+    State(p): State<Arc<Platform>>,
     Path((et, id, sc)): Path<(String, String, String)>,
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    save_attributes(&mqtt, &me, &et, &id, &sc, &body).await
+    save_attributes(&p, &me, &et, &id, &sc, &body).await
 }
 
 /// `POST /api/plugins/telemetry/{deviceId}/{scope}`: ThingsBoard's older device-only form.
 pub async fn post_device_attributes(
     User(me): User,
-    State(mqtt): State<Arc<Platform>>,
+    State(p): State<Arc<Platform>>,
     Path((id, sc)): Path<(String, String)>,
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    save_attributes(&mqtt, &me, "DEVICE", &id, &sc, &body).await
+    save_attributes(&p, &me, "DEVICE", &id, &sc, &body).await
 }
 
 /// Stores server or shared attributes; devices connected over MQTT and subscribed to
 /// `v1/devices/me/attributes` get a shared change at once.
 async fn save_attributes(
-    mqtt: &Platform,
+    p: &Platform,
     me: &Caller,
     et: &str,
     id: &str,
     sc: &str,
     body: &[u8],
 ) -> ApiResult<StatusCode> {
-    let st = &mqtt.core;
+    let st = &p.core;
     let sc = scope(sc)?;
     if sc == AttributeScope::Client {
         return Err(ApiError::bad_request("Invalid scope: CLIENT_SCOPE"));
@@ -865,7 +865,7 @@ async fn save_attributes(
     let pushed = (sc == AttributeScope::Shared).then(|| values.clone());
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
     if let Some(values) = pushed {
-        mqtt.devices.push_shared(device, &values);
+        p.devices.push_shared(device, &values);
     }
     Ok(StatusCode::OK)
 }

@@ -98,11 +98,11 @@ pub async fn list(_: SysAdmin, State(st): St, Q(p): Q<DocListParams>) -> ApiResu
 /// and MQTT clients' connections end at once. The first tenant cannot be deleted.
 pub async fn delete(
     _: SysAdmin,
-    State(mqtt): State<Arc<Platform>>,
+    State(p): State<Arc<Platform>>,
     State(auth): State<Arc<Auth>>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let st = &mqtt.core;
+    let st = &p.core;
     let id = load(st, uuid(&id, "tenant")?).await?.id;
     if id == st.tenant_id {
         return Err(ApiError::bad_request(
@@ -112,12 +112,12 @@ pub async fn delete(
     let store = st.store.clone();
     let devices: Vec<_> =
         blocking(move || store.devices()).await?.into_iter().filter(|d| d.tenant == Some(id)).map(|d| d.id).collect();
-    let usernames = mqtt.clients.of_tenant(Some(id))?.into_iter().map(|c| c.username).collect();
-    mqtt.clients.delete(&mqtt.core.writer, usernames).await?;
+    let usernames = p.clients.of_tenant(Some(id))?.into_iter().map(|c| c.username).collect();
+    p.clients.delete(&p.core.writer, usernames).await?;
     st.writer.submit(WriteOp::DeleteTenant(id)).await?;
     auth.users.remove_tenant(id);
     for d in devices {
-        mqtt.devices.close(d);
+        p.devices.close(d);
     }
     Ok(StatusCode::OK)
 }
