@@ -1,5 +1,6 @@
-//! GridLinks' MQTT broker core. It owns no sockets: the transport (in
-//! `gridlinks-server`) feeds it and drains it.
+//! GridLinks' MQTT broker core. It owns no sockets: the transports (`gridlinks-mqtt`, and
+//! CoAP and custom TCP for their device sessions, through `gridlinks-platform`'s
+//! device-session registry) feed it and drain it.
 //!
 //! * [`acl`] — which topics a pub/sub client may publish to and subscribe with.
 //! * [`topic`] — topic-name and topic-filter validation and matching (`+`, `#`, `$`-topics).

@@ -16,9 +16,9 @@ use crate::live::Live;
 use crate::metrics::Metrics;
 use crate::sessions::DeviceSessions;
 
-/// The platform every subsystem is built on: the configuration, storage (reads, and the
-/// writer queue for what is not device data), the ingest boundary and the tenant. Cheap to
-/// clone; a subsystem keeps its own copy.
+/// The core of the platform: the configuration, storage (reads, and the writer queue for
+/// what is not device data), the ingest boundary and the tenant. Cheap to clone; a
+/// subsystem keeps its own copy.
 #[derive(Clone)]
 pub struct Core {
     /// The configuration in force.

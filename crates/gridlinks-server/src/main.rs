@@ -1,4 +1,7 @@
-//! `gridlinks`: the server binary.
+//! `gridlinks`: the server binary. It owns the command line, logging and the order of
+//! things ([`serve`]: configuration, then the platform, then the transports, then ordered
+//! shutdown) and nothing else: what the server does lives in `gridlinks-platform` and the
+//! transport crates, which this binary only composes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -486,6 +486,13 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
+    /// Resolves once every request queued before it is committed (the writer takes
+    /// requests in order): what a caller reads afterwards includes all of them.
+    pub async fn barrier(&self) -> Result<(), StoreError> {
+        // Reserving no key names writes nothing; it joins the round like any other op.
+        self.submit(WriteOp::ReserveKeys(Vec::new())).await.map(drop)
+    }
+
     /// Queues `op` and waits until it is durably committed (or failed).
     pub async fn submit(&self, op: WriteOp) -> Result<WriteOutcome, StoreError> {
         self.submit_batch(vec![op]).await?.pop().ok_or(StoreError::Closed)?

@@ -612,10 +612,21 @@ impl Session {
         if let Err(why) = self.register(&[device], sub.cmd_id, Kind::Telemetry, sub.keys.clone(), caller) {
             return proto::error(sub.cmd_id, code::BAD_REQUEST, &why);
         }
+        self.settle().await;
         let store = self.h.core.ts.clone();
         blocking(move || first_values(store.reads(), device, &sub).map_err(internal))
             .await
             .unwrap_or_else(|(code, why)| proto::error(0, code, &why))
+    }
+
+    /// Waits, after a subscription is registered and before its first read, for the writes
+    /// already queued to commit. The ingest path decides whether a write goes live before
+    /// it commits (`LiveData::wants_telemetry`): a write queued just before the subscription
+    /// existed is not delivered to it, so the first read must come after its commit, or
+    /// the value would be in neither (a browser saw a published value never arrive). A
+    /// failed barrier (storage refusing writes) leaves nothing to wait for.
+    async fn settle(&self) {
+        let _ = self.h.core.writer.barrier().await;
     }
 
     /// Subscribes command `cmd_id` to `devices`, replacing what it followed before, within
@@ -773,6 +784,7 @@ impl Session {
         if let Err(why) = self.register(&[device], sub.cmd_id, Kind::Attributes(scope), sub.keys.clone(), caller) {
             return proto::error(sub.cmd_id, code::BAD_REQUEST, &why);
         }
+        self.settle().await;
         match gridlinks_platform::attributes::read(&self.h.core.store, device, scope, sub.keys).await {
             Ok(attrs) => proto::update(
                 sub.cmd_id,
