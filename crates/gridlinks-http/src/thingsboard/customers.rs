@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord};
 use gridlinks_thingsboard::model;
 use serde::Deserialize;
 use serde_json::Value as J;
@@ -169,13 +169,9 @@ pub async fn devices(
 }
 
 async fn assign_dashboard(st: &Core, me: &Caller, customer: &str, dashboard: &str, assign: bool) -> ApiResult<Json<J>> {
-    let customer = customers::get(st, me, uuid(customer, "customer")?).await?.id;
-    let dashboard = entities::dashboards::get(st, me, uuid(dashboard, "dashboard")?).await?.id;
-    let op = WriteOp::AssignDashboard { dashboard, customer, assign };
-    match st.writer.submit(op).await? {
-        WriteOutcome::Doc(d) => Ok(Json(dashboards::render(st, &d, &dashboards::customers(st).await?, false))),
-        _ => Err(ApiError::internal("unexpected write outcome")),
-    }
+    let (customer, dashboard) = (uuid(customer, "customer")?, uuid(dashboard, "dashboard")?);
+    let d = entities::dashboards::assign(st, me, customer, dashboard, assign).await?;
+    Ok(Json(dashboards::render(st, &d, &dashboards::customers(st).await?, false)))
 }
 
 /// `POST /api/customer/{customerId}/dashboard/{dashboardId}`: the dashboard info, assigned.

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord};
 use gridlinks_thingsboard::model;
 use serde_json::Value as J;
 use uuid::Uuid;
 
 use super::api::{blocking, body_id, parse_json, uuid};
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::extract::{Admin, Body, User, Q};
 use super::paging::{doc_page, DocListParams};
 
@@ -47,23 +47,11 @@ pub(crate) async fn customers(st: &Core) -> ApiResult<Vec<DocRecord>> {
 
 /// `POST /api/dashboard`: create, or update when the body has an id.
 pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
-    let mut doc: J = parse_json(&body)?;
-    if !doc.is_object() {
-        return Err(ApiError::bad_request("Invalid request body: a dashboard is a JSON object"));
-    }
+    let doc: J = parse_json(&body)?;
     let title = doc.get("title").and_then(J::as_str).unwrap_or_default().to_owned();
-    if title.trim().is_empty() {
-        return Err(ApiError::bad_request("Dashboard title should be specified!"));
-    }
     let id = body_id(&doc, |s| uuid(s, "dashboard"))?;
-    if let Some(id) = id {
-        dashboards::get(&st, &me, id).await?;
-    }
-    st.set_doc_tenant(&mut doc, me.tenant);
-    match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await? {
-        WriteOutcome::Doc(d) => Ok(Json(render(&st, &d, &customers(&st).await?, true))),
-        _ => Err(ApiError::internal("unexpected write outcome")),
-    }
+    let d = dashboards::save(&st, &me, id, title, doc).await?;
+    Ok(Json(render(&st, &d, &customers(&st).await?, true)))
 }
 
 /// `GET /api/dashboard/{id}`: with its configuration.
@@ -80,8 +68,7 @@ pub async fn info(User(me): User, State(st): St, Path(id): Path<String>) -> ApiR
 
 /// `DELETE /api/dashboard/{id}`.
 pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    let d = dashboards::get(&st, &me, uuid(&id, "dashboard")?).await?;
-    st.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, d.id)).await?;
+    dashboards::delete(&st, &me, uuid(&id, "dashboard")?).await?;
     Ok(StatusCode::OK)
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use gridlinks_storage::{ProfileRecord, SaveProfile, WriteOp, WriteOutcome};
+use gridlinks_storage::ProfileRecord;
 use gridlinks_thingsboard::model;
 use gridlinks_types::ProfileId;
 use serde::Deserialize;
@@ -118,34 +118,10 @@ pub async fn default_info(Admin(me): Admin, State(st): St) -> ApiResult<Json<J>>
 /// into.
 pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
     let doc: J = parse_json(&body)?;
-    if !doc.is_object() {
-        return Err(ApiError::bad_request("Invalid request body: a device profile is a JSON object"));
-    }
     let name = doc.get("name").and_then(J::as_str).unwrap_or_default().to_owned();
-    let adoption = doc.get(gridlinks_storage::GATEWAY_ADOPTION).filter(|v| !v.is_null());
-    if adoption.is_some_and(|v| !matches!(v.as_str(), Some("ALLOW" | "REFUSE"))) {
-        return Err(ApiError::bad_request(format!(
-            "{}: ALLOW or REFUSE (whether gateways may adopt this profile's devices), or absent for the server's \
-             limits.gateway_adopts_devices",
-            gridlinks_storage::GATEWAY_ADOPTION
-        )));
-    }
     let id = body_id(&doc, profile_id)?;
-    if let Some(id) = id {
-        profiles::get(&st, &me, id).await?;
-    }
-    if let Some(key) = doc.get("provisionDeviceKey").and_then(J::as_str).filter(|k| !k.is_empty()) {
-        let store = st.store.clone();
-        let all = blocking(move || store.profiles()).await?;
-        if all.iter().any(|p| Some(p.id) != id && p.doc.get("provisionDeviceKey").and_then(J::as_str) == Some(key)) {
-            return Err(ApiError::bad_request("Device profile with such provision device key already exists!"));
-        }
-    }
-    let tenant = st.stored_tenant(me.tenant);
-    match st.writer.submit(WriteOp::SaveProfile(SaveProfile { id, tenant, name, doc })).await? {
-        WriteOutcome::Profile(p) => Ok(Json(json(&st, &p, model::profile))),
-        _ => Err(ApiError::internal("unexpected write outcome")),
-    }
+    let p = profiles::save(&st, &me, id, name, doc).await?;
+    Ok(Json(json(&st, &p, model::profile)))
 }
 
 #[derive(Deserialize)]
@@ -179,18 +155,14 @@ pub async fn names(Admin(me): Admin, State(st): St, Q(p): Q<NamesParams>) -> Api
 /// `DELETE /api/deviceProfile/{id}`: refused (400) for the default profile and for one
 /// that devices use.
 pub async fn delete(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    let p = profiles::get(&st, &me, profile_id(&id)?).await?;
-    st.writer.submit(WriteOp::DeleteProfile(p.id)).await?;
+    profiles::delete(&st, &me, profile_id(&id)?).await?;
     Ok(StatusCode::OK)
 }
 
 /// `POST /api/deviceProfile/{id}/default`: makes it the default profile.
 pub async fn set_default(Admin(me): Admin, State(st): St, Path(id): Path<String>) -> ApiResult<Json<J>> {
-    let p = profiles::get(&st, &me, profile_id(&id)?).await?;
-    match st.writer.submit(WriteOp::SetDefaultProfile(p.id)).await? {
-        WriteOutcome::Profile(p) => Ok(Json(json(&st, &p, model::profile))),
-        _ => Err(ApiError::internal("unexpected write outcome")),
-    }
+    let p = profiles::set_default(&st, &me, profile_id(&id)?).await?;
+    Ok(Json(json(&st, &p, model::profile)))
 }
 
 /// Rule chains, rule nodes and the rule engine are outside GridLinks: 501, naming it.

@@ -1,6 +1,7 @@
-//! Dashboards (stored as documents): which a caller may see.
+//! Dashboards (stored as documents): which a caller may see; saving, deleting and
+//! assigning them to customers (a tenant administrator's).
 
-use gridlinks_storage::{DocKind, DocRecord};
+use gridlinks_storage::{DocKind, DocRecord, StoreError, WriteOp, WriteOutcome};
 use serde_json::Value as J;
 use uuid::Uuid;
 
@@ -25,4 +26,47 @@ pub async fn get(core: &Core, me: &Caller, id: Uuid) -> ServiceResult<DocRecord>
         return Err(hidden(me, tenant, missing));
     }
     Ok(d)
+}
+
+fn written(outcome: WriteOutcome) -> ServiceResult<DocRecord> {
+    match outcome {
+        WriteOutcome::Doc(d) => Ok(d),
+        _ => Err(StoreError::Corrupt("unexpected write outcome").into()),
+    }
+}
+
+/// Creates (`id` none) or updates a dashboard of the caller's tenant.
+pub async fn save(core: &Core, me: &Caller, id: Option<Uuid>, title: String, mut doc: J) -> ServiceResult<DocRecord> {
+    if !doc.is_object() {
+        return Err(ServiceError::Invalid("Invalid request body: a dashboard is a JSON object".into()));
+    }
+    if title.trim().is_empty() {
+        return Err(ServiceError::Invalid("Dashboard title should be specified!".into()));
+    }
+    if let Some(id) = id {
+        get(core, me, id).await?;
+    }
+    core.set_doc_tenant(&mut doc, me.tenant);
+    written(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await?)
+}
+
+/// Deletes a dashboard of the caller's tenant.
+pub async fn delete(core: &Core, me: &Caller, id: Uuid) -> ServiceResult<()> {
+    let d = get(core, me, id).await?;
+    core.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, d.id)).await?;
+    Ok(())
+}
+
+/// Assigns (`assign`) or unassigns a dashboard of the caller's tenant to one of its
+/// customers; the dashboard as it is now.
+pub async fn assign(
+    core: &Core,
+    me: &Caller,
+    customer: Uuid,
+    dashboard: Uuid,
+    assign: bool,
+) -> ServiceResult<DocRecord> {
+    let customer = super::customers::get(core, me, customer).await?.id;
+    let dashboard = get(core, me, dashboard).await?.id;
+    written(core.writer.submit(WriteOp::AssignDashboard { dashboard, customer, assign }).await?)
 }

@@ -57,3 +57,77 @@ pub async fn blocking<T: Send + 'static>(
     // The blocking pool is gone only while the runtime shuts down.
     tokio::task::spawn_blocking(f).await.map_err(|_| StoreError::Closed)?
 }
+
+#[cfg(test)]
+mod tests {
+    use gridlinks_storage::{SaveDevice, WriteOp, WriteOutcome};
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::{customers, devices, ServiceError};
+    use crate::auth::{Authority, Caller};
+    use crate::config::Config;
+    use crate::Platform;
+
+    fn not_found<T>(r: Result<T, ServiceError>) -> bool {
+        matches!(r, Err(ServiceError::NotFound(_)))
+    }
+
+    fn caller(authority: Authority, tenant: Uuid, customer: Option<Uuid>) -> Caller {
+        Caller { user: Uuid::new_v4(), email: "someone@example.com".into(), authority, tenant, customer }
+    }
+
+    /// The services decide the boundaries themselves, with no HTTP in front of them: a
+    /// tenant's entities do not exist for another tenant's administrator, and a customer
+    /// user is refused another customer's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_services_check_their_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config { data_dir: dir.path().join("data"), ..Config::default() };
+        cfg.admin.password = "admin-pw".into();
+        cfg.admin.sysadmin_password = "sysadmin-pw".into();
+        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+        let (platform, running) = Platform::start(cfg, stop_rx).await.unwrap();
+        let core = &platform.core;
+        let mine = caller(Authority::TenantAdmin, core.tenant_id, None);
+        let stranger = caller(Authority::TenantAdmin, Uuid::new_v4(), None);
+
+        let a = customers::save(core, &mine, None, "A".into(), json!({})).await.unwrap();
+        let b = customers::save(core, &mine, None, "B".into(), json!({})).await.unwrap();
+        let save = SaveDevice {
+            id: None,
+            tenant: None,
+            name: "meter".into(),
+            device_type: String::new(),
+            profile: None,
+            label: None,
+            token: None,
+            additional_info: None,
+        };
+        let WriteOutcome::Device(d) = core.writer.submit(WriteOp::SaveDevice(save)).await.unwrap() else {
+            panic!("a device")
+        };
+        let d = devices::assign_customer(core, &mine, d.id, Some(a.id)).await.unwrap();
+
+        // Another tenant's administrator learns nothing, whatever it asks.
+        assert!(not_found(customers::get(core, &stranger, a.id).await));
+        assert!(not_found(devices::get(core, &stranger, d.id).await));
+        assert!(not_found(devices::delete(&platform, &stranger, d.id).await));
+        assert!(not_found(devices::assign_customer(core, &stranger, d.id, None).await));
+        assert!(not_found(customers::save(core, &stranger, Some(a.id), "taken".into(), json!({})).await));
+
+        // A customer user reads its customer's device, and is refused the other customer.
+        let user_of_a = caller(Authority::CustomerUser, core.tenant_id, Some(a.id));
+        let user_of_b = caller(Authority::CustomerUser, core.tenant_id, Some(b.id));
+        assert_eq!(devices::get(core, &user_of_a, d.id).await.unwrap().id, d.id);
+        assert!(matches!(devices::get(core, &user_of_b, d.id).await, Err(ServiceError::Forbidden)));
+        assert!(matches!(customers::get(core, &user_of_b, a.id).await, Err(ServiceError::Forbidden)));
+
+        // Nothing changed on the way, and the owner still may.
+        assert_eq!(customers::get(core, &mine, a.id).await.unwrap().title, "A");
+        devices::delete(&platform, &mine, d.id).await.unwrap();
+        assert!(not_found(devices::get(core, &mine, d.id).await));
+
+        running.finish(platform).await.unwrap();
+    }
+}

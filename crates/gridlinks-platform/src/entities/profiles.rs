@@ -1,7 +1,9 @@
-//! Device profiles: which a caller may see.
+//! Device profiles: which a caller may see; saving, deleting and choosing the default one
+//! (a tenant administrator's).
 
-use gridlinks_storage::ProfileRecord;
+use gridlinks_storage::{ProfileRecord, SaveProfile, StoreError, WriteOp, WriteOutcome, GATEWAY_ADOPTION};
 use gridlinks_types::ProfileId;
+use serde_json::Value as J;
 
 use super::{blocking, hidden, ServiceError, ServiceResult};
 use crate::auth::Caller;
@@ -24,4 +26,58 @@ pub async fn of_tenant(core: &Core, me: &Caller) -> ServiceResult<Vec<ProfileRec
     let store = core.store.clone();
     let tenant = core.stored_tenant(me.tenant);
     Ok(blocking(move || store.profiles()).await?.iter().filter(|p| p.tenant == tenant).cloned().collect())
+}
+
+fn written(outcome: WriteOutcome) -> ServiceResult<ProfileRecord> {
+    match outcome {
+        WriteOutcome::Profile(p) => Ok(p),
+        _ => Err(StoreError::Corrupt("unexpected write outcome").into()),
+    }
+}
+
+/// Creates (`id` none) or updates a profile of the caller's tenant. `gatewayAdoption` is
+/// `ALLOW`, `REFUSE` or absent; a provision key is unique across tenants (devices provision
+/// by key alone).
+pub async fn save(
+    core: &Core,
+    me: &Caller,
+    id: Option<ProfileId>,
+    name: String,
+    doc: J,
+) -> ServiceResult<ProfileRecord> {
+    if !doc.is_object() {
+        return Err(ServiceError::Invalid("Invalid request body: a device profile is a JSON object".into()));
+    }
+    let adoption = doc.get(GATEWAY_ADOPTION).filter(|v| !v.is_null());
+    if adoption.is_some_and(|v| !matches!(v.as_str(), Some("ALLOW" | "REFUSE"))) {
+        return Err(ServiceError::Invalid(format!(
+            "{GATEWAY_ADOPTION}: ALLOW or REFUSE (whether gateways may adopt this profile's devices), or absent for the \
+             server's limits.gateway_adopts_devices"
+        )));
+    }
+    if let Some(id) = id {
+        get(core, me, id).await?;
+    }
+    if let Some(key) = doc.get("provisionDeviceKey").and_then(J::as_str).filter(|k| !k.is_empty()) {
+        let store = core.store.clone();
+        let all = blocking(move || store.profiles()).await?;
+        if all.iter().any(|p| Some(p.id) != id && p.doc.get("provisionDeviceKey").and_then(J::as_str) == Some(key)) {
+            return Err(ServiceError::Invalid("Device profile with such provision device key already exists!".into()));
+        }
+    }
+    let tenant = core.stored_tenant(me.tenant);
+    written(core.writer.submit(WriteOp::SaveProfile(SaveProfile { id, tenant, name, doc })).await?)
+}
+
+/// Deletes a profile of the caller's tenant.
+pub async fn delete(core: &Core, me: &Caller, id: ProfileId) -> ServiceResult<()> {
+    let p = get(core, me, id).await?;
+    core.writer.submit(WriteOp::DeleteProfile(p.id)).await?;
+    Ok(())
+}
+
+/// Makes a profile of the caller's tenant its default one.
+pub async fn set_default(core: &Core, me: &Caller, id: ProfileId) -> ServiceResult<ProfileRecord> {
+    let p = get(core, me, id).await?;
+    written(core.writer.submit(WriteOp::SetDefaultProfile(p.id)).await?)
 }
