@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gridlinks_storage::query::{Agg, HistoryQuery, Order};
-use gridlinks_storage::{DeleteTelemetry, ImportRow, SaveDevice, WriteOp, WriteOutcome};
+use gridlinks_storage::{DeleteTelemetry, ImportRow, SaveDevice, WriteOp};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use serde::Deserialize;
 use serde_json::{json, Value as J};
@@ -21,7 +21,7 @@ use gridlinks_ingest::{IngestError, Item};
 use gridlinks_platform::attributes;
 use gridlinks_platform::auth;
 use gridlinks_platform::auth::{Auth, Caller};
-use gridlinks_platform::entities::devices;
+use gridlinks_platform::entities::devices::{self, Credentials};
 use gridlinks_platform::Core;
 use gridlinks_platform::Platform;
 use gridlinks_thingsboard::error::ErrorCode;
@@ -196,48 +196,19 @@ pub async fn save_device(
         return Err(ApiError::bad_request("only nameConflictPolicy=FAIL is supported"));
     }
     let b: DeviceBody = parse_json(&body)?;
-    let name = b
-        .name
-        .filter(|n| !n.trim().is_empty())
-        .ok_or_else(|| ApiError::bad_request("Device name should be specified!"))?;
     // A profile id wins over a type; a type names a profile, created if it does not exist.
-    let profile = match b.device_profile_id {
-        Some(p) => Some(super::profiles::profile_id(&p.id)?),
-        None => None,
-    };
-    let device_type = b.device_type.unwrap_or_default();
-    let id = match b.id {
-        Some(e) => Some(device_id(&e.id)?),
-        None => None,
-    };
-    if let Some(id) = id {
-        devices::get(&st, &me, id).await?;
-    }
-    let token = p.access_token.filter(|t| !t.is_empty());
-    if token.is_some() {
-        st.guards.check_conflicts(&me).map_err(ApiError::credential_conflicts)?;
-    }
-    let save = SaveDevice {
-        tenant: st.stored_tenant(me.tenant),
-        id,
-        profile,
-        name,
-        device_type,
+    let fields = devices::DeviceFields {
+        name: b.name.unwrap_or_default(),
+        device_type: b.device_type.unwrap_or_default(),
+        profile: b.device_profile_id.map(|p| super::profiles::profile_id(&p.id)).transpose()?,
         label: b.label,
-        // Empty or absent: a new device gets a random 20-character token, as in ThingsBoard.
-        token,
-        additional_info: b.additional_info.filter(|v| !v.is_null()),
+        additional_info: b.additional_info,
     };
-    let op = WriteOp::SaveDevice(save);
-    match st.writer.submit(op).await {
-        Ok(WriteOutcome::Device(d)) => Ok(Json(device_json(&st, &d))),
-        Ok(_) => Err(ApiError::internal("unexpected write outcome")),
-        Err(gridlinks_storage::StoreError::DeviceNotFound) => Err(ApiError::not_found(format!(
-            "Device with id [{}] is not found",
-            id.map(|i| i.to_string()).unwrap_or_default()
-        ))),
-        Err(e) => Err(st.guards.note(&me, e).into()),
-    }
+    let id = b.id.map(|e| device_id(&e.id)).transpose()?;
+    // Empty or absent: a new device gets a random 20-character token, as in ThingsBoard.
+    let token = p.access_token.filter(|t| !t.is_empty());
+    let d = devices::save(&st, &me, id, fields, token).await?;
+    Ok(Json(device_json(&st, &d)))
 }
 
 /// `GET /api/device/{id}`.
@@ -291,80 +262,44 @@ struct CredentialsBody {
 /// tenants: a taken one is refused, and such refusals are throttled ([`super::guards`]).
 pub async fn save_credentials(
     Admin(me): Admin,
-    State(st): St,
-    State(auth): State<Arc<Auth>>,
+    State(p): State<Arc<Platform>>,
     Body(body): Body,
 ) -> ApiResult<Json<J>> {
     let b: CredentialsBody = parse_json(&body)?;
     let id = device_id(&b.device_id.id)?;
-    let d = devices::get(&st, &me, id).await?;
-    st.guards.check_conflicts(&me).map_err(ApiError::credential_conflicts)?;
     let cred_id = b.credentials_id.filter(|c| !c.is_empty());
-    let outcome = match b.credentials_type.as_str() {
-        "ACCESS_TOKEN" => {
-            let token = cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the access token) is required"))?;
-            let save = SaveDevice {
-                tenant: d.tenant,
-                profile: None,
-                id: Some(id),
-                name: d.name,
-                device_type: d.device_type,
-                label: d.label,
-                token: Some(token),
-                additional_info: d.additional_info,
-            };
-            st.writer.submit(WriteOp::SaveDevice(save)).await
-        }
-        "PROTOCOL_IDENTITY" => {
-            let identity = gridlinks_types::ProtocolIdentity {
-                protocol: b
-                    .credentials_value
-                    .filter(|p| !p.is_empty())
-                    .ok_or_else(|| ApiError::bad_request("credentialsValue (the protocol, e.g. lamp) is required"))?,
-                id: cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the identity) is required"))?,
-            };
-            st.writer.submit(WriteOp::SetIdentity { device: id, identity: Some(identity) }).await
-        }
+    let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
+    let credentials = match b.credentials_type.as_str() {
+        "ACCESS_TOKEN" => Credentials::AccessToken(
+            cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the access token) is required"))?,
+        ),
+        "PROTOCOL_IDENTITY" => Credentials::ProtocolIdentity(gridlinks_types::ProtocolIdentity {
+            protocol: nonempty(b.credentials_value)
+                .ok_or_else(|| ApiError::bad_request("credentialsValue (the protocol, e.g. lamp) is required"))?,
+            id: cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the identity) is required"))?,
+        }),
         "MQTT_BASIC" => {
-            let value = b.credentials_value.unwrap_or_default();
-            let v: BasicValue = parse_json(value.as_bytes())?;
-            let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
-            let password_hash = match nonempty(v.password) {
-                Some(p) => Some(auth.passwords.hash(p).await.map_err(|e| ApiError::internal(e.to_string()))?),
-                None => None,
-            };
-            let basic = gridlinks_storage::BasicCredentials {
+            let v: BasicValue = parse_json(b.credentials_value.unwrap_or_default().as_bytes())?;
+            Credentials::Basic {
                 client_id: nonempty(v.client_id),
                 user_name: nonempty(v.user_name),
-                password_hash,
-            };
-            st.writer.submit(WriteOp::SetBasic { device: id, basic }).await
+                password: nonempty(v.password),
+            }
         }
-        "X509_CERTIFICATE" => {
-            // Stored and unique now; a device connects with it once a TLS transport exists.
-            let pem = b.credentials_value.unwrap_or_default();
-            let (cert, fingerprint) =
-                gridlinks_thingsboard::x509::fingerprint(&pem).map_err(|e| ApiError::bad_request(e.to_string()))?;
-            let x509 = gridlinks_storage::X509Credentials { fingerprint, cert };
-            st.writer.submit(WriteOp::SetX509 { device: id, x509 }).await
-        }
+        "X509_CERTIFICATE" => Credentials::X509(b.credentials_value.unwrap_or_default()),
         other => {
             return Err(ApiError::bad_request(format!(
                 "credentials type {other} is not supported: use ACCESS_TOKEN, MQTT_BASIC, X509_CERTIFICATE or PROTOCOL_IDENTITY"
             )))
         }
     };
-    match outcome {
-        Ok(WriteOutcome::Device(d)) if b.credentials_type != "PROTOCOL_IDENTITY" => {
-            Ok(Json(model::credentials(&device_view(&d))))
-        }
-        Ok(WriteOutcome::Device(d)) => Ok(Json(model::identity_credentials(&device_view(&d)))),
-        Ok(_) => Err(ApiError::internal("unexpected write outcome")),
-        Err(gridlinks_storage::StoreError::DeviceNotFound) => {
-            Err(ApiError::not_found(format!("Device with id [{id}] is not found")))
-        }
-        Err(e) => Err(st.guards.note(&me, e).into()),
-    }
+    let identity = matches!(credentials, Credentials::ProtocolIdentity(_));
+    let d = devices::set_credentials(&p, &me, id, credentials).await?;
+    Ok(Json(if identity {
+        model::identity_credentials(&device_view(&d))
+    } else {
+        model::credentials(&device_view(&d))
+    }))
 }
 
 #[derive(Deserialize)]

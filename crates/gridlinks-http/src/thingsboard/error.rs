@@ -100,6 +100,8 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound(m) => Self::not_found(m),
             ServiceError::Forbidden => Self::forbidden(),
             ServiceError::Invalid(m) => Self::bad_request(m),
+            ServiceError::Throttled(wait) => Self::credential_conflicts(wait),
+            ServiceError::Internal(m) => Self::internal(m),
             ServiceError::Store(e) => e.into(),
         }
     }

@@ -2,8 +2,10 @@
 //! once, on every transport), assigning it to a customer, and gateway relations (a
 //! gateway writes only for the devices it created or was assigned).
 
-use gridlinks_storage::{DeviceRecord, StoreError, WriteOp, WriteOutcome};
-use gridlinks_types::DeviceId;
+use gridlinks_storage::{
+    BasicCredentials, DeviceRecord, SaveDevice, StoreError, WriteOp, WriteOutcome, X509Credentials,
+};
+use gridlinks_types::{DeviceId, ProfileId, ProtocolIdentity};
 use uuid::Uuid;
 
 use super::{blocking, hidden, ServiceError, ServiceResult};
@@ -138,4 +140,144 @@ pub async fn reclaim(core: &Core, me: &Caller, name: String) -> ServiceResult<()
     }
     set_customer(core, d.id, None).await?;
     Ok(())
+}
+
+/// What a device is, as its tenant's administrator sets it.
+#[derive(Debug)]
+pub struct DeviceFields {
+    /// Unique in the tenant; not empty.
+    pub name: String,
+    /// Its profile's name (created when no profile has it), when no `profile` is given.
+    pub device_type: String,
+    /// Its profile by id.
+    pub profile: Option<ProfileId>,
+    /// Label.
+    pub label: Option<String>,
+    /// Free-form JSON (`gateway: true` makes it a gateway).
+    pub additional_info: Option<serde_json::Value>,
+}
+
+/// The outcome of a write that names credentials unique across tenants: a "taken" answer
+/// counts against the caller's tenant (`crate::guards`).
+fn credential_write(
+    core: &Core,
+    me: &Caller,
+    device: Option<DeviceId>,
+    r: Result<WriteOutcome, StoreError>,
+) -> ServiceResult<DeviceRecord> {
+    match r {
+        Ok(WriteOutcome::Device(d)) => Ok(*d),
+        Ok(_) => Err(StoreError::Corrupt("unexpected write outcome").into()),
+        Err(StoreError::DeviceNotFound) => Err(missing_opt(device)),
+        Err(e) => Err(core.guards.note(me, e).into()),
+    }
+}
+
+fn missing_opt(device: Option<DeviceId>) -> ServiceError {
+    ServiceError::NotFound(format!(
+        "Device with id [{}] is not found",
+        device.map(|i| i.to_string()).unwrap_or_default()
+    ))
+}
+
+/// Refuses while the caller's tenant is throttled for naming taken credentials.
+fn unthrottled(core: &Core, me: &Caller) -> ServiceResult<()> {
+    core.guards.check_conflicts(me).map_err(ServiceError::Throttled)
+}
+
+/// Creates (`id` none) or updates a device of the caller's tenant, with `token` as its
+/// access token when given (a new device without one gets a random one).
+pub async fn save(
+    core: &Core,
+    me: &Caller,
+    id: Option<DeviceId>,
+    fields: DeviceFields,
+    token: Option<String>,
+) -> ServiceResult<DeviceRecord> {
+    if fields.name.trim().is_empty() {
+        return Err(ServiceError::Invalid("Device name should be specified!".into()));
+    }
+    if let Some(id) = id {
+        get(core, me, id).await?;
+    }
+    if token.is_some() {
+        unthrottled(core, me)?;
+    }
+    let save = SaveDevice {
+        tenant: core.stored_tenant(me.tenant),
+        id,
+        profile: fields.profile,
+        name: fields.name,
+        device_type: fields.device_type,
+        label: fields.label,
+        token,
+        additional_info: fields.additional_info.filter(|v| !v.is_null()),
+    };
+    credential_write(core, me, id, core.writer.submit(WriteOp::SaveDevice(save)).await)
+}
+
+/// A device's credentials, as `POST /api/device/credentials` sets them.
+#[derive(Debug)]
+pub enum Credentials {
+    /// Its access token.
+    AccessToken(String),
+    /// The identity a custom TCP protocol knows it by (beside its token).
+    ProtocolIdentity(ProtocolIdentity),
+    /// MQTT_BASIC: client id, user name, password (kept as an argon2 hash).
+    Basic {
+        /// The client id it must connect with, if any.
+        client_id: Option<String>,
+        /// Its user name, if any.
+        user_name: Option<String>,
+        /// Its password, if any.
+        password: Option<String>,
+    },
+    /// An X.509 certificate (PEM), matched by its fingerprint.
+    X509(String),
+}
+
+/// Sets the credentials of a device of the caller's tenant. Each kind is unique across
+/// tenants: a taken one is refused, and such refusals are throttled.
+pub async fn set_credentials(
+    p: &Platform,
+    me: &Caller,
+    id: DeviceId,
+    credentials: Credentials,
+) -> ServiceResult<DeviceRecord> {
+    let core = &p.core;
+    let d = get(core, me, id).await?;
+    unthrottled(core, me)?;
+    let outcome = match credentials {
+        Credentials::AccessToken(token) => {
+            let save = SaveDevice {
+                tenant: d.tenant,
+                profile: None,
+                id: Some(id),
+                name: d.name,
+                device_type: d.device_type,
+                label: d.label,
+                token: Some(token),
+                additional_info: d.additional_info,
+            };
+            core.writer.submit(WriteOp::SaveDevice(save)).await
+        }
+        Credentials::ProtocolIdentity(identity) => {
+            core.writer.submit(WriteOp::SetIdentity { device: id, identity: Some(identity) }).await
+        }
+        Credentials::Basic { client_id, user_name, password } => {
+            let password_hash = match password {
+                Some(pw) => Some(p.auth.passwords.hash(pw).await.map_err(|e| ServiceError::Internal(e.to_string()))?),
+                None => None,
+            };
+            let basic = BasicCredentials { client_id, user_name, password_hash };
+            core.writer.submit(WriteOp::SetBasic { device: id, basic }).await
+        }
+        Credentials::X509(pem) => {
+            // Stored and unique now; a device connects with it once a TLS transport exists.
+            let (cert, fingerprint) =
+                gridlinks_thingsboard::x509::fingerprint(&pem).map_err(|e| ServiceError::Invalid(e.to_string()))?;
+            core.writer.submit(WriteOp::SetX509 { device: id, x509: X509Credentials { fingerprint, cert } }).await
+        }
+    };
+    credential_write(core, me, Some(id), outcome)
 }

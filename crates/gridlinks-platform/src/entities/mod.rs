@@ -29,6 +29,13 @@ pub enum ServiceError {
     /// The request itself is wrong.
     #[error("{0}")]
     Invalid(String),
+    /// The caller's tenant must wait this long after too many answers that a credential
+    /// unique across tenants is taken (`crate::guards`).
+    #[error("too many requests naming credentials that are taken: retry in {0:?}")]
+    Throttled(std::time::Duration),
+    /// Something the service depends on failed (the password threads).
+    #[error("{0}")]
+    Internal(String),
     /// Storage refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
