@@ -102,6 +102,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Invalid(m) => Self::bad_request(m),
             ServiceError::Throttled(wait) => Self::credential_conflicts(wait),
             ServiceError::Internal(m) => Self::internal(m),
+            ServiceError::Auth(e) => super::api::auth_error(e),
             ServiceError::Store(e) => e.into(),
         }
     }

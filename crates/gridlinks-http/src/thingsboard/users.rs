@@ -12,29 +12,22 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use gridlinks_storage::{DocKind, DocRecord, WriteOp, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord};
 use gridlinks_thingsboard::model::{entity_id, NULL_UUID};
-use gridlinks_types::Ts;
 use serde::Deserialize;
 use serde_json::{json, Value as J};
 use uuid::Uuid;
 
-use super::api::{auth_error, blocking, body_id, pair_json, parse_json, uuid};
+use super::api::{blocking, body_id, pair_json, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, SysAdmin, User, Q};
 use super::paging::{doc_page, DocListParams};
-use gridlinks_platform::auth::users::{self as u, Authority, Caller, Entry};
-use gridlinks_platform::auth::{Auth, AuthError};
+use gridlinks_platform::auth::users::{Authority, Caller, Entry};
+use gridlinks_platform::auth::Auth;
 use gridlinks_platform::entities::users;
 use gridlinks_platform::Core;
 
 type St = State<Arc<Core>>;
-
-/// How long an activation link works, ms (ThingsBoard's default: 24 hours).
-const ACTIVATION_TTL_MS: i64 = 24 * 3600 * 1000;
-/// Password length bounds: ThingsBoard's default policy asks for 6; the upper bound keeps
-/// hashing cheap.
-const PASSWORD_LEN: std::ops::RangeInclusive<usize> = 6..=256;
 
 /// ThingsBoard's `User` JSON of a stored user document.
 fn render(st: &Core, d: &DocRecord) -> J {
@@ -87,15 +80,6 @@ async fn load(st: &Core, id: Uuid) -> ApiResult<DocRecord> {
         .ok_or_else(|| ApiError::not_found(format!("User with id [{id}] is not found")))
 }
 
-fn valid_email(e: &str) -> bool {
-    let mut parts = e.split('@');
-    let (Some(local), Some(domain), None) = (parts.next(), parts.next(), parts.next()) else { return false };
-    !local.is_empty()
-        && !domain.is_empty()
-        && e.len() <= 255
-        && !e.chars().any(|c| c.is_whitespace() || c.is_control() || "<>()[],;:\"\\".contains(c))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SaveParams {
@@ -118,12 +102,6 @@ pub async fn save(
     let _ = p.send_activation_mail;
     let b: J = parse_json(&body)?;
     let email = b.get("email").and_then(J::as_str).unwrap_or_default().trim().to_lowercase();
-    if !valid_email(&email) {
-        return Err(ApiError::bad_request(format!("Invalid email address format '{email}'!")));
-    }
-    if auth.users.is_configured_email(&email) {
-        return Err(ApiError::bad_request("User with such email already exists!"));
-    }
     let authority = match b.get("authority").and_then(J::as_str) {
         Some(a) => Authority::parse(a)
             .ok_or_else(|| ApiError::bad_request(format!("Invalid authority '{a}': TENANT_ADMIN or CUSTOMER_USER")))?,
@@ -131,79 +109,10 @@ pub async fn save(
     };
     let customer =
         body_id(&json!({"id": b.get("customerId")}), |s| uuid(s, "customer"))?.filter(|c| c.to_string() != NULL_UUID);
-    // The tenant: the caller's own; the system administrator names it.
-    let tenant = match me.authority {
-        Authority::SysAdmin => {
-            let t = body_id(&json!({"id": b.get("tenantId")}), |s| uuid(s, "tenant"))?
-                .ok_or_else(|| ApiError::bad_request("A tenant administrator needs a tenantId"))?;
-            super::tenants::load(&st, t).await?;
-            t
-        }
-        _ => me.tenant,
-    };
-    let target = Caller { user: Uuid::nil(), email: email.clone(), authority, tenant, customer };
-    if !me.may_manage(&target) {
-        return Err(ApiError::forbidden());
-    }
-    match (authority, customer) {
-        (Authority::CustomerUser, None) => {
-            return Err(ApiError::bad_request("A customer user needs a customerId"));
-        }
-        (Authority::CustomerUser, Some(c)) => {
-            let store = st.store.clone();
-            let found = blocking(move || store.doc(DocKind::Customer, c)).await?;
-            match found {
-                Some(d) if st.doc_tenant(&d) == tenant => {}
-                // Another tenant's customer is answered as one that does not exist.
-                Some(_) | None => return Err(ApiError::not_found(format!("Customer with id [{c}] is not found"))),
-            }
-        }
-        (_, Some(_)) => {
-            return Err(ApiError::bad_request("A tenant administrator belongs to no customer"));
-        }
-        (_, None) => {}
-    }
+    let tenant = body_id(&json!({"id": b.get("tenantId")}), |s| uuid(s, "tenant"))?;
     let id = body_id(&b, |s| uuid(s, "user"))?;
-    if let Some(id) = id {
-        let old = users::managed(&auth, &me, id)?;
-        if old.configured {
-            return Err(ApiError::bad_request("The users of the configuration are changed in the configuration"));
-        }
-        if old.caller.authority != authority || old.caller.customer != customer || old.caller.tenant != tenant {
-            return Err(ApiError::bad_request("A user's authority, tenant and customer cannot change"));
-        }
-        if id == me.user && old.caller.email != email {
-            return Err(ApiError::bad_request("Change your own email by logging in as another administrator"));
-        }
-    }
-    let doc = u::user_doc(&email, authority, tenant, customer, &b);
-    let user = match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::User, id, title: email, doc }).await? {
-        WriteOutcome::Doc(d) => d,
-        _ => return Err(ApiError::internal("unexpected write outcome")),
-    };
-    let uid = user.id;
-    let store = st.store.clone();
-    let credentials = match id {
-        Some(_) => blocking(move || store.doc(DocKind::UserCredentials, uid)).await?,
-        None => Some(write_credentials(&st, uid, u::credentials_doc(None, false, None, "")).await?),
-    };
-    auth.users.put(&user, credentials.as_ref());
+    let user = users::save(&st, &auth, &me, users::NewUser { id, email, authority, tenant, customer, body: b }).await?;
     Ok(Json(render(&st, &user)))
-}
-
-/// Writes `user`'s credentials document (same id as the user).
-async fn write_credentials(st: &Core, user: Uuid, doc: J) -> ApiResult<DocRecord> {
-    let store = st.store.clone();
-    let exists = blocking(move || store.doc(DocKind::UserCredentials, user)).await?.is_some();
-    let (kind, title) = (DocKind::UserCredentials, "credentials".to_owned());
-    let op = match exists {
-        true => WriteOp::SaveDoc { kind, id: Some(user), title, doc },
-        false => WriteOp::InsertDoc { kind, id: user, title, doc },
-    };
-    match st.writer.submit(op).await? {
-        WriteOutcome::Doc(d) => Ok(d),
-        _ => Err(ApiError::internal("unexpected write outcome")),
-    }
 }
 
 /// `GET /api/user/{id}`: a user the caller manages, or itself.
@@ -292,16 +201,7 @@ pub async fn of_tenant(
 /// The link a user activates its account with: a fresh token each time (earlier links of
 /// the user stop working), valid for 24 hours; only its SHA-256 is stored.
 async fn activation_link(st: &Core, auth: &Auth, me: &Caller, headers: &HeaderMap, id: &str) -> ApiResult<String> {
-    let id = uuid(id, "user")?;
-    let user = users::managed(auth, me, id)?;
-    if user.hash.is_some() {
-        return Err(ApiError::bad_request("User is already activated!"));
-    }
-    let token: String = (0..2).map(|_| gridlinks_storage::generate_token()).collect();
-    let expires = Ts::now().0 + ACTIVATION_TTL_MS;
-    let c =
-        write_credentials(st, id, u::credentials_doc(None, false, Some((&u::token_hash(&token), expires)), "")).await?;
-    auth.users.put(&load(st, id).await?, Some(&c));
+    let token = users::activation_token(st, auth, me, uuid(id, "user")?).await?;
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     Ok(format!("http://{host}/api/noauth/activate?activateToken={token}"))
 }
@@ -327,30 +227,7 @@ pub async fn get_activation_link_info(
     Path(id): Path<String>,
 ) -> ApiResult<Json<J>> {
     let link = activation_link(&st, &auth, &me, &headers, &id).await?;
-    Ok(Json(json!({"value": link, "ttlMs": ACTIVATION_TTL_MS})))
-}
-
-fn check_password(p: &str) -> ApiResult<()> {
-    if !PASSWORD_LEN.contains(&p.chars().count()) {
-        return Err(ApiError::bad_request(format!(
-            "Password must be {} to {} characters long",
-            PASSWORD_LEN.start(),
-            PASSWORD_LEN.end()
-        )));
-    }
-    Ok(())
-}
-
-/// Sets `user`'s password; every login made before (with the old password) ends, even one
-/// whose check of the old password is still under way. Returns a login.
-async fn set_password(st: &Core, auth: &Auth, user: &Entry, password: String) -> ApiResult<J> {
-    check_password(&password)?;
-    let hash = auth.passwords.hash(password).await.map_err(auth_error)?;
-    let doc = u::credentials_doc(Some(&hash), true, None, &u::new_stamp());
-    let c = write_credentials(st, user.caller.user, doc).await?;
-    auth.users.put(&load(st, user.caller.user).await?, Some(&c));
-    let entry = auth.users.by_id(user.caller.user).ok_or_else(|| ApiError::internal("user vanished"))?;
-    Ok(pair_json(&auth.start(&entry).await.map_err(auth_error)?))
+    Ok(Json(json!({"value": link, "ttlMs": users::ACTIVATION_TTL_MS})))
 }
 
 #[derive(Deserialize)]
@@ -369,11 +246,7 @@ pub async fn activate(
     Body(body): Body,
 ) -> ApiResult<Json<J>> {
     let r: ActivateRequest = parse_json(&body)?;
-    let user = auth
-        .users
-        .activation(&r.activate_token, Ts::now().0)
-        .ok_or_else(|| ApiError::not_found("Invalid or expired activation token"))?;
-    Ok(Json(set_password(&st, &auth, &user, r.password).await?))
+    Ok(Json(pair_json(&users::activate(&st, &auth, &r.activate_token, r.password).await?)))
 }
 
 /// The query of an activation link.
@@ -420,18 +293,6 @@ pub async fn change_password(
     Body(body): Body,
 ) -> ApiResult<Json<J>> {
     let r: ChangePassword = parse_json(&body)?;
-    let user = auth.users.by_id(me.user).ok_or_else(|| ApiError::unauthorized("Invalid JWT token"))?;
-    if user.configured {
-        return Err(ApiError::bad_request(
-            "The administrator's password is set by admin.password in the configuration",
-        ));
-    }
-    let name = user.caller.email.to_lowercase();
-    auth.throttle.check(peer.ip(), &name).map_err(|w| auth_error(AuthError::Throttled(w)))?;
-    if !auth.passwords.verify(r.current_password.as_bytes(), user.hash.as_deref()).await.map_err(auth_error)? {
-        auth.throttle.failed(peer.ip(), &name);
-        return Err(ApiError::bad_request("Current password doesn't match!"));
-    }
-    auth.throttle.succeeded(peer.ip(), &name);
-    Ok(Json(set_password(&st, &auth, &user, r.new_password).await?))
+    let pair = users::change_password(&st, &auth, &me, peer.ip(), &r.current_password, r.new_password).await?;
+    Ok(Json(pair_json(&pair)))
 }

@@ -36,6 +36,10 @@ pub enum ServiceError {
     /// Something the service depends on failed (the password threads).
     #[error("{0}")]
     Internal(String),
+    /// Authentication refused or could not answer (a wrong current password's throttle,
+    /// busy password threads).
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
     /// Storage refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
