@@ -1,11 +1,11 @@
 //! API keys: which a caller may manage (its own, and those of the users it manages), and
 //! storing one so that it is in force at once.
 
-use gridlinks_storage::{DocKind, DocRecord, StoreError, WriteOp, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord, WriteOp};
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::{blocking, hidden, users, ServiceError, ServiceResult};
+use super::{blocking, hidden, users, written_doc, ServiceError, ServiceResult};
 use crate::auth::{Auth, Caller};
 use crate::core::Core;
 
@@ -29,11 +29,7 @@ pub async fn get(core: &Core, auth: &Auth, me: &Caller, id: Uuid) -> ServiceResu
 
 /// Stores a key (new with `id` none) and takes it into the keys in force.
 pub async fn store(core: &Core, auth: &Auth, id: Option<Uuid>, title: String, doc: J) -> ServiceResult<DocRecord> {
-    match core.writer.submit(WriteOp::SaveDoc { kind: DocKind::ApiKey, id, title, doc }).await? {
-        WriteOutcome::Doc(d) => {
-            auth.api_keys.put(&d);
-            Ok(d)
-        }
-        _ => Err(StoreError::Corrupt("unexpected write outcome").into()),
-    }
+    let d = written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::ApiKey, id, title, doc }).await?)?;
+    auth.api_keys.put(&d);
+    Ok(d)
 }

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use gridlinks_storage::{DocKind, DocRecord, StoreError, WriteOp, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord, WriteOp};
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::{blocking, hidden, ServiceError, ServiceResult};
+use super::{blocking, hidden, written_doc, ServiceError, ServiceResult};
 use crate::auth::{Auth, Caller};
 use crate::core::Core;
 
@@ -34,10 +34,7 @@ pub async fn save(core: &Core, me: &Caller, id: Option<Uuid>, title: String, mut
         get(core, me, id).await?;
     }
     core.set_doc_tenant(&mut doc, me.tenant);
-    match core.writer.submit(WriteOp::SaveDoc { kind: DocKind::Customer, id, title, doc }).await? {
-        WriteOutcome::Doc(c) => Ok(c),
-        _ => Err(StoreError::Corrupt("unexpected write outcome").into()),
-    }
+    written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::Customer, id, title, doc }).await?)
 }
 
 /// Deletes a customer: its devices and dashboards are assigned to it no more, and its

@@ -1,11 +1,11 @@
 //! Dashboards (stored as documents): which a caller may see; saving, deleting and
 //! assigning them to customers (a tenant administrator's).
 
-use gridlinks_storage::{DocKind, DocRecord, StoreError, WriteOp, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord, WriteOp};
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::{blocking, hidden, ServiceError, ServiceResult};
+use super::{blocking, hidden, written_doc, ServiceError, ServiceResult};
 use crate::auth::Caller;
 use crate::core::Core;
 
@@ -28,13 +28,6 @@ pub async fn get(core: &Core, me: &Caller, id: Uuid) -> ServiceResult<DocRecord>
     Ok(d)
 }
 
-fn written(outcome: WriteOutcome) -> ServiceResult<DocRecord> {
-    match outcome {
-        WriteOutcome::Doc(d) => Ok(d),
-        _ => Err(StoreError::Corrupt("unexpected write outcome").into()),
-    }
-}
-
 /// Creates (`id` none) or updates a dashboard of the caller's tenant.
 pub async fn save(core: &Core, me: &Caller, id: Option<Uuid>, title: String, mut doc: J) -> ServiceResult<DocRecord> {
     if !doc.is_object() {
@@ -47,7 +40,7 @@ pub async fn save(core: &Core, me: &Caller, id: Option<Uuid>, title: String, mut
         get(core, me, id).await?;
     }
     core.set_doc_tenant(&mut doc, me.tenant);
-    written(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await?)
+    written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::Dashboard, id, title, doc }).await?)
 }
 
 /// Deletes a dashboard of the caller's tenant.
@@ -68,5 +61,5 @@ pub async fn assign(
 ) -> ServiceResult<DocRecord> {
     let customer = super::customers::get(core, me, customer).await?.id;
     let dashboard = get(core, me, dashboard).await?.id;
-    written(core.writer.submit(WriteOp::AssignDashboard { dashboard, customer, assign }).await?)
+    written_doc(core.writer.submit(WriteOp::AssignDashboard { dashboard, customer, assign }).await?)
 }

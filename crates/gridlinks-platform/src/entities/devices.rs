@@ -68,10 +68,18 @@ pub async fn assign_customer(
 }
 
 async fn set_customer(core: &Core, device: DeviceId, customer: Option<Uuid>) -> ServiceResult<DeviceRecord> {
-    match core.writer.submit(WriteOp::AssignCustomer { device, customer }).await {
+    written_device(Some(device), core.writer.submit(WriteOp::AssignCustomer { device, customer }).await)
+}
+
+/// The device a write about `device` gave back (none for a new one).
+fn written_device(device: Option<DeviceId>, r: Result<WriteOutcome, StoreError>) -> ServiceResult<DeviceRecord> {
+    match r {
         Ok(WriteOutcome::Device(d)) => Ok(*d),
         Ok(_) => Err(StoreError::Corrupt("unexpected write outcome").into()),
-        Err(StoreError::DeviceNotFound) => Err(missing(device)),
+        Err(StoreError::DeviceNotFound) => Err(ServiceError::NotFound(format!(
+            "Device with id [{}] is not found",
+            device.map(|i| i.to_string()).unwrap_or_default()
+        ))),
         Err(e) => Err(e.into()),
     }
 }

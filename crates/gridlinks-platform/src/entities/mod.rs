@@ -12,7 +12,7 @@ pub mod devices;
 pub mod profiles;
 pub mod users;
 
-use gridlinks_storage::StoreError;
+use gridlinks_storage::{DocRecord, StoreError, WriteOutcome};
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -58,6 +58,14 @@ pub fn hidden(me: &Caller, tenant: Uuid, missing: impl FnOnce() -> ServiceError)
         ServiceError::Forbidden
     } else {
         missing()
+    }
+}
+
+/// The document a write gave back (a save of a customer, dashboard, user, API key …).
+pub(crate) fn written_doc(outcome: WriteOutcome) -> ServiceResult<DocRecord> {
+    match outcome {
+        WriteOutcome::Doc(d) => Ok(d),
+        _ => Err(StoreError::Corrupt("unexpected write outcome").into()),
     }
 }
 

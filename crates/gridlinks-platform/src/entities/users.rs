@@ -4,12 +4,12 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use gridlinks_storage::{DocKind, DocRecord, StoreError, WriteOp, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord, WriteOp};
 use gridlinks_types::Ts;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::{blocking, hidden, ServiceError, ServiceResult};
+use super::{blocking, hidden, written_doc, ServiceError, ServiceResult};
 
 use crate::auth::users::{self as u, Authority, Entry};
 use crate::auth::{Auth, AuthError, Caller, TokenPair};
@@ -102,10 +102,7 @@ async fn write_credentials(core: &Core, user: Uuid, doc: J) -> ServiceResult<Doc
         true => WriteOp::SaveDoc { kind, id: Some(user), title, doc },
         false => WriteOp::InsertDoc { kind, id: user, title, doc },
     };
-    match core.writer.submit(op).await? {
-        WriteOutcome::Doc(d) => Ok(d),
-        _ => Err(StoreError::Corrupt("unexpected write outcome").into()),
-    }
+    written_doc(core.writer.submit(op).await?)
 }
 
 /// Creates or updates a user the caller may manage: a tenant administrator its tenant's
@@ -162,10 +159,7 @@ pub async fn save(core: &Core, auth: &Auth, me: &Caller, user: NewUser) -> Servi
         }
     }
     let doc = u::user_doc(&email, authority, tenant, customer, &body);
-    let user = match core.writer.submit(WriteOp::SaveDoc { kind: DocKind::User, id, title: email, doc }).await? {
-        WriteOutcome::Doc(d) => d,
-        _ => return Err(StoreError::Corrupt("unexpected write outcome").into()),
-    };
+    let user = written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::User, id, title: email, doc }).await?)?;
     let uid = user.id;
     let store = core.store.clone();
     let credentials = match id {
