@@ -114,16 +114,26 @@ impl ServerCost {
         })
     }
 
+    /// `count` per server CPU-second, or `None` when the server used less CPU than
+    /// `/proc` can show (one clock tick, 10 ms): a light run on a quiet peer measures 0 s,
+    /// and a ratio over it would be a number made up, not measured.
+    pub fn per_cpu_second(&self, count: f64) -> Option<f64> {
+        (self.cpu_seconds > 0.0).then(|| count / self.cpu_seconds)
+    }
+
     /// The summary lines: CPU with `count` `what` per server CPU-second over a window of
     /// `seconds`, and memory.
     fn lines(&self, count: u64, what: &str, seconds: f64) -> String {
+        let per_cpu = match self.per_cpu_second(count as f64) {
+            Some(v) => format!("{} {what} per server CPU-second", thousands(v as u64)),
+            None => "below one clock tick: too little CPU to measure, run longer".to_string(),
+        };
         format!(
-            "server pid {}  CPU {:.2} s ({:.0}% of one core) -> {} {what} per server CPU-second\n\
+            "server pid {}  CPU {:.2} s ({:.0}% of one core) -> {per_cpu}\n\
              server memory  RSS peak {}  at end {}  (VmHWM, lifetime: {})\n",
             self.pid,
             self.cpu_seconds,
             100.0 * per_second(self.cpu_seconds, seconds),
-            thousands(per_second(count as f64, self.cpu_seconds) as u64),
             mib(self.rss_peak_kib),
             mib(self.rss_end_kib),
             mib(self.hwm_kib),
@@ -195,7 +205,7 @@ impl TelemetryReport {
 
     /// Acknowledged messages per server CPU-second, with `--server-pid`.
     pub fn msgs_per_server_cpu_second(&self) -> Option<f64> {
-        self.server_cost.as_ref().map(|c| per_second(self.acked as f64, c.cpu_seconds))
+        self.server_cost.as_ref().and_then(|c| c.per_cpu_second(self.acked as f64))
     }
 
     /// What acknowledges a message: `PUBACK` or `HTTP 200`.
@@ -353,7 +363,7 @@ impl PubsubReport {
 
     /// Deliveries per server CPU-second, with `--server-pid`.
     pub fn delivered_per_server_cpu_second(&self) -> Option<f64> {
-        self.server_cost.as_ref().map(|c| per_second(self.received as f64, c.cpu_seconds))
+        self.server_cost.as_ref().and_then(|c| c.per_cpu_second(self.received as f64))
     }
 
     /// The human summary.
@@ -501,7 +511,7 @@ impl ConnectReport {
     /// Successful connections per server CPU-second of the connect phase.
     pub fn connects_per_server_cpu_second(&self) -> Option<f64> {
         let m = self.server_memory.as_ref()?;
-        Some(per_second(self.connected as f64, m.connect_cpu_seconds))
+        (m.connect_cpu_seconds > 0.0).then(|| self.connected as f64 / m.connect_cpu_seconds)
     }
 
     /// (RSS once connected − RSS before) / connections, KiB.

@@ -100,12 +100,15 @@ fn compare_runs_telemetry_on_gridlinks_and_mosquitto_with_counts_that_add_up() {
         let result = &run["result"];
         assert_publish_counts(result, 10);
         assert_eq!(n(&result["acked"]), 200, "{server}: {result}");
-        assert!(result["server"]["cpu_seconds"].as_f64().unwrap() > 0.0, "{server}: {result}");
+        // CPU is sampled for both; a quiet Mosquitto can use less than one 10 ms tick, so
+        // only presence is asserted (gridlinks also provisions and stores: always > 0).
+        assert!(result["server"]["cpu_seconds"].as_f64().unwrap() >= 0.0, "{server}: {result}");
         let acked = n(&result["acked"]);
         assert_eq!(n(&result["ack_latency"]["count"]), acked, "{server}");
     }
     // GridLinks: every acked point stored, lag sampled; Mosquitto stores nothing to check.
     let gl = &runs[0].1["result"];
+    assert!(gl["server"]["cpu_seconds"].as_f64().unwrap() > 0.0, "{gl}");
     assert_eq!(gl["loss_check"]["passed"], true);
     assert_eq!(gl["loss_check"]["points_found"], gl["acked"]);
     assert!(n(&gl["storage_lag"]["ack_to_queryable"]["count"]) > 0, "{gl}");
