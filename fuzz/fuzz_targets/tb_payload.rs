@@ -1,7 +1,8 @@
-//! ThingsBoard JSON payload decoders (telemetry, attributes, gateway forms): never panic,
-//! and whatever they accept respects the limits.
+//! ThingsBoard JSON payload decoders (telemetry, attributes, gateway forms and requests):
+//! never panic, and whatever they accept respects the limits.
 #![no_main]
 
+use gridlinks_thingsboard::gateway::{self, MAX_REQUEST_KEYS};
 use gridlinks_thingsboard::payload::{
     parse_attributes, parse_gateway_attributes, parse_gateway_device, parse_gateway_telemetry, parse_telemetry,
     PayloadLimits,
@@ -29,4 +30,15 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = parse_gateway_attributes(data, LIM);
     let _ = parse_gateway_device(data);
+    if let Ok(req) = gateway::parse_attribute_request(data) {
+        assert!(req.keys.len() <= MAX_REQUEST_KEYS && !req.device.is_empty());
+        let _ = gateway::attribute_response(&req, Vec::new());
+    }
+    if let Ok(reply) = gateway::parse_rpc_reply(data) {
+        assert!(serde_json::from_str::<serde_json::Value>(&reply.data).is_ok());
+        let _ = gateway::rpc_request(&reply.device, reply.id, data);
+    }
+    if let Ok(claims) = gateway::parse_claims(data) {
+        assert!(!claims.is_empty());
+    }
 });

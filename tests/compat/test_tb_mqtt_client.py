@@ -337,6 +337,83 @@ def test_gateway_sub_device_telemetry(server, rest):
         gw.disconnect()
 
 
+@pytest.mark.skipif(TBGatewayMqttClient is None, reason="this tb-mqtt-client has no tb_gateway_mqtt")
+def test_gateway_client_attributes_rpc_claim_and_disconnect(server, rest):
+    """Every other call of the SDK's gateway client, unchanged, for one sub-device."""
+    base, token, sub_name = server["base"], "sdkGw2" + uuid.uuid4().hex[:10], "sdk-gw2-sub"
+    _create_device(server, rest, token, {"name": "sdk-gw2", "type": "gateway", "additionalInfo": {"gateway": True}})
+    gw = TBGatewayMqttClient("127.0.0.1", port=server["mqtt_port"], username=token)
+    gw.connect()  # no callback: see the sdk fixture
+    try:
+        _wait_until(gw.is_connected, "the gateway client to report a connection")
+        _assert_published(gw.gw_connect_device(sub_name, device_type="valve"))
+        _assert_published(gw.gw_send_attributes(sub_name, {"model": "V-2", "ports": 4}))
+        r = rest.get(f"{base}/api/tenant/devices", params={"deviceName": sub_name}, timeout=HTTP_TIMEOUT)
+        assert r.status_code == 200, r.text
+        sub_id = r.json()["id"]["id"]
+
+        # Shared attribute changes and deletions reach the gateway's subscriptions.
+        every, one_device, one_key = Calls(), Calls(), Calls()
+        assert gw.gw_subscribe_to_all_attributes(every)
+        assert gw.gw_subscribe_to_all_device_attributes(sub_name, one_device)
+        assert gw.gw_subscribe_to_attribute(sub_name, "target", one_key)
+        _post_shared(server, rest, sub_id, {"target": 35, "unit": "C"})
+        want = {"device": sub_name, "data": {"target": 35, "unit": "C"}}
+        assert every.wait(what="the all-attributes callback")[0] == (want,)
+        assert one_device.wait(what="the device callback")[0] == (want,)
+        assert one_key.wait(what="the attribute callback")[0] == (want,)
+        r = rest.delete(f"{base}/api/plugins/telemetry/DEVICE/{sub_id}/SHARED_SCOPE", params={"keys": "unit"},
+                        timeout=HTTP_TIMEOUT)
+        assert r.status_code == 200, r.text
+        assert every.wait(count=2, what="the deletion")[1] == ({"device": sub_name, "data": {"deleted": ["unit"]}},)
+
+        # Attribute requests, client and shared, one key and several.
+        answers = Calls()
+        _assert_published(gw.gw_request_shared_attributes(sub_name, ["target"], answers))
+        _assert_published(gw.gw_request_client_attributes(sub_name, ["model", "ports"], answers))
+        got = answers.wait(count=2, what="the attribute responses")
+        by_id = sorted((content for content, _error in got), key=lambda c: c["id"])
+        assert [c["device"] for c in by_id] == [sub_name, sub_name]
+        assert by_id[0]["value"] == 35
+        assert by_id[1]["values"] == {"model": "V-2", "ports": 4}
+
+        # Server-side RPC to the sub-device, answered by the gateway.
+        seen = []
+
+        def handler(client, content):
+            seen.append(content)
+            client.gw_send_rpc_reply(content["device"], content["data"]["id"], {"opened": content["data"]["params"]})
+
+        gw.gw_set_server_side_rpc_request_handler(handler)
+        r = requests.post(f"{base}/api/plugins/rpc/twoway/{sub_id}", headers=rest.headers, timeout=HTTP_TIMEOUT,
+                          json={"method": "open", "params": {"pct": 40}, "timeout": 30000})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"opened": {"pct": 40}}
+        assert seen[0]["device"] == sub_name and seen[0]["data"]["method"] == "open", seen
+
+        # Claiming through the gateway, then a customer user claims with the secret.
+        _assert_published(gw.gw_claim(sub_name, "gw-secret", 60000))
+        r = rest.post(base + "/api/customer", json={"title": "gw-claimers"}, timeout=HTTP_TIMEOUT)
+        assert r.status_code == 200, r.text
+        customer = r.json()["id"]
+        r = rest.post(base + "/api/user", params={"sendActivationMail": "false"}, timeout=HTTP_TIMEOUT,
+                      json={"email": "gw-claimer@compat.test", "authority": "CUSTOMER_USER", "customerId": customer})
+        assert r.status_code == 200, r.text
+        link = rest.get(f"{base}/api/user/{r.json()['id']['id']}/activationLink", timeout=HTTP_TIMEOUT).text
+        r = requests.post(base + "/api/noauth/activate", timeout=HTTP_TIMEOUT,
+                          json={"activateToken": link.split("activateToken=")[1], "password": "gw-claimer-pw"})
+        assert r.status_code == 200, r.text
+        user = {"X-Authorization": "Bearer " + r.json()["token"]}
+        r = requests.post(f"{base}/api/customer/device/{sub_name}/claim", json={"secretKey": "gw-secret"},
+                          headers=user, timeout=HTTP_TIMEOUT)
+        assert r.status_code == 200 and r.json()["response"] == "SUCCESS", r.text
+
+        _assert_published(gw.gw_disconnect_device(sub_name))
+    finally:
+        gw.stop()
+        gw.disconnect()
+
+
 def test_sdk_provisioning_call(server, rest):
     # A profile that lets devices create themselves, then the SDK's own provisioning call,
     # unchanged; the credentials it returns work at once.

@@ -267,6 +267,16 @@ impl Ingest {
         }
     }
 
+    /// The id of gateway `gateway`'s own sub-device `name` (created by or assigned to it);
+    /// any other name is refused as another's.
+    pub fn owned(&self, gateway: DeviceId, name: &str) -> Result<DeviceId, IngestError> {
+        let tenant = self.store.device(gateway)?.and_then(|g| g.tenant);
+        match self.store.device_by_name(tenant, name)? {
+            Some(d) if d.gateway == Some(gateway) => Ok(d.id),
+            _ => Err(IngestError::ForeignDevice(name.to_owned())),
+        }
+    }
+
     /// Creates or updates devices of `tenant` from a bulk import, with their attributes, in
     /// one commit.
     pub async fn import(

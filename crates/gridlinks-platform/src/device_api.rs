@@ -13,6 +13,13 @@
 //! | `v1/devices/me/rpc/request/{id}` | client-side RPC: `getSessionLimits` answered with the limits, anything else "not supported", on `…/rpc/response/{id}` |
 //! | `v1/gateway/connect`, `v1/gateway/disconnect` | `{"device":"Name","type":"…"}`; sub-devices are created on first use |
 //! | `v1/gateway/telemetry`, `v1/gateway/attributes` | `{"Device A": <telemetry or attributes>}` |
+//! | `v1/gateway/attributes/request` | `{"id":1,"device":"A","client":false,"key":"k"}` (or `"keys"`) → `v1/gateway/attributes/response` |
+//! | `v1/gateway/rpc` | a sub-device's answer to server-side RPC: `{"device":"A","id":7,"data":{…}}` |
+//! | `v1/gateway/claim` | `{"A":{"secretKey","durationMs"},…}`: each sub-device may be claimed |
+//!
+//! The server pushes to a gateway for its sub-devices on `v1/gateway/attributes` (shared
+//! attribute changes and deletions) and `v1/gateway/rpc` (server-side RPC), see
+//! [`crate::sessions::DeviceSessions`]; shapes in `gridlinks_thingsboard::gateway`.
 //!
 //! The gateway topics are for gateways only (`additionalInfo.gateway: true`), and a gateway
 //! writes only to the devices it created (at most `limits.max_devices_per_gateway`) or was
@@ -30,8 +37,9 @@ use serde_json::{json, Value as J};
 use crate::attributes;
 use crate::core::Platform;
 use gridlinks_thingsboard::attributes::AttributeRequest;
+use gridlinks_thingsboard::gateway;
 use gridlinks_thingsboard::payload::{self, PayloadError};
-use gridlinks_thingsboard::topic::{attributes_response, is_gateway_topic, rpc_response, DeviceTopic};
+use gridlinks_thingsboard::topic::{self, attributes_response, is_gateway_topic, rpc_response, DeviceTopic};
 
 /// Why a publish was not accepted.
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +152,25 @@ pub async fn handle_publish(
             all_ok(st.core.ingest.submit(items).await)?;
             Ok(None)
         }
+        DeviceTopic::GatewayAttributeRequest => gateway_attribute_request(&st, device, &body).await.map(Some),
+        DeviceTopic::GatewayRpc => {
+            let reply = gateway::parse_rpc_reply(&body)?;
+            let sub = st.core.ingest.owned(device, &reply.device)?;
+            st.devices.rpc.complete(sub, reply.id, Bytes::from(reply.data));
+            Ok(None)
+        }
+        DeviceTopic::GatewayClaim => {
+            let claims = gateway::parse_claims(&body)?;
+            let mut subs = Vec::with_capacity(claims.len());
+            // Every name is resolved before any claim opens: one foreign name refuses all.
+            for (name, claim) in claims {
+                subs.push((st.core.ingest.gateway_device(device, &name, None).await?, claim));
+            }
+            for (sub, claim) in subs {
+                st.core.claims.open(sub, claim, Ts::now().0);
+            }
+            Ok(None)
+        }
         DeviceTopic::AttributeRequest(id) => attribute_request(&st, device, id, &body).await.map(Some),
         DeviceTopic::Claim => {
             crate::claims::open_from_device(&st.core, device, &body)?;
@@ -181,6 +208,19 @@ pub fn client_rpc(body: &[u8], max_payload: usize, max_in_flight: usize) -> J {
         }),
         _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
     }
+}
+
+/// A gateway's request for one scope's keys of a sub-device, answered on
+/// `v1/gateway/attributes/response`.
+async fn gateway_attribute_request(st: &Arc<Platform>, gw: DeviceId, body: &[u8]) -> Result<Reply, TopicError> {
+    let req = gateway::parse_attribute_request(body)?;
+    let sub = st.core.ingest.gateway_device(gw, &req.device, None).await?;
+    let scope = if req.client { AttributeScope::Client } else { AttributeScope::Shared };
+    // No keys: every attribute of the scope, as ThingsBoard reads an empty name list.
+    let keys = (!req.keys.is_empty()).then(|| req.keys.clone());
+    let found = attributes::read(&st.core.store, sub, Some(scope), keys).await?;
+    let answer = gateway::attribute_response(&req, found.into_iter().map(|a| (a.key, a.value.to_json())).collect());
+    Ok(Reply { topic: topic::GATEWAY_ATTRIBUTES_RESPONSE.to_owned(), payload: Bytes::from(answer.to_string()) })
 }
 
 async fn attribute_request(st: &Arc<Platform>, device: DeviceId, id: &str, body: &[u8]) -> Result<Reply, TopicError> {

@@ -1,8 +1,9 @@
 //! Server-side RPC to devices: the calls waiting for a device's answer, on this node and
 //! across nodes. A request goes to the device's sessions subscribed to
-//! `v1/devices/me/rpc/request/+` (any transport); a two-way call waits for the device's
-//! answer on `v1/devices/me/rpc/response/{id}`. The REST API (`POST /api/rpc/…`) serves
-//! [`DeviceSessions::call`] with ThingsBoard's statuses.
+//! `v1/devices/me/rpc/request/+` (any transport), or for a gateway's sub-device to the
+//! gateway's on `v1/gateway/rpc`; a two-way call waits for the device's answer on
+//! `v1/devices/me/rpc/response/{id}` (or the gateway's on `v1/gateway/rpc`). The REST API
+//! (`POST /api/rpc/…`) serves [`DeviceSessions::call`] with ThingsBoard's statuses.
 //!
 //! With several nodes, a device may be connected to a node other than the one that took
 //! the call. The call then goes on the Kafka bus (`gridlinks_kafka::bus`); the node holding
@@ -18,7 +19,6 @@ use bytes::Bytes;
 use gridlinks_kafka::bus::{BrokerRecord, RpcRequest};
 use gridlinks_kafka::Bus;
 use gridlinks_storage::StoreError;
-use gridlinks_thingsboard::topic;
 use gridlinks_types::DeviceId;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -138,7 +138,7 @@ impl RpcRegistry {
 pub fn deliver_remote(st: &Arc<Platform>, r: RpcRequest) {
     let waiter = Waiter::Remote { node: r.reply_to.clone(), request: r.request };
     let id = st.devices.rpc.wait(r.device, waiter);
-    if st.devices.sessions.deliver(r.device, &topic::rpc_request(id), Bytes::from(r.body)) == 0 {
+    if st.devices.deliver_rpc(r.device, id, Bytes::from(r.body)) == 0 {
         st.devices.rpc.cancel(r.device, id);
         return;
     }
@@ -221,7 +221,7 @@ impl DeviceSessions {
     ) -> Result<Outcome, StoreError> {
         let rpc = &self.rpc;
         let (rpc_id, rx) = rpc.start(device);
-        let (at, rx) = if self.sessions.deliver(device, &topic::rpc_request(rpc_id), payload.clone()) > 0 {
+        let (at, rx) = if self.deliver_rpc(device, rpc_id, payload.clone()) > 0 {
             (Delivered::Here(rpc_id), rx)
         } else {
             rpc.cancel(device, rpc_id);

@@ -1,6 +1,7 @@
 //! The device-session registry: the one seam through which the REST API, other nodes and
 //! (later) the rule layer reach a connected device — server-side RPC, shared-attribute
-//! pushes, closing a revoked device's sessions — whatever transport it uses. Every
+//! pushes, closing a revoked device's sessions — whatever transport it uses, and through
+//! its gateway for a gateway's sub-device. Every
 //! transport registers its live sessions in the broker's [`Sessions`] (a device session
 //! follows `v1/devices/me/…` topics, whatever its wire protocol); nothing else knows which
 //! transport a device is on.
@@ -10,8 +11,10 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use gridlinks_broker::sessions::Sessions;
-use gridlinks_thingsboard::topic;
+use gridlinks_storage::Store;
+use gridlinks_thingsboard::{gateway, topic};
 use gridlinks_types::{DeviceId, Value};
 use serde_json::Value as J;
 
@@ -26,21 +29,59 @@ pub struct DeviceSessions {
     pub rpc: RpcRegistry,
     /// Live connections per credential.
     pub counts: Arc<CredentialCounts>,
+    /// Which gateway a sub-device is reached through (its `gateway`), and its name.
+    store: Store,
 }
 
 impl DeviceSessions {
-    /// A registry over `sessions`, sending RPC across nodes on `bus` (several nodes).
-    pub fn new(sessions: Arc<Sessions>, bus: Option<Arc<gridlinks_kafka::Bus>>) -> Self {
-        Self { sessions, rpc: RpcRegistry::new(bus), counts: Arc::default() }
+    /// A registry over `sessions`, finding sub-devices' gateways in `store`, sending RPC
+    /// across nodes on `bus` (several nodes).
+    pub fn new(sessions: Arc<Sessions>, store: Store, bus: Option<Arc<gridlinks_kafka::Bus>>) -> Self {
+        Self { sessions, rpc: RpcRegistry::new(bus), counts: Arc::default(), store }
     }
 
     /// Pushes committed shared attribute values to `device`'s sessions on this node that
     /// follow `v1/devices/me/attributes` (MQTT, CoAP observations, custom TCP), as
-    /// `{"key":value,…}`. The node that took the write pushes them; with several nodes, the
-    /// others push what they read from the bus.
+    /// `{"key":value,…}`, and, for a gateway's sub-device, to the gateway's sessions on
+    /// `v1/gateway/attributes` as `{"device":name,"data":{…}}`. The node that took the write
+    /// pushes them; with several nodes, the others push what they read from the bus.
     pub fn push_shared(&self, device: DeviceId, values: &[(String, Value)]) {
-        let update = J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()).to_string();
-        self.sessions.deliver(device, topic::ATTRIBUTES, update.into());
+        self.push_attributes(device, J::Object(values.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()));
+    }
+
+    /// Tells `device` (or its gateway) that shared attributes `keys` were deleted:
+    /// `{"deleted":["k",…]}`, as ThingsBoard does.
+    pub fn push_deleted(&self, device: DeviceId, keys: &[String]) {
+        self.push_attributes(device, serde_json::json!({ "deleted": keys }));
+    }
+
+    fn push_attributes(&self, device: DeviceId, update: J) {
+        if let Some((name, gateway)) = self.gateway_of(device) {
+            let wrapped = gateway::for_device(&name, update.clone()).to_string();
+            self.sessions.deliver(gateway, topic::GATEWAY_ATTRIBUTES, wrapped.into());
+        }
+        self.sessions.deliver(device, topic::ATTRIBUTES, update.to_string().into());
+    }
+
+    /// Delivers server-side RPC request `id` (`{"method","params"}`) to `device`'s sessions
+    /// on this node, or through its gateway's (`v1/gateway/rpc`); how many sessions got it.
+    pub(crate) fn deliver_rpc(&self, device: DeviceId, id: u32, call: Bytes) -> usize {
+        let direct = self.sessions.deliver(device, &topic::rpc_request(id), call.clone());
+        if direct > 0 {
+            return direct;
+        }
+        let Some((name, gateway)) = self.gateway_of(device) else { return 0 };
+        match gateway::rpc_request(&name, id, &call) {
+            Some(wrapped) => self.sessions.deliver(gateway, topic::GATEWAY_RPC, wrapped.to_string().into()),
+            None => 0,
+        }
+    }
+
+    /// A sub-device's name and gateway; `None` for a device of no gateway (or unreadable:
+    /// the push then reaches only the device's own sessions).
+    fn gateway_of(&self, device: DeviceId) -> Option<(String, DeviceId)> {
+        let d = self.store.device(device).ok().flatten()?;
+        Some((d.name, d.gateway?))
     }
 
     /// Closes every session of `device` on this node (deleted, or its credentials changed).

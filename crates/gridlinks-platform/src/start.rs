@@ -180,7 +180,7 @@ impl Platform {
         ensure_first_tenant(&core).await.context("writing the first tenant")?;
         let clients = Credentials::load(&store, &sessions).context("loading MQTT client credentials")?;
         let platform = Arc::new(Platform {
-            devices: DeviceSessions::new(sessions, core.bus.clone()),
+            devices: DeviceSessions::new(sessions, core.store.clone(), core.bus.clone()),
             metrics: Metrics::default(),
             core,
             auth,

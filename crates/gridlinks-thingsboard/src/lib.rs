@@ -5,6 +5,7 @@
 //! Layout:
 //! - [`payload`]: telemetry in every ThingsBoard form, attributes, gateway payloads, typed
 //!   as ThingsBoard types values; [`payload::PayloadLimits`], [`payload::PayloadError`].
+//! - [`gateway`]: the gateway API's requests and pushes (attribute requests, RPC, claims).
 //! - [`topic`]: the MQTT device topics ([`topic::DeviceTopic`]) and the topics answers go to.
 //! - [`coap`]: the CoAP device API's resources, from a request's path and query.
 //! - [`attributes`]: which attributes a device asks for and the `{"client","shared"}` answer.
@@ -20,6 +21,7 @@ pub mod attributes;
 pub mod coap;
 pub mod csv;
 pub mod error;
+pub mod gateway;
 pub mod keyfilter;
 pub mod keys;
 pub mod model;

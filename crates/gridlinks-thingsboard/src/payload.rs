@@ -208,7 +208,7 @@ pub fn parse_claim(body: &[u8]) -> Result<ClaimRequest, PayloadError> {
 }
 
 /// A device name a gateway may use: not blank, at most 255 bytes, no control characters.
-fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.trim().is_empty() && name.len() <= 255 && !name.chars().any(char::is_control)
 }
 

@@ -10,6 +10,7 @@
 //! | `v1/devices/me/rpc/response/{id}` (id a `u32`) | `RpcResponse(id)` |
 //! | `v1/devices/me/rpc/request/{id}` | `RpcRequest(id)` (client-side RPC) |
 //! | `v1/gateway/connect`, `…/disconnect`, `…/telemetry`, `…/attributes` | `Gateway*` |
+//! | `v1/gateway/attributes/request`, `v1/gateway/rpc`, `v1/gateway/claim` | `GatewayAttributeRequest`, `GatewayRpc`, `GatewayClaim` |
 //!
 //! An `{id}` is one non-empty topic level.
 
@@ -22,6 +23,16 @@ pub const ATTRIBUTES: &str = "v1/devices/me/attributes";
 pub const CLAIM: &str = "v1/devices/me/claim";
 /// Prefix of every gateway topic; only gateways may publish under it.
 pub const GATEWAY_PREFIX: &str = "v1/gateway/";
+/// Sub-devices' attributes from a gateway, and the server's shared-attribute pushes to it.
+pub const GATEWAY_ATTRIBUTES: &str = "v1/gateway/attributes";
+/// A gateway's attribute requests for its sub-devices.
+pub const GATEWAY_ATTRIBUTES_REQUEST: &str = "v1/gateway/attributes/request";
+/// The answers to a gateway's attribute requests.
+pub const GATEWAY_ATTRIBUTES_RESPONSE: &str = "v1/gateway/attributes/response";
+/// Server-side RPC to a gateway's sub-devices, and the gateway's answers.
+pub const GATEWAY_RPC: &str = "v1/gateway/rpc";
+/// Claiming requests for a gateway's sub-devices.
+pub const GATEWAY_CLAIM: &str = "v1/gateway/claim";
 
 const ATTRIBUTE_REQUEST_PREFIX: &str = "v1/devices/me/attributes/request/";
 const ATTRIBUTE_RESPONSE_PREFIX: &str = "v1/devices/me/attributes/response/";
@@ -54,6 +65,12 @@ pub enum DeviceTopic<'a> {
     GatewayTelemetry,
     /// `v1/gateway/attributes`: `{"Device A": {attributes}, …}`.
     GatewayAttributes,
+    /// `v1/gateway/attributes/request`: `{"id","device","client","key"|"keys"}`.
+    GatewayAttributeRequest,
+    /// `v1/gateway/rpc`: a sub-device's answer `{"device","id","data"}`.
+    GatewayRpc,
+    /// `v1/gateway/claim`: `{"Device A": {"secretKey","durationMs"}, …}`.
+    GatewayClaim,
 }
 
 impl<'a> DeviceTopic<'a> {
@@ -67,7 +84,10 @@ impl<'a> DeviceTopic<'a> {
             "v1/gateway/connect" => Self::GatewayConnect,
             "v1/gateway/disconnect" => Self::GatewayDisconnect,
             "v1/gateway/telemetry" => Self::GatewayTelemetry,
-            "v1/gateway/attributes" => Self::GatewayAttributes,
+            GATEWAY_ATTRIBUTES => Self::GatewayAttributes,
+            GATEWAY_ATTRIBUTES_REQUEST => Self::GatewayAttributeRequest,
+            GATEWAY_RPC => Self::GatewayRpc,
+            GATEWAY_CLAIM => Self::GatewayClaim,
             _ => {
                 if let Some(id) = suffix_id(topic, ATTRIBUTE_REQUEST_PREFIX) {
                     Self::AttributeRequest(id)
@@ -86,7 +106,13 @@ impl<'a> DeviceTopic<'a> {
     pub fn is_gateway(&self) -> bool {
         matches!(
             self,
-            Self::GatewayConnect | Self::GatewayDisconnect | Self::GatewayTelemetry | Self::GatewayAttributes
+            Self::GatewayConnect
+                | Self::GatewayDisconnect
+                | Self::GatewayTelemetry
+                | Self::GatewayAttributes
+                | Self::GatewayAttributeRequest
+                | Self::GatewayRpc
+                | Self::GatewayClaim
         )
     }
 }
@@ -133,6 +159,9 @@ mod tests {
             ("v1/gateway/disconnect", DeviceTopic::GatewayDisconnect),
             ("v1/gateway/telemetry", DeviceTopic::GatewayTelemetry),
             ("v1/gateway/attributes", DeviceTopic::GatewayAttributes),
+            ("v1/gateway/attributes/request", DeviceTopic::GatewayAttributeRequest),
+            ("v1/gateway/rpc", DeviceTopic::GatewayRpc),
+            ("v1/gateway/claim", DeviceTopic::GatewayClaim),
         ];
         for (topic, want) in cases {
             assert_eq!(DeviceTopic::parse(topic), Some(want), "{topic}");
@@ -152,12 +181,13 @@ mod tests {
             "v1/devices/me/rpc/response/x",
             "v1/devices/me/rpc/response/4294967296",
             "v1/devices/me/rpc/request/",
-            "v1/gateway/rpc",
+            "v1/gateway/attributes/response",
+            "v1/gateway/rpc/x",
             "gridlinks/devices/a/telemetry",
         ] {
             assert_eq!(DeviceTopic::parse(topic), None, "{topic}");
         }
-        assert!(is_gateway_topic("v1/gateway/rpc"));
+        assert!(is_gateway_topic("v1/gateway/rpc/x"));
     }
 
     #[test]

@@ -805,18 +805,23 @@ async fn save_attributes(
     Ok(StatusCode::OK)
 }
 
-/// `DELETE …/{scope}?keys=`: attribute delete.
+/// `DELETE …/{scope}?keys=`: attribute delete; a device (or its gateway) following its
+/// shared attributes is told `{"deleted":[…]}`.
 pub async fn delete_attributes(
     User(me): User,
-    State(st): St,
+    State(p): State<Arc<Platform>>,
     Path((et, id, sc)): Path<(String, String, String)>,
-    Q(p): Q<KeysParam>,
+    Q(q): Q<KeysParam>,
 ) -> ApiResult<StatusCode> {
     let sc = scope(&sc)?;
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&p.core, &me, &et, &id).await?;
     let keys =
-        key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
-    st.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
+        key_list(q.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
+    let pushed = (sc == AttributeScope::Shared).then(|| keys.clone());
+    p.core.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
+    if let Some(keys) = pushed {
+        p.devices.push_deleted(device, &keys);
+    }
     Ok(StatusCode::OK)
 }
 

@@ -63,8 +63,9 @@ impl Failure {
         match self {
             Self::NotConnected { nodes } => format!(
                 "Device is not connected{}: no session of it is subscribed to RPC requests \
-                 (v1/devices/me/rpc/request/+), or its session was just closed because its queue was full \
-                 (it was not reading what it was sent)",
+                 (v1/devices/me/rpc/request/+; for a gateway's sub-device, no session of the gateway to \
+                 v1/gateway/rpc), or its session was just closed because its queue was full (it was not \
+                 reading what it was sent)",
                 if *nodes { " to any node" } else { "" }
             ),
             Self::NoReply { timeout, .. } => {
