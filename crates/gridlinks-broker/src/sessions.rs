@@ -214,14 +214,29 @@ impl Inbox {
             n += 1;
         }
         let taken: Vec<Outbound> = queue.drain(..n).collect();
+        self.took(queue, taken.len());
+        taken
+    }
+
+    /// Takes the first queued message (a client that takes one at a time: an HTTP long
+    /// poll).
+    pub fn pop(&self) -> Option<Outbound> {
+        let mut queue = self.queue.lock();
+        let first = queue.pop_front()?;
+        self.took(queue, 1);
+        Some(first)
+    }
+
+    /// `n` messages were taken from `queue`: the publishers they held back may go.
+    fn took(&self, mut queue: parking_lot::MutexGuard<'_, VecDeque<Outbound>>, n: usize) {
         if queue.is_empty() && queue.capacity() > 0 {
             // An idle session keeps no queue buffer (a few KiB each over thousands of
             // connections); the next message allocates one again.
             *queue = VecDeque::new();
         }
-        if !taken.is_empty() {
+        if n > 0 {
             let mut backlog = self.backlog.lock();
-            backlog.taken += taken.len() as u64;
+            backlog.taken += n as u64;
             while backlog.waiting.front().is_some_and(|(due, _)| *due <= backlog.taken) {
                 if let Some((_, release)) = backlog.waiting.pop_front() {
                     let _ = release.send(());
@@ -231,7 +246,6 @@ impl Inbox {
                 backlog.waiting = VecDeque::new();
             }
         }
-        taken
     }
 
     /// Queues `out`. Within `capacity` that is all. Past it a QoS 0 copy is given back

@@ -40,8 +40,13 @@ pub fn start(platform: &Arc<Platform>, listener: TcpListener, shutdown: watch::R
     let ws = Arc::new(ws::Hub::default());
     platform.live.register(ws.clone());
     let status = Arc::new(Status::default());
-    platform.metrics.register(Arc::new(metrics::HttpMetrics { status: status.clone(), ws: ws.clone() }));
-    let app = app::router(Http::new(platform.clone(), status.clone(), ws));
+    let polls = thingsboard::long_poll::LongPolls::start(platform);
+    platform.metrics.register(Arc::new(metrics::HttpMetrics {
+        status: status.clone(),
+        ws: ws.clone(),
+        polls: polls.clone(),
+    }));
+    let app = app::router(Http::new(platform.clone(), status.clone(), ws, polls));
     let limits = HttpLimits {
         header_read_timeout: cfg.http.header_read_timeout.duration(),
         max_connections: cfg.http_max_connections(),

@@ -1,5 +1,5 @@
 //! The HTTP transport's `/metrics`: refused payloads and connections, WebSocket API
-//! sessions and subscriptions.
+//! sessions and subscriptions, device long polls.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use gridlinks_platform::metrics::{counter, gauge, load, DescriptorEncoder, Source};
 
 use crate::state::Status;
+use crate::thingsboard::long_poll::LongPolls;
 use crate::ws::Hub;
 
 /// The HTTP side's counters.
@@ -15,6 +16,8 @@ pub struct HttpMetrics {
     pub status: Arc<Status>,
     /// WebSocket API subscriptions.
     pub ws: Arc<Hub>,
+    /// HTTP devices' long polls.
+    pub polls: Arc<LongPolls>,
 }
 
 impl Source for HttpMetrics {
@@ -37,6 +40,12 @@ impl Source for HttpMetrics {
             "gridlinks_ws_subscriptions",
             "WebSocket API subscriptions (an ENTITY_DATA page's devices count one each).",
             self.ws.subscriptions() as u64,
+        )?;
+        gauge(
+            e,
+            "gridlinks_http_long_polls",
+            "HTTP device long polls waiting (GET /api/v1/{token}/rpc, .../attributes/updates).",
+            self.polls.waiting() as u64,
         )
     }
 }

@@ -8,6 +8,8 @@ use axum::extract::FromRef;
 use gridlinks_platform::auth::Auth;
 use gridlinks_platform::{Core, Platform};
 
+use crate::thingsboard::long_poll::LongPolls;
+
 /// Readiness and the HTTP side's own counters.
 #[derive(Default)]
 pub struct Status {
@@ -22,20 +24,21 @@ pub struct Status {
 
 /// The HTTP router's state: one handle per subsystem. A handler asks for the one it needs —
 /// `State<Arc<Core>>`, `State<Arc<Auth>>`, `State<Arc<Platform>>` (device sessions, RPC,
-/// application credentials), `State<Arc<Status>>` — through [`FromRef`]. axum clones the
+/// application credentials), `State<Arc<Status>>`, `State<Arc<LongPolls>>` — through [`FromRef`]. axum clones the
 /// state for every request: one reference count.
 #[derive(Clone)]
 pub struct Http(Arc<Handles>);
 
 impl Http {
     /// The state of the routes over `platform`.
-    pub fn new(platform: Arc<Platform>, status: Arc<Status>, ws: Arc<crate::ws::Hub>) -> Self {
+    pub fn new(platform: Arc<Platform>, status: Arc<Status>, ws: Arc<crate::ws::Hub>, polls: Arc<LongPolls>) -> Self {
         Self(Arc::new(Handles {
             core: Arc::new(platform.core.clone()),
             auth: platform.auth.clone(),
             platform,
             status,
             ws,
+            polls,
         }))
     }
 }
@@ -52,6 +55,8 @@ pub struct Handles {
     pub status: Arc<Status>,
     /// WebSocket API subscriptions.
     pub ws: Arc<crate::ws::Hub>,
+    /// HTTP devices' long polls.
+    pub polls: Arc<LongPolls>,
 }
 
 impl std::ops::Deref for Http {
@@ -70,6 +75,12 @@ impl FromRef<Http> for Arc<Core> {
 impl FromRef<Http> for Arc<Auth> {
     fn from_ref(h: &Http) -> Self {
         h.auth.clone()
+    }
+}
+
+impl FromRef<Http> for Arc<LongPolls> {
+    fn from_ref(h: &Http) -> Self {
+        h.polls.clone()
     }
 }
 

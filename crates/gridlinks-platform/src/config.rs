@@ -95,6 +95,19 @@ pub struct HttpConfig {
     /// Addresses `max_connections_per_address` does not apply to (a reverse proxy on this
     /// host speaks for many clients).
     pub unbounded_addresses: Vec<std::net::IpAddr>,
+    /// A device's long poll (`GET /api/v1/{token}/rpc`, `…/attributes/updates`) without a
+    /// `timeout` waits this long (ThingsBoard's `transport.http.request_timeout`).
+    pub long_poll_timeout: Millis,
+    /// Longest long poll; a larger `timeout` is cut to it (ThingsBoard's
+    /// `max_request_timeout`).
+    pub max_long_poll_timeout: Millis,
+    /// Most long polls waiting at once on this node (503 past it).
+    pub max_long_polls: usize,
+    /// Most long polls of one device waiting at once (429 past it).
+    pub max_long_polls_per_device: usize,
+    /// How long a device's poll session stays registered after its last poll ended, so an
+    /// RPC call or attribute change between two polls waits for the next one.
+    pub long_poll_linger: Millis,
 }
 
 /// MQTT listener settings.
@@ -693,6 +706,11 @@ impl Default for HttpConfig {
             max_connections: 0,
             max_connections_per_address: 64,
             unbounded_addresses: vec![std::net::Ipv4Addr::LOCALHOST.into(), std::net::Ipv6Addr::LOCALHOST.into()],
+            long_poll_timeout: Millis(60_000),
+            max_long_poll_timeout: Millis(300_000),
+            max_long_polls: 10_000,
+            max_long_polls_per_device: 4,
+            long_poll_linger: Millis(10_000),
         }
     }
 }

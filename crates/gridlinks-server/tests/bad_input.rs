@@ -35,7 +35,8 @@ fn bad_input_is_refused_clearly_and_harms_nothing() {
     let (st, b) = tel("GOOD", r#"{"ts":"yesterday","values":{"t":2}}"#);
     assert!(st == 400 && message(&b).contains("ts"), "{b}");
     assert_eq!(tel("GOOD", r#""just a string""#).0, 400);
-    assert_eq!(tel("GOOD", "{}").0, 400);
+    // No values at all is accepted with nothing stored, as ThingsBoard accepts it.
+    assert_eq!(tel("GOOD", "{}").0, 200);
     // Non-finite numbers.
     assert_eq!(tel("GOOD", r#"{"t":1e999}"#).0, 400);
     assert_eq!(tel("GOOD", r#"{"t":NaN}"#).0, 400);

@@ -80,7 +80,7 @@ fn parse(body: &[u8]) -> Result<Json<'_>, PayloadError> {
     })
 }
 
-/// Decodes a telemetry payload; points without a `ts` get `now`.
+/// Decodes a telemetry payload; points without a `ts` get `now`. No values: no records.
 pub fn parse_telemetry(body: &[u8], now: Ts, lim: PayloadLimits) -> Result<Vec<TsRecord>, PayloadError> {
     let mut count = 0usize;
     telemetry_from_json(parse(body)?, now, lim, &mut count)
@@ -107,10 +107,9 @@ fn telemetry_from_json(
             return Err(shape(format!("telemetry must be a JSON object or an array of objects, got {}", kind(v))))
         }
     }
+    // A payload with no values (`{}`, `[]`, `{"ts":…,"values":{}}`) is accepted with nothing
+    // to store, as ThingsBoard accepts it (its HTTP client's connection test posts `{}`).
     out.retain(|r| !r.values.is_empty());
-    if out.is_empty() {
-        return Err(shape("no telemetry values found in the payload"));
-    }
     Ok(out)
 }
 
@@ -487,7 +486,9 @@ mod tests {
         assert!(matches!(tel("{"), Err(PayloadError::Json(_))));
         assert!(matches!(tel("[1]"), Err(PayloadError::Shape(m)) if m.contains("element 0")));
         assert!(matches!(tel("5"), Err(PayloadError::Shape(_))));
-        assert!(matches!(tel("{}"), Err(PayloadError::Shape(m)) if m.contains("no telemetry")));
+        for empty in ["{}", "[]", r#"{"ts":1,"values":{}}"#, r#"[{},{"ts":2,"values":{}}]"#] {
+            assert_eq!(tel(empty), Ok(vec![]), "accepted, nothing to store: {empty}");
+        }
         assert!(matches!(tel(r#"{"ts":"x","values":{}}"#), Err(PayloadError::Shape(m)) if m.contains("ts")));
         assert!(matches!(tel(r#"{"ts":1,"values":5}"#), Err(PayloadError::Shape(m)) if m.contains("values")));
         assert!(matches!(tel(r#"{"aaaaaaaaaaaaaaaaaaaaaa":1}"#), Err(PayloadError::Shape(m)) if m.contains("limit")));

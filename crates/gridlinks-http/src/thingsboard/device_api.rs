@@ -1,11 +1,16 @@
-//! ThingsBoard's HTTP device API: `/api/v1/{token}/telemetry`, `/attributes` and `/claim`.
-//! A 200 is sent only after the data is durably committed by the group commit.
+//! ThingsBoard's HTTP device API under `/api/v1/{token}/`: `telemetry`, `attributes` (post,
+//! read, and `attributes/updates` by long poll), `rpc` (client-side calls, server-side
+//! requests by long poll, and the answers to them) and `claim`. A 200 to a write is sent
+//! only after the data is durably committed by the group commit.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gridlinks_ingest::{IngestError, Item};
 use gridlinks_types::{AttributeScope, DeviceId, Ts};
@@ -14,10 +19,12 @@ use serde_json::Value as J;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
+use super::long_poll::{Kind, LongPolls, PollError};
 use crate::state::Status;
 use gridlinks_platform::attributes;
-use gridlinks_platform::Core;
+use gridlinks_platform::{Core, Platform};
 use gridlinks_thingsboard::attributes::AttributeRequest;
+use gridlinks_thingsboard::error::ErrorCode;
 use gridlinks_thingsboard::payload::{self, PayloadError};
 
 type St = State<Arc<Core>>;
@@ -70,19 +77,142 @@ pub async fn post_claim(
     Ok(StatusCode::OK)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct AttrParams {
-    client_keys: Option<String>,
-    shared_keys: Option<String>,
+/// `GET /api/v1/{token}/attributes?clientKeys=&sharedKeys=` → `{"client":{…},"shared":{…}}`;
+/// with neither parameter, all client and shared attributes. A parameter given several
+/// times is one comma-separated list (as Spring joins it: ThingsBoard's HTTP client sends
+/// `sharedKeys=a&sharedKeys=b`), and `client_keys`/`shared_keys` (its `request_attributes`
+/// spelling) are read too. Other parameters are refused.
+pub async fn get_attributes(State(st): St, Path(token): Path<String>, RawQuery(q): RawQuery) -> ApiResult<Json<J>> {
+    let device = authenticate(&st, &token)?;
+    let (mut client, mut shared) = (None::<String>, None::<String>);
+    for (k, v) in form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes()) {
+        let list = match k.as_ref() {
+            "clientKeys" | "client_keys" => &mut client,
+            "sharedKeys" | "shared_keys" => &mut shared,
+            other => return Err(ApiError::bad_request(format!("Invalid query parameters: unknown field `{other}`"))),
+        };
+        match list {
+            Some(l) => {
+                l.push(',');
+                l.push_str(&v);
+            }
+            None => *list = Some(v.into_owned()),
+        }
+    }
+    let req = AttributeRequest::from_key_lists(client.as_deref(), shared.as_deref());
+    Ok(Json(attributes::read_for_device(&st.store, device, req).await?))
 }
 
-/// `GET /api/v1/{token}/attributes?clientKeys=&sharedKeys=` → `{"client":{…},"shared":{…}}`;
-/// with neither parameter, all client and shared attributes.
-pub async fn get_attributes(State(st): St, Path(token): Path<String>, Q(p): Q<AttrParams>) -> ApiResult<Json<J>> {
-    let device = authenticate(&st, &token)?;
-    let req = AttributeRequest::from_key_lists(p.client_keys.as_deref(), p.shared_keys.as_deref());
-    Ok(Json(attributes::read_for_device(&st.store, device, req).await?))
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollParams {
+    /// Milliseconds; 0 or absent: `http.long_poll_timeout`.
+    timeout: Option<i64>,
+}
+
+/// How long a poll with `timeout` waits: 0 or none is the default, more than the bound is
+/// the bound, negative is refused.
+fn poll_timeout(cfg: &gridlinks_platform::config::HttpConfig, timeout: Option<i64>) -> ApiResult<Duration> {
+    match timeout.unwrap_or(0) {
+        t if t < 0 => Err(ApiError::bad_request("timeout must not be negative")),
+        0 => Ok(cfg.long_poll_timeout.duration()),
+        t => Ok(Duration::from_millis(t.unsigned_abs()).min(cfg.max_long_poll_timeout.duration())),
+    }
+}
+
+async fn long_poll(p: &Platform, polls: &LongPolls, token: &str, kind: Kind, timeout: Option<i64>) -> Response {
+    let device = match authenticate(&p.core, token) {
+        Ok(d) => d,
+        Err(e) => return e.into_response(),
+    };
+    let timeout = match poll_timeout(&p.core.cfg.http, timeout) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    match polls.poll(p, device, kind, timeout).await {
+        Ok(body) => Json(body).into_response(),
+        // ThingsBoard answers a poll that got nothing with an empty 408.
+        Err(PollError::Timeout) => StatusCode::REQUEST_TIMEOUT.into_response(),
+        Err(PollError::Revoked) => (StatusCode::FORBIDDEN, "Device was deleted!").into_response(),
+        Err(PollError::DeviceBusy) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::TooManyRequests,
+            format!(
+                "Too many long polls of this device at once (http.max_long_polls_per_device = {})",
+                p.core.cfg.http.max_long_polls_per_device
+            ),
+        )
+        .into_response(),
+        Err(PollError::NodeBusy) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::General,
+            format!("Too many long polls on this server (http.max_long_polls = {})", p.core.cfg.http.max_long_polls),
+        )
+        .into_response(),
+        Err(PollError::ShuttingDown) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::General, "The server is shutting down")
+                .into_response()
+        }
+    }
+}
+
+/// `GET /api/v1/{token}/rpc?timeout=ms`: the next server-side RPC request for the device,
+/// `{"id":7,"method":"m","params":{…}}`, or an empty 408 when none came in time.
+pub async fn poll_rpc(
+    State(p): State<Arc<Platform>>,
+    State(polls): State<Arc<LongPolls>>,
+    Path(token): Path<String>,
+    Q(q): Q<PollParams>,
+) -> Response {
+    long_poll(&p, &polls, &token, Kind::Rpc, q.timeout).await
+}
+
+/// `GET /api/v1/{token}/attributes/updates?timeout=ms`: the next shared-attribute change,
+/// `{"k":v}` or `{"deleted":["k"]}`, or an empty 408.
+pub async fn poll_attributes(
+    State(p): State<Arc<Platform>>,
+    State(polls): State<Arc<LongPolls>>,
+    Path(token): Path<String>,
+    Q(q): Q<PollParams>,
+) -> Response {
+    long_poll(&p, &polls, &token, Kind::Attributes, q.timeout).await
+}
+
+/// `POST /api/v1/{token}/rpc/{requestId}`: the device's answer to server-side RPC
+/// `requestId` (any JSON, given to the caller as is). 200 also when nobody waits for it
+/// any more, as ThingsBoard answers.
+pub async fn rpc_reply(
+    State(p): State<Arc<Platform>>,
+    State(status): State<Arc<Status>>,
+    Path((token, id)): Path<(String, String)>,
+    Body(body): Body,
+) -> ApiResult<StatusCode> {
+    let device = authenticate(&p.core, &token)?;
+    let id: u32 = id.parse().map_err(|_| ApiError::bad_request("requestId must be the id of an RPC request"))?;
+    if serde_json::from_slice::<J>(&body).is_err() {
+        return Err(rejected(&status, PayloadError::Json("the answer must be JSON".into())));
+    }
+    p.devices.rpc.complete(device, id, body);
+    Ok(StatusCode::OK)
+}
+
+/// `POST /api/v1/{token}/rpc` `{"method","params"}`: client-side RPC, answered at once as
+/// over MQTT (`getSessionLimits` with this transport's limits; anything else is "not
+/// supported").
+pub async fn client_rpc(
+    State(st): St,
+    State(status): State<Arc<Status>>,
+    Path(token): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
+    authenticate(&st, &token)?;
+    match serde_json::from_slice::<J>(&body) {
+        Ok(J::Object(m)) if m.get("method").is_some_and(J::is_string) => {}
+        Ok(_) => return Err(rejected(&status, PayloadError::Shape("expected {\"method\":\"…\",\"params\":…}".into()))),
+        Err(e) => return Err(rejected(&status, PayloadError::Json(e.to_string()))),
+    }
+    // An HTTP request carries one message: one in flight.
+    Ok(Json(gridlinks_platform::device_api::client_rpc(&body, st.cfg.http.max_body_bytes, 1)))
 }
 
 /// `POST /api/v1/provision`: device provisioning (`gridlinks_platform::provision`); always 200 with
