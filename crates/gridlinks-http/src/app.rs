@@ -16,7 +16,7 @@ use gridlinks_storage::Health;
 
 use crate::state::{Http, Status, BULK_IMPORT_PATH};
 use crate::thingsboard::{
-    api, api_keys, claim, customers, dashboards, device_api, profiles, relations, tenants, users,
+    api, api_keys, claim, customers, dashboards, device_api, ota, profiles, relations, tenants, users,
 };
 use crate::thingsboard::{mqtt_clients, rpc};
 
@@ -24,6 +24,7 @@ use crate::thingsboard::{mqtt_clients, rpc};
 pub fn router(state: Http) -> Router {
     let body_limit = state.core.cfg.http.max_body_bytes;
     let import_limit = state.core.cfg.http.max_import_bytes;
+    let ota_limit = state.core.cfg.ota.max_package_bytes + ota::FRAMING_BYTES;
     let tel = "/api/plugins/telemetry/{entity_type}/{id}";
     Router::new()
         .route("/", get(crate::console::index))
@@ -80,6 +81,15 @@ pub fn router(state: Http) -> Router {
         .route("/api/dashboard/{id}", get(dashboards::get).delete(dashboards::delete))
         .route("/api/dashboard/info/{id}", get(dashboards::info))
         .route("/api/tenant/dashboards", get(dashboards::list))
+        .route("/api/otaPackage", post(ota::save))
+        .route(
+            "/api/otaPackage/{id}",
+            get(ota::info).post(ota::upload).delete(ota::delete).layer(DefaultBodyLimit::max(ota_limit)),
+        )
+        .route("/api/otaPackage/info/{id}", get(ota::info))
+        .route("/api/otaPackage/{id}/download", get(ota::download))
+        .route("/api/otaPackages", get(ota::list))
+        .route("/api/otaPackages/{profile}/{type}", get(ota::list_for))
         .route("/api/ruleChains", any(profiles::rule_engine))
         .route("/api/ruleChain", any(profiles::rule_engine))
         .route("/api/ruleChain/{*rest}", any(profiles::rule_engine))
@@ -115,6 +125,8 @@ pub fn router(state: Http) -> Router {
         .route("/api/v1/{token}/attributes/updates", get(device_api::poll_attributes))
         .route("/api/v1/{token}/rpc", get(device_api::poll_rpc).post(device_api::client_rpc))
         .route("/api/v1/{token}/rpc/{request_id}", post(device_api::rpc_reply))
+        .route("/api/v1/{token}/firmware", get(ota::device_firmware))
+        .route("/api/v1/{token}/software", get(ota::device_software))
         .route("/api/v1/{token}/claim", post(device_api::post_claim))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(body_limit))

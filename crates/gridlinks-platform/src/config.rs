@@ -56,6 +56,8 @@ pub struct Config {
     pub coap: CoapConfig,
     /// Server-side RPC.
     pub rpc: RpcConfig,
+    /// OTA packages (firmware and software updates).
+    pub ota: OtaConfig,
     /// ThingsBoard's WebSocket API (`/api/ws`).
     pub ws: WsConfig,
     /// The administrator account.
@@ -291,6 +293,20 @@ pub struct RpcConfig {
     /// node waits for another node to say it delivered the request, before it is answered
     /// 409 (device not connected).
     pub remote_wait: Millis,
+}
+
+/// OTA packages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtaConfig {
+    /// Largest package, bytes (the upload request may be this plus its multipart framing).
+    pub max_package_bytes: usize,
+}
+
+impl Default for OtaConfig {
+    fn default() -> Self {
+        Self { max_package_bytes: 64 * 1024 * 1024 }
+    }
 }
 
 /// ThingsBoard's WebSocket API.
@@ -684,6 +700,7 @@ impl Default for Config {
             tcp: TcpConfig::default(),
             coap: CoapConfig::default(),
             rpc: RpcConfig::default(),
+            ota: OtaConfig::default(),
             ws: WsConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),

@@ -94,4 +94,6 @@ pub struct Platform {
     pub live: Arc<Live>,
     /// Every subsystem's `/metrics`.
     pub metrics: Metrics,
+    /// OTA packages' bytes in memory, for devices' chunk requests.
+    pub ota: crate::entities::ota::DataCache,
 }

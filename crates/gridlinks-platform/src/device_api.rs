@@ -16,6 +16,7 @@
 //! | `v1/gateway/attributes/request` | `{"id":1,"device":"A","client":false,"key":"k"}` (or `"keys"`) → `v1/gateway/attributes/response` |
 //! | `v1/gateway/rpc` | a sub-device's answer to server-side RPC: `{"device":"A","id":7,"data":{…}}` |
 //! | `v1/gateway/claim` | `{"A":{"secretKey","durationMs"},…}`: each sub-device may be claimed |
+//! | `v2/fw/request/{id}/chunk/{n}`, `v2/sw/…` | chunk `n` of the device's assigned firmware/software, the chunk size as text (empty: all) → `v2/fw/response/{id}/chunk/{n}` |
 //!
 //! The server pushes to a gateway for its sub-devices on `v1/gateway/attributes` (shared
 //! attribute changes and deletions) and `v1/gateway/rpc` (server-side RPC), see
@@ -36,6 +37,7 @@ use serde_json::{json, Value as J};
 
 use crate::attributes;
 use crate::core::Platform;
+use crate::entities::ota::{self, OtaType};
 use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::gateway;
 use gridlinks_thingsboard::payload::{self, PayloadError};
@@ -172,6 +174,9 @@ pub async fn handle_publish(
             Ok(None)
         }
         DeviceTopic::AttributeRequest(id) => attribute_request(&st, device, id, &body).await.map(Some),
+        DeviceTopic::OtaChunk { software, request, chunk } => ota_chunk(&st, device, software, chunk, &body)
+            .await
+            .map(|payload| Some(Reply { topic: topic::ota_response(software, request, chunk), payload })),
         DeviceTopic::Claim => {
             crate::claims::open_from_device(&st.core, device, &body)?;
             Ok(None)
@@ -208,6 +213,39 @@ pub fn client_rpc(body: &[u8], max_payload: usize, max_in_flight: usize) -> J {
         }),
         _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
     }
+}
+
+/// Chunk `chunk` of the device's assigned firmware (or software) package; the payload is
+/// the chunk size as text (empty: the whole package).
+async fn ota_chunk(
+    st: &Platform,
+    device: DeviceId,
+    software: bool,
+    chunk: u32,
+    body: &[u8],
+) -> Result<Bytes, TopicError> {
+    let size = parse_chunk_size(body)?;
+    let t = if software { OtaType::Software } else { OtaType::Firmware };
+    match ota::device_chunk(st, device, t, size, chunk as usize).await {
+        Ok(Some((_, bytes))) => Ok(bytes),
+        Ok(None) => {
+            Err(IngestError::BadPayload(format!("no {} package with data is assigned to this device", t.prefix()))
+                .into())
+        }
+        Err(e) => Err(IngestError::Unavailable(e.to_string()).into()),
+    }
+}
+
+/// A chunk size as a device sends it: decimal bytes, or nothing for the whole package.
+pub fn parse_chunk_size(body: &[u8]) -> Result<usize, PayloadError> {
+    let text =
+        std::str::from_utf8(body).map_err(|_| PayloadError::Shape("the chunk size is decimal text".into()))?.trim();
+    if text.is_empty() {
+        return Ok(0);
+    }
+    text.parse::<u32>().map(|n| n as usize).map_err(|_| {
+        PayloadError::Shape(format!("invalid chunk size {text:?}: a whole number of bytes, at most {}", u32::MAX))
+    })
 }
 
 /// A gateway's request for one scope's keys of a sub-device, answered on

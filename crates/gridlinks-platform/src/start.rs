@@ -182,6 +182,7 @@ impl Platform {
         let platform = Arc::new(Platform {
             devices: DeviceSessions::new(sessions, core.store.clone(), core.bus.clone()),
             metrics: Metrics::default(),
+            ota: Default::default(),
             core,
             auth,
             clients,

@@ -240,6 +240,12 @@ pub struct DeviceRecord {
     /// token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x509: Option<X509Credentials>,
+    /// Its own firmware OTA package (ThingsBoard's `firmwareId`); none: its profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<uuid::Uuid>,
+    /// Its own software OTA package (`softwareId`); none: its profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub software: Option<uuid::Uuid>,
 }
 
 /// A device's X.509 certificate, as ThingsBoard keeps it.
@@ -335,6 +341,12 @@ pub enum DocKind {
     UserCredentials = 5,
     /// Tenants.
     Tenant = 6,
+    /// OTA packages' descriptions (ThingsBoard's `OtaPackageInfo`; title: `[title,version]`
+    /// as JSON, unique in a tenant).
+    OtaPackage = 7,
+    /// An OTA package's bytes, as uploaded (same id as the package; raw bytes, not a
+    /// [`DocRecord`]: read with [`Store::ota_data`]).
+    OtaData = 8,
 }
 
 impl DocKind {
@@ -347,6 +359,8 @@ impl DocKind {
             DocKind::User => "User",
             DocKind::UserCredentials => "User credentials",
             DocKind::Tenant => "Tenant",
+            DocKind::OtaPackage => "OTA package",
+            DocKind::OtaData => "OTA package data",
         }
     }
 
@@ -361,14 +375,30 @@ impl DocKind {
     /// Whether no two documents of this kind may have the same title (the writer checks
     /// it, so two concurrent saves cannot both pass).
     pub(crate) fn unique_titles(self) -> bool {
-        matches!(self, DocKind::Customer | DocKind::User)
+        matches!(self, DocKind::Customer | DocKind::User | DocKind::OtaPackage)
     }
 
     /// Fields of the document only the server writes (a client's copy is ignored).
     pub(crate) fn server_fields(self) -> &'static [&'static str] {
         match self {
             DocKind::Dashboard => &["assignedCustomerIds"],
-            DocKind::ApiKey | DocKind::Customer | DocKind::User | DocKind::UserCredentials | DocKind::Tenant => &[],
+            // Set by an upload only (`WriteOp::PutOtaData`).
+            DocKind::OtaPackage => &OTA_DATA_FIELDS,
+            DocKind::ApiKey
+            | DocKind::Customer
+            | DocKind::User
+            | DocKind::UserCredentials
+            | DocKind::Tenant
+            | DocKind::OtaData => &[],
+        }
+    }
+
+    /// The row kept under the same id that goes with a document of this kind.
+    pub(crate) fn companion(self) -> Option<DocKind> {
+        match self {
+            DocKind::User => Some(DocKind::UserCredentials),
+            DocKind::OtaPackage => Some(DocKind::OtaData),
+            _ => None,
         }
     }
 
@@ -379,6 +409,10 @@ impl DocKind {
         k
     }
 }
+
+/// The fields of an OTA package's description that describe its data.
+pub const OTA_DATA_FIELDS: [&str; 6] =
+    ["hasData", "fileName", "contentType", "checksumAlgorithm", "checksum", "dataSize"];
 
 /// An entity kept as a document (a dashboard: its title and configuration).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -850,6 +884,11 @@ impl Store {
     /// A document by kind and id.
     pub fn doc(&self, kind: DocKind, id: uuid::Uuid) -> Result<Option<DocRecord>, StoreError> {
         self.engine()?.ks.docs.get(kind.key(id))?.map(|v| decode_doc(&v)).transpose()
+    }
+
+    /// The bytes of OTA package `id`, once uploaded.
+    pub fn ota_data(&self, id: uuid::Uuid) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.engine()?.ks.docs.get(DocKind::OtaData.key(id))?.map(|v| v.to_vec()))
     }
 
     /// Every device profile, by name (from memory after the first read).

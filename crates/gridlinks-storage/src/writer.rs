@@ -161,8 +161,18 @@ pub enum WriteOp {
         /// The rest (an object).
         doc: serde_json::Value,
     },
-    /// Deletes a document.
+    /// Deletes a document (an OTA package with its data).
     DeleteDoc(DocKind, uuid::Uuid),
+    /// Stores OTA package `id`'s bytes once, with the description fields of its data
+    /// ([`crate::OTA_DATA_FIELDS`]) in one batch.
+    PutOtaData {
+        /// The package (its description must exist and have no data yet).
+        id: uuid::Uuid,
+        /// The bytes.
+        data: Vec<u8>,
+        /// `fileName`, `contentType`, `checksumAlgorithm`, `checksum`, `dataSize`.
+        fields: serde_json::Map<String, serde_json::Value>,
+    },
     /// Deletes a device with all its data; its token stops working.
     DeleteDevice(DeviceId),
     /// The device named `name` of the gateway's tenant for a gateway to write to: one it
@@ -218,6 +228,15 @@ pub enum WriteOp {
         device: DeviceId,
         /// Its certificate from now on.
         x509: crate::X509Credentials,
+    },
+    /// Sets a device's own OTA packages (each must exist).
+    SetDeviceOta {
+        /// The device.
+        device: DeviceId,
+        /// Its firmware package (`None`: its profile's).
+        firmware: Option<uuid::Uuid>,
+        /// Its software package (`None`: its profile's).
+        software: Option<uuid::Uuid>,
     },
     /// Assigns a device to a customer (`Some`, which must exist) or to none.
     AssignCustomer {
@@ -1235,11 +1254,28 @@ impl Writer {
                 }
                 let mut batch = Batch::new(&engine);
                 batch.remove(&engine.ks.docs, kind.key(id));
-                if kind == DocKind::User {
-                    batch.remove(&engine.ks.docs, DocKind::UserCredentials.key(id));
+                if let Some(companion) = kind.companion() {
+                    batch.remove(&engine.ks.docs, companion.key(id));
                 }
                 batch.commit(&self.store)?;
                 Ok(WriteOutcome::Done)
+            }
+            WriteOp::PutOtaData { id, data, fields } => {
+                let kind = DocKind::OtaPackage;
+                let mut rec = self.store.doc(kind, id)?.ok_or(StoreError::DocNotFound(kind, id))?;
+                if rec.doc.get("hasData").and_then(serde_json::Value::as_bool) == Some(true) {
+                    return Err(StoreError::Invalid("Updating otaPackage data is prohibited!".into()));
+                }
+                if let Some(obj) = rec.doc.as_object_mut() {
+                    obj.extend(fields);
+                    obj.insert("hasData".into(), true.into());
+                }
+                let engine = self.engine()?;
+                let mut batch = Batch::new(&engine);
+                batch.insert(&engine.ks.docs, kind.key(id), encode_doc(&rec)?);
+                batch.insert(&engine.ks.docs, DocKind::OtaData.key(id), data);
+                batch.commit(&self.store)?;
+                Ok(WriteOutcome::Doc(rec))
             }
             WriteOp::DeleteDevice(id) => {
                 self.forget_counts();
@@ -1320,6 +1356,18 @@ impl Writer {
                 }
                 let token = txn.fresh_token()?;
                 let new = DeviceRecord { x509: Some(x509), basic: None, token, ..old.clone() };
+                txn.put(new.clone(), Some(&old))?;
+                txn.commit()?;
+                Ok(WriteOutcome::Device(Box::new(new)))
+            }
+            WriteOp::SetDeviceOta { device, firmware, software } => {
+                for id in [firmware, software].into_iter().flatten() {
+                    self.store.doc(DocKind::OtaPackage, id)?.ok_or(StoreError::DocNotFound(DocKind::OtaPackage, id))?;
+                }
+                let engine = self.engine()?;
+                let mut txn = DeviceTxn::new(&self.store, &engine);
+                let old = txn.record(device)?.ok_or(StoreError::DeviceNotFound)?;
+                let new = DeviceRecord { firmware, software, ..old.clone() };
                 txn.put(new.clone(), Some(&old))?;
                 txn.commit()?;
                 Ok(WriteOutcome::Device(Box::new(new)))
@@ -1485,12 +1533,12 @@ impl Writer {
             batch.remove(&engine.ks.profiles, p.id.0.as_bytes().to_vec());
         }
         let id_json = serde_json::Value::String(tenant.to_string());
-        for kind in [DocKind::Customer, DocKind::Dashboard, DocKind::User, DocKind::ApiKey] {
+        for kind in [DocKind::Customer, DocKind::Dashboard, DocKind::User, DocKind::ApiKey, DocKind::OtaPackage] {
             for d in self.store.docs(kind)? {
                 if d.doc.get("tenantId") == Some(&id_json) {
                     batch.remove(&engine.ks.docs, kind.key(d.id));
-                    if kind == DocKind::User {
-                        batch.remove(&engine.ks.docs, DocKind::UserCredentials.key(d.id));
+                    if let Some(companion) = kind.companion() {
+                        batch.remove(&engine.ks.docs, companion.key(d.id));
                     }
                 }
             }
@@ -2141,6 +2189,8 @@ impl<'a> DeviceTxn<'a> {
             // A new access token replaces MQTT_BASIC credentials (one credential per device).
             basic: old.as_ref().and_then(|o| o.basic.clone()).filter(|_| s.token.is_none()),
             x509: old.as_ref().and_then(|o| o.x509.clone()).filter(|_| s.token.is_none()),
+            firmware: old.as_ref().and_then(|o| o.firmware),
+            software: old.as_ref().and_then(|o| o.software),
             tenant,
         };
         self.put(rec.clone(), old.as_ref())?;

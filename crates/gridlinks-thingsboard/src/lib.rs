@@ -12,6 +12,7 @@
 //! - [`keys`]: the one parser of comma-separated key lists.
 //! - [`model`]: entity references and the REST API's JSON (devices, credentials, pages,
 //!   time series, attributes, profiles, relations).
+//! - [`multipart`]: the `multipart/form-data` part an OTA upload carries its file in.
 //! - [`error`]: ThingsBoard's error body and `errorCode`s.
 //! - [`csv`]: the bulk import's CSV lines and cell typing.
 //! - [`x509`]: X.509 device credentials and their fingerprint.
@@ -25,6 +26,7 @@ pub mod gateway;
 pub mod keyfilter;
 pub mod keys;
 pub mod model;
+pub mod multipart;
 pub mod payload;
 pub mod topic;
 pub mod ws;

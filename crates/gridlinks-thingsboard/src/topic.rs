@@ -11,6 +11,7 @@
 //! | `v1/devices/me/rpc/request/{id}` | `RpcRequest(id)` (client-side RPC) |
 //! | `v1/gateway/connect`, `…/disconnect`, `…/telemetry`, `…/attributes` | `Gateway*` |
 //! | `v1/gateway/attributes/request`, `v1/gateway/rpc`, `v1/gateway/claim` | `GatewayAttributeRequest`, `GatewayRpc`, `GatewayClaim` |
+//! | `v2/fw/request/{id}/chunk/{n}`, `v2/sw/request/{id}/chunk/{n}` (n a `u32`) | `OtaChunk` (answered on [`ota_response`]) |
 //!
 //! An `{id}` is one non-empty topic level.
 
@@ -71,6 +72,17 @@ pub enum DeviceTopic<'a> {
     GatewayRpc,
     /// `v1/gateway/claim`: `{"Device A": {"secretKey","durationMs"}, …}`.
     GatewayClaim,
+    /// `v2/fw/request/{id}/chunk/{n}` (`software: false`) or `v2/sw/…`: chunk `n` of the
+    /// device's OTA package, the chunk size as the payload's text (empty: the whole
+    /// package), answered on [`ota_response`].
+    OtaChunk {
+        /// `sw` rather than `fw`.
+        software: bool,
+        /// The device's request id.
+        request: &'a str,
+        /// The chunk's index.
+        chunk: u32,
+    },
 }
 
 impl<'a> DeviceTopic<'a> {
@@ -96,7 +108,7 @@ impl<'a> DeviceTopic<'a> {
                 } else if let Some(id) = suffix_id(topic, RPC_REQUEST_PREFIX) {
                     Self::RpcRequest(id)
                 } else {
-                    return None;
+                    ota_chunk(topic)?
                 }
             }
         })
@@ -138,6 +150,27 @@ pub fn rpc_response(id: &str) -> String {
     format!("{RPC_RESPONSE_PREFIX}{id}")
 }
 
+/// `v2/{fw|sw}/request/{id}/chunk/{n}`.
+fn ota_chunk(topic: &str) -> Option<DeviceTopic<'_>> {
+    let rest = topic.strip_prefix("v2/")?;
+    let (software, rest) = match rest.split_at_checked(3)? {
+        ("fw/", rest) => (false, rest),
+        ("sw/", rest) => (true, rest),
+        _ => return None,
+    };
+    let (request, chunk) = rest.strip_prefix("request/")?.split_once("/chunk/")?;
+    if request.is_empty() || request.contains('/') || chunk.contains('/') {
+        return None;
+    }
+    Some(DeviceTopic::OtaChunk { software, request, chunk: chunk.parse().ok()? })
+}
+
+/// `v2/{fw|sw}/response/{id}/chunk/{n}`: where chunk `n` of request `id` goes (sent to the
+/// device's connection whatever it subscribed, as ThingsBoard sends it).
+pub fn ota_response(software: bool, request: &str, chunk: u32) -> String {
+    format!("v2/{}/response/{request}/chunk/{chunk}", if software { "sw" } else { "fw" })
+}
+
 /// The `{id}` level after `prefix`: non-empty and a single level.
 fn suffix_id<'a>(topic: &'a str, prefix: &str) -> Option<&'a str> {
     topic.strip_prefix(prefix).filter(|id| !id.is_empty() && !id.contains('/'))
@@ -162,6 +195,8 @@ mod tests {
             ("v1/gateway/attributes/request", DeviceTopic::GatewayAttributeRequest),
             ("v1/gateway/rpc", DeviceTopic::GatewayRpc),
             ("v1/gateway/claim", DeviceTopic::GatewayClaim),
+            ("v2/fw/request/1/chunk/0", DeviceTopic::OtaChunk { software: false, request: "1", chunk: 0 }),
+            ("v2/sw/request/ab/chunk/12", DeviceTopic::OtaChunk { software: true, request: "ab", chunk: 12 }),
         ];
         for (topic, want) in cases {
             assert_eq!(DeviceTopic::parse(topic), Some(want), "{topic}");
@@ -183,6 +218,12 @@ mod tests {
             "v1/devices/me/rpc/request/",
             "v1/gateway/attributes/response",
             "v1/gateway/rpc/x",
+            "v2/fw/request//chunk/0",
+            "v2/fw/request/1/chunk/x",
+            "v2/fw/request/1/chunk/-1",
+            "v2/fw/request/1/2/chunk/0",
+            "v2/xw/request/1/chunk/0",
+            "v2/fw/response/1/chunk/0",
             "gridlinks/devices/a/telemetry",
         ] {
             assert_eq!(DeviceTopic::parse(topic), None, "{topic}");
@@ -195,6 +236,7 @@ mod tests {
         assert_eq!(attributes_response("3"), "v1/devices/me/attributes/response/3");
         assert_eq!(rpc_request(9), "v1/devices/me/rpc/request/9");
         assert_eq!(rpc_response("x1"), "v1/devices/me/rpc/response/x1");
+        assert_eq!(ota_response(true, "3", 4), "v2/sw/response/3/chunk/4");
         assert_eq!(DeviceTopic::parse(&rpc_request(9)), Some(DeviceTopic::RpcRequest("9")));
     }
 }

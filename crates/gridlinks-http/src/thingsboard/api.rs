@@ -22,6 +22,7 @@ use gridlinks_platform::attributes;
 use gridlinks_platform::auth;
 use gridlinks_platform::auth::{Auth, Caller};
 use gridlinks_platform::entities::devices::{self, Credentials};
+use gridlinks_platform::entities::ota;
 use gridlinks_platform::Core;
 use gridlinks_platform::Platform;
 use gridlinks_thingsboard::error::ErrorCode;
@@ -161,7 +162,15 @@ pub(crate) fn device_view(d: &gridlinks_storage::DeviceRecord) -> model::Device<
 
 /// ThingsBoard's device JSON of a stored device.
 pub(crate) fn device_json(st: &Core, d: &gridlinks_storage::DeviceRecord) -> J {
-    model::device(&device_view(d), st.tenant_of(d.tenant))
+    let mut j = model::device(&device_view(d), st.tenant_of(d.tenant));
+    if let Some(o) = j.as_object_mut() {
+        for (field, id) in [("firmwareId", d.firmware), ("softwareId", d.software)] {
+            if let Some(id) = id {
+                o.insert(field.into(), model::entity_id("OTA_PACKAGE", id));
+            }
+        }
+    }
+    j
 }
 
 #[derive(Deserialize)]
@@ -181,6 +190,8 @@ struct DeviceBody {
     label: Option<String>,
     additional_info: Option<J>,
     device_profile_id: Option<model::Id>,
+    firmware_id: Option<J>,
+    software_id: Option<J>,
 }
 
 /// `POST /api/device[?accessToken=]`: create, or update when the body has an id. A token
@@ -188,11 +199,11 @@ struct DeviceBody {
 /// ([`super::guards`]).
 pub async fn save_device(
     Admin(me): Admin,
-    State(st): St,
-    Q(p): Q<SaveDeviceParams>,
+    State(p): State<Arc<Platform>>,
+    Q(q): Q<SaveDeviceParams>,
     Body(body): Body,
 ) -> ApiResult<Json<J>> {
-    if p.name_conflict_policy.as_deref().is_some_and(|v| v != "FAIL") {
+    if q.name_conflict_policy.as_deref().is_some_and(|v| v != "FAIL") {
         return Err(ApiError::bad_request("only nameConflictPolicy=FAIL is supported"));
     }
     let b: DeviceBody = parse_json(&body)?;
@@ -206,9 +217,16 @@ pub async fn save_device(
     };
     let id = b.id.map(|e| device_id(&e.id)).transpose()?;
     // Empty or absent: a new device gets a random 20-character token, as in ThingsBoard.
-    let token = p.access_token.filter(|t| !t.is_empty());
-    let d = devices::save(&st, &me, id, fields, token).await?;
-    Ok(Json(device_json(&st, &d)))
+    let token = q.access_token.filter(|t| !t.is_empty());
+    let profile_before = match id {
+        Some(id) => Some(devices::get(&p.core, &me, id).await?.profile_id()),
+        None => None,
+    };
+    let d = devices::save(&p.core, &me, id, fields, token).await?;
+    // A new device, or one moved to another profile, is told its profile's packages.
+    let moved = profile_before != Some(d.profile_id());
+    let d = ota::assign_device(&p, &me, d, b.firmware_id.as_ref(), b.software_id.as_ref(), moved).await?;
+    Ok(Json(device_json(&p.core, &d)))
 }
 
 /// `GET /api/device/{id}`.

@@ -37,8 +37,11 @@ impl FromRequest<Http> for Body {
     async fn from_request(req: Request, state: &Http) -> Result<Self, ApiError> {
         let http = &state.core.cfg.http;
         // A body declared larger than the limit is refused before it is waited for.
-        let limit = if req.uri().path() == crate::state::BULK_IMPORT_PATH {
+        let path = req.uri().path();
+        let limit = if path == crate::state::BULK_IMPORT_PATH {
             http.max_import_bytes
+        } else if req.method() == axum::http::Method::POST && path.starts_with(super::ota::UPLOAD_PREFIX) {
+            state.core.cfg.ota.max_package_bytes + super::ota::FRAMING_BYTES
         } else {
             http.max_body_bytes
         };
@@ -70,7 +73,7 @@ fn too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::BadRequestParams,
-        "Request body is larger than the configured limit (http.max_body_bytes, http.max_import_bytes for bulk import)",
+        "Request body is larger than the configured limit (http.max_body_bytes; http.max_import_bytes for bulk import, ota.max_package_bytes for OTA packages)",
     )
 }
 

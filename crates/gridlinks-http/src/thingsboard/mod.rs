@@ -16,6 +16,7 @@ pub mod error;
 pub mod extract;
 pub mod long_poll;
 pub mod mqtt_clients;
+pub mod ota;
 pub mod paging;
 pub mod profiles;
 pub mod relations;

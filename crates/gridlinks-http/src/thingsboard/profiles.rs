@@ -20,8 +20,8 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use super::paging::{descending, page_link, page_of};
 use gridlinks_platform::auth::Caller;
-use gridlinks_platform::entities::profiles;
-use gridlinks_platform::Core;
+use gridlinks_platform::entities::{ota, profiles};
+use gridlinks_platform::{Core, Platform};
 
 type St = State<Arc<Core>>;
 
@@ -116,12 +116,20 @@ pub async fn default_info(Admin(me): Admin, State(st): St) -> ApiResult<Json<J>>
 ///
 /// A provision key is unique across tenants: it alone names the profile a device provisions
 /// into.
-pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+pub async fn save(Admin(me): Admin, State(pl): State<Arc<Platform>>, Body(body): Body) -> ApiResult<Json<J>> {
+    let st = &pl.core;
     let doc: J = parse_json(&body)?;
     let name = doc.get("name").and_then(J::as_str).unwrap_or_default().to_owned();
     let id = body_id(&doc, profile_id)?;
-    let p = profiles::save(&st, &me, id, name, doc).await?;
-    Ok(Json(json(&st, &p, model::profile)))
+    // Its OTA packages (`firmwareId`, `softwareId`): checked first, told to its devices after.
+    ota::check_profile(st, &me, id, &doc).await?;
+    let before = match id {
+        Some(id) => Some(profiles::get(st, &me, id).await?.doc),
+        None => None,
+    };
+    let p = profiles::save(st, &me, id, name, doc).await?;
+    ota::profile_saved(&pl, p.id, before.as_ref(), &p.doc).await?;
+    Ok(Json(json(st, &p, model::profile)))
 }
 
 #[derive(Deserialize)]
