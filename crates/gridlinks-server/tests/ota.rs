@@ -72,13 +72,8 @@ fn a_device_gets_only_its_own_package_and_bad_chunk_requests_are_refused() {
     assert_eq!(assign(&s, &jwt, &pa, "firmwareId", &fw_a).0, 200);
     assert_eq!(assign(&s, &jwt, &pb, "firmwareId", &fw_b).0, 200);
     device_of(&s, &jwt, "meter-1", "METER1", &pa);
-    device_of(
-        &s,
-        &jwt,
-        "plain-1",
-        "PLAIN1",
-        &s.json("GET", "/api/deviceProfileInfo/default", &jwt, None).1["id"]["id"].as_str().unwrap().to_owned(),
-    );
+    let default = s.json("GET", "/api/deviceProfileInfo/default", &jwt, None).1;
+    device_of(&s, &jwt, "plain-1", "PLAIN1", default["id"]["id"].as_str().unwrap());
 
     // HTTP: chunks of the device's own package; naming another package is 400; no package 404.
     let fw = "/api/v1/METER1/firmware?title=meter-fw&version=1.0";
