@@ -5,7 +5,8 @@ downloads and deletes it; the firmware is assigned through the device profile (a
 ThingsBoard's UI does); then tb-mqtt-client's own firmware update (`get_firmware_update`:
 the `fw_*` shared attributes, chunks over `v2/fw/request/…`, checksum check, `fw_state`
 reports) and the HTTP client's (`TBHTTPDevice.get_firmware_update`, chunks over
-`GET /api/v1/{token}/firmware`) run against GridLinks, and their reports are read back.
+`GET /api/v1/{token}/firmware`) run against GridLinks, and their reports are read back;
+aiocoap reads the CoAP firmware resource.
 """
 
 import hashlib
@@ -148,6 +149,31 @@ def test_http_client_firmware_update(server, package, jwt, tmp_path, monkeypatch
     assert (tmp_path / TITLE).read_bytes() == FIRMWARE
     _wait_until(lambda: _fw_state(server, jwt, device_id).get("fw_state") == "UPDATED", "fw_state UPDATED")
     client.stop_publish_worker()
+
+
+def test_coap_download_in_blocks(server, package, jwt):
+    """ThingsBoard's CoAP firmware resource, `/fw/{token}`, read by aiocoap (Block2)."""
+    import asyncio
+
+    import aiocoap
+
+    _device_id, token = _device(server, jwt, "ota-coap")
+    base = f"coap://127.0.0.1:{server['coap_port']}/fw/{token}"
+
+    async def run():
+        ctx = await aiocoap.Context.create_client_context()
+        try:
+            out = []
+            for query in [f"?title={TITLE}&version={VERSION}", "?size=1000&chunk=4", "?title=other", "?size=-1"]:
+                out.append(await ctx.request(aiocoap.Message(code=aiocoap.GET, uri=base + query)).response)
+            return out
+        finally:
+            await ctx.shutdown()
+
+    whole, last, other, bad = asyncio.run(run())
+    assert whole.code == aiocoap.CONTENT and whole.payload == FIRMWARE
+    assert last.code == aiocoap.CONTENT and last.payload == FIRMWARE[4000:]
+    assert other.code == aiocoap.BAD_REQUEST and bad.code == aiocoap.BAD_REQUEST
 
 
 def test_unassigned_package_is_deleted(server, rest, package, jwt):

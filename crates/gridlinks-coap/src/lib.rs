@@ -67,6 +67,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{watch, Semaphore};
 
 use gridlinks_platform::config::CoapConfig;
+use gridlinks_platform::entities::ota::{self, OtaType};
 use gridlinks_platform::Platform;
 use observe::Watched;
 
@@ -671,6 +672,23 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
             let watch = register.then_some((token, Watched::Attributes));
             return observed(server, request, peer, device, watch, Some(req)).await;
         }
+        DeviceResource::Ota { software, title, version, size, chunk } => {
+            let t = if software { OtaType::Software } else { OtaType::Firmware };
+            return match ota::device_chunk(platform, device, t, size as usize, chunk as usize).await {
+                Ok(None) => {
+                    text(ResponseType::NotFound, format!("no {} package is assigned to this device", t.prefix()))
+                }
+                // The device names what it expects; another package (reassigned meanwhile) is 4.00.
+                Ok(Some((pkg, _)))
+                    if title.is_some_and(|v| pkg.doc["title"] != v.as_str())
+                        || version.is_some_and(|v| pkg.doc["version"] != v.as_str()) =>
+                {
+                    text(ResponseType::BadRequest, "not the package assigned to this device")
+                }
+                Ok(Some((_, bytes))) => blockwise(server, request, peer, bytes, false),
+                Err(e) => text(ResponseType::InternalServerError, e.to_string()),
+            };
+        }
         DeviceResource::GetRpc => {
             return match observe_flag(request) {
                 Ok(Some(register)) => {
@@ -703,15 +721,25 @@ async fn read_attributes(
     device: DeviceId,
     req: AttributeRequest,
 ) -> Answer {
+    let body = match gridlinks_platform::attributes::read_for_device(&server.platform.core.store, device, req).await {
+        Ok(j) => j.to_string().into_bytes(),
+        Err(e) => return ingest_error(e.into()),
+    };
+    blockwise(server, request, peer, body.into(), true)
+}
+
+/// A 2.05 with `body` (JSON or not), in the Block2 block the client asks for, or in
+/// blocks when it is larger than one block or, to an endpoint not verified, than the
+/// amplification limit.
+fn blockwise(server: &Server, request: &Packet, peer: SocketAddr, body: bytes::Bytes, is_json: bool) -> Answer {
     let asked = match request.get_first_option(CoapOption::Block2).map(|b| Block::decode(b)) {
         None => None,
         Some(Some(b)) => Some(b),
         Some(None) => return text(ResponseType::BadOption, "Block2: malformed or reserved block size (szx 7)"),
     };
-    let body = match gridlinks_platform::attributes::read_for_device(&server.platform.core.store, device, req).await {
-        Ok(j) => j.to_string().into_bytes(),
-        Err(e) => return ingest_error(e.into()),
-    };
+    // Only the block sent is copied out of `body` (an OTA package may be megabytes).
+    let content =
+        |body: &[u8]| Answer { code: ResponseType::Content, body: body.to_vec(), json: is_json, options: Vec::new() };
     let asked = match server.unverified_block_cap(request, peer, body.len()) {
         Some(cap) if asked.is_none_or(|b| b.szx > cap) => {
             let offset = asked.map_or(0, |b| b.offset());
@@ -720,12 +748,12 @@ async fn read_attributes(
         _ => asked,
     };
     match block::slice(body.len(), asked) {
-        Ok(None) => json(ResponseType::Content, body),
+        Ok(None) => content(&body),
         Ok(Some((b, range))) => {
             // The ETag lets the client see that the blocks it put together are of one version.
             let etag = fnv1a(&body).to_be_bytes().to_vec();
             let options = vec![(CoapOption::ETag, etag), (CoapOption::Block2, b.encode())];
-            Answer { options, ..json(ResponseType::Content, body[range].to_vec()) }
+            Answer { options, ..content(&body[range]) }
         }
         Err(e) => text(ResponseType::BadOption, e.to_string()),
     }

@@ -86,19 +86,33 @@ pub enum DeviceResource {
     RpcResponse(u32),
     /// `POST …/claim`: the device may be claimed (`{"secretKey","durationMs"}`).
     Claim,
+    /// `GET /fw/{token}` or `/sw/{token}` `?title=&version=&size=&chunk=` (each optional):
+    /// chunk `chunk` of `size` bytes (0: all) of the device's OTA package.
+    Ota {
+        /// `sw` rather than `fw`.
+        software: bool,
+        /// The title the device expects, if it says.
+        title: Option<String>,
+        /// The version it expects, if it says.
+        version: Option<String>,
+        /// Chunk size, bytes (0: the whole package).
+        size: u32,
+        /// Chunk index.
+        chunk: u32,
+    },
 }
 
 /// Why a request names no resource.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     /// No such resource (4.04).
-    #[error("no such resource: use /api/v1/{{token}}/telemetry, /attributes, /rpc, /rpc/{{id}} or /claim")]
+    #[error("no such resource: use /api/v1/{{token}}/telemetry, /attributes, /rpc, /rpc/{{id}}, /claim, or /fw/{{token}}, /sw/{{token}}")]
     NotFound,
     /// The resource exists but not with this method (4.05).
     #[error("telemetry and claim: POST; attributes and rpc: POST or GET; rpc/{{id}}: POST")]
     MethodNotAllowed,
     /// A query parameter the resource does not take (4.00).
-    #[error("unknown query parameter {0:?}: clientKeys and sharedKeys are accepted")]
+    #[error("bad query parameter {0:?}: attributes take clientKeys and sharedKeys; fw and sw take title, version, size and chunk (whole numbers)")]
     BadQuery(String),
 }
 
@@ -109,6 +123,24 @@ pub fn route<'a>(method: Method, path: &[&'a str], query: &[&str]) -> Result<Res
             Method::Post => Ok(Resource::Provision),
             _ => Err(RouteError::MethodNotAllowed),
         };
+    }
+    if let [kind @ ("fw" | "sw"), token] = path {
+        if method != Method::Get {
+            return Err(RouteError::MethodNotAllowed);
+        }
+        let (mut title, mut version, mut size, mut chunk) = (None, None, 0, 0);
+        for q in query {
+            let number = |v: &str| v.parse::<u32>().map_err(|_| RouteError::BadQuery((*q).to_owned()));
+            match q.split_once('=') {
+                Some(("title", v)) => title = Some(v.to_owned()),
+                Some(("version", v)) => version = Some(v.to_owned()),
+                Some(("size", v)) => size = number(v)?,
+                Some(("chunk", v)) => chunk = number(v)?,
+                _ => return Err(RouteError::BadQuery((*q).to_owned())),
+            }
+        }
+        let software = *kind == "sw";
+        return Ok(Resource::Device(token, DeviceResource::Ota { software, title, version, size, chunk }));
     }
     if let ["api", "v1", token, "rpc", id] = path {
         let Ok(id) = id.parse() else { return Err(RouteError::NotFound) };
@@ -181,6 +213,23 @@ mod tests {
         assert_eq!(route(Method::Post, &p("/api/v2/T/telemetry"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Post, &p("/api/v1/T/telemetry/x"), &[]), Err(RouteError::NotFound));
         assert_eq!(route(Method::Get, &p("/api/v1/T/attributes"), &["x=1"]), Err(RouteError::BadQuery("x=1".into())));
+    }
+
+    #[test]
+    fn ota_resources() {
+        let ota = |software, title: Option<&str>, size, chunk| {
+            Ok(Resource::Device(
+                "T",
+                DeviceResource::Ota { software, title: title.map(Into::into), version: None, size, chunk },
+            ))
+        };
+        assert_eq!(route(Method::Get, &["fw", "T"], &[]), ota(false, None, 0, 0));
+        assert_eq!(route(Method::Get, &["sw", "T"], &["title=a", "size=5", "chunk=2"]), ota(true, Some("a"), 5, 2));
+        assert_eq!(route(Method::Post, &["fw", "T"], &[]), Err(RouteError::MethodNotAllowed));
+        for bad in ["size=-1", "chunk=x", "size=99999999999", "other=1"] {
+            assert_eq!(route(Method::Get, &["fw", "T"], &[bad]), Err(RouteError::BadQuery(bad.into())));
+        }
+        assert_eq!(route(Method::Get, &["fw", "T", "x"], &[]), Err(RouteError::NotFound));
     }
 
     #[test]
