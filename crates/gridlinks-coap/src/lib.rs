@@ -637,6 +637,7 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
         Ok(d) => d,
         Err(e) => return ingest_error(e),
     };
+    core.activity.touch(device);
     let lim = core.payload_limits();
     let submitted = match resource {
         DeviceResource::PostTelemetry => match payload::parse_telemetry(&request.payload, Ts::now(), lim) {

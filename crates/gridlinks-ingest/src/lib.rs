@@ -257,12 +257,12 @@ impl Ingest {
         }
     }
 
-    /// Whether gateway `gateway` may say device `name` disconnected: one it owns, or one of
-    /// its tenant that no gateway owns (nothing to undo; ThingsBoard accepts it too).
-    pub fn owns(&self, gateway: DeviceId, name: &str) -> Result<(), IngestError> {
+    /// The device `name` gateway `gateway` may say disconnected: one it owns, or one of its
+    /// tenant that no gateway owns (nothing to undo; ThingsBoard accepts it too).
+    pub fn owns(&self, gateway: DeviceId, name: &str) -> Result<DeviceId, IngestError> {
         let tenant = self.store.device(gateway)?.and_then(|g| g.tenant);
         match self.store.device_by_name(tenant, name)? {
-            Some(d) if d.gateway == Some(gateway) || (d.gateway.is_none() && !d.is_gateway()) => Ok(()),
+            Some(d) if d.gateway == Some(gateway) || (d.gateway.is_none() && !d.is_gateway()) => Ok(d.id),
             _ => Err(IngestError::ForeignDevice(name.to_owned())),
         }
     }

@@ -58,6 +58,8 @@ pub struct Config {
     pub rpc: RpcConfig,
     /// OTA packages (firmware and software updates).
     pub ota: OtaConfig,
+    /// Device activity (`active`, `lastActivityTime`, …).
+    pub activity: ActivityConfig,
     /// ThingsBoard's WebSocket API (`/api/ws`).
     pub ws: WsConfig,
     /// The administrator account.
@@ -293,6 +295,32 @@ pub struct RpcConfig {
     /// node waits for another node to say it delivered the request, before it is answered
     /// 409 (device not connected).
     pub remote_wait: Millis,
+}
+
+/// Device activity, as ThingsBoard's device state service keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ActivityConfig {
+    /// Keep it at all.
+    pub enabled: bool,
+    /// A device silent this long is inactive, unless its `inactivityTimeout` attribute says
+    /// otherwise (ThingsBoard's `defaultInactivityTimeoutInSec`, 600 s).
+    pub inactivity_timeout: Millis,
+    /// How often activity is checked and what changed is written.
+    pub check_interval: Millis,
+    /// Most often one device's `lastActivityTime` is written.
+    pub persist_interval: Millis,
+}
+
+impl Default for ActivityConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            inactivity_timeout: Millis(600_000),
+            check_interval: Millis(1_000),
+            persist_interval: Millis(60_000),
+        }
+    }
 }
 
 /// OTA packages.
@@ -701,6 +729,7 @@ impl Default for Config {
             coap: CoapConfig::default(),
             rpc: RpcConfig::default(),
             ota: OtaConfig::default(),
+            activity: ActivityConfig::default(),
             ws: WsConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),

@@ -42,6 +42,8 @@ pub struct Core {
     pub guards: Arc<crate::guards::Guards>,
     /// Live delivery across nodes (client publishes go to it; other nodes' come from it).
     pub bus: Option<Arc<gridlinks_kafka::Bus>>,
+    /// Devices' activity, reported by every transport.
+    pub activity: Arc<crate::activity::Activity>,
 }
 
 impl Core {

@@ -124,22 +124,22 @@ pub async fn handle_publish(
         }
         DeviceTopic::GatewayConnect => {
             let (name, device_type) = payload::parse_gateway_device(&body)?;
-            st.core.ingest.gateway_device(device, &name, device_type).await?;
+            let sub = st.core.ingest.gateway_device(device, &name, device_type).await?;
+            st.core.activity.connected(sub);
             Ok(None)
         }
         DeviceTopic::GatewayDisconnect => {
             let (name, _) = payload::parse_gateway_device(&body)?;
-            st.core.ingest.owns(device, &name)?;
+            st.core.activity.disconnected(st.core.ingest.owns(device, &name)?);
             Ok(None)
         }
         DeviceTopic::GatewayTelemetry => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
-                items.push(Item::Telemetry {
-                    device: st.core.ingest.gateway_device(device, &name, None).await?,
-                    records,
-                });
+                let sub = st.core.ingest.gateway_device(device, &name, None).await?;
+                st.core.activity.touch(sub);
+                items.push(Item::Telemetry { device: sub, records });
             }
             all_ok(st.core.ingest.submit(items).await)?;
             Ok(None)
@@ -149,6 +149,7 @@ pub async fn handle_publish(
             let mut items = Vec::with_capacity(per_device.len());
             for (name, values) in per_device {
                 let id = st.core.ingest.gateway_device(device, &name, None).await?;
+                st.core.activity.touch(id);
                 items.push(Item::Attributes { device: id, scope: AttributeScope::Client, values });
             }
             all_ok(st.core.ingest.submit(items).await)?;

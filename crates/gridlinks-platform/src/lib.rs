@@ -4,10 +4,11 @@
 //! (users, passwords, JWTs, API keys, throttles); the device-side services every transport
 //! calls (ThingsBoard's device API by topic, attribute reads, claims, provisioning); the
 //! device-session registry ([`DeviceSessions`]: RPC, shared-attribute pushes, closing
-//! sessions); MQTT application credentials; the live fan-out of committed data ([`live`]);
+//! sessions); device activity ([`activity`]); MQTT application credentials; the live fan-out of committed data ([`live`]);
 //! the `/metrics` registry; and start-up and shutdown ([`Platform::start`]). Transports
 //! (`gridlinks-mqtt`, `-coap`, `-tcp`, `-http`) depend on it; it depends on none of them.
 
+pub mod activity;
 pub mod attributes;
 pub mod auth;
 pub mod broker_clients;

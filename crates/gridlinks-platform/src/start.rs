@@ -165,6 +165,7 @@ impl Platform {
         let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway)
             .gateways_adopt(cfg.limits.gateway_adopts_devices);
         let guards = Arc::new(crate::guards::Guards::new(&cfg));
+        let cfg_activity = cfg.activity.clone();
         let core = Core {
             cfg: Arc::new(cfg),
             store: store.clone(),
@@ -176,9 +177,13 @@ impl Platform {
             claims: Default::default(),
             guards,
             bus: cluster.bus,
+            activity: Arc::new(crate::activity::Activity::new(cfg_activity)),
         };
         ensure_first_tenant(&core).await.context("writing the first tenant")?;
         let clients = Credentials::load(&store, &sessions).context("loading MQTT client credentials")?;
+        if core.cfg.activity.enabled {
+            core.activity.load(&store).context("loading device activity")?;
+        }
         let platform = Arc::new(Platform {
             devices: DeviceSessions::new(sessions, core.store.clone(), core.bus.clone()),
             metrics: Metrics::default(),
@@ -190,6 +195,9 @@ impl Platform {
         });
         platform.metrics.register(Arc::new(StorageMetrics(platform.core.clone())));
         let mut tasks: Vec<_> = [follower].into_iter().flatten().chain(cluster.tasks).collect();
+        if platform.core.cfg.activity.enabled {
+            tasks.push(tokio::spawn(crate::activity::run(platform.core.clone())));
+        }
         if let Some(path) = secret_file {
             tasks.push(tokio::spawn(watch_secret(platform.auth.clone(), path, stop)));
         }
@@ -206,6 +214,8 @@ impl Running {
             task.abort();
             let _ = task.await;
         }
+        // Activity not written yet (lastActivityTime, disconnects at shutdown).
+        platform.core.activity.flush(&platform.core, true).await;
         drop(platform);
         tokio::task::spawn_blocking(move || self.writer_thread.join())
             .await

@@ -70,6 +70,11 @@ fn tenants_see_nothing_of_each_other() {
     let (_, b_prof) = s.json("GET", "/api/deviceProfileInfo/default", &beta, None);
     assert_eq!(b_prof["name"], "default", "a new tenant starts with its default profile");
     let (a_user, _) = s.user(&alpha, "cu@alpha.test", Some(&a_cust), "alpha-cu-pw");
+    let ota = json!({"title": "alpha-fw", "version": "1", "type": "FIRMWARE",
+        "deviceProfileId": {"entityType": "DEVICE_PROFILE", "id": a_prof}});
+    let (st, a_ota) = s.json("POST", "/api/otaPackage", &alpha, Some(ota));
+    assert_eq!(st, 200, "{a_ota}");
+    let a_ota = a_ota["id"]["id"].as_str().unwrap().to_owned();
     let (_, a_key) = s.json("POST", "/api/apiKey", &alpha, Some(json!({"description": "alpha-key"})));
     let a_key = a_key["id"]["id"].as_str().unwrap().to_owned();
     for (jwt, token) in [(&alpha, "ALPHAPUMP"), (&beta, "BETAPUMP")] {
@@ -154,6 +159,13 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/tenant/{id}", "DELETE", format!("/api/tenant/{alpha_id}"), None),
         ("/api/tenant/{id}/users", "GET", format!("/api/tenant/{alpha_id}/users?{page}"), None),
         ("/api/tenants", "GET", format!("/api/tenants?{page}"), None),
+        ("/api/otaPackage", "POST", "/api/otaPackage".into(), Some(json!({"id": {"id": a_ota}, "title": "stolen"}).to_string())),
+        ("/api/otaPackage/{id}", "GET", format!("/api/otaPackage/{a_ota}"), None),
+        ("/api/otaPackage/{id}", "POST", format!("/api/otaPackage/{a_ota}?checksumAlgorithm=SHA256"), Some("stolen".into())),
+        ("/api/otaPackage/{id}", "DELETE", format!("/api/otaPackage/{a_ota}"), None),
+        ("/api/otaPackage/info/{id}", "GET", format!("/api/otaPackage/info/{a_ota}"), None),
+        ("/api/otaPackage/{id}/download", "GET", format!("/api/otaPackage/{a_ota}/download"), None),
+        ("/api/otaPackages/{profile}/{type}", "GET", format!("/api/otaPackages/{a_prof}/FIRMWARE?{page}"), None),
         ("/api/mqtt/clients/{username}", "GET", "/api/mqtt/clients/app".into(), None),
         ("/api/mqtt/clients/{username}", "DELETE", "/api/mqtt/clients/app".into(), None),
     ]);
@@ -161,6 +173,8 @@ fn tenants_see_nothing_of_each_other() {
     // and OPEN_ROUTES.
     let own = [
         "/api/tenant/devices",
+        "/api/tenant/deviceInfos",
+        "/api/otaPackages",
         "/api/tenant/customers",
         "/api/tenant/dashboards",
         "/api/customers",
@@ -181,7 +195,7 @@ fn tenants_see_nothing_of_each_other() {
     // Each is answered exactly as the same request with ids that exist nowhere: Beta learns
     // nothing of which of Alpha's ids exist (only the id in the message differs).
     let me_id = me["id"]["id"].as_str().unwrap().to_owned();
-    let ids = [&a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id];
+    let ids = [&a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id, &a_ota];
     let twins: Vec<(String, String)> = ids
         .iter()
         .enumerate()
@@ -209,9 +223,16 @@ fn tenants_see_nothing_of_each_other() {
             (twin_st, normal(&swap(&twin_out, true))),
             "{m} {path}: answered unlike the same request with ids that do not exist"
         );
-        for secret in
-            ["ALPHAPUMP", "value-of-ALPHA", "alpha-secret", "alpha-dash", "alpha-profile", "cu@alpha", "alpha-key"]
-        {
+        for secret in [
+            "ALPHAPUMP",
+            "value-of-ALPHA",
+            "alpha-secret",
+            "alpha-dash",
+            "alpha-profile",
+            "cu@alpha",
+            "alpha-key",
+            "alpha-fw",
+        ] {
             assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
         }
     }

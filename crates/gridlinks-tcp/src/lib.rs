@@ -334,6 +334,8 @@ struct Connection {
     warned: bool,
     /// The device's session once logged in: server-side RPC and shared attributes.
     session: Option<SessionLink>,
+    /// The device's activity, touched by each read that decoded something.
+    activity: Option<Arc<gridlinks_platform::activity::Entry>>,
     /// This connection, counted against its identity (`mqtt.max_connections_per_credential`).
     _slot: Option<CredentialSlot>,
 }
@@ -347,7 +349,16 @@ struct Pending {
 impl Connection {
     fn new(shared: Shared) -> Self {
         let cutter = Some(Cutter::new(&shared.protocol));
-        Connection { shared, cutter, device: None, last_ts: 0, warned: false, session: None, _slot: None }
+        Connection {
+            shared,
+            cutter,
+            device: None,
+            last_ts: 0,
+            warned: false,
+            session: None,
+            activity: None,
+            _slot: None,
+        }
     }
 
     /// Logs the connection's first problem (rate-limited across connections).
@@ -408,6 +419,9 @@ impl Connection {
             if let Some((what, detail)) = &decoded.problem {
                 self.warn(what, detail);
             }
+            if let Some(a) = &self.activity {
+                a.touch();
+            }
             match self.handle(decoded.uplinks).await {
                 Ok(out) if send(&mut stream, &out).await => {}
                 _ => break,
@@ -418,6 +432,7 @@ impl Connection {
         }
         if let (Some(link), Some((device, _))) = (&self.session, &self.device) {
             self.shared.platform.devices.sessions.unregister(*device, link.id);
+            self.shared.core.activity.disconnected(*device);
         }
         m.connections.fetch_sub(1, Ordering::Relaxed);
     }
@@ -565,6 +580,7 @@ impl Connection {
                             let _ = sessions.subscribe(device, link.id, filter, QoS::AtMostOnce);
                         }
                         self.session = Some(link);
+                        self.activity = Some(self.shared.core.activity.connected(device));
                         Ok(Some(device))
                     }
                     Err(e) => {

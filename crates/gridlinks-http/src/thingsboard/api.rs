@@ -18,6 +18,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{lenient_bool, Admin, Body, User, Q};
 use super::paging::{descending, page_link, page_of};
 use gridlinks_ingest::{IngestError, Item};
+use gridlinks_platform::activity;
 use gridlinks_platform::attributes;
 use gridlinks_platform::auth;
 use gridlinks_platform::auth::{Auth, Caller};
@@ -331,24 +332,39 @@ pub struct ListParams {
     sort_property: Option<String>,
     sort_order: Option<String>,
     device_name: Option<String>,
+    /// `deviceInfos`: only devices whose `active` attribute is this.
+    active: Option<bool>,
+    /// `deviceInfos`: only devices of this profile.
+    device_profile_id: Option<String>,
+}
+
+/// `GET /api/tenant/deviceInfos?pageSize=&page=[&active=&deviceProfileId=&type=&textSearch=…]`:
+/// devices with their `active` state (the stored server attribute), profile name and
+/// customer, as ThingsBoard's `DeviceInfo`.
+pub async fn list_device_infos(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    list(&st, &me, p, true).await
 }
 
 /// `GET /api/tenant/devices?pageSize=&page=…` or `?deviceName=`.
 pub async fn list_devices(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
+    list(&st, &me, p, false).await
+}
+
+async fn list(st: &Core, me: &Caller, p: ListParams, infos: bool) -> ApiResult<Json<J>> {
     let tenant = st.stored_tenant(me.tenant);
     if let Some(name) = p.device_name {
         let store = st.store.clone();
         let d = blocking(move || store.device_by_name(tenant, &name))
             .await?
             .ok_or_else(|| ApiError::not_found("Requested item wasn't found!"))?;
-        return Ok(Json(device_json(&st, &d)));
+        return Ok(Json(device_json(st, &d)));
     }
     let (Some(page_size), Some(page)) = (p.page_size, p.page) else {
         return Err(ApiError::bad_request(
             "Required request parameters 'pageSize' and 'page' are missing (or give 'deviceName')",
         ));
     };
-    let link = page_link(&st, page_size, page)?;
+    let link = page_link(st, page_size, page)?;
     let desc = descending(p.sort_order.as_deref())?;
     let sort = p.sort_property.unwrap_or_else(|| "name".into());
     if !matches!(sort.as_str(), "name" | "createdTime" | "type" | "label" | "deviceProfileName") {
@@ -367,6 +383,30 @@ pub async fn list_devices(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) 
             d.name.to_lowercase().contains(&q) || d.label.as_ref().is_some_and(|l| l.to_lowercase().contains(&q))
         });
     }
+    if let Some(profile) = p.device_profile_id {
+        let profile = super::profiles::profile_id(&profile)?;
+        devices.retain(|d| d.profile_id() == profile);
+    }
+    // Each device's stored `active` (another node may hold it: the attribute is the truth).
+    let store = st.store.clone();
+    let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
+    let active: std::collections::HashMap<_, bool> = if infos {
+        blocking(move || {
+            let key = [activity::ACTIVE.to_owned()];
+            ids.into_iter()
+                .map(|id| {
+                    let a = store.attributes(id, Some(AttributeScope::Server), Some(&key))?;
+                    Ok((id, a.first().is_some_and(|a| a.value == gridlinks_types::Value::Bool(true))))
+                })
+                .collect()
+        })
+        .await?
+    } else {
+        Default::default()
+    };
+    if let Some(want) = p.active {
+        devices.retain(|d| active.get(&d.id) == Some(&want));
+    }
     match sort.as_str() {
         "createdTime" => devices.sort_by_key(|d| d.created_time),
         "type" | "deviceProfileName" => devices.sort_by(|a, b| a.device_type.cmp(&b.device_type)),
@@ -376,7 +416,21 @@ pub async fn list_devices(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) 
     if desc {
         devices.reverse();
     }
-    Ok(Json(page_of(&devices, link, |d| device_json(&st, d))))
+    if !infos {
+        return Ok(Json(page_of(&devices, link, |d| device_json(st, d))));
+    }
+    let customers = super::dashboards::customers(st).await?;
+    Ok(Json(page_of(&devices, link, |d| {
+        let mut j = device_json(st, d);
+        if let Some(o) = j.as_object_mut() {
+            let customer = d.customer.and_then(|c| customers.iter().find(|x| x.id == c));
+            o.insert("active".into(), active.get(&d.id).copied().unwrap_or(false).into());
+            o.insert("deviceProfileName".into(), d.device_type.clone().into());
+            o.insert("customerTitle".into(), customer.map(|c| c.title.clone()).into());
+            o.insert("customerIsPublic".into(), false.into());
+        }
+        j
+    })))
 }
 
 // ---- bulk import ----------------------------------------------------------------
@@ -816,7 +870,11 @@ async fn save_attributes(
     let device = existing_device(st, me, et, id).await?;
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
     let pushed = (sc == AttributeScope::Shared).then(|| values.clone());
+    let timeout = sc == AttributeScope::Server && values.iter().any(|(k, _)| k == activity::INACTIVITY_TIMEOUT);
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
+    if timeout {
+        st.activity.timeout_changed(device);
+    }
     if let Some(values) = pushed {
         p.devices.push_shared(device, &values);
     }

@@ -29,8 +29,11 @@ use gridlinks_thingsboard::payload::{self, PayloadError};
 
 type St = State<Arc<Core>>;
 
-fn authenticate(st: &Core, token: &str) -> ApiResult<DeviceId> {
-    Ok(st.ingest.authenticate(token)?)
+/// The device whose token this is; its request counts as activity.
+pub(crate) fn authenticate(st: &Core, token: &str) -> ApiResult<DeviceId> {
+    let device = st.ingest.authenticate(token)?;
+    st.activity.touch(device);
+    Ok(device)
 }
 
 fn rejected(status: &Status, e: PayloadError) -> ApiError {

@@ -146,6 +146,8 @@ pub async fn list_for(
     Q(p): Q<DocListParams>,
 ) -> ApiResult<Json<J>> {
     let profile = ProfileId(uuid(&profile, "deviceProfile")?);
+    // Another tenant's profile does not exist for the caller.
+    gridlinks_platform::entities::profiles::get(&st, &me, profile).await?;
     let t = OtaType::parse(&t).ok_or_else(|| ApiError::bad_request("type must be FIRMWARE or SOFTWARE"))?;
     let of = ota::list(&st, &me, Some((profile, t))).await?;
     let keep = |d: &DocRecord| of.iter().any(|m| m.id == d.id);
@@ -170,7 +172,7 @@ pub struct ChunkParams {
 }
 
 async fn device_package(p: &Platform, token: &str, t: OtaType, q: ChunkParams) -> ApiResult<Response> {
-    let device = p.core.ingest.authenticate(token)?;
+    let device = super::device_api::authenticate(&p.core, token)?;
     let (Ok(size), Ok(chunk)) = (usize::try_from(q.size), usize::try_from(q.chunk)) else {
         return Err(ApiError::bad_request("size and chunk must not be negative"));
     };

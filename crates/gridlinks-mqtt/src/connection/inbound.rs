@@ -148,6 +148,9 @@ impl<T: Transport> Conn<T> {
         batch: &mut Option<Box<Batch>>,
     ) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
+        if let (Some(a), Packet::Publish(_) | Packet::PingReq) = (&self.activity, &p) {
+            a.touch();
+        }
         if let (Packet::Publish(p), Who::Device(device)) = (&p, who) {
             let batchable = p.properties.topic_alias.is_none()
                 && (p.qos != QoS::ExactlyOnce || p.packet_id.is_none_or(|pid| !link.inbox.awaiting_release(pid)))

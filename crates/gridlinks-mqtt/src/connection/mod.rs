@@ -108,6 +108,8 @@ struct Conn<T> {
     write_failed: bool,
     /// `mqtt.rate_limit_messages`, if set (allocated only when configured).
     rate: Option<Box<RateLimit>>,
+    /// A device's activity, touched by each of its packets.
+    activity: Option<Arc<gridlinks_platform::activity::Entry>>,
     st: Arc<Mqtt>,
     rbuf: BytesMut,
     wbuf: BytesMut,
@@ -177,6 +179,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         stream,
         session: SessionId(u64::MAX),
         rate: None,
+        activity: None,
         broken: false,
         write_failed: false,
         st,
@@ -225,8 +228,9 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         st.metrics.connects.fetch_add(1, Ordering::Relaxed);
         st.metrics.connections.fetch_add(1, Ordering::Relaxed);
         conn.session = link.id;
-        if let Who::Client { id, .. } = &who {
-            conn.client_id = Some(id.clone());
+        match &who {
+            Who::Client { id, .. } => conn.client_id = Some(id.clone()),
+            Who::Device(device) => conn.activity = Some(st.core.activity.connected(*device)),
         }
         conn.rate = RateLimit::new(st.core.cfg.mqtt.rate_limit_messages).map(Box::new);
         let keep_alive = connect.keep_alive;
@@ -254,6 +258,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         let left = match &who {
             Who::Device(device) => {
                 st.devices.sessions.unregister(*device, link.id);
+                st.core.activity.disconnected(*device);
                 Unregistered::Ended
             }
             Who::Client { id, .. } => {

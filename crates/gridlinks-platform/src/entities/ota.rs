@@ -171,6 +171,11 @@ pub async fn save(core: &Core, me: &Caller, mut doc: J) -> ServiceResult<DocReco
     for f in ["createdTime", "tenantId", "name"] {
         obj.remove(f);
     }
+    // Another tenant's package does not exist for the caller, whatever else the body says.
+    let old = match id {
+        Some(id) => Some(get(core, me, id).await?),
+        None => None,
+    };
     let title = text(&doc, "title", true)?.unwrap_or_default();
     let version = text(&doc, "version", true)?.unwrap_or_default();
     text(&doc, "tag", false)?;
@@ -191,8 +196,7 @@ pub async fn save(core: &Core, me: &Caller, mut doc: J) -> ServiceResult<DocReco
         }
         e => e,
     })?;
-    if let Some(id) = id {
-        let old = get(core, me, id).await?;
+    if let Some(old) = old {
         let same = |f: &str| old.doc.get(f) == doc.get(f);
         if old.doc["hasData"].as_bool() == Some(true)
             && !(same("title") && same("version") && same("type") && profile_of(&old) == Some(ProfileId(profile)))

@@ -408,6 +408,11 @@ pub const OPEN_ROUTES: &[&str] = &[
     "/api/v1/{token}/telemetry",
     "/api/v1/{token}/attributes",
     "/api/v1/{token}/claim",
+    "/api/v1/{token}/attributes/updates",
+    "/api/v1/{token}/rpc",
+    "/api/v1/{token}/rpc/{request_id}",
+    "/api/v1/{token}/firmware",
+    "/api/v1/{token}/software",
     // Authenticated inside the protocol, each subscription checked: tests/websocket.rs.
     "/api/ws",
     "/api/ws/plugins/telemetry",
