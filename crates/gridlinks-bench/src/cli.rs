@@ -52,6 +52,9 @@ pub enum Command {
     /// subscribed to them receive each committed point; post → update latency, server CPU
     /// per update, RSS per session.
     WsTelemetry(WsTelemetryArgs),
+    /// N devices download one firmware package at once over MQTT in chunks (ThingsBoard's
+    /// `v2/fw/…` topics) from a GridLinks the tool starts; every byte compared.
+    OtaDownload(OtaDownloadArgs),
     /// (Internal) one worker process of a `--workers` run: reads its job from stdin.
     #[command(hide = true)]
     Worker,
@@ -80,6 +83,22 @@ pub struct OwnServerArgs {
     /// Also write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Options of `ota-download`.
+#[derive(Debug, Args, Clone)]
+pub struct OtaDownloadArgs {
+    /// Devices downloading at once, each on its own MQTT connection.
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub devices: usize,
+    /// Package size, bytes.
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub package_bytes: usize,
+    /// Chunk size, bytes.
+    #[arg(long, default_value_t = 16 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub chunk_bytes: usize,
+    #[command(flatten)]
+    pub server: OwnServerArgs,
 }
 
 /// Options of `coap-telemetry`.

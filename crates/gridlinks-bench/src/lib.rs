@@ -96,6 +96,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::CoapTelemetry(args) => scenario::coap_telemetry::run(args).await,
             cli::Command::Provision(args) => scenario::provision::run(args).await,
             cli::Command::WsTelemetry(args) => scenario::ws_telemetry::run(args).await,
+            cli::Command::OtaDownload(args) => scenario::ota_download::run(args).await,
         }
     })
 }

@@ -6,6 +6,7 @@ pub mod coap_telemetry;
 pub mod connect;
 pub mod http_telemetry;
 pub mod lamp_tcp;
+pub mod ota_download;
 pub mod provision;
 pub mod pubsub;
 pub mod telemetry;
