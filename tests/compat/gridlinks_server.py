@@ -19,6 +19,36 @@ GRIDLINKS_BIN = os.environ.get(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "debug", "gridlinks"))
 
 
+WAIT_S = 60  # the bound of every wait of the compatibility tests: a hang guard
+
+
+def wait_until(predicate, what, timeout=WAIT_S, interval=0.05):
+    """The predicate's first true value, polled every `interval`; fails the test after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def activated_customer_user(rest, base, customer_title, email, password):
+    """A customer user of a new customer, activated; its request headers and the customer id."""
+    r = rest.post(base + "/api/customer", json={"title": customer_title}, timeout=WAIT_S)
+    assert r.status_code == 200, r.text
+    customer = r.json()["id"]
+    r = rest.post(base + "/api/user", params={"sendActivationMail": "false"}, timeout=WAIT_S,
+                  json={"email": email, "authority": "CUSTOMER_USER", "customerId": customer})
+    assert r.status_code == 200, r.text
+    link = rest.get(f"{base}/api/user/{r.json()['id']['id']}/activationLink", timeout=WAIT_S).text
+    r = requests.post(base + "/api/noauth/activate", timeout=WAIT_S,
+                      json={"activateToken": link.split("activateToken=")[1], "password": password})
+    assert r.status_code == 200, r.text
+    return {"X-Authorization": "Bearer " + r.json()["token"]}, customer
+
+
 def free_port(kind=socket.SOCK_STREAM):
     """A free loopback port (TCP, or UDP with kind=socket.SOCK_DGRAM) below Linux's
     ephemeral range (32768-60999): client sockets of tests running meanwhile cannot take it

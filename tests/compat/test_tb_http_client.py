@@ -14,23 +14,14 @@ import uuid
 import pytest
 import requests
 
-from gridlinks_server import gridlinks_server
+from gridlinks_server import gridlinks_server, wait_until
 from tb_device_http import TBHTTPDevice
 
 ADMIN_PASSWORD = "http-pw-" + uuid.uuid4().hex[:8]
 TOKEN = "httpTok" + uuid.uuid4().hex[:12]
-WAIT_S = 60  # a hang guard: each wait ends once its condition holds
+WAIT_S = 60  # a hang guard
 
 
-def _wait_until(predicate, what):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {WAIT_S} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +68,7 @@ def test_telemetry_queued_and_direct(server, rest, device_id, client):
     client.send_telemetry({"queued": 1})
     client.send_telemetry({"direct": 2}, queued=False)
     assert _latest(server, rest, device_id, ["direct"])["direct"][0]["value"] == "2"
-    _wait_until(lambda: _latest(server, rest, device_id, ["queued"]).get("queued", [{}])[0].get("value") == "1",
+    wait_until(lambda: _latest(server, rest, device_id, ["queued"]).get("queued", [{}])[0].get("value") == "1",
                 "the queued telemetry to be stored")
 
 
@@ -112,7 +103,7 @@ def test_server_side_rpc_by_long_poll(server, rest, device_id, client):
                               json={"method": "blink", "params": {"times": 3}, "timeout": 30000})
             return r if r.status_code != 409 else None
 
-        r = _wait_until(call, "the device's RPC poll")
+        r = wait_until(call, "the device's RPC poll")
         assert r.status_code == 200, r.text
         assert r.json() == {"method": "reply", "params": {"done": {"times": 3}}}
         assert seen[0]["method"] == "blink" and isinstance(seen[0]["id"], int), seen
@@ -133,6 +124,6 @@ def test_shared_attribute_updates_by_long_poll(server, rest, device_id, client):
             time.sleep(0.2)
             return {"interval": 60} in updates
 
-        _wait_until(changed, "the attribute update")
+        wait_until(changed, "the attribute update")
     finally:
         client.unsubscribe("attributes")

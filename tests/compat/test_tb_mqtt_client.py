@@ -24,7 +24,7 @@ import uuid
 import pytest
 import requests
 
-from gridlinks_server import gridlinks_server
+from gridlinks_server import activated_customer_user, gridlinks_server, wait_until
 
 from tb_device_mqtt import TBDeviceMqttClient, TBPublishInfo
 
@@ -53,19 +53,6 @@ CLIENT_ATTRS = {"fwVersion": "2.0.1", "serial": 12345, "calibrated": True, "rati
 SHARED_ATTRS = {"targetTemp": 22.5, "mode": "eco"}
 GW_TS = NOW_MS - 15_000
 GW_VALUES = {"voltage": 229.5, "rssi": -71, "door": False}
-
-
-
-
-def _wait_until(predicate, what, timeout=WAIT_S, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Calls:
@@ -174,11 +161,11 @@ def _post_shared(server, rest, device_id, attrs):
 def test_connect(sdk):
     client = sdk
     # True only after a CONNACK with reason code 0 (MQTT 5).
-    _wait_until(client.is_connected, "the SDK to report a connection")
+    wait_until(client.is_connected, "the SDK to report a connection")
     # On connect the SDK asks for its session limits with the client-side RPC
     # getSessionLimits; GridLinks answers with its real limits (65536-byte packets,
     # no rate limits), which the SDK applies (scaled by its safety percentage).
-    _wait_until(lambda: client.rate_limits_received, "an answer to the SDK's getSessionLimits RPC")
+    wait_until(lambda: client.rate_limits_received, "an answer to the SDK's getSessionLimits RPC")
     from tb_device_mqtt import DEFAULT_RATE_LIMIT_PERCENTAGE
     assert client.max_payload_size == int(65536 * DEFAULT_RATE_LIMIT_PERCENTAGE / 100)
 
@@ -311,7 +298,7 @@ def test_gateway_sub_device_telemetry(server, rest):
     gw = TBGatewayMqttClient("127.0.0.1", port=server["mqtt_port"], username=GATEWAY_TOKEN)
     gw.connect()  # no callback: see the sdk fixture
     try:
-        _wait_until(gw.is_connected, "the gateway client to report a connection")
+        wait_until(gw.is_connected, "the gateway client to report a connection")
 
         _assert_published(gw.gw_connect_device(SUB_DEVICE_NAME, device_type=SUB_DEVICE_TYPE))
         _assert_published(gw.gw_send_telemetry(SUB_DEVICE_NAME, {"ts": GW_TS, "values": GW_VALUES}))
@@ -345,7 +332,7 @@ def test_gateway_client_attributes_rpc_claim_and_disconnect(server, rest):
     gw = TBGatewayMqttClient("127.0.0.1", port=server["mqtt_port"], username=token)
     gw.connect()  # no callback: see the sdk fixture
     try:
-        _wait_until(gw.is_connected, "the gateway client to report a connection")
+        wait_until(gw.is_connected, "the gateway client to report a connection")
         _assert_published(gw.gw_connect_device(sub_name, device_type="valve"))
         _assert_published(gw.gw_send_attributes(sub_name, {"model": "V-2", "ports": 4}))
         r = rest.get(f"{base}/api/tenant/devices", params={"deviceName": sub_name}, timeout=HTTP_TIMEOUT)
@@ -393,17 +380,7 @@ def test_gateway_client_attributes_rpc_claim_and_disconnect(server, rest):
 
         # Claiming through the gateway, then a customer user claims with the secret.
         _assert_published(gw.gw_claim(sub_name, "gw-secret", 60000))
-        r = rest.post(base + "/api/customer", json={"title": "gw-claimers"}, timeout=HTTP_TIMEOUT)
-        assert r.status_code == 200, r.text
-        customer = r.json()["id"]
-        r = rest.post(base + "/api/user", params={"sendActivationMail": "false"}, timeout=HTTP_TIMEOUT,
-                      json={"email": "gw-claimer@compat.test", "authority": "CUSTOMER_USER", "customerId": customer})
-        assert r.status_code == 200, r.text
-        link = rest.get(f"{base}/api/user/{r.json()['id']['id']}/activationLink", timeout=HTTP_TIMEOUT).text
-        r = requests.post(base + "/api/noauth/activate", timeout=HTTP_TIMEOUT,
-                          json={"activateToken": link.split("activateToken=")[1], "password": "gw-claimer-pw"})
-        assert r.status_code == 200, r.text
-        user = {"X-Authorization": "Bearer " + r.json()["token"]}
+        user, _ = activated_customer_user(rest, base, "gw-claimers", "gw-claimer@compat.test", "gw-claimer-pw")
         r = requests.post(f"{base}/api/customer/device/{sub_name}/claim", json={"secretKey": "gw-secret"},
                           headers=user, timeout=HTTP_TIMEOUT)
         assert r.status_code == 200 and r.json()["response"] == "SUCCESS", r.text
@@ -448,7 +425,7 @@ def test_sdk_connects_with_mqtt_basic_credentials(server, rest):
                                 password="sdk-basic-pw", client_id="sdk-basic-client")
     client.connect()
     try:
-        _wait_until(client.is_connected, "the SDK connected with MQTT_BASIC")
+        wait_until(client.is_connected, "the SDK connected with MQTT_BASIC")
         _assert_published(client.send_telemetry({"basic": 1}))
         assert _latest(server, rest, device, ["basic"])["basic"][0]["value"] == 1
     finally:
@@ -460,17 +437,7 @@ def test_sdk_claim_call(server, rest, device_id, sdk):
     # The SDK's own claiming call, unchanged; then a customer user claims the device by name
     # with the secret, as ThingsBoard's claiming widget does.
     base = server["base"]
-    r = rest.post(base + "/api/customer", json={"title": "claimers"}, timeout=HTTP_TIMEOUT)
-    assert r.status_code == 200, r.text
-    customer = r.json()["id"]
-    r = rest.post(base + "/api/user", params={"sendActivationMail": "false"}, timeout=HTTP_TIMEOUT,
-                  json={"email": "claimer@compat.test", "authority": "CUSTOMER_USER", "customerId": customer})
-    assert r.status_code == 200, r.text
-    link = rest.get(f"{base}/api/user/{r.json()['id']['id']}/activationLink", timeout=HTTP_TIMEOUT).text
-    r = requests.post(base + "/api/noauth/activate", timeout=HTTP_TIMEOUT,
-                      json={"activateToken": link.split("activateToken=")[1], "password": "claimer-pw"})
-    assert r.status_code == 200, r.text
-    user = {"X-Authorization": "Bearer " + r.json()["token"]}
+    user, customer = activated_customer_user(rest, base, "claimers", "claimer@compat.test", "claimer-pw")
 
     _assert_published(sdk.claim(secret_key="sdk-claim-secret", duration=60000))
     claim = f"{base}/api/customer/device/{DEVICE_NAME}/claim"

@@ -11,13 +11,12 @@ aiocoap reads the CoAP firmware resource.
 
 import hashlib
 import os
-import time
 import uuid
 
 import pytest
 import requests
 
-from gridlinks_server import gridlinks_server
+from gridlinks_server import gridlinks_server, wait_until
 from tb_device_http import TBHTTPDevice
 from tb_device_mqtt import TBDeviceMqttClient, TBFirmwareState
 from tb_rest_client.rest import ApiException
@@ -30,15 +29,6 @@ TITLE, VERSION = "thermo-fw", "2.4.1"
 WAIT_S = 60  # a hang guard
 
 
-def _wait_until(predicate, what):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {WAIT_S} s waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +119,11 @@ def test_mqtt_client_firmware_update(server, package, jwt, tmp_path, monkeypatch
     client.set_on_firmware_received_callback(on_firmware)
     client.connect()
     try:
-        _wait_until(client.is_connected, "the SDK's connection")
+        wait_until(client.is_connected, "the SDK's connection")
         client.get_firmware_update()
-        _wait_until(lambda: received, "the firmware to be downloaded and verified")
+        wait_until(lambda: received, "the firmware to be downloaded and verified")
         assert received[0] == (FIRMWARE, VERSION)
-        _wait_until(lambda: _fw_state(server, jwt, device_id).get("fw_state") == "UPDATED", "fw_state UPDATED")
+        wait_until(lambda: _fw_state(server, jwt, device_id).get("fw_state") == "UPDATED", "fw_state UPDATED")
         assert _fw_state(server, jwt, device_id)["current_fw_version"] == VERSION
     finally:
         client.stop()
@@ -147,7 +137,7 @@ def test_http_client_firmware_update(server, package, jwt, tmp_path, monkeypatch
     assert client.connect()
     client.get_firmware_update()
     assert (tmp_path / TITLE).read_bytes() == FIRMWARE
-    _wait_until(lambda: _fw_state(server, jwt, device_id).get("fw_state") == "UPDATED", "fw_state UPDATED")
+    wait_until(lambda: _fw_state(server, jwt, device_id).get("fw_state") == "UPDATED", "fw_state UPDATED")
     client.stop_publish_worker()
 
 

@@ -222,17 +222,11 @@ impl Activity {
 
     /// `device`'s `inactivityTimeout` attribute, else the configured one; remembered.
     async fn timeout_of(&self, core: &Core, device: DeviceId) -> Option<i64> {
-        let read = crate::attributes::read(
-            &core.store,
-            device,
-            Some(AttributeScope::Server),
-            Some(vec![INACTIVITY_TIMEOUT.into()]),
-        );
-        let own = read.await.ok()?.into_iter().find_map(|a| match a.value {
-            Value::Long(t) if t > 0 => Some(t),
-            Value::Double(t) if t > 0.0 => Some(t as i64),
+        let own = match server_attribute(core, device, INACTIVITY_TIMEOUT).await? {
+            Some(Value::Long(t)) if t > 0 => Some(t),
+            Some(Value::Double(t)) if t > 0.0 => Some(t as i64),
             _ => None,
-        });
+        };
         let t = own.unwrap_or(self.cfg.inactivity_timeout.0 as i64);
         if let Some(e) = self.devices.read().get(&device) {
             e.written.lock().timeout = Some(t);
@@ -241,17 +235,17 @@ impl Activity {
     }
 
     async fn stored_activity(&self, core: &Core, device: DeviceId) -> Option<i64> {
-        let read = crate::attributes::read(
-            &core.store,
-            device,
-            Some(AttributeScope::Server),
-            Some(vec![LAST_ACTIVITY.into()]),
-        );
-        read.await.ok()?.into_iter().find_map(|a| match a.value {
-            Value::Long(t) => Some(t),
+        match server_attribute(core, device, LAST_ACTIVITY).await? {
+            Some(Value::Long(t)) => Some(t),
             _ => None,
-        })
+        }
     }
+}
+
+/// `device`'s server attribute `key`: `None` when it could not be read.
+async fn server_attribute(core: &Core, device: DeviceId, key: &str) -> Option<Option<Value>> {
+    let read = crate::attributes::read(&core.store, device, Some(AttributeScope::Server), Some(vec![key.into()]));
+    Some(read.await.ok()?.into_iter().next().map(|a| a.value))
 }
 
 /// Runs [`Activity::flush`] every `activity.check_interval` until aborted.
