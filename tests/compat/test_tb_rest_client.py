@@ -157,6 +157,13 @@ def test_get_tenant_devices(client, state):
     assert only.type == DEVICE_TYPE
 
 
+def test_device_types_and_infos(client, state):
+    types = client.get_device_types()
+    assert [(t.entity_type, t.type) for t in types] == [("DEVICE", DEVICE_TYPE)]
+    infos = client.get_tenant_device_infos(page_size=10, page=0)
+    assert [(d.name, d.type, d.active) for d in infos.data] == [(DEVICE_NAME, DEVICE_TYPE, False)]
+
+
 def test_get_device_credentials(client, state):
     device_id = _device_id(state)
     creds = client.get_device_credentials_by_device_id(device_id=device_id)

@@ -101,6 +101,8 @@ pub fn router(state: Http) -> Router {
         .route(BULK_IMPORT_PATH, post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
         .route("/api/tenant/devices", get(api::list_devices))
         .route("/api/tenant/deviceInfos", get(api::list_device_infos))
+        .route("/api/deviceInfos/all", get(api::list_device_infos))
+        .route("/api/device/types", get(api::device_types))
         .route("/api/relation", post(relations::save).delete(relations::delete))
         .route("/api/relations", get(relations::list))
         .route(&format!("{tel}/values/timeseries"), get(api::get_timeseries))

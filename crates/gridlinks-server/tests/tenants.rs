@@ -96,6 +96,12 @@ fn tenants_see_nothing_of_each_other() {
     };
     let page = "pageSize=100&page=0";
     assert_eq!(names(&beta, &format!("/api/tenant/devices?{page}"), "name"), ["pump"]);
+    assert_eq!(names(&beta, &format!("/api/tenant/deviceInfos?{page}"), "name"), ["pump"]);
+    let (_, types) = s.json("GET", "/api/device/types", &beta, None);
+    assert_eq!(
+        types,
+        json!([{"tenantId": {"entityType": "TENANT", "id": beta_id}, "entityType": "DEVICE", "type": "sensor"}])
+    );
     assert_eq!(names(&beta, &format!("/api/customers?{page}"), "title"), ["Acme"]);
     assert_eq!(names(&beta, &format!("/api/tenant/dashboards?{page}"), "title"), ["beta-dash"]);
     assert_eq!(names(&beta, &format!("/api/deviceProfileInfos?{page}"), "name"), ["default", "sensor"]);
@@ -174,6 +180,8 @@ fn tenants_see_nothing_of_each_other() {
     let own = [
         "/api/tenant/devices",
         "/api/tenant/deviceInfos",
+        "/api/device/types",
+        "/api/deviceInfos/all",
         "/api/otaPackages",
         "/api/tenant/customers",
         "/api/tenant/dashboards",

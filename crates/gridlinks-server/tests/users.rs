@@ -273,6 +273,8 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
             ("/api/device/bulk_import", "POST", "/api/device/bulk_import".into(), Some("{}".into())),
             ("/api/tenant/devices", "GET", "/api/tenant/devices?pageSize=10&page=0".into(), None),
             ("/api/tenant/deviceInfos", "GET", "/api/tenant/deviceInfos?pageSize=10&page=0".into(), None),
+            ("/api/device/types", "GET", "/api/device/types".into(), None),
+            ("/api/deviceInfos/all", "GET", "/api/deviceInfos/all?pageSize=10&page=0".into(), None),
             ("/api/otaPackage", "POST", "/api/otaPackage".into(), Some(r#"{"title":"evil"}"#.into())),
             ("/api/otaPackage/{id}", "GET", format!("/api/otaPackage/{d}"), None),
             ("/api/otaPackage/{id}", "POST", format!("/api/otaPackage/{d}"), Some("evil".into())),

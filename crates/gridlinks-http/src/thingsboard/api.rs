@@ -336,13 +336,35 @@ pub struct ListParams {
     active: Option<bool>,
     /// `deviceInfos`: only devices of this profile.
     device_profile_id: Option<String>,
+    /// `deviceInfos/all` (tb-rest-client 4.4): devices assigned to customers are the
+    /// tenant's too, so this changes nothing.
+    #[serde(rename = "includeCustomers")]
+    _include_customers: Option<bool>,
 }
 
-/// `GET /api/tenant/deviceInfos?pageSize=&page=[&active=&deviceProfileId=&type=&textSearch=…]`:
+/// `GET /api/tenant/deviceInfos?pageSize=&page=[&active=&deviceProfileId=&type=&textSearch=…]`
+/// (and `/api/deviceInfos/all`, where tb-rest-client 4.4 asks):
 /// devices with their `active` state (the stored server attribute), profile name and
 /// customer, as ThingsBoard's `DeviceInfo`.
 pub async fn list_device_infos(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
     list(&st, &me, p, true).await
+}
+
+/// `GET /api/device/types`: the device types (profile names) the caller's tenant's devices
+/// have, as ThingsBoard's `EntitySubtype` list, by name.
+pub async fn device_types(Admin(me): Admin, State(st): St) -> ApiResult<Json<J>> {
+    let store = st.store.clone();
+    let tenant = st.stored_tenant(me.tenant);
+    let mut types: Vec<String> = blocking(move || {
+        Ok(store.devices()?.into_iter().filter(|d| d.tenant == tenant).map(|d| d.device_type).collect())
+    })
+    .await?;
+    types.sort();
+    types.dedup();
+    let owner = model::entity_id("TENANT", me.tenant);
+    Ok(Json(J::Array(
+        types.into_iter().map(|t| serde_json::json!({"tenantId": owner, "entityType": "DEVICE", "type": t})).collect(),
+    )))
 }
 
 /// `GET /api/tenant/devices?pageSize=&page=…` or `?deviceName=`.
