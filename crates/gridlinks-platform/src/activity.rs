@@ -40,6 +40,9 @@ pub const INACTIVITY_ALARM: &str = "inactivityAlarmTime";
 /// A device's own timeout, ms (a server attribute an administrator sets).
 pub const INACTIVITY_TIMEOUT: &str = "inactivityTimeout";
 
+/// Devices' activity written in one submit at most.
+const WRITE_BATCH: usize = 512;
+
 /// One device's activity.
 #[derive(Default)]
 pub struct Entry {
@@ -59,8 +62,6 @@ struct Written {
     /// `lastActivityTime` as written, and when.
     activity: i64,
     activity_at: i64,
-    /// The device's `inactivityTimeout`, read when the entry was made (ms).
-    timeout: Option<i64>,
 }
 
 impl Entry {
@@ -77,12 +78,15 @@ impl Entry {
 pub struct Activity {
     cfg: ActivityConfig,
     devices: RwLock<HashMap<DeviceId, Arc<Entry>>>,
+    /// The devices with an `inactivityTimeout` attribute, and its value (ms): read at start,
+    /// then kept by [`Activity::timeout_changed`], so that a check reads no storage.
+    timeouts: RwLock<HashMap<DeviceId, i64>>,
 }
 
 impl Activity {
     /// Activity with `cfg`'s timeouts.
     pub fn new(cfg: ActivityConfig) -> Self {
-        Self { cfg, devices: RwLock::default() }
+        Self { cfg, devices: RwLock::default(), timeouts: RwLock::default() }
     }
 
     fn entry(&self, device: DeviceId) -> Arc<Entry> {
@@ -121,11 +125,13 @@ impl Activity {
         }
     }
 
-    /// `device`'s `inactivityTimeout` attribute was written: read it again at the next check.
-    pub fn timeout_changed(&self, device: DeviceId) {
-        if let Some(e) = self.devices.read().get(&device) {
-            e.written.lock().timeout = None;
-        }
+    /// `device`'s `inactivityTimeout` attribute was written (`None`: deleted, or not a
+    /// positive number of milliseconds).
+    pub fn timeout_changed(&self, device: DeviceId, value: Option<&Value>) {
+        match value.and_then(timeout_ms) {
+            Some(t) => self.timeouts.write().insert(device, t),
+            None => self.timeouts.write().remove(&device),
+        };
     }
 
     /// Devices with an entry (a gauge).
@@ -136,10 +142,11 @@ impl Activity {
     /// Loads the devices stored as active, so that those that stay silent after a restart
     /// are called inactive in time.
     pub fn load(&self, store: &Store) -> Result<(), gridlinks_storage::StoreError> {
-        let keys = [ACTIVE.to_owned(), LAST_ACTIVITY.to_owned()];
+        let keys = [ACTIVE.to_owned(), LAST_ACTIVITY.to_owned(), INACTIVITY_TIMEOUT.to_owned()];
         for d in store.devices()? {
             let attrs = store.attributes(d.id, Some(AttributeScope::Server), Some(&keys))?;
             let value = |k: &str| attrs.iter().find(|a| a.key == k).map(|a| &a.value);
+            self.timeout_changed(d.id, value(INACTIVITY_TIMEOUT));
             if value(ACTIVE) == Some(&Value::Bool(true)) {
                 let e = self.entry(d.id);
                 e.active.store(true, Ordering::Release);
@@ -162,11 +169,7 @@ impl Activity {
         let entries: Vec<(DeviceId, Arc<Entry>)> = self.devices.read().iter().map(|(d, e)| (*d, e.clone())).collect();
         let mut items = Vec::new();
         for (device, e) in entries {
-            let known = e.written.lock().timeout;
-            let timeout = match known {
-                Some(t) => t,
-                None => self.timeout_of(core, device).await.unwrap_or(i64::MAX),
-            };
+            let timeout = self.timeouts.read().get(&device).copied().unwrap_or(self.cfg.inactivity_timeout.0 as i64);
             let last = e.last_activity.load(Ordering::Acquire);
             // As ThingsBoard: silent past its timeout is inactive, connected or not (an MQTT
             // keep-alive counts as activity).
@@ -189,8 +192,6 @@ impl Activity {
             if last > w.activity {
                 values.push((LAST_ACTIVITY.to_owned(), Value::Long(last)));
                 (w.activity, w.activity_at) = (last, now);
-                // Read again at the next check: a changed inactivityTimeout applies.
-                w.timeout = None;
             }
             for (key, at) in [
                 (LAST_CONNECT, w.last_connect.take()),
@@ -203,35 +204,23 @@ impl Activity {
             }
             items.push(Item::Attributes { device, scope: AttributeScope::Server, values });
         }
-        if items.is_empty() {
-            return;
-        }
-        let devices: Vec<DeviceId> = items
-            .iter()
-            .map(|i| match i {
-                Item::Attributes { device, .. } | Item::Telemetry { device, .. } => *device,
-            })
-            .collect();
-        for (device, result) in devices.into_iter().zip(core.ingest.submit(items).await) {
-            if result.is_err() && core.store.device(device).ok().flatten().is_none() {
-                // Deleted: forgotten.
-                self.devices.write().remove(&device);
+        // In batches, so that a burst (10,000 devices connecting) holds the writer for
+        // short turns between the devices' own writes.
+        while !items.is_empty() {
+            let batch: Vec<Item> = items.drain(..items.len().min(WRITE_BATCH)).collect();
+            let devices: Vec<DeviceId> = batch
+                .iter()
+                .map(|i| match i {
+                    Item::Attributes { device, .. } | Item::Telemetry { device, .. } => *device,
+                })
+                .collect();
+            for (device, result) in devices.into_iter().zip(core.ingest.submit(batch).await) {
+                if result.is_err() && core.store.device(device).ok().flatten().is_none() {
+                    // Deleted: forgotten.
+                    self.devices.write().remove(&device);
+                }
             }
         }
-    }
-
-    /// `device`'s `inactivityTimeout` attribute, else the configured one; remembered.
-    async fn timeout_of(&self, core: &Core, device: DeviceId) -> Option<i64> {
-        let own = match server_attribute(core, device, INACTIVITY_TIMEOUT).await? {
-            Some(Value::Long(t)) if t > 0 => Some(t),
-            Some(Value::Double(t)) if t > 0.0 => Some(t as i64),
-            _ => None,
-        };
-        let t = own.unwrap_or(self.cfg.inactivity_timeout.0 as i64);
-        if let Some(e) = self.devices.read().get(&device) {
-            e.written.lock().timeout = Some(t);
-        }
-        Some(t)
     }
 
     async fn stored_activity(&self, core: &Core, device: DeviceId) -> Option<i64> {
@@ -246,6 +235,15 @@ impl Activity {
 async fn server_attribute(core: &Core, device: DeviceId, key: &str) -> Option<Option<Value>> {
     let read = crate::attributes::read(&core.store, device, Some(AttributeScope::Server), Some(vec![key.into()]));
     Some(read.await.ok()?.into_iter().next().map(|a| a.value))
+}
+
+/// An `inactivityTimeout` value as milliseconds: a positive number.
+fn timeout_ms(v: &Value) -> Option<i64> {
+    match v {
+        Value::Long(t) if *t > 0 => Some(*t),
+        Value::Double(t) if *t >= 1.0 => Some(*t as i64),
+        _ => None,
+    }
 }
 
 /// Runs [`Activity::flush`] every `activity.check_interval` until aborted.

@@ -892,10 +892,11 @@ async fn save_attributes(
     let device = existing_device(st, me, et, id).await?;
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
     let pushed = (sc == AttributeScope::Shared).then(|| values.clone());
-    let timeout = sc == AttributeScope::Server && values.iter().any(|(k, _)| k == activity::INACTIVITY_TIMEOUT);
+    let timeout = values.iter().find(|(k, _)| k == activity::INACTIVITY_TIMEOUT).map(|(_, v)| v.clone());
+    let timeout = timeout.filter(|_| sc == AttributeScope::Server);
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
-    if timeout {
-        st.activity.timeout_changed(device);
+    if let Some(t) = timeout {
+        st.activity.timeout_changed(device, Some(&t));
     }
     if let Some(values) = pushed {
         p.devices.push_shared(device, &values);
@@ -916,7 +917,11 @@ pub async fn delete_attributes(
     let keys =
         key_list(q.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     let pushed = (sc == AttributeScope::Shared).then(|| keys.clone());
+    let timeout = sc == AttributeScope::Server && keys.iter().any(|k| k == activity::INACTIVITY_TIMEOUT);
     p.core.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
+    if timeout {
+        p.core.activity.timeout_changed(device, None);
+    }
     if let Some(keys) = pushed {
         p.devices.push_deleted(device, &keys);
     }
