@@ -18,8 +18,10 @@ polls() { curl -s "$URL/metrics" | awk '/^gridlinks_http_long_polls /{print $2}'
 sleep 1
 before=$(rss)
 mkdir -p "$TMP/out"
+pollers=()
 for i in $(seq 1 "$N"); do
   curl -s -o "$TMP/out/$i" -w '%{http_code}' "$URL/api/v1/LP$i/rpc?timeout=120000" > "$TMP/out/$i.code" &
+  pollers+=($!)
 done
 until [ "$(polls)" = "$N" ]; do sleep 0.2; done
 sleep 1
@@ -29,7 +31,7 @@ start=$(date +%s.%N)
 for id in "${ids[@]}"; do
   curl -s -o /dev/null -XPOST "$URL/api/plugins/rpc/oneway/$id" "${auth[@]}" -d '{"method":"ping","params":{}}'
 done
-wait
+wait "${pollers[@]}"
 end=$(date +%s.%N)
 cpu1=$(awk '{print $14+$15}' /proc/$PID/stat)
 answered=$(cat "$TMP"/out/*.code | grep -o 200 | wc -l)
