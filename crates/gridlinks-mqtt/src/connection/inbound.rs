@@ -148,8 +148,10 @@ impl<T: Transport> Conn<T> {
         batch: &mut Option<Box<Batch>>,
     ) -> Option<End> {
         let v5 = self.version == ProtocolVersion::V5;
-        if let (Some(a), Packet::Publish(_) | Packet::PingReq) = (&self.activity, &p) {
-            a.touch();
+        // Activity: a lookup per packet rather than a field, which would grow every
+        // connection's task (`a_connection_task_stays_small`).
+        if let (Who::Device(device), Packet::Publish(_) | Packet::PingReq) = (who, &p) {
+            self.st.core.activity.touch(*device);
         }
         if let (Packet::Publish(p), Who::Device(device)) = (&p, who) {
             let batchable = p.properties.topic_alias.is_none()

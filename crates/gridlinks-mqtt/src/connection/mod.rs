@@ -108,8 +108,6 @@ struct Conn<T> {
     write_failed: bool,
     /// `mqtt.rate_limit_messages`, if set (allocated only when configured).
     rate: Option<Box<RateLimit>>,
-    /// A device's activity, touched by each of its packets.
-    activity: Option<Arc<gridlinks_platform::activity::Entry>>,
     st: Arc<Mqtt>,
     rbuf: BytesMut,
     wbuf: BytesMut,
@@ -179,7 +177,6 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         stream,
         session: SessionId(u64::MAX),
         rate: None,
-        activity: None,
         broken: false,
         write_failed: false,
         st,
@@ -230,7 +227,9 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         conn.session = link.id;
         match &who {
             Who::Client { id, .. } => conn.client_id = Some(id.clone()),
-            Who::Device(device) => conn.activity = Some(st.core.activity.connected(*device)),
+            Who::Device(device) => {
+                st.core.activity.connected(*device);
+            }
         }
         conn.rate = RateLimit::new(st.core.cfg.mqtt.rate_limit_messages).map(Box::new);
         let keep_alive = connect.keep_alive;
