@@ -3,8 +3,8 @@
 //! `inactivityAlarmTime`, with a device's `inactivityTimeout` (a server attribute, ms) over
 //! `activity.inactivity_timeout`.
 //!
-//! Every transport reports connects, disconnects and messages here; that costs an atomic
-//! store per message, never a storage write. A task writes what changed, once per
+//! Every transport reports connects, disconnects and messages here; that costs a lookup and
+//! an atomic store per message, never a storage write. A task writes what changed, once per
 //! `activity.check_interval`: connects, disconnects and `active` changes at its next tick,
 //! `lastActivityTime` at most once per `activity.persist_interval` per device. The writes go
 //! through the ingest like any attribute write, so WebSocket subscribers see them. A crash
