@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value as J};
 
-use crate::payload::{valid_name, ClaimRequest, PayloadError, MAX_CLAIM_SECRET};
+use crate::payload::{parse_claim, valid_name, ClaimRequest, PayloadError};
 
 /// Most keys one gateway attribute request may name.
 pub const MAX_REQUEST_KEYS: usize = 1_000;
@@ -122,21 +122,11 @@ pub fn parse_claims(body: &[u8]) -> Result<Vec<(String, ClaimRequest)>, PayloadE
             if !valid_name(&name) {
                 return Err(shape(format!("invalid device name {name:?}")));
             }
-            let J::Object(c) = v else { return Err(shape(format!("the claim of {name:?} must be an object"))) };
-            let secret_key = match c.get("secretKey") {
-                None => String::new(),
-                Some(J::String(s)) if s.len() <= MAX_CLAIM_SECRET && !s.chars().any(char::is_control) => s.clone(),
-                Some(_) => {
-                    return Err(shape(format!(
-                        "\"secretKey\" must be a string of at most {MAX_CLAIM_SECRET} bytes, without control characters"
-                    )))
-                }
-            };
-            let duration_ms = match c.get("durationMs") {
-                None => None,
-                Some(d) => Some(d.as_u64().ok_or_else(|| shape("\"durationMs\" must be a positive whole number"))?),
-            };
-            Ok((name, ClaimRequest { secret_key, duration_ms: duration_ms.filter(|d| *d > 0) }))
+            if !v.is_object() {
+                return Err(shape(format!("the claim of {name:?} must be an object")));
+            }
+            // Each device's claim is a device's own claiming request.
+            Ok((name, parse_claim(v.to_string().as_bytes())?))
         })
         .collect()
 }

@@ -132,8 +132,7 @@ fn file_response(d: &DocRecord, data: bytes::Bytes) -> Response {
 
 /// `GET /api/otaPackages?pageSize=&page=[&textSearch=&sortProperty=&sortOrder=]`.
 pub async fn list(Admin(me): Admin, State(st): State<Arc<Core>>, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
-    let mine = ota::list(&st, &me, None).await?;
-    let keep = |d: &DocRecord| mine.iter().any(|m| m.id == d.id);
+    let keep = ota::listed(&st, &me, None)?;
     Ok(Json(doc_page(&st, DocKind::OtaPackage, p, keep, |d| render(&st, d)).await?))
 }
 
@@ -149,8 +148,7 @@ pub async fn list_for(
     // Another tenant's profile does not exist for the caller.
     gridlinks_platform::entities::profiles::get(&st, &me, profile).await?;
     let t = OtaType::parse(&t).ok_or_else(|| ApiError::bad_request("type must be FIRMWARE or SOFTWARE"))?;
-    let of = ota::list(&st, &me, Some((profile, t))).await?;
-    let keep = |d: &DocRecord| of.iter().any(|m| m.id == d.id);
+    let keep = ota::listed(&st, &me, Some((profile, t)))?;
     Ok(Json(doc_page(&st, DocKind::OtaPackage, p, keep, |d| render(&st, d)).await?))
 }
 

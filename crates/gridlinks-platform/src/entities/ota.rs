@@ -108,23 +108,22 @@ pub async fn get(core: &Core, me: &Caller, id: Uuid) -> ServiceResult<DocRecord>
     Ok(d)
 }
 
-/// The caller's tenant's packages; of one profile and type (with data only) when given.
-pub async fn list(core: &Core, me: &Caller, of: Option<(ProfileId, OtaType)>) -> ServiceResult<Vec<DocRecord>> {
+/// Which packages the caller's lists show: its tenant's; of one profile and type (with
+/// data only) when given. Customer users see none.
+pub fn listed<'a>(
+    core: &'a Core,
+    me: &'a Caller,
+    of: Option<(ProfileId, OtaType)>,
+) -> ServiceResult<impl Fn(&DocRecord) -> bool + 'a> {
     if me.customer.is_some() {
         return Err(ServiceError::Forbidden);
     }
-    let store = core.store.clone();
-    let all = blocking(move || store.docs(DocKind::OtaPackage)).await?;
-    Ok(all
-        .into_iter()
-        .filter(|d| core.doc_tenant(d) == me.tenant)
-        .filter(|d| match of {
-            None => true,
-            Some((profile, t)) => {
+    Ok(move |d: &DocRecord| {
+        core.doc_tenant(d) == me.tenant
+            && of.is_none_or(|(profile, t)| {
                 profile_of(d) == Some(profile) && type_of(d) == Some(t) && d.doc["hasData"].as_bool() == Some(true)
-            }
-        })
-        .collect())
+            })
+    })
 }
 
 fn profile_of(d: &DocRecord) -> Option<ProfileId> {
