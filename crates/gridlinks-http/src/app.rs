@@ -16,7 +16,8 @@ use gridlinks_storage::Health;
 
 use crate::state::{Http, Status, BULK_IMPORT_PATH};
 use crate::thingsboard::{
-    api, api_keys, claim, customers, dashboards, device_api, ota, profiles, relations, tenants, users,
+    api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, ota, profiles, relations, tenants,
+    users,
 };
 use crate::thingsboard::{mqtt_clients, rpc};
 
@@ -103,8 +104,40 @@ pub fn router(state: Http) -> Router {
         .route("/api/tenant/deviceInfos", get(api::list_device_infos))
         .route("/api/deviceInfos/all", get(api::list_device_infos))
         .route("/api/device/types", get(api::device_types))
-        .route("/api/relation", post(relations::save).delete(relations::delete))
-        .route("/api/relations", get(relations::list))
+        .route("/api/relation", post(relations::save).delete(relations::delete).get(relations::get))
+        .route("/api/v2/relation", post(relations::save_v2).delete(relations::delete_v2))
+        .route("/api/relations", get(relations::list).post(relations::query).delete(relations::delete_all))
+        .route("/api/relations/info", get(relations::list_info).post(relations::query_info))
+        .route("/api/relations/from/{from_type}/{from_id}", get(relations::from_path))
+        .route("/api/relations/from/{from_type}/{from_id}/{relation_type}", get(relations::from_path))
+        .route("/api/relations/to/{to_type}/{to_id}", get(relations::to_path))
+        .route("/api/relations/to/{to_type}/{to_id}/{relation_type}", get(relations::to_path))
+        .route("/api/relations/info/from/{from_type}/{from_id}", get(relations::info_from_path))
+        .route("/api/relations/info/to/{to_type}/{to_id}", get(relations::info_to_path))
+        .route("/api/entitiesQuery/find", post(entity_query::find))
+        .route("/api/entitiesQuery/count", post(entity_query::count))
+        .route("/api/asset", post(assets::save))
+        .route("/api/asset/{id}", get(assets::get).delete(assets::delete))
+        .route("/api/asset/info/{id}", get(assets::info))
+        .route("/api/asset/types", get(assets::types))
+        .route("/api/assets", get(assets::by_ids).post(assets::by_query))
+        .route("/api/tenant/assets", get(assets::tenant_assets))
+        .route("/api/tenant/asset", get(assets::tenant_asset))
+        .route("/api/tenant/assetInfos", get(assets::tenant_asset_infos))
+        .route("/api/assetInfos/all", get(assets::tenant_asset_infos))
+        .route("/api/user/assets", get(assets::user_assets))
+        .route("/api/customer/{customer}/assets", get(assets::customer_assets))
+        .route("/api/customer/{customer}/assetInfos", get(assets::customer_asset_infos))
+        .route("/api/customer/{customer}/asset/{asset}", post(assets::assign_to))
+        .route("/api/customer/asset/{asset}", delete(assets::unassign))
+        .route("/api/assetProfile", post(assets::save_profile))
+        .route("/api/assetProfile/names", get(assets::profile_names))
+        .route("/api/assetProfile/{id}", get(assets::get_profile).delete(assets::delete_profile))
+        .route("/api/assetProfile/{id}/default", post(assets::set_default_profile))
+        .route("/api/assetProfileInfo/{id}", get(assets::profile_info))
+        .route("/api/assetProfiles", get(assets::profiles))
+        .route("/api/assetProfileInfos", get(assets::profile_infos))
+        .route("/api/assetProfileInfos/list", get(assets::profiles_by_ids))
         .route(&format!("{tel}/values/timeseries"), get(api::get_timeseries))
         .route(&format!("{tel}/values/timeseries/history"), get(api::get_timeseries_history))
         .route(&format!("{tel}/keys/timeseries"), get(api::ts_keys))

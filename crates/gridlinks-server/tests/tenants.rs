@@ -75,6 +75,16 @@ fn tenants_see_nothing_of_each_other() {
     let (st, a_ota) = s.json("POST", "/api/otaPackage", &alpha, Some(ota));
     assert_eq!(st, 200, "{a_ota}");
     let a_ota = a_ota["id"]["id"].as_str().unwrap().to_owned();
+    let asset = |jwt: &str, name: &str, t: &str| {
+        let (st, a) = s.json("POST", "/api/asset", jwt, Some(json!({"name": name, "type": t})));
+        assert_eq!(st, 200, "{a}");
+        (a["id"]["id"].as_str().unwrap().to_owned(), a["assetProfileId"]["id"].as_str().unwrap().to_owned())
+    };
+    let (a_asset, a_aprof) = asset(&alpha, "alpha-asset", "alpha-type");
+    let (b_asset, _) = asset(&beta, "beta-asset", "beta-type");
+    let contains = json!({"from": {"entityType": "ASSET", "id": a_asset}, "to": {"entityType": "DEVICE", "id": a_pump},
+        "type": "Contains"});
+    assert_eq!(s.json("POST", "/api/v2/relation", &alpha, Some(contains)).0, 200);
     let (_, a_key) = s.json("POST", "/api/apiKey", &alpha, Some(json!({"description": "alpha-key"})));
     let a_key = a_key["id"]["id"].as_str().unwrap().to_owned();
     for (jwt, token) in [(&alpha, "ALPHAPUMP"), (&beta, "BETAPUMP")] {
@@ -84,6 +94,8 @@ fn tenants_see_nothing_of_each_other() {
     let attrs = json!({"attr": "alpha-secret"}).to_string();
     let tel = |d: &str| format!("/api/plugins/telemetry/DEVICE/{d}");
     assert_eq!(s.req("POST", &format!("{}/attributes/SHARED_SCOPE", tel(&a_pump)), Some(&alpha), Some(&attrs)).0, 200);
+    let asset_tel = format!("/api/plugins/telemetry/ASSET/{a_asset}/timeseries/ANY");
+    assert_eq!(s.req("POST", &asset_tel, Some(&alpha), Some(r#"{"secret":"value-of-alpha-asset"}"#)).0, 200);
 
     let app = json!({"username": "app", "password": "app-pw", "subscribe": ["#"], "publish": ["#"]});
     assert_eq!(s.json("POST", "/api/mqtt/clients", &alpha, Some(app)).0, 200);
@@ -174,7 +186,65 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/otaPackages/{profile}/{type}", "GET", format!("/api/otaPackages/{a_prof}/FIRMWARE?{page}"), None),
         ("/api/mqtt/clients/{username}", "GET", "/api/mqtt/clients/app".into(), None),
         ("/api/mqtt/clients/{username}", "DELETE", "/api/mqtt/clients/app".into(), None),
+        ("/api/asset", "POST", "/api/asset".into(), Some(json!({"id": {"id": a_asset}, "name": "stolen"}).to_string())),
+        ("/api/asset", "POST", "/api/asset".into(), Some(json!({"name": "mine", "assetProfileId": {"id": a_aprof}}).to_string())),
+        ("/api/asset/{id}", "GET", format!("/api/asset/{a_asset}"), None),
+        ("/api/asset/{id}", "DELETE", format!("/api/asset/{a_asset}"), None),
+        ("/api/asset/info/{id}", "GET", format!("/api/asset/info/{a_asset}"), None),
+        ("/api/assets", "POST", "/api/assets".into(), Some(json!({"parameters": {"rootId": a_asset, "rootType": "ASSET", "direction": "FROM"}, "relationType": "Contains"}).to_string())),
+        ("/api/customer/{customer}/assets", "GET", format!("/api/customer/{a_cust}/assets?{page}"), None),
+        ("/api/customer/{customer}/assetInfos", "GET", format!("/api/customer/{a_cust}/assetInfos?{page}"), None),
+        ("/api/customer/{customer}/asset/{asset}", "POST", format!("/api/customer/{b_cust}/asset/{a_asset}"), None),
+        ("/api/customer/{customer}/asset/{asset}", "POST", format!("/api/customer/{a_cust}/asset/{b_asset}"), None),
+        ("/api/customer/asset/{asset}", "DELETE", format!("/api/customer/asset/{a_asset}"), None),
+        ("/api/owner/{kind}/{owner}/{entity_type}/{entity}", "POST", format!("/api/owner/CUSTOMER/{a_cust}/ASSET/{b_asset}"), None),
+        ("/api/assetProfile", "POST", "/api/assetProfile".into(), Some(json!({"id": {"id": a_aprof}, "name": "stolen"}).to_string())),
+        ("/api/assetProfile/{id}", "GET", format!("/api/assetProfile/{a_aprof}"), None),
+        ("/api/assetProfile/{id}", "DELETE", format!("/api/assetProfile/{a_aprof}"), None),
+        ("/api/assetProfile/{id}/default", "POST", format!("/api/assetProfile/{a_aprof}/default"), None),
+        ("/api/assetProfileInfo/{id}", "GET", format!("/api/assetProfileInfo/{a_aprof}"), None),
+        ("/api/relation", "GET", format!("/api/relation?fromId={a_asset}&fromType=ASSET&relationType=Contains&toId={a_pump}&toType=DEVICE"), None),
+        ("/api/v2/relation", "POST", "/api/v2/relation".into(), Some(json!({"from": {"entityType": "ASSET", "id": b_asset}, "to": {"entityType": "DEVICE", "id": a_pump}, "type": "Contains"}).to_string())),
+        ("/api/v2/relation", "DELETE", format!("/api/v2/relation?fromId={a_asset}&fromType=ASSET&relationType=Contains&toId={a_pump}&toType=DEVICE"), None),
+        ("/api/relations", "DELETE", format!("/api/relations?entityId={a_asset}&entityType=ASSET"), None),
+        ("/api/relations", "POST", "/api/relations".into(), Some(json!({"parameters": {"rootId": a_asset, "rootType": "ASSET", "direction": "FROM"}, "filters": []}).to_string())),
+        ("/api/relations/info", "GET", format!("/api/relations/info?fromId={a_asset}&fromType=ASSET"), None),
+        ("/api/relations/info", "POST", "/api/relations/info".into(), Some(json!({"parameters": {"rootId": a_pump, "rootType": "DEVICE", "direction": "TO"}}).to_string())),
+        ("/api/relations/from/{from_type}/{from_id}", "GET", format!("/api/relations/from/ASSET/{a_asset}"), None),
+        ("/api/relations/from/{from_type}/{from_id}/{relation_type}", "GET", format!("/api/relations/from/ASSET/{a_asset}/Contains"), None),
+        ("/api/relations/to/{to_type}/{to_id}", "GET", format!("/api/relations/to/DEVICE/{a_pump}"), None),
+        ("/api/relations/to/{to_type}/{to_id}/{relation_type}", "GET", format!("/api/relations/to/DEVICE/{a_pump}/Contains"), None),
+        ("/api/relations/info/from/{from_type}/{from_id}", "GET", format!("/api/relations/info/from/ASSET/{a_asset}"), None),
+        ("/api/relations/info/to/{to_type}/{to_id}", "GET", format!("/api/relations/info/to/DEVICE/{a_pump}"), None),
     ]);
+    // Asset data is the asset owner's, as a device's is.
+    let asset_data = device_data_routes(&a_asset).into_iter().filter(|r| r.2.contains("/DEVICE/"));
+    tried.extend(asset_data.map(|(r, m, path, body)| (r, m, path.replace("/DEVICE/", "/ASSET/"), body)));
+    // Queries and id lists answer with the caller's own only.
+    let (_, found) = s.json("GET", &format!("/api/assets?assetIds={a_asset}"), &beta, None);
+    assert_eq!(found, json!([]));
+    for filter in [
+        json!({"type": "singleEntity", "singleEntity": {"entityType": "ASSET", "id": a_asset}}),
+        json!({"type": "entityList", "entityType": "DEVICE", "entityList": [a_pump]}),
+        json!({"type": "assetType", "assetTypes": ["alpha-type"]}),
+        json!({"type": "entityName", "entityType": "ASSET", "entityNameFilter": "alpha"}),
+        json!({"type": "entityType", "entityType": "CUSTOMER"}),
+    ] {
+        let q = json!({"entityFilter": filter, "pageLink": {"pageSize": 10, "page": 0},
+            "entityFields": [{"type": "ENTITY_FIELD", "key": "name"}], "latestValues": [{"type": "TIME_SERIES", "key": "secret"}]});
+        let (st, page) = s.json("POST", "/api/entitiesQuery/find", &beta, Some(q.clone()));
+        assert_eq!(st, 200, "{page}");
+        assert!(!page.to_string().contains("alpha") && !page.to_string().contains(&*a_asset), "{q}: {page}");
+        let (_, n) = s.json("POST", "/api/entitiesQuery/count", &beta, Some(q.clone()));
+        assert_eq!(n, page["totalElements"], "{q}");
+        if q["entityFilter"]["type"] != "entityType" {
+            assert_eq!(n, 0, "{q}");
+        }
+    }
+    let from_alpha = json!({"entityFilter": {"type": "relationsQuery", "rootEntity": {"entityType": "ASSET", "id": a_asset},
+        "direction": "FROM", "maxLevel": 1}, "pageLink": {"pageSize": 10, "page": 0}});
+    let (st, out) = s.json("POST", "/api/entitiesQuery/find", &beta, Some(from_alpha));
+    assert_eq!((st, out["message"].as_str()), (400, Some(&*format!("ASSET {a_asset} is not found"))), "{out}");
     // Lists and lookups by name that answer with the caller's own tenant (checked above),
     // and OPEN_ROUTES.
     let own = [
@@ -194,6 +264,15 @@ fn tenants_see_nothing_of_each_other() {
         "/api/mqtt/clients",
         "/api/device/bulk_import",
         "/api/customer/device/{device}/claim",
+        "/api/asset/types",
+        "/api/tenant/assets",
+        "/api/tenant/asset",
+        "/api/tenant/assetInfos",
+        "/api/assetInfos/all",
+        "/api/assetProfiles",
+        "/api/assetProfileInfos",
+        "/api/assetProfileInfos/list",
+        "/api/assetProfile/names",
     ];
     let checked: std::collections::HashSet<&str> =
         tried.iter().map(|r| r.0).chain(own).chain(OPEN_ROUTES.iter().copied()).collect();
@@ -203,7 +282,7 @@ fn tenants_see_nothing_of_each_other() {
     // Each is answered exactly as the same request with ids that exist nowhere: Beta learns
     // nothing of which of Alpha's ids exist (only the id in the message differs).
     let me_id = me["id"]["id"].as_str().unwrap().to_owned();
-    let ids = [&a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id, &a_ota];
+    let ids = [&a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id, &a_ota, &a_asset, &a_aprof];
     let twins: Vec<(String, String)> = ids
         .iter()
         .enumerate()
@@ -240,6 +319,8 @@ fn tenants_see_nothing_of_each_other() {
             "cu@alpha",
             "alpha-key",
             "alpha-fw",
+            "alpha-asset",
+            "alpha-type",
         ] {
             assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
         }
@@ -266,6 +347,13 @@ fn tenants_see_nothing_of_each_other() {
     assert_eq!((d["name"].as_str(), d["customerId"]["id"].as_str()), (Some("pump"), Some(NULL_UUID)));
     assert_eq!(s.json("GET", &format!("/api/dashboard/{a_dash}"), &alpha, None).0, 200);
     assert_eq!(s.json("GET", &format!("/api/deviceProfile/{a_prof}"), &alpha, None).0, 200);
+    let (_, rel) = s.json("GET", &format!("/api/relations?fromId={a_asset}&fromType=ASSET"), &alpha, None);
+    assert_eq!(rel.as_array().map(Vec::len), Some(1), "{rel}");
+    let (_, a) = s.json("GET", &format!("/api/asset/info/{a_asset}"), &alpha, None);
+    assert_eq!(
+        (a["name"].as_str(), a["type"].as_str(), a["customerTitle"].as_str()),
+        (Some("alpha-asset"), Some("alpha-type"), None)
+    );
     assert_eq!(s.telemetry("ALPHAPUMP", r#"{"still":1}"#), 200);
     let (_, keys) = s.json("GET", &format!("/api/apiKeys/{}?{page}", me["id"]["id"].as_str().unwrap()), &alpha, None);
     assert_eq!(keys["data"][0]["enabled"], true);

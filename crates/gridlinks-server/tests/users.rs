@@ -216,6 +216,20 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         id
     };
     let (dash_a, dash_b) = (dashboard("dash-A", &a), dashboard("dash-B", &b));
+    let asset = |name: &str, c: Option<&str>| {
+        let (_, x) = s.json("POST", "/api/asset", &jwt, Some(json!({"name": name, "type": "building"})));
+        let id = x["id"]["id"].as_str().unwrap().to_owned();
+        if let Some(c) = c {
+            assert_eq!(s.json("POST", &format!("/api/customer/{c}/asset/{id}"), &jwt, None).0, 200);
+        }
+        id
+    };
+    let (mine_asset, their_asset, tenant_asset) =
+        (asset("asset-A", Some(&a)), asset("asset-B", Some(&b)), asset("asset-T", None));
+    for (x, d) in [(&mine_asset, &mine), (&their_asset, &theirs), (&tenant_asset, &tenants)] {
+        let r = json!({"from": {"entityType": "ASSET", "id": x}, "to": {"entityType": "DEVICE", "id": d}, "type": "Contains"});
+        assert_eq!(s.json("POST", "/api/relation", &jwt, Some(r)).0, 200);
+    }
     let (ann, ann_jwt) = s.user(&jwt, "ann@a.test", Some(&a), "ann-secret");
     let (bob, _) = s.user(&jwt, "bob@b.test", Some(&b), "bob-secret");
     let (_, admin) = s.json("GET", "/api/auth/user", &jwt, None);
@@ -239,6 +253,10 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         ("GET", format!("/api/dashboard/info/{dash_a}"), None),
         ("GET", format!("/api/user/{ann}"), None),
         ("GET", format!("/api/apiKeys/{ann}?pageSize=10&page=0"), None),
+        ("GET", format!("/api/asset/{mine_asset}"), None),
+        ("GET", format!("/api/customer/{a}/assetInfos?pageSize=10&page=0"), None),
+        ("GET", format!("/api/relations?fromId={mine_asset}&fromType=ASSET"), None),
+        ("GET", format!("/api/relations/info/to/DEVICE/{mine}"), None),
     ];
     for (m, path, body) in &ok {
         let (st, out) = s.req(m, path, Some(&ann_jwt), body.as_deref());
@@ -254,6 +272,67 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
     // in the first test).
     let forbidden = |d: &str| -> Vec<(&str, &str, String, Option<String>)> {
         let name = if d == theirs { "theirs-1" } else { "tenant-1" };
+        let x = if d == theirs { &their_asset } else { &tenant_asset };
+        let query = json!({"parameters": {"rootId": x, "rootType": "ASSET", "direction": "FROM"}}).to_string();
+        let relation = format!("fromId={x}&fromType=ASSET&relationType=Contains&toId={d}&toType=DEVICE");
+        let assets = [
+            ("/api/asset", "POST", "/api/asset".into(), Some(r#"{"name":"evil"}"#.into())),
+            ("/api/asset/{id}", "GET", format!("/api/asset/{x}"), None),
+            ("/api/asset/{id}", "DELETE", format!("/api/asset/{mine_asset}"), None),
+            ("/api/asset/info/{id}", "GET", format!("/api/asset/info/{x}"), None),
+            ("/api/asset/types", "GET", "/api/asset/types".into(), None),
+            ("/api/assets", "POST", "/api/assets".into(), Some(query.clone())),
+            ("/api/tenant/assets", "GET", "/api/tenant/assets?pageSize=10&page=0".into(), None),
+            ("/api/tenant/asset", "GET", "/api/tenant/asset?assetName=asset-B".into(), None),
+            ("/api/tenant/assetInfos", "GET", "/api/tenant/assetInfos?pageSize=10&page=0".into(), None),
+            ("/api/assetInfos/all", "GET", "/api/assetInfos/all?pageSize=10&page=0".into(), None),
+            ("/api/customer/{customer}/assets", "GET", format!("/api/customer/{b}/assets?pageSize=10&page=0"), None),
+            (
+                "/api/customer/{customer}/assetInfos",
+                "GET",
+                format!("/api/customer/{b}/assetInfos?pageSize=10&page=0"),
+                None,
+            ),
+            ("/api/customer/{customer}/asset/{asset}", "POST", format!("/api/customer/{a}/asset/{x}"), None),
+            ("/api/customer/asset/{asset}", "DELETE", format!("/api/customer/asset/{mine_asset}"), None),
+            ("/api/assetProfile", "POST", "/api/assetProfile".into(), Some(r#"{"name":"evil"}"#.into())),
+            ("/api/assetProfile/names", "GET", "/api/assetProfile/names".into(), None),
+            ("/api/assetProfile/{id}", "GET", format!("/api/assetProfile/{x}"), None),
+            ("/api/assetProfile/{id}", "DELETE", format!("/api/assetProfile/{x}"), None),
+            ("/api/assetProfile/{id}/default", "POST", format!("/api/assetProfile/{x}/default"), None),
+            ("/api/assetProfileInfo/{id}", "GET", "/api/assetProfileInfo/default".into(), None),
+            ("/api/assetProfiles", "GET", "/api/assetProfiles?pageSize=10&page=0".into(), None),
+            ("/api/assetProfileInfos", "GET", "/api/assetProfileInfos?pageSize=10&page=0".into(), None),
+            ("/api/assetProfileInfos/list", "GET", format!("/api/assetProfileInfos/list?assetProfileIds={x}"), None),
+            ("/api/relation", "GET", format!("/api/relation?{relation}"), None),
+            ("/api/v2/relation", "POST", "/api/v2/relation".into(), Some("{}".into())),
+            ("/api/v2/relation", "DELETE", format!("/api/v2/relation?{relation}"), None),
+            ("/api/relations", "DELETE", format!("/api/relations?entityId={mine_asset}&entityType=ASSET"), None),
+            ("/api/relations", "POST", "/api/relations".into(), Some(query.clone())),
+            ("/api/relations/info", "GET", format!("/api/relations/info?fromId={x}&fromType=ASSET"), None),
+            ("/api/relations/info", "POST", "/api/relations/info".into(), Some(query)),
+            ("/api/relations/from/{from_type}/{from_id}", "GET", format!("/api/relations/from/ASSET/{x}"), None),
+            (
+                "/api/relations/from/{from_type}/{from_id}/{relation_type}",
+                "GET",
+                format!("/api/relations/from/ASSET/{x}/Contains"),
+                None,
+            ),
+            ("/api/relations/to/{to_type}/{to_id}", "GET", format!("/api/relations/to/DEVICE/{d}"), None),
+            (
+                "/api/relations/to/{to_type}/{to_id}/{relation_type}",
+                "GET",
+                format!("/api/relations/to/DEVICE/{d}/Contains"),
+                None,
+            ),
+            (
+                "/api/relations/info/from/{from_type}/{from_id}",
+                "GET",
+                format!("/api/relations/info/from/ASSET/{x}"),
+                None,
+            ),
+            ("/api/relations/info/to/{to_type}/{to_id}", "GET", format!("/api/relations/info/to/DEVICE/{d}"), None),
+        ];
         vec![
             // (Claiming, POST, needs the device's secret: tests/claiming.rs.)
             ("/api/customer/device/{device}/claim", "DELETE", format!("/api/customer/device/{name}/claim"), None),
@@ -368,6 +447,7 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         ]
         .into_iter()
         .chain(device_data_routes(d))
+        .chain(assets)
         .collect()
     };
     let per_key = [
@@ -389,7 +469,8 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         for (_, m, path, body) in forbidden(target) {
             let (st, out) = s.req(m, &path, Some(&ann_jwt), body.as_deref());
             assert_eq!(st, 403, "{m} {path}: {out}");
-            for secret in ["THEIRS", "TENANTTOKEN", "value-of", "shared-secret", "dash-B", "bob@"] {
+            for secret in ["THEIRS", "TENANTTOKEN", "value-of", "shared-secret", "dash-B", "bob@", "asset-B", "asset-T"]
+            {
                 assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
             }
         }

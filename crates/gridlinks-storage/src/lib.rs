@@ -347,6 +347,14 @@ pub enum DocKind {
     /// An OTA package's bytes, as uploaded (same id as the package; raw bytes, not a
     /// [`DocRecord`]: read with [`Store::ota_data`]).
     OtaData = 8,
+    /// Assets (title: the name, unique in a tenant). An asset holds attributes and time
+    /// series under its id, as a device does.
+    Asset = 9,
+    /// Asset profiles (title: the name, unique in a tenant; an asset's type is its
+    /// profile's name).
+    AssetProfile = 10,
+    /// Relations between entities (id: derived from its ends, type and group, so it is one of a kind).
+    Relation = 11,
 }
 
 impl DocKind {
@@ -361,6 +369,9 @@ impl DocKind {
             DocKind::Tenant => "Tenant",
             DocKind::OtaPackage => "OTA package",
             DocKind::OtaData => "OTA package data",
+            DocKind::Asset => "Asset",
+            DocKind::AssetProfile => "Asset profile",
+            DocKind::Relation => "Relation",
         }
     }
 
@@ -368,6 +379,7 @@ impl DocKind {
     pub fn title_name(self) -> &'static str {
         match self {
             DocKind::User => "email",
+            DocKind::Asset | DocKind::AssetProfile => "name",
             _ => "title",
         }
     }
@@ -375,7 +387,7 @@ impl DocKind {
     /// Whether no two documents of this kind may have the same title (the writer checks
     /// it, so two concurrent saves cannot both pass).
     pub(crate) fn unique_titles(self) -> bool {
-        matches!(self, DocKind::Customer | DocKind::User | DocKind::OtaPackage)
+        matches!(self, DocKind::Customer | DocKind::User | DocKind::OtaPackage | DocKind::Asset | DocKind::AssetProfile)
     }
 
     /// Fields of the document only the server writes (a client's copy is ignored).
@@ -389,7 +401,10 @@ impl DocKind {
             | DocKind::User
             | DocKind::UserCredentials
             | DocKind::Tenant
-            | DocKind::OtaData => &[],
+            | DocKind::OtaData
+            | DocKind::Asset
+            | DocKind::AssetProfile
+            | DocKind::Relation => &[],
         }
     }
 

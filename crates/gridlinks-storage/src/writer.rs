@@ -975,7 +975,9 @@ impl Writer {
         if let Some(a) = seg.alive.get(&device) {
             return Ok(*a);
         }
-        let a = self.engine()?.ks.devices.contains_key(device.as_bytes())?;
+        // An asset holds data under its id as a device does.
+        let ks = &self.engine()?.ks;
+        let a = ks.devices.contains_key(device.as_bytes())? || ks.docs.contains_key(DocKind::Asset.key(device.0))?;
         seg.alive.insert(device, a);
         Ok(a)
     }
@@ -1257,6 +1259,9 @@ impl Writer {
                 if let Some(companion) = kind.companion() {
                     batch.remove(&engine.ks.docs, companion.key(id));
                 }
+                if kind == DocKind::Asset {
+                    self.remove_data(&mut batch, &engine, DeviceId(id))?;
+                }
                 batch.commit(&self.store)?;
                 Ok(WriteOutcome::Done)
             }
@@ -1533,9 +1538,21 @@ impl Writer {
             batch.remove(&engine.ks.profiles, p.id.0.as_bytes().to_vec());
         }
         let id_json = serde_json::Value::String(tenant.to_string());
-        for kind in [DocKind::Customer, DocKind::Dashboard, DocKind::User, DocKind::ApiKey, DocKind::OtaPackage] {
+        for kind in [
+            DocKind::Customer,
+            DocKind::Dashboard,
+            DocKind::User,
+            DocKind::ApiKey,
+            DocKind::OtaPackage,
+            DocKind::Asset,
+            DocKind::AssetProfile,
+            DocKind::Relation,
+        ] {
             for d in self.store.docs(kind)? {
                 if d.doc.get("tenantId") == Some(&id_json) {
+                    if kind == DocKind::Asset {
+                        self.remove_data(&mut batch, &engine, DeviceId(d.id))?;
+                    }
                     batch.remove(&engine.ks.docs, kind.key(d.id));
                     if let Some(companion) = kind.companion() {
                         batch.remove(&engine.ks.docs, companion.key(d.id));
@@ -1648,7 +1665,7 @@ impl Writer {
         if let Some(k) = rec.basic.as_ref().and_then(BasicCredentials::index_key) {
             batch.remove(&ks.basic, k);
         }
-        batch.remove(&ks.latest, id.as_bytes().to_vec());
+        self.remove_data(&mut batch, &engine, id)?;
         if let Some(g) = rec.gateway {
             batch.remove(&ks.gateways, gateway_key(g, id));
         }
@@ -1663,6 +1680,15 @@ impl Writer {
                 );
             }
         }
+        self.store.commit_token_change(batch, [rec.token])?;
+        Ok(WriteOutcome::Done)
+    }
+
+    /// Adds to `batch` the removal of everything stored under `id` (a device's or an
+    /// asset's attributes, time series and latest values), and forgets its cached latest.
+    fn remove_data(&mut self, batch: &mut Batch, engine: &Engine, id: DeviceId) -> Result<(), StoreError> {
+        let ks = &engine.ks;
+        batch.remove(&ks.latest, id.as_bytes().to_vec());
         for kv in ks.attrs.prefix(id.as_bytes()) {
             batch.remove(&ks.attrs, kv.key()?);
         }
@@ -1670,8 +1696,7 @@ impl Writer {
             batch.remove(&ks.ts, kv.key()?);
         }
         self.latest.remove(&id);
-        self.store.commit_token_change(batch, [rec.token])?;
-        Ok(WriteOutcome::Done)
+        Ok(())
     }
 
     fn delete_telemetry(&mut self, d: DeleteTelemetry) -> Result<WriteOutcome, StoreError> {

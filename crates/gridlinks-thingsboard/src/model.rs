@@ -364,6 +364,84 @@ pub fn customer(c: &Customer<'_>, tenant: Uuid) -> J {
     })
 }
 
+/// What the asset JSON shows of an asset.
+#[derive(Clone, Copy, Debug)]
+pub struct Asset<'a> {
+    /// Its id.
+    pub id: Uuid,
+    /// Creation time, ms since epoch.
+    pub created_time: i64,
+    /// Its name (unique in its tenant).
+    pub name: &'a str,
+    /// Its profile and that profile's name (the asset's type).
+    pub profile: (Uuid, &'a str),
+    /// Its customer: id and title.
+    pub customer: Option<(Uuid, &'a str)>,
+    /// `label`, `additionalInfo`.
+    pub doc: &'a J,
+}
+
+/// An asset as `GET /api/asset/{id}` returns it.
+pub fn asset(a: &Asset<'_>, tenant: Uuid) -> J {
+    let field = |k: &str| a.doc.get(k).cloned().unwrap_or(J::Null);
+    json!({
+        "id": entity_id("ASSET", a.id),
+        "createdTime": a.created_time,
+        "tenantId": entity_id("TENANT", tenant),
+        "customerId": customer_id(a.customer.map(|c| c.0)),
+        "name": a.name,
+        "type": a.profile.1,
+        "label": field("label"),
+        "assetProfileId": entity_id("ASSET_PROFILE", a.profile.0),
+        "additionalInfo": field("additionalInfo"),
+        "externalId": null,
+        "version": 1,
+    })
+}
+
+/// An asset as `GET /api/asset/info/{id}` returns it (ThingsBoard's `AssetInfo`).
+pub fn asset_info(a: &Asset<'_>, tenant: Uuid) -> J {
+    let mut j = asset(a, tenant);
+    if let Some(o) = j.as_object_mut() {
+        o.insert("customerTitle".into(), a.customer.map(|c| c.1).into());
+        o.insert("customerIsPublic".into(), false.into());
+        o.insert("assetProfileName".into(), a.profile.1.into());
+    }
+    j
+}
+
+/// An asset profile as `GET /api/assetProfile/{id}` returns it; `doc` holds `default`,
+/// `description`, `image` and the default dashboard, rule chain and queue as given.
+pub fn asset_profile(id: Uuid, created_time: i64, name: &str, doc: &J, tenant: Uuid) -> J {
+    let field = |k: &str| doc.get(k).cloned().unwrap_or(J::Null);
+    json!({
+        "id": entity_id("ASSET_PROFILE", id),
+        "createdTime": created_time,
+        "tenantId": entity_id("TENANT", tenant),
+        "name": name,
+        "default": doc.get("default").and_then(J::as_bool).unwrap_or(false),
+        "description": field("description"),
+        "image": field("image"),
+        "defaultDashboardId": field("defaultDashboardId"),
+        "defaultRuleChainId": field("defaultRuleChainId"),
+        "defaultQueueName": field("defaultQueueName"),
+        "defaultEdgeRuleChainId": field("defaultEdgeRuleChainId"),
+        "externalId": null,
+        "version": 1,
+    })
+}
+
+/// An asset profile as ThingsBoard's `AssetProfileInfo` (`/api/assetProfileInfo/…`).
+pub fn asset_profile_info(id: Uuid, name: &str, doc: &J, tenant: Uuid) -> J {
+    json!({
+        "id": entity_id("ASSET_PROFILE", id),
+        "tenantId": entity_id("TENANT", tenant),
+        "name": name,
+        "image": doc.get("image").cloned().unwrap_or(J::Null),
+        "defaultDashboardId": doc.get("defaultDashboardId").cloned().unwrap_or(J::Null),
+    })
+}
+
 /// An API key as ThingsBoard 4.3 shows it (`ApiKeyInfo`; never its value).
 #[derive(Clone, Copy, Debug)]
 pub struct ApiKey<'a> {

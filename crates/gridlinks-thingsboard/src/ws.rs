@@ -165,22 +165,88 @@ pub struct EntityKey {
     pub key: String,
 }
 
-/// Which entities a query selects (devices only).
+/// The entity types a query may select.
+pub const ENTITY_TYPES: [&str; 3] = ["DEVICE", "ASSET", "CUSTOMER"];
+
+/// Which entities a query selects (devices, assets or customers the caller may see).
 #[derive(Debug, Clone, PartialEq)]
 pub enum EntityFilter {
-    /// `singleEntity`: one device.
-    Single(String),
-    /// `entityList`: these devices.
-    List(Vec<String>),
-    /// `entityType` `DEVICE`: every device the caller may see.
-    AllDevices,
-    /// `deviceType`: devices of these types whose name starts with the filter (any case).
-    DeviceType {
-        /// The types (`deviceTypes`, or the older single `deviceType`).
-        types: Vec<String>,
-        /// `deviceNameFilter`.
+    /// `singleEntity`: one entity.
+    Single {
+        /// Its type.
+        entity_type: String,
+        /// Its id.
+        id: String,
+    },
+    /// `entityList`: these entities of one type.
+    List {
+        /// Their type.
+        entity_type: String,
+        /// Their ids.
+        ids: Vec<String>,
+    },
+    /// `entityType` (every entity of the type) or `entityName` (those whose name matches
+    /// [`name_matches`]).
+    OfType {
+        /// The type.
+        entity_type: String,
+        /// `entityNameFilter`.
         name_filter: Option<String>,
     },
+    /// `deviceType` / `assetType`: devices or assets of these types (profile names) whose
+    /// name matches [`name_matches`].
+    Subtype {
+        /// `DEVICE` or `ASSET`.
+        entity_type: &'static str,
+        /// The types (`deviceTypes`, or the older single `deviceType`; the same for assets).
+        types: Vec<String>,
+        /// `deviceNameFilter` / `assetNameFilter`.
+        name_filter: Option<String>,
+    },
+    /// `relationsQuery`, `assetSearchQuery`, `deviceSearchQuery`: the entities related to a
+    /// root.
+    Relations(RelationFilter),
+}
+
+/// An entity filter that follows relations from a root entity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelationFilter {
+    /// The root: its entity type and id.
+    pub root: (String, String),
+    /// `FROM` (relations that start at the root) or `TO`.
+    pub direction: String,
+    /// Most steps (`maxLevel`; 0: no bound).
+    pub max_level: usize,
+    /// `fetchLastLevelOnly`.
+    pub last_level_only: bool,
+    /// `(relation type, entity types)`: a relation is followed when it passes one (none:
+    /// every relation).
+    pub filters: Vec<(Option<String>, Vec<String>)>,
+    /// The search queries: only entities of this type with one of these subtypes (none:
+    /// any subtype).
+    pub subtypes: Option<(&'static str, Vec<String>)>,
+}
+
+/// Whether `name` matches ThingsBoard's entity name filter, in any case: a SQL `LIKE`
+/// pattern (`%` for any text) when it starts or ends with `%`, else a prefix.
+pub fn name_matches(name: &str, pattern: &str) -> bool {
+    let (name, pattern) = (name.to_lowercase(), pattern.to_lowercase());
+    if !pattern.starts_with('%') && !pattern.ends_with('%') {
+        return name.starts_with(&pattern);
+    }
+    let parts: Vec<&str> = pattern.split('%').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if name.len() < first.len() + last.len() || !name.starts_with(first) || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// An `ENTITY_DATA` query.
@@ -324,6 +390,32 @@ struct RawFilter {
     device_type: Option<String>,
     device_types: Option<Vec<String>>,
     device_name_filter: Option<String>,
+    entity_name_filter: Option<String>,
+    asset_type: Option<String>,
+    asset_types: Option<Vec<String>>,
+    asset_name_filter: Option<String>,
+    root_entity: Option<RawEntityId>,
+    direction: Option<String>,
+    #[serde(default)]
+    filters: Vec<RawRelationFilter>,
+    max_level: Option<u64>,
+    #[serde(default)]
+    fetch_last_level_only: bool,
+    relation_type: Option<String>,
+    #[serde(default)]
+    multi_root: bool,
+    #[serde(default)]
+    negate: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawRelationFilter {
+    relation_type: Option<String>,
+    #[serde(default)]
+    entity_types: Vec<String>,
+    #[serde(default)]
+    negate: bool,
 }
 
 #[derive(Deserialize)]
@@ -443,38 +535,92 @@ fn entity_keys(keys: Vec<RawKey>) -> Result<Vec<EntityKey>, String> {
     keys.into_iter().map(entity_key).collect()
 }
 
+fn served(t: &str) -> Result<String, String> {
+    match ENTITY_TYPES.contains(&t) {
+        true => Ok(t.to_owned()),
+        false => Err(format!("entity type {t:?} is not served: {} are", ENTITY_TYPES.join(", "))),
+    }
+}
+
 fn filter(f: RawFilter) -> Result<EntityFilter, String> {
-    let devices_only = |t: &str| {
-        if t == "DEVICE" {
-            Ok(())
-        } else {
-            Err(format!("entity type {t:?} is not served: DEVICE is"))
+    let subtypes = |many: Option<Vec<String>>, one: Option<String>| -> Vec<String> {
+        many.unwrap_or_default().into_iter().chain(one).filter(|t| !t.is_empty()).collect()
+    };
+    let root = |f: &RawFilter| -> Result<(String, String), String> {
+        let r = f.root_entity.as_ref().ok_or("a relations filter without rootEntity")?;
+        Ok((r.entity_type.clone(), r.id.clone()))
+    };
+    let relations = |f: &RawFilter, filters, subtypes| -> Result<EntityFilter, String> {
+        if f.multi_root || f.negate {
+            return Err("multi-root and negated relation queries are not served".into());
         }
+        Ok(EntityFilter::Relations(RelationFilter {
+            root: root(f)?,
+            direction: match f.direction.as_deref().unwrap_or("FROM") {
+                d @ ("FROM" | "TO") => d.to_owned(),
+                other => return Err(format!("direction {other:?}: FROM or TO")),
+            },
+            max_level: f.max_level.unwrap_or(1) as usize,
+            last_level_only: f.fetch_last_level_only,
+            filters,
+            subtypes,
+        }))
     };
     Ok(match f.filter_type.as_str() {
         "singleEntity" => {
             let e = f.single_entity.ok_or("singleEntity filter without singleEntity")?;
-            devices_only(&e.entity_type)?;
-            EntityFilter::Single(e.id)
+            EntityFilter::Single { entity_type: served(&e.entity_type)?, id: e.id }
         }
-        "entityList" => {
-            devices_only(f.entity_type.as_deref().unwrap_or(""))?;
-            EntityFilter::List(f.entity_list.unwrap_or_default())
-        }
+        "entityList" => EntityFilter::List {
+            entity_type: served(f.entity_type.as_deref().unwrap_or(""))?,
+            ids: f.entity_list.unwrap_or_default(),
+        },
         "entityType" => {
-            devices_only(f.entity_type.as_deref().unwrap_or(""))?;
-            EntityFilter::AllDevices
+            EntityFilter::OfType { entity_type: served(f.entity_type.as_deref().unwrap_or(""))?, name_filter: None }
         }
-        "deviceType" => EntityFilter::DeviceType {
-            types: f.device_types.unwrap_or_default().into_iter().chain(f.device_type).collect(),
+        "entityName" => EntityFilter::OfType {
+            entity_type: served(f.entity_type.as_deref().unwrap_or(""))?,
+            name_filter: Some(f.entity_name_filter.unwrap_or_default()),
+        },
+        "deviceType" => EntityFilter::Subtype {
+            entity_type: "DEVICE",
+            types: subtypes(f.device_types, f.device_type),
             name_filter: f.device_name_filter.filter(|n| !n.is_empty()),
         },
+        "assetType" => EntityFilter::Subtype {
+            entity_type: "ASSET",
+            types: subtypes(f.asset_types, f.asset_type),
+            name_filter: f.asset_name_filter.filter(|n| !n.is_empty()),
+        },
+        "relationsQuery" => {
+            let mut filters = Vec::with_capacity(f.filters.len());
+            for r in &f.filters {
+                if r.negate {
+                    return Err("negated relation filters are not served".into());
+                }
+                filters.push((r.relation_type.clone().filter(|t| !t.is_empty()), r.entity_types.clone()));
+            }
+            relations(&f, filters, None)?
+        }
+        "assetSearchQuery" | "deviceSearchQuery" => {
+            let (t, types) = match f.filter_type.as_str() {
+                "assetSearchQuery" => ("ASSET", f.asset_types.clone().unwrap_or_default()),
+                _ => ("DEVICE", f.device_types.clone().unwrap_or_default()),
+            };
+            let filters = vec![(f.relation_type.clone().filter(|t| !t.is_empty()), vec![t.to_owned()])];
+            relations(&f, filters, Some((t, types)))?
+        }
         other => {
             return Err(format!(
-                "entity filter {other:?} is not served: singleEntity, entityList, entityType and deviceType are"
+                "entity filter {other:?} is not served: singleEntity, entityList, entityType, entityName, deviceType, assetType, relationsQuery, assetSearchQuery and deviceSearchQuery are"
             ))
         }
     })
+}
+
+/// An entity data query as `POST /api/entitiesQuery/find` (and `…/count`) receives it.
+pub fn parse_query(q: J) -> Result<EntityQuery, String> {
+    query(serde_json::from_value(q).map_err(|e| format!("Invalid request body: {e}"))?)
 }
 
 fn query(q: RawQuery) -> Result<EntityQuery, String> {
@@ -584,7 +730,8 @@ pub fn error(cmd_id: i64, code: u8, msg: &str) -> J {
 /// (`{"TIME_SERIES": {"key": {"ts", "value"}}}`) and its time series (`{"key": [{"ts",
 /// "value"}]}`).
 pub fn entity_data<'a>(
-    device_id: &str,
+    entity_type: &str,
+    entity_id: &str,
     latest: impl IntoIterator<Item = (KeyType, String, i64, String)>,
     timeseries: impl IntoIterator<Item = (&'a str, Vec<(i64, String)>)>,
 ) -> J {
@@ -599,7 +746,7 @@ pub fn entity_data<'a>(
         .into_iter()
         .map(|(k, points)| (k.to_owned(), points.into_iter().map(|(ts, v)| json!({"ts": ts, "value": v})).collect()))
         .collect();
-    json!({"entityId": {"entityType": "DEVICE", "id": device_id}, "latest": by_type, "timeseries": series})
+    json!({"entityId": {"entityType": entity_type, "id": entity_id}, "latest": by_type, "timeseries": series})
 }
 
 /// The first answer to an `ENTITY_DATA` query: a page of entities ([`entity_data`]).
@@ -721,7 +868,7 @@ mod tests {
               "latestCmd":{"keys":[{"type":"TIME_SERIES","key":"t"}]},
               "tsCmd":{"keys":["t"],"timeWindow":1000,"limit":7}},
               {"cmdId":5,"type":"ENTITY_DATA","historyCmd":{"keys":["t"],"startTs":1,"endTs":9}},
-              {"cmdId":6,"type":"ENTITY_DATA","query":{"entityFilter":{"type":"singleEntity","singleEntity":{"entityType":"ASSET","id":"A"}}}},
+              {"cmdId":6,"type":"ENTITY_DATA","query":{"entityFilter":{"type":"singleEntity","singleEntity":{"entityType":"EDGE","id":"A"}}}},
               {"cmdId":7,"type":"ENTITY_DATA","tsCmd":{"keys":["t"],"timeWindow":1,"agg":"AVG"}},
               {"cmdId":4,"type":"ENTITY_DATA_UNSUBSCRIBE"}]}"#,
             5000,
@@ -731,7 +878,11 @@ mod tests {
         let q = e.query.as_ref().unwrap();
         assert_eq!(
             q.filter,
-            EntityFilter::DeviceType { types: vec!["thermostat".into()], name_filter: Some("Th".into()) }
+            EntityFilter::Subtype {
+                entity_type: "DEVICE",
+                types: vec!["thermostat".into()],
+                name_filter: Some("Th".into())
+            }
         );
         assert_eq!((q.page_size, q.page, q.text_search.as_deref()), (5, 1, None));
         assert_eq!(q.sort, Some((EntityKey { key_type: KeyType::EntityField, key: "name".into() }, true)));
@@ -740,7 +891,7 @@ mod tests {
         assert_eq!(e.ts, Some(EntitySeriesCmd { keys: vec!["t".into()], start_ts: 4000, end_ts: 5001, limit: 7 }));
         assert!(matches!(&m.cmds[1], Cmd::EntityData(h) if h.query.is_none()
             && h.history == Some(EntitySeriesCmd { keys: vec!["t".into()], start_ts: 1, end_ts: 9, limit: DEFAULT_LIMIT })));
-        assert!(matches!(&m.cmds[2], Cmd::BadEntityData(6, why) if why.contains("ASSET")));
+        assert!(matches!(&m.cmds[2], Cmd::BadEntityData(6, why) if why.contains("EDGE")));
         assert!(matches!(&m.cmds[3], Cmd::BadEntityData(7, why) if why.contains("agg")));
         assert_eq!(m.cmds[4], Cmd::EntityUnsubscribe(4));
         let old = parse(r#"{"entityDataCmds":[{"cmdId":1,"query":{"entityFilter":{"type":"entityType","entityType":"DEVICE"},"pageLink":{"pageSize":100000}}}]}"#, 0).unwrap();
@@ -748,8 +899,56 @@ mod tests {
     }
 
     #[test]
+    fn entity_filters_of_assets_names_and_relations_are_read() {
+        let q =
+            |f: J| parse_query(json!({"entityFilter": f, "pageLink": {"pageSize": 10, "page": 0}})).map(|q| q.filter);
+        assert_eq!(
+            q(json!({"type": "assetType", "assetTypes": ["building"], "assetType": "floor", "assetNameFilter": "B"})),
+            Ok(EntityFilter::Subtype {
+                entity_type: "ASSET",
+                types: vec!["building".into(), "floor".into()],
+                name_filter: Some("B".into())
+            })
+        );
+        assert_eq!(
+            q(json!({"type": "entityName", "entityType": "CUSTOMER", "entityNameFilter": "%corp"})),
+            Ok(EntityFilter::OfType { entity_type: "CUSTOMER".into(), name_filter: Some("%corp".into()) })
+        );
+        let Ok(EntityFilter::Relations(r)) = q(json!({"type": "relationsQuery",
+            "rootEntity": {"entityType": "ASSET", "id": "R"}, "direction": "FROM", "maxLevel": 2,
+            "filters": [{"relationType": "Contains", "entityTypes": ["DEVICE"]}]}))
+        else {
+            panic!("a relations filter")
+        };
+        assert_eq!((r.root.0.as_str(), r.max_level, r.direction.as_str()), ("ASSET", 2, "FROM"));
+        assert_eq!(r.filters, vec![(Some("Contains".into()), vec!["DEVICE".into()])]);
+        let Ok(EntityFilter::Relations(s)) = q(json!({"type": "deviceSearchQuery",
+            "rootEntity": {"entityType": "ASSET", "id": "R"}, "relationType": "Contains", "deviceTypes": ["meter"]}))
+        else {
+            panic!("a search filter")
+        };
+        assert_eq!(s.subtypes, Some(("DEVICE", vec!["meter".into()])));
+        assert!(q(json!({"type": "relationsQuery", "rootEntity": {"entityType": "ASSET", "id": "R"}, "negate": true}))
+            .is_err());
+        assert!(q(json!({"type": "relationsQuery"})).unwrap_err().contains("rootEntity"));
+        assert!(q(json!({"type": "apiUsageState"})).unwrap_err().contains("apiUsageState"));
+    }
+
+    #[test]
+    fn name_filters_are_prefixes_or_like_patterns() {
+        assert!(name_matches("Thermostat A", "therm"));
+        assert!(!name_matches("A Thermostat", "therm"));
+        assert!(name_matches("A Thermostat", "%THERM%"));
+        assert!(name_matches("meter-7", "%-7"));
+        assert!(name_matches("a-b-c", "a%c%"));
+        assert!(!name_matches("ab", "%abc%"));
+        assert!(!name_matches("abc", "a%b%b"));
+    }
+
+    #[test]
     fn entity_answers_have_thingsboards_shape() {
         let e = entity_data(
+            "DEVICE",
             "D",
             [(KeyType::TimeSeries, "t".to_owned(), 5, "21".to_owned())],
             [("t", vec![(5, "21".to_owned())])],

@@ -634,9 +634,14 @@ pub(crate) fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     model::entity_device_id(entity_type, id).map_err(entity_error)
 }
 
-/// The device of an entity reference, if the caller may see and control it (404 when there
-/// is none or it is another tenant's, 403 as [`device_for`]).
+/// The id the data of an entity reference (a device or an asset) is kept under, if the
+/// caller may see and control it (404 when there is none or it is another tenant's, 403 as
+/// [`device_for`]).
 async fn existing_device(st: &Core, me: &Caller, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
+    if entity_type == "ASSET" {
+        let a = gridlinks_platform::entities::assets::get(st, me, uuid(id, "asset")?).await?;
+        return Ok(DeviceId(a.id));
+    }
     let id = entity(entity_type, id)?;
     let store = st.store.clone();
     let missing = || ApiError::not_found("Device with requested id wasn't found!");
@@ -893,7 +898,7 @@ async fn save_attributes(
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
     let pushed = (sc == AttributeScope::Shared).then(|| values.clone());
     let timeout = values.iter().find(|(k, _)| k == activity::INACTIVITY_TIMEOUT).map(|(_, v)| v.clone());
-    let timeout = timeout.filter(|_| sc == AttributeScope::Server);
+    let timeout = timeout.filter(|_| sc == AttributeScope::Server && et == "DEVICE");
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
     if let Some(t) = timeout {
         st.activity.timeout_changed(device, Some(&t));
@@ -917,7 +922,8 @@ pub async fn delete_attributes(
     let keys =
         key_list(q.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     let pushed = (sc == AttributeScope::Shared).then(|| keys.clone());
-    let timeout = sc == AttributeScope::Server && keys.iter().any(|k| k == activity::INACTIVITY_TIMEOUT);
+    let timeout =
+        sc == AttributeScope::Server && et == "DEVICE" && keys.iter().any(|k| k == activity::INACTIVITY_TIMEOUT);
     p.core.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
     if timeout {
         p.core.activity.timeout_changed(device, None);

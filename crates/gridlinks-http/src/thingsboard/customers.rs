@@ -102,16 +102,17 @@ pub async fn assign(
     assign_device(&st, &me, &device, Some(uuid(&customer, "customer")?)).await
 }
 
-/// `POST /api/owner/{CUSTOMER|TENANT}/{ownerId}/DEVICE/{deviceId}` (ThingsBoard 4.4, where a
-/// customer owns what it is given): the device, assigned to that customer or to none.
+/// `POST /api/owner/{CUSTOMER|TENANT}/{ownerId}/{DEVICE|ASSET}/{id}` (ThingsBoard 4.4, where
+/// a customer owns what it is given): the device or asset, assigned to that customer or to
+/// none.
 pub async fn change_owner(
     Admin(me): Admin,
     State(st): St,
     Path((kind, owner, entity_type, entity)): Path<(String, String, String, String)>,
 ) -> ApiResult<Json<J>> {
-    if entity_type != "DEVICE" {
+    if !matches!(entity_type.as_str(), "DEVICE" | "ASSET") {
         return Err(ApiError::bad_request(format!(
-            "Changing the owner of {entity_type} is not supported: only DEVICE"
+            "Changing the owner of {entity_type} is not supported: only DEVICE and ASSET"
         )));
     }
     let customer = match kind.as_str() {
@@ -120,7 +121,10 @@ pub async fn change_owner(
         "TENANT" => return Err(ApiError::forbidden()),
         other => return Err(ApiError::bad_request(format!("Unknown owner type {other}: CUSTOMER or TENANT"))),
     };
-    assign_device(&st, &me, &entity, customer).await
+    match entity_type.as_str() {
+        "ASSET" => super::assets::assign(&st, &me, &entity, customer).await,
+        _ => assign_device(&st, &me, &entity, customer).await,
+    }
 }
 
 /// `DELETE /api/customer/device/{deviceId}`: the device, assigned to no customer.

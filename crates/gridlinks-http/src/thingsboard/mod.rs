@@ -8,10 +8,12 @@
 
 pub mod api;
 pub mod api_keys;
+pub mod assets;
 pub mod claim;
 pub mod customers;
 pub mod dashboards;
 pub mod device_api;
+pub mod entity_query;
 pub mod error;
 pub mod extract;
 pub mod long_poll;

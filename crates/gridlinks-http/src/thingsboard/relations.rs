@@ -1,59 +1,44 @@
-//! ThingsBoard's relation API, for the one relation GridLinks keeps: "Created", from a
-//! gateway to the devices it may write to over the gateway API. A gateway gets it when it
-//! creates a device; an administrator adds or removes it here.
+//! ThingsBoard's relation API: relations of any type between devices, assets, customers,
+//! dashboards, the tenant and profiles (`gridlinks_platform::entities::relations`). The
+//! "Created" relation from a gateway to a device is that device's gateway: saving it lets
+//! the gateway write for the device, deleting it stops that.
 //!
-//! | call | meaning |
+//! | call | answer |
 //! |---|---|
-//! | `POST /api/relation` `{"from":{gateway},"to":{device},"type":"Created"}` | assign the device to the gateway |
-//! | `DELETE /api/relation?fromId=&fromType=DEVICE&relationType=Created&toId=&toType=DEVICE` | unassign it |
-//! | `GET /api/relations?fromId=&fromType=DEVICE` / `?toId=&toType=DEVICE` | a gateway's devices / a device's gateway |
+//! | `POST /api/relation` / `POST /api/v2/relation` `{"from","to","type","typeGroup","additionalInfo"}` | 200 / the relation |
+//! | `DELETE /api/relation` / `DELETE /api/v2/relation` `?fromId=&fromType=&relationType=[&relationTypeGroup=]&toId=&toType=` | 200 / the relation it was |
+//! | `DELETE /api/relations?entityId=&entityType=` | every relation from and to it goes |
+//! | `GET /api/relation?fromId=&fromType=&relationType=&toId=&toType=` | the relation, 404 if none |
+//! | `GET /api/relations[/info]?fromId=&fromType=[&relationType=]` (or `toId`, `toType`) | relations (infos: with `fromName`, `toName`) |
+//! | `GET /api/relations[/info]/from/{type}/{id}[/{relationType}]`, `…/to/…` | the same, ThingsBoard 4.x paths |
+//! | `POST /api/relations[/info]` `{"parameters":{…},"filters":[…]}` | a relations query |
 
-use axum::extract::State;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use gridlinks_types::DeviceId;
+use gridlinks_platform::auth::Caller;
+use gridlinks_platform::entities::relations::{self, Direction, EntityKind, EntityRef, Listed, Relation, COMMON};
+use gridlinks_platform::Core;
 use serde::Deserialize;
-use serde_json::{json, Value as J};
-use std::sync::Arc;
+use serde_json::Value as J;
 
 use super::api::parse_json;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, Q};
-use gridlinks_platform::entities::devices;
-use gridlinks_platform::Core;
-use gridlinks_thingsboard::model::{relation, EntityId, CREATED};
+use super::extract::{Admin, Body, User, Q};
 
 type St = State<Arc<Core>>;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RelationBody {
-    from: EntityId,
-    to: EntityId,
-    #[serde(rename = "type")]
-    relation_type: String,
-}
-
-fn device_ref(e: &EntityId) -> ApiResult<DeviceId> {
-    super::api::entity(&e.entity_type, &e.id)
-}
-
-fn created_only(relation_type: &str) -> ApiResult<()> {
-    if relation_type == CREATED {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(format!(
-            "relation type '{relation_type}' is not supported: GridLinks keeps one relation, 'Created' from a gateway to its devices"
-        )))
-    }
-}
-
-/// `POST /api/relation`: assigns `to` to gateway `from`.
+/// `POST /api/relation`.
 pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<StatusCode> {
-    let r: RelationBody = parse_json(&body)?;
-    created_only(&r.relation_type)?;
-    devices::relate_gateway(&st, &me, device_ref(&r.from)?, device_ref(&r.to)?).await?;
+    relations::save(&st, &me, Relation::parse(&parse_json(&body)?)?).await?;
     Ok(StatusCode::OK)
+}
+
+/// `POST /api/v2/relation`: the relation saved.
+pub async fn save_v2(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    Ok(Json(relations::save(&st, &me, Relation::parse(&parse_json(&body)?)?).await?.json()))
 }
 
 #[derive(Deserialize)]
@@ -67,36 +52,178 @@ pub struct RelationParams {
     to_type: Option<String>,
 }
 
-fn param_ref(id: Option<String>, entity_type: Option<String>) -> ApiResult<Option<DeviceId>> {
-    id.map(|id| super::api::entity(entity_type.as_deref().unwrap_or("DEVICE"), &id)).transpose()
+/// An end named by `id` and `entity_type` (`DEVICE` when absent, as GridLinks answered
+/// before relations had other types).
+fn end(id: Option<&String>, entity_type: Option<&String>) -> ApiResult<Option<EntityRef>> {
+    id.map(|id| EntityRef::of(entity_type.map_or("DEVICE", String::as_str), id).map_err(ApiError::from)).transpose()
 }
 
-/// `DELETE /api/relation?fromId=&fromType=&relationType=Created&toId=&toType=`.
-pub async fn delete(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<StatusCode> {
-    created_only(p.relation_type.as_deref().unwrap_or_default())?;
-    let (Some(gateway), Some(device)) = (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) else {
-        return Err(ApiError::bad_request("fromId and toId are required"));
+/// Both ends, the type and group of a single relation.
+fn one(p: &RelationParams) -> ApiResult<(EntityRef, EntityRef, &str, &str)> {
+    let (Some(from), Some(to)) =
+        (end(p.from_id.as_ref(), p.from_type.as_ref())?, end(p.to_id.as_ref(), p.to_type.as_ref())?)
+    else {
+        return Err(ApiError::bad_request("fromId, fromType, toId and toType are required"));
     };
-    devices::unrelate_gateway(&st, &me, gateway, device).await?;
+    let t = p
+        .relation_type
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::bad_request("relationType is required"))?;
+    Ok((from, to, t, p.relation_type_group.as_deref().unwrap_or(COMMON)))
+}
+
+/// `DELETE /api/relation?…`.
+pub async fn delete(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<StatusCode> {
+    let (from, to, t, g) = one(&p)?;
+    relations::delete(&st, &me, from, to, t, g).await?;
     Ok(StatusCode::OK)
 }
 
-/// `GET /api/relations?fromId=&fromType=` (a gateway's devices) or `?toId=&toType=` (a
-/// device's gateway).
-pub async fn list(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
-    let _ = p.relation_type_group;
-    if p.relation_type.as_deref().is_some_and(|t| t != CREATED) {
-        return Ok(Json(json!([])));
+/// `DELETE /api/v2/relation?…`: the relation it was.
+pub async fn delete_v2(Admin(me): Admin, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
+    let (from, to, t, g) = one(&p)?;
+    Ok(Json(relations::delete(&st, &me, from, to, t, g).await?.json()))
+}
+
+/// `GET /api/relation?…`.
+pub async fn get(User(me): User, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
+    let (from, to, t, g) = one(&p)?;
+    Ok(Json(relations::get(&st, &me, from, to, t, g).await?.json()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EntityParams {
+    entity_id: String,
+    entity_type: String,
+}
+
+/// `DELETE /api/relations?entityId=&entityType=`.
+pub async fn delete_all(Admin(me): Admin, State(st): St, Q(p): Q<EntityParams>) -> ApiResult<StatusCode> {
+    relations::delete_all(&st, &me, EntityRef::of(&p.entity_type, &p.entity_id)?).await?;
+    Ok(StatusCode::OK)
+}
+
+fn render(listed: Vec<Listed>, info: bool) -> Json<J> {
+    Json(J::Array(
+        listed
+            .into_iter()
+            .map(|l| match info {
+                true => l.relation.info_json(&l.from_name, &l.to_name),
+                false => l.relation.json(),
+            })
+            .collect(),
+    ))
+}
+
+async fn list_params(st: &Core, me: &Caller, p: RelationParams, info: bool) -> ApiResult<Json<J>> {
+    let (e, dir) = match (end(p.from_id.as_ref(), p.from_type.as_ref())?, end(p.to_id.as_ref(), p.to_type.as_ref())?) {
+        (Some(from), None) => (from, Direction::From),
+        (None, Some(to)) => (to, Direction::To),
+        _ => return Err(ApiError::bad_request("give either fromId and fromType, or toId and toType")),
+    };
+    let found = relations::at(st, me, e, dir, p.relation_type, p.relation_type_group).await?;
+    Ok(render(found, info))
+}
+
+/// `GET /api/relations?fromId=&fromType=…` or `?toId=&toType=…`.
+pub async fn list(User(me): User, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
+    list_params(&st, &me, p, false).await
+}
+
+/// `GET /api/relations/info?…`: with the ends' names.
+pub async fn list_info(User(me): User, State(st): St, Q(p): Q<RelationParams>) -> ApiResult<Json<J>> {
+    list_params(&st, &me, p, true).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GroupParam {
+    relation_type_group: Option<String>,
+}
+
+async fn at_path(
+    st: &Core,
+    me: &Caller,
+    dir: Direction,
+    path: Vec<String>,
+    group: Option<String>,
+    info: bool,
+) -> ApiResult<Json<J>> {
+    let [entity_type, id, rest @ ..] = path.as_slice() else {
+        return Err(ApiError::bad_request("an entity type and id are required"));
+    };
+    let e = EntityRef::of(entity_type, id)?;
+    let found = relations::at(st, me, e, dir, rest.first().cloned(), group).await?;
+    Ok(render(found, info))
+}
+
+/// `GET /api/relations/from/{fromType}/{fromId}` (and `…/{relationType}`).
+pub async fn from_path(
+    User(me): User,
+    State(st): St,
+    Path(path): Path<Vec<String>>,
+    Q(q): Q<GroupParam>,
+) -> ApiResult<Json<J>> {
+    at_path(&st, &me, Direction::From, path, q.relation_type_group, false).await
+}
+
+/// `GET /api/relations/to/{toType}/{toId}` (and `…/{relationType}`).
+pub async fn to_path(
+    User(me): User,
+    State(st): St,
+    Path(path): Path<Vec<String>>,
+    Q(q): Q<GroupParam>,
+) -> ApiResult<Json<J>> {
+    at_path(&st, &me, Direction::To, path, q.relation_type_group, false).await
+}
+
+/// `GET /api/relations/info/from/{fromType}/{fromId}`.
+pub async fn info_from_path(
+    User(me): User,
+    State(st): St,
+    Path(path): Path<Vec<String>>,
+    Q(q): Q<GroupParam>,
+) -> ApiResult<Json<J>> {
+    at_path(&st, &me, Direction::From, path, q.relation_type_group, true).await
+}
+
+/// `GET /api/relations/info/to/{toType}/{toId}`.
+pub async fn info_to_path(
+    User(me): User,
+    State(st): St,
+    Path(path): Path<Vec<String>>,
+    Q(q): Q<GroupParam>,
+) -> ApiResult<Json<J>> {
+    at_path(&st, &me, Direction::To, path, q.relation_type_group, true).await
+}
+
+/// A client's `EntityRelationsQuery`.
+pub(crate) fn parse_query(q: &J) -> ApiResult<relations::RelationsQuery> {
+    let mut filters = Vec::new();
+    for f in q.get("filters").and_then(J::as_array).into_iter().flatten() {
+        let t = f.get("relationType").and_then(J::as_str).map(str::to_owned);
+        let kinds = f
+            .get("entityTypes")
+            .and_then(J::as_array)
+            .into_iter()
+            .flatten()
+            .map(|k| EntityKind::parse(k.as_str().unwrap_or_default()))
+            .collect::<Result<Vec<_>, _>>()?;
+        filters.push((t, kinds));
     }
-    match (param_ref(p.from_id, p.from_type)?, param_ref(p.to_id, p.to_type)?) {
-        (Some(gateway), None) => {
-            let of = devices::of_gateway(&st, &me, gateway).await?;
-            Ok(Json(J::Array(of.into_iter().map(|d| relation(gateway, d)).collect())))
-        }
-        (None, Some(device)) => {
-            let gateway = devices::get(&st, &me, device).await?.gateway;
-            Ok(Json(J::Array(gateway.map(|g| relation(g, device)).into_iter().collect())))
-        }
-        _ => Err(ApiError::bad_request("give either fromId and fromType, or toId and toType")),
-    }
+    super::assets::relations_query(q.get("parameters"), filters)
+}
+
+/// `POST /api/relations`: a relations query.
+pub async fn query(User(me): User, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let q = parse_query(&parse_json(&body)?)?;
+    Ok(render(relations::query(&st, &me, q).await?, false))
+}
+
+/// `POST /api/relations/info`: a relations query, with the ends' names.
+pub async fn query_info(User(me): User, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let q = parse_query(&parse_json(&body)?)?;
+    Ok(render(relations::query(&st, &me, q).await?, true))
 }

@@ -1,11 +1,16 @@
-//! `ENTITY_DATA`: a query over the caller's devices (a filter, a page, entity fields and
+//! `ENTITY_DATA`: a query over the caller's devices, assets and customers (a filter, a page, entity fields and
 //! latest values), answered with a page, then, for its `latestCmd` and `tsCmd`, the
 //! committed changes of the page's devices from the same fan-out as every other
 //! subscription ([`super::Hub`]).
 
-use gridlinks_storage::{DeviceRecord, Store, Timeseries};
+use gridlinks_platform::entities::assets;
+use gridlinks_platform::entities::relations::{self, Direction, EntityKind, EntityRef, RelationsQuery};
+use gridlinks_platform::entities::ServiceError;
+use gridlinks_storage::{DeviceRecord, DocKind, DocRecord, Timeseries};
 use gridlinks_thingsboard::keyfilter::KeyFilter;
-use gridlinks_thingsboard::ws::{self as proto, code, EntityFilter, EntityKey, EntityQuery, EntitySeriesCmd, KeyType};
+use gridlinks_thingsboard::ws::{
+    self as proto, code, EntityFilter, EntityKey, EntityQuery, EntitySeriesCmd, KeyType, RelationFilter,
+};
 use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
 use serde_json::Value as J;
 
@@ -53,31 +58,202 @@ pub(super) fn attribute_matches(asked: KeyType, scope: AttributeScope) -> bool {
     attribute_scope(asked).is_some_and(|s| s.is_none_or(|s| s == scope))
 }
 
-/// The devices `q` selects that `caller` may see, sorted as it asks: how many in all, and
+/// An entity a query selects.
+pub(crate) enum Entity {
+    /// A device.
+    Device(Box<DeviceRecord>),
+    /// An asset, with its type (its profile's name).
+    Asset(DocRecord, String),
+    /// A customer.
+    Customer(DocRecord),
+}
+
+impl Entity {
+    /// The id its data is kept under.
+    pub(crate) fn id(&self) -> DeviceId {
+        match self {
+            Entity::Device(d) => d.id,
+            Entity::Asset(a, _) | Entity::Customer(a) => DeviceId(a.id),
+        }
+    }
+
+    /// ThingsBoard's name of its type.
+    pub(crate) fn entity_type(&self) -> &'static str {
+        match self {
+            Entity::Device(_) => "DEVICE",
+            Entity::Asset(..) => "ASSET",
+            Entity::Customer(_) => "CUSTOMER",
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Entity::Device(d) => &d.name,
+            Entity::Asset(a, _) | Entity::Customer(a) => &a.title,
+        }
+    }
+
+    fn readable_by(&self, core: &Core, caller: &Caller) -> bool {
+        match self {
+            Entity::Device(d) => caller.may_use(core.tenant_of(d.tenant), d.customer),
+            Entity::Asset(a, _) => caller.may_use(core.doc_tenant(a), assets::customer(a)),
+            Entity::Customer(c) => caller.may_use(core.doc_tenant(c), Some(c.id)),
+        }
+    }
+
+    /// Its type as the `deviceType` and `assetType` filters see it.
+    fn subtype(&self) -> &str {
+        match self {
+            Entity::Device(d) => &d.device_type,
+            Entity::Asset(_, t) => t,
+            Entity::Customer(_) => "",
+        }
+    }
+
+    /// An entity field of it, if `key` names one it has.
+    fn field(&self, key: &str) -> Option<Value> {
+        let text = |s: &str| Some(Value::Str(s.to_owned()));
+        let doc_text = |d: &DocRecord, k: &str| match d.doc.get(k) {
+            Some(J::String(s)) => text(s),
+            Some(J::Null) | None => text(""),
+            Some(other) => text(&other.to_string()),
+        };
+        match (self, key) {
+            (_, "name") => text(self.name()),
+            (_, "entityType") => text(self.entity_type()),
+            (Entity::Device(d), "createdTime") => Some(Value::Long(d.created_time)),
+            (Entity::Asset(a, _) | Entity::Customer(a), "createdTime") => Some(Value::Long(a.created_time)),
+            (Entity::Device(d), "type" | "deviceProfileName") => text(&d.device_type),
+            (Entity::Device(d), "label") => text(d.label.as_deref().unwrap_or_default()),
+            (Entity::Device(d), "additionalInfo") => {
+                text(&d.additional_info.as_ref().map(J::to_string).unwrap_or_default())
+            }
+            (Entity::Asset(_, t), "type" | "assetProfileName") => text(t),
+            (Entity::Asset(a, _), "label" | "additionalInfo") => doc_text(a, key),
+            (Entity::Customer(c), "title") => text(&c.title),
+            (Entity::Customer(c), k) if CUSTOMER_FIELDS.contains(&k) => doc_text(c, k),
+            _ => None,
+        }
+    }
+}
+
+/// The entity fields of customers besides `name`, `title`, `createdTime`, `entityType`.
+const CUSTOMER_FIELDS: [&str; 10] =
+    ["email", "phone", "country", "state", "city", "address", "address2", "zip", "additionalInfo", "label"];
+
+/// Every entity of `entity_type` (blocking); assets with their types.
+fn every(core: &Core, entity_type: &str) -> Result<Vec<Entity>, Refusal> {
+    let store = &core.store;
+    Ok(match entity_type {
+        "DEVICE" => store.devices().map_err(internal)?.into_iter().map(|d| Entity::Device(Box::new(d))).collect(),
+        "ASSET" => {
+            let profiles = store.docs(DocKind::AssetProfile).map_err(internal)?;
+            let docs = store.docs(DocKind::Asset).map_err(internal)?;
+            docs.into_iter().map(|a| asset(a, &profiles)).collect()
+        }
+        _ => store.docs(DocKind::Customer).map_err(internal)?.into_iter().map(Entity::Customer).collect(),
+    })
+}
+
+fn asset(a: DocRecord, profiles: &[DocRecord]) -> Entity {
+    let p = assets::profile_id(&a);
+    let t = profiles.iter().find(|x| Some(x.id) == p).map_or(assets::DEFAULT_PROFILE, |x| x.title.as_str()).to_owned();
+    Entity::Asset(a, t)
+}
+
+/// The entity of `entity_type` and `id`, if there is one (blocking).
+fn one(core: &Core, entity_type: &str, id: uuid::Uuid) -> Result<Option<Entity>, Refusal> {
+    let store = &core.store;
+    Ok(match entity_type {
+        "DEVICE" => store.device(DeviceId(id)).map_err(internal)?.map(|d| Entity::Device(Box::new(d))),
+        "ASSET" => match store.doc(DocKind::Asset, id).map_err(internal)? {
+            Some(a) => Some(asset(a, &store.docs(DocKind::AssetProfile).map_err(internal)?)),
+            None => None,
+        },
+        "CUSTOMER" => store.doc(DocKind::Customer, id).map_err(internal)?.map(Entity::Customer),
+        _ => None,
+    })
+}
+
+fn uuid_of(id: &str) -> Result<uuid::Uuid, Refusal> {
+    id.parse().map_err(|_| (code::BAD_REQUEST, format!("Invalid UUID string: {id}")))
+}
+
+fn bad(e: ServiceError) -> Refusal {
+    (code::BAD_REQUEST, e.to_string())
+}
+
+/// The entities a relations filter reaches from its root, which the caller must be able
+/// to read (blocking).
+fn related(core: &Core, caller: &Caller, r: &RelationFilter) -> Result<Vec<Entity>, Refusal> {
+    let root = EntityRef::of(&r.root.0, &r.root.1).map_err(bad)?;
+    let owner = relations::owner(core, &core.store, root).map_err(internal)?;
+    let Some(owner) = owner.filter(|o| o.readable_by(caller)) else {
+        return Err((code::BAD_REQUEST, format!("{} {} is not found", r.root.0, r.root.1)));
+    };
+    let mut filters = Vec::with_capacity(r.filters.len());
+    for (t, kinds) in &r.filters {
+        let kinds = kinds.iter().map(|k| EntityKind::parse(k)).collect::<Result<Vec<_>, _>>().map_err(bad)?;
+        filters.push((t.clone(), kinds));
+    }
+    let direction = if r.direction == "TO" { Direction::To } else { Direction::From };
+    let query = RelationsQuery {
+        root,
+        direction,
+        group: None,
+        max_level: r.max_level,
+        last_level_only: r.last_level_only,
+        filters,
+    };
+    let graph = relations::Graph::load(core, &core.store, owner.tenant).map_err(internal)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for rel in graph.walk(root, direction, None, r.max_level, r.last_level_only, |x| query.passes(x)) {
+        let far = if direction == Direction::From { rel.to } else { rel.from };
+        if seen.insert(far) {
+            if let Some(e) = one(core, far.kind.name(), far.id)? {
+                out.push(e);
+            }
+        }
+    }
+    if let Some((t, types)) = &r.subtypes {
+        out.retain(|e| e.entity_type() == *t && (types.is_empty() || types.iter().any(|x| x == e.subtype())));
+    }
+    Ok(out)
+}
+
+/// The entities `q` selects that `caller` may see, sorted as it asks: how many in all, and
 /// those of its page.
-pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(usize, Vec<DeviceRecord>), Refusal> {
-    let mut devices = match &q.filter {
-        EntityFilter::Single(id) => one_or_none(&core.store, id)?,
-        EntityFilter::List(ids) => {
+pub(crate) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(usize, Vec<Entity>), Refusal> {
+    let mut entities = match &q.filter {
+        EntityFilter::Single { entity_type, id } => one(core, entity_type, uuid_of(id)?)?.into_iter().collect(),
+        EntityFilter::List { entity_type, ids } => {
             let mut all = Vec::new();
             for id in ids.iter().take(proto::MAX_PAGE) {
-                all.extend(one_or_none(&core.store, id)?);
+                all.extend(one(core, entity_type, uuid_of(id)?)?);
             }
             all
         }
-        // In name order.
-        EntityFilter::AllDevices | EntityFilter::DeviceType { .. } => core.store.devices().map_err(internal)?,
+        EntityFilter::OfType { entity_type, name_filter } => {
+            let mut all = every(core, entity_type)?;
+            if let Some(n) = name_filter {
+                all.retain(|e| proto::name_matches(e.name(), n));
+            }
+            all
+        }
+        EntityFilter::Subtype { entity_type, types, name_filter } => {
+            let mut all = every(core, entity_type)?;
+            all.retain(|e| {
+                (types.is_empty() || types.iter().any(|t| t == e.subtype()))
+                    && name_filter.as_ref().is_none_or(|n| proto::name_matches(e.name(), n))
+            });
+            all
+        }
+        EntityFilter::Relations(r) => related(core, caller, r)?,
     };
-    devices.retain(|d| caller.may_use(core.tenant_of(d.tenant), d.customer));
-    if let EntityFilter::DeviceType { types, name_filter } = &q.filter {
-        let prefix = name_filter.as_ref().map(|n| n.to_lowercase());
-        devices.retain(|d| {
-            (types.is_empty() || types.contains(&d.device_type))
-                && prefix.as_ref().is_none_or(|p| d.name.to_lowercase().starts_with(p))
-        });
-    }
+    entities.retain(|e| e.readable_by(core, caller));
     if let Some(t) = q.text_search.as_ref().map(|t| t.to_lowercase()) {
-        devices.retain(|d| d.name.to_lowercase().contains(&t));
+        entities.retain(|e| e.name().to_lowercase().contains(&t));
     }
     for key in q.key_filters.iter().map(|f| &f.key).chain(q.sort.iter().map(|s| &s.0)) {
         if key.key_type == KeyType::EntityField && !ENTITY_FIELDS.contains(&key.key.as_str()) {
@@ -88,37 +264,37 @@ pub(super) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(u
         }
     }
     if !q.key_filters.is_empty() {
-        let mut kept = Vec::with_capacity(devices.len());
-        for d in devices {
-            if passes(core, &d, &q.key_filters)? {
-                kept.push(d);
+        let mut kept = Vec::with_capacity(entities.len());
+        for e in entities {
+            if passes(core, &e, &q.key_filters)? {
+                kept.push(e);
             }
         }
-        devices = kept;
+        entities = kept;
     }
     if let Some((key, desc)) = &q.sort {
-        // Ascending: numbers before text, each in order; a device without the key last.
+        // Ascending: numbers before text, each in order; an entity without the key last.
         // Descending is the reverse; ties keep their order.
-        let mut keyed = Vec::with_capacity(devices.len());
-        for d in devices {
-            keyed.push((value(core, &d, key)?.map(|v| v.1), d));
+        let mut keyed = Vec::with_capacity(entities.len());
+        for e in entities {
+            keyed.push((value(core, &e, key)?.map(|v| v.1), e));
         }
         if *desc {
             keyed.sort_by(|(a, _), (b, _)| order(b.as_ref(), a.as_ref()));
         } else {
             keyed.sort_by(|(a, _), (b, _)| order(a.as_ref(), b.as_ref()));
         }
-        devices = keyed.into_iter().map(|(_, d)| d).collect();
+        entities = keyed.into_iter().map(|(_, e)| e).collect();
     }
-    let total = devices.len();
-    let page = devices.into_iter().skip(q.page.saturating_mul(q.page_size)).take(q.page_size).collect();
+    let total = entities.len();
+    let page = entities.into_iter().skip(q.page.saturating_mul(q.page_size)).take(q.page_size).collect();
     Ok((total, page))
 }
 
-/// Whether device `d` passes every key filter.
-fn passes(core: &Core, d: &DeviceRecord, filters: &[KeyFilter]) -> Result<bool, Refusal> {
+/// Whether entity `e` passes every key filter.
+fn passes(core: &Core, e: &Entity, filters: &[KeyFilter]) -> Result<bool, Refusal> {
     for f in filters {
-        if !f.predicate.matches(value(core, d, &f.key)?.map(|v| v.1).as_ref()) {
+        if !f.predicate.matches(value(core, e, &f.key)?.map(|v| v.1).as_ref()) {
             return Ok(false);
         }
     }
@@ -147,63 +323,64 @@ fn order(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
     }
 }
 
-fn one_or_none(store: &Store, id: &str) -> Result<Vec<DeviceRecord>, Refusal> {
-    let id = gridlinks_thingsboard::model::device_id(id).map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
-    Ok(store.device(id).map_err(internal)?.into_iter().collect())
-}
+/// Every entity field a query may name (an entity without it has no value).
+const ENTITY_FIELDS: [&str; 19] = [
+    "name",
+    "title",
+    "type",
+    "deviceProfileName",
+    "assetProfileName",
+    "label",
+    "createdTime",
+    "entityType",
+    "additionalInfo",
+    "email",
+    "phone",
+    "country",
+    "state",
+    "city",
+    "address",
+    "address2",
+    "zip",
+    "ownerName",
+    "ownerType",
+];
 
-/// The entity fields of a device ([`field`]).
-const ENTITY_FIELDS: [&str; 7] =
-    ["name", "type", "deviceProfileName", "label", "createdTime", "entityType", "additionalInfo"];
-
-/// An entity field of `d`, if `key` names one.
-fn field(d: &DeviceRecord, key: &str) -> Option<Value> {
-    Some(match key {
-        "name" => Value::Str(d.name.clone()),
-        "type" | "deviceProfileName" => Value::Str(d.device_type.clone()),
-        "label" => Value::Str(d.label.clone().unwrap_or_default()),
-        "createdTime" => Value::Long(d.created_time),
-        "entityType" => Value::Str("DEVICE".to_owned()),
-        "additionalInfo" => Value::Str(d.additional_info.as_ref().map(J::to_string).unwrap_or_default()),
-        _ => return None,
-    })
-}
-
-/// The value `key` names of device `d` and its timestamp (an entity field's is 0), if it
+/// The value `key` names of entity `e` and its timestamp (an entity field's is 0), if it
 /// has one: an entity field, its latest time-series value, or its attribute (of any scope:
 /// the newest).
-fn value(core: &Core, d: &DeviceRecord, key: &EntityKey) -> Result<Option<(i64, Value)>, Refusal> {
+fn value(core: &Core, e: &Entity, key: &EntityKey) -> Result<Option<(i64, Value)>, Refusal> {
     Ok(match key.key_type {
-        KeyType::EntityField => field(d, &key.key).map(|v| (0, v)),
+        KeyType::EntityField => e.field(&key.key).map(|v| (0, v)),
         KeyType::TimeSeries => {
-            let found = core.ts.reads().latest(d.id, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
+            let found = core.ts.reads().latest(e.id(), Some(std::slice::from_ref(&key.key))).map_err(internal)?;
             found.into_iter().next().map(|(_, ts, v)| (ts.0, v))
         }
         t => {
             let scope = attribute_scope(t).flatten();
-            let found = core.store.attributes(d.id, scope, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
+            let found = core.store.attributes(e.id(), scope, Some(std::slice::from_ref(&key.key))).map_err(internal)?;
             found.into_iter().max_by_key(|a| a.last_update_ts).map(|a| (a.last_update_ts.0, a.value))
         }
     })
 }
 
-/// One device of a page: the entity fields and latest values `keys` name (a value never
+/// One entity of a page: the entity fields and latest values `keys` name (a value never
 /// written is left out).
-pub(super) fn row(core: &Core, d: &DeviceRecord, keys: &[EntityKey]) -> Result<J, Refusal> {
+pub(crate) fn row(core: &Core, e: &Entity, keys: &[EntityKey]) -> Result<J, Refusal> {
     let mut latest = Vec::new();
     let ts_keys: Vec<String> =
         keys.iter().filter(|k| k.key_type == KeyType::TimeSeries).map(|k| k.key.clone()).collect();
     if !ts_keys.is_empty() {
-        for (k, ts, v) in core.ts.reads().latest(d.id, Some(&ts_keys)).map_err(internal)? {
+        for (k, ts, v) in core.ts.reads().latest(e.id(), Some(&ts_keys)).map_err(internal)? {
             latest.push((KeyType::TimeSeries, k, ts.0, v.to_display_string()));
         }
     }
     for k in keys.iter().filter(|k| k.key_type != KeyType::TimeSeries) {
-        if let Some((ts, v)) = value(core, d, k)? {
+        if let Some((ts, v)) = value(core, e, k)? {
             latest.push((k.key_type, k.key.clone(), ts, v.to_display_string()));
         }
     }
-    Ok(proto::entity_data(&d.id.to_string(), latest, []))
+    Ok(proto::entity_data(e.entity_type(), &e.id().to_string(), latest, []))
 }
 
 /// The points of `cmd`'s window of `devices`, newest first: one entity per device.
@@ -212,7 +389,7 @@ pub(super) fn series(store: &dyn Timeseries, devices: &[DeviceId], cmd: &EntityS
     for &d in devices {
         let q = super::raw_query(cmd.keys.clone(), cmd.start_ts, cmd.end_ts, cmd.limit);
         let found = store.history(d, &q).map_err(internal)?;
-        out.push(proto::entity_data(&d.to_string(), [], super::texts(&found)));
+        out.push(proto::entity_data("DEVICE", &d.to_string(), [], super::texts(&found)));
     }
     Ok(out)
 }
@@ -228,7 +405,8 @@ pub(super) fn telemetry_update(device: DeviceId, keys: &EntityKeys, records: &[T
         })
         .collect();
     let series = super::points_by_key(records, |k| keys.series.iter().any(|x| x == k));
-    (!latest.is_empty() || !series.is_empty()).then(|| proto::entity_data(&device.to_string(), latest, series))
+    (!latest.is_empty() || !series.is_empty())
+        .then(|| proto::entity_data("DEVICE", &device.to_string(), latest, series))
 }
 
 /// A committed attribute change as an entity update for `keys`' attributes, if any match.
@@ -248,5 +426,5 @@ pub(super) fn attribute_update(
             Some((k.key_type, k.key.clone(), now, v.to_display_string()))
         })
         .collect();
-    (!latest.is_empty()).then(|| proto::entity_data(&device.to_string(), latest, []))
+    (!latest.is_empty()).then(|| proto::entity_data("DEVICE", &device.to_string(), latest, []))
 }

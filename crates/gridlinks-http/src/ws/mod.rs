@@ -28,7 +28,7 @@
 //! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`), and the time
 //!   it has to authenticate (`ws.auth_timeout`).
 
-mod entity;
+pub(crate) mod entity;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -689,7 +689,7 @@ impl Session {
             let (page, ids) = blocking(move || {
                 let (total, devices) = entity::select(&core, &who, &q)?;
                 let rows = devices.iter().map(|d| entity::row(&core, d, &keys)).collect::<Result<_, _>>()?;
-                let ids: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
+                let ids: Vec<DeviceId> = devices.iter().map(entity::Entity::id).collect();
                 Ok((proto::entity_page(e.cmd_id, rows, total, q.page_size, q.page), ids))
             })
             .await?;
@@ -844,7 +844,7 @@ fn points_by_key(records: &[TsRecord], wanted: impl Fn(&str) -> bool) -> Vec<(&s
 }
 
 /// Why a command was refused: an error code and message.
-type Refusal = (u8, String);
+pub(crate) type Refusal = (u8, String);
 
 fn internal(e: StoreError) -> Refusal {
     (code::INTERNAL_ERROR, e.to_string())

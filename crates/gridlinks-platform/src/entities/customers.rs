@@ -44,5 +44,5 @@ pub async fn delete(core: &Core, auth: &Arc<Auth>, me: &Caller, id: Uuid) -> Ser
     core.writer.submit(WriteOp::DeleteCustomer(c.id)).await?;
     let (store, auth) = (core.store.clone(), auth.clone());
     blocking(move || auth.users.reload(&store)).await?;
-    Ok(())
+    super::relations::forget(core, super::relations::EntityKind::Customer, c.id).await
 }

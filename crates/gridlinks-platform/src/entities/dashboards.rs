@@ -47,7 +47,7 @@ pub async fn save(core: &Core, me: &Caller, id: Option<Uuid>, title: String, mut
 pub async fn delete(core: &Core, me: &Caller, id: Uuid) -> ServiceResult<()> {
     let d = get(core, me, id).await?;
     core.writer.submit(WriteOp::DeleteDoc(DocKind::Dashboard, d.id)).await?;
-    Ok(())
+    super::relations::forget(core, super::relations::EntityKind::Dashboard, d.id).await
 }
 
 /// Assigns (`assign`) or unassigns a dashboard of the caller's tenant to one of its

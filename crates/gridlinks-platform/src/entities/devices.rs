@@ -45,7 +45,7 @@ pub async fn delete(p: &Platform, me: &Caller, id: DeviceId) -> ServiceResult<()
         Ok(_) => {
             p.devices.close(id);
             p.core.ts.forget_device(id);
-            Ok(())
+            super::relations::forget(&p.core, super::relations::EntityKind::Device, id.0).await
         }
         Err(StoreError::DeviceNotFound) => Err(missing(id)),
         Err(e) => Err(e.into()),

@@ -1,16 +1,18 @@
-//! The entity services: plain Rust APIs over devices, device profiles, customers,
-//! dashboards, OTA packages and gateway relations, each checking its caller (`Caller::may_use`, tenant
+//! The entity services: plain Rust APIs over devices, device profiles, assets, asset
+//! profiles, customers, dashboards, OTA packages and relations, each checking its caller (`Caller::may_use`, tenant
 //! boundaries) before it reads or changes anything. The REST API serves them; a later
 //! rule, alarm or OTA layer calls the same functions with the same checks. An entity of
 //! another tenant is answered as one that does not exist unless the caller may know that
 //! tenant ([`hidden`]).
 
 pub mod api_keys;
+pub mod assets;
 pub mod customers;
 pub mod dashboards;
 pub mod devices;
 pub mod ota;
 pub mod profiles;
+pub mod relations;
 pub mod users;
 
 use gridlinks_storage::{DocRecord, StoreError, WriteOutcome};

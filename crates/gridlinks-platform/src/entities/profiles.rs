@@ -73,7 +73,7 @@ pub async fn save(
 pub async fn delete(core: &Core, me: &Caller, id: ProfileId) -> ServiceResult<()> {
     let p = get(core, me, id).await?;
     core.writer.submit(WriteOp::DeleteProfile(p.id)).await?;
-    Ok(())
+    super::relations::forget(core, super::relations::EntityKind::DeviceProfile, p.id.0).await
 }
 
 /// Makes a profile of the caller's tenant its default one.
