@@ -208,7 +208,8 @@ fn related(core: &Core, caller: &Caller, r: &RelationFilter) -> Result<Vec<Entit
     let graph = relations::Graph::load(core, &core.store, owner.tenant).map_err(internal)?;
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for rel in graph.walk(root, direction, None, r.max_level, r.last_level_only, |x| query.passes(x)) {
+    for rel in graph.walk(root, direction, None, r.max_level, r.last_level_only).into_iter().filter(|x| query.passes(x))
+    {
         let far = if direction == Direction::From { rel.to } else { rel.from };
         if seen.insert(far) {
             if let Some(e) = one(core, far.kind.name(), far.id)? {

@@ -211,6 +211,13 @@ pub async fn save(core: &Core, me: &Caller, a: AssetSave) -> ServiceResult<DocRe
         Some(id) => Some(get(core, me, id).await?),
         None => None,
     };
+    // Checked before a new type makes a profile, so a refused save leaves nothing behind
+    // (the writer checks again: two saves at once cannot both take the name).
+    let store = core.store.clone();
+    let assets = blocking(move || store.docs(DocKind::Asset)).await?;
+    if assets.iter().any(|x| x.title == a.name && Some(x.id) != a.id && core.doc_tenant(x) == me.tenant) {
+        return Err(StoreError::TitleTaken(DocKind::Asset).into());
+    }
     let profile = match (a.profile, a.asset_type.as_deref().map(str::trim).filter(|t| !t.is_empty())) {
         (Some(p), _) => get_profile(core, me, p).await?,
         (None, Some(t)) => match profiles(core, me).await?.into_iter().find(|p| p.title == t) {

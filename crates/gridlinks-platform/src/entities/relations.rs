@@ -439,9 +439,11 @@ impl Graph {
         })
     }
 
-    /// ThingsBoard's relations query: from `root`, following `dir` up to `max_level` steps
-    /// (0: no bound) over relations of `group` that `keep` accepts; only the last level's
-    /// when `last_level_only`. Each relation once.
+    /// The relations ThingsBoard's relations query walks: from `root` in direction `dir`,
+    /// over relations of `group` (`COMMON` when none), up to `max_level` steps (0: no
+    /// bound), each entity entered once; with `last_level_only`, only the relations of the
+    /// last level (or those into an entity with no further relations). Filters apply to
+    /// what this returns, as in ThingsBoard, not to the walk.
     pub fn walk(
         &self,
         root: EntityRef,
@@ -449,30 +451,37 @@ impl Graph {
         group: Option<&str>,
         max_level: usize,
         last_level_only: bool,
-        keep: impl Fn(&Relation) -> bool,
     ) -> Vec<&Relation> {
-        let mut seen = HashSet::from([root]);
-        let mut queue = VecDeque::from([(root, 1usize)]);
-        let mut out = Vec::new();
-        while let Some((at, level)) = queue.pop_front() {
-            if max_level > 0 && level > max_level {
-                continue;
+        let group = group.unwrap_or(COMMON);
+        let max = if max_level == 0 { usize::MAX } else { max_level };
+        let far = |r: &Relation| if dir == Direction::From { r.to } else { r.from };
+        let mut seen = HashSet::new();
+        let mut tasks: VecDeque<(EntityRef, usize, Vec<&Relation>)> = VecDeque::from([(root, 1, Vec::new())]);
+        let mut out: Vec<&Relation> = Vec::new();
+        while let Some((at, level, into)) = tasks.pop_front() {
+            let found: Vec<&Relation> = self.at(at, dir).filter(|r| r.group == group).collect();
+            let mut children: Vec<(EntityRef, Vec<&Relation>)> = Vec::new();
+            for r in &found {
+                let child = far(r);
+                if seen.insert(child) {
+                    children.push((child, Vec::new()));
+                }
+                if let Some(c) = children.iter_mut().find(|c| c.0 == child) {
+                    c.1.push(r);
+                }
             }
-            for r in self.at(at, dir).filter(|r| group.is_none_or(|g| r.group == g)).filter(|r| keep(r)) {
-                let next = match dir {
-                    Direction::From => r.to,
-                    Direction::To => r.from,
-                };
-                let last = max_level > 0 && level == max_level;
-                let leaf = self.at(next, dir).next().is_none();
-                if !last_level_only || last || leaf {
-                    out.push(r);
-                }
-                if seen.insert(next) {
-                    queue.push_back((next, level + 1));
-                }
+            match (last_level_only, found.is_empty()) {
+                (false, _) => out.extend(&found),
+                (true, true) => out.extend(into),
+                (true, false) if level == max => out.extend(&found),
+                (true, false) => {}
+            }
+            if level < max {
+                tasks.extend(children.into_iter().map(|(c, rs)| (c, level + 1, rs)));
             }
         }
+        let mut unique = HashSet::new();
+        out.retain(|r| unique.insert(std::ptr::from_ref(*r)));
         out
     }
 }
@@ -565,8 +574,9 @@ pub async fn query(core: &Core, me: &Caller, q: RelationsQuery) -> ServiceResult
     Ok(blocking(move || {
         let g = Graph::load(&core2, &store, o.tenant)?;
         let rs = g
-            .walk(q.root, q.direction, q.group.as_deref(), q.max_level, q.last_level_only, |r| q.passes(r))
+            .walk(q.root, q.direction, q.group.as_deref(), q.max_level, q.last_level_only)
             .into_iter()
+            .filter(|r| q.passes(r))
             .cloned()
             .collect();
         readable_only(&core2, &store, &me2, rs)
