@@ -101,6 +101,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/device/credentials", post(api::save_credentials))
         .route(BULK_IMPORT_PATH, post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
         .route("/api/tenant/devices", get(api::list_devices))
+        .route("/api/tenant/device", get(api::list_devices))
         .route("/api/tenant/deviceInfos", get(api::list_device_infos))
         .route("/api/deviceInfos/all", get(api::list_device_infos))
         .route("/api/device/types", get(api::device_types))

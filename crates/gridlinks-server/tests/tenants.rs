@@ -249,6 +249,7 @@ fn tenants_see_nothing_of_each_other() {
     // and OPEN_ROUTES.
     let own = [
         "/api/tenant/devices",
+        "/api/tenant/device",
         "/api/tenant/deviceInfos",
         "/api/device/types",
         "/api/deviceInfos/all",

@@ -399,13 +399,16 @@ pub fn asset(a: &Asset<'_>, tenant: Uuid) -> J {
     })
 }
 
-/// An asset as `GET /api/asset/info/{id}` returns it (ThingsBoard's `AssetInfo`).
+/// An asset as `GET /api/asset/info/{id}` returns it (ThingsBoard's `AssetInfo`): with its
+/// customer's title (`customerTitle`, and `ownerName` as 4.4 names it) and profile name.
 pub fn asset_info(a: &Asset<'_>, tenant: Uuid) -> J {
     let mut j = asset(a, tenant);
     if let Some(o) = j.as_object_mut() {
         o.insert("customerTitle".into(), a.customer.map(|c| c.1).into());
         o.insert("customerIsPublic".into(), false.into());
         o.insert("assetProfileName".into(), a.profile.1.into());
+        // tb-rest-client 4.4's `AssetInfo` (Community and Professional Edition merged).
+        o.insert("ownerName".into(), a.customer.map(|c| c.1).into());
     }
     j
 }

@@ -367,7 +367,7 @@ pub async fn device_types(Admin(me): Admin, State(st): St) -> ApiResult<Json<J>>
     )))
 }
 
-/// `GET /api/tenant/devices?pageSize=&page=…` or `?deviceName=`.
+/// `GET /api/tenant/devices?pageSize=&page=…` or `?deviceName=`; `GET /api/tenant/device?deviceName=`.
 pub async fn list_devices(Admin(me): Admin, State(st): St, Q(p): Q<ListParams>) -> ApiResult<Json<J>> {
     list(&st, &me, p, false).await
 }
