@@ -16,8 +16,8 @@ use gridlinks_storage::Health;
 
 use crate::state::{Http, Status, BULK_IMPORT_PATH};
 use crate::thingsboard::{
-    api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, ota, profiles, relations, tenants,
-    users,
+    api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, lookups, ota, profiles, relations,
+    tenants, users,
 };
 use crate::thingsboard::{mqtt_clients, rpc};
 
@@ -73,6 +73,23 @@ pub fn router(state: Http) -> Router {
         .route("/api/customer/device/{device}/claim", post(claim::claim).delete(claim::reclaim))
         .route("/api/owner/{kind}/{owner}/{entity_type}/{entity}", post(customers::change_owner))
         .route("/api/customer/{customer}/devices", get(customers::devices))
+        .route("/api/customer/{customer}/deviceInfos", get(customers::device_infos))
+        .route("/api/customer/info/{id}", get(lookups::customer_info))
+        .route("/api/customer/{id}/title", get(lookups::customer_title))
+        .route("/api/customer/{id}/shortInfo", get(lookups::customer_short_info))
+        .route("/api/customers/list", get(lookups::customers_by_ids))
+        .route("/api/device/info/{id}", get(lookups::device_info))
+        .route("/api/devices", get(lookups::devices_by_ids).post(lookups::devices_by_query))
+        .route("/api/devices/count/{ota_type}/{profile}", get(lookups::count_without_ota))
+        .route("/api/deviceProfile/devices/keys/timeseries", get(lookups::profile_ts_keys))
+        .route("/api/deviceProfile/devices/keys/attributes", get(lookups::profile_attr_keys))
+        .route("/api/deviceProfileInfos/list", get(lookups::profile_infos_by_ids))
+        .route("/api/dashboards", get(lookups::dashboards_by_ids))
+        .route("/api/dashboard/serverTime", get(lookups::server_time))
+        .route("/api/dashboard/maxDatapointsLimit", get(lookups::max_datapoints_limit))
+        .route("/api/users/list", get(lookups::users_by_ids))
+        .route("/api/entitiesQuery/find/keys", post(lookups::entity_keys))
+        .route("/api/v2/entitiesQuery/find/keys", post(lookups::entity_keys_v2))
         .route(
             "/api/customer/{customer}/dashboard/{dashboard}",
             post(customers::assign_dashboard_to).delete(customers::unassign_dashboard_from),

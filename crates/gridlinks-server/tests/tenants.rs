@@ -216,7 +216,34 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/relations/to/{to_type}/{to_id}/{relation_type}", "GET", format!("/api/relations/to/DEVICE/{a_pump}/Contains"), None),
         ("/api/relations/info/from/{from_type}/{from_id}", "GET", format!("/api/relations/info/from/ASSET/{a_asset}"), None),
         ("/api/relations/info/to/{to_type}/{to_id}", "GET", format!("/api/relations/info/to/DEVICE/{a_pump}"), None),
+        ("/api/customer/{customer}/deviceInfos", "GET", format!("/api/customer/{a_cust}/deviceInfos?{page}"), None),
+        ("/api/customer/info/{id}", "GET", format!("/api/customer/info/{a_cust}"), None),
+        ("/api/customer/{id}/title", "GET", format!("/api/customer/{a_cust}/title"), None),
+        ("/api/customer/{id}/shortInfo", "GET", format!("/api/customer/{a_cust}/shortInfo"), None),
+        ("/api/device/info/{id}", "GET", format!("/api/device/info/{a_pump}"), None),
+        ("/api/devices", "POST", "/api/devices".into(), Some(json!({"parameters": {"rootId": a_asset, "rootType": "ASSET", "direction": "FROM"}, "relationType": "Contains"}).to_string())),
+        ("/api/devices/count/{ota_type}/{profile}", "GET", format!("/api/devices/count/FIRMWARE/{a_prof}"), None),
+        ("/api/deviceProfile/devices/keys/timeseries", "GET", format!("/api/deviceProfile/devices/keys/timeseries?deviceProfileId={a_prof}"), None),
+        ("/api/deviceProfile/devices/keys/attributes", "GET", format!("/api/deviceProfile/devices/keys/attributes?deviceProfileId={a_prof}"), None),
     ]);
+    // Lists by ids answer with those of the caller's own tenant only.
+    for path in [
+        format!("/api/devices?deviceIds={a_pump}"),
+        format!("/api/customers/list?customerIds={a_cust}"),
+        format!("/api/deviceProfileInfos/list?deviceProfileIds={a_prof}"),
+        format!("/api/dashboards?dashboardIds={a_dash}"),
+        format!("/api/users/list?userIds={a_user}"),
+        format!("/api/assetProfileInfos/list?assetProfileIds={a_aprof}"),
+    ] {
+        assert_eq!(s.json("GET", &path, &beta, None), (200, json!([])), "{path}");
+    }
+    let single = json!({"entityFilter": {"type": "singleEntity", "singleEntity": {"entityType": "DEVICE", "id": a_pump}},
+        "pageLink": {"pageSize": 10, "page": 0}});
+    let (_, keys) =
+        s.json("POST", "/api/entitiesQuery/find/keys?timeseries=true&attributes=true", &beta, Some(single.clone()));
+    assert_eq!(keys, json!({"entityTypes": [], "timeseries": [], "attribute": []}));
+    let (_, keys) = s.json("POST", "/api/v2/entitiesQuery/find/keys", &beta, Some(single));
+    assert_eq!(keys["timeseries"], json!([]), "{keys}");
     // Asset data is the asset owner's, as a device's is.
     let asset_data = device_data_routes(&a_asset).into_iter().filter(|r| r.2.contains("/DEVICE/"));
     tried.extend(asset_data.map(|(r, m, path, body)| (r, m, path.replace("/DEVICE/", "/ASSET/"), body)));
@@ -274,6 +301,9 @@ fn tenants_see_nothing_of_each_other() {
         "/api/assetProfileInfos",
         "/api/assetProfileInfos/list",
         "/api/assetProfile/names",
+        "/api/customers/list",
+        "/api/deviceProfileInfos/list",
+        "/api/users/list",
     ];
     let checked: std::collections::HashSet<&str> =
         tried.iter().map(|r| r.0).chain(own).chain(OPEN_ROUTES.iter().copied()).collect();

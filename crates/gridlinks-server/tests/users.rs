@@ -263,6 +263,15 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         assert_eq!(st, 200, "{m} {path}: {out}");
         assert!(!out.contains("THEIRS") && !out.contains("TENANTTOKEN") && !out.contains("dash-B"), "{path}: {out}");
     }
+    // Lists of what the caller may see: its own only.
+    let (_, by_ids) = s.json("GET", &format!("/api/devices?deviceIds={mine},{theirs},{tenants}"), &ann_jwt, None);
+    assert_eq!(by_ids.as_array().unwrap().iter().map(|d| d["name"].clone()).collect::<Vec<_>>(), ["mine-1"]);
+    let (_, by_ids) = s.json("GET", &format!("/api/dashboards?dashboardIds={dash_a},{dash_b}"), &ann_jwt, None);
+    assert_eq!(by_ids.as_array().unwrap().iter().map(|d| d["title"].clone()).collect::<Vec<_>>(), ["dash-A"]);
+    assert_eq!(s.telemetry("TENANTTOKEN1", r#"{"tenant_only":1}"#), 200);
+    let all = json!({"entityFilter": {"type": "entityType", "entityType": "DEVICE"}, "pageLink": {"pageSize": 10, "page": 0}});
+    let (_, keys) = s.json("POST", "/api/entitiesQuery/find/keys?timeseries=true&attributes=true", &ann_jwt, Some(all));
+    assert_eq!(keys, json!({"entityTypes": ["DEVICE"], "timeseries": ["secret", "t"], "attribute": ["attr"]}), "{keys}");
     let (_, page) = s.json("GET", &format!("/api/customer/{a}/devices?pageSize=10&page=0"), &ann_jwt, None);
     assert_eq!(page["data"][0]["name"], "mine-1");
     assert_eq!(page["totalElements"], 1);
@@ -332,6 +341,18 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
                 None,
             ),
             ("/api/relations/info/to/{to_type}/{to_id}", "GET", format!("/api/relations/info/to/DEVICE/{d}"), None),
+            ("/api/customer/{customer}/deviceInfos", "GET", format!("/api/customer/{b}/deviceInfos?pageSize=10&page=0"), None),
+            ("/api/customer/info/{id}", "GET", format!("/api/customer/info/{b}"), None),
+            ("/api/customer/{id}/title", "GET", format!("/api/customer/{b}/title"), None),
+            ("/api/customer/{id}/shortInfo", "GET", format!("/api/customer/{b}/shortInfo"), None),
+            ("/api/customers/list", "GET", format!("/api/customers/list?customerIds={b}"), None),
+            ("/api/device/info/{id}", "GET", format!("/api/device/info/{d}"), None),
+            ("/api/devices", "POST", "/api/devices".into(), Some(json!({"parameters": {"rootId": x, "rootType": "ASSET", "direction": "FROM"}, "relationType": "Contains"}).to_string())),
+            ("/api/devices/count/{ota_type}/{profile}", "GET", format!("/api/devices/count/FIRMWARE/{x}"), None),
+            ("/api/deviceProfile/devices/keys/timeseries", "GET", "/api/deviceProfile/devices/keys/timeseries".into(), None),
+            ("/api/deviceProfile/devices/keys/attributes", "GET", "/api/deviceProfile/devices/keys/attributes".into(), None),
+            ("/api/deviceProfileInfos/list", "GET", format!("/api/deviceProfileInfos/list?deviceProfileIds={x}"), None),
+            ("/api/users/list", "GET", format!("/api/users/list?userIds={bob}"), None),
         ];
         vec![
             // (Claiming, POST, needs the device's secret: tests/claiming.rs.)

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gridlinks_storage::query::{Agg, HistoryQuery, Order};
-use gridlinks_storage::{DeleteTelemetry, ImportRow, SaveDevice, WriteOp};
+use gridlinks_storage::{DeleteTelemetry, DocRecord, ImportRow, SaveDevice, WriteOp};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use serde::Deserialize;
 use serde_json::{json, Value as J};
@@ -413,16 +413,7 @@ async fn list(st: &Core, me: &Caller, p: ListParams, infos: bool) -> ApiResult<J
     let store = st.store.clone();
     let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
     let active: std::collections::HashMap<_, bool> = if infos {
-        blocking(move || {
-            let key = [activity::ACTIVE.to_owned()];
-            ids.into_iter()
-                .map(|id| {
-                    let a = store.attributes(id, Some(AttributeScope::Server), Some(&key))?;
-                    Ok((id, a.first().is_some_and(|a| a.value == gridlinks_types::Value::Bool(true))))
-                })
-                .collect()
-        })
-        .await?
+        blocking(move || ids.into_iter().map(|id| Ok((id, stored_active(&store, id)?))).collect()).await?
     } else {
         Default::default()
     };
@@ -442,17 +433,32 @@ async fn list(st: &Core, me: &Caller, p: ListParams, infos: bool) -> ApiResult<J
         return Ok(Json(page_of(&devices, link, |d| device_json(st, d))));
     }
     let customers = super::dashboards::customers(st).await?;
-    Ok(Json(page_of(&devices, link, |d| {
-        let mut j = device_json(st, d);
-        if let Some(o) = j.as_object_mut() {
-            let customer = d.customer.and_then(|c| customers.iter().find(|x| x.id == c));
-            o.insert("active".into(), active.get(&d.id).copied().unwrap_or(false).into());
-            o.insert("deviceProfileName".into(), d.device_type.clone().into());
-            o.insert("customerTitle".into(), customer.map(|c| c.title.clone()).into());
-            o.insert("customerIsPublic".into(), false.into());
-        }
-        j
-    })))
+    Ok(Json(page_of(&devices, link, |d| device_info(st, d, active.get(&d.id).copied().unwrap_or(false), &customers))))
+}
+
+/// ThingsBoard's `DeviceInfo`: the device with its `active` state, profile name and
+/// customer (named from `customers`).
+pub(crate) fn device_info(st: &Core, d: &gridlinks_storage::DeviceRecord, active: bool, customers: &[DocRecord]) -> J {
+    let mut j = device_json(st, d);
+    if let Some(o) = j.as_object_mut() {
+        let customer = d.customer.and_then(|c| customers.iter().find(|x| x.id == c));
+        o.insert("active".into(), active.into());
+        o.insert("deviceProfileName".into(), d.device_type.clone().into());
+        o.insert("customerTitle".into(), customer.map(|c| c.title.clone()).into());
+        o.insert("ownerName".into(), customer.map(|c| c.title.clone()).into());
+        o.insert("customerIsPublic".into(), false.into());
+    }
+    j
+}
+
+/// Whether device `id`'s stored `active` server attribute is true (blocking).
+pub(crate) fn stored_active(
+    store: &gridlinks_storage::Store,
+    id: DeviceId,
+) -> Result<bool, gridlinks_storage::StoreError> {
+    let key = [activity::ACTIVE.to_owned()];
+    let a = store.attributes(id, Some(AttributeScope::Server), Some(&key))?;
+    Ok(a.first().is_some_and(|a| a.value == Value::Bool(true)))
 }
 
 // ---- bulk import ----------------------------------------------------------------
@@ -673,7 +679,7 @@ pub struct TsParams {
 }
 
 /// Most points per key one raw history query returns.
-const MAX_LIMIT: i64 = 100_000;
+pub(crate) const MAX_LIMIT: i64 = 100_000;
 
 /// `GET /api/plugins/telemetry/{entityType}/{id}/values/timeseries`: latest values, or
 /// history when `startTs`/`endTs` are given.
@@ -786,7 +792,7 @@ pub async fn ts_keys(
     Ok(Json(json!(blocking(move || store.reads().ts_keys(device)).await?)))
 }
 
-fn scope(s: &str) -> ApiResult<AttributeScope> {
+pub(crate) fn scope(s: &str) -> ApiResult<AttributeScope> {
     s.parse().map_err(ApiError::bad_request)
 }
 

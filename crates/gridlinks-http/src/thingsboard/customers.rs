@@ -29,7 +29,7 @@ use gridlinks_platform::Core;
 
 type St = State<Arc<Core>>;
 
-fn render(st: &Core, c: &DocRecord) -> J {
+pub(crate) fn render(st: &Core, c: &DocRecord) -> J {
     model::customer(
         &model::Customer { id: c.id, created_time: c.created_time, title: &c.title, doc: &c.doc },
         st.doc_tenant(c),
@@ -142,6 +142,9 @@ pub struct DeviceListParams {
     text_search: Option<String>,
     sort_property: Option<String>,
     sort_order: Option<String>,
+    device_profile_id: Option<String>,
+    /// `deviceInfos`: only devices whose `active` attribute is this.
+    active: Option<bool>,
 }
 
 /// `GET /api/customer/{customerId}/devices?pageSize=&page=`: its devices, by name.
@@ -151,10 +154,24 @@ pub async fn devices(
     Path(customer): Path<String>,
     Q(p): Q<DeviceListParams>,
 ) -> ApiResult<Json<J>> {
+    devices_page(&st, &me, &customer, p, false).await
+}
+
+/// `GET /api/customer/{customerId}/deviceInfos?pageSize=&page=`: the same as `DeviceInfo`s.
+pub async fn device_infos(
+    User(me): User,
+    State(st): St,
+    Path(customer): Path<String>,
+    Q(p): Q<DeviceListParams>,
+) -> ApiResult<Json<J>> {
+    devices_page(&st, &me, &customer, p, true).await
+}
+
+async fn devices_page(st: &Core, me: &Caller, customer: &str, p: DeviceListParams, infos: bool) -> ApiResult<Json<J>> {
     let _ = p.sort_property;
-    let id = uuid(&customer, "customer")?;
-    customers::get(&st, &me, id).await?;
-    let link = page_link(&st, p.page_size, p.page)?;
+    let id = uuid(customer, "customer")?;
+    customers::get(st, me, id).await?;
+    let link = page_link(st, p.page_size, p.page)?;
     let desc = descending(p.sort_order.as_deref())?;
     let store = st.store.clone();
     let mut all = blocking(move || store.devices()).await?;
@@ -169,7 +186,23 @@ pub async fn devices(
     if desc {
         all.reverse();
     }
-    Ok(Json(page_of(&all, link, |d| device_json(&st, d))))
+    if let Some(profile) = p.device_profile_id {
+        let profile = super::profiles::profile_id(&profile)?;
+        all.retain(|d| d.profile_id() == profile);
+    }
+    if !infos {
+        return Ok(Json(page_of(&all, link, |d| device_json(st, d))));
+    }
+    let store = st.store.clone();
+    let ids: Vec<_> = all.iter().map(|d| d.id).collect();
+    let active: Vec<bool> =
+        blocking(move || ids.into_iter().map(|id| super::api::stored_active(&store, id)).collect()).await?;
+    let mut all: Vec<_> = all.into_iter().zip(active).collect();
+    if let Some(want) = p.active {
+        all.retain(|(_, a)| *a == want);
+    }
+    let customers = super::dashboards::customers(st).await?;
+    Ok(Json(page_of(&all, link, |(d, a)| super::api::device_info(st, d, *a, &customers))))
 }
 
 async fn assign_dashboard(st: &Core, me: &Caller, customer: &str, dashboard: &str, assign: bool) -> ApiResult<Json<J>> {

@@ -17,6 +17,7 @@ pub mod entity_query;
 pub mod error;
 pub mod extract;
 pub mod long_poll;
+pub mod lookups;
 pub mod mqtt_clients;
 pub mod ota;
 pub mod paging;

@@ -34,7 +34,7 @@ fn view(p: &ProfileRecord) -> model::Profile<'_> {
     model::Profile { id: p.id, created_time: p.created_time, name: &p.name, default: p.default, doc: &p.doc }
 }
 
-fn json(st: &Core, p: &ProfileRecord, render: fn(&model::Profile<'_>, uuid::Uuid) -> J) -> J {
+pub(crate) fn json(st: &Core, p: &ProfileRecord, render: fn(&model::Profile<'_>, uuid::Uuid) -> J) -> J {
     render(&view(p), st.tenant_of(p.tenant))
 }
 

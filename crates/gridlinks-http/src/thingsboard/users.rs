@@ -49,7 +49,7 @@ fn render(st: &Core, d: &DocRecord) -> J {
 }
 
 /// The user JSON of `e`: the users of the configuration have no stored document.
-async fn render_entry(st: &Core, e: &Entry) -> ApiResult<J> {
+pub(crate) async fn render_entry(st: &Core, e: &Entry) -> ApiResult<J> {
     if !e.configured {
         return Ok(render(st, &load(st, e.caller.user).await?));
     }

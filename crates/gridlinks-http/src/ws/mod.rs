@@ -846,7 +846,7 @@ fn points_by_key(records: &[TsRecord], wanted: impl Fn(&str) -> bool) -> Vec<(&s
 /// Why a command was refused: an error code and message.
 pub(crate) type Refusal = (u8, String);
 
-fn internal(e: StoreError) -> Refusal {
+pub(crate) fn internal(e: StoreError) -> Refusal {
     (code::INTERNAL_ERROR, e.to_string())
 }
 

@@ -409,6 +409,12 @@ pub const OPEN_ROUTES: &[&str] = &[
     "/api/user/assets",
     "/api/entitiesQuery/find",
     "/api/entitiesQuery/count",
+    "/api/entitiesQuery/find/keys",
+    "/api/v2/entitiesQuery/find/keys",
+    "/api/dashboards",
+    // The server's clock and read bound: no data.
+    "/api/dashboard/serverTime",
+    "/api/dashboard/maxDatapointsLimit",
     "/api/v1/provision",
     "/api/v1/{token}/telemetry",
     "/api/v1/{token}/attributes",
