@@ -168,7 +168,7 @@ pub fn router(state: Http) -> Router {
         .route(&format!("{tel}/timeseries/{{scope}}"), post(api::post_timeseries))
         .route(&format!("{tel}/{{scope}}"), delete(api::delete_attributes).post(api::post_attributes))
         // ThingsBoard's older device-only form: /api/plugins/telemetry/{deviceId}/{scope}.
-        .route(tel, post(api::post_device_attributes))
+        .route(tel, post(api::post_device_attributes).delete(api::delete_device_attributes))
         .route("/api/plugins/rpc/{kind}/{device_id}", post(rpc::rpc_v1))
         .route("/api/rpc/{kind}/{device_id}", post(rpc::rpc_v2))
         .route("/api/mqtt/clients", post(mqtt_clients::save).get(mqtt_clients::list))

@@ -271,7 +271,11 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
     assert_eq!(s.telemetry("TENANTTOKEN1", r#"{"tenant_only":1}"#), 200);
     let all = json!({"entityFilter": {"type": "entityType", "entityType": "DEVICE"}, "pageLink": {"pageSize": 10, "page": 0}});
     let (_, keys) = s.json("POST", "/api/entitiesQuery/find/keys?timeseries=true&attributes=true", &ann_jwt, Some(all));
-    assert_eq!(keys, json!({"entityTypes": ["DEVICE"], "timeseries": ["secret", "t"], "attribute": ["attr"]}), "{keys}");
+    assert_eq!(
+        keys,
+        json!({"entityTypes": ["DEVICE"], "timeseries": ["secret", "t"], "attribute": ["attr"]}),
+        "{keys}"
+    );
     let (_, page) = s.json("GET", &format!("/api/customer/{a}/devices?pageSize=10&page=0"), &ann_jwt, None);
     assert_eq!(page["data"][0]["name"], "mine-1");
     assert_eq!(page["totalElements"], 1);

@@ -923,8 +923,29 @@ pub async fn delete_attributes(
     Path((et, id, sc)): Path<(String, String, String)>,
     Q(q): Q<KeysParam>,
 ) -> ApiResult<StatusCode> {
-    let sc = scope(&sc)?;
-    let device = existing_device(&p.core, &me, &et, &id).await?;
+    remove_attributes(&p, &me, &et, &id, &sc, q).await
+}
+
+/// `DELETE /api/plugins/telemetry/{deviceId}/{scope}?keys=`: ThingsBoard's older device-only form.
+pub async fn delete_device_attributes(
+    User(me): User,
+    State(p): State<Arc<Platform>>,
+    Path((id, sc)): Path<(String, String)>,
+    Q(q): Q<KeysParam>,
+) -> ApiResult<StatusCode> {
+    remove_attributes(&p, &me, "DEVICE", &id, &sc, q).await
+}
+
+async fn remove_attributes(
+    p: &Platform,
+    me: &Caller,
+    et: &str,
+    id: &str,
+    sc: &str,
+    q: KeysParam,
+) -> ApiResult<StatusCode> {
+    let sc = scope(sc)?;
+    let device = existing_device(&p.core, me, et, id).await?;
     let keys =
         key_list(q.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     let pushed = (sc == AttributeScope::Shared).then(|| keys.clone());

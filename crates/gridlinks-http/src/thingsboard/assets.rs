@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::api::{blocking, body_id, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, User, Q};
+use super::extract::{lenient_bool, Admin, Body, User, Q};
 use super::paging::{descending, page_link, page_of, DocListParams};
 
 type St = State<Arc<Core>>;
@@ -152,6 +152,7 @@ pub struct ListParams {
     asset_name: Option<String>,
     /// Assets assigned to customers are the tenant's too: changes nothing.
     #[serde(rename = "includeCustomers")]
+    #[serde(default, deserialize_with = "lenient_bool")]
     _include_customers: Option<bool>,
 }
 
@@ -391,6 +392,7 @@ pub async fn save_profile(Admin(me): Admin, State(st): St, Body(body): Body) -> 
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct InlineImages {
     #[serde(rename = "inlineImages")]
+    #[serde(default, deserialize_with = "lenient_bool")]
     _inline_images: Option<bool>,
 }
 
@@ -447,6 +449,7 @@ pub async fn profile_infos(Admin(me): Admin, State(st): St, Q(p): Q<DocListParam
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NamesParams {
+    #[serde(default, deserialize_with = "lenient_bool")]
     active_only: Option<bool>,
 }
 

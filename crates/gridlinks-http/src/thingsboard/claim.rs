@@ -44,8 +44,8 @@ pub async fn claim(
     })
 }
 
-/// `DELETE /api/customer/device/{deviceName}/claim` (a customer user): its customer's
-/// device goes back to the tenant.
+/// `DELETE /api/customer/device/{deviceName}/claim` (a customer user: its customer's device;
+/// a tenant administrator: any of its tenant's): the device goes back to the tenant.
 pub async fn reclaim(User(me): User, State(st): State<Arc<Core>>, Path(name): Path<String>) -> ApiResult<StatusCode> {
     devices::reclaim(&st, &me, name).await?;
     Ok(StatusCode::OK)

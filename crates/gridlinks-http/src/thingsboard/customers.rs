@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::api::{blocking, body_id, device_id, device_json, parse_json, uuid};
 use super::dashboards;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, User, Q};
+use super::extract::{lenient_bool, Admin, Body, User, Q};
 use super::paging::{descending, doc_page, page_link, page_of, DocListParams};
 use gridlinks_platform::auth::{Auth, Caller};
 use gridlinks_platform::entities::{self, customers, devices};
@@ -102,17 +102,17 @@ pub async fn assign(
     assign_device(&st, &me, &device, Some(uuid(&customer, "customer")?)).await
 }
 
-/// `POST /api/owner/{CUSTOMER|TENANT}/{ownerId}/{DEVICE|ASSET}/{id}` (ThingsBoard 4.4, where
-/// a customer owns what it is given): the device or asset, assigned to that customer or to
-/// none.
+/// `POST /api/owner/{CUSTOMER|TENANT}/{ownerId}/{DEVICE|ASSET|DASHBOARD}/{id}` (ThingsBoard
+/// 4.4, where a customer owns what it is given): the device or asset assigned to that
+/// customer or to none; the dashboard shared with that customer too, or with none.
 pub async fn change_owner(
     Admin(me): Admin,
     State(st): St,
     Path((kind, owner, entity_type, entity)): Path<(String, String, String, String)>,
 ) -> ApiResult<Json<J>> {
-    if !matches!(entity_type.as_str(), "DEVICE" | "ASSET") {
+    if !matches!(entity_type.as_str(), "DEVICE" | "ASSET" | "DASHBOARD") {
         return Err(ApiError::bad_request(format!(
-            "Changing the owner of {entity_type} is not supported: only DEVICE and ASSET"
+            "Changing the owner of {entity_type} is not supported: only DEVICE, ASSET and DASHBOARD"
         )));
     }
     let customer = match kind.as_str() {
@@ -121,8 +121,23 @@ pub async fn change_owner(
         "TENANT" => return Err(ApiError::forbidden()),
         other => return Err(ApiError::bad_request(format!("Unknown owner type {other}: CUSTOMER or TENANT"))),
     };
-    match entity_type.as_str() {
-        "ASSET" => super::assets::assign(&st, &me, &entity, customer).await,
+    match (entity_type.as_str(), customer) {
+        ("ASSET", _) => super::assets::assign(&st, &me, &entity, customer).await,
+        ("DASHBOARD", Some(c)) => assign_dashboard(&st, &me, &c.to_string(), &entity, true).await,
+        // A dashboard given back to its tenant is shared with no customer any more.
+        ("DASHBOARD", None) => {
+            let mut d = entities::dashboards::get(&st, &me, uuid(&entity, "dashboard")?).await?;
+            let assigned: Vec<Uuid> = d
+                .doc
+                .get("assignedCustomerIds")
+                .and_then(J::as_array)
+                .map(|a| a.iter().filter_map(|c| c.as_str()?.parse().ok()).collect())
+                .unwrap_or_default();
+            for c in assigned {
+                d = entities::dashboards::assign(&st, &me, c, d.id, false).await?;
+            }
+            Ok(Json(dashboards::render(&st, &d, &dashboards::customers(&st).await?, false)))
+        }
         _ => assign_device(&st, &me, &entity, customer).await,
     }
 }
@@ -144,6 +159,7 @@ pub struct DeviceListParams {
     sort_order: Option<String>,
     device_profile_id: Option<String>,
     /// `deviceInfos`: only devices whose `active` attribute is this.
+    #[serde(default, deserialize_with = "lenient_bool")]
     active: Option<bool>,
 }
 

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::api::{blocking, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
-use super::extract::{Admin, Body, User, Q};
+use super::extract::{lenient_bool, Admin, Body, User, Q};
 use crate::ws::entity;
 
 type St = State<Arc<Core>>;
@@ -285,18 +285,24 @@ pub async fn users_by_ids(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KeysParams {
+    #[serde(default, deserialize_with = "lenient_bool")]
     timeseries: Option<bool>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     attributes: Option<bool>,
     scope: Option<String>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     include_timeseries: Option<bool>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     include_attributes: Option<bool>,
     scopes: Option<String>,
+    #[serde(default, deserialize_with = "lenient_bool")]
     include_samples: Option<bool>,
 }
 
 /// The keys of the entities of one page of a query: their types, time-series keys, and
 /// attribute keys by scope.
 struct FoundKeys {
+    total: usize,
     entity_types: BTreeSet<&'static str>,
     timeseries: BTreeSet<String>,
     attributes: Vec<(AttributeScope, BTreeSet<String>)>,
@@ -311,10 +317,9 @@ async fn keys_of(
     let q = proto::parse_query(parse_json(body)?).map_err(ApiError::bad_request)?;
     let core = st.clone();
     let found = blocking(move || {
-        Ok(entity::select(&core, &me, &q).and_then(|(_, page)| {
-            let mut k =
-                FoundKeys { entity_types: BTreeSet::new(), timeseries: BTreeSet::new(), attributes: Vec::new() };
-            k.attributes = scopes.iter().map(|s| (*s, BTreeSet::new())).collect();
+        Ok(entity::select(&core, &me, &q).and_then(|(total, page)| {
+            let attributes = scopes.iter().map(|s| (*s, BTreeSet::new())).collect();
+            let mut k = FoundKeys { total, entity_types: BTreeSet::new(), timeseries: BTreeSet::new(), attributes };
             for e in &page {
                 k.entity_types.insert(e.entity_type());
                 k.timeseries.extend(core.ts.reads().ts_keys(e.id()).map_err(crate::ws::internal)?);
@@ -360,7 +365,7 @@ pub async fn entity_keys_v2(
     let _ = p.include_samples;
     let k = keys_of(&st, me, &body, scope_list(p.scopes.as_deref())?).await?;
     let listed = |keys: &BTreeSet<String>| J::Array(keys.iter().map(|k| json!({"key": k})).collect());
-    let mut out = json!({"entityTypes": k.entity_types});
+    let mut out = json!({"totalEntities": k.total, "entityTypes": k.entity_types});
     if p.include_timeseries.unwrap_or(true) {
         out["timeseries"] = listed(&k.timeseries);
     }

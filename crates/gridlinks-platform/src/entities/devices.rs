@@ -138,14 +138,21 @@ pub enum Claimed {
     Refused,
 }
 
-/// Gives device `name`, of the caller's customer, back to its tenant.
+/// Gives device `name` back to its tenant (no customer): a customer user its own customer's
+/// device, a tenant administrator any of its tenant's, as in ThingsBoard.
 pub async fn reclaim(core: &Core, me: &Caller, name: String) -> ServiceResult<()> {
-    let customer = me.customer.filter(|_| me.authority == crate::auth::Authority::CustomerUser);
-    let Some(customer) = customer else { return Err(ServiceError::Forbidden) };
-    let d = named(core, me, name).await?;
-    if d.customer != Some(customer) {
-        return Err(ServiceError::Forbidden);
-    }
+    let d = match me.authority {
+        // Any device of its tenant (`named` looks in the caller's tenant only).
+        crate::auth::Authority::TenantAdmin => named(core, me, name).await?,
+        crate::auth::Authority::CustomerUser => {
+            let d = named(core, me, name).await?;
+            if d.customer.is_none() || d.customer != me.customer {
+                return Err(ServiceError::Forbidden);
+            }
+            d
+        }
+        crate::auth::Authority::SysAdmin => return Err(ServiceError::Forbidden),
+    };
     set_customer(core, d.id, None).await?;
     Ok(())
 }

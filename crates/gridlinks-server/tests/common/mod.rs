@@ -375,6 +375,7 @@ pub fn device_data_routes(d: &str) -> Vec<Tried> {
         ("{tel}/{scope}", "DELETE", format!("{t}/SHARED_SCOPE?keys=attr"), None),
         ("{tel}/{scope}", "POST", format!("{t}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
         ("{tel}", "POST", format!("/api/plugins/telemetry/{d}/SHARED_SCOPE"), Some(r#"{"x":1}"#.into())),
+        ("{tel}", "DELETE", format!("/api/plugins/telemetry/{d}/SHARED_SCOPE?keys=attr"), None),
         (
             "/api/plugins/rpc/{kind}/{device_id}",
             "POST",
