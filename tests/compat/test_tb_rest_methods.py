@@ -12,6 +12,7 @@ import requests
 
 from gridlinks_server import gridlinks_server
 
+from tb_rest_client.rest import ApiException
 from tb_rest_client.rest_client import RestClient as TbRestClient
 from tb_rest_client.models import (
     ActivateUserRequest,
@@ -21,6 +22,7 @@ from tb_rest_client.models import (
     Customer,
     Dashboard,
     Device,
+    DeviceCredentials,
     DeviceProfile,
     DeviceSearchQuery,
     EntityDataPageLink,
@@ -31,6 +33,7 @@ from tb_rest_client.models import (
     EntityTypeFilter,
     SaveOtaPackageInfoRequest,
     RelationsSearchParameters,
+    SaveDeviceWithCredentialsRequest,
     User,
 )
 
@@ -106,8 +109,27 @@ def test_devices(server, client):
     assert result.created == 2, result
     assert client.get_tenant_device("m-bulk-2").type == "m-meter"
 
+    # A device with its credentials in one call: a token, or MQTT basic credentials.
+    token = "mWithCreds" + uuid.uuid4().hex[:8]
+    made = client.save_device_with_credentials(SaveDeviceWithCredentialsRequest(
+        device=Device(name="m-with-token", type="m-meter"),
+        credentials=DeviceCredentials(credentials_type="ACCESS_TOKEN", credentials_id=token)))
+    assert client.get_device_credentials_by_device_id(made.id.id).credentials_id == token
+    basic = '{"clientId":"m-client","userName":"m-user","password":"m-pass"}'
+    made = client.save_device_with_credentials(SaveDeviceWithCredentialsRequest(
+        device=Device(name="m-with-basic", type="m-meter"),
+        credentials=DeviceCredentials(credentials_type="MQTT_BASIC", credentials_id="m-client", credentials_value=basic)))
+    assert client.get_device_credentials_by_device_id(made.id.id).credentials_type == "MQTT_BASIC"
+    with pytest.raises(ApiException) as e:
+        client.save_device_with_credentials(SaveDeviceWithCredentialsRequest(
+            device=Device(name="m-taken", type="m-meter"),
+            credentials=DeviceCredentials(credentials_type="MQTT_BASIC", credentials_id="m-client", credentials_value=basic)))
+    assert e.value.status == 400
+    with pytest.raises(ApiException):
+        client.get_tenant_device("m-taken")
+
     # Devices of a profile without a package of their own.
-    assert client.count_by_device_profile_and_empty_ota_package("FIRMWARE", profile.id.id) == 3
+    assert client.count_by_device_profile_and_empty_ota_package("FIRMWARE", profile.id.id) == 5
 
     # Claiming: the device opens a claim; a customer user claims it by name with the
     # secret; the tenant takes it back.

@@ -115,6 +115,7 @@ pub fn router(state: Http) -> Router {
         .route("/api/device", post(api::save_device))
         .route("/api/device/{id}", get(api::get_device).delete(api::delete_device))
         .route("/api/device/{id}/credentials", get(api::get_credentials))
+        .route("/api/device-with-credentials", post(api::save_device_with_credentials))
         .route("/api/device/credentials", post(api::save_credentials))
         .route(BULK_IMPORT_PATH, post(api::bulk_import).layer(DefaultBodyLimit::max(import_limit)))
         .route("/api/tenant/devices", get(api::list_devices))

@@ -131,6 +131,12 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/device/{id}/credentials", "GET", format!("/api/device/{a_pump}/credentials"), None),
         ("/api/device", "POST", "/api/device".into(), Some(json!({"id": {"id": a_pump}, "name": "stolen"}).to_string())),
         (
+            "/api/device-with-credentials",
+            "POST",
+            "/api/device-with-credentials".into(),
+            Some(json!({"device": {"id": {"id": a_pump}, "name": "stolen"}, "credentials": {"credentialsType": "ACCESS_TOKEN", "credentialsId": "STOLEN"}}).to_string()),
+        ),
+        (
             "/api/device/credentials",
             "POST",
             "/api/device/credentials".into(),

@@ -375,6 +375,7 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
                 ),
             ),
             ("/api/device/bulk_import", "POST", "/api/device/bulk_import".into(), Some("{}".into())),
+            ("/api/device-with-credentials", "POST", "/api/device-with-credentials".into(), Some("{}".into())),
             ("/api/tenant/devices", "GET", "/api/tenant/devices?pageSize=10&page=0".into(), None),
             ("/api/tenant/device", "GET", format!("/api/tenant/device?deviceName={name}"), None),
             ("/api/tenant/deviceInfos", "GET", "/api/tenant/deviceInfos?pageSize=10&page=0".into(), None),

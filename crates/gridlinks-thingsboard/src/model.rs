@@ -133,6 +133,17 @@ pub fn device(d: &Device<'_>, tenant: Uuid) -> J {
     j
 }
 
+/// The `credentialsId` ThingsBoard gives MQTT_BASIC credentials: the user name alone when
+/// there is no client id, else SHA3-256 hex of the client id, or of `clientId|userName`.
+pub fn basic_credentials_id(client_id: Option<&str>, user_name: Option<&str>) -> String {
+    let (c, u) = (client_id.filter(|c| !c.is_empty()), user_name.filter(|u| !u.is_empty()));
+    match (c, u) {
+        (None, u) => u.unwrap_or_default().to_owned(),
+        (Some(c), None) => crate::x509::sha3_hex(c),
+        (Some(c), Some(u)) => crate::x509::sha3_hex(&format!("{c}|{u}")),
+    }
+}
+
 /// A device's protocol identity as ThingsBoard-shaped credentials (`POST
 /// /api/device/credentials` with `credentialsType: "PROTOCOL_IDENTITY"` answers this).
 pub fn identity_credentials(d: &Device<'_>) -> J {
@@ -154,7 +165,7 @@ pub fn credentials(d: &Device<'_>) -> J {
     let (kind, id, value) = match (d.basic, d.x509) {
         (Some((client_id, user_name)), _) => {
             let value = json!({"clientId": client_id, "userName": user_name, "password": null}).to_string();
-            ("MQTT_BASIC", J::Null, J::String(value))
+            ("MQTT_BASIC", J::String(basic_credentials_id(client_id, user_name)), J::String(value))
         }
         (None, Some((fingerprint, cert))) => ("X509_CERTIFICATE", J::from(fingerprint), J::from(cert)),
         (None, None) => ("ACCESS_TOKEN", J::String(d.token.to_owned()), J::Null),
@@ -490,6 +501,16 @@ pub fn relation(gateway: DeviceId, device: DeviceId) -> J {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn basic_credentials_ids_are_thingsboards() {
+        // SHA3-256("abc"), the FIPS 202 test vector.
+        let abc = "3a985da74fe225b2045c172d6bd390bd855f086e3e9d525b46bfe24511431532";
+        assert_eq!(basic_credentials_id(Some("abc"), None), abc);
+        assert_eq!(basic_credentials_id(Some("abc"), Some("")), abc);
+        assert_eq!(basic_credentials_id(None, Some("user")), "user");
+        assert_eq!(basic_credentials_id(Some("a"), Some("bc")), crate::x509::sha3_hex("a|bc"));
+    }
 
     #[test]
     fn entity_references() {

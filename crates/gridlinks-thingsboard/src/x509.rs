@@ -30,9 +30,13 @@ pub fn fingerprint(pem: &str) -> Result<(String, String), CertError> {
     if cert.is_empty() || cert.len() > MAX_CERT_LEN || !cert.chars().all(base64) {
         return Err(CertError::NotPem);
     }
-    let hash = Sha3_256::digest(cert.as_bytes());
-    let hex = hash.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = sha3_hex(&cert);
     Ok((cert, hex))
+}
+
+/// Lower-case hex SHA3-256 of `text` (ThingsBoard's `EncryptionUtil.getSha3Hash`).
+pub fn sha3_hex(text: &str) -> String {
+    Sha3_256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gridlinks_storage::query::{Agg, HistoryQuery, Order};
-use gridlinks_storage::{DeleteTelemetry, DocRecord, ImportRow, SaveDevice, WriteOp};
+use gridlinks_storage::{DeleteTelemetry, DeviceRecord, DocRecord, ImportRow, SaveDevice, WriteOp};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use serde::Deserialize;
 use serde_json::{json, Value as J};
@@ -208,6 +208,14 @@ pub async fn save_device(
         return Err(ApiError::bad_request("only nameConflictPolicy=FAIL is supported"));
     }
     let b: DeviceBody = parse_json(&body)?;
+    // Empty or absent: a new device gets a random 20-character token, as in ThingsBoard.
+    let d = store_device(&p, &me, b, q.access_token.filter(|t| !t.is_empty())).await?;
+    Ok(Json(device_json(&p.core, &d)))
+}
+
+/// Creates or updates a device as `POST /api/device` does; its profile's OTA packages are
+/// given to a new device, or to one moved to another profile.
+async fn store_device(p: &Platform, me: &Caller, b: DeviceBody, token: Option<String>) -> ApiResult<DeviceRecord> {
     // A profile id wins over a type; a type names a profile, created if it does not exist.
     let fields = devices::DeviceFields {
         name: b.name.unwrap_or_default(),
@@ -217,17 +225,53 @@ pub async fn save_device(
         additional_info: b.additional_info,
     };
     let id = b.id.map(|e| device_id(&e.id)).transpose()?;
-    // Empty or absent: a new device gets a random 20-character token, as in ThingsBoard.
-    let token = q.access_token.filter(|t| !t.is_empty());
     let profile_before = match id {
-        Some(id) => Some(devices::get(&p.core, &me, id).await?.profile_id()),
+        Some(id) => Some(devices::get(&p.core, me, id).await?.profile_id()),
         None => None,
     };
-    let d = devices::save(&p.core, &me, id, fields, token).await?;
-    // A new device, or one moved to another profile, is told its profile's packages.
+    let d = devices::save(&p.core, me, id, fields, token).await?;
     let moved = profile_before != Some(d.profile_id());
-    let d = ota::assign_device(&p, &me, d, b.firmware_id.as_ref(), b.software_id.as_ref(), moved).await?;
-    Ok(Json(device_json(&p.core, &d)))
+    Ok(ota::assign_device(p, me, d, b.firmware_id.as_ref(), b.software_id.as_ref(), moved).await?)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeviceWithCredentials {
+    device: DeviceBody,
+    credentials: CredentialsFields,
+}
+
+/// `POST /api/device-with-credentials` `{"device", "credentials"}`: a device saved with its
+/// credentials. An access token is saved with the device in one write; other credentials
+/// are checked first, then set on the saved device, and a device this call created is
+/// deleted again if they are refused (taken by another device).
+pub async fn save_device_with_credentials(
+    Admin(me): Admin,
+    State(p): State<Arc<Platform>>,
+    Q(q): Q<SaveDeviceParams>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
+    if q.name_conflict_policy.as_deref().is_some_and(|v| v != "FAIL") || q.access_token.is_some() {
+        return Err(ApiError::bad_request("only nameConflictPolicy=FAIL is supported; the token goes in credentials"));
+    }
+    let b: DeviceWithCredentials = parse_json(&body)?;
+    let created = b.device.id.is_none();
+    let credentials = credentials(b.credentials)?;
+    let (token, rest) = match credentials {
+        Credentials::AccessToken(t) => (Some(t), None),
+        other => (None, Some(other)),
+    };
+    let d = store_device(&p, &me, b.device, token).await?;
+    let Some(credentials) = rest else { return Ok(Json(device_json(&p.core, &d))) };
+    match devices::set_credentials(&p, &me, d.id, credentials).await {
+        Ok(d) => Ok(Json(device_json(&p.core, &d))),
+        Err(e) => {
+            if created {
+                devices::delete(&p, &me, d.id).await?;
+            }
+            Err(e.into())
+        }
+    }
 }
 
 /// `GET /api/device/{id}`.
@@ -268,6 +312,14 @@ struct BasicValue {
 #[serde(rename_all = "camelCase")]
 struct CredentialsBody {
     device_id: model::Id,
+    #[serde(flatten)]
+    fields: CredentialsFields,
+}
+
+/// What a client says of credentials (ThingsBoard's `DeviceCredentials` without the device).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CredentialsFields {
     credentials_type: String,
     credentials_id: Option<String>,
     credentials_value: Option<String>,
@@ -286,9 +338,21 @@ pub async fn save_credentials(
 ) -> ApiResult<Json<J>> {
     let b: CredentialsBody = parse_json(&body)?;
     let id = device_id(&b.device_id.id)?;
+    let credentials = credentials(b.fields)?;
+    let identity = matches!(credentials, Credentials::ProtocolIdentity(_));
+    let d = devices::set_credentials(&p, &me, id, credentials).await?;
+    Ok(Json(if identity {
+        model::identity_credentials(&device_view(&d))
+    } else {
+        model::credentials(&device_view(&d))
+    }))
+}
+
+/// The credentials a client's fields describe, checked.
+fn credentials(b: CredentialsFields) -> ApiResult<Credentials> {
     let cred_id = b.credentials_id.filter(|c| !c.is_empty());
     let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
-    let credentials = match b.credentials_type.as_str() {
+    Ok(match b.credentials_type.as_str() {
         "ACCESS_TOKEN" => Credentials::AccessToken(
             cred_id.ok_or_else(|| ApiError::bad_request("credentialsId (the access token) is required"))?,
         ),
@@ -311,14 +375,7 @@ pub async fn save_credentials(
                 "credentials type {other} is not supported: use ACCESS_TOKEN, MQTT_BASIC, X509_CERTIFICATE or PROTOCOL_IDENTITY"
             )))
         }
-    };
-    let identity = matches!(credentials, Credentials::ProtocolIdentity(_));
-    let d = devices::set_credentials(&p, &me, id, credentials).await?;
-    Ok(Json(if identity {
-        model::identity_credentials(&device_view(&d))
-    } else {
-        model::credentials(&device_view(&d))
-    }))
+    })
 }
 
 #[derive(Deserialize)]
