@@ -1,6 +1,7 @@
 //! Committed data, live: [`Live`] is the ingest path's fan-out to every registered
 //! [`LiveSink`] (the MQTT transport's canonical topics, the WebSocket API's subscriptions),
-//! called only after the durable commit, with the device looked up once for all of them.
+//! called only after the durable commit, with the device (or asset) looked up once for all
+//! of them.
 //!
 //! The canonical telemetry topics (`gridlinks/devices/{deviceName}/telemetry`, published by
 //! the MQTT transport's sink) are named by [`FILTER`]: the broker's sessions watch it, so
@@ -9,7 +10,7 @@
 use std::sync::Arc;
 
 use gridlinks_ingest::{AttributeChange, BoxFuture, LiveData};
-use gridlinks_storage::{DeviceRecord, Store, StoreError};
+use gridlinks_storage::{DeviceRecord, DocKind, Store, StoreError};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use parking_lot::RwLock;
 
@@ -40,6 +41,22 @@ pub trait LiveSink: Send + Sync + 'static {
         values: &[(String, Value)],
         now: Ts,
     );
+    /// Committed telemetry of an asset (kept under its id; of `tenant`, assigned to
+    /// `customer`). Only a sink that follows assets (the WebSocket API) takes it.
+    fn asset_telemetry(&self, _asset: &Owner, _records: &[TsRecord]) {}
+    /// Committed attribute values of an asset, as [`LiveSink::attributes`].
+    fn asset_attributes(&self, _asset: &Owner, _scope: AttributeScope, _values: &[(String, Value)], _now: Ts) {}
+}
+
+/// Whose data an asset's is: its id, tenant and customer.
+#[derive(Clone, Copy, Debug)]
+pub struct Owner {
+    /// The id its data is kept under.
+    pub id: DeviceId,
+    /// Its tenant.
+    pub tenant: uuid::Uuid,
+    /// Its customer, if assigned.
+    pub customer: Option<uuid::Uuid>,
 }
 
 /// The ingest path's live fan-out to every registered [`LiveSink`].
@@ -61,6 +78,13 @@ impl Live {
     pub fn register(&self, sink: Arc<dyn LiveSink>) {
         self.sinks.write().push(sink);
     }
+
+    /// The asset `id` names, if it is one (data with no device under its id).
+    fn asset(&self, id: DeviceId) -> Result<Option<Owner>, StoreError> {
+        let Some(a) = self.store.doc(DocKind::Asset, id.0)? else { return Ok(None) };
+        let text = |k: &str| a.doc.get(k).and_then(serde_json::Value::as_str).and_then(|s| s.parse().ok());
+        Ok(Some(Owner { id, tenant: text("tenantId").unwrap_or(self.first_tenant), customer: text("customerId") }))
+    }
 }
 
 impl LiveData for Live {
@@ -75,11 +99,21 @@ impl LiveData for Live {
         let sinks = self.sinks.read().clone();
         for (device, scope, values) in committed {
             // A device deleted meanwhile has no subscriptions left to read it.
-            if let Ok(Some(d)) = self.store.device(*device) {
-                let tenant = d.tenant.unwrap_or(self.first_tenant);
-                for s in sinks.iter().filter(|s| s.wants_attributes()) {
-                    s.attributes(&d, tenant, *scope, values, now);
+            match self.store.device(*device) {
+                Ok(Some(d)) => {
+                    let tenant = d.tenant.unwrap_or(self.first_tenant);
+                    for s in sinks.iter().filter(|s| s.wants_attributes()) {
+                        s.attributes(&d, tenant, *scope, values, now);
+                    }
                 }
+                Ok(None) => {
+                    if let Ok(Some(a)) = self.asset(*device) {
+                        for s in sinks.iter().filter(|s| s.wants_attributes()) {
+                            s.asset_attributes(&a, *scope, values, now);
+                        }
+                    }
+                }
+                Err(_) => {}
             }
         }
     }
@@ -88,7 +122,14 @@ impl LiveData for Live {
         Box::pin(async move {
             for (device, records) in committed {
                 // A device deleted meanwhile has no topic any more.
-                let Some(d) = self.store.device(device)? else { continue };
+                let Some(d) = self.store.device(device)? else {
+                    if let Some(a) = self.asset(device)? {
+                        for s in sinks.iter().filter(|s| s.wants_telemetry()) {
+                            s.asset_telemetry(&a, &records);
+                        }
+                    }
+                    continue;
+                };
                 let tenant = d.tenant.unwrap_or(self.first_tenant);
                 for s in sinks.iter().filter(|s| s.wants_telemetry()) {
                     if let Some(pending) = s.telemetry(&d, tenant, &records) {

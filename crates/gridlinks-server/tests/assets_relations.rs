@@ -411,3 +411,59 @@ fn entity_queries_select_devices_assets_and_customers() {
         assert!(out["message"].as_str().unwrap_or_default().contains(says), "{bad}: {out}");
     }
 }
+
+/// An asset's data reaches the WebSocket API as a device's does: a `TIMESERIES` and an
+/// `ATTRIBUTES` subscription by `entityType: ASSET`, and an `ENTITY_DATA` page of assets
+/// with its `latestCmd` and `tsCmd`, each answered and then updated on every commit.
+#[test]
+fn asset_data_is_live_over_the_websocket_api() {
+    use common::ws::{next, open, send};
+    let s = Server::start();
+    let jwt = s.login();
+    let plant = asset(&s, &jwt, "Plant", "plant");
+    let tel = format!("/api/plugins/telemetry/ASSET/{plant}");
+    assert_eq!(s.req("POST", &format!("{tel}/timeseries/ANY"), Some(&jwt), Some(r#"{"power":1}"#)).0, 200);
+
+    let mut ws = open(&s, "/api/ws", std::time::Duration::from_secs(10));
+    let sub = json!({"cmdId": 1, "type": "TIMESERIES", "entityType": "ASSET", "entityId": plant, "keys": "power"});
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [sub]}));
+    let first = next(&mut ws);
+    assert_eq!(
+        (first["subscriptionId"].as_i64(), first["data"]["power"][0][1].as_str()),
+        (Some(1), Some("1")),
+        "{first}"
+    );
+    let attrs =
+        json!({"cmdId": 2, "type": "ATTRIBUTES", "entityType": "ASSET", "entityId": plant, "scope": "SERVER_SCOPE"});
+    send(&mut ws, json!({"cmds": [attrs]}));
+    assert_eq!(next(&mut ws)["subscriptionId"], 2);
+    let page = json!({"cmdId": 3, "type": "ENTITY_DATA",
+        "query": {"entityFilter": {"type": "assetType", "assetTypes": ["plant"]}, "pageLink": {"pageSize": 10, "page": 0},
+                  "entityFields": [{"type": "ENTITY_FIELD", "key": "name"}]},
+        "latestCmd": {"keys": [{"type": "TIME_SERIES", "key": "power"}]},
+        "tsCmd": {"keys": ["power"], "startTs": 0, "timeWindow": 9_999_999_999_999u64, "limit": 10}});
+    send(&mut ws, json!({"cmds": [page]}));
+    let answer = next(&mut ws);
+    assert_eq!(answer["data"]["data"][0]["entityId"], json!({"entityType": "ASSET", "id": plant}), "{answer}");
+    let window = next(&mut ws);
+    assert_eq!(window["update"][0]["entityId"]["entityType"], "ASSET", "{window}");
+    assert_eq!(window["update"][0]["timeseries"]["power"][0]["value"], "1", "{window}");
+
+    // Commits after: each subscription hears of them.
+    assert_eq!(s.req("POST", &format!("{tel}/timeseries/ANY"), Some(&jwt), Some(r#"{"power":2}"#)).0, 200);
+    assert_eq!(s.req("POST", &format!("{tel}/attributes/SERVER_SCOPE"), Some(&jwt), Some(r#"{"area":7}"#)).0, 200);
+    let mut heard = Vec::new();
+    while heard.len() < 3 {
+        let m = next(&mut ws);
+        if let Some(id) = m["subscriptionId"].as_i64() {
+            heard.push((id, m["data"].to_string()));
+        } else {
+            assert_eq!(m["update"][0]["entityId"]["entityType"], "ASSET", "{m}");
+            assert_eq!(m["update"][0]["latest"]["TIME_SERIES"]["power"]["value"], "2", "{m}");
+            heard.push((m["cmdId"].as_i64().unwrap(), m["update"].to_string()));
+        }
+    }
+    heard.sort();
+    assert_eq!(heard.iter().map(|h| h.0).collect::<Vec<_>>(), [1, 2, 3], "{heard:?}");
+    assert!(heard[0].1.contains("\"2\"") && heard[1].1.contains("area"), "{heard:?}");
+}

@@ -261,7 +261,7 @@ fn entity_data_pages_and_follows_devices() {
     send(
         &mut ws,
         json!({"cmds": [{"cmdId": 3, "type": "ENTITY_DATA", "latestCmd": {"keys": []}},
-        entity_query(4, json!({"type": "assetType", "assetTypes": ["x"]}), 10)]}),
+        entity_query(4, json!({"type": "edgeType", "edgeTypes": ["x"]}), 10)]}),
     );
     for cmd_id in [3, 4] {
         let e = next(&mut ws);

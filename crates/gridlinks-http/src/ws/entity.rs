@@ -384,19 +384,28 @@ pub(crate) fn row(core: &Core, e: &Entity, keys: &[EntityKey]) -> Result<J, Refu
     Ok(proto::entity_data(e.entity_type(), &e.id().to_string(), latest, []))
 }
 
-/// The points of `cmd`'s window of `devices`, newest first: one entity per device.
-pub(super) fn series(store: &dyn Timeseries, devices: &[DeviceId], cmd: &EntitySeriesCmd) -> Result<Vec<J>, Refusal> {
-    let mut out = Vec::with_capacity(devices.len());
-    for &d in devices {
+/// The points of `cmd`'s window of each entity (its id and type), newest first: one entity each.
+pub(super) fn series(
+    store: &dyn Timeseries,
+    entities: &[(DeviceId, &str)],
+    cmd: &EntitySeriesCmd,
+) -> Result<Vec<J>, Refusal> {
+    let mut out = Vec::with_capacity(entities.len());
+    for &(d, entity_type) in entities {
         let q = super::raw_query(cmd.keys.clone(), cmd.start_ts, cmd.end_ts, cmd.limit);
         let found = store.history(d, &q).map_err(internal)?;
-        out.push(proto::entity_data("DEVICE", &d.to_string(), [], super::texts(&found)));
+        out.push(proto::entity_data(entity_type, &d.to_string(), [], super::texts(&found)));
     }
     Ok(out)
 }
 
 /// Committed telemetry as an entity update for `keys`, if any key matches.
-pub(super) fn telemetry_update(device: DeviceId, keys: &EntityKeys, records: &[TsRecord]) -> Option<J> {
+pub(super) fn telemetry_update(
+    device: DeviceId,
+    entity_type: &str,
+    keys: &EntityKeys,
+    records: &[TsRecord],
+) -> Option<J> {
     // Each key's newest point (of equal timestamps, the last one).
     let latest: Vec<_> = super::points_by_key(records, |k| keys.latest_ts.iter().any(|x| x == k))
         .into_iter()
@@ -407,12 +416,13 @@ pub(super) fn telemetry_update(device: DeviceId, keys: &EntityKeys, records: &[T
         .collect();
     let series = super::points_by_key(records, |k| keys.series.iter().any(|x| x == k));
     (!latest.is_empty() || !series.is_empty())
-        .then(|| proto::entity_data("DEVICE", &device.to_string(), latest, series))
+        .then(|| proto::entity_data(entity_type, &device.to_string(), latest, series))
 }
 
 /// A committed attribute change as an entity update for `keys`' attributes, if any match.
 pub(super) fn attribute_update(
     device: DeviceId,
+    entity_type: &str,
     keys: &EntityKeys,
     scope: AttributeScope,
     values: &[(String, Value)],
@@ -427,5 +437,5 @@ pub(super) fn attribute_update(
             Some((k.key_type, k.key.clone(), now, v.to_display_string()))
         })
         .collect();
-    (!latest.is_empty()).then(|| proto::entity_data("DEVICE", &device.to_string(), latest, []))
+    (!latest.is_empty()).then(|| proto::entity_data(entity_type, &device.to_string(), latest, []))
 }

@@ -146,8 +146,20 @@ impl gridlinks_platform::live::LiveSink for Hub {
         tenant: uuid::Uuid,
         records: &'a [TsRecord],
     ) -> Option<gridlinks_ingest::BoxFuture<'a, Result<(), StoreError>>> {
-        self.deliver(device.id, tenant, device.customer, records);
+        self.deliver(device.id, "DEVICE", tenant, device.customer, records);
         None
+    }
+    fn asset_telemetry(&self, asset: &gridlinks_platform::live::Owner, records: &[TsRecord]) {
+        self.deliver(asset.id, "ASSET", asset.tenant, asset.customer, records);
+    }
+    fn asset_attributes(
+        &self,
+        asset: &gridlinks_platform::live::Owner,
+        scope: AttributeScope,
+        values: &[(String, Value)],
+        now: Ts,
+    ) {
+        self.deliver_attributes(asset.id, "ASSET", asset.tenant, asset.customer, scope, values, now);
     }
     fn attributes(
         &self,
@@ -157,7 +169,7 @@ impl gridlinks_platform::live::LiveSink for Hub {
         values: &[(String, Value)],
         now: Ts,
     ) {
-        self.deliver_attributes(device.id, tenant, device.customer, scope, values, now);
+        self.deliver_attributes(device.id, "DEVICE", tenant, device.customer, scope, values, now);
     }
 }
 
@@ -177,16 +189,24 @@ impl Hub {
         self.count.load(Ordering::Relaxed) > 0
     }
 
-    /// Delivers committed telemetry of `device` (of `tenant`, assigned to `customer`) to its
-    /// subscriptions whose caller may still see it.
-    pub fn deliver(&self, device: DeviceId, tenant: uuid::Uuid, customer: Option<uuid::Uuid>, records: &[TsRecord]) {
+    /// Delivers committed telemetry of `device` (an entity of `entity_type`, `DEVICE` or
+    /// `ASSET`, of `tenant`, assigned to `customer`) to its subscriptions whose caller may
+    /// still see it.
+    pub fn deliver(
+        &self,
+        device: DeviceId,
+        entity_type: &'static str,
+        tenant: uuid::Uuid,
+        customer: Option<uuid::Uuid>,
+        records: &[TsRecord],
+    ) {
         let subs = self.subs.read();
         let Some(list) = subs.by_device.get(&device) else { return };
         for s in list.iter().filter(|s| s.caller.may_use(tenant, customer)) {
             match &s.kind {
                 Kind::Telemetry => {}
                 Kind::Entity(keys) => {
-                    if let Some(u) = entity::telemetry_update(device, keys, records) {
+                    if let Some(u) = entity::telemetry_update(device, entity_type, keys, records) {
                         s.out.push(proto::entity_update(s.cmd_id, vec![u]).to_string());
                     }
                     continue;
@@ -201,9 +221,11 @@ impl Hub {
     }
 
     /// Delivers committed attribute changes of `device` (as [`Hub::deliver`]), stamped `now`.
+    #[allow(clippy::too_many_arguments)] // one per part of the change, as `deliver`
     pub fn deliver_attributes(
         &self,
         device: DeviceId,
+        entity_type: &'static str,
         tenant: uuid::Uuid,
         customer: Option<uuid::Uuid>,
         scope: AttributeScope,
@@ -216,7 +238,7 @@ impl Hub {
             let wanted = match &s.kind {
                 Kind::Attributes(wanted) => *wanted,
                 Kind::Entity(keys) => {
-                    if let Some(u) = entity::attribute_update(device, keys, scope, values, now.0) {
+                    if let Some(u) = entity::attribute_update(device, entity_type, keys, scope, values, now.0) {
                         s.out.push(proto::entity_update(s.cmd_id, vec![u]).to_string());
                     }
                     continue;
@@ -344,7 +366,8 @@ struct Session {
     token: String,
     /// The devices of each `ENTITY_DATA` command's page (a later command with the same
     /// `cmdId` and no query follows them).
-    pages: HashMap<i64, Vec<DeviceId>>,
+    /// Each `ENTITY_DATA` command's page: its entities' ids and types.
+    pages: HashMap<i64, Vec<(DeviceId, &'static str)>>,
     /// The devices each subscribing command follows in the hub.
     followed: HashMap<i64, Vec<DeviceId>>,
     /// Each `ENTITY_COUNT` subscription's query and the count last sent.
@@ -689,7 +712,7 @@ impl Session {
             let (page, ids) = blocking(move || {
                 let (total, devices) = entity::select(&core, &who, &q)?;
                 let rows = devices.iter().map(|d| entity::row(&core, d, &keys)).collect::<Result<_, _>>()?;
-                let ids: Vec<DeviceId> = devices.iter().map(entity::Entity::id).collect();
+                let ids: Vec<_> = devices.iter().map(|d| (d.id(), d.entity_type())).collect();
                 Ok((proto::entity_page(e.cmd_id, rows, total, q.page_size, q.page), ids))
             })
             .await?;
@@ -698,9 +721,10 @@ impl Session {
             answers.push(page);
             self.pages.insert(e.cmd_id, ids);
         }
-        let Some(devices) = self.pages.get(&e.cmd_id).cloned() else {
+        let Some(page) = self.pages.get(&e.cmd_id).cloned() else {
             return Err((code::BAD_REQUEST, format!("no query for cmdId {}: send one first", e.cmd_id)));
         };
+        let devices: Vec<DeviceId> = page.iter().map(|(id, _)| *id).collect();
         let keys = entity::EntityKeys::new(e.latest.as_deref().unwrap_or_default(), e.ts.as_ref());
         if !keys.is_empty() {
             // Registered before the window is read, so no change committed in between is missed.
@@ -708,8 +732,8 @@ impl Session {
                 .map_err(|why| (code::BAD_REQUEST, why))?;
         }
         for window in [e.ts, e.history].into_iter().flatten() {
-            let (store, devices) = (self.h.core.ts.clone(), devices.clone());
-            let update = blocking(move || entity::series(store.reads(), &devices, &window)).await?;
+            let (store, page) = (self.h.core.ts.clone(), page.clone());
+            let update = blocking(move || entity::series(store.reads(), &page, &window)).await?;
             answers.push(proto::entity_update(e.cmd_id, update));
         }
         Ok(answers)
@@ -858,20 +882,26 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Refusal> + Se
 /// The device an entity reference names, if the caller may see it: an error code and
 /// message otherwise.
 async fn device_for(core: &Core, caller: &Caller, entity_type: &str, id: &str) -> Result<DeviceId, Refusal> {
-    let id = gridlinks_thingsboard::model::entity_device_id(entity_type, id)
-        .map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
-    match gridlinks_platform::entities::devices::get(core, caller, id).await {
-        Ok(_) => {}
-        // Another tenant's device is answered as one that does not exist (as REST does).
+    let found = if entity_type == "ASSET" {
+        let id = id.parse().map_err(|_| (code::BAD_REQUEST, format!("Invalid asset id: {id}")))?;
+        gridlinks_platform::entities::assets::get(core, caller, id).await.map(|a| DeviceId(a.id))
+    } else {
+        let id = gridlinks_thingsboard::model::entity_device_id(entity_type, id)
+            .map_err(|e| (code::BAD_REQUEST, e.to_string()))?;
+        gridlinks_platform::entities::devices::get(core, caller, id).await.map(|d| d.id)
+    };
+    match found {
+        Ok(id) => Ok(id),
+        // Another tenant's entity is answered as one that does not exist (as REST does).
         Err(ServiceError::NotFound(_)) => {
-            return Err((code::BAD_REQUEST, "Device with requested id wasn't found!".to_owned()))
+            let what = if entity_type == "ASSET" { "Asset" } else { "Device" };
+            Err((code::BAD_REQUEST, format!("{what} with requested id wasn't found!")))
         }
         Err(ServiceError::Forbidden) => {
-            return Err((code::UNAUTHORIZED, "You don't have permission to perform this operation!".into()))
+            Err((code::UNAUTHORIZED, "You don't have permission to perform this operation!".into()))
         }
-        Err(e) => return Err((code::INTERNAL_ERROR, e.to_string())),
+        Err(e) => Err((code::INTERNAL_ERROR, e.to_string())),
     }
-    Ok(id)
 }
 
 /// Raw points of `keys` in `[start, end)`, newest first, at most `limit` per key.
