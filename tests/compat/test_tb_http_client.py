@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from gridlinks_server import gridlinks_server, wait_until
-from tb_device_http import TBHTTPDevice
+from tb_device_http import TBHTTPDevice, TBProvisionFailure
 
 ADMIN_PASSWORD = "http-pw-" + uuid.uuid4().hex[:8]
 TOKEN = "httpTok" + uuid.uuid4().hex[:12]
@@ -127,3 +127,21 @@ def test_shared_attribute_updates_by_long_poll(server, rest, device_id, client):
         wait_until(changed, "the attribute update")
     finally:
         client.unsubscribe("attributes")
+
+
+def test_provisioning(server, rest):
+    # The HTTP SDK's own provisioning call, unchanged: a device it creates, whose token
+    # works at once; a wrong secret is its TBProvisionFailure.
+    key, secret = "http-key-" + uuid.uuid4().hex[:6], "http-secret-" + uuid.uuid4().hex[:6]
+    profile = {"name": "http-provisioned", "provisionType": "ALLOW_CREATE_NEW_DEVICES", "provisionDeviceKey": key,
+               "profileData": {"provisionConfiguration": {"type": "ALLOW_CREATE_NEW_DEVICES",
+                                                          "provisionDeviceSecret": secret}}}
+    r = rest.post(server["base"] + "/api/deviceProfile", json=profile, timeout=WAIT_S)
+    assert r.status_code == 200, r.text
+    device = TBHTTPDevice.provision(server["base"], "http-provisioned-1", key, secret)
+    device.send_telemetry({"provisioned": 1}, queued=False)  # raises on an error answer
+    r = rest.get(server["base"] + "/api/tenant/devices", params={"deviceName": "http-provisioned-1"}, timeout=WAIT_S)
+    assert r.status_code == 200 and r.json()["type"] == "http-provisioned", r.text
+    assert _latest(server, rest, r.json()["id"]["id"], ["provisioned"])["provisioned"][0]["value"] == "1"
+    with pytest.raises(TBProvisionFailure):
+        TBHTTPDevice.provision(server["base"], "http-provisioned-2", key, "wrong")
