@@ -272,6 +272,10 @@ fn relations_of_any_type_between_any_entities() {
             json!({"from": {"entityType": "ASSET", "id": site}, "to": {"entityType": "ASSET", "id": floor}, "type": "x".repeat(300)}),
             400,
         ),
+        (
+            json!({"from": {"entityType": "ASSET", "id": site}, "to": {"entityType": "ASSET", "id": floor}, "type": "a\nb"}),
+            400,
+        ),
     ];
     for (body, code) in bad {
         let (st, out) = s.json("POST", "/api/v2/relation", &jwt, Some(body.clone()));

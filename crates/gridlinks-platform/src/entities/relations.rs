@@ -298,8 +298,9 @@ fn gateway_link(gateway: Uuid, device: Uuid) -> Relation {
 
 /// Creates or updates a relation between two entities the caller may change.
 pub async fn save(core: &Core, me: &Caller, r: Relation) -> ServiceResult<Relation> {
-    if r.relation_type.trim().is_empty() || r.relation_type.chars().count() > 255 {
-        return Err(invalid("Relation type should be specified (1 to 255 characters)!"));
+    let t = &r.relation_type;
+    if t.trim().is_empty() || t.chars().count() > 255 || t.chars().any(char::is_control) {
+        return Err(invalid("Relation type should be specified (1 to 255 characters, no control characters)!"));
     }
     if r.group.is_empty() || r.group.len() > 64 {
         return Err(invalid("Relation type group should be specified (1 to 64 characters)!"));
@@ -318,14 +319,22 @@ pub async fn save(core: &Core, me: &Caller, r: Relation) -> ServiceResult<Relati
         let store = core.store.clone();
         blocking(move || store.doc(DocKind::Relation, id)).await?.is_some()
     };
-    let op = match exists {
-        true => WriteOp::SaveDoc { kind: DocKind::Relation, id: Some(id), title, doc },
-        false => WriteOp::InsertDoc { kind: DocKind::Relation, id, title, doc },
-    };
-    match core.writer.submit(op).await {
+    let update = |title, doc| WriteOp::SaveDoc { kind: DocKind::Relation, id: Some(id), title, doc };
+    if exists {
+        core.writer.submit(update(title, doc)).await?;
+        return Ok(r);
+    }
+    match core
+        .writer
+        .submit(WriteOp::InsertDoc { kind: DocKind::Relation, id, title: title.clone(), doc: doc.clone() })
+        .await
+    {
         Ok(_) => Ok(r),
-        // Inserted at the same moment by another request: the same relation.
-        Err(StoreError::Invalid(_)) if !exists => Ok(r),
+        // Inserted at the same moment by another request: this one updates it.
+        Err(StoreError::Invalid(_)) => {
+            core.writer.submit(update(title, doc)).await?;
+            Ok(r)
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -375,17 +384,15 @@ pub async fn delete(
     writable(core, me, from).await?;
     writable(core, me, to).await?;
     let r = get(core, me, from, to, relation_type, group).await?;
-    if r.is_gateway_link() && r.additional_info.is_null() && !exists_doc(core, r.id()).await? {
-        super::devices::unrelate_gateway(core, me, DeviceId(from.id), DeviceId(to.id)).await?;
-    } else {
-        core.writer.submit(WriteOp::DeleteDoc(DocKind::Relation, r.id())).await?;
+    match core.writer.submit(WriteOp::DeleteDoc(DocKind::Relation, r.id())).await {
+        Ok(_) => {}
+        // The one relation that is not a document: a device's gateway.
+        Err(StoreError::DocNotFound(..)) => {
+            super::devices::unrelate_gateway(core, me, DeviceId(from.id), DeviceId(to.id)).await?
+        }
+        Err(e) => return Err(e.into()),
     }
     Ok(r)
-}
-
-async fn exists_doc(core: &Core, id: Uuid) -> ServiceResult<bool> {
-    let store = core.store.clone();
-    Ok(blocking(move || store.doc(DocKind::Relation, id)).await?.is_some())
 }
 
 /// Which way to follow relations from an entity.
