@@ -143,15 +143,20 @@ pub async fn save_profile(
     }
     obj.insert("default".into(), default.into());
     core.set_doc_tenant(&mut doc, me.tenant);
+    // The default first, so the tenant's first own profile is not its only one.
     profiles(core, me).await?;
     written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::AssetProfile, id, title: name, doc }).await?)
 }
 
-/// Makes an asset profile of the caller's tenant its default.
+/// Makes an asset profile of the caller's tenant its default: one write per profile whose
+/// flag changes (the new default first), so a reader in between may see two defaults and
+/// takes the first by name.
 pub async fn set_default_profile(core: &Core, me: &Caller, id: Uuid) -> ServiceResult<DocRecord> {
     let target = get_profile(core, me, id).await?;
     let mut made = target.clone();
-    for p in profiles(core, me).await? {
+    let mut all = profiles(core, me).await?;
+    all.sort_by_key(|p| p.id != id);
+    for p in all {
         let default = p.id == id;
         if is_default(&p) == default {
             continue;
