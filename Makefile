@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint cluster cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster
+.PHONY: run test deps lint cluster cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster bench-tb-gateway
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
 ## console at http://localhost:8080/).
@@ -165,6 +165,12 @@ bench-lamp: bench-deps
 # CoAP (docs/api.md): 1,000 devices posting confirmable telemetry, one in flight each, as
 # fast as ACKs allow and at 5,000/s, with the loss check; the MQTT path in the same shape
 # (QoS 1, one in flight) against Mosquitto for reference.
+## ThingsBoard's own performance-test tool, gateway test, with its defaults: builds the tool
+## from ThingsBoard's sources on first use, then counts what GridLinks stored (none lost).
+bench-tb-gateway: bench-deps
+	test -f target/perftool/performance-tests/target/tb-ce-performance-tests-4.0.1-boot.jar || bench/perftool/build_perftool.sh
+	GRIDLINKS_BIN=$(TARGET)/release/gridlinks bench/tb_perf_gateway.sh
+
 bench-coap: bench-deps
 	$(BENCH) coap-telemetry --devices 1000 --duration 30s --verify --json $(RESULTS)/coap.json
 	$(BENCH) coap-telemetry --devices 1000 --duration 30s --rate 5000 --verify --json $(RESULTS)/coap-5k.json
