@@ -201,12 +201,13 @@ impl Ingest {
     /// (`gateways_adopt`, or the device profile's `gatewayAdoption`); or one created for it on
     /// first use (type `default` unless given). Owned devices are bounded per gateway.
     /// Another gateway's device, a gateway, or a device that may not be adopted is refused.
+    /// With the id: whether it became the gateway's just now (created or adopted).
     pub async fn gateway_device(
         &self,
         gateway: DeviceId,
         name: &str,
         device_type: Option<String>,
-    ) -> Result<DeviceId, IngestError> {
+    ) -> Result<(DeviceId, bool), IngestError> {
         let store = self.store.clone();
         let owned = name.to_owned();
         // A gateway's devices are of its tenant.
@@ -217,7 +218,7 @@ impl Ingest {
         .await
         .map_err(|_| IngestError::Unavailable("lookup task failed".into()))??;
         match found {
-            Some(d) if d.gateway == Some(gateway) => return Ok(d.id),
+            Some(d) if d.gateway == Some(gateway) => return Ok((d.id, false)),
             // Another gateway's: refused without a write. One of no gateway goes to the
             // writer, which adopts it if allowed, under the same lock as creations.
             Some(d) if d.gateway.is_some() => return Err(IngestError::ForeignDevice(name.to_owned())),
@@ -231,7 +232,7 @@ impl Ingest {
             adopt: self.gateway_adopts,
         };
         match self.commit_one(op).await? {
-            WriteOutcome::Device(d) => Ok(d.id),
+            WriteOutcome::Device(d) => Ok((d.id, true)),
             _ => Err(IngestError::Failed("unexpected write outcome".into())),
         }
     }

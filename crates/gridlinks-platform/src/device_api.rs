@@ -96,6 +96,23 @@ fn attributes_item(st: &Platform, device: DeviceId, body: &[u8]) -> Result<Item,
     Ok(Item::Attributes { device, scope: AttributeScope::Client, values })
 }
 
+/// Gateway `gateway`'s sub-device `name` ([`gridlinks_ingest::Ingest::gateway_device`]);
+/// one it has just created or adopted is told its profile's OTA packages.
+async fn sub_device(
+    st: &Platform,
+    gateway: DeviceId,
+    name: &str,
+    device_type: Option<String>,
+) -> Result<DeviceId, IngestError> {
+    let (id, new) = st.core.ingest.gateway_device(gateway, name, device_type).await?;
+    if new {
+        if let Err(e) = crate::entities::ota::created(st, vec![id]).await {
+            tracing::warn!(device = %id, error = %e, "a gateway's new device was not told its OTA packages");
+        }
+    }
+    Ok(id)
+}
+
 /// Handles one PUBLISH of `device` that is not a [`batch_item`]; resolves after the
 /// durable commit.
 pub async fn handle_publish(
@@ -124,7 +141,7 @@ pub async fn handle_publish(
         }
         DeviceTopic::GatewayConnect => {
             let (name, device_type) = payload::parse_gateway_device(&body)?;
-            let sub = st.core.ingest.gateway_device(device, &name, device_type).await?;
+            let sub = sub_device(&st, device, &name, device_type).await?;
             st.core.activity.connected(sub);
             Ok(None)
         }
@@ -137,7 +154,7 @@ pub async fn handle_publish(
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
-                let sub = st.core.ingest.gateway_device(device, &name, None).await?;
+                let sub = sub_device(&st, device, &name, None).await?;
                 st.core.activity.touch(sub);
                 items.push(Item::Telemetry { device: sub, records });
             }
@@ -148,7 +165,7 @@ pub async fn handle_publish(
             let per_device = payload::parse_gateway_attributes(&body, lim)?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, values) in per_device {
-                let id = st.core.ingest.gateway_device(device, &name, None).await?;
+                let id = sub_device(&st, device, &name, None).await?;
                 st.core.activity.touch(id);
                 items.push(Item::Attributes { device: id, scope: AttributeScope::Client, values });
             }
@@ -167,7 +184,7 @@ pub async fn handle_publish(
             let mut subs = Vec::with_capacity(claims.len());
             // Every name is resolved before any claim opens: one foreign name refuses all.
             for (name, claim) in claims {
-                subs.push((st.core.ingest.gateway_device(device, &name, None).await?, claim));
+                subs.push((sub_device(&st, device, &name, None).await?, claim));
             }
             for (sub, claim) in subs {
                 st.core.claims.open(sub, claim, Ts::now().0);
@@ -253,7 +270,7 @@ pub fn parse_chunk_size(body: &[u8]) -> Result<usize, PayloadError> {
 /// `v1/gateway/attributes/response`.
 async fn gateway_attribute_request(st: &Arc<Platform>, gw: DeviceId, body: &[u8]) -> Result<Reply, TopicError> {
     let req = gateway::parse_attribute_request(body)?;
-    let sub = st.core.ingest.gateway_device(gw, &req.device, None).await?;
+    let sub = sub_device(st, gw, &req.device, None).await?;
     let scope = if req.client { AttributeScope::Client } else { AttributeScope::Shared };
     // No keys: every attribute of the scope, as ThingsBoard reads an empty name list.
     let keys = (!req.keys.is_empty()).then(|| req.keys.clone());

@@ -138,7 +138,12 @@ async fn create(p: &Platform, profile: &ProfileRecord, name: String, token: Opti
         additional_info: None,
     };
     match p.core.writer.submit(WriteOp::SaveDevice(save)).await {
-        Ok(WriteOutcome::Device(d)) => Ok(d.token),
+        Ok(WriteOutcome::Device(d)) => {
+            if let Err(e) = crate::entities::ota::created(p, vec![d.id]).await {
+                tracing::warn!(device = %d.id, error = %e, "a provisioned device was not told its OTA packages");
+            }
+            Ok(d.token)
+        }
         Ok(_) => Err(failure("FAILURE", "unexpected write outcome")),
         Err(e) => Err(store_failure(e)),
     }

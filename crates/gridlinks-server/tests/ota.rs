@@ -136,3 +136,48 @@ fn a_device_gets_only_its_own_package_and_bad_chunk_requests_are_refused() {
     let (st, page) = s.json("GET", "/api/otaPackages?pageSize=10&page=0", &beta, None);
     assert_eq!((st, page["totalElements"].as_u64()), (200, Some(0)));
 }
+
+/// A device made another way than a REST save — provisioned, created by its gateway, or
+/// imported — in a profile with firmware gets the package's `fw_*` shared attributes, as a
+/// saved device does.
+#[test]
+fn devices_made_by_provisioning_gateways_and_imports_get_their_profiles_package() {
+    let s = Server::start();
+    let jwt = s.login();
+    let prof = profile(&s, &jwt, "fleet");
+    let fw = package(&s, &jwt, &prof, "fleet-fw", "FIRMWARE", b"firmware bytes");
+    assert_eq!(assign(&s, &jwt, &prof, "firmwareId", &fw).0, 200);
+    let (_, mut doc) = s.json("GET", &format!("/api/deviceProfile/{prof}"), &jwt, None);
+    doc["provisionType"] = json!("ALLOW_CREATE_NEW_DEVICES");
+    doc["provisionDeviceKey"] = json!("fleet-key");
+    doc["profileData"]["provisionConfiguration"] =
+        json!({"type": "ALLOW_CREATE_NEW_DEVICES", "provisionDeviceSecret": "fleet-secret"});
+    assert_eq!(s.json("POST", "/api/deviceProfile", &jwt, Some(doc)).0, 200);
+
+    // Provisioned.
+    let req = json!({"deviceName": "prov-1", "provisionDeviceKey": "fleet-key", "provisionDeviceSecret": "fleet-secret"});
+    let (st, out) = s.json("POST", "/api/v1/provision", "", Some(req));
+    assert_eq!((st, out["status"].as_str()), (200, Some("SUCCESS")), "{out}");
+    // Created by a gateway (of the profile's type, so of the profile).
+    s.gateway(&jwt, "gw", "FLEETGW");
+    let (mut gw, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("FLEETGW"), 60);
+    gw.publish("v1/gateway/connect", br#"{"device":"gw-child","type":"fleet"}"#, QoS::AtLeastOnce, Some(1));
+    assert!(matches!(gw.recv(), Some(Packet::PubAck(_))));
+    // Imported.
+    let import = json!({"file": "imp-1,fleet,IMPTOKEN1\n", "mapping": {"columns": [{"type": "NAME"}, {"type": "TYPE"},
+        {"type": "ACCESS_TOKEN"}], "delimiter": ",", "update": false, "header": false}});
+    let (st, out) = s.json("POST", "/api/device/bulk_import", &jwt, Some(import));
+    assert_eq!((st, out["created"].as_i64()), (200, Some(1)), "{out}");
+
+    for name in ["prov-1", "gw-child", "imp-1"] {
+        let (_, d) = s.json("GET", &format!("/api/tenant/devices?deviceName={name}"), &jwt, None);
+        let id = d["id"]["id"].as_str().unwrap();
+        let path = format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/SHARED_SCOPE?keys=fw_title,fw_version");
+        let mut attrs = Vec::new();
+        wait_until(&format!("{name}'s fw_* attributes"), || {
+            attrs = s.json("GET", &path, &jwt, None).1.as_array().cloned().unwrap_or_default();
+            attrs.len() == 2
+        });
+        assert!(attrs.iter().any(|a| a["key"] == "fw_title" && a["value"] == "fleet-fw"), "{name}: {attrs:?}");
+    }
+}

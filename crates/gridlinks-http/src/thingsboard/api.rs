@@ -545,8 +545,10 @@ struct ImportColumn {
 
 /// `POST /api/device/bulk_import`: ThingsBoard's CSV import, one commit for all rows. A row
 /// whose access token is taken (by any tenant's device) is refused, and each such row counts
-/// as a credential conflict ([`super::guards`]).
-pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+/// as a credential conflict ([`super::guards`]). Imported devices whose profile assigns an
+/// OTA package are told it, as a saved device is.
+pub async fn bulk_import(Admin(me): Admin, State(p): State<Arc<Platform>>, Body(body): Body) -> ApiResult<Json<J>> {
+    let st = &p.core;
     let req: ImportRequest = parse_json(&body)?;
     if req.mapping.columns.iter().any(|c| c.column_type == "ACCESS_TOKEN") {
         st.guards.check_conflicts(&me).map_err(ApiError::credential_conflicts)?;
@@ -652,6 +654,11 @@ pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> A
     }
     let update = req.mapping.update;
     let tenant = st.stored_tenant(me.tenant);
+    // The devices to tell their profile's OTA packages, if any profile has one.
+    let names: Vec<String> = match gridlinks_platform::entities::ota::any_assigned(st)? {
+        true => rows.iter().map(|r| r.name.clone()).collect(),
+        false => Vec::new(),
+    };
     let mut out = st.ingest.import(tenant, rows, update).await?;
     // A row's token taken by a device, or equal to a credential of another kind (the
     // writer's CredentialClash texts for a token begin so).
@@ -663,16 +670,21 @@ pub async fn bulk_import(Admin(me): Admin, State(st): St, Body(body): Body) -> A
     // share group commits instead of paying one commit each.
     let now = Ts::now();
     let store = st.store.clone();
-    let batches = blocking(move || {
+    let (batches, imported) = blocking(move || {
         let mut batches = Vec::with_capacity(telemetry.len());
+        let mut imported = Vec::with_capacity(names.len());
+        for name in names {
+            imported.extend(store.device_by_name(tenant, &name)?.map(|d| d.id));
+        }
         for (name, values) in telemetry {
             if let Some(d) = store.device_by_name(tenant, &name)? {
                 batches.push((d.id, vec![TsRecord { ts: now, values }]));
             }
         }
-        Ok(batches)
+        Ok((batches, imported))
     })
     .await?;
+    gridlinks_platform::entities::ota::created(&p, imported).await?;
     let items = batches.into_iter().map(|(device, records)| Item::Telemetry { device, records }).collect();
     // A device deleted meanwhile has nothing to write to; any other failure fails the import.
     for r in st.ingest.submit(items).await {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use gridlinks_ingest::Item;
-use gridlinks_storage::{DeviceRecord, DocKind, DocRecord, WriteOp};
+use gridlinks_storage::{DeviceRecord, DocKind, DocRecord, ProfileRecord, WriteOp};
 use gridlinks_types::{AttributeScope, DeviceId, ProfileId, Value};
 use parking_lot::Mutex;
 use serde_json::{Map, Value as J};
@@ -429,6 +429,34 @@ pub async fn profile_saved(p: &Platform, id: ProfileId, before: Option<&J>, afte
         notify(p, followers(&p.core, id).await?).await?;
     }
     Ok(())
+}
+
+/// Tells devices just made some other way than a REST save (provisioned, created or
+/// adopted by a gateway, imported) their profile's packages, as a saved device is told:
+/// only devices whose profile assigns a package are read and told.
+pub async fn created(p: &Platform, ids: Vec<DeviceId>) -> ServiceResult<()> {
+    let store = p.core.store.clone();
+    let devices = blocking(move || {
+        let profiles = store.profiles()?;
+        let assigns = |profile: ProfileId| profiles.iter().find(|pr| pr.id == profile).is_some_and(assigns_package);
+        let mut out = Vec::new();
+        for id in ids {
+            out.extend(store.device(id)?.filter(|d| assigns(d.profile_id())));
+        }
+        Ok(out)
+    })
+    .await?;
+    notify(p, devices).await
+}
+
+/// Whether a profile assigns a firmware or software package.
+fn assigns_package(pr: &ProfileRecord) -> bool {
+    OtaType::ALL.iter().any(|t| pr.doc.get(t.field()).and_then(|f| f.get("id")).is_some_and(|id| !id.is_null()))
+}
+
+/// Whether any device profile assigns a package (when none does, nothing needs telling).
+pub fn any_assigned(core: &Core) -> ServiceResult<bool> {
+    Ok(core.store.profiles()?.iter().any(assigns_package))
 }
 
 /// Tells `devices` the packages now assigned to them: the `fw_*`/`sw_*` shared attributes
