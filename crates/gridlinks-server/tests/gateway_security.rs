@@ -113,10 +113,14 @@ fn a_gateway_writes_only_to_devices_it_created_or_was_assigned() {
     let unassign = format!("/api/relation?fromId={gw}&fromType=DEVICE&relationType=Created&toId={b}&toType=DEVICE");
     assert_eq!(s.json("DELETE", &unassign, &jwt, None).0, 200);
     assert_eq!(publish(&mut g1, 5, "v1/gateway/attributes", r#"{"devB":{"x":1}}"#), reason::NOT_AUTHORIZED);
-    // Only gateways may own devices.
+    // Only gateways own devices: a "Created" relation from a plain device is an ordinary
+    // relation (ThingsBoard allows any), and the device gains no gateway API by it.
     let plain = s.device(&jwt, "plain", "PLAIN");
-    let bad = json!({"from": {"entityType": "DEVICE", "id": plain}, "to": {"entityType": "DEVICE", "id": b}, "type": "Created"});
-    assert_eq!(s.json("POST", "/api/relation", &jwt, Some(bad)).0, 400);
+    let other = json!({"from": {"entityType": "DEVICE", "id": plain}, "to": {"entityType": "DEVICE", "id": b}, "type": "Created"});
+    assert_eq!(s.json("POST", "/api/relation", &jwt, Some(other)).0, 200);
+    let (mut p, _) = Raw::connect(s.mqtt_port, V5, Some("PLAIN"), 60);
+    assert_eq!(publish(&mut p, 1, "v1/gateway/telemetry", r#"{"devB":{"t":9}}"#), reason::NOT_AUTHORIZED);
+    assert_eq!(values(&s, &jwt, &b, "t").get("t").map(|v| v[0]["value"].clone()), None, "nothing written for devB");
     // Turning a gateway into a plain device closes the gateway API to it at once.
     let (_, mut d) = s.json("GET", &format!("/api/device/{gw}"), &jwt, None);
     d["additionalInfo"] = json!({"gateway": false});
