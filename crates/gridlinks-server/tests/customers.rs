@@ -61,7 +61,11 @@ fn customers_get_devices_and_dashboards_assigned() {
     assert_eq!((st, dev["customerId"]["id"].as_str()), (200, Some(NULL_UUID)));
     assert_eq!(s.json("POST", &format!("/api/owner/TENANT/{ghost}/DEVICE/{d2}"), &jwt, None).0, 403, "another tenant");
     assert_eq!(s.json("POST", &format!("/api/owner/CUSTOMER/{globex_id}/EDGE/{d2}"), &jwt, None).0, 400);
-    assert_eq!(s.json("POST", &format!("/api/owner/CUSTOMER/{globex_id}/ASSET/{d2}"), &jwt, None).0, 404, "no such asset");
+    assert_eq!(
+        s.json("POST", &format!("/api/owner/CUSTOMER/{globex_id}/ASSET/{d2}"), &jwt, None).0,
+        404,
+        "no such asset"
+    );
     // Assignment survives updates of the device.
     let (_, dev) = s.json("GET", &format!("/api/device/{d1}"), &jwt, None);
     let mut renamed = dev.clone();

@@ -155,7 +155,8 @@ fn devices_made_by_provisioning_gateways_and_imports_get_their_profiles_package(
     assert_eq!(s.json("POST", "/api/deviceProfile", &jwt, Some(doc)).0, 200);
 
     // Provisioned.
-    let req = json!({"deviceName": "prov-1", "provisionDeviceKey": "fleet-key", "provisionDeviceSecret": "fleet-secret"});
+    let req =
+        json!({"deviceName": "prov-1", "provisionDeviceKey": "fleet-key", "provisionDeviceSecret": "fleet-secret"});
     let (st, out) = s.json("POST", "/api/v1/provision", "", Some(req));
     assert_eq!((st, out["status"].as_str()), (200, Some("SUCCESS")), "{out}");
     // Created by a gateway (of the profile's type, so of the profile).
@@ -172,7 +173,8 @@ fn devices_made_by_provisioning_gateways_and_imports_get_their_profiles_package(
     for name in ["prov-1", "gw-child", "imp-1"] {
         let (_, d) = s.json("GET", &format!("/api/tenant/devices?deviceName={name}"), &jwt, None);
         let id = d["id"]["id"].as_str().unwrap();
-        let path = format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/SHARED_SCOPE?keys=fw_title,fw_version");
+        let path =
+            format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/SHARED_SCOPE?keys=fw_title,fw_version");
         let mut attrs = Vec::new();
         wait_until(&format!("{name}'s fw_* attributes"), || {
             attrs = s.json("GET", &path, &jwt, None).1.as_array().cloned().unwrap_or_default();
