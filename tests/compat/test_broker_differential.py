@@ -26,12 +26,12 @@ PATIENCE = 60
 
 
 @contextlib.contextmanager
-def mosquitto(tmp):
+def mosquitto(tmp, extra=""):
     port, ws_port = free_port(), free_port()
     conf = tmp / "mosquitto.conf"
     conf.write_text(
         f"listener {port} 127.0.0.1\nallow_anonymous true\n"
-        f"listener {ws_port} 127.0.0.1\nprotocol websockets\npersistence false\n")
+        f"listener {ws_port} 127.0.0.1\nprotocol websockets\npersistence false\n{extra}")
     proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + PATIENCE
     while True:
@@ -327,3 +327,28 @@ def test_websocket_clients_pub_and_sub(brokers):
         return [(t.replace(tag, "T"), len(p)) for t, p, _, _, _ in got]
 
     assert both(brokers, scenario) == [("T/ws/small", 5), ("T/ws/big", 100_000)]
+
+
+def test_server_keep_alive(tmp_path_factory):
+    # The broker's bound on keep alive (Mosquitto's max_keepalive, GridLinks'
+    # mqtt.max_keep_alive): an MQTT 5 client asking more, or none, is told the bound in
+    # CONNACK; one asking less hears nothing; both brokers say the same.
+    told = {}
+    with gridlinks_server(tmp_path_factory.mktemp("gridlinks-ka"), "admin-pw", GRIDLINKS_MQTT_ALLOW_ANONYMOUS="true",
+                          GRIDLINKS_MQTT_MAX_KEEP_ALIVE="30") as g, \
+            mosquitto(tmp_path_factory.mktemp("mosquitto-ka"), "max_keepalive 30\n") as m:
+        for name, ports in [("gridlinks", g), ("mosquitto", m)]:
+            for asked in (120, 0, 20):
+                connacks = []
+                done = threading.Event()
+                c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"ka-{asked}", protocol=V5)
+                c.on_connect = lambda cl, ud, flags, rc, props: (connacks.append(props), done.set())
+                c.connect("127.0.0.1", ports["mqtt_port"], keepalive=asked)
+                c.loop_start()
+                assert done.wait(PATIENCE), f"{name}: no CONNACK"
+                c.disconnect()
+                c.loop_stop()
+                told[(name, asked)] = getattr(connacks[0], "ServerKeepAlive", None)
+    for asked in (120, 0, 20):
+        assert told[("gridlinks", asked)] == told[("mosquitto", asked)], told
+    assert told[("gridlinks", 120)] == 30 and told[("gridlinks", 20)] is None, told

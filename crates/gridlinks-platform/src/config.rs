@@ -153,6 +153,10 @@ pub struct MqttConfig {
     /// Longest session expiry interval granted, seconds (MQTT 3.1.1 clean-session-0 clients
     /// get this; 4294967295 = never expire).
     pub max_session_expiry: u32,
+    /// Longest keep alive an MQTT 5 client may use, seconds: one asking more, or none (0),
+    /// is told this one in CONNACK (Server Keep Alive) and held to it; 0: what the client
+    /// asks. MQTT 3.1.1 clients cannot be told and keep theirs (as in Mosquitto).
+    pub max_keep_alive: u16,
     /// At the queue bound of an offline persistent session: `drop_new` or `drop_oldest`.
     pub offline_queue_full: String,
     /// Topic filters anonymous clients may publish to (never the device API's `v1/...`).
@@ -778,6 +782,7 @@ impl Default for MqttConfig {
             client_outbound_queue: 1_000,
             client_queue_hard_limit: 100_000,
             max_session_expiry: 7 * 24 * 3600,
+            max_keep_alive: 0,
             offline_queue_full: "drop_new".into(),
             anonymous_publish: vec!["#".into()],
             anonymous_subscribe: vec!["#".into()],

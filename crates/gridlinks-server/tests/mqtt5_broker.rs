@@ -289,3 +289,23 @@ fn nothing_larger_than_the_clients_maximum_packet_size_is_sent() {
     let (_, metrics) = server.req("GET", "/metrics", None, None);
     assert!(metrics.contains("gridlinks_mqtt_too_large_discarded_total 1\n"), "{metrics}");
 }
+
+/// `mqtt.max_keep_alive`: an MQTT 5 client asking more (or none) is told the bound in
+/// CONNACK (Server Keep Alive) and held to it — silent past 1.5 times it, it is closed; one
+/// asking less keeps its own and hears nothing; an MQTT 3.1.1 client cannot be told and
+/// keeps its own (as Mosquitto's `max_keepalive`; tests/compat compares the CONNACKs).
+#[test]
+fn server_keep_alive_bounds_mqtt5_clients() {
+    let s = Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_MQTT_MAX_KEEP_ALIVE", "1")]);
+    let (mut none, ack) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, None, 0);
+    assert_eq!((ack.code, ack.properties.server_keep_alive), (0, Some(1)), "{ack:?}");
+    let (closing, _) = none.expect_close();
+    assert!(closing.as_ref().is_none_or(|d| d.reason == reason::KEEP_ALIVE_TIMEOUT), "{closing:?}");
+    let (_, ack) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, None, 600);
+    assert_eq!(ack.properties.server_keep_alive, Some(1));
+    let s2 = Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_MQTT_MAX_KEEP_ALIVE", "60")]);
+    let (_, ack) = Raw::connect(s2.mqtt_port, ProtocolVersion::V5, None, 30);
+    assert_eq!((ack.code, ack.properties.server_keep_alive), (0, None), "within the bound: its own");
+    let (_, ack) = Raw::connect(s2.mqtt_port, ProtocolVersion::V3_1_1, None, 600);
+    assert_eq!(ack.code, 0, "3.1.1 keeps its own");
+}

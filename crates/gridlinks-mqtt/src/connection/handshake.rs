@@ -163,6 +163,7 @@ impl<T: Transport> Conn<T> {
             props.topic_alias_maximum = Some(TOPIC_ALIAS_MAX);
             props.wildcard_subscription_available = Some(1);
             props.assigned_client_identifier = assigned;
+            props.server_keep_alive = keep_alive(c.keep_alive, self.st.core.cfg.mqtt.max_keep_alive, v5).1;
             let asked = c.properties.session_expiry_interval.unwrap_or(0);
             // The server's own limit, when lower than asked, is said in CONNACK.
             props.session_expiry_interval = (asked > self.expiry).then_some(self.expiry);
@@ -237,5 +238,31 @@ impl<T: Transport> Conn<T> {
                 self.st.devices.sessions.unregister_client(id, &a.link, Vec::new());
             }
         }
+    }
+}
+
+/// The keep alive a connection is held to, and the Server Keep Alive an MQTT 5 client is
+/// told: `max` (seconds; 0: no bound) replaces what a v5 client asks above it, or no keep
+/// alive at all (0), as Mosquitto's `max_keepalive` does. An MQTT 3.1.1 client cannot be
+/// told and keeps its own.
+pub(super) fn keep_alive(asked: u16, max: u16, v5: bool) -> (u16, Option<u16>) {
+    if v5 && max > 0 && (asked == 0 || asked > max) {
+        (max, Some(max))
+    } else {
+        (asked, None)
+    }
+}
+
+#[cfg(test)]
+mod keep_alive_tests {
+    use super::keep_alive;
+
+    #[test]
+    fn a_bound_applies_to_mqtt5_clients_only() {
+        assert_eq!(keep_alive(120, 30, true), (30, Some(30)));
+        assert_eq!(keep_alive(0, 30, true), (30, Some(30)), "none at all is more than the bound");
+        assert_eq!(keep_alive(20, 30, true), (20, None));
+        assert_eq!(keep_alive(120, 30, false), (120, None), "3.1.1 cannot be told");
+        assert_eq!(keep_alive(120, 0, true), (120, None), "no bound");
     }
 }

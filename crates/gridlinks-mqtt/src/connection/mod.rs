@@ -232,7 +232,8 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
             }
         }
         conn.rate = RateLimit::new(st.core.cfg.mqtt.rate_limit_messages).map(Box::new);
-        let keep_alive = connect.keep_alive;
+        let v5 = connect.protocol == ProtocolVersion::V5;
+        let keep_alive = handshake::keep_alive(connect.keep_alive, st.core.cfg.mqtt.max_keep_alive, v5).0;
         let mut window = OutWindow::new(
             connect.properties.receive_maximum.map_or(OUTBOUND_WINDOW, |m| m.min(OUTBOUND_WINDOW)),
             durable,
