@@ -309,3 +309,36 @@ fn server_keep_alive_bounds_mqtt5_clients() {
     let (_, ack) = Raw::connect(s2.mqtt_port, ProtocolVersion::V3_1_1, None, 600);
     assert_eq!(ack.code, 0, "3.1.1 keeps its own");
 }
+
+/// Request Problem Information = 0: acknowledgements carry no reason string (MQTT 5
+/// §3.1.2.11.7); asked for (the default), the same refusal says why. The refusal here: a
+/// publish over `mqtt.rate_limit_messages`, PUBACK 0x97.
+#[test]
+fn request_problem_information_zero_keeps_reason_strings_off_acknowledgements() {
+    let s =
+        Server::start_env(&[("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"), ("GRIDLINKS_MQTT_RATE_LIMIT_MESSAGES", "1")]);
+    let refusals = |problem_information: Option<u8>| -> Vec<Option<String>> {
+        let (mut c, ack) = Raw::connect_custom(s.mqtt_port, ProtocolVersion::V5, |c| {
+            c.client_id = format!("rpi-{problem_information:?}");
+            c.properties.request_problem_information = problem_information;
+        });
+        assert_eq!(ack.code, 0);
+        // Twenty at once: all but the first are over one per second.
+        for id in 1..=20u16 {
+            c.send(&publish("rpi/t", b"x", id, false, PublishProperties::default()));
+        }
+        let mut refused = Vec::new();
+        for _ in 1..=20 {
+            match c.recv() {
+                Some(Packet::PubAck(a)) if a.reason == reason::QUOTA_EXCEEDED => refused.push(a.reason_string),
+                Some(Packet::PubAck(_)) => {}
+                other => panic!("expected PUBACK, got {other:?}"),
+            }
+        }
+        refused
+    };
+    let told = refusals(None);
+    assert!(!told.is_empty() && told.iter().all(Option::is_some), "{told:?}");
+    let lean = refusals(Some(0));
+    assert!(!lean.is_empty() && lean.iter().all(Option::is_none), "{lean:?}");
+}

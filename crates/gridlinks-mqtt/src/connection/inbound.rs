@@ -369,7 +369,9 @@ impl<T: Transport> Conn<T> {
             .filter(|_| qos == QoS::ExactlyOnce && self.expiry > 0)
             .map(|id| pubsub::incoming_row(client, id, true));
         let routing = pubsub::route(&self.st, client, &msg, retain, remember);
-        self.congested |= routing.congested;
+        if routing.congested {
+            self.flags.set(super::Flags::CONGESTED);
+        }
         // MQTT 5: 0x10 "no matching subscribers" is a success code.
         let reason = if !routing.matched && v5 { rc::NO_MATCHING_SUBSCRIBERS } else { 0 };
         let Some(work) = routing.pending else {

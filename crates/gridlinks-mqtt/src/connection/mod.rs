@@ -125,12 +125,39 @@ struct Conn<T> {
     client_id: Option<Arc<str>>,
     /// The client's Maximum Packet Size (MQTT 5 CONNECT); larger packets are not sent.
     max_out: usize,
-    /// A publish of this client met a full subscriber queue (its QoS 0 copy was dropped):
-    /// let other tasks, that subscriber's among them, run before reading more.
-    congested: bool,
+    /// [`Flags::CONGESTED`], [`Flags::LEAN_ACKS`].
+    flags: Flags,
     /// Publishes in flight beyond one per pending item (batches answer many), plus those
     /// of the batch being built: with `pending.len()`, the in-flight count.
     extra_in_flight: usize,
+}
+
+/// A connection's small flags, in one byte: every connection's task is bounded in size.
+#[derive(Clone, Copy, Default)]
+struct Flags(u8);
+
+impl Flags {
+    /// A publish of this client met a full subscriber queue (its QoS 0 copy was dropped):
+    /// let other tasks, that subscriber's among them, run before reading more.
+    const CONGESTED: u8 = 1;
+    /// The client's Request Problem Information was 0 (MQTT 5): no reason string or user
+    /// properties on acknowledgements (only PUBLISH, CONNACK and DISCONNECT may carry them).
+    const LEAN_ACKS: u8 = 2;
+
+    fn has(self, f: u8) -> bool {
+        self.0 & f != 0
+    }
+
+    fn set(&mut self, f: u8) {
+        self.0 |= f;
+    }
+
+    /// Whether `f` was set; it is not any more.
+    fn take(&mut self, f: u8) -> bool {
+        let had = self.has(f);
+        self.0 &= !f;
+        had
+    }
 }
 
 /// Who is connected.
@@ -189,7 +216,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         acked_rows: Vec::new(),
         client_id: None,
         max_out: usize::MAX,
-        congested: false,
+        flags: Flags::default(),
         extra_in_flight: 0,
     };
     // `conn` and `guard` are used in place, as captured: a `let` binding (or an `async fn`
@@ -206,6 +233,9 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
             }
         };
         conn.version = connect.protocol;
+        if connect.properties.request_problem_information == Some(0) {
+            conn.flags.set(Flags::LEAN_ACKS);
+        }
         if let Some(max) = connect.properties.maximum_packet_size {
             conn.max_out = usize::try_from(max).unwrap_or(usize::MAX);
         }
@@ -337,6 +367,11 @@ impl<T: Transport> Conn<T> {
     /// than the client's Maximum Packet Size goes without its reason string and user
     /// properties if that makes it fit (MQTT 5 §3.1.2.11.4), else not at all (counted).
     fn queue(&mut self, p: &Packet) -> bool {
+        if self.flags.has(Flags::LEAN_ACKS) && !matches!(p, Packet::Disconnect(_)) {
+            if let Some(lean) = without_diagnostics(p) {
+                return self.queue(&lean);
+            }
+        }
         let start = self.wbuf.len();
         if let Err(e) = encode(p, self.version, &mut self.wbuf) {
             gridlinks_platform::logging::error_limited!(error = %e, packet = p.name(), "cannot encode MQTT packet; closing the connection");
@@ -472,7 +507,7 @@ impl<T: Transport> Conn<T> {
             if self.flush().await.is_err() && ending.is_none() {
                 ending = Some(End::Gone);
             }
-            if std::mem::take(&mut self.congested) {
+            if self.flags.take(Flags::CONGESTED) {
                 // Without this a publisher whose socket always has data keeps its worker
                 // busy for a whole scheduling budget, and the subscriber it floods runs
                 // too seldom to drain its queue: most QoS 0 copies would be dropped.
