@@ -723,7 +723,15 @@ fn cross_node_session(a: &Server, b: &Server, jwt: &str) {
     got.sort();
     assert_eq!(got, away, "the messages queued on A while away");
     send(&mut on_a, "moves/live/1");
-    assert_eq!(next(&mut m), "moves/live/1");
+    // At least once, as below: under load a copy queued during the move may come again
+    // (seen once in a full `make test`: moves/away/5 twice); nothing the client never had.
+    loop {
+        let topic = next(&mut m);
+        if topic == "moves/live/1" {
+            break;
+        }
+        assert!(away.contains(&topic), "{topic} out of nowhere");
+    }
 
     // Back to A while connected on B: B's connection is taken over, A resumes.
     let (mut m2, present) = connect(a, false);
