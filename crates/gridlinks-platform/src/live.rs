@@ -82,8 +82,9 @@ impl Live {
     /// The asset `id` names, if it is one (data with no device under its id).
     fn asset(&self, id: DeviceId) -> Result<Option<Owner>, StoreError> {
         let Some(a) = self.store.doc(DocKind::Asset, id.0)? else { return Ok(None) };
-        let text = |k: &str| a.doc.get(k).and_then(serde_json::Value::as_str).and_then(|s| s.parse().ok());
-        Ok(Some(Owner { id, tenant: text("tenantId").unwrap_or(self.first_tenant), customer: text("customerId") }))
+        let tenant = a.doc.get("tenantId").and_then(serde_json::Value::as_str).and_then(|s| s.parse().ok());
+        let customer = crate::entities::assets::customer(&a);
+        Ok(Some(Owner { id, tenant: tenant.unwrap_or(self.first_tenant), customer }))
     }
 }
 

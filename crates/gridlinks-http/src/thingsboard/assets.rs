@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use gridlinks_platform::auth::Caller;
 use gridlinks_platform::entities::assets::{self, AssetSave};
-use gridlinks_platform::entities::relations::{self, Direction, EntityKind, EntityRef, RelationsQuery};
+use gridlinks_platform::entities::relations::{self, EntityKind};
 use gridlinks_platform::Core;
 use gridlinks_storage::{DocKind, DocRecord};
 use gridlinks_thingsboard::model;
@@ -287,49 +287,17 @@ pub async fn by_ids(User(me): User, State(st): St, Q(p): Q<IdsParam>) -> ApiResu
 /// `POST /api/assets` (`AssetSearchQuery`): the assets related to a root entity, of the
 /// given relation type and asset types.
 pub async fn by_query(User(me): User, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
-    let q: J = parse_json(&body)?;
-    let relation_type = q.get("relationType").and_then(J::as_str).map(str::to_owned);
-    let types: Vec<String> = q
-        .get("assetTypes")
-        .and_then(J::as_array)
-        .map(|a| a.iter().filter_map(|t| Some(t.as_str()?.to_owned())).collect())
-        .unwrap_or_default();
-    let query = relations_query(q.get("parameters"), vec![(relation_type, vec![EntityKind::Asset])])?;
-    let direction = query.direction;
-    let found = relations::query(&st, &me, query).await?;
+    let (query, types) = super::relations::search_query(&parse_json(&body)?, EntityKind::Asset, "assetTypes")?;
+    let found = relations::reached(&st, &me, query, EntityKind::Asset).await?;
     let names = Names::load(&st).await?;
     let visible = of_tenant(&st, &me).await?;
-    let mut out = Vec::new();
-    for l in found {
-        let far = if direction == Direction::From { l.relation.to } else { l.relation.from };
-        if let Some(a) = visible.iter().find(|a| far.kind == EntityKind::Asset && a.id == far.id) {
-            if (types.is_empty() || types.iter().any(|t| t == names.profile(a).1))
-                && !out.iter().any(|o: &&DocRecord| o.id == a.id)
-            {
-                out.push(a);
-            }
-        }
-    }
-    Ok(Json(J::Array(out.into_iter().map(|a| names.render(&st, a, false)).collect())))
-}
-
-/// ThingsBoard's `RelationsSearchParameters` (`rootId`, `rootType`, `direction`,
-/// `relationTypeGroup`, `maxLevel`, `fetchLastLevelOnly`) with `filters`.
-pub(crate) fn relations_query(
-    p: Option<&J>,
-    filters: Vec<(Option<String>, Vec<EntityKind>)>,
-) -> ApiResult<RelationsQuery> {
-    let p = p.ok_or_else(|| ApiError::bad_request("parameters are required"))?;
-    let s = |k: &str| p.get(k).and_then(J::as_str);
-    let root = EntityRef::of(s("rootType").unwrap_or_default(), s("rootId").unwrap_or_default())?;
-    Ok(RelationsQuery {
-        root,
-        direction: Direction::parse(s("direction").unwrap_or("FROM"))?,
-        group: s("relationTypeGroup").map(str::to_owned),
-        max_level: p.get("maxLevel").and_then(J::as_u64).unwrap_or(1) as usize,
-        last_level_only: p.get("fetchLastLevelOnly").and_then(J::as_bool).unwrap_or(false),
-        filters,
-    })
+    let out = found
+        .iter()
+        .filter_map(|id| visible.iter().find(|a| a.id == *id))
+        .filter(|a| types.is_empty() || types.iter().any(|t| t == names.profile(a).1))
+        .map(|a| names.render(&st, a, false))
+        .collect();
+    Ok(Json(J::Array(out)))
 }
 
 /// `GET /api/asset/types`: the types (profile names) of the caller's tenant's assets, as

@@ -127,13 +127,7 @@ pub async fn change_owner(
         // A dashboard given back to its tenant is shared with no customer any more.
         ("DASHBOARD", None) => {
             let mut d = entities::dashboards::get(&st, &me, uuid(&entity, "dashboard")?).await?;
-            let assigned: Vec<Uuid> = d
-                .doc
-                .get("assignedCustomerIds")
-                .and_then(J::as_array)
-                .map(|a| a.iter().filter_map(|c| c.as_str()?.parse().ok()).collect())
-                .unwrap_or_default();
-            for c in assigned {
+            for c in entities::dashboards::assigned_customers(&d) {
                 d = entities::dashboards::assign(&st, &me, c, d.id, false).await?;
             }
             Ok(Json(dashboards::render(&st, &d, &dashboards::customers(&st).await?, false)))

@@ -26,10 +26,8 @@ type St = State<Arc<Core>>;
 /// A dashboard's JSON: with its configuration (`full`) or its info; the customers it is
 /// assigned to named from `customers`.
 pub(crate) fn render(st: &Core, d: &DocRecord, customers: &[DocRecord], full: bool) -> J {
-    let assigned = d.doc.get("assignedCustomerIds").and_then(J::as_array).map(Vec::as_slice).unwrap_or_default();
-    let named: Vec<(Uuid, &str)> = assigned
-        .iter()
-        .filter_map(|v| v.as_str()?.parse::<Uuid>().ok())
+    let named: Vec<(Uuid, &str)> = dashboards::assigned_customers(d)
+        .into_iter()
         .filter_map(|id| customers.iter().find(|c| c.id == id).map(|c| (c.id, c.title.as_str())))
         .collect();
     let view =

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::Json;
 use gridlinks_platform::auth::Auth;
-use gridlinks_platform::entities::relations::{self, Direction, EntityKind};
+use gridlinks_platform::entities::relations::{self, EntityKind};
 use gridlinks_platform::entities::{customers, dashboards, devices, profiles, users};
 use gridlinks_platform::Core;
 use gridlinks_thingsboard::{model, ws as proto};
@@ -97,21 +97,11 @@ pub async fn devices_by_ids(User(me): User, State(st): St, Q(p): Q<DeviceIds>) -
 /// `POST /api/devices` (`DeviceSearchQuery`): the devices related to a root entity by
 /// `relationType`, of `deviceTypes` (any when empty).
 pub async fn devices_by_query(User(me): User, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
-    let q: J = parse_json(&body)?;
-    let relation_type = q.get("relationType").and_then(J::as_str).map(str::to_owned);
-    let types: Vec<&str> =
-        q.get("deviceTypes").and_then(J::as_array).into_iter().flatten().filter_map(J::as_str).collect();
-    let query = super::assets::relations_query(q.get("parameters"), vec![(relation_type, vec![EntityKind::Device])])?;
-    let direction = query.direction;
-    let mut out: Vec<J> = Vec::new();
-    let mut seen = BTreeSet::new();
-    for l in relations::query(&st, &me, query).await? {
-        let far = if direction == Direction::From { l.relation.to } else { l.relation.from };
-        if far.kind != EntityKind::Device || !seen.insert(far.id) {
-            continue;
-        }
-        if let Ok(d) = devices::get(&st, &me, DeviceId(far.id)).await {
-            if types.is_empty() || types.contains(&d.device_type.as_str()) {
+    let (query, types) = super::relations::search_query(&parse_json(&body)?, EntityKind::Device, "deviceTypes")?;
+    let mut out = Vec::new();
+    for id in relations::reached(&st, &me, query, EntityKind::Device).await? {
+        if let Ok(d) = devices::get(&st, &me, DeviceId(id)).await {
+            if types.is_empty() || types.contains(&d.device_type) {
                 out.push(super::api::device_json(&st, &d));
             }
         }

@@ -19,7 +19,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use gridlinks_platform::auth::Caller;
-use gridlinks_platform::entities::relations::{self, Direction, EntityKind, EntityRef, Listed, Relation, COMMON};
+use gridlinks_platform::entities::relations::{
+    self, Direction, EntityKind, EntityRef, Listed, Relation, RelationsQuery, COMMON,
+};
 use gridlinks_platform::Core;
 use serde::Deserialize;
 use serde_json::Value as J;
@@ -200,7 +202,7 @@ pub async fn info_to_path(
 }
 
 /// A client's `EntityRelationsQuery`.
-pub(crate) fn parse_query(q: &J) -> ApiResult<relations::RelationsQuery> {
+pub(crate) fn parse_query(q: &J) -> ApiResult<RelationsQuery> {
     let mut filters = Vec::new();
     for f in q.get("filters").and_then(J::as_array).into_iter().flatten() {
         let t = f.get("relationType").and_then(J::as_str).map(str::to_owned);
@@ -213,7 +215,41 @@ pub(crate) fn parse_query(q: &J) -> ApiResult<relations::RelationsQuery> {
             .collect::<Result<Vec<_>, _>>()?;
         filters.push((t, kinds));
     }
-    super::assets::relations_query(q.get("parameters"), filters)
+    relations_query(q.get("parameters"), filters)
+}
+
+/// ThingsBoard's `RelationsSearchParameters` (`rootId`, `rootType`, `direction`,
+/// `relationTypeGroup`, `maxLevel`, `fetchLastLevelOnly`) with `filters`.
+pub(crate) fn relations_query(
+    p: Option<&J>,
+    filters: Vec<(Option<String>, Vec<EntityKind>)>,
+) -> ApiResult<RelationsQuery> {
+    let p = p.ok_or_else(|| ApiError::bad_request("parameters are required"))?;
+    let s = |k: &str| p.get(k).and_then(J::as_str);
+    let root = EntityRef::of(s("rootType").unwrap_or_default(), s("rootId").unwrap_or_default())?;
+    Ok(RelationsQuery {
+        root,
+        direction: Direction::parse(s("direction").unwrap_or("FROM"))?,
+        group: s("relationTypeGroup").map(str::to_owned),
+        max_level: p.get("maxLevel").and_then(J::as_u64).unwrap_or(1) as usize,
+        last_level_only: p.get("fetchLastLevelOnly").and_then(J::as_bool).unwrap_or(false),
+        filters,
+    })
+}
+
+/// ThingsBoard's asset or device search query (`{"parameters", "relationType",
+/// "assetTypes"|"deviceTypes"}`): the relations query to the entities of `kind`, and the
+/// types (`types_field`) they must have (none: any).
+pub(crate) fn search_query(q: &J, kind: EntityKind, types_field: &str) -> ApiResult<(RelationsQuery, Vec<String>)> {
+    let relation_type = q.get("relationType").and_then(J::as_str).map(str::to_owned);
+    let types = q
+        .get(types_field)
+        .and_then(J::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| Some(t.as_str()?.to_owned()))
+        .collect();
+    Ok((relations_query(q.get("parameters"), vec![(relation_type, vec![kind])])?, types))
 }
 
 /// `POST /api/relations`: a relations query.

@@ -141,38 +141,60 @@ impl Entity {
 const CUSTOMER_FIELDS: [&str; 10] =
     ["email", "phone", "country", "state", "city", "address", "address2", "zip", "additionalInfo", "label"];
 
-/// Every entity of `entity_type` (blocking); assets with their types.
-fn every(core: &Core, entity_type: &str) -> Result<Vec<Entity>, Refusal> {
-    let store = &core.store;
-    Ok(match entity_type {
-        "DEVICE" => store.devices().map_err(internal)?.into_iter().map(|d| Entity::Device(Box::new(d))).collect(),
-        "ASSET" => {
-            let profiles = store.docs(DocKind::AssetProfile).map_err(internal)?;
-            let docs = store.docs(DocKind::Asset).map_err(internal)?;
-            docs.into_iter().map(|a| asset(a, &profiles)).collect()
+/// Finds the entities a query names (blocking); the asset profiles, which name the assets'
+/// types, are read once, when an asset is first found.
+struct Finder<'a> {
+    core: &'a Core,
+    profiles: Option<Vec<DocRecord>>,
+}
+
+impl<'a> Finder<'a> {
+    fn new(core: &'a Core) -> Self {
+        Self { core, profiles: None }
+    }
+
+    /// Asset `a` with its type (its profile's name).
+    fn asset(&mut self, a: DocRecord) -> Result<Entity, Refusal> {
+        if self.profiles.is_none() {
+            self.profiles = Some(self.core.store.docs(DocKind::AssetProfile).map_err(internal)?);
         }
-        _ => store.docs(DocKind::Customer).map_err(internal)?.into_iter().map(Entity::Customer).collect(),
-    })
-}
+        let p = assets::profile_id(&a);
+        let t = self
+            .profiles
+            .iter()
+            .flatten()
+            .find(|x| Some(x.id) == p)
+            .map_or(assets::DEFAULT_PROFILE, |x| x.title.as_str())
+            .to_owned();
+        Ok(Entity::Asset(a, t))
+    }
 
-fn asset(a: DocRecord, profiles: &[DocRecord]) -> Entity {
-    let p = assets::profile_id(&a);
-    let t = profiles.iter().find(|x| Some(x.id) == p).map_or(assets::DEFAULT_PROFILE, |x| x.title.as_str()).to_owned();
-    Entity::Asset(a, t)
-}
+    /// Every entity of `entity_type`.
+    fn every(&mut self, entity_type: &str) -> Result<Vec<Entity>, Refusal> {
+        let store = &self.core.store;
+        Ok(match entity_type {
+            "DEVICE" => store.devices().map_err(internal)?.into_iter().map(|d| Entity::Device(Box::new(d))).collect(),
+            "ASSET" => {
+                let docs = store.docs(DocKind::Asset).map_err(internal)?;
+                docs.into_iter().map(|a| self.asset(a)).collect::<Result<_, _>>()?
+            }
+            _ => store.docs(DocKind::Customer).map_err(internal)?.into_iter().map(Entity::Customer).collect(),
+        })
+    }
 
-/// The entity of `entity_type` and `id`, if there is one (blocking).
-fn one(core: &Core, entity_type: &str, id: uuid::Uuid) -> Result<Option<Entity>, Refusal> {
-    let store = &core.store;
-    Ok(match entity_type {
-        "DEVICE" => store.device(DeviceId(id)).map_err(internal)?.map(|d| Entity::Device(Box::new(d))),
-        "ASSET" => match store.doc(DocKind::Asset, id).map_err(internal)? {
-            Some(a) => Some(asset(a, &store.docs(DocKind::AssetProfile).map_err(internal)?)),
-            None => None,
-        },
-        "CUSTOMER" => store.doc(DocKind::Customer, id).map_err(internal)?.map(Entity::Customer),
-        _ => None,
-    })
+    /// The entity of `entity_type` and `id`, if there is one.
+    fn one(&mut self, entity_type: &str, id: uuid::Uuid) -> Result<Option<Entity>, Refusal> {
+        let store = &self.core.store;
+        Ok(match entity_type {
+            "DEVICE" => store.device(DeviceId(id)).map_err(internal)?.map(|d| Entity::Device(Box::new(d))),
+            "ASSET" => match store.doc(DocKind::Asset, id).map_err(internal)? {
+                Some(a) => Some(self.asset(a)?),
+                None => None,
+            },
+            "CUSTOMER" => store.doc(DocKind::Customer, id).map_err(internal)?.map(Entity::Customer),
+            _ => None,
+        })
+    }
 }
 
 fn uuid_of(id: &str) -> Result<uuid::Uuid, Refusal> {
@@ -185,7 +207,8 @@ fn bad(e: ServiceError) -> Refusal {
 
 /// The entities a relations filter reaches from its root, which the caller must be able
 /// to read (blocking).
-fn related(core: &Core, caller: &Caller, r: &RelationFilter) -> Result<Vec<Entity>, Refusal> {
+fn related(finder: &mut Finder, caller: &Caller, r: &RelationFilter) -> Result<Vec<Entity>, Refusal> {
+    let core = finder.core;
     let root = EntityRef::of(&r.root.0, &r.root.1).map_err(bad)?;
     let owner = relations::owner(core, &core.store, root).map_err(internal)?;
     let Some(owner) = owner.filter(|o| o.readable_by(caller)) else {
@@ -210,11 +233,9 @@ fn related(core: &Core, caller: &Caller, r: &RelationFilter) -> Result<Vec<Entit
     let mut out = Vec::new();
     for rel in graph.walk(root, direction, None, r.max_level, r.last_level_only).into_iter().filter(|x| query.passes(x))
     {
-        let far = if direction == Direction::From { rel.to } else { rel.from };
+        let far = rel.far(direction);
         if seen.insert(far) {
-            if let Some(e) = one(core, far.kind.name(), far.id)? {
-                out.push(e);
-            }
+            out.extend(finder.one(far.kind.name(), far.id)?);
         }
     }
     if let Some((t, types)) = &r.subtypes {
@@ -226,31 +247,32 @@ fn related(core: &Core, caller: &Caller, r: &RelationFilter) -> Result<Vec<Entit
 /// The entities `q` selects that `caller` may see, sorted as it asks: how many in all, and
 /// those of its page.
 pub(crate) fn select(core: &Core, caller: &Caller, q: &EntityQuery) -> Result<(usize, Vec<Entity>), Refusal> {
+    let mut finder = Finder::new(core);
     let mut entities = match &q.filter {
-        EntityFilter::Single { entity_type, id } => one(core, entity_type, uuid_of(id)?)?.into_iter().collect(),
+        EntityFilter::Single { entity_type, id } => finder.one(entity_type, uuid_of(id)?)?.into_iter().collect(),
         EntityFilter::List { entity_type, ids } => {
             let mut all = Vec::new();
             for id in ids.iter().take(proto::MAX_PAGE) {
-                all.extend(one(core, entity_type, uuid_of(id)?)?);
+                all.extend(finder.one(entity_type, uuid_of(id)?)?);
             }
             all
         }
         EntityFilter::OfType { entity_type, name_filter } => {
-            let mut all = every(core, entity_type)?;
+            let mut all = finder.every(entity_type)?;
             if let Some(n) = name_filter {
                 all.retain(|e| proto::name_matches(e.name(), n));
             }
             all
         }
         EntityFilter::Subtype { entity_type, types, name_filter } => {
-            let mut all = every(core, entity_type)?;
+            let mut all = finder.every(entity_type)?;
             all.retain(|e| {
                 (types.is_empty() || types.iter().any(|t| t == e.subtype()))
                     && name_filter.as_ref().is_none_or(|n| proto::name_matches(e.name(), n))
             });
             all
         }
-        EntityFilter::Relations(r) => related(core, caller, r)?,
+        EntityFilter::Relations(r) => related(&mut finder, caller, r)?,
     };
     entities.retain(|e| e.readable_by(core, caller));
     if let Some(t) = q.text_search.as_ref().map(|t| t.to_lowercase()) {

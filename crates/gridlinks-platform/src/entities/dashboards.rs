@@ -9,6 +9,12 @@ use super::{blocking, hidden, written_doc, ServiceError, ServiceResult};
 use crate::auth::Caller;
 use crate::core::Core;
 
+/// The customers dashboard `d` is assigned to.
+pub fn assigned_customers(d: &DocRecord) -> Vec<Uuid> {
+    let listed = d.doc.get("assignedCustomerIds").and_then(J::as_array);
+    listed.into_iter().flatten().filter_map(|c| c.as_str()?.parse().ok()).collect()
+}
+
 /// Whether dashboard `d` is assigned to `customer`.
 pub fn assigned(d: &DocRecord, customer: Uuid) -> bool {
     let id = J::String(customer.to_string());

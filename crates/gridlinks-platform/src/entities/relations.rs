@@ -163,12 +163,7 @@ pub fn owner(core: &Core, store: &Store, e: EntityRef) -> Result<Option<Owner>, 
             name: d.title,
         }),
         EntityKind::Dashboard => from_doc(DocKind::Dashboard)?.map(|(d, tenant)| {
-            let shared_with = d
-                .doc
-                .get("assignedCustomerIds")
-                .and_then(J::as_array)
-                .map(|a| a.iter().filter_map(|c| c.as_str()?.parse().ok()).collect())
-                .unwrap_or_default();
+            let shared_with = super::dashboards::assigned_customers(&d);
             Owner { tenant, customer: None, shared_with, name: d.title }
         }),
         EntityKind::Tenant => from_doc(DocKind::Tenant)?.map(|(d, _)| plain(e.id, d.title)),
@@ -252,6 +247,14 @@ impl Relation {
             group: j.get("typeGroup").and_then(J::as_str).unwrap_or(COMMON).to_owned(),
             additional_info: j.get("additionalInfo").cloned().unwrap_or(J::Null),
         })
+    }
+
+    /// The end a walk in direction `dir` reaches over it.
+    pub fn far(&self, dir: Direction) -> EntityRef {
+        match dir {
+            Direction::From => self.to,
+            Direction::To => self.from,
+        }
     }
 
     fn is_gateway_link(&self) -> bool {
@@ -423,16 +426,25 @@ pub struct Graph {
 impl Graph {
     /// Reads `tenant`'s relations.
     pub fn load(core: &Core, store: &Store, tenant: Uuid) -> Result<Self, StoreError> {
-        let mut relations: Vec<Relation> = store
-            .docs(DocKind::Relation)?
-            .iter()
-            .filter(|d| core.doc_tenant(d) == tenant)
-            .filter_map(Relation::from_doc)
-            .collect();
-        let stored = core.stored_tenant(tenant);
+        let mut relations = stored(core, store, tenant, |_| true)?;
+        let stored_tenant = core.stored_tenant(tenant);
         for d in store.devices()? {
-            if let (Some(g), true) = (d.gateway, d.tenant == stored) {
+            if let (Some(g), true) = (d.gateway, d.tenant == stored_tenant) {
                 relations.push(gateway_link(g.0, d.id.0));
+            }
+        }
+        Ok(Self { relations })
+    }
+
+    /// Reads the relations of `tenant` from and to `e` only: its stored ones, and for a
+    /// device its gateway's link and, for a gateway, its devices' (no scan of every device).
+    pub fn around(core: &Core, store: &Store, tenant: Uuid, e: EntityRef) -> Result<Self, StoreError> {
+        let mut relations = stored(core, store, tenant, |r| r.from == e || r.to == e)?;
+        if e.kind == EntityKind::Device {
+            let id = DeviceId(e.id);
+            relations.extend(store.gateway_devices(id)?.into_iter().map(|d| gateway_link(e.id, d.0)));
+            if let Some(g) = store.device(id)?.and_then(|d| d.gateway) {
+                relations.push(gateway_link(g.0, e.id));
             }
         }
         Ok(Self { relations })
@@ -461,7 +473,6 @@ impl Graph {
     ) -> Vec<&Relation> {
         let group = group.unwrap_or(COMMON);
         let max = if max_level == 0 { usize::MAX } else { max_level };
-        let far = |r: &Relation| if dir == Direction::From { r.to } else { r.from };
         let mut seen = HashSet::new();
         let mut tasks: VecDeque<(EntityRef, usize, Vec<&Relation>)> = VecDeque::from([(root, 1, Vec::new())]);
         let mut out: Vec<&Relation> = Vec::new();
@@ -469,7 +480,7 @@ impl Graph {
             let found: Vec<&Relation> = self.at(at, dir).filter(|r| r.group == group).collect();
             let mut children: Vec<(EntityRef, Vec<&Relation>)> = Vec::new();
             for r in &found {
-                let child = far(r);
+                let child = r.far(dir);
                 if seen.insert(child) {
                     children.push((child, Vec::new()));
                 }
@@ -491,6 +502,22 @@ impl Graph {
         out.retain(|r| unique.insert(std::ptr::from_ref(*r)));
         out
     }
+}
+
+/// The stored relations of `tenant` that `keep` accepts (blocking).
+fn stored(
+    core: &Core,
+    store: &Store,
+    tenant: Uuid,
+    keep: impl Fn(&Relation) -> bool,
+) -> Result<Vec<Relation>, StoreError> {
+    Ok(store
+        .docs(DocKind::Relation)?
+        .iter()
+        .filter(|d| core.doc_tenant(d) == tenant)
+        .filter_map(Relation::from_doc)
+        .filter(|r| keep(r))
+        .collect())
 }
 
 /// What a relation list shows: relations whose ends the caller may read, with the ends'
@@ -529,7 +556,7 @@ pub async fn at(
     let o = readable(core, me, e).await?;
     let (core2, store, me2) = (core.clone(), core.store.clone(), me.clone());
     Ok(blocking(move || {
-        let g = Graph::load(&core2, &store, o.tenant)?;
+        let g = Graph::around(&core2, &store, o.tenant, e)?;
         let rs = g
             .at(e, dir)
             .filter(|r| relation_type.as_ref().is_none_or(|t| &r.relation_type == t))
@@ -562,10 +589,7 @@ pub struct RelationsQuery {
 impl RelationsQuery {
     /// Whether relation `r` passes the filters, walking in `self.direction`.
     pub fn passes(&self, r: &Relation) -> bool {
-        let far = match self.direction {
-            Direction::From => r.to,
-            Direction::To => r.from,
-        };
+        let far = r.far(self.direction);
         self.filters.is_empty()
             || self.filters.iter().any(|(t, kinds)| {
                 t.as_ref().is_none_or(|t| t.is_empty() || t == &r.relation_type)
@@ -591,12 +615,26 @@ pub async fn query(core: &Core, me: &Caller, q: RelationsQuery) -> ServiceResult
     .await?)
 }
 
+/// The entities of `kind` a relations query reaches (its relations' far ends), each once, in
+/// the order found: what ThingsBoard's asset and device search queries answer.
+pub async fn reached(core: &Core, me: &Caller, q: RelationsQuery, kind: EntityKind) -> ServiceResult<Vec<Uuid>> {
+    let dir = q.direction;
+    let mut seen = HashSet::new();
+    Ok(query(core, me, q)
+        .await?
+        .into_iter()
+        .map(|l| l.relation.far(dir))
+        .filter(|e| e.kind == kind && seen.insert(e.id))
+        .map(|e| e.id)
+        .collect())
+}
+
 /// Deletes every relation from and to an entity the caller may change (the gateway's
 /// "Created" ones included).
 pub async fn delete_all(core: &Core, me: &Caller, e: EntityRef) -> ServiceResult<()> {
     let o = writable(core, me, e).await?;
     let (core2, store) = (core.clone(), core.store.clone());
-    let g = blocking(move || Graph::load(&core2, &store, o.tenant)).await?;
+    let g = blocking(move || Graph::around(&core2, &store, o.tenant, e)).await?;
     for r in g.at(e, Direction::From).chain(g.at(e, Direction::To)) {
         delete(core, me, r.from, r.to, &r.relation_type, &r.group).await?;
     }
