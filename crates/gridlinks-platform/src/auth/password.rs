@@ -6,9 +6,17 @@
 //! (SCHED_IDLE) behind a queue of [`QUEUE`]: device traffic never waits behind them, and
 //! when the queue is full a login is refused at once as busy instead of queueing without
 //! bound.
+//!
+//! Idle priority alone can starve: on a machine whose cores are kept busy (by the data path
+//! or by anything else) a check may not run for minutes, and the administrator cannot log
+//! in. So one more thread, at the lowest normal priority (nice 19), takes the oldest check
+//! that has waited [`AGED`], and rests nine times as long as the check ran: logins always
+//! progress, and a flood of them costs the data path at most a tenth of one core. A
+//! check whose caller has gone (it was answered as busy) is dropped unrun.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
@@ -18,7 +26,12 @@ use super::AuthError;
 /// Password checks that may wait for a hashing thread; more are refused as busy.
 pub const QUEUE: usize = 32;
 /// Longest wait for a check's result before it is answered as busy.
-const WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(10);
+/// How long a check waits for an idle-priority thread before the aged-check thread takes it.
+pub const AGED: Duration = Duration::from_secs(1);
+/// The aged-check thread rests this many times a check's run time after it: it takes at
+/// most a tenth of a core whatever the scheduler gives it.
+const AGED_REST: u32 = 9;
 
 /// Hashes a password with argon2id and a random salt (PHC string).
 pub fn hash_password(password: &str) -> Result<String, AuthError> {
@@ -35,46 +48,72 @@ pub fn verify_password(password: &[u8], phc: &str) -> Result<(), AuthError> {
     Argon2::default().verify_password(password, &parsed).map_err(|_| AuthError::BadCredentials)
 }
 
-type Job = Box<dyn FnOnce() + Send>;
+/// A queued check: when it was queued, and the work (which does nothing when its caller
+/// has gone).
+struct Job {
+    queued: Instant,
+    run: Box<dyn FnOnce() + Send>,
+}
+
+/// The queue the hashing threads share.
+#[derive(Default)]
+struct Jobs {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// The pool was dropped: the threads end.
+    closed: bool,
+}
 
 /// The hashing threads and their bounded queue.
 pub struct PasswordPool {
-    queue: SyncSender<Job>,
+    jobs: Arc<Jobs>,
     /// A hash of a random password, verified against when a user name is unknown, so that
     /// an unknown name costs what a wrong password costs (no user-name enumeration).
     dummy: String,
 }
 
 impl PasswordPool {
-    /// Starts `threads` hashing threads.
+    /// Starts `threads` idle-priority hashing threads and the aged-check thread.
     pub fn start(threads: usize) -> Result<Self, AuthError> {
-        let (queue, jobs) = sync_channel::<Job>(QUEUE);
-        let jobs = Arc::new(Mutex::new(jobs));
-        for i in 0..threads.max(1) {
-            let jobs = jobs.clone();
+        let jobs = Arc::new(Jobs::default());
+        for i in 0..=threads.max(1) {
+            let (jobs, aged) = (jobs.clone(), i == 0);
+            let name = if aged { "gridlinks-password-aged".to_owned() } else { format!("gridlinks-password-{i}") };
             std::thread::Builder::new()
-                .name(format!("gridlinks-password-{i}"))
-                .spawn(move || work(&jobs))
+                .name(name)
+                .spawn(move || work(&jobs, aged))
                 .map_err(|e| AuthError::Hash(format!("cannot start a password thread: {e}")))?;
         }
         let dummy = hash_password(&gridlinks_storage::generate_token())?;
-        Ok(Self { queue, dummy })
+        Ok(Self { jobs, dummy })
     }
 
     /// Runs `f` on a hashing thread; `Busy` when the queue is full.
     async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T, AuthError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move || {
-            let _ = tx.send(f());
+        let run = Box::new(move || {
+            if !tx.is_closed() {
+                let _ = tx.send(f());
+            }
         });
-        match self.queue.try_send(job) {
-            // A check that does not get CPU time in time (the data path takes it all) is
-            // answered as busy; the client retries later.
-            Ok(()) => match tokio::time::timeout(WAIT, rx).await {
-                Ok(Ok(v)) => Ok(v),
-                Ok(Err(_)) | Err(_) => Err(AuthError::Busy),
-            },
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => Err(AuthError::Busy),
+        {
+            let mut queue = self.jobs.queue.lock().map_err(|_| AuthError::Busy)?;
+            if queue.jobs.len() >= QUEUE {
+                return Err(AuthError::Busy);
+            }
+            queue.jobs.push_back(Job { queued: Instant::now(), run });
+        }
+        self.jobs.ready.notify_all();
+        // A check that does not get CPU time in time is answered as busy; the client
+        // retries later (and the check is dropped unrun).
+        match tokio::time::timeout(WAIT, rx).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(_)) | Err(_) => Err(AuthError::Busy),
         }
     }
 
@@ -93,28 +132,68 @@ impl PasswordPool {
     }
 }
 
-fn work(jobs: &Mutex<Receiver<Job>>) {
-    // Idle priority: hashing runs only on CPU time the data path leaves over (Linux
-    // schedules each thread on its own; SCHED_IDLE applies to the calling thread). A nice
-    // value was not enough: with ingest waiting on fsyncs, a niced thread still took a
-    // whole core and ingest fell by 43% under a flood of wrong logins.
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler only changes this thread's scheduling policy; `param` is valid.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        // SAFETY: setpriority only changes this thread's priority.
+impl Drop for PasswordPool {
+    fn drop(&mut self) {
+        if let Ok(mut queue) = self.jobs.queue.lock() {
+            queue.closed = true;
+        }
+        self.jobs.ready.notify_all();
+    }
+}
+
+/// One hashing thread: an idle-priority one takes any queued check; the `aged` one (nice
+/// 19) only a check that has waited [`AGED`], looking again each [`AGED`] / 4 and resting
+/// [`AGED_REST`] times each check's run time after it.
+fn work(jobs: &Jobs, aged: bool) {
+    if aged {
+        // SAFETY: setpriority only changes this thread's nice value.
         unsafe {
             libc::setpriority(libc::PRIO_PROCESS, 0, 19);
         }
-    }
-    loop {
-        let job = match jobs.lock() {
-            Ok(rx) => rx.recv(),
-            Err(_) => return,
-        };
-        match job {
-            Ok(job) => job(),
-            Err(_) => return, // the pool was dropped
+    } else {
+        // Idle priority: hashing runs only on CPU time the data path leaves over (Linux
+        // schedules each thread on its own; SCHED_IDLE applies to the calling thread). A
+        // nice value was not enough: with ingest waiting on fsyncs, a niced thread still
+        // took a whole core and ingest fell by 43% under a flood of wrong logins.
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler only changes this thread's scheduling policy; `param` is valid.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+            // SAFETY: setpriority only changes this thread's priority.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+            }
         }
+    }
+    let Ok(mut queue) = jobs.queue.lock() else { return };
+    while !queue.closed {
+        let take = match queue.jobs.front() {
+            Some(job) => !aged || job.queued.elapsed() >= AGED,
+            None => false,
+        };
+        if let Some(job) = take.then(|| queue.jobs.pop_front()).flatten() {
+            drop(queue);
+            let began = Instant::now();
+            (job.run)();
+            if aged {
+                std::thread::sleep(began.elapsed() * AGED_REST);
+            }
+            queue = match jobs.queue.lock() {
+                Ok(q) => q,
+                Err(_) => return,
+            };
+            continue;
+        }
+        queue = if aged {
+            match jobs.ready.wait_timeout(queue, AGED / 4) {
+                Ok((q, _)) => q,
+                Err(_) => return,
+            }
+        } else {
+            match jobs.ready.wait(queue) {
+                Ok(q) => q,
+                Err(_) => return,
+            }
+        };
     }
 }
 
@@ -152,5 +231,32 @@ mod tests {
             }
         }
         assert!(busy > 0);
+    }
+
+    /// With the only idle-priority thread held (as a starved one would be), a check still
+    /// runs: the aged-check thread takes it. (On a busy machine the holder itself may wait a
+    /// second and land on the aged thread; then the check runs on the idle one.)
+    #[tokio::test]
+    async fn a_check_that_waits_too_long_runs_on_the_aged_thread() {
+        let pool = Arc::new(PasswordPool::start(1).unwrap());
+        let (hold, held) = std::sync::mpsc::channel::<()>();
+        let (started, start) = tokio::sync::oneshot::channel();
+        let holder = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                pool.run(move || {
+                    let _ = started.send(std::thread::current().name().map(str::to_owned));
+                    let _ = held.recv();
+                })
+                .await
+            })
+        };
+        let holder_thread = start.await.unwrap();
+        let name = pool.run(|| std::thread::current().name().map(str::to_owned)).await.unwrap();
+        let mut both = [holder_thread.unwrap(), name.unwrap()];
+        both.sort();
+        assert_eq!(both, ["gridlinks-password-1", "gridlinks-password-aged"]);
+        hold.send(()).unwrap();
+        holder.await.unwrap().unwrap();
     }
 }
