@@ -24,10 +24,11 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -q -- -D warnings
 
 ## Debian packages the tests use as real peers (Mosquitto and its clients, Chromium for
-## the browser test, libcoap's coap-client); installed when missing.
+## the browser test, libcoap's coap-client, openssl and curl for the TLS tests); installed
+## when missing.
 deps:
-	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null && command -v mvn >/dev/null && command -v java >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin maven default-jre-headless postgresql >/dev/null; }
+	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null && command -v mvn >/dev/null && command -v java >/dev/null && command -v openssl >/dev/null && command -v curl >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin maven default-jre-headless postgresql openssl curl >/dev/null; }
 	scripts/services/kafka.sh fetch
 	scripts/services/cassandra.sh fetch
 

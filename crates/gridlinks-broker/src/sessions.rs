@@ -20,6 +20,7 @@ use tokio::sync::{oneshot, Notify};
 
 use gridlinks_codec::mqtt::QoS;
 
+use crate::acl::Acl;
 use crate::router::{Delivery, Groups, Message, Router, SubOptions, SubscribeError};
 use crate::topic::matches;
 
@@ -441,6 +442,9 @@ struct ClientEntry {
     online: bool,
     /// Session expiry interval in seconds; 0: the session ends with its connection.
     expiry: u32,
+    /// Rules that keep some topics of its granted subscriptions from it ([`Acl::withheld`],
+    /// filters in the router's terms); `None` when none may.
+    withheld: Option<Arc<Acl>>,
 }
 
 struct Entry {
@@ -641,7 +645,8 @@ impl Sessions {
     /// Registers a connection of client `client_id` (not a device), logged in as `owner`,
     /// with an outbound queue of `capacity` and session expiry `expiry` seconds (0: the
     /// session ends with the connection). A live connection with the same client id is
-    /// taken over (kicked). A persistent session is resumed unless `clean_start`.
+    /// taken over (kicked). A persistent session is resumed unless `clean_start`. A copy
+    /// whose topic `withheld` withholds is never queued for it.
     pub fn register_client(
         &self,
         client_id: &str,
@@ -649,6 +654,7 @@ impl Sessions {
         capacity: usize,
         clean_start: bool,
         expiry: u32,
+        withheld: Option<Arc<Acl>>,
     ) -> Registered {
         let id = self.next_id();
         let mut map = self.by_client.write();
@@ -674,7 +680,7 @@ impl Sessions {
         inbox.ended.store(false, Ordering::Release);
         map.insert(
             client_id.to_owned(),
-            ClientEntry { id, owner, inbox: inbox.clone(), capacity: capacity.max(1), online: true, expiry },
+            ClientEntry { id, owner, inbox: inbox.clone(), capacity: capacity.max(1), online: true, expiry, withheld },
         );
         let link = self.link(id, inbox);
         // A connection that had the resumed session sees it is no longer the owner.
@@ -703,7 +709,8 @@ impl Sessions {
         });
         self.by_client.write().insert(
             client_id.to_owned(),
-            ClientEntry { id, owner, inbox, capacity: capacity.max(1), online: false, expiry },
+            // Its rules are known again when its client connects.
+            ClientEntry { id, owner, inbox, capacity: capacity.max(1), online: false, expiry, withheld: None },
         );
         id
     }
@@ -822,7 +829,8 @@ impl Sessions {
         }
     }
 
-    /// Subscribes client `client_id`; the retained messages the subscription receives now.
+    /// Subscribes client `client_id`; the retained messages the subscription receives now
+    /// (less those its rules withhold).
     pub fn subscribe_client(
         &self,
         client_id: &str,
@@ -830,7 +838,11 @@ impl Sessions {
         opts: SubOptions,
     ) -> Result<Vec<(Message, QoS)>, SubscribeError> {
         let max = self.subscription_limit();
-        Ok(self.with_router(|r| r.subscribe_at_most(client_id, filter, opts, max))?.retained)
+        let mut retained = self.with_router(|r| r.subscribe_at_most(client_id, filter, opts, max))?.retained;
+        if let Some(acl) = self.by_client.read().get(client_id).and_then(|e| e.withheld.clone()) {
+            retained.retain(|(m, _)| !acl.withheld(&m.topic));
+        }
+        Ok(retained)
     }
 
     /// Unsubscribes client `client_id`; whether the subscription existed.
@@ -877,6 +889,9 @@ impl Sessions {
         let map = self.by_client.read();
         for d in deliveries {
             let Some(e) = map.get(&*d.client) else { continue };
+            if e.withheld.as_ref().is_some_and(|acl| acl.withheld(&msg.topic)) {
+                continue;
+            }
             let persistent = e.expiry > 0;
             if !e.online && d.qos == QoS::AtMostOnce {
                 // An offline session gets QoS 1 copies only.
@@ -1044,20 +1059,20 @@ mod tests {
     #[tokio::test]
     async fn client_sessions_route_take_over_and_drop_subscriptions_when_they_end() {
         let s = Sessions::default();
-        let a = s.register_client("app", "u".into(), 10, true, 0).link;
+        let a = s.register_client("app", "u".into(), 10, true, 0, None).link;
         let opts = SubOptions { qos: Q1, ..Default::default() };
         assert!(s.subscribe_client("app", "meters/+", opts).unwrap().is_empty());
         assert_eq!(s.publish("dev", &Message::new("meters/1", Q1, Bytes::from_static(b"7")), true).queued, 1);
         let m = a.inbox.drain().pop_front().unwrap();
         assert_eq!((&*m.msg.topic, m.qos, m.retain), ("meters/1", Q1, false));
         // The retained message waits for the next subscriber.
-        let late = s.register_client("late", "".into(), 10, true, 0).link;
+        let late = s.register_client("late", "".into(), 10, true, 0, None).link;
         let retained = s.subscribe_client("late", "meters/#", opts).unwrap();
         assert_eq!(retained.len(), 1);
         assert_eq!(retained[0].0.payload, Bytes::from_static(b"7"));
         assert_eq!(s.close_clients_of("nobody"), 0);
         // Same client id again: the old session is closed, its subscriptions gone.
-        let a2 = s.register_client("app", "u".into(), 10, true, 0).link;
+        let a2 = s.register_client("app", "u".into(), 10, true, 0, None).link;
         assert_eq!(a.inbox.close_reason(), Some(CloseReason::TakenOver));
         assert!(!a2.inbox.is_closed());
         s.unregister_client("app", &a, Vec::new()); // the old connection ending changes nothing
@@ -1079,7 +1094,7 @@ mod tests {
     fn interest_counts_overlapping_subscriptions() {
         let s = Sessions::with_interest("gridlinks/devices/+/telemetry", Some("$ns/"));
         let opts = SubOptions::default();
-        let _a = s.register_client("a", "".into(), 10, true, 0);
+        let _a = s.register_client("a", "".into(), 10, true, 0, None);
         assert!(!s.interested());
         s.subscribe_client("a", "other/#", opts).unwrap();
         assert!(!s.interested());
@@ -1088,13 +1103,13 @@ mod tests {
         assert!(s.interested());
         assert!(s.unsubscribe_client("a", "gridlinks/devices/d1/+"));
         assert!(s.interested(), "the shared '#' still overlaps");
-        let a2 = s.register_client("a", "".into(), 10, true, 0).link;
+        let a2 = s.register_client("a", "".into(), 10, true, 0, None).link;
         assert!(!s.interested(), "a takeover starts clean");
         s.subscribe_client("a", "#", opts).unwrap();
         s.unregister_client("a", &a2, Vec::new());
         assert!(!s.interested());
         // A subscription in a namespace counts as the same filter would.
-        let _b = s.register_client("b", "".into(), 10, true, 0);
+        let _b = s.register_client("b", "".into(), 10, true, 0, None);
         s.subscribe_client("b", "$ns/t1/other/#", opts).unwrap();
         assert!(!s.interested());
         s.subscribe_client("b", "$share/g/$ns/t1/gridlinks/devices/+/telemetry", opts).unwrap();
@@ -1107,7 +1122,7 @@ mod tests {
     fn persistent_sessions_queue_while_offline_resume_and_expire() {
         let s = Sessions::default();
         let opts = SubOptions { qos: Q1, ..Default::default() };
-        let r = s.register_client("p", "".into(), 2, false, 60);
+        let r = s.register_client("p", "".into(), 2, false, 60, None);
         assert!(!r.present && !r.discarded);
         s.subscribe_client("p", "t/#", opts).unwrap();
         // Online: a QoS 1 copy gets a durable row.
@@ -1126,7 +1141,7 @@ mod tests {
         assert!(s.publish("x", &Message::new("t/5", Q1, Bytes::new()), false).durable.is_empty());
         assert_eq!(s.dropped_offline(), 1);
         // Resumed: the unacknowledged copy first (same packet id), then the queue.
-        let r2 = s.register_client("p", "".into(), 2, false, 60);
+        let r2 = s.register_client("p", "".into(), 2, false, 60, None);
         assert!(r2.present);
         assert!(!s.expire_client("p", epoch), "resumed sessions do not expire");
         let unacked = r2.link.inbox.take_unacked();
@@ -1138,9 +1153,9 @@ mod tests {
         assert_eq!(s.count(), 0);
         assert_eq!(s.publish("x", &Message::new("t/6", Q1, Bytes::new()), false).queued, 0, "subscriptions gone");
         // Clean start discards a persistent session.
-        s.register_client("q", "".into(), 2, false, 60);
+        s.register_client("q", "".into(), 2, false, 60, None);
         s.subscribe_client("q", "t/#", opts).unwrap();
-        let r3 = s.register_client("q", "".into(), 2, true, 0);
+        let r3 = s.register_client("q", "".into(), 2, true, 0, None);
         assert!(!r3.present && r3.discarded);
         assert_eq!(s.publish("x", &Message::new("t/7", Q1, Bytes::new()), false).queued, 0);
     }
@@ -1148,13 +1163,13 @@ mod tests {
     #[test]
     fn a_full_offline_queue_can_drop_the_oldest_instead() {
         let s = Sessions::default().drop_oldest_when_offline_queue_full(true);
-        let r = s.register_client("p", "".into(), 1, false, 60);
+        let r = s.register_client("p", "".into(), 1, false, 60, None);
         s.subscribe_client("p", "t", SubOptions { qos: Q1, ..Default::default() }).unwrap();
         s.unregister_client("p", &r.link, Vec::new());
         let first = s.publish("x", &Message::new("t", Q1, Bytes::from_static(b"1")), false);
         let second = s.publish("x", &Message::new("t", Q1, Bytes::from_static(b"2")), false);
         assert_eq!(second.dropped[0], (first.durable[0].0.clone(), first.durable[0].1), "the first copy's row goes");
-        let r = s.register_client("p", "".into(), 1, false, 60);
+        let r = s.register_client("p", "".into(), 1, false, 60, None);
         assert_eq!(r.link.inbox.take(10, |_| true)[0].msg.payload, Bytes::from_static(b"2"));
     }
 
@@ -1180,7 +1195,7 @@ mod tests {
                 match next(9) {
                     0 => {
                         let clean = next(2) == 0;
-                        let r = s.register_client(c, "".into(), capacity, clean, if next(2) == 0 { 60 } else { 0 });
+                        let r = s.register_client(c, "".into(), capacity, clean, if next(2) == 0 { 60 } else { 0 }, None);
                         if !r.present {
                             allowed.insert(c, Vec::new());
                         }
@@ -1265,8 +1280,8 @@ mod tests {
     fn durable_copies_are_numbered_per_session_and_wait_for_their_fixed_packet_id() {
         let s = Sessions::default();
         let opts = SubOptions { qos: Q2, ..Default::default() };
-        let a = s.register_client("a", "".into(), 100, true, 60).link;
-        let b = s.register_client("b", "".into(), 100, true, 60).link;
+        let a = s.register_client("a", "".into(), 100, true, 60, None).link;
+        let b = s.register_client("b", "".into(), 100, true, 60, None).link;
         s.subscribe_client("a", "t", opts).unwrap();
         s.subscribe_client("b", "t", opts).unwrap();
         for _ in 0..3 {
@@ -1287,7 +1302,7 @@ mod tests {
         assert_eq!(late.fixed_packet_id(), Some(65_535));
         // A session started again after a clean start numbers above the one it replaces
         // (whose rows may still be being deleted).
-        let a2 = s.register_client("a", "".into(), 100, true, 60).link;
+        let a2 = s.register_client("a", "".into(), 100, true, 60, None).link;
         s.subscribe_client("a", "t", opts).unwrap();
         s.publish("p", &Message::new("t", Q2, Bytes::new()), false);
         assert_eq!(a2.inbox.queue.lock()[0].seq, Some(3));
@@ -1316,7 +1331,7 @@ mod tests {
         // The rows read again: 3 was acknowledged on the old node, 5 queued there late;
         // this node's own copy (numbered from 1 << 32) stays, whatever the rows say.
         s.resync_stored("c", vec![copy(4), copy(5), copy(1 << 32)], vec![7, 8], 1 << 32);
-        let r = s.register_client("c", "app".into(), 100, false, 60);
+        let r = s.register_client("c", "app".into(), 100, false, 60, None);
         assert!(r.present);
         let order: Vec<_> = r.link.inbox.queue.lock().iter().map(|o| o.seq).collect();
         assert_eq!(order, [Some(4), Some(5), Some(1 << 32)]);
@@ -1333,7 +1348,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_holds_qos1_publishers_back_and_drops_qos0() {
         let s = Sessions::default().hard_limit(4);
-        let sub = s.register_client("slow", "".into(), 2, true, 0).link;
+        let sub = s.register_client("slow", "".into(), 2, true, 0, None).link;
         let opts = SubOptions { qos: Q1, ..Default::default() };
         s.subscribe_client("slow", "t", opts).unwrap();
         let publish =
@@ -1364,7 +1379,7 @@ mod tests {
         assert!(!routed.blocked.remove(0).wait(std::time::Duration::from_secs(5)).await);
         assert_eq!(sub.inbox.close_reason(), Some(CloseReason::TooSlow));
         // At the hard limit it is disconnected at once; a clean session loses the copy.
-        let fast = s.register_client("burst", "".into(), 1, true, 0).link;
+        let fast = s.register_client("burst", "".into(), 1, true, 0, None).link;
         s.subscribe_client("burst", "b", opts).unwrap();
         let burst = |p: &'static [u8]| s.publish("p", &Message::new("b", Q1, Bytes::from_static(p)), false);
         assert_eq!((burst(b"1").blocked.len(), burst(b"2").blocked.len()), (0, 1));
@@ -1379,7 +1394,7 @@ mod tests {
     fn subscriptions_per_session_are_bounded() {
         let s = Sessions::default().max_subscriptions(2);
         let opts = SubOptions { qos: Q1, ..SubOptions::default() };
-        let link = s.register_client("c", "".into(), 10, true, 0).link;
+        let link = s.register_client("c", "".into(), 10, true, 0, None).link;
         s.subscribe_client("c", "a", opts).unwrap();
         s.subscribe_client("c", "b", opts).unwrap();
         assert!(matches!(s.subscribe_client("c", "c", opts), Err(SubscribeError::TooMany(2))));

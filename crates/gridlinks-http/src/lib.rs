@@ -16,7 +16,8 @@ pub mod ws;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use gridlinks_listener::{HttpLimits, Refusal};
+use gridlinks_listener::tls::Acceptor;
+use gridlinks_listener::{serve_http, HttpLimits, Refusal};
 use gridlinks_platform::logging::warn_limited;
 use gridlinks_platform::Platform;
 use tokio::net::TcpListener;
@@ -28,14 +29,20 @@ pub use state::{Http, Status, BULK_IMPORT_PATH};
 pub struct Running {
     /// Readiness (`/healthz`, `/readyz`) and the HTTP side's counters.
     pub status: Arc<Status>,
-    /// The accept loop; it ends when `shutdown` turns true, after in-flight requests.
-    pub task: tokio::task::JoinHandle<()>,
+    /// The accept loops (HTTP, then HTTPS if on); they end when `shutdown` turns true,
+    /// after in-flight requests.
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Starts serving HTTP on `listener` over `platform` until `shutdown`: the WebSocket API
-/// joins the live fan-out and the HTTP metrics are registered. Not ready (`/healthz` 503)
-/// until the caller sets `status.ready`.
-pub fn start(platform: &Arc<Platform>, listener: TcpListener, shutdown: watch::Receiver<bool>) -> Running {
+/// Starts serving HTTP on `listener` (and HTTPS on `tls`'s listener) over `platform` until
+/// `shutdown`: the WebSocket API joins the live fan-out and the HTTP metrics are
+/// registered. Not ready (`/healthz` 503) until the caller sets `status.ready`.
+pub fn start(
+    platform: &Arc<Platform>,
+    listener: TcpListener,
+    tls: Option<(TcpListener, Acceptor)>,
+    shutdown: watch::Receiver<bool>,
+) -> Running {
     let cfg = &platform.core.cfg;
     let ws = Arc::new(ws::Hub::default());
     platform.live.register(ws.clone());
@@ -57,16 +64,30 @@ pub fn start(platform: &Arc<Platform>, listener: TcpListener, shutdown: watch::R
         unbounded: cfg.http.unbounded_addresses.clone(),
         keepalive_idle: cfg.tcp_keepalive_idle.duration(),
     };
-    let st = status.clone();
-    let over_limit = move |why| {
-        st.http_over_limit.fetch_add(1, Ordering::Relaxed);
-        match why {
-            Refusal::Total => warn_limited!("HTTP connection refused: http.max_connections reached, all busy"),
-            Refusal::Address => {
-                warn_limited!("HTTP connection refused: http.max_connections_per_address reached, all busy")
+    let over_limit = |st: Arc<Status>| {
+        move |why| {
+            st.http_over_limit.fetch_add(1, Ordering::Relaxed);
+            match why {
+                Refusal::Total => warn_limited!("HTTP connection refused: http.max_connections reached, all busy"),
+                Refusal::Address => {
+                    warn_limited!("HTTP connection refused: http.max_connections_per_address reached, all busy")
+                }
             }
         }
     };
-    let task = tokio::spawn(gridlinks_listener::serve_http(listener, app, limits, shutdown, over_limit));
-    Running { status, task }
+    // HTTPS has its own connection bounds (the same settings).
+    let mut tasks = Vec::with_capacity(2);
+    if let Some((tls_listener, tls)) = tls {
+        let serve = serve_http(
+            tls_listener,
+            app.clone(),
+            limits.clone(),
+            Some(tls),
+            shutdown.clone(),
+            over_limit(status.clone()),
+        );
+        tasks.push(tokio::spawn(serve));
+    }
+    tasks.insert(0, tokio::spawn(serve_http(listener, app, limits, None, shutdown, over_limit(status.clone()))));
+    Running { status, tasks }
 }

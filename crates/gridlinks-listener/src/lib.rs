@@ -18,6 +18,10 @@
 //! header): an address that opens hundreds of idle connections holds nothing another
 //! client needs. Only when every connection in the way is busy is the new one refused with
 //! 503.
+//!
+//! [`tls`]: TLS for these listeners and for the other transports' TCP listeners.
+
+pub mod tls;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -211,11 +215,14 @@ impl Drop for Busy<'_> {
 
 /// Serves `app` on `listener` until `shutdown` turns true, then lets open connections
 /// finish their requests (`graceful_shutdown`) and returns once all have closed. Handlers
-/// see the peer's address as `ConnectInfo<SocketAddr>`.
+/// see the peer's address as `ConnectInfo<SocketAddr>`. With `tls`, each connection's
+/// handshake comes first (it holds the connection's place meanwhile; the handshake timeout
+/// bounds it).
 pub async fn serve_http(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,
+    tls: Option<tls::Acceptor>,
     mut shutdown: watch::Receiver<bool>,
     on_over_limit: impl Fn(Refusal) + Send + Sync + 'static,
 ) {
@@ -241,55 +248,83 @@ pub async fn serve_http(
             Ok(place) => place,
             Err(why) => {
                 on_over_limit(why);
-                let _ = stream.try_write(over_limit_response(why));
+                if tls.is_none() {
+                    let _ = stream.try_write(over_limit_response(why));
+                }
                 continue;
             }
         };
         gridlinks_platform::net::tune(&stream, limits.keepalive_idle);
-        let (app, builder, alive, mut stop) = (app.clone(), builder.clone(), alive.clone(), shutdown.clone());
+        let conn = Connection { app: app.clone(), builder: builder.clone(), place: Arc::new(place), peer };
+        let (tls, alive, stop) = (tls.clone(), alive.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let place = Arc::new(place);
             let _alive = alive;
-            let in_service = place.clone();
-            let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                let mut app = app.clone();
-                let place = in_service.clone();
-                place.conn.busy.fetch_add(1, Ordering::AcqRel);
-                let has_body = req.headers().get(header::CONTENT_LENGTH).is_some_and(|n| n.as_bytes() != b"0")
-                    || req.headers().contains_key(header::TRANSFER_ENCODING);
-                async move {
-                    let _busy = Busy(&place.conns, &place.conn);
-                    let mut res = tower_service::Service::call(&mut app, req).await;
-                    if let Ok(res) = &mut res {
-                        close_if_refused(has_body, res);
-                    }
-                    res
-                }
-            });
-            let conn = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
-            tokio::pin!(conn);
-            // A connection's own failure (reset, bad request line, timeout) is the client's
-            // business: DEBUG, not WARN, as a flood of them must not flood the log.
-            tokio::select! {
-                ended = conn.as_mut() => {
-                    if let Err(e) = ended {
-                        tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
-                    }
-                    return;
-                }
-                () = stopped(&mut stop) => {}
-                // Making room for another: idle, so it closes at once.
-                () = place.conn.shed.notified() => {}
-            }
-            conn.as_mut().graceful_shutdown();
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "HTTP connection ended with an error during shutdown");
+            match tls {
+                None => conn.serve(TokioIo::new(stream), stop).await,
+                Some(tls) => match tls.accept(stream).await {
+                    Ok((stream, _)) => conn.serve(TokioIo::new(stream), stop).await,
+                    Err(e) => tracing::debug!(%peer, error = %e, "HTTPS connection refused"),
+                },
             }
         });
     }
     drop(alive);
     let _ = all_closed.recv().await;
+}
+
+/// One admitted connection.
+struct Connection {
+    app: Router,
+    builder: Arc<hyper::server::conn::http1::Builder>,
+    place: Arc<Place>,
+    peer: std::net::SocketAddr,
+}
+
+impl Connection {
+    /// Serves requests on `io` until the client closes, `stop` turns true or the
+    /// connection is shed to make room.
+    async fn serve<I>(self, io: I, mut stop: watch::Receiver<bool>)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let Connection { app, builder, place, peer } = self;
+        let in_service = place.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            let mut app = app.clone();
+            let place = in_service.clone();
+            place.conn.busy.fetch_add(1, Ordering::AcqRel);
+            let has_body = req.headers().get(header::CONTENT_LENGTH).is_some_and(|n| n.as_bytes() != b"0")
+                || req.headers().contains_key(header::TRANSFER_ENCODING);
+            async move {
+                let _busy = Busy(&place.conns, &place.conn);
+                let mut res = tower_service::Service::call(&mut app, req).await;
+                if let Ok(res) = &mut res {
+                    close_if_refused(has_body, res);
+                }
+                res
+            }
+        });
+        let conn = builder.serve_connection(io, service).with_upgrades();
+        tokio::pin!(conn);
+        // A connection's own failure (reset, bad request line, timeout) is the client's
+        // business: DEBUG, not WARN, as a flood of them must not flood the log.
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+                }
+                return;
+            }
+            () = stopped(&mut stop) => {}
+            // Making room for another: idle, so it closes at once.
+            () = place.conn.shed.notified() => {}
+        }
+        conn.as_mut().graceful_shutdown();
+        if let Err(e) = conn.await {
+            tracing::debug!(%peer, error = %e, "HTTP connection ended with an error during shutdown");
+        }
+    }
 }
 
 /// An error answered to a request that came with a body says `Connection: close`: its

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gridlinks_listener::tls::Acceptor;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 
@@ -67,6 +68,8 @@ pub struct MqttMetrics {
     pub keepalive_timeouts: AtomicU64,
     /// Connections refused because `mqtt.max_connections` was reached.
     pub over_limit: AtomicU64,
+    /// TLS connections whose handshake failed or timed out.
+    pub tls_refused: AtomicU64,
     /// CONNECTs refused because their credential had `mqtt.max_connections_per_credential`.
     pub over_credential_limit: AtomicU64,
     /// Packets not sent because they exceeded the client's Maximum Packet Size.
@@ -88,6 +91,7 @@ impl Default for MqttMetrics {
             protocol_errors: AtomicU64::default(),
             keepalive_timeouts: AtomicU64::default(),
             over_limit: AtomicU64::default(),
+            tls_refused: AtomicU64::default(),
             over_credential_limit: AtomicU64::default(),
             too_large: AtomicU64::default(),
             too_slow: AtomicU64::default(),
@@ -97,6 +101,29 @@ impl Default for MqttMetrics {
 }
 
 impl Mqtt {
+    /// A pub/sub client's ACL: the rules of `mqtt.acl_rules` that apply to it (`user`
+    /// `None`: anonymous), then `base` (its credential's rules and allow lists).
+    pub fn client_acl(&self, base: &Arc<Acl>, user: Option<&str>, client_id: &str) -> Arc<Acl> {
+        let configured = &self.core.cfg.mqtt.acl_rules;
+        if configured.is_empty() {
+            return base.clone();
+        }
+        let mut rules = gridlinks_platform::broker_clients::configured_rules(configured, user, client_id);
+        rules.extend(base.rules.iter().cloned());
+        Arc::new(Acl { rules, ..(**base).clone() })
+    }
+
+    /// The device whose X509_CERTIFICATE credentials have this fingerprint; `Err` when the
+    /// store cannot be read.
+    pub async fn x509_login(&self, fingerprint: &str) -> Result<Option<gridlinks_types::DeviceId>, ()> {
+        let (store, fingerprint) = (self.core.store.clone(), fingerprint.to_owned());
+        let found = tokio::task::spawn_blocking(move || store.device_by_x509(&fingerprint)).await;
+        match found {
+            Ok(Ok(device)) => Ok(device.filter(|d| d.x509.is_some()).map(|d| d.id)),
+            _ => Err(()),
+        }
+    }
+
     /// A device's MQTT_BASIC login: `Ok(None)` when no device has credentials of this user
     /// name (or, without one, of this client id alone); the device when the client id and
     /// password match. Password checks are throttled per address and user name and run on
@@ -154,6 +181,7 @@ const REFUSAL_WAIT: Duration = Duration::from_secs(2);
 /// server unavailable) and is closed.
 pub async fn listen(
     listener: TcpListener,
+    tls: Option<Acceptor>,
     st: Arc<Mqtt>,
     mut shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
@@ -170,13 +198,34 @@ pub async fn listen(
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
                         st.metrics.over_limit.fetch_add(1, Ordering::Relaxed);
                         gridlinks_platform::logging::warn_limited!(limit = st.core.cfg.mqtt_max_connections(), "MQTT connection refused: mqtt.max_connections reached");
-                        if let Ok(slot) = refusals.clone().try_acquire_owned() {
+                        // Over TLS it is closed: a CONNACK would need a handshake first.
+                        if let Some(slot) = refusals.clone().try_acquire_owned().ok().filter(|_| tls.is_none()) {
                             tokio::spawn(refuse_over_limit(stream, slot, st.core.cfg.mqtt.max_packet_size));
                         }
                         continue;
                     };
-                    let st = st.clone();
-                    tokio::spawn(connection::run(stream, st, (permit, alive.clone())));
+                    let (st, alive) = (st.clone(), alive.clone());
+                    match &tls {
+                        None => {
+                            tokio::spawn(connection::run(stream, st, (permit, alive)));
+                        }
+                        // The handshake holds the connection's permit; its timeout bounds it.
+                        Some(tls) => {
+                            let tls = tls.clone();
+                            tokio::spawn(async move {
+                                match tls.accept(stream).await {
+                                    Ok((stream, cert)) => {
+                                        let stream = transport::Tls(Box::new(stream), cert.map(Box::new));
+                                        connection::run(stream, st, (permit, alive)).await;
+                                    }
+                                    Err(e) => {
+                                        st.metrics.tls_refused.fetch_add(1, Ordering::Relaxed);
+                                        tracing::debug!(error = %e, "MQTT over TLS: handshake refused");
+                                    }
+                                }
+                            });
+                        }
+                    }
                 }
                 Err(e) => {
                     // Typically EMFILE: back off instead of spinning.
@@ -234,6 +283,7 @@ struct WsContext {
 /// true; connections count against the same `mqtt.max_connections` as TCP ones.
 pub async fn listen_ws(
     listener: TcpListener,
+    tls: Option<Acceptor>,
     st: Arc<Mqtt>,
     shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
@@ -258,7 +308,7 @@ pub async fn listen_ws(
             "MQTT over WebSocket connection refused: http.max_connections upgrades in progress"
         );
     };
-    gridlinks_listener::serve_http(listener, app, limits, shutdown, over_limit).await;
+    gridlinks_listener::serve_http(listener, app, limits, tls, shutdown, over_limit).await;
 }
 
 async fn upgrade(
@@ -336,23 +386,38 @@ pub struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// The MQTT transport's listeners: plain TCP, and optionally TLS, WebSocket and secure
+/// WebSocket.
+pub struct Listeners {
+    /// MQTT over TCP.
+    pub tcp: TcpListener,
+    /// MQTT over TLS.
+    pub tls: Option<(TcpListener, Acceptor)>,
+    /// MQTT over WebSocket.
+    pub ws: Option<TcpListener>,
+    /// MQTT over secure WebSocket.
+    pub wss: Option<(TcpListener, Acceptor)>,
+}
+
 /// Starts the MQTT transport on `platform`: the canonical telemetry topics join the live
 /// fan-out, retained messages and persistent sessions are loaded, and with several nodes
-/// the bus is followed; then `listener` (and `ws`, MQTT over WebSocket) accept until
-/// `shutdown`. Every connection holds a permit of `limit` (the device connection limit,
-/// shared with other transports) and a clone of `alive`.
+/// the bus is followed; then the listeners accept until `shutdown`. Every connection holds
+/// a permit of `limit` (the device connection limit, shared with other transports) and a
+/// clone of `alive`.
 pub fn start(
     platform: &Arc<Platform>,
-    listener: TcpListener,
-    ws: Option<TcpListener>,
+    listeners: Listeners,
     shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
     limit: Arc<Semaphore>,
 ) -> Result<Running, gridlinks_platform::StartError> {
     use gridlinks_platform::Context;
     let cfg = &platform.core.cfg;
-    let anonymous_acl =
-        Arc::new(Acl { publish: cfg.mqtt.anonymous_publish.clone(), subscribe: cfg.mqtt.anonymous_subscribe.clone() });
+    let anonymous_acl = Arc::new(Acl {
+        rules: Vec::new(),
+        publish: cfg.mqtt.anonymous_publish.clone(),
+        subscribe: cfg.mqtt.anonymous_subscribe.clone(),
+    });
     platform.live.register(Arc::new(canonical::CanonicalTopics {
         sessions: platform.devices.sessions.clone(),
         writer: platform.core.writer.clone(),
@@ -377,12 +442,28 @@ pub fn start(
         tasks.push(pubsub::follow_bus(bus, &mqtt).context("following the kafka bus")?);
     }
     platform.metrics.register(Arc::new(metrics::MqttSource(Arc::downgrade(&mqtt))));
-    let mut listeners = Vec::with_capacity(2);
-    if let Some(ws) = ws {
-        let task = listen_ws(ws, mqtt.clone(), shutdown.clone(), alive.clone(), limit.clone());
-        listeners.push(("MQTT over WebSocket", tokio::spawn(task)));
+    let Listeners { tcp, tls, ws, wss } = listeners;
+    let mut listeners = Vec::with_capacity(4);
+    let sockets = [
+        (ws.map(|l| (l, None)), true),
+        (wss.map(|(l, a)| (l, Some(a))), true),
+        (tls.map(|(l, a)| (l, Some(a))), false),
+    ];
+    for (listener, over_ws) in sockets {
+        let Some((listener, tls)) = listener else { continue };
+        let name = match (over_ws, tls.is_some()) {
+            (true, false) => "MQTT over WebSocket",
+            (true, true) => "MQTT over secure WebSocket",
+            _ => "MQTT over TLS",
+        };
+        let (st, stop, alive, limit) = (mqtt.clone(), shutdown.clone(), alive.clone(), limit.clone());
+        let task = match over_ws {
+            true => tokio::spawn(listen_ws(listener, tls, st, stop, alive, limit)),
+            false => tokio::spawn(listen(listener, tls, st, stop, alive, limit)),
+        };
+        listeners.push((name, task));
     }
-    listeners.push(("MQTT", tokio::spawn(listen(listener, mqtt.clone(), shutdown, alive, limit))));
+    listeners.push(("MQTT", tokio::spawn(listen(tcp, None, mqtt.clone(), shutdown, alive, limit))));
     Ok(Running { mqtt, listeners, tasks })
 }
 

@@ -81,6 +81,12 @@ impl Source for MqttSource {
         )?;
         counter(
             e,
+            "gridlinks_mqtt_tls_handshakes_refused_total",
+            "MQTT over TLS connections whose TLS handshake failed or timed out.",
+            l(&m.tls_refused),
+        )?;
+        counter(
+            e,
             "gridlinks_mqtt_over_credential_limit_total",
             "MQTT CONNECTs refused because their credential had mqtt.max_connections_per_credential.",
             l(&m.over_credential_limit),

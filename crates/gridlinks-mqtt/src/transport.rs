@@ -1,4 +1,4 @@
-//! What an MQTT connection runs over: plain TCP, or a WebSocket (MQTT over WebSocket,
+//! What an MQTT connection runs over: plain TCP, TLS, or a WebSocket (MQTT over WebSocket,
 //! subprotocol `mqtt`, binary messages carrying any slice of the MQTT byte stream).
 
 use std::future::Future;
@@ -8,7 +8,8 @@ use std::task::Poll;
 
 use axum::extract::ws::{Message, WebSocket};
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use gridlinks_listener::tls::{ClientCert, TlsStream};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 /// Bytes a read may add at a time (TCP).
@@ -28,6 +29,10 @@ pub trait Transport: Send + 'static {
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
     /// The client's address, if known.
     fn peer_ip(&self) -> Option<IpAddr>;
+    /// The certificate the client presented in its TLS handshake.
+    fn client_cert(&self) -> Option<&ClientCert> {
+        None
+    }
 }
 
 impl Transport for TcpStream {
@@ -112,5 +117,50 @@ impl Transport for Ws {
 
     fn peer_ip(&self) -> Option<IpAddr> {
         self.1
+    }
+}
+
+/// MQTT over TLS, and the certificate the client presented.
+pub struct Tls(pub Box<TlsStream<TcpStream>>, pub Option<Box<ClientCert>>);
+
+impl Transport for Tls {
+    // Read through a buffer on the stack while polled, not held while waiting: an idle
+    // connection keeps no read buffer of its own (rustls keeps its record buffers).
+    fn fill(&mut self, buf: &mut BytesMut) -> impl Future<Output = bool> + Send {
+        std::future::poll_fn(move |cx| {
+            let mut chunk = [0u8; READ_CHUNK];
+            let mut read = ReadBuf::new(&mut chunk);
+            match std::pin::Pin::new(&mut *self.0).poll_read(cx, &mut read) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Ok(())) if !read.filled().is_empty() => {
+                    buf.extend_from_slice(read.filled());
+                    Poll::Ready(true)
+                }
+                Poll::Ready(_) => Poll::Ready(false),
+            }
+        })
+    }
+
+    fn try_write(&mut self, _data: &[u8]) -> io::Result<usize> {
+        // What rustls takes may still wait in its buffer: everything goes by `write_all`,
+        // which flushes.
+        Ok(0)
+    }
+
+    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.0.write_all(data).await?;
+        self.0.flush().await
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = self.0.shutdown().await;
+    }
+
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.0.get_ref().0.peer_addr().ok().map(|a| a.ip())
+    }
+
+    fn client_cert(&self) -> Option<&ClientCert> {
+        self.1.as_deref()
     }
 }

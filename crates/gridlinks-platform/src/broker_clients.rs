@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use gridlinks_broker::acl::Acl;
+use gridlinks_broker::acl::{Acl, Action, Permission, Rule};
 use gridlinks_broker::sessions::Sessions;
 use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp, WriterHandle};
 use hmac::{Hmac, Mac};
@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::auth::{Auth, AuthError};
+use crate::config::{AclAction, AclPermission, AclRuleConfig};
 
 /// Longest user name, client id or topic filter accepted in a credential.
 pub const MAX_FIELD: usize = 256;
@@ -48,6 +49,9 @@ pub struct Credential {
     pub publish: Vec<String>,
     /// Topic filters the client may subscribe within.
     pub subscribe: Vec<String>,
+    /// Ordered allow/deny rules, read before `publish` and `subscribe`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleSpec>,
     /// Creation time, ms since epoch.
     pub created_time: i64,
     /// Its tenant; `None`: the first tenant (as every credential stored before tenants).
@@ -63,6 +67,7 @@ impl Credential {
             "clientId": self.client_id,
             "publish": self.publish,
             "subscribe": self.subscribe,
+            "rules": self.rules,
             "createdTime": self.created_time,
         })
     }
@@ -254,7 +259,149 @@ pub struct AppLogin {
 }
 
 fn entry(cred: Credential) -> Entry {
-    let acl = Arc::new(Acl { publish: cred.publish.clone(), subscribe: cred.subscribe.clone() });
+    let acl = Arc::new(Acl {
+        rules: cred.rules.iter().map(|r| r.rule(r.topic.clone())).collect(),
+        publish: cred.publish.clone(),
+        subscribe: cred.subscribe.clone(),
+    });
     let mount = cred.tenant.map(crate::sessions::mount);
     Entry { cred, acl, mount, verified: Mutex::new(None) }
+}
+
+/// One rule of a credential (`rules` in `POST /api/mqtt/clients`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    /// `allow` or `deny`.
+    pub permission: AclPermission,
+    /// `publish`, `subscribe` or `all`.
+    pub action: AclAction,
+    /// A topic filter.
+    pub topic: String,
+}
+
+impl RuleSpec {
+    fn rule(&self, filter: String) -> Rule {
+        rule(self.permission, self.action, filter)
+    }
+}
+
+fn rule(permission: AclPermission, action: AclAction, filter: String) -> Rule {
+    Rule {
+        permission: match permission {
+            AclPermission::Allow => Permission::Allow,
+            AclPermission::Deny => Permission::Deny,
+        },
+        action: match action {
+            AclAction::Publish => Action::Publish,
+            AclAction::Subscribe => Action::Subscribe,
+            AclAction::All => Action::All,
+        },
+        filter,
+    }
+}
+
+/// The rules of `mqtt.acl_rules` that apply to a client (`user` `None`: anonymous), with
+/// `%c` (client id) and `%u` (user name) put in. An allow rule whose name or id would put a
+/// wildcard or level separator in its filter is left out (it would allow more than meant);
+/// a deny rule keeps it (it denies more). A rule with `%u` does not apply to anonymous
+/// clients.
+pub fn configured_rules(rules: &[AclRuleConfig], user: Option<&str>, client_id: &str) -> Vec<Rule> {
+    let mut out = Vec::new();
+    for r in rules {
+        let applies = (!r.anonymous || user.is_none())
+            && r.user.as_deref().is_none_or(|u| Some(u) == user)
+            && r.client_id.as_deref().is_none_or(|p| glob(p, client_id));
+        if !applies {
+            continue;
+        }
+        for t in &r.topics {
+            let names = [("%c", Some(client_id)), ("%u", user)];
+            let mut filter = t.clone();
+            let mut usable = true;
+            for (mark, value) in names.iter().filter(|(m, _)| t.contains(m)) {
+                let Some(value) = value else {
+                    usable = false;
+                    break;
+                };
+                let unsafe_name = value.contains(['+', '#', '/']) || value.is_empty();
+                usable &= !(unsafe_name && r.permission == AclPermission::Allow);
+                filter = filter.replace(mark, value);
+            }
+            if usable {
+                out.push(rule(r.permission, r.action, filter));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use super::*;
+
+    #[test]
+    fn client_id_patterns() {
+        for (p, t, want) in [
+            ("line-*", "line-7", true),
+            ("line-*", "line-", true),
+            ("line-*", "lin", false),
+            ("*-sensor", "a-sensor", true),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "acb", false),
+            ("exact", "exact", true),
+            ("exact", "exact2", false),
+            ("*", "", true),
+            ("ab*ba", "aba", false),
+        ] {
+            assert_eq!(glob(p, t), want, "{p:?} {t:?}");
+        }
+    }
+
+    #[test]
+    fn configured_rules_apply_by_who_and_fill_in_names() {
+        let cfg = |toml: &str| -> AclRuleConfig { toml::from_str(toml).unwrap() };
+        let rules = [
+            cfg(r#"permission = "allow"
+topics = ["clients/%c/#", "users/%u/#"]"#),
+            cfg(r#"permission = "deny"
+action = "subscribe"
+topics = ["secret/#"]
+user = "viewer""#),
+            cfg(r#"permission = "deny"
+topics = ["lines/%c"]
+client_id = "line-*""#),
+            cfg(r#"permission = "allow"
+topics = ["public/#"]
+anonymous = true"#),
+        ];
+        let filters =
+            |user, client| configured_rules(&rules, user, client).into_iter().map(|r| r.filter).collect::<Vec<_>>();
+        assert_eq!(filters(Some("viewer"), "c1"), ["clients/c1/#", "users/viewer/#", "secret/#"]);
+        assert_eq!(filters(Some("other"), "line-4"), ["clients/line-4/#", "users/other/#", "lines/line-4"]);
+        // Anonymous: no %u rule, the anonymous-only one.
+        assert_eq!(filters(None, "c1"), ["clients/c1/#", "public/#"]);
+        // A wildcard in a name never widens an allow rule; it widens a deny rule.
+        assert_eq!(filters(Some("#"), "line-#"), ["lines/line-#"]);
+        let acl = Acl { rules: configured_rules(&rules, Some("viewer"), "c1"), ..Acl::default() };
+        assert!(acl.may_publish("clients/c1/x") && !acl.may_publish("clients/c2/x"));
+        assert!(!acl.may_subscribe("secret/a") && acl.withheld("secret/a"));
+    }
 }

@@ -72,6 +72,37 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Scale-out: where data is committed and stored when several nodes share it.
     pub cluster: ClusterConfig,
+    /// The TLS listeners' certificate.
+    pub tls: TlsConfig,
+}
+
+/// The certificate and key of every TLS listener (`http.tls_bind`, `mqtt.tls_bind`,
+/// `mqtt.wss_bind`, custom TCP listeners with `tls = true`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file with the server certificate, then its chain; re-read on SIGHUP.
+    pub cert_file: PathBuf,
+    /// PEM file with the certificate's private key; re-read on SIGHUP.
+    pub key_file: PathBuf,
+    /// Longest TLS handshake; the connection is closed after it.
+    pub handshake_timeout: Millis,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self { cert_file: PathBuf::new(), key_file: PathBuf::new(), handshake_timeout: Millis(10_000) }
+    }
+}
+
+impl Config {
+    /// Whether any listener speaks TLS.
+    pub fn tls_used(&self) -> bool {
+        !self.http.tls_bind.is_empty()
+            || !self.mqtt.tls_bind.is_empty()
+            || !self.mqtt.wss_bind.is_empty()
+            || self.tcp.listeners.iter().any(|l| l.tls)
+    }
 }
 
 /// HTTP listener settings.
@@ -80,6 +111,9 @@ pub struct Config {
 pub struct HttpConfig {
     /// Listen address.
     pub bind: String,
+    /// Listen address of HTTPS (the same API, console and WebSocket API over TLS, with
+    /// `tls.cert_file`); empty: off.
+    pub tls_bind: String,
     /// Largest request body (telemetry, attributes, REST calls), bytes.
     pub max_body_bytes: usize,
     /// Largest bulk-import request body, bytes.
@@ -122,6 +156,11 @@ pub struct MqttConfig {
     pub bind: String,
     /// Listen address of MQTT over WebSocket (path `/mqtt`); empty: off.
     pub ws_bind: String,
+    /// Listen address of MQTT over TLS (8883 by convention); empty: off. Clients may
+    /// present a certificate: a device's X509_CERTIFICATE credentials.
+    pub tls_bind: String,
+    /// Listen address of MQTT over secure WebSocket (`wss://…/mqtt`); empty: off.
+    pub wss_bind: String,
     /// Largest MQTT packet accepted, bytes (checked before the body is read).
     pub max_packet_size: usize,
     /// QoS 1/2 publishes a client may have unacknowledged (MQTT 5 Receive Maximum).
@@ -163,6 +202,73 @@ pub struct MqttConfig {
     pub anonymous_publish: Vec<String>,
     /// Topic filters anonymous clients may subscribe within.
     pub anonymous_subscribe: Vec<String>,
+    /// Ordered allow/deny rules for pub/sub clients, read before each client's own ACL
+    /// (the first that matches decides).
+    pub acl_rules: Vec<AclRuleConfig>,
+    /// What a publish outside a client's ACL gets.
+    pub deny_action: DenyAction,
+}
+
+/// One access rule of `[[mqtt.acl_rules]]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AclRuleConfig {
+    /// `allow` or `deny`.
+    pub permission: AclPermission,
+    /// `publish`, `subscribe` or `all`.
+    #[serde(default = "default_acl_action")]
+    pub action: AclAction,
+    /// Topic filters; `%c` is the client id, `%u` the user name.
+    pub topics: Vec<String>,
+    /// Only for this user name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Only for client ids matching this pattern (`*` matches any run of characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Only for anonymous clients.
+    #[serde(default)]
+    pub anonymous: bool,
+}
+
+fn default_acl_action() -> AclAction {
+    AclAction::All
+}
+
+/// A rule's permission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AclPermission {
+    /// Allow.
+    Allow,
+    /// Deny.
+    Deny,
+}
+
+/// What a rule is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AclAction {
+    /// Publishing.
+    Publish,
+    /// Subscribing and receiving.
+    Subscribe,
+    /// Both.
+    All,
+}
+
+/// What a publish outside a client's ACL gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenyAction {
+    /// MQTT 5: PUBACK/PUBREC 0x87 with a reason string, the connection stays; MQTT 3.1.1,
+    /// which cannot be told, is disconnected. No client takes a refusal for delivery.
+    Reason,
+    /// As Mosquitto and EMQX: MQTT 5 as `reason`; MQTT 3.1.1 gets a plain PUBACK and the
+    /// message is dropped.
+    Ignore,
+    /// Every version is disconnected (MQTT 5 with DISCONNECT 0x87).
+    Disconnect,
 }
 
 /// CoAP listener settings.
@@ -264,6 +370,9 @@ pub struct TcpListenerConfig {
     /// (whose scripts may mark logins or let any frame that names a device bind it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_login: Option<bool>,
+    /// Speak TLS (with `tls.cert_file`) instead of plain TCP.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 impl TcpListenerConfig {
@@ -740,6 +849,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             limits: LimitsConfig::default(),
             cluster: ClusterConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -748,6 +858,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             bind: "0.0.0.0:8080".into(),
+            tls_bind: String::new(),
             max_body_bytes: 64 * 1024,
             max_import_bytes: 64 * 1024 * 1024,
             max_page_size: 10_000,
@@ -770,6 +881,8 @@ impl Default for MqttConfig {
         Self {
             bind: "0.0.0.0:1883".into(),
             ws_bind: "0.0.0.0:8083".into(),
+            tls_bind: String::new(),
+            wss_bind: String::new(),
             max_packet_size: 64 * 1024,
             receive_maximum: 64,
             max_connections: 0,
@@ -786,6 +899,8 @@ impl Default for MqttConfig {
             offline_queue_full: "drop_new".into(),
             anonymous_publish: vec!["#".into()],
             anonymous_subscribe: vec!["#".into()],
+            acl_rules: Vec::new(),
+            deny_action: DenyAction::Reason,
         }
     }
 }
@@ -946,11 +1061,17 @@ impl Config {
             ("mqtt.bind", &self.mqtt.bind),
             ("mqtt.ws_bind", &self.mqtt.ws_bind),
             ("coap.bind", &self.coap.bind),
+            ("http.tls_bind", &self.http.tls_bind),
+            ("mqtt.tls_bind", &self.mqtt.tls_bind),
+            ("mqtt.wss_bind", &self.mqtt.wss_bind),
         ] {
-            let may_be_off = matches!(name, "mqtt.ws_bind" | "coap.bind");
+            let may_be_off = !matches!(name, "http.bind" | "mqtt.bind");
             if addr.parse::<std::net::SocketAddr>().is_err() && !(may_be_off && addr.is_empty()) {
                 return bad(format!("{name} = {addr:?} is not a socket address like 0.0.0.0:8080"));
             }
+        }
+        if self.tls_used() && (self.tls.cert_file.as_os_str().is_empty() || self.tls.key_file.as_os_str().is_empty()) {
+            return bad("a TLS listener needs tls.cert_file and tls.key_file".into());
         }
         if self.admin.sysadmin_user.is_empty() || self.admin.sysadmin_user.eq_ignore_ascii_case(&self.admin.user) {
             return bad("admin.sysadmin_user must not be empty nor admin.user".into());
@@ -993,6 +1114,11 @@ impl Config {
         for f in self.mqtt.anonymous_publish.iter().chain(&self.mqtt.anonymous_subscribe) {
             if gridlinks_broker::topic::validate_filter(f).is_err() {
                 return bad(format!("mqtt.anonymous_publish / anonymous_subscribe: {f:?} is not a valid topic filter"));
+            }
+        }
+        for f in self.mqtt.acl_rules.iter().flat_map(|r| &r.topics) {
+            if gridlinks_broker::topic::validate_filter(&f.replace("%c", "c").replace("%u", "u")).is_err() {
+                return bad(format!("mqtt.acl_rules: {f:?} is not a valid topic filter"));
             }
         }
         if self.storage.memtable_mb == 0 {

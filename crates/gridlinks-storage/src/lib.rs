@@ -953,6 +953,14 @@ impl Store {
         engine.device(id_from(&id)?)
     }
 
+    /// The device with X509_CERTIFICATE credentials of this fingerprint.
+    pub fn device_by_x509(&self, fingerprint: &str) -> Result<Option<DeviceRecord>, StoreError> {
+        let key = X509Credentials { fingerprint: fingerprint.to_owned(), cert: String::new() }.index_key();
+        let engine = self.engine()?;
+        let Some(id) = engine.ks.basic.get(key)? else { return Ok(None) };
+        engine.device(id_from(&id)?)
+    }
+
     /// The device a protocol knows by `identity`.
     pub fn device_id_by_identity(&self, identity: &ProtocolIdentity) -> Result<Option<DeviceId>, StoreError> {
         self.engine()?.ks.identities.get(codec::identity_key(identity))?.map(|v| id_from(&v)).transpose()

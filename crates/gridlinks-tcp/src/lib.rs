@@ -38,10 +38,12 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use gridlinks_framing::{FrameError, Framer, FramingSpec, Next};
 use gridlinks_ingest::{IngestError, Item};
+use gridlinks_listener::tls::Acceptor;
 use gridlinks_protocols::{Cut, DecodeError, Decoder, Script, ScriptLimits, Session, Uplink};
 use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use gridlinks_broker::sessions::SessionLink;
@@ -165,6 +167,7 @@ pub struct Shared {
 /// connection limit MQTT counts against too) and a sender of `alive`.
 pub async fn listen(
     listener: TcpListener,
+    tls: Option<Acceptor>,
     shared: Shared,
     mut shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
@@ -182,7 +185,22 @@ pub async fn listen(
                         continue;
                     };
                     let conn = Connection::new(shared.clone());
-                    tokio::spawn(conn.run(stream, shutdown.clone(), (permit, alive.clone())));
+                    let held = (permit, alive.clone());
+                    match &tls {
+                        None => {
+                            tokio::spawn(conn.run(stream, shutdown.clone(), held));
+                        }
+                        // The handshake holds the connection's permit; its timeout bounds it.
+                        Some(tls) => {
+                            let (tls, stop) = (tls.clone(), shutdown.clone());
+                            tokio::spawn(async move {
+                                match tls.accept(stream).await {
+                                    Ok((stream, _)) => conn.run(stream, stop, held).await,
+                                    Err(e) => tracing::debug!(error = %e, "custom TCP over TLS: handshake refused"),
+                                }
+                            });
+                        }
+                    }
                 }
                 Err(e) => {
                     gridlinks_platform::logging::warn_limited!(error = %e, "custom TCP accept failed");
@@ -370,9 +388,9 @@ impl Connection {
         }
     }
 
-    async fn run(
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         mut self,
-        mut stream: TcpStream,
+        mut stream: S,
         mut shutdown: watch::Receiver<bool>,
         _held: (OwnedSemaphorePermit, mpsc::Sender<()>),
     ) {
@@ -599,8 +617,12 @@ impl Connection {
 }
 
 /// Writes `out` (if any) within [`WRITE_TIMEOUT`]; false: the connection is gone or stuck.
-async fn send(stream: &mut TcpStream, out: &[u8]) -> bool {
-    out.is_empty() || matches!(tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out)).await, Ok(Ok(())))
+async fn send<S: AsyncWrite + Unpin>(stream: &mut S, out: &[u8]) -> bool {
+    let write = async {
+        stream.write_all(out).await?;
+        stream.flush().await
+    };
+    out.is_empty() || matches!(tokio::time::timeout(WRITE_TIMEOUT, write).await, Ok(Ok(())))
 }
 
 /// The server message a session copy carries: an RPC request
@@ -625,13 +647,13 @@ use gridlinks_platform::metrics::{counter, gauge, DescriptorEncoder, Source};
 use std::fmt;
 
 /// Starts every custom TCP listener of the configuration (`tcp.listeners`, bound by the
-/// caller in the same order) on `platform`: protocols and scripts loaded (one script pool
+/// caller in the same order, with their TLS handshake if `tls = true`) on `platform`: protocols and scripts loaded (one script pool
 /// for all), then each accepts until `shutdown`. Every connection holds a permit of `limit`
 /// (the device connection limit, shared with MQTT) and a clone of `alive`. Returns each
 /// listener's accept loop with its name ("protocol address").
 pub fn start(
     platform: &Arc<Platform>,
-    listeners: Vec<TcpListener>,
+    listeners: Vec<(TcpListener, Option<Acceptor>)>,
     shutdown: watch::Receiver<bool>,
     alive: mpsc::Sender<()>,
     limit: Arc<Semaphore>,
@@ -642,7 +664,7 @@ pub fn start(
     // One script pool for every listener that runs scripts.
     let mut scripts = None;
     let mut started = Vec::with_capacity(listeners.len());
-    for (l, listener) in cfg.tcp.listeners.iter().zip(listeners) {
+    for (l, (listener, tls)) in cfg.tcp.listeners.iter().zip(listeners) {
         let protocol =
             Protocol::load(&core, l).with_context(|| format!("tcp.listeners ({}, protocol {})", l.bind, l.protocol))?;
         let pool = if protocol.uses_script() {
@@ -666,7 +688,7 @@ pub fn start(
             scripts: pool,
         };
         let name = format!("{} {}", l.protocol, listener.local_addr()?);
-        let task = listen(listener, shared, shutdown.clone(), alive.clone(), limit.clone());
+        let task = listen(listener, tls, shared, shutdown.clone(), alive.clone(), limit.clone());
         started.push((name, tokio::spawn(task)));
     }
     platform.metrics.register(metrics);

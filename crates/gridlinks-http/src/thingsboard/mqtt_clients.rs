@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use gridlinks_broker::topic::validate_filter;
-use gridlinks_platform::broker_clients::{Credential, MAX_FIELD, MAX_FILTERS};
+use gridlinks_platform::broker_clients::{Credential, RuleSpec, MAX_FIELD, MAX_FILTERS};
 use gridlinks_platform::Platform;
 use gridlinks_types::Ts;
 use serde::Deserialize;
@@ -30,6 +30,9 @@ struct SaveRequest {
     publish: Vec<String>,
     #[serde(default)]
     subscribe: Vec<String>,
+    /// Ordered allow/deny rules, read before `publish` and `subscribe`.
+    #[serde(default)]
+    rules: Vec<RuleSpec>,
 }
 
 fn check_filters(what: &str, filters: &[String]) -> ApiResult<()> {
@@ -69,6 +72,7 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
     }
     check_filters("publish", &req.publish)?;
     check_filters("subscribe", &req.subscribe)?;
+    check_filters("rules", &req.rules.iter().map(|r| r.topic.clone()).collect::<Vec<_>>())?;
     let guards = &st.core.guards;
     guards.check_conflicts(&me).map_err(ApiError::credential_conflicts)?;
     let old = st.clients.get(&req.username);
@@ -90,6 +94,7 @@ pub async fn save(Admin(me): Admin, State(st): St, Body(body): Body) -> ApiResul
         client_id: req.client_id,
         publish: req.publish,
         subscribe: req.subscribe,
+        rules: req.rules,
         created_time: old.map_or_else(|| Ts::now().0, |o| o.created_time),
         tenant,
     };

@@ -46,56 +46,74 @@ impl<T: Transport> Conn<T> {
         let password = c.password.as_deref().filter(|p| !p.is_empty());
         let peer = self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
         let user = c.username.as_deref().filter(|u| !u.is_empty());
-        // A name is a device token unless it comes with a password and is an application's
-        // (names and tokens are kept apart; this settles older data).
-        let app = user.is_some_and(|u| password.is_some() && self.st.clients.contains(u));
-        let device = match user {
-            Some(u) if !app => self.st.core.ingest.authenticate(u),
-            _ => Err(IngestError::BadCredential),
-        };
-        // MQTT_BASIC device credentials: by user name, or by client id alone.
-        let basic = match (&device, app) {
-            (Err(IngestError::BadCredential), false) => self.st.basic_login(peer, user, &c.client_id, password).await,
-            _ => Ok(None),
-        };
-        let auth_refusal = |e: &AuthError| match e {
-            AuthError::Throttled(_) => refuse(rc::V3_SERVER_UNAVAILABLE, rc::CONNECTION_RATE_EXCEEDED),
-            AuthError::Busy => refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_BUSY),
-            _ => refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
-        };
-        match (user, device, basic) {
-            (_, Ok(d), _) | (_, _, Ok(Some(d))) => who = Some(Who::Device(d)),
-            (_, _, Err(e)) => {
-                code = auth_refusal(&e);
-                refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
+        let cert = self.stream.client_cert().map(|c| c.fingerprint.clone());
+        if let Some(fingerprint) = &cert {
+            // A client certificate is the device's credential, as in ThingsBoard: it alone
+            // decides (the user name and password are not read).
+            match self.st.x509_login(fingerprint).await {
+                Ok(Some(d)) => who = Some(Who::Device(d)),
+                Ok(None) => {
+                    code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
+                    refusal = v5.then(|| "no device has this client certificate (X509_CERTIFICATE credentials)".into());
+                }
+                Err(()) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
             }
-            (None, _, Ok(None)) if self.st.core.cfg.mqtt.allow_anonymous => {
-                who = Some(Who::Client { id: client_id, owner: "".into(), acl: self.st.anonymous_acl.clone() });
-            }
-            (None, _, Ok(None)) => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
-            (Some(_), Err(IngestError::BadCredential), Ok(None)) if password.is_none() => {
-                code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED)
-            }
-            // An application's login; an unknown name costs what a wrong password costs.
-            (Some(user), Err(IngestError::BadCredential), Ok(None)) => {
-                let password = password.unwrap_or_default();
-                match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
-                    Ok(login) => {
-                        // Another tenant's client: its session is keyed in its namespace, so
-                        // the same client id in two tenants is two sessions.
-                        let id = match &login.mount {
-                            Some(m) => format!("{m}{client_id}").into(),
-                            None => client_id,
-                        };
-                        who = Some(Who::Client { id, owner: user.into(), acl: login.acl })
-                    }
-                    Err(e) => {
-                        code = auth_refusal(&e);
-                        refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
+        } else {
+            // A name is a device token unless it comes with a password and is an application's
+            // (names and tokens are kept apart; this settles older data).
+            let app = user.is_some_and(|u| password.is_some() && self.st.clients.contains(u));
+            let device = match user {
+                Some(u) if !app => self.st.core.ingest.authenticate(u),
+                _ => Err(IngestError::BadCredential),
+            };
+            // MQTT_BASIC device credentials: by user name, or by client id alone.
+            let basic = match (&device, app) {
+                (Err(IngestError::BadCredential), false) => {
+                    self.st.basic_login(peer, user, &c.client_id, password).await
+                }
+                _ => Ok(None),
+            };
+            let auth_refusal = |e: &AuthError| match e {
+                AuthError::Throttled(_) => refuse(rc::V3_SERVER_UNAVAILABLE, rc::CONNECTION_RATE_EXCEEDED),
+                AuthError::Busy => refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_BUSY),
+                _ => refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+            };
+            match (user, device, basic) {
+                (_, Ok(d), _) | (_, _, Ok(Some(d))) => who = Some(Who::Device(d)),
+                (_, _, Err(e)) => {
+                    code = auth_refusal(&e);
+                    refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
+                }
+                (None, _, Ok(None)) if self.st.core.cfg.mqtt.allow_anonymous => {
+                    let acl = self.st.client_acl(&self.st.anonymous_acl, None, &client_id);
+                    who = Some(Who::Client { id: client_id, owner: "".into(), acl });
+                }
+                (None, _, Ok(None)) => code = refuse(rc::V3_BAD_USERNAME_OR_PASSWORD, rc::BAD_USER_NAME_OR_PASSWORD),
+                (Some(_), Err(IngestError::BadCredential), Ok(None)) if password.is_none() => {
+                    code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED)
+                }
+                // An application's login; an unknown name costs what a wrong password costs.
+                (Some(user), Err(IngestError::BadCredential), Ok(None)) => {
+                    let password = password.unwrap_or_default();
+                    match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
+                        Ok(login) => {
+                            let acl = self.st.client_acl(&login.acl, Some(user), &client_id);
+                            // Another tenant's client: its session is keyed in its namespace, so
+                            // the same client id in two tenants is two sessions.
+                            let id = match &login.mount {
+                                Some(m) => format!("{m}{client_id}").into(),
+                                None => client_id,
+                            };
+                            who = Some(Who::Client { id, owner: user.into(), acl })
+                        }
+                        Err(e) => {
+                            code = auth_refusal(&e);
+                            refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);
+                        }
                     }
                 }
+                (_, Err(_), Ok(None)) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
             }
-            (_, Err(_), Ok(None)) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
         }
         // A node whose Kafka or database is unreachable takes no new sessions: the client
         // is told why and goes to another node, or retries.
@@ -124,6 +142,7 @@ impl<T: Transport> Conn<T> {
         let mut props = ConnAckProperties::default();
         // Each device token and application user name has a bounded number of connections.
         let credential = match (&who, c.username.as_deref()) {
+            (Some(Who::Device(_)), _) if cert.is_some() => cert.as_deref(),
             (Some(Who::Device(_)), Some(token)) => Some(token),
             (Some(Who::Client { owner, .. }), _) if !owner.is_empty() => Some(&**owner),
             _ => None,
@@ -189,6 +208,14 @@ impl<T: Transport> Conn<T> {
             }
             Who::Client { id, owner, .. } => (id, owner),
         };
+        // Rules that withhold topics of granted subscriptions, in the router's terms.
+        let withheld = match who {
+            Who::Client { acl, .. } if acl.filters_delivery() => {
+                let rules = acl.rules.iter().map(|r| Rule { filter: mounted(id, &r.filter), ..r.clone() }).collect();
+                Some(Arc::new(Acl { rules, ..Acl::default() }))
+            }
+            _ => None,
+        };
         let max = st.core.cfg.mqtt.max_session_expiry;
         self.expiry = match self.version {
             ProtocolVersion::V5 => c.properties.session_expiry_interval.unwrap_or(0).min(max),
@@ -212,6 +239,7 @@ impl<T: Transport> Conn<T> {
             st.core.cfg.mqtt.client_outbound_queue,
             c.clean_start,
             self.expiry,
+            withheld,
         );
         let mut rows = if r.discarded { old_rows } else { Vec::new() };
         if self.expiry > 0 {

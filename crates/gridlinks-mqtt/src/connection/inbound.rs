@@ -42,7 +42,7 @@ impl Batch {
 
 /// Client `session`'s topic filter in its tenant's namespace (`$share/{group}/` stays in
 /// front).
-fn mounted(session: &str, filter: &str) -> String {
+pub(super) fn mounted(session: &str, filter: &str) -> String {
     let Some(m) = gridlinks_platform::sessions::mount_of(session) else { return filter.to_owned() };
     match filter.strip_prefix("$share/").and_then(|r| r.split_once('/')) {
         Some((group, rest)) => format!("$share/{group}/{m}{rest}"),
@@ -352,11 +352,19 @@ impl<T: Transport> Conn<T> {
         let (qos, packet_id) = (p.qos, p.packet_id);
         if let Err(text) = may_publish(acl, &p.topic) {
             self.st.metrics.bad_publishes.fetch_add(1, Ordering::Relaxed);
-            if !v5 {
-                return Some(End::Disconnect(rc::NOT_AUTHORIZED, text));
-            }
-            pending.push_back(ready(pub_ack(qos, packet_id, rc::NOT_AUTHORIZED, Some(text))));
-            return None;
+            return match (self.st.core.cfg.mqtt.deny_action, v5) {
+                (DenyAction::Disconnect, _) | (DenyAction::Reason, false) => {
+                    Some(End::Disconnect(rc::NOT_AUTHORIZED, text))
+                }
+                (DenyAction::Ignore, false) => {
+                    pending.push_back(ready(pub_ack(qos, packet_id, 0, None)));
+                    None
+                }
+                (_, true) => {
+                    pending.push_back(ready(pub_ack(qos, packet_id, rc::NOT_AUTHORIZED, Some(text))));
+                    None
+                }
+            };
         }
         if let Some(m) = gridlinks_platform::sessions::mount_of(client) {
             p.topic = format!("{m}{}", p.topic);

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use gridlinks_broker::acl::Acl;
+use gridlinks_broker::acl::{Acl, Rule};
 use gridlinks_broker::router::{Message, SubOptions, SubscribeError};
 use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink, Unregistered};
 use gridlinks_broker::topic::validate_filter;
@@ -46,8 +46,9 @@ mod inbound;
 mod outbound;
 mod provision;
 
+use gridlinks_platform::config::DenyAction;
 pub(crate) use inbound::message;
-use inbound::{may_publish, Batch};
+use inbound::{may_publish, mounted, Batch};
 use outbound::{OutWindow, OUTBOUND_WINDOW};
 
 /// A client that does not take our bytes for this long is dropped.
