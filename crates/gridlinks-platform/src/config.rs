@@ -207,6 +207,9 @@ pub struct MqttConfig {
     pub acl_rules: Vec<AclRuleConfig>,
     /// What a publish outside a client's ACL gets.
     pub deny_action: DenyAction,
+    /// MQTT 5 Response Information given to a pub/sub client that asks for it: a topic
+    /// prefix (`%c` = its client id) it may then publish and subscribe under; empty: none.
+    pub response_information: String,
 }
 
 /// One access rule of `[[mqtt.acl_rules]]`.
@@ -901,6 +904,7 @@ impl Default for MqttConfig {
             anonymous_subscribe: vec!["#".into()],
             acl_rules: Vec::new(),
             deny_action: DenyAction::Reason,
+            response_information: "responses/%c".into(),
         }
     }
 }

@@ -189,3 +189,33 @@ fn deny_action_decides_what_a_refused_publish_gets() {
     let (disconnect, _) = v5.expect_close();
     assert_eq!(disconnect.map(|d| d.reason), Some(reason::NOT_AUTHORIZED));
 }
+
+/// MQTT 5 Response Information: given only when asked, a prefix of the client's own that
+/// its ACL then allows (the configured deny rules still hold); none for devices' topics.
+#[test]
+fn response_information_is_a_prefix_the_client_may_use() {
+    let (server, _cfg) = start("");
+    let jwt = server.login();
+    let cred = json!({"username": "asker", "password": "pw", "publish": ["plant/x"], "subscribe": []});
+    assert_eq!(server.json("POST", "/api/mqtt/clients", &jwt, Some(cred)).0, 200);
+    let ask = |client_id: &str, asked: Option<u8>| {
+        Raw::connect_custom(server.mqtt_port, ProtocolVersion::V5, |c| {
+            c.client_id = client_id.into();
+            c.username = Some("asker".into());
+            c.password = Some(bytes::Bytes::from_static(b"pw"));
+            c.properties.request_response_information = asked;
+        })
+    };
+    let (_, plain) = ask("quiet", None);
+    assert_eq!(plain.properties.response_information, None, "not asked, not given");
+    let (mut c, ack) = ask("asking-1", Some(1));
+    assert_eq!(ack.properties.response_information.as_deref(), Some("responses/asking-1"));
+    assert_eq!(
+        c.subscribe(1, &["responses/asking-1/#", "responses/asking-2/#"]).return_codes,
+        [1, reason::NOT_AUTHORIZED]
+    );
+    c.publish("responses/asking-1/r", b"1", QoS::AtLeastOnce, Some(2));
+    assert!(matches!(puback_reason(&mut c), 0 | reason::NO_MATCHING_SUBSCRIBERS));
+    c.publish("responses/other/r", b"1", QoS::AtLeastOnce, Some(3));
+    assert_eq!(puback_reason(&mut c), reason::NOT_AUTHORIZED);
+}

@@ -139,6 +139,23 @@ impl<T: Transport> Conn<T> {
             refusal = v5.then(|| format!("client ids may not start with {}", gridlinks_platform::sessions::MOUNT_ROOT));
             who = None;
         }
+        // MQTT 5 Response Information: a topic prefix of the client's own, allowed to it
+        // (after the configured and the credential's rules: a deny there still holds).
+        let mut response_information = None;
+        if let (0, true, Some(Who::Client { acl, .. })) =
+            (code, c.properties.request_response_information == Some(1), &mut who)
+        {
+            let own_id = assigned.as_deref().unwrap_or(&c.client_id);
+            let template = &self.st.core.cfg.mqtt.response_information;
+            if !template.is_empty() && !own_id.contains(['+', '#', '/']) {
+                let prefix = template.replace("%c", own_id);
+                let rule = Rule { permission: Permission::Allow, action: Action::All, filter: format!("{prefix}/#") };
+                let mut with = (**acl).clone();
+                with.rules.push(rule);
+                *acl = Arc::new(with);
+                response_information = Some(prefix);
+            }
+        }
         let mut props = ConnAckProperties::default();
         // Each device token and application user name has a bounded number of connections.
         let credential = match (&who, c.username.as_deref()) {
@@ -180,6 +197,7 @@ impl<T: Transport> Conn<T> {
             props.shared_subscription_available = Some(pubsub);
             props.subscription_identifiers_available = Some(pubsub);
             props.topic_alias_maximum = Some(TOPIC_ALIAS_MAX);
+            props.response_information = response_information;
             props.wildcard_subscription_available = Some(1);
             props.assigned_client_identifier = assigned;
             props.server_keep_alive = keep_alive(c.keep_alive, self.st.core.cfg.mqtt.max_keep_alive, v5).1;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use gridlinks_broker::acl::{Acl, Rule};
+use gridlinks_broker::acl::{Acl, Action, Permission, Rule};
 use gridlinks_broker::router::{Message, SubOptions, SubscribeError};
 use gridlinks_broker::sessions::{CloseReason, Outbound, SessionId, SessionLink, Unregistered};
 use gridlinks_broker::topic::validate_filter;
