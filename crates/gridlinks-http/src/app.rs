@@ -21,8 +21,23 @@ use crate::thingsboard::{
 };
 use crate::thingsboard::{mqtt_clients, rpc};
 
-/// The HTTP routes.
+/// The HTTP routes (`/metrics` among them unless `metrics.bind` gives it its own listener:
+/// [`metrics_router`]).
 pub fn router(state: Http) -> Router {
+    let own_metrics = !state.core.cfg.metrics.bind.is_empty();
+    let routes = api_router(state.clone());
+    match own_metrics {
+        true => routes,
+        false => routes.merge(metrics_router(state)),
+    }
+}
+
+/// `/metrics` alone.
+pub fn metrics_router(state: Http) -> Router {
+    Router::new().route("/metrics", get(metrics_text)).with_state(state)
+}
+
+fn api_router(state: Http) -> Router {
     let body_limit = state.core.cfg.http.max_body_bytes;
     let import_limit = state.core.cfg.http.max_import_bytes;
     let ota_limit = state.core.cfg.ota.max_package_bytes + ota::FRAMING_BYTES;
@@ -32,7 +47,6 @@ pub fn router(state: Http) -> Router {
         .route("/assets/{file}", get(crate::console::asset))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
         .route("/api/ws", get(crate::ws::upgrade))
         .route("/api/ws/plugins/telemetry", get(crate::ws::upgrade_legacy))
         .route("/api/auth/login", post(api::login))
@@ -225,8 +239,21 @@ fn answer(up: bool, mut body: serde_json::Map<String, serde_json::Value>) -> imp
     (code, axum::Json(serde_json::Value::Object(body)))
 }
 
-/// `GET /metrics`: OpenMetrics text of every registered source.
-async fn metrics_text(State(st): State<Http>) -> axum::response::Response {
+/// `GET /metrics`: OpenMetrics text of every registered source; with `metrics.token`, for
+/// a scrape that sends it as a bearer token only.
+pub async fn metrics_text(State(st): State<Http>, headers: axum::http::HeaderMap) -> axum::response::Response {
+    let token = &st.core.cfg.metrics.token;
+    if !token.is_empty() {
+        let sent =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let ok = sent.is_some_and(|s| {
+            s.len() == token.len() && s.bytes().zip(token.bytes()).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+        });
+        if !ok {
+            return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "metrics.token required")
+                .into_response();
+        }
+    }
     match st.platform.metrics.render() {
         Ok(body) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the metrics").into_response(),

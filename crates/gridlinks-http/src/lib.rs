@@ -34,15 +34,20 @@ pub struct Running {
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Starts serving HTTP on `listener` (and HTTPS on `tls`'s listener) over `platform` until
-/// `shutdown`: the WebSocket API joins the live fan-out and the HTTP metrics are
-/// registered. Not ready (`/healthz` 503) until the caller sets `status.ready`.
-pub fn start(
-    platform: &Arc<Platform>,
-    listener: TcpListener,
-    tls: Option<(TcpListener, Acceptor)>,
-    shutdown: watch::Receiver<bool>,
-) -> Running {
+/// The HTTP transport's listeners.
+pub struct Listeners {
+    /// HTTP.
+    pub http: TcpListener,
+    /// HTTPS.
+    pub https: Option<(TcpListener, Acceptor)>,
+    /// `/metrics` alone (`metrics.bind`).
+    pub metrics: Option<TcpListener>,
+}
+
+/// Starts serving HTTP (and HTTPS, and `/metrics` on its own listener, when given) over
+/// `platform` until `shutdown`: the WebSocket API joins the live fan-out and the HTTP
+/// metrics are registered. Not ready (`/healthz` 503) until the caller sets `status.ready`.
+pub fn start(platform: &Arc<Platform>, listeners: Listeners, shutdown: watch::Receiver<bool>) -> Running {
     let cfg = &platform.core.cfg;
     let ws = Arc::new(ws::Hub::default());
     platform.live.register(ws.clone());
@@ -53,7 +58,8 @@ pub fn start(
         ws: ws.clone(),
         polls: polls.clone(),
     }));
-    let app = app::router(Http::new(platform.clone(), status.clone(), ws, polls));
+    let state = Http::new(platform.clone(), status.clone(), ws, polls);
+    let app = app::router(state.clone());
     let limits = HttpLimits {
         header_read_timeout: cfg.http.header_read_timeout.duration(),
         max_connections: cfg.http_max_connections(),
@@ -75,19 +81,24 @@ pub fn start(
             }
         }
     };
-    // HTTPS has its own connection bounds (the same settings).
-    let mut tasks = Vec::with_capacity(2);
-    if let Some((tls_listener, tls)) = tls {
-        let serve = serve_http(
-            tls_listener,
-            app.clone(),
-            limits.clone(),
-            Some(tls),
-            shutdown.clone(),
-            over_limit(status.clone()),
-        );
+    // HTTPS and the metrics listener have connection bounds of their own (the same settings).
+    let Listeners { http, https, metrics } = listeners;
+    let mut tasks = vec![tokio::spawn(serve_http(
+        http,
+        app.clone(),
+        limits.clone(),
+        None,
+        shutdown.clone(),
+        over_limit(status.clone()),
+    ))];
+    if let Some((listener, tls)) = https {
+        let serve = serve_http(listener, app, limits.clone(), Some(tls), shutdown.clone(), over_limit(status.clone()));
         tasks.push(tokio::spawn(serve));
     }
-    tasks.insert(0, tokio::spawn(serve_http(listener, app, limits, None, shutdown, over_limit(status.clone()))));
+    if let Some(listener) = metrics {
+        let serve =
+            serve_http(listener, app::metrics_router(state), limits, None, shutdown, over_limit(status.clone()));
+        tasks.push(tokio::spawn(serve));
+    }
     Running { status, tasks }
 }

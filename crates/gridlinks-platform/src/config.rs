@@ -74,6 +74,45 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// The TLS listeners' certificate.
     pub tls: TlsConfig,
+    /// `/metrics`: where and for whom.
+    pub metrics: MetricsConfig,
+    /// Log output.
+    pub log: LogConfig,
+}
+
+/// Who may read `/metrics`, and where.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// A listen address of its own for `/metrics` (then the main HTTP listener has none);
+    /// empty: served by the main HTTP listener.
+    pub bind: String,
+    /// When set, a scrape must send `Authorization: Bearer {token}` (401 otherwise).
+    pub token: String,
+}
+
+/// Log output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (human-readable lines) or `json` (one JSON object per line).
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text }
+    }
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (timestamp, level, target, message, fields).
+    Json,
 }
 
 /// The certificate and key of every TLS listener (`http.tls_bind`, `mqtt.tls_bind`,
@@ -853,6 +892,8 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             cluster: ClusterConfig::default(),
             tls: TlsConfig::default(),
+            metrics: MetricsConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -1068,6 +1109,7 @@ impl Config {
             ("http.tls_bind", &self.http.tls_bind),
             ("mqtt.tls_bind", &self.mqtt.tls_bind),
             ("mqtt.wss_bind", &self.mqtt.wss_bind),
+            ("metrics.bind", &self.metrics.bind),
         ] {
             let may_be_off = !matches!(name, "http.bind" | "mqtt.bind");
             if addr.parse::<std::net::SocketAddr>().is_err() && !(may_be_off && addr.is_empty()) {

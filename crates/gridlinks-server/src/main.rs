@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use gridlinks_platform::auth::secret;
-use gridlinks_platform::config::{Config, DEFAULT_TOML};
+use gridlinks_platform::config::{Config, LogFormat, DEFAULT_TOML};
 
 mod serve;
 
@@ -169,14 +169,16 @@ fn main() -> ExitCode {
                 eprintln!("gridlinks: {e}");
                 return ExitCode::FAILURE;
             }
-            tracing_subscriber::fmt()
+            let logs = tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_env("GRIDLINKS_LOG")
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
                 )
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .init();
+                .with_writer(std::io::stderr);
+            match cfg.log.format {
+                LogFormat::Json => logs.json().init(),
+                LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+            }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .on_thread_park(release_idle_memory)

@@ -116,10 +116,13 @@ pub async fn serve(
     let mut mqtt = gridlinks_mqtt::start(&platform, listeners, stop_rx.clone(), alive.clone(), limit.clone())?;
     let tcp = gridlinks_tcp::start(&platform, tcp_listeners, stop_rx.clone(), alive, limit)?;
     let coap = coap_socket.map(|s| tokio::spawn(gridlinks_coap::serve(s, platform.clone(), stop_rx.clone())));
-    let http = gridlinks_http::start(&platform, http_listener, https, stop_rx);
+    let metrics = bind_optional(&cfg.metrics.bind, "metrics.bind (/metrics)").await?;
+    let metrics_local = metrics.as_ref().map(TcpListener::local_addr).transpose()?;
+    let listeners = gridlinks_http::Listeners { http: http_listener, https, metrics };
+    let http = gridlinks_http::start(&platform, listeners, stop_rx);
     http.status.ready.store(true, Ordering::Release);
     let tcp_locals: Vec<_> = tcp.iter().map(|(name, _)| name.clone()).collect();
-    tracing::info!(http = %http_local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, tcp = ?tcp_locals, tls = ?tls_locals, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), console = gridlinks_http::console::embedded(), "gridlinks ready");
+    tracing::info!(http = %http_local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, tcp = ?tcp_locals, tls = ?tls_locals, metrics = ?metrics_local, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), console = gridlinks_http::console::embedded(), "gridlinks ready");
 
     shutdown.await;
     http.status.ready.store(false, Ordering::Release);
