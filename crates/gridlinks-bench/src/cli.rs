@@ -361,7 +361,18 @@ pub struct TargetArgs {
     /// Password sent with --username.
     #[arg(long, requires = "username")]
     pub password: Option<String>,
-    /// Time allowed for TCP connect plus CONNECT/CONNACK, e.g. 10s or 500ms.
+    /// Speak MQTT over TLS (TLS 1.3 or 1.2), trusting the CA certificates in this PEM
+    /// file: the server's certificate must chain to one of them (`--port` is then the
+    /// server's TLS port, e.g. 8883). No client certificate; no session resumption, so
+    /// every connection makes a full handshake as a device of its own would.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// With --tls-ca: the name the server's certificate must hold (a DNS name or an IP
+    /// address of its subjectAltName).
+    #[arg(long, default_value = "localhost", requires = "tls_ca")]
+    pub tls_server_name: String,
+    /// Time allowed for TCP connect plus TLS handshake (--tls-ca) plus CONNECT/CONNACK,
+    /// e.g. 10s or 500ms.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub connect_timeout: Duration,
     /// Most handshakes (TCP connect to CONNACK) in progress at once; bounds the SYN
@@ -418,6 +429,18 @@ impl MqttVersion {
         match self {
             MqttVersion::V311 => "3.1.1",
             MqttVersion::V5 => "5",
+        }
+    }
+}
+
+impl TargetArgs {
+    /// The MQTT version as reports print it, with `over TLS` when --tls-ca is given,
+    /// e.g. `3.1.1 over TLS`.
+    pub fn version_label(&self) -> String {
+        let version = self.mqtt_version.label();
+        match self.tls_ca {
+            Some(_) => format!("{version} over TLS"),
+            None => version.to_string(),
         }
     }
 }
@@ -531,6 +554,11 @@ pub struct ServersArgs {
     /// not the first tenant: the cost of tenants on the data path.
     #[arg(long)]
     pub tenant: bool,
+    /// MQTT over TLS: a throwaway CA and server certificate (CN=localhost, EC P-256) are
+    /// made with the `openssl` command; every server serves them on a TLS listener of its
+    /// own and the scenario connects there, trusting that CA (gridlinks and mosquitto).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 impl ServersArgs {
@@ -829,6 +857,23 @@ mod tests {
         let Command::MqttTelemetry(t) = cli.command else { panic!("wrong subcommand") };
         assert_eq!(t.target.sources.len(), 2);
         assert_eq!(t.duration, Some(Duration::from_secs(3)));
+        assert_eq!((t.target.tls_ca, t.target.tls_server_name.as_str()), (None, "localhost"));
+    }
+
+    #[test]
+    fn tls_server_name_needs_a_ca_and_compare_takes_tls() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["gridlinks-bench"].iter().chain(args));
+        assert!(parse(&["mqtt-telemetry", "--tls-server-name", "h"]).is_err(), "a name without CA");
+        let cli = parse(&["connect", "--tls-ca", "ca.pem", "--tls-server-name", "127.0.0.1"]).unwrap();
+        let Command::Connect(c) = cli.command else { panic!("wrong subcommand") };
+        assert_eq!(c.target.tls_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(c.target.version_label(), "3.1.1 over TLS");
+        let cli = parse(&["compare", "--tls", "--against", "mosquitto", "mqtt-telemetry"]).unwrap();
+        let Command::Compare(c) = cli.command else { panic!("wrong subcommand") };
+        assert!(c.servers.tls);
+        let cli = parse(&["compare", "mqtt-telemetry"]).unwrap();
+        let Command::Compare(c) = cli.command else { panic!("wrong subcommand") };
+        assert!(!c.servers.tls);
     }
 
     #[test]

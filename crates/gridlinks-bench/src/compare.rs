@@ -4,7 +4,9 @@
 //!
 //! A scenario is aimed at a started server by [`aim`]: port, server pid, and for
 //! GridLinks devices with their own tokens and the REST API; peers are driven
-//! anonymously, without the GridLinks-only loss check and storage lag.
+//! anonymously, without the GridLinks-only loss check and storage lag. With `--tls`
+//! every server serves MQTT over TLS with the same certificate ([`crate::pki`]) and the
+//! scenario connects to that port, trusting the run's CA.
 //! Presets ([`PRESETS`]) are named lists of such scenarios, replaying published tests
 //! scaled to one machine.
 
@@ -17,6 +19,7 @@ use serde_json::Value;
 use crate::cli::{ConnectArgs, OutputArgs, PubsubArgs, TelemetryArgs};
 use crate::figures::{self, comparison_table, RunResult};
 use crate::html::{Page, Table};
+use crate::pki::TlsFiles;
 use crate::report::{self, ConnectReport, PubsubReport, TelemetryReport};
 use crate::rest_api::{ApiTarget, RestClient};
 use crate::scenario;
@@ -98,6 +101,36 @@ impl Scenario {
         }
     }
 
+    /// Whether it connects over TLS (`--tls-ca`; see [`Scenario::use_tls`]).
+    pub fn tls(&self) -> bool {
+        self.target().tls_ca.is_some()
+    }
+
+    /// Connect over TLS trusting `files.ca` (`compare --tls`): [`aim`] then picks each
+    /// server's TLS port, and the report's settings say TLS.
+    pub fn use_tls(&mut self, files: &TlsFiles) {
+        let target = self.target_mut();
+        target.tls_ca = Some(files.ca.clone());
+        target.tls_server_name = crate::pki::SERVER_NAME.into();
+    }
+
+    /// Where and how it connects.
+    fn target(&self) -> &crate::cli::TargetArgs {
+        match self {
+            Scenario::MqttTelemetry(a) => &a.target,
+            Scenario::Pubsub(a) => &a.target,
+            Scenario::Connect(a) => &a.target,
+        }
+    }
+
+    fn target_mut(&mut self) -> &mut crate::cli::TargetArgs {
+        match self {
+            Scenario::MqttTelemetry(a) => &mut a.target,
+            Scenario::Pubsub(a) => &mut a.target,
+            Scenario::Connect(a) => &mut a.target,
+        }
+    }
+
     /// The subcommand name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -113,7 +146,8 @@ impl Scenario {
 /// and the server restarted, so the run measures a server that did not just
 /// bulk-import (the same as a long-running one); the loss check and storage lag use the
 /// API. Peers are driven anonymously, without those checks. With `tenant`, GridLinks'
-/// devices are made in a tenant of their own by its administrator.
+/// devices are made in a tenant of their own by its administrator. A server started
+/// with TLS is driven on its TLS port, trusting the CA of its certificate.
 pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) -> anyhow::Result<Scenario> {
     let mut s = scenario.clone();
     let devices = match &s {
@@ -178,13 +212,16 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) 
             Scenario::Pubsub(_) => {}
         }
     }
-    let target = match &mut s {
-        Scenario::MqttTelemetry(a) => &mut a.target,
-        Scenario::Pubsub(a) => &mut a.target,
-        Scenario::Connect(a) => &mut a.target,
-    };
+    let target = s.target_mut();
     target.host = "127.0.0.1".into();
     target.port = server.mqtt_port();
+    if let Some((tls_port, files)) = server.mqtt_tls() {
+        target.port = tls_port;
+        target.tls_ca = Some(files.ca.clone());
+        target.tls_server_name = crate::pki::SERVER_NAME.into();
+    } else {
+        target.tls_ca = None;
+    }
     target.server_pid = vec![server.pid()];
     target.output = OutputArgs::default();
     Ok(s)
@@ -258,21 +295,28 @@ pub struct Run {
     pub outcome: Result<Outcome, String>,
 }
 
-/// Runs `scenario` against each server in turn (started fresh, stopped after).
+/// Runs `scenario` against each server in turn (started fresh, stopped after); with
+/// `tls`, each serves MQTT over TLS with these files and the scenario connects there.
 pub async fn compare(
     servers: &[ServerKind],
     scenario: &Scenario,
     bins: &Binaries,
     tenant: bool,
+    tls: Option<&TlsFiles>,
 ) -> anyhow::Result<Vec<Run>> {
     let mut runs = Vec::new();
     for &kind in servers {
         eprintln!("--- {}: starting", kind.label());
-        let mut server =
-            ManagedServer::start(kind, bins).await.with_context(|| format!("starting {}", kind.label()))?;
+        let started = match tls {
+            Some(files) => ManagedServer::start_tls(kind, bins, files).await,
+            None => ManagedServer::start(kind, bins).await,
+        };
+        let mut server = started.with_context(|| format!("starting {}", kind.label()))?;
         let version = server.version().to_string();
         let aimed = aim(scenario, &mut server, tenant).await?;
-        eprintln!("--- {version}: {} on port {}", scenario.name(), server.mqtt_port());
+        let port = aimed.target().port;
+        let over = if aimed.tls() { " over TLS" } else { "" };
+        eprintln!("--- {version}: {}{over} on port {port}", scenario.name());
         let outcome = measure(&aimed).await;
         server.stop().await.with_context(|| format!("stopping {}", kind.label()))?;
         let outcome = outcome.map_err(|e| format!("{e:#}"));
@@ -283,6 +327,34 @@ pub async fn compare(
         runs.push(Run { kind, version, outcome });
     }
     Ok(runs)
+}
+
+/// Fails when `--tls` is asked of a server that cannot serve it, or the scenario names a
+/// CA of its own (the servers' certificates are made by `--tls`); before any starts.
+pub fn check_tls(servers: &[ServerKind], tls: bool, scenario: &Scenario) -> anyhow::Result<()> {
+    if scenario.tls() {
+        anyhow::bail!(
+            "{}: --tls-ca is set per server; give `compare --tls`, which makes the certificates",
+            scenario.name()
+        );
+    }
+    let unable: Vec<&str> = servers.iter().filter(|k| !k.serves_tls()).map(|k| k.label()).collect();
+    if tls && !unable.is_empty() {
+        anyhow::bail!(
+            "--tls: {} cannot be started with TLS yet; compare gridlinks and mosquitto (e.g. --against mosquitto)",
+            unable.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// A comparison's title for a scenario: `mqtt-telemetry`, or `mqtt-telemetry over TLS`.
+pub fn scenario_title(scenario: &Scenario) -> String {
+    if scenario.tls() {
+        format!("{} over TLS", scenario.name())
+    } else {
+        scenario.name().to_string()
+    }
 }
 
 /// The side-by-side table of the runs that produced a result.
@@ -631,5 +703,25 @@ mod tests {
             rows: vec![vec!["msgs/s".into(), "1,000".into()]],
         };
         assert_eq!(text_table(&t), "== t ==\nfigure      a\nmsgs/s  1,000\n");
+    }
+
+    #[test]
+    fn tls_is_refused_for_servers_without_it_and_named_in_titles() {
+        use ServerKind::*;
+        let mut s = Scenario::parse(&["mqtt-telemetry", "--devices", "10"]).unwrap();
+        assert!(check_tls(&[Gridlinks, Mosquitto], true, &s).is_ok());
+        assert!(check_tls(&[Gridlinks, Rumqttd], false, &s).is_ok());
+        let e = check_tls(&[Gridlinks, Mosquitto, Rumqttd], true, &s).unwrap_err().to_string();
+        assert!(e.contains("rumqttd") && !e.contains("mosquitto,"), "{e}");
+        assert!(!s.tls());
+        assert_eq!(scenario_title(&s), "mqtt-telemetry");
+        let files = TlsFiles { ca: "/p/ca.pem".into(), cert: "/p/server.pem".into(), key: "/p/server.key".into() };
+        s.use_tls(&files);
+        assert!(s.tls());
+        assert_eq!(scenario_title(&s), "mqtt-telemetry over TLS");
+        let settings = s.settings();
+        assert!(settings.iter().any(|(n, v)| n == "transport" && v.starts_with("TLS")), "{settings:?}");
+        let own_ca = Scenario::parse(&["connect", "--tls-ca", "ca.pem"]).unwrap();
+        assert!(check_tls(&[Gridlinks], true, &own_ca).is_err(), "the CA comes from --tls");
     }
 }

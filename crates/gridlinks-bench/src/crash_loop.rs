@@ -502,6 +502,7 @@ async fn mqtt_cycle(
         max_pending: MAX_PENDING,
         server_stats: None,
         offset: 0,
+        tls: None,
     });
     let plan = Arc::new(telemetry::Plan {
         topic: Topics::Same(TOPIC.into()),

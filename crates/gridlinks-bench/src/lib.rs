@@ -18,8 +18,9 @@
 //! ```text
 //! cli.rs               command-line options of each subcommand (clap)
 //! mqtt_client.rs       one async MQTT client connection: TCP connect from a chosen source
-//!                      address, CONNECT/CONNACK handshake, cancel-safe packet reads,
-//!                      batched writes; typed connect-failure reasons
+//!                      address, TLS over it (`--tls-ca`), CONNECT/CONNACK handshake,
+//!                      cancel-safe packet reads, batched writes; typed connect-failure
+//!                      reasons
 //! scenario/
 //!   mod.rs             what the scenarios share: target and credentials, connect pacing,
 //!                      the per-second progress line and timeline sampling
@@ -45,6 +46,7 @@
 //! storage_lag.rs       `--storage-lag`: ack -> queryable through the REST API
 //! servers.rs           GridLinks, Mosquitto and rumqttd started on free loopback ports,
 //!                      and what each one's acknowledgement promises (durability)
+//! pki.rs               `compare --tls`: a throwaway CA and server certificate (openssl)
 //! settings.rs          what a run was asked to do and where it ran, for the report
 //! compare.rs           `compare` and `preset`: one scenario against several servers,
 //!                      side by side; the presets
@@ -60,6 +62,7 @@ pub mod figures;
 pub mod html;
 pub mod loss_check;
 pub mod mqtt_client;
+pub mod pki;
 pub mod proc_stats;
 pub mod report;
 pub mod rest_api;
@@ -111,17 +114,21 @@ async fn compare_cmd(args: cli::CompareArgs) -> anyhow::Result<std::process::Exi
         html: args.output.html.clone().or_else(|| given.html.clone()),
     };
     let servers = args.servers.list();
-    let runs = compare::compare(&servers, &args.scenario, &args.servers.binaries(), args.servers.tenant).await?;
+    compare::check_tls(&servers, args.servers.tls, &args.scenario)?;
+    let pki = tls_pki(args.servers.tls).await?;
+    let mut scenario = args.scenario.clone();
+    if let Some(pki) = &pki {
+        scenario.use_tls(pki.files());
+    }
+    let tls = pki.as_ref().map(pki::ThrowawayPki::files);
+    let runs = compare::compare(&servers, &scenario, &args.servers.binaries(), args.servers.tenant, tls).await?;
     let title = "gridlinks-bench compare";
     let names: Vec<&str> = servers.iter().map(|k| k.label()).collect();
+    let name = compare::scenario_title(&scenario);
     compare::finish(
         title,
-        &format!("{} against {}", args.scenario.name(), names.join(", ")),
-        &[compare::Step {
-            title: format!("{} ({})", args.scenario.name(), names.join(" vs ")),
-            scenario: args.scenario.clone(),
-            runs,
-        }],
+        &format!("{name} against {}", names.join(", ")),
+        &[compare::Step { title: format!("{name} ({})", names.join(" vs ")), scenario, runs }],
         &output,
     )
 }
@@ -140,6 +147,8 @@ async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitC
     let preset = compare::preset(&args.name)?;
     let extra: Vec<&str> = args.step_args.as_deref().map(|s| s.split_whitespace().collect()).unwrap_or_default();
     let servers = args.servers.list();
+    let pki = tls_pki(args.servers.tls).await?;
+    let tls = pki.as_ref().map(pki::ThrowawayPki::files);
     let bins = args.servers.binaries();
     let mut steps = Vec::new();
     for (title, line) in preset.steps {
@@ -152,9 +161,14 @@ async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitC
         if let Some(d) = args.duration {
             scenario.set_duration(d);
         }
+        compare::check_tls(&servers, args.servers.tls, &scenario)?;
+        if let Some(files) = tls {
+            scenario.use_tls(files);
+        }
         eprintln!("=== {title}");
-        let runs = compare::compare(&servers, &scenario, &bins, args.servers.tenant).await?;
-        steps.push(compare::Step { title: title.to_string(), scenario, runs });
+        let runs = compare::compare(&servers, &scenario, &bins, args.servers.tenant, tls).await?;
+        let title = if tls.is_some() { format!("{title} (over TLS)") } else { title.to_string() };
+        steps.push(compare::Step { title, scenario, runs });
     }
     compare::finish(
         &format!("gridlinks-bench preset {}", preset.name),
@@ -162,6 +176,15 @@ async fn preset_cmd(args: cli::PresetArgs) -> anyhow::Result<std::process::ExitC
         &steps,
         &args.output,
     )
+}
+
+/// `--tls` of `compare` and `preset`: the run's certificates, removed when dropped.
+async fn tls_pki(tls: bool) -> anyhow::Result<Option<pki::ThrowawayPki>> {
+    if !tls {
+        return Ok(None);
+    }
+    let pki = pki::ThrowawayPki::create().await.map_err(|e| e.context("making the certificates of --tls"))?;
+    Ok(Some(pki))
 }
 
 /// `verify`: the loss check alone, from an acks file.

@@ -5,10 +5,18 @@
 //! Writes are batched: callers [`queue`](MqttConnection::queue) any number of packets
 //! and [`flush`](MqttConnection::flush) them in one `write_all`, which is how a window
 //! of publishes goes out in one system call.
+//!
+//! With [`ClientOptions::tls`] the connection speaks MQTT over TLS (rustls, the same
+//! *ring* provider as the server): the socket is then a [`Stream::Tls`], and a flush
+//! also pushes out what rustls still holds encrypted.
 
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -16,8 +24,12 @@ use gridlinks_codec::mqtt::{
     decode, encode, reason, ConnAck, Connect, ConnectProperties, DecodeError, Disconnect, EncodeError, Packet,
     ProtocolVersion,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 /// Largest packet the client accepts from the server. Servers send this generator
 /// only acks, pings and CONNACKs, so anything near this is a broken peer.
@@ -57,6 +69,100 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// A persistent session: clean start off and, in MQTT 5, this session expiry (s).
     pub session_expiry: Option<u32>,
+    /// Speak TLS first (MQTT over TLS); `None`: plain TCP.
+    pub tls: Option<TlsClient>,
+}
+
+/// How a connection speaks TLS: whom it trusts and which name it expects. Cloned into
+/// every connection's [`ClientOptions`]; the clones share one `ClientConfig`.
+#[derive(Debug, Clone)]
+pub struct TlsClient {
+    /// Trusts the CA certificates of one file; no client certificate; no session
+    /// resumption (see [`TlsClient::trusting`]).
+    config: Arc<rustls::ClientConfig>,
+    /// Checked against the server certificate's subjectAltName (DNS name or IP address).
+    server_name: ServerName<'static>,
+    /// What the first completed handshake negotiated, for reports (`TLSv1_3,
+    /// TLS13_AES_256_GCM_SHA384, X25519`); shared by the clones.
+    negotiated: Arc<OnceLock<String>>,
+}
+
+/// Why the TLS settings could not be built.
+#[derive(Debug)]
+pub enum TlsSetupError {
+    /// The CA file is unreadable, not PEM, or holds no certificate rustls accepts.
+    CaFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// `--tls-server-name` is neither a DNS name nor an IP address.
+    ServerName(String),
+    /// The crypto provider refused the protocol versions (a build without TLS 1.2/1.3).
+    Config(rustls::Error),
+}
+
+impl fmt::Display for TlsSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsSetupError::CaFile { path, why } => write!(f, "TLS CA file {}: {why}", path.display()),
+            TlsSetupError::ServerName(name) => write!(f, "TLS server name {name:?} is not a DNS name or IP address"),
+            TlsSetupError::Config(e) => write!(f, "TLS client configuration: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TlsSetupError {}
+
+impl TlsClient {
+    /// Trusts the CA certificates in `ca_file` (PEM) and expects `server_name` in the
+    /// server's certificate. TLS 1.3 and 1.2, the *ring* provider (the server's).
+    ///
+    /// Session resumption is off: each connection stands for a device of its own, which
+    /// would make a full handshake, and a resumed one would hide most of the server's
+    /// handshake cost from a connection storm.
+    pub fn trusting(ca_file: &Path, server_name: &str) -> Result<Self, TlsSetupError> {
+        let ca_error = |why: String| TlsSetupError::CaFile { path: ca_file.to_path_buf(), why };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| ca_error(e.to_string()))? {
+            let cert = cert.map_err(|e| ca_error(e.to_string()))?;
+            roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(ca_error("no CERTIFICATE in it".into()));
+        }
+        let server_name = ServerName::try_from(server_name.to_owned())
+            .map_err(|_| TlsSetupError::ServerName(server_name.to_owned()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(TlsSetupError::Config)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.resumption = rustls::client::Resumption::disabled();
+        Ok(TlsClient { config: Arc::new(config), server_name, negotiated: Arc::new(OnceLock::new()) })
+    }
+
+    /// What the first completed handshake negotiated (version, cipher suite, key
+    /// exchange), e.g. `TLSv1_3, TLS13_AES_256_GCM_SHA384, X25519`; `None` before one.
+    pub fn negotiated(&self) -> Option<&str> {
+        self.negotiated.get().map(String::as_str)
+    }
+
+    /// The TLS handshake on a connected socket.
+    async fn handshake(&self, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+        let tls = TlsConnector::from(Arc::clone(&self.config)).connect(self.server_name.clone(), tcp).await?;
+        if self.negotiated.get().is_none() {
+            let session = tls.get_ref().1;
+            let mut parts = Vec::with_capacity(3);
+            parts.extend(session.protocol_version().map(|v| format!("{v:?}")));
+            parts.extend(session.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite())));
+            parts.extend(session.negotiated_key_exchange_group().map(|g| format!("{:?}", g.name())));
+            let _ = self.negotiated.set(parts.join(", "));
+        }
+        Ok(tls)
+    }
 }
 
 /// Why a connection could not be established. [`ConnectError::reason`] is the key the
@@ -65,6 +171,9 @@ pub struct ClientOptions {
 pub enum ConnectError {
     /// Binding the source address or the TCP connect failed.
     Tcp(io::Error),
+    /// The TLS handshake failed (e.g. a certificate the CA did not sign, a name it
+    /// does not hold, the server closing mid-handshake).
+    Tls(io::Error),
     /// The connection broke during the CONNECT/CONNACK exchange.
     Handshake(io::Error),
     /// The server closed the connection instead of answering CONNECT.
@@ -88,6 +197,7 @@ impl ConnectError {
     pub fn reason(&self) -> String {
         match self {
             ConnectError::Tcp(e) => format!("tcp: {}", io_kind(e)),
+            ConnectError::Tls(e) => format!("tls: {}", io_kind(e)),
             ConnectError::Handshake(e) => format!("handshake io: {}", io_kind(e)),
             ConnectError::ClosedBeforeConnAck => "closed before CONNACK".into(),
             ConnectError::Timeout => "timeout waiting for CONNACK".into(),
@@ -180,10 +290,44 @@ fn connack_code_name(version: ProtocolVersion, code: u8) -> &'static str {
     }
 }
 
+/// The socket of a connection: plain TCP, or TLS over it (boxed: rustls' state is a
+/// few KiB, the plain variant a few bytes).
+enum Stream {
+    /// MQTT over TCP.
+    Plain(TcpStream),
+    /// MQTT over TLS.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// Writes all of `buf`; over TLS also flushes, so that nothing stays encrypted in
+    /// rustls' buffer until the next write.
+    async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.write_all(buf).await,
+            Stream::Tls(s) => {
+                s.write_all(buf).await?;
+                s.flush().await
+            }
+        }
+    }
+}
+
+// Reads through `AsyncReadExt::read_buf`. Cancel-safe either way: tokio-rustls keeps
+// decrypted bytes in the session until a `poll_read` hands them out.
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
 /// An established MQTT connection (CONNACK accepted).
 pub struct MqttConnection {
     /// The socket; TCP_NODELAY is set, as acks are latency-measured.
-    stream: TcpStream,
+    stream: Stream,
     /// Bytes read but not yet decoded; owned here so reads are cancel-safe.
     rbuf: BytesMut,
     /// Packets queued by `queue` and not yet flushed.
@@ -195,8 +339,9 @@ pub struct MqttConnection {
 }
 
 impl MqttConnection {
-    /// Connects over TCP from `endpoint.source`, sends CONNECT and waits for CONNACK, all
-    /// within `opts.connect_timeout`. A refusing CONNACK is an error.
+    /// Connects over TCP from `endpoint.source` (then TLS with `opts.tls`), sends CONNECT
+    /// and waits for CONNACK, all within `opts.connect_timeout`. A refusing CONNACK is an
+    /// error.
     pub async fn connect(endpoint: Endpoint, opts: &ClientOptions) -> Result<Self, ConnectError> {
         match tokio::time::timeout(opts.connect_timeout, Self::handshake(endpoint, opts)).await {
             Ok(result) => result,
@@ -205,8 +350,12 @@ impl MqttConnection {
     }
 
     async fn handshake(endpoint: Endpoint, opts: &ClientOptions) -> Result<Self, ConnectError> {
-        let stream = tcp_connect(endpoint).await.map_err(ConnectError::Tcp)?;
-        stream.set_nodelay(true).map_err(ConnectError::Tcp)?;
+        let tcp = tcp_connect(endpoint).await.map_err(ConnectError::Tcp)?;
+        tcp.set_nodelay(true).map_err(ConnectError::Tcp)?;
+        let stream = match &opts.tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => Stream::Tls(Box::new(tls.handshake(tcp).await.map_err(ConnectError::Tls)?)),
+        };
         let mut conn = MqttConnection {
             stream,
             rbuf: BytesMut::with_capacity(READ_BUFFER_START),
@@ -321,4 +470,120 @@ async fn tcp_connect(endpoint: Endpoint) -> io::Result<TcpStream> {
         socket.bind(SocketAddr::new(ip, 0))?;
     }
     socket.connect(endpoint.server).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use rustls::pki_types::PrivateKeyDer;
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::pki::{ThrowawayPki, SERVER_NAME};
+
+    /// A one-connection MQTT-over-TLS server on 127.0.0.1 serving the PKI's certificate:
+    /// reads CONNECT, answers CONNACK accepted, then PUBACKs whatever it is sent.
+    async fn tls_server(pki: &ThrowawayPki) -> SocketAddr {
+        let files = pki.files();
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(&files.cert).unwrap().map(Result::unwrap).collect();
+        let key = PrivateKeyDer::from_pem_file(&files.key).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                // A handshake the client refuses ends here; the next client is accepted.
+                let Ok(mut tls) = acceptor.accept(tcp).await else { continue };
+                let mut buf = BytesMut::new();
+                let version = ProtocolVersion::V3_1_1;
+                loop {
+                    match decode(&mut buf, version, MAX_INCOMING_PACKET).unwrap() {
+                        Some(Packet::Connect(_)) => {
+                            let mut out = BytesMut::new();
+                            let ack = ConnAck { session_present: false, code: 0, properties: Default::default() };
+                            encode(&Packet::ConnAck(ack), version, &mut out).unwrap();
+                            tls.write_all(&out).await.unwrap();
+                            tls.flush().await.unwrap();
+                        }
+                        Some(Packet::Disconnect(_)) => break,
+                        Some(_) => {}
+                        None => {
+                            if tls.read_buf(&mut buf).await.unwrap() == 0 {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        addr
+    }
+
+    fn options(tls: &TlsClient) -> ClientOptions {
+        ClientOptions {
+            client_id: "tls-test".into(),
+            username: None,
+            password: None,
+            keep_alive: Duration::from_secs(60),
+            version: ProtocolVersion::V3_1_1,
+            connect_timeout: Duration::from_secs(10),
+            session_expiry: None,
+            tls: Some(tls.clone()),
+        }
+    }
+
+    /// The client trusts the CA, checks the name, and speaks MQTT over the TLS stream; a
+    /// name the certificate does not hold fails the handshake with a `tls: …` reason.
+    #[tokio::test]
+    async fn connects_over_tls_and_refuses_a_wrong_name() {
+        if std::process::Command::new("openssl").arg("version").output().is_err() {
+            eprintln!("openssl not installed: skipped");
+            return;
+        }
+        let pki = ThrowawayPki::create().await.unwrap();
+        let server = tls_server(&pki).await;
+        let endpoint = Endpoint { server, source: None };
+
+        let tls = TlsClient::trusting(&pki.files().ca, SERVER_NAME).unwrap();
+        assert_eq!(tls.negotiated(), None);
+        let conn = MqttConnection::connect(endpoint, &options(&tls)).await.unwrap();
+        assert_eq!(conn.connack().code, 0);
+        conn.disconnect().await;
+        let negotiated = tls.negotiated().unwrap();
+        assert!(negotiated.starts_with("TLSv1_3, TLS13_"), "{negotiated}");
+
+        let by_ip = TlsClient::trusting(&pki.files().ca, "127.0.0.1").unwrap();
+        MqttConnection::connect(endpoint, &options(&by_ip)).await.unwrap().disconnect().await;
+
+        let wrong = TlsClient::trusting(&pki.files().ca, "other.test").unwrap();
+        let e = MqttConnection::connect(endpoint, &options(&wrong)).await.err().unwrap();
+        assert!(matches!(e, ConnectError::Tls(_)), "{e:?}");
+        assert!(e.reason().starts_with("tls: ") && e.reason().contains("certificate"), "{}", e.reason());
+
+        // The server certificate is no CA: trusting it alone verifies nothing.
+        let not_a_ca = TlsClient::trusting(&pki.files().cert, SERVER_NAME).unwrap();
+        let e = MqttConnection::connect(endpoint, &options(&not_a_ca)).await.err().unwrap();
+        assert!(e.reason().starts_with("tls: "), "{}", e.reason());
+    }
+
+    #[test]
+    fn tls_settings_need_a_pem_ca_and_a_valid_name() {
+        let dir = std::env::temp_dir().join(format!("gl-bench-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let e = TlsClient::trusting(&empty, "localhost").unwrap_err();
+        assert!(matches!(e, TlsSetupError::CaFile { .. }), "{e}");
+        assert!(TlsClient::trusting(&dir.join("absent.pem"), "localhost").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -7,6 +7,9 @@
 //! To add a broker: a [`ServerKind`] variant, its binary in [`Binaries`], and a branch in
 //! [`ManagedServer::start`] that writes its config for the given port and returns the
 //! command line (see `docs/bench-tool.md`).
+//!
+//! With TLS files ([`ManagedServer::start_tls`], `compare --tls`) a server also gets an
+//! MQTT-over-TLS listener on a free port of its own, beside its plaintext one.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use tokio::process::{Child, Command};
+
+use crate::pki::TlsFiles;
 
 /// How long a server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -51,6 +56,17 @@ impl ServerKind {
             ServerKind::Gridlinks => "gridlinks",
             ServerKind::Mosquitto => "mosquitto",
             ServerKind::Rumqttd => "rumqttd",
+        }
+    }
+
+    /// Whether [`ManagedServer::start_tls`] can give it an MQTT-over-TLS listener.
+    pub fn serves_tls(self) -> bool {
+        match self {
+            ServerKind::Gridlinks | ServerKind::Mosquitto => true,
+            // Not wired up: rumqttd's TLS listener is documented with a client
+            // certificate for every client (`capath`), not the server-only TLS the
+            // others are measured with.
+            ServerKind::Rumqttd => false,
         }
     }
 
@@ -174,9 +190,10 @@ pub fn free_udp_port() -> anyhow::Result<u16> {
 /// Mosquitto's configuration: anonymous, in memory, no Nagle delay, queues large
 /// enough that a benchmark measures throughput rather than drops. It logs to stderr
 /// (the log file): as root, Mosquitto drops to its own user, which cannot write a file
-/// in the tool's directory.
-pub fn mosquitto_config(port: u16) -> String {
-    format!(
+/// in the tool's directory. With `tls`, a second listener speaks MQTT over TLS (see
+/// [`mosquitto_tls_listener`]).
+pub fn mosquitto_config(port: u16, tls: Option<(u16, &TlsFiles)>) -> String {
+    let mut config = format!(
         "listener {port} 127.0.0.1\n\
          allow_anonymous true\n\
          persistence false\n\
@@ -184,6 +201,27 @@ pub fn mosquitto_config(port: u16) -> String {
          max_queued_messages 100000\n\
          log_dest stderr\n\
          connection_messages false\n"
+    );
+    if let Some((tls_port, files)) = tls {
+        config.push_str(&mosquitto_tls_listener(tls_port, files));
+    }
+    config
+}
+
+/// Mosquitto's MQTT-over-TLS listener: the certificate and key GridLinks serves, the CA
+/// that signed them, no client certificate asked for (as GridLinks: it asks but does not
+/// require one). The global settings above apply to it too (`per_listener_settings` is
+/// off). Mosquitto reads the files before it drops to its own user.
+fn mosquitto_tls_listener(port: u16, files: &TlsFiles) -> String {
+    format!(
+        "\nlistener {port} 127.0.0.1\n\
+         cafile {}\n\
+         certfile {}\n\
+         keyfile {}\n\
+         require_certificate false\n",
+        files.ca.display(),
+        files.cert.display(),
+        files.key.display()
     )
 }
 
@@ -227,6 +265,8 @@ pub struct ManagedServer {
     dir: PathBuf,
     log: PathBuf,
     mqtt_port: u16,
+    /// The MQTT-over-TLS port and the files it serves, when started with TLS.
+    tls: Option<(u16, TlsFiles)>,
     api: Option<(String, String)>,
     version: String,
     /// Keep `dir` when dropped (see [`ManagedServer::keep_dir`]).
@@ -242,14 +282,21 @@ impl ManagedServer {
     /// [`start`](Self::start), with GridLinks' data in `data_dir` instead of the
     /// temporary directory (peers keep no data; a given `data_dir` is never removed).
     pub async fn start_on(kind: ServerKind, bins: &Binaries, data_dir: Option<&Path>) -> anyhow::Result<Self> {
-        Self::start_configured(kind, bins, data_dir, None, None).await
+        Self::start_configured(kind, bins, data_dir, None, None, None).await
+    }
+
+    /// [`start`](Self::start), with an MQTT-over-TLS listener too (on a free port of its
+    /// own) serving `tls`' certificate and key; for kinds that
+    /// [`serve_tls`](ServerKind::serves_tls) only.
+    pub async fn start_tls(kind: ServerKind, bins: &Binaries, tls: &TlsFiles) -> anyhow::Result<Self> {
+        Self::start_configured(kind, bins, None, None, None, Some(tls)).await
     }
 
     /// GridLinks with `config` (TOML) as its configuration file, and CoAP on UDP
     /// `coap_port` of 127.0.0.1 if given (off otherwise); the command line still sets the
     /// data directory, HTTP and MQTT ports.
     pub async fn start_gridlinks_with(bins: &Binaries, config: &str, coap_port: Option<u16>) -> anyhow::Result<Self> {
-        Self::start_configured(ServerKind::Gridlinks, bins, None, Some(config), coap_port).await
+        Self::start_configured(ServerKind::Gridlinks, bins, None, Some(config), coap_port, None).await
     }
 
     async fn start_configured(
@@ -258,10 +305,14 @@ impl ManagedServer {
         data_dir: Option<&Path>,
         config: Option<&str>,
         coap_port: Option<u16>,
+        tls_files: Option<&TlsFiles>,
     ) -> anyhow::Result<Self> {
         let bin = bins.of(kind);
         if !bin.is_file() {
             bail!("{} not found at {}: {}", kind.label(), bin.display(), install_hint(kind));
+        }
+        if tls_files.is_some() && !kind.serves_tls() {
+            bail!("{} is not supported with TLS", kind.label());
         }
         let dir = std::env::temp_dir().join(format!(
             "gridlinks-bench-{}-{}-{}",
@@ -273,6 +324,10 @@ impl ManagedServer {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = dir.join("server.log");
         let mqtt_port = free_port()?;
+        let tls = match tls_files {
+            Some(files) => Some((free_port()?, files.clone())),
+            None => None,
+        };
         let mut command = Command::new(bin);
         let mut api = None;
         match kind {
@@ -297,6 +352,12 @@ impl ManagedServer {
                     // report's durability note (`ServerKind::durability`) untrue.
                     .env("GRIDLINKS_STORAGE_FSYNC", "true");
                 api = Some((format!("http://127.0.0.1:{http_port}"), password));
+                if let Some((tls_port, files)) = &tls {
+                    command
+                        .env("GRIDLINKS_MQTT_TLS_BIND", format!("127.0.0.1:{tls_port}"))
+                        .env("GRIDLINKS_TLS_CERT_FILE", &files.cert)
+                        .env("GRIDLINKS_TLS_KEY_FILE", &files.key);
+                }
                 if let Some(text) = config {
                     let path = dir.join("gridlinks.toml");
                     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -305,7 +366,8 @@ impl ManagedServer {
             }
             ServerKind::Mosquitto => {
                 let conf = dir.join("mosquitto.conf");
-                std::fs::write(&conf, mosquitto_config(mqtt_port))?;
+                let tls = tls.as_ref().map(|(port, files)| (*port, files));
+                std::fs::write(&conf, mosquitto_config(mqtt_port, tls))?;
                 command.arg("-c").arg(conf);
             }
             ServerKind::Rumqttd => {
@@ -324,6 +386,7 @@ impl ManagedServer {
             dir,
             log,
             mqtt_port,
+            tls,
             api,
             version: version_of(kind, bin).await,
             keep_dir: false,
@@ -371,14 +434,17 @@ impl ManagedServer {
         Ok(())
     }
 
-    /// Waits until the MQTT port (and for GridLinks `/healthz`) answers.
+    /// Waits until the MQTT ports (and for GridLinks `/healthz`) answer.
     async fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = self.child.try_wait()? {
                 bail!("{} exited with {status} while starting:\n{}", self.kind.label(), self.log_tail());
             }
-            let mqtt_up = tokio::net::TcpStream::connect(("127.0.0.1", self.mqtt_port)).await.is_ok();
+            let mut mqtt_up = tokio::net::TcpStream::connect(("127.0.0.1", self.mqtt_port)).await.is_ok();
+            if let Some((tls_port, _)) = &self.tls {
+                mqtt_up = mqtt_up && tokio::net::TcpStream::connect(("127.0.0.1", *tls_port)).await.is_ok();
+            }
             let api_up = match &self.api {
                 Some((base, _)) => {
                     let url = format!("{base}/healthz");
@@ -411,6 +477,12 @@ impl ManagedServer {
     /// Its MQTT 3.1.1/5 port on 127.0.0.1.
     pub fn mqtt_port(&self) -> u16 {
         self.mqtt_port
+    }
+
+    /// Its MQTT-over-TLS port on 127.0.0.1 and the files served there, when started
+    /// with TLS.
+    pub fn mqtt_tls(&self) -> Option<(u16, &TlsFiles)> {
+        self.tls.as_ref().map(|(port, files)| (*port, files))
     }
 
     /// Its process id.
@@ -505,14 +577,39 @@ mod tests {
 
     #[test]
     fn configs_name_the_port_and_loopback_only() {
-        let m = mosquitto_config(1234);
+        let m = mosquitto_config(1234, None);
         assert!(m.starts_with("listener 1234 127.0.0.1\n"), "{m}");
         assert!(m.contains("allow_anonymous true"));
+        assert!(!m.contains("certfile") && m.matches("listener ").count() == 1, "{m}");
         let r = rumqttd_config(1883, 1884);
         assert!(r.contains("listen = \"127.0.0.1:1883\""), "{r}");
         assert!(r.contains("listen = \"127.0.0.1:1884\""), "{r}");
         assert!(!r.contains("0.0.0.0"), "{r}");
         assert!(!r.contains("[console]") && !r.contains("[prometheus]"));
+    }
+
+    #[test]
+    fn mosquitto_gets_a_tls_listener_with_the_shared_files() {
+        let files = TlsFiles {
+            ca: PathBuf::from("/tmp/pki/ca.pem"),
+            cert: PathBuf::from("/tmp/pki/server.pem"),
+            key: PathBuf::from("/tmp/pki/server.key"),
+        };
+        let m = mosquitto_config(1234, Some((8883, &files)));
+        assert!(m.starts_with("listener 1234 127.0.0.1\n"), "{m}");
+        let tls = &m[m.find("\nlistener 8883 127.0.0.1\n").expect("a second listener")..];
+        // Listener options follow their `listener` line.
+        for line in [
+            "cafile /tmp/pki/ca.pem",
+            "certfile /tmp/pki/server.pem",
+            "keyfile /tmp/pki/server.key",
+            "require_certificate false",
+        ] {
+            assert!(tls.lines().any(|l| l == line), "{line} missing from {tls}");
+        }
+        assert!(m.contains("allow_anonymous true") && !m.contains("0.0.0.0"), "{m}");
+        assert!(ServerKind::Gridlinks.serves_tls() && ServerKind::Mosquitto.serves_tls());
+        assert!(!ServerKind::Rumqttd.serves_tls());
     }
 
     #[test]

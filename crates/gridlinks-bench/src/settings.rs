@@ -57,7 +57,11 @@ fn length(duration_arg: Option<Duration>, per_sender: Option<u64>, default: Dura
 
 /// The connection options every MQTT scenario shares.
 fn target(t: &TargetArgs) -> Settings {
-    let mut s = vec![row("MQTT version", t.mqtt_version.label()), row("keep-alive", format!("{} s", t.keep_alive))];
+    let mut s = vec![
+        row("MQTT version", t.mqtt_version.label()),
+        row("transport", transport(t)),
+        row("keep-alive", format!("{} s", t.keep_alive)),
+    ];
     if t.workers > 1 {
         s.push(row("generator processes", t.workers.to_string()));
     }
@@ -66,6 +70,17 @@ fn target(t: &TargetArgs) -> Settings {
         s.push(row("source addresses", sources.join(", ")));
     }
     s
+}
+
+/// TCP, or TLS with the name checked (the CA file is a temporary path, not shown).
+fn transport(t: &TargetArgs) -> String {
+    match t.tls_ca {
+        Some(_) => format!(
+            "TLS (1.3 or 1.2, server certificate checked for {}, full handshake per connection)",
+            t.tls_server_name
+        ),
+        None => "TCP".into(),
+    }
 }
 
 /// `mqtt-telemetry`.
@@ -212,10 +227,15 @@ mod tests {
         assert_eq!(value(&s, "offered load"), "1 msg every 800 ms per sender = 25 msgs/s in total");
         assert_eq!(value(&s, "length"), "90 s");
         assert_eq!(value(&s, "QoS"), "1");
+        assert_eq!(value(&s, "transport"), "TCP");
         let t = T::parse_from(["t", "--rate", "300", "--messages-per-device", "10"]);
         let s = telemetry(&t.a);
         assert_eq!(value(&s, "offered load"), "300 msgs/s in total");
         assert_eq!(value(&s, "length"), "10 messages per sender");
+        let t = T::parse_from(["t", "--tls-ca", "ca.pem", "--tls-server-name", "broker.test"]);
+        let s = telemetry(&t.a);
+        assert!(value(&s, "transport").starts_with("TLS (") && value(&s, "transport").contains("broker.test"));
+        assert_eq!(t.a.target.version_label(), "3.1.1 over TLS");
     }
 
     #[test]

@@ -344,7 +344,7 @@ async fn telemetry_in(
     let mut report = TelemetryReport {
         scenario: "mqtt-telemetry",
         server: format!("{}:{}", args.target.host, args.target.port),
-        protocol: format!("MQTT {}", args.target.mqtt_version.label()),
+        protocol: format!("MQTT {}", args.target.version_label()),
         devices: args.devices,
         qos: args.qos,
         inflight: args.inflight,
@@ -440,7 +440,7 @@ async fn connect_in(args: &ConnectArgs, dir: &std::path::Path) -> anyhow::Result
     };
     Ok(ConnectReport {
         server: format!("{}:{}", args.target.host, args.target.port),
-        mqtt_version: args.target.mqtt_version.label().into(),
+        mqtt_version: args.target.version_label(),
         requested: args.connections,
         rate: args.rate,
         connected: m.connected,

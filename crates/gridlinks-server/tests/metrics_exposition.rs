@@ -130,3 +130,38 @@ fn metrics_have_help_lines_and_histograms_count_mqtt_publishes() {
     assert!(value(&after, "gridlinks_storage_bytes") > 0.0, "{after}");
     assert_eq!(value(&after, "gridlinks_ws_sessions"), 0.0);
 }
+
+/// The Grafana dashboard shipped in docs/grafana: every metric a panel queries is one the
+/// server exposes (a renamed metric would leave a panel empty without a word).
+#[test]
+fn the_grafana_dashboard_names_only_metrics_that_exist() {
+    let s = Server::start();
+    let (_, text) = s.req("GET", "/metrics", None, None);
+    let families: std::collections::HashSet<&str> =
+        text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/grafana/gridlinks.json")).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    let mut named = 0;
+    for panel in panels {
+        assert!(panel["title"].as_str().is_some_and(|t| !t.is_empty()), "{panel}");
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{panel}");
+        for expr in targets.iter().map(|t| t["expr"].as_str().unwrap()) {
+            for (at, _) in expr.match_indices("gridlinks_") {
+                let name: String = expr[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                let family = ["_bucket", "_sum", "_count", "_total"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(&name);
+                assert!(families.contains(family), "{name} (in {expr:?}) is not a metric of the server");
+                named += 1;
+            }
+        }
+    }
+    assert!(named >= 30, "{named} metric references");
+}

@@ -165,7 +165,7 @@ pub async fn measure(args: &ConnectArgs) -> anyhow::Result<ConnectReport> {
     };
     let report = ConnectReport {
         server: target.name(),
-        mqtt_version: args.target.mqtt_version.label().into(),
+        mqtt_version: target.version_label(args.target.mqtt_version),
         requested: args.connections,
         rate: args.rate,
         connected: Counters::get(&counters.connected),

@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::cli::TargetArgs;
-use crate::mqtt_client::{ClientOptions, ConnectionError, Endpoint, MqttConnection};
+use crate::mqtt_client::{ClientOptions, ConnectionError, Endpoint, MqttConnection, TlsClient};
 use crate::proc_stats::{self, ProcessStats};
 use crate::report::{mib, per_second, thousands, LatencySummary};
 use crate::stats::{buckets, new_histogram, Buckets, Counters, LatencyShards};
@@ -82,6 +82,8 @@ pub struct Target {
     /// Index of this process's first connection in the run (`--workers`): connection
     /// `i` here is connection `offset + i` of the run (token, client id, source).
     pub offset: usize,
+    /// MQTT over TLS (`--tls-ca`); `None`: plain TCP.
+    pub tls: Option<TlsClient>,
 }
 
 impl Target {
@@ -107,6 +109,10 @@ impl Target {
         check_fd_limit(connections)?;
         warn_if_ports_short(connections, args.sources.len());
         let server_stats = server_stats(&args.server_pid)?;
+        let tls = match &args.tls_ca {
+            Some(ca) => Some(TlsClient::trusting(ca, &args.tls_server_name)?),
+            None => None,
+        };
         Ok(Target {
             server,
             sources: args.sources.clone(),
@@ -118,6 +124,7 @@ impl Target {
             max_pending: args.max_pending.max(1),
             server_stats,
             offset,
+            tls,
         })
     }
 
@@ -146,6 +153,7 @@ impl Target {
             version: self.version,
             connect_timeout: self.connect_timeout,
             session_expiry: None,
+            tls: self.tls.clone(),
         }
     }
 
@@ -163,6 +171,17 @@ impl Target {
     /// `host:port` for reports.
     pub fn name(&self) -> String {
         self.server.to_string()
+    }
+
+    /// The MQTT version as reports print it: `3.1.1`, or over TLS with what the first
+    /// handshake negotiated, e.g. `3.1.1 over TLS (TLSv1_3, TLS13_AES_256_GCM_SHA384,
+    /// X25519)`.
+    pub fn version_label(&self, version: crate::cli::MqttVersion) -> String {
+        match self.tls.as_ref().map(TlsClient::negotiated) {
+            None => version.label().to_string(),
+            Some(None) => format!("{} over TLS", version.label()),
+            Some(Some(negotiated)) => format!("{} over TLS ({negotiated})", version.label()),
+        }
     }
 
     /// A server sample, when a server pid was given.

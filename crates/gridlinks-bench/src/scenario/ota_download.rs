@@ -97,6 +97,8 @@ pub async fn run(args: OtaDownloadArgs) -> anyhow::Result<std::process::ExitCode
             version: ProtocolVersion::V5,
             connect_timeout: Duration::from_secs(30),
             session_expiry: None,
+            // The GridLinks this scenario starts listens in plain MQTT.
+            tls: None,
         };
         let source = args.server.sources.get(i % args.server.sources.len().max(1)).copied();
         conns.push(MqttConnection::connect(Endpoint { server: server_addr, source }, &opts).await?);

@@ -235,7 +235,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
     let timeline = progress.finish();
     Ok(PubsubReport {
         server: target.name(),
-        mqtt_version: args.target.mqtt_version.label().into(),
+        mqtt_version: target.version_label(args.target.mqtt_version),
         groups: args.groups,
         publishers: args.publishers,
         subscribers: args.subscribers,

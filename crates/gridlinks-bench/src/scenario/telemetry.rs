@@ -404,7 +404,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     let mut report = TelemetryReport {
         scenario: "mqtt-telemetry",
         server: target.name(),
-        protocol: format!("MQTT {}", args.target.mqtt_version.label()),
+        protocol: format!("MQTT {}", target.version_label(args.target.mqtt_version)),
         devices: args.devices,
         qos: args.qos,
         inflight: args.inflight,

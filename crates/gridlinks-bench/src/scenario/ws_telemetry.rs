@@ -321,6 +321,8 @@ async fn open_mqtt(server: SocketAddr, names: &[String], one: bool) -> anyhow::R
             version: ProtocolVersion::V5,
             connect_timeout: Duration::from_secs(10),
             session_expiry: None,
+            // The GridLinks this scenario starts listens in plain MQTT.
+            tls: None,
         };
         let mut c = MqttConnection::connect(Endpoint { server, source: None }, &opts)
             .await
