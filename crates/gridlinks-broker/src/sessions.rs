@@ -1195,7 +1195,8 @@ mod tests {
                 match next(9) {
                     0 => {
                         let clean = next(2) == 0;
-                        let r = s.register_client(c, "".into(), capacity, clean, if next(2) == 0 { 60 } else { 0 }, None);
+                        let r =
+                            s.register_client(c, "".into(), capacity, clean, if next(2) == 0 { 60 } else { 0 }, None);
                         if !r.present {
                             allowed.insert(c, Vec::new());
                         }
