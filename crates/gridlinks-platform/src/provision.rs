@@ -17,6 +17,10 @@
 //! devices; past either the answer is a `FAILURE` that says which.
 //! The answer is `{"status":"SUCCESS","credentialsType":"ACCESS_TOKEN","credentialsValue":…}`
 //! or `{"status":"NOT_FOUND"|"FAILURE","errorMsg":…}`.
+//!
+//! [`x509_chain`] is ThingsBoard's `X509_CERTIFICATE_CHAIN` strategy: a device whose client
+//! certificate chains to a profile's CA certificate is that profile's device named by the
+//! certificate's CN, created on its first connection.
 
 use std::net::IpAddr;
 
@@ -30,6 +34,8 @@ use crate::core::Platform;
 
 /// The server attribute that marks a pre-provisioned device as provisioned.
 pub const PROVISION_STATE: &str = "provisionState";
+/// The provision type (and provision configuration type) of X.509 chain provisioning.
+pub const X509_CHAIN: &str = "X509_CERTIFICATE_CHAIN";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -197,6 +203,143 @@ async fn pre_provisioned(
         Ok(()) => Ok(token_now),
         Err(e) => Err(failure("FAILURE", e.to_string())),
     }
+}
+
+/// Why a client certificate chain provisioned no device.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ChainRefusal {
+    /// No certificate of the chain is a profile's CA certificate.
+    #[error("no device profile provisions by this certificate chain")]
+    NoProfile,
+    /// The client's certificate does not chain to the profile's CA certificate.
+    #[error("the client certificate is not signed by the device profile's CA certificate")]
+    NotSigned,
+    /// The CN does not match the profile's `certificateRegExPattern` (with a group).
+    #[error("the certificate's CN does not give a device name by the profile's certificateRegExPattern")]
+    NoName,
+    /// A device of that name exists in another profile, or new devices may not be made.
+    #[error("{0}")]
+    Refused(String),
+    /// Storage could not be read or written.
+    #[error("storage unavailable: {0}")]
+    Storage(String),
+}
+
+/// ThingsBoard's X.509 chain provisioning for a client that presented `chain` (DER, its
+/// own certificate first) that no device holds: the first certificate of the chain that is
+/// a profile's CA certificate (its `provisionDeviceKey`) picks the profile; the client's
+/// certificate must chain to it (signatures and validity checked); its CN, through the
+/// profile's `certificateRegExPattern` (first group; default `(.*)`), names the device. A
+/// device of that name in that profile gets the certificate as its X509 credentials; none:
+/// one is made when `allowCreateNewDevicesByX509Certificate`. Bounded like other
+/// provisioning (`limits.max_provisions_per_minute` per profile, the tenant's device limit).
+pub async fn x509_chain(p: &Platform, chain: &[Vec<u8>]) -> Result<gridlinks_types::DeviceId, ChainRefusal> {
+    use gridlinks_thingsboard::x509;
+    let storage = |e: StoreError| ChainRefusal::Storage(e.to_string());
+    let Some((leaf, intermediates)) = chain.split_first() else { return Err(ChainRefusal::NoProfile) };
+    let store = p.core.store.clone();
+    let profiles = tokio::task::spawn_blocking(move || store.profiles())
+        .await
+        .map_err(|e| ChainRefusal::Storage(e.to_string()))?
+        .map_err(storage)?;
+    let found = chain.iter().find_map(|cert| {
+        let key = x509::der_fingerprint(cert);
+        let profile = profiles.iter().find(|p| {
+            p.doc.get("provisionType").and_then(J::as_str) == Some(X509_CHAIN)
+                && p.doc.get("provisionDeviceKey").and_then(J::as_str) == Some(key.as_str())
+        })?;
+        Some((profile.clone(), cert))
+    });
+    let Some((profile, ca)) = found else { return Err(ChainRefusal::NoProfile) };
+    if !chains_to(leaf, intermediates, ca) {
+        return Err(ChainRefusal::NotSigned);
+    }
+    let config = profile.doc.pointer("/profileData/provisionConfiguration").cloned().unwrap_or(J::Null);
+    let pattern = config.get("certificateRegExPattern").and_then(J::as_str).filter(|p| !p.is_empty()).unwrap_or("(.*)");
+    let cn = x509::parse_der(leaf).ok().and_then(|i| i.common_name).ok_or(ChainRefusal::NoName)?;
+    let name = regex_lite::Regex::new(pattern)
+        .ok()
+        .and_then(|re| re.captures(&cn).and_then(|c| c.get(1)).map(|m| m.as_str().trim().to_owned()))
+        .filter(|n| !n.is_empty())
+        .ok_or(ChainRefusal::NoName)?;
+    let x509 = gridlinks_storage::X509Credentials {
+        fingerprint: x509::der_fingerprint(leaf),
+        cert: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, leaf),
+    };
+    let store = p.core.store.clone();
+    let (tenant, lookup) = (profile.tenant, name.clone());
+    let existing = tokio::task::spawn_blocking(move || store.device_by_name(tenant, &lookup))
+        .await
+        .map_err(|e| ChainRefusal::Storage(e.to_string()))?
+        .map_err(storage)?;
+    let device = match existing {
+        Some(d) if d.profile_id() != profile.id => {
+            return Err(ChainRefusal::Refused(format!("device {name:?} exists in another device profile")))
+        }
+        Some(d) => d.id,
+        None if config.get("allowCreateNewDevicesByX509Certificate").and_then(J::as_bool) != Some(true) => {
+            return Err(ChainRefusal::Refused(format!(
+                "device {name:?} does not exist and the profile does not allow creating devices by certificate"
+            )))
+        }
+        None => {
+            if let Err(wait) = p.core.guards.provision(profile.id) {
+                return Err(ChainRefusal::Refused(format!(
+                    "too many devices provisioned through this device profile (limits.max_provisions_per_minute): retry in {} s",
+                    wait.as_secs().max(1)
+                )));
+            }
+            let save = SaveDevice {
+                tenant: profile.tenant,
+                id: None,
+                name,
+                device_type: String::new(),
+                profile: Some(profile.id),
+                label: None,
+                token: None,
+                additional_info: None,
+            };
+            match p.core.writer.submit(WriteOp::SaveDevice(save)).await {
+                Ok(WriteOutcome::Device(d)) => {
+                    if let Err(e) = crate::entities::ota::created(p, vec![d.id]).await {
+                        tracing::warn!(device = %d.id, error = %e, "a provisioned device was not told its OTA packages");
+                    }
+                    d.id
+                }
+                Ok(_) => return Err(ChainRefusal::Storage("unexpected write outcome".into())),
+                Err(StoreError::NameTaken(_)) => {
+                    return Err(ChainRefusal::Refused("a device of this name was made meanwhile; retry".into()))
+                }
+                Err(e) => return Err(ChainRefusal::Refused(e.to_string())),
+            }
+        }
+    };
+    p.core.writer.submit(WriteOp::SetX509 { device, x509 }).await.map_err(|e| ChainRefusal::Refused(e.to_string()))?;
+    Ok(device)
+}
+
+/// Whether `leaf` chains, through `intermediates`, to the CA certificate `ca` (all DER), now,
+/// for client authentication.
+pub fn chains_to(leaf: &[u8], intermediates: &[Vec<u8>], ca: &[u8]) -> bool {
+    use rustls_pki_types::{CertificateDer, UnixTime};
+    use webpki::KeyUsage;
+    let ca = CertificateDer::from(ca);
+    let Ok(anchor) = webpki::anchor_from_trusted_cert(&ca) else { return false };
+    let leaf = CertificateDer::from(leaf);
+    let Ok(end_entity) = webpki::EndEntityCert::try_from(&leaf) else { return false };
+    let intermediates: Vec<CertificateDer<'_>> =
+        intermediates.iter().map(|c| CertificateDer::from(c.as_slice())).collect();
+    end_entity
+        .verify_for_usage(
+            webpki::ALL_VERIFICATION_ALGS,
+            &[anchor],
+            &intermediates,
+            UnixTime::now(),
+            KeyUsage::client_auth(),
+            None,
+            None,
+        )
+        .is_ok()
 }
 
 #[cfg(test)]

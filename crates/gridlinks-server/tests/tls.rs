@@ -87,6 +87,59 @@ impl Pki {
         );
     }
 
+    /// `{name}.pem` and `{name}.key`: a client certificate with common name `cn` signed by
+    /// the CA `{ca}.pem`; `{name}-chain.pem` holds it and the CA's.
+    fn signed_client_cert(&self, name: &str, cn: &str, ca: &str) {
+        let d = self.dir.path();
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+        let (key, csr, pem) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"));
+        std::fs::write(d.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
+        openssl(
+            d,
+            &[&["req", "-new"], &ec[..], &["-keyout", &key, "-out", &csr, "-subj", &format!("/CN={cn}")]].concat(),
+        );
+        let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-days",
+                "30",
+                "-extfile",
+                "client.ext",
+                "-out",
+                &pem,
+            ],
+        );
+        let chain = [std::fs::read_to_string(d.join(&pem)).unwrap(), std::fs::read_to_string(d.join(&ca_pem)).unwrap()]
+            .concat();
+        std::fs::write(d.join(format!("{name}-chain.pem")), chain).unwrap();
+    }
+
+    /// `{name}.pem` and `{name}.key`: a CA certificate.
+    fn ca(&self, name: &str) -> String {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+        let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+        openssl(
+            self.dir.path(),
+            &[
+                &["req", "-x509"],
+                &ec[..],
+                &["-keyout", &key, "-out", &pem, "-subj", &format!("/CN={name}"), "-days", "30"],
+            ]
+            .concat(),
+        );
+        std::fs::read_to_string(self.path(&pem)).unwrap()
+    }
+
     /// `{name}.pem` and `{name}.key`: a self-signed client certificate (`days` -1: it
     /// expired yesterday).
     fn client_cert(&self, name: &str, days: i32) -> String {
@@ -404,4 +457,61 @@ fn sighup_reloads_the_certificate_and_keeps_open_connections() {
     let out = sub.wait_with_output().unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"reloaded":true}"#);
+}
+
+/// ThingsBoard's X509_CERTIFICATE_CHAIN provisioning: a device profile holds a CA
+/// certificate; a client whose certificate that CA signed becomes the profile's device named
+/// by its CN (through the profile's pattern) on its first connection. A certificate that
+/// merely sends the (public) CA certificate along, unsigned by it, gets nothing.
+#[test]
+fn a_certificate_signed_by_a_profiles_ca_provisions_its_device() {
+    let pki = Pki::new();
+    let t = start(&pki);
+    let jwt = t.s.login();
+    let fleet_ca = pki.ca("fleet-ca");
+    let profile = json!({"name": "fleet", "type": "DEFAULT", "transportType": "DEFAULT", "profileData": {
+        "configuration": {"type": "DEFAULT"}, "transportConfiguration": {"type": "DEFAULT"},
+        "provisionConfiguration": {"type": "X509_CERTIFICATE_CHAIN", "provisionDeviceSecret": fleet_ca,
+            "certificateRegExPattern": "meter-(.*)", "allowCreateNewDevicesByX509Certificate": true}}});
+    let (st, saved) = t.s.json("POST", "/api/deviceProfile", &jwt, Some(profile));
+    assert_eq!(st, 200, "{saved}");
+    assert_eq!(saved["provisionType"], "X509_CERTIFICATE_CHAIN");
+    assert_eq!(
+        saved["provisionDeviceKey"].as_str().map(str::len),
+        Some(64),
+        "the CA certificate's fingerprint: {saved}"
+    );
+
+    pki.signed_client_cert("m7", "meter-CA-7", "fleet-ca");
+    let cert = ["--cert", &pki.p("m7-chain.pem"), "--key", &pki.p("m7.key")];
+    assert!(mosquitto_pub(&pki, t.mqtts, &[&cert[..], &["-m", r#"{"ts":10,"values":{"v":1}}"#]].concat()));
+    let (st, page) = t.s.json("GET", "/api/tenant/devices?pageSize=10&page=0&textSearch=CA-7", &jwt, None);
+    assert_eq!(st, 200);
+    let device = &page["data"][0];
+    assert_eq!(
+        (device["name"].as_str(), device["deviceProfileId"]["id"] == saved["id"]["id"]),
+        (Some("CA-7"), true),
+        "{page}"
+    );
+    let id = device["id"]["id"].as_str().unwrap().to_owned();
+    let (_, creds) = t.s.json("GET", &format!("/api/device/{id}/credentials"), &jwt, None);
+    assert_eq!(creds["credentialsType"], "X509_CERTIFICATE", "{creds}");
+    wait_until("the provisioned device's point", || t.s.stored_timestamps(&jwt, &id, "v").len() == 1);
+    // Connecting again is the same device (found by its certificate now).
+    assert!(mosquitto_pub(&pki, t.mqtts, &[&cert[..], &["-m", r#"{"ts":11,"values":{"v":2}}"#]].concat()));
+    wait_until("the second point", || t.s.stored_timestamps(&jwt, &id, "v").len() == 2);
+
+    // A self-made certificate that sends the CA's along: not signed by it, nothing made.
+    pki.client_cert("meter-CA-8", 2);
+    let forged = [std::fs::read_to_string(pki.path("meter-CA-8.pem")).unwrap(), fleet_ca].concat();
+    std::fs::write(pki.path("forged-chain.pem"), forged).unwrap();
+    let forged = ["--cert", &pki.p("forged-chain.pem"), "--key", &pki.p("meter-CA-8.key")];
+    assert!(!mosquitto_pub(&pki, t.mqtts, &[&forged[..], &["-m", r#"{"ts":12,"values":{"v":3}}"#]].concat()));
+    // Another CA's certificate: no profile, nothing made.
+    pki.ca("other-ca");
+    pki.signed_client_cert("m9", "meter-CA-9", "other-ca");
+    let other = ["--cert", &pki.p("m9-chain.pem"), "--key", &pki.p("m9.key")];
+    assert!(!mosquitto_pub(&pki, t.mqtts, &[&other[..], &["-m", r#"{"ts":13,"values":{"v":4}}"#]].concat()));
+    let (_, page) = t.s.json("GET", "/api/tenant/devices?pageSize=10&page=0&textSearch=CA-", &jwt, None);
+    assert_eq!(page["data"].as_array().unwrap().len(), 1, "only CA-7: {page}");
 }

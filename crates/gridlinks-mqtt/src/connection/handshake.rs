@@ -3,6 +3,7 @@
 //! (a persistent one committed before its CONNACK) and the CONNACK itself.
 
 use super::*;
+use gridlinks_platform::provision::ChainRefusal;
 
 impl<T: Transport> Conn<T> {
     pub(super) async fn read_connect(&mut self) -> Option<Box<Connect>> {
@@ -49,13 +50,24 @@ impl<T: Transport> Conn<T> {
         let cert = self.stream.client_cert().map(|c| c.fingerprint.clone());
         if let Some(fingerprint) = &cert {
             // A client certificate is the device's credential, as in ThingsBoard: it alone
-            // decides (the user name and password are not read).
+            // decides (the user name and password are not read). One no device holds may
+            // chain to a device profile's CA certificate: X.509 chain provisioning.
+            let chain: Vec<Vec<u8>> =
+                self.stream.client_cert().map(|c| c.chain.iter().map(|d| d.to_vec()).collect()).unwrap_or_default();
             match self.st.x509_login(fingerprint).await {
                 Ok(Some(d)) => who = Some(Who::Device(d)),
-                Ok(None) => {
-                    code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
-                    refusal = v5.then(|| "no device has this client certificate (X509_CERTIFICATE credentials)".into());
-                }
+                Ok(None) => match gridlinks_platform::provision::x509_chain(&self.st.platform, &chain).await {
+                    Ok(d) => who = Some(Who::Device(d)),
+                    Err(why) => {
+                        code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
+                        refusal = v5.then(|| match why {
+                            ChainRefusal::NoProfile => {
+                                "no device has this client certificate (X509_CERTIFICATE credentials)".into()
+                            }
+                            why => why.to_string(),
+                        });
+                    }
+                },
                 Err(()) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
             }
         } else {

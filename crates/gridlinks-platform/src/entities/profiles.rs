@@ -1,6 +1,7 @@
 //! Device profiles: which a caller may see; saving, deleting and choosing the default one
 //! (a tenant administrator's).
 
+use base64::Engine;
 use gridlinks_storage::{ProfileRecord, SaveProfile, StoreError, WriteOp, WriteOutcome, GATEWAY_ADOPTION};
 use gridlinks_types::ProfileId;
 use serde_json::Value as J;
@@ -43,11 +44,12 @@ pub async fn save(
     me: &Caller,
     id: Option<ProfileId>,
     name: String,
-    doc: J,
+    mut doc: J,
 ) -> ServiceResult<ProfileRecord> {
     if !doc.is_object() {
         return Err(ServiceError::Invalid("Invalid request body: a device profile is a JSON object".into()));
     }
+    x509_chain_key(&mut doc)?;
     let adoption = doc.get(GATEWAY_ADOPTION).filter(|v| !v.is_null());
     if adoption.is_some_and(|v| !matches!(v.as_str(), Some("ALLOW" | "REFUSE"))) {
         return Err(ServiceError::Invalid(format!(
@@ -67,6 +69,35 @@ pub async fn save(
     }
     let tenant = core.stored_tenant(me.tenant);
     written(core.writer.submit(WriteOp::SaveProfile(SaveProfile { id, tenant, name, doc })).await?)
+}
+
+/// ThingsBoard's X.509 chain provisioning (`provisionConfiguration.type =
+/// "X509_CERTIFICATE_CHAIN"`, `provisionDeviceSecret` = the CA certificate in PEM): as
+/// ThingsBoard's profile service does, the profile's `provisionType` follows and its
+/// `provisionDeviceKey` becomes the CA certificate's fingerprint, which a device's chain is
+/// matched by.
+fn x509_chain_key(doc: &mut J) -> ServiceResult<()> {
+    let config = doc.pointer("/profileData/provisionConfiguration");
+    if config.and_then(|c| c.get("type")).and_then(J::as_str) != Some(crate::provision::X509_CHAIN) {
+        return Ok(());
+    }
+    let bad = || {
+        ServiceError::Invalid(
+            "provisionConfiguration.provisionDeviceSecret must be the CA certificate (PEM) for X509_CERTIFICATE_CHAIN"
+                .into(),
+        )
+    };
+    let pem = config.and_then(|c| c.get("provisionDeviceSecret")).and_then(J::as_str).ok_or_else(bad)?;
+    // The first certificate of the text is the CA's.
+    let first = pem.split_inclusive("-----END CERTIFICATE-----").next().ok_or_else(bad)?;
+    let (body, fingerprint) = gridlinks_thingsboard::x509::fingerprint(first).map_err(|_| bad())?;
+    let der = base64::engine::general_purpose::STANDARD.decode(&body).map_err(|_| bad())?;
+    gridlinks_thingsboard::x509::parse_der(&der).map_err(|_| bad())?;
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("provisionType".into(), J::from(crate::provision::X509_CHAIN));
+        obj.insert("provisionDeviceKey".into(), J::from(fingerprint));
+    }
+    Ok(())
 }
 
 /// Deletes a profile of the caller's tenant.
