@@ -246,6 +246,9 @@ pub struct MqttConfig {
     pub acl_rules: Vec<AclRuleConfig>,
     /// What a publish outside a client's ACL gets.
     pub deny_action: DenyAction,
+    /// Send MQTT 5 clients that allow them (Topic Alias Maximum in CONNECT) our topic
+    /// aliases: each topic once, then a 2-byte alias.
+    pub topic_aliases_out: bool,
     /// MQTT 5 Response Information given to a pub/sub client that asks for it: a topic
     /// prefix (`%c` = its client id) it may then publish and subscribe under; empty: none.
     pub response_information: String,
@@ -946,6 +949,7 @@ impl Default for MqttConfig {
             acl_rules: Vec::new(),
             deny_action: DenyAction::Reason,
             response_information: "responses/%c".into(),
+            topic_aliases_out: true,
         }
     }
 }

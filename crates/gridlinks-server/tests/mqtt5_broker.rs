@@ -135,6 +135,63 @@ fn topic_aliases_from_the_client_are_resolved() {
     assert_eq!(p.expect_close().0.map(|d| d.reason), Some(reason::TOPIC_ALIAS_INVALID));
 }
 
+/// Our topic aliases towards a client that takes them (Topic Alias Maximum in its CONNECT):
+/// a topic goes once with its alias, then the alias alone; once all are taken the oldest is
+/// given to the next topic, which goes with it. Resolved here as a client would, every
+/// message arrives on its own topic; the bytes on the wire are counted against a client
+/// that takes none.
+#[test]
+fn topic_aliases_towards_the_client_save_the_topic_after_its_first_use() {
+    let server = anonymous_server();
+    let port = server.mqtt_port;
+    let subscriber = |id: &str, max: Option<u16>| {
+        let (mut c, _) = Raw::connect_custom(port, ProtocolVersion::V5, |c| {
+            c.client_id = id.into();
+            c.properties.topic_alias_maximum = max;
+        });
+        c.subscribe(1, &["plant/#"]);
+        c
+    };
+    let (mut with, mut without) = (subscriber("with-aliases", Some(2)), subscriber("no-aliases", None));
+    let (mut p, _) = Raw::connect_as(port, ProtocolVersion::V5, "pub", None);
+    let a = "plant/north-hall/line-04/press-17/telemetry";
+    let (b, c) = ("plant/b", "plant/c");
+    let topics = [a, a, a, b, c, a, c];
+    for (i, t) in topics.iter().enumerate() {
+        p.send(&publish(t, b"{\"v\":1}", i as u16 + 1, false, PublishProperties::default()));
+    }
+    // The client's side: alias -> topic.
+    let mut known: std::collections::HashMap<u16, String> = Default::default();
+    let mut wire = Vec::new();
+    for want in topics {
+        let got = next_publish(&mut with);
+        let alias = got.properties.topic_alias.expect("every copy carries an alias");
+        if !got.topic.is_empty() {
+            known.insert(alias, got.topic.clone());
+        }
+        assert_eq!(known.get(&alias).map(String::as_str), Some(want), "alias {alias}");
+        wire.push((got.topic.clone(), alias));
+        ack(&mut with, &got);
+    }
+    let named: Vec<bool> = wire.iter().map(|(t, _)| !t.is_empty()).collect();
+    assert_eq!(named, [true, false, false, true, true, true, false], "{wire:?}");
+    assert_eq!(wire.iter().map(|(_, a)| *a).collect::<Vec<_>>(), [1, 1, 1, 2, 1, 2, 1]);
+
+    // Bandwidth: 100 copies of one long topic, with and without aliases.
+    let mut sizes = [0usize; 2];
+    for i in 0..100u16 {
+        p.send(&publish(a, b"{\"v\":1}", 100 + i, false, PublishProperties::default()));
+        for (n, c) in [&mut with, &mut without].into_iter().enumerate() {
+            let got = next_publish(c);
+            ack(c, &got);
+            sizes[n] += bytes_of(ProtocolVersion::V5, &[Packet::Publish(got)]).len();
+        }
+    }
+    eprintln!("100 copies on a {}-byte topic: {} bytes with aliases, {} without", a.len(), sizes[0], sizes[1]);
+    // Each aliased copy saves the topic but for the 3 bytes of its alias property.
+    assert!(sizes[0] * 3 < sizes[1], "{sizes:?}");
+}
+
 #[test]
 fn expired_messages_are_not_delivered() {
     let server = anonymous_server();

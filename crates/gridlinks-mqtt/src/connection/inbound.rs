@@ -324,16 +324,17 @@ impl<T: Transport> Conn<T> {
             ));
         }
         let slot = usize::from(alias - 1);
+        let inbound = &mut self.aliases.get_or_insert_with(Default::default).inbound;
         if topic.is_empty() {
-            match self.aliases.get(slot).cloned().flatten() {
+            match inbound.get(slot).cloned().flatten() {
                 Some(t) => *topic = t,
                 None => return Err(End::Disconnect(rc::PROTOCOL_ERROR, format!("topic alias {alias} was never set"))),
             }
         } else {
-            if self.aliases.is_empty() {
-                self.aliases = vec![None; usize::from(TOPIC_ALIAS_MAX)];
+            if inbound.is_empty() {
+                *inbound = vec![None; usize::from(TOPIC_ALIAS_MAX)];
             }
-            self.aliases[slot] = Some(topic.clone());
+            inbound[slot] = Some(topic.clone());
         }
         Ok(())
     }

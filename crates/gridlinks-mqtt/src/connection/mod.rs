@@ -41,6 +41,7 @@ use gridlinks_platform::device_api::{self, Reply, TopicError};
 use gridlinks_platform::logging::spawn_logged;
 use gridlinks_thingsboard::topic::{ATTRIBUTES as ATTRIBUTES_TOPIC, TELEMETRY as TELEMETRY_TOPIC};
 
+mod aliases;
 mod handshake;
 mod inbound;
 mod outbound;
@@ -113,8 +114,8 @@ struct Conn<T> {
     rbuf: BytesMut,
     wbuf: BytesMut,
     version: ProtocolVersion,
-    /// MQTT 5 topic aliases the client set (index = alias - 1); allocated on first use.
-    aliases: Vec<Option<String>>,
+    /// MQTT 5 topic aliases both ways; allocated on first use.
+    aliases: Option<Box<aliases::Aliases>>,
     /// Session expiry interval in force (pub/sub clients; 0: ends with the connection).
     expiry: u32,
     /// The client's DISCONNECT asked for this session expiry (MQTT 5).
@@ -211,7 +212,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         rbuf: BytesMut::new(),
         wbuf: BytesMut::new(),
         version: ProtocolVersion::V3_1_1,
-        aliases: Vec::new(),
+        aliases: None,
         expiry: 0,
         disconnect_expiry: None,
         acked_rows: Vec::new(),
@@ -239,6 +240,11 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         }
         if let Some(max) = connect.properties.maximum_packet_size {
             conn.max_out = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        if let Some(max) =
+            connect.properties.topic_alias_maximum.filter(|m| *m > 0 && conn.st.core.cfg.mqtt.topic_aliases_out)
+        {
+            conn.aliases = Some(Box::new(aliases::Aliases::towards(max.min(TOPIC_ALIAS_MAX))));
         }
         // ThingsBoard's provisioning user name: a short exchange, no session.
         if connect.username.as_deref() == Some("provision") && connect.password.as_deref().is_none_or(<[u8]>::is_empty)

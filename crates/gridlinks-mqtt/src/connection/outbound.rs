@@ -295,17 +295,25 @@ impl<T: Transport> Conn<T> {
             (Some(_), QoS::ExactlyOnce) => QoS::ExactlyOnce,
             (Some(_), _) => QoS::AtLeastOnce,
         };
+        // A client in a tenant's namespace sees its topics in its own terms.
+        let topic = self
+            .client_id
+            .as_deref()
+            .and_then(gridlinks_platform::sessions::mount_of)
+            .and_then(|m| out.msg.topic.strip_prefix(m))
+            .unwrap_or(&out.msg.topic);
+        // Our topic alias, when the client takes them: the topic goes once with it.
+        let alias = self.aliases.as_mut().and_then(|a| a.outbound(topic, dup));
+        let with_alias;
+        if let Some((alias, _)) = alias {
+            with_alias = PublishProperties { topic_alias: Some(alias), ..properties.clone() };
+            properties = &with_alias;
+        }
         let publish = PublishRef {
             dup,
             qos,
             retain: out.retain,
-            // A client in a tenant's namespace sees its topics in its own terms.
-            topic: self
-                .client_id
-                .as_deref()
-                .and_then(gridlinks_platform::sessions::mount_of)
-                .and_then(|m| out.msg.topic.strip_prefix(m))
-                .unwrap_or(&out.msg.topic),
+            topic: if alias.is_some_and(|(_, with_topic)| !with_topic) { "" } else { topic },
             packet_id,
             payload: &out.msg.payload,
             properties,
@@ -318,6 +326,9 @@ impl<T: Transport> Conn<T> {
         }
         if !self.fits(start) {
             self.st.metrics.too_large.fetch_add(1, Ordering::Relaxed);
+            if let (Some(a), Some((_, true))) = (self.aliases.as_mut(), alias) {
+                a.unsent(topic);
+            }
             return false;
         }
         true
