@@ -204,6 +204,9 @@ pub struct MqttConfig {
     pub max_packet_size: usize,
     /// QoS 1/2 publishes a client may have unacknowledged (MQTT 5 Receive Maximum).
     pub receive_maximum: u16,
+    /// Keep MQTT 5 clients that exceed the Receive Maximum connected and stop reading
+    /// (backpressure, as for 3.1.1) instead of disconnecting them with 0x93.
+    pub receive_maximum_lenient: bool,
     /// Most simultaneous MQTT connections (TCP and WebSocket together); 0: the process's
     /// open-files limit less a reserve for storage, HTTP and administration.
     pub max_connections: usize,
@@ -950,6 +953,7 @@ impl Default for MqttConfig {
             deny_action: DenyAction::Reason,
             response_information: "responses/%c".into(),
             topic_aliases_out: true,
+            receive_maximum_lenient: false,
         }
     }
 }

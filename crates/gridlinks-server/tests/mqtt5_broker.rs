@@ -192,6 +192,43 @@ fn topic_aliases_towards_the_client_save_the_topic_after_its_first_use() {
     assert!(sizes[0] * 3 < sizes[1], "{sizes:?}");
 }
 
+/// A client that sends more QoS 1 publishes than the Receive Maximum it was told, all in
+/// one write (so none is answered before the last is read): DISCONNECT 0x93. In lenient
+/// mode it is slowed down instead and every publish is acknowledged.
+#[test]
+fn exceeding_the_receive_maximum_is_0x93_unless_lenient() {
+    for lenient in [false, true] {
+        let server = Server::start_env(&[
+            ("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"),
+            ("GRIDLINKS_MQTT_RECEIVE_MAXIMUM", "2"),
+            ("GRIDLINKS_MQTT_RECEIVE_MAXIMUM_LENIENT", if lenient { "true" } else { "false" }),
+        ]);
+        let (mut c, ack) = Raw::connect_as(server.mqtt_port, ProtocolVersion::V5, "eager", None);
+        assert_eq!(ack.properties.receive_maximum, Some(2));
+        let three: Vec<Packet> =
+            (1..=3).map(|i| publish("eager/x", b"1", i, false, PublishProperties::default())).collect();
+        c.send_raw(&bytes_of(ProtocolVersion::V5, &three)).unwrap();
+        let mut acked = Vec::new();
+        let mut disconnect = None;
+        while let Some(p) = c.recv() {
+            match p {
+                Packet::PubAck(a) => acked.push(a.packet_id),
+                Packet::Disconnect(d) => disconnect = Some(d.reason),
+                other => panic!("{other:?}"),
+            }
+            if lenient && acked.len() == 3 {
+                break;
+            }
+        }
+        if lenient {
+            assert_eq!((acked, disconnect), (vec![1, 2, 3], None));
+        } else {
+            // The two within the window are answered (they were read first), then the end.
+            assert_eq!((acked, disconnect), (vec![1, 2], Some(reason::RECEIVE_MAXIMUM_EXCEEDED)));
+        }
+    }
+}
+
 #[test]
 fn expired_messages_are_not_delivered() {
     let server = anonymous_server();

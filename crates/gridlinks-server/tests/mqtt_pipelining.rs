@@ -1,6 +1,8 @@
 //! Packets a client sends back to back, in one write, as MQTT allows: with the CONNECT
 //! (before the CONNACK came back) and before a DISCONNECT or a close. Every one of them is
-//! processed, in order, over TCP and over WebSocket.
+//! processed, in order, over TCP and over WebSocket. The clients here pipeline far past
+//! their MQTT 5 Receive Maximum, so the servers run with `mqtt.receive_maximum_lenient`
+//! (backpressure); the strict default is `mqtt5_broker.rs`'s.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
@@ -11,6 +13,10 @@ use common::*;
 
 const V3: ProtocolVersion = ProtocolVersion::V3_1_1;
 const V5: ProtocolVersion = ProtocolVersion::V5;
+
+fn pipelining_server() -> Server {
+    Server::start_env(&[("GRIDLINKS_MQTT_RECEIVE_MAXIMUM_LENIENT", "true")])
+}
 
 fn connect(version: ProtocolVersion, token: &str) -> Packet {
     connect_packet(version, Some(token), 60)
@@ -43,7 +49,7 @@ fn wait_stored(s: &Server, jwt: &str, id: &str, n: usize) -> usize {
 
 #[test]
 fn a_publish_in_the_same_write_as_connect_is_acknowledged_without_more_bytes() {
-    let s = Server::start();
+    let s = pipelining_server();
     let jwt = s.login();
     let id = s.device(&jwt, "pipe", "PIPE_TOKEN");
     for version in [V3, V5] {
@@ -62,7 +68,7 @@ fn a_publish_in_the_same_write_as_connect_is_acknowledged_without_more_bytes() {
 
 #[test]
 fn connect_publish_disconnect_in_one_write_stores_and_closes() {
-    let s = Server::start();
+    let s = pipelining_server();
     let jwt = s.login();
     let id = s.device(&jwt, "pipe", "PIPE_TOKEN");
     let mut c = Raw::open(s.mqtt_port, V3);
@@ -109,7 +115,7 @@ fn an_application_gets_its_suback_when_subscribe_follows_connect_at_once() {
 /// followed by a plain close of the socket.
 #[test]
 fn every_publish_before_a_disconnect_or_close_is_stored() {
-    let s = Server::start();
+    let s = pipelining_server();
     let jwt = s.login();
     let n = 2000;
     for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce].into_iter().enumerate() {
@@ -133,7 +139,7 @@ fn every_publish_before_a_disconnect_or_close_is_stored() {
 
 #[test]
 fn over_websocket_too() {
-    let s = Server::start();
+    let s = pipelining_server();
     let jwt = s.login();
     let id = s.device(&jwt, "ws-pipe", "WS_TOKEN");
     let n = 500;
@@ -156,7 +162,7 @@ fn over_websocket_too() {
 /// keeps its place between them, and every acknowledgement comes back in order.
 #[test]
 fn a_batch_of_publishes_is_acknowledged_in_order_each_with_its_own_outcome() {
-    let s = Server::start();
+    let s = pipelining_server();
     let jwt = s.login();
     let id = s.device(&jwt, "batch", "BATCH_TOKEN");
     let mut packets = vec![connect(V5, "BATCH_TOKEN")];

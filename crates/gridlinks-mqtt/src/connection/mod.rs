@@ -132,6 +132,9 @@ struct Conn<T> {
     /// Publishes in flight beyond one per pending item (batches answer many), plus those
     /// of the batch being built: with `pending.len()`, the in-flight count.
     extra_in_flight: usize,
+    /// The client's QoS 1 and 2 publishes not answered yet (PUBACK, PUBCOMP, or a refusing
+    /// PUBREC queued), as its Receive Maximum counts them.
+    quota_used: u16,
 }
 
 /// A connection's small flags, in one byte: every connection's task is bounded in size.
@@ -220,6 +223,7 @@ pub fn run<T: Transport, G: Send + 'static>(stream: T, st: Arc<Mqtt>, guard: G) 
         max_out: usize::MAX,
         flags: Flags::default(),
         extra_in_flight: 0,
+        quota_used: 0,
     };
     // `conn` and `guard` are used in place, as captured: a `let` binding (or an `async fn`
     // argument) would give each a second slot in the future.
@@ -374,6 +378,10 @@ impl<T: Transport> Conn<T> {
     /// than the client's Maximum Packet Size goes without its reason string and user
     /// properties if that makes it fit (MQTT 5 §3.1.2.11.4), else not at all (counted).
     fn queue(&mut self, p: &Packet) -> bool {
+        // The answer that gives the client its Receive Maximum quota back.
+        if matches!(p, Packet::PubAck(_) | Packet::PubComp(_)) || matches!(p, Packet::PubRec(r) if r.reason >= 0x80) {
+            self.quota_used = self.quota_used.saturating_sub(1);
+        }
         if self.flags.has(Flags::LEAN_ACKS) && !matches!(p, Packet::Disconnect(_)) {
             if let Some(lean) = without_diagnostics(p) {
                 return self.queue(&lean);
@@ -444,7 +452,13 @@ impl<T: Transport> Conn<T> {
     /// (committed, and acknowledged while the socket takes bytes) before `serve` returns.
     async fn serve(&mut self, who: &Who, keep_alive: u16, link: &SessionLink, window: &mut OutWindow) -> End {
         let st = self.st.clone();
-        let max_in_flight = usize::from(st.core.cfg.mqtt.receive_maximum);
+        let receive_maximum = st.core.cfg.mqtt.receive_maximum;
+        // MQTT 5 clients are held to the Receive Maximum they were told: reading goes on
+        // past it (up to twice the window of pending work), and a QoS 1/2 PUBLISH beyond it
+        // ends the connection with 0x93. Otherwise (3.1.1, or mqtt.receive_maximum_lenient)
+        // a full window stops reading: backpressure.
+        let strict = self.version == ProtocolVersion::V5 && !st.core.cfg.mqtt.receive_maximum_lenient;
+        let max_in_flight = usize::from(receive_maximum) * if strict { 2 } else { 1 };
         let keep_alive = (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500));
         let mut last_seen = Instant::now();
         let far = Duration::from_secs(365 * 24 * 3600);
@@ -492,7 +506,19 @@ impl<T: Transport> Conn<T> {
                         self.seal(&mut batch, who, pending.get_or_insert_default());
                         self.on_pubrec(r, window, link, &mut pending)
                     }
+                    Ok(Some(Packet::Publish(p)))
+                        if p.qos != QoS::AtMostOnce && strict && self.quota_used >= receive_maximum =>
+                    {
+                        st.metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                        let text =
+                            format!("more than Receive Maximum ({receive_maximum}) QoS 1 and 2 publishes unanswered");
+                        ending = Some(End::Disconnect(rc::RECEIVE_MAXIMUM_EXCEEDED, text));
+                        drop(p);
+                    }
                     Ok(Some(p)) => {
+                        if matches!(&p, Packet::Publish(p) if p.qos != QoS::AtMostOnce) {
+                            self.quota_used = self.quota_used.saturating_add(1);
+                        }
                         let queue = pending.get_or_insert_default();
                         ending = self.on_packet(p, who, link, queue, &mut batch);
                     }
