@@ -133,6 +133,8 @@ bench-tls: bench-deps
 	  mqtt-telemetry --devices 10000 --rate 20000 --duration 20s --sources $(SOURCES) --verify --storage-lag
 	$(BENCH) compare --tls --against $(TLS_PEERS) --json $(RESULTS)/telemetry-tls-2k.json --html $(RESULTS)/telemetry-tls-2k.html \
 	  mqtt-telemetry --devices 10000 --rate 2000 --duration 20s --sources $(SOURCES) --verify
+	$(BENCH) compare --tls --against $(TLS_PEERS) --json $(RESULTS)/connect-tls.json --html $(RESULTS)/connect-tls.html \
+	  connect --connections 10000 --hold 1s --sources $(SOURCES)
 
 # Issue 5's pub/sub shapes at QoS 1 and QoS 0, as fast as acks (QoS 0: sockets) allow:
 # fan-in 1,000 -> 1, fan-out 1 -> 1,000, 500 pairs.
