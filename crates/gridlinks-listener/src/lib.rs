@@ -19,8 +19,10 @@
 //! client needs. Only when every connection in the way is busy is the new one refused with
 //! 503.
 //!
-//! [`tls`]: TLS for these listeners and for the other transports' TCP listeners.
+//! [`tls`]: TLS for these listeners and for the other transports' TCP listeners;
+//! [`rate`]: new connections per source address.
 
+pub mod rate;
 pub mod tls;
 
 use std::collections::HashMap;

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gridlinks_listener::rate::ConnectRate;
 use gridlinks_listener::tls::Acceptor;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -70,6 +71,8 @@ pub struct MqttMetrics {
     pub over_limit: AtomicU64,
     /// TLS connections whose handshake failed or timed out.
     pub tls_refused: AtomicU64,
+    /// Connections refused by `mqtt.max_connects_per_address`.
+    pub over_connect_rate: AtomicU64,
     /// CONNECTs refused because their credential had `mqtt.max_connections_per_credential`.
     pub over_credential_limit: AtomicU64,
     /// Packets not sent because they exceeded the client's Maximum Packet Size.
@@ -92,6 +95,7 @@ impl Default for MqttMetrics {
             keepalive_timeouts: AtomicU64::default(),
             over_limit: AtomicU64::default(),
             tls_refused: AtomicU64::default(),
+            over_connect_rate: AtomicU64::default(),
             over_credential_limit: AtomicU64::default(),
             too_large: AtomicU64::default(),
             too_slow: AtomicU64::default(),
@@ -189,18 +193,35 @@ pub async fn listen(
 ) {
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let keepalive = st.core.cfg.tcp_keepalive_idle.duration();
+    let m = &st.core.cfg.mqtt;
+    let rate =
+        ConnectRate::new(m.max_connects_per_address, m.connect_burst_per_address, m.connect_rate_exempt_loopback);
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     gridlinks_platform::net::tune(&stream, keepalive);
-                    let Ok(permit) = limit.clone().try_acquire_owned() else {
-                        st.metrics.over_limit.fetch_add(1, Ordering::Relaxed);
-                        gridlinks_platform::logging::warn_limited!(limit = st.core.cfg.mqtt_max_connections(), "MQTT connection refused: mqtt.max_connections reached");
+                    let refusal = if rate.as_ref().is_some_and(|r| !r.admit(peer.ip())) {
+                        st.metrics.over_connect_rate.fetch_add(1, Ordering::Relaxed);
+                        gridlinks_platform::logging::warn_limited!(%peer, "MQTT connection refused: mqtt.max_connects_per_address reached");
+                        Some(OVER_RATE)
+                    } else {
+                        None
+                    };
+                    let permit = match refusal {
+                        None => limit.clone().try_acquire_owned().ok(),
+                        Some(_) => None,
+                    };
+                    let Some(permit) = permit else {
+                        if refusal.is_none() {
+                            st.metrics.over_limit.fetch_add(1, Ordering::Relaxed);
+                            gridlinks_platform::logging::warn_limited!(limit = st.core.cfg.mqtt_max_connections(), "MQTT connection refused: mqtt.max_connections reached");
+                        }
                         // Over TLS it is closed: a CONNACK would need a handshake first.
                         if let Some(slot) = refusals.clone().try_acquire_owned().ok().filter(|_| tls.is_none()) {
-                            tokio::spawn(refuse_over_limit(stream, slot, st.core.cfg.mqtt.max_packet_size));
+                            let why = refusal.unwrap_or(OVER_LIMIT);
+                            tokio::spawn(refuse(stream, slot, st.core.cfg.mqtt.max_packet_size, why));
                         }
                         continue;
                     };
@@ -237,14 +258,32 @@ pub async fn listen(
     }
 }
 
-/// Reads the CONNECT of a connection over `mqtt.max_connections` and answers it with a
-/// refusing CONNACK in the client's protocol version.
-async fn refuse_over_limit(
+/// Why a connection is refused before its CONNECT is read: the MQTT 5 and 3.1.1 codes and
+/// the reason string.
+type Refusal = (u8, u8, &'static str);
+
+/// Over `mqtt.max_connections`.
+const OVER_LIMIT: Refusal = (
+    gridlinks_codec::mqtt::reason::QUOTA_EXCEEDED,
+    gridlinks_codec::mqtt::reason::V3_SERVER_UNAVAILABLE,
+    "too many connections (mqtt.max_connections); retry later",
+);
+/// Over `mqtt.max_connects_per_address`.
+const OVER_RATE: Refusal = (
+    gridlinks_codec::mqtt::reason::CONNECTION_RATE_EXCEEDED,
+    gridlinks_codec::mqtt::reason::V3_SERVER_UNAVAILABLE,
+    "too many new connections from this address (mqtt.max_connects_per_address); retry later",
+);
+
+/// Reads the CONNECT of a connection refused at accept and answers it with a refusing
+/// CONNACK in the client's protocol version.
+async fn refuse(
     mut stream: tokio::net::TcpStream,
     _slot: tokio::sync::OwnedSemaphorePermit,
     max_packet_size: usize,
+    (v5_code, v3_code, why): Refusal,
 ) {
-    use gridlinks_codec::mqtt::{decode, encode, reason as rc, ConnAck, ConnAckProperties, Packet, ProtocolVersion};
+    use gridlinks_codec::mqtt::{decode, encode, ConnAck, ConnAckProperties, Packet, ProtocolVersion};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let read = async {
         let mut buf = bytes::BytesMut::with_capacity(512);
@@ -261,11 +300,8 @@ async fn refuse_over_limit(
     };
     let Ok(Some(version)) = tokio::time::timeout(REFUSAL_WAIT, read).await else { return };
     let v5 = version == ProtocolVersion::V5;
-    let properties = ConnAckProperties {
-        reason_string: v5.then(|| "too many connections (mqtt.max_connections); retry later".to_owned()),
-        ..ConnAckProperties::default()
-    };
-    let code = if v5 { rc::QUOTA_EXCEEDED } else { rc::V3_SERVER_UNAVAILABLE };
+    let properties = ConnAckProperties { reason_string: v5.then(|| why.to_owned()), ..ConnAckProperties::default() };
+    let code = if v5 { v5_code } else { v3_code };
     let mut out = bytes::BytesMut::new();
     if encode(&Packet::ConnAck(ConnAck { session_present: false, code, properties }), version, &mut out).is_ok() {
         let _ = tokio::time::timeout(REFUSAL_WAIT, stream.write_all(&out)).await;

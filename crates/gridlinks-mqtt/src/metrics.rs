@@ -81,6 +81,12 @@ impl Source for MqttSource {
         )?;
         counter(
             e,
+            "gridlinks_mqtt_over_connect_rate_total",
+            "MQTT connections refused because their address exceeded mqtt.max_connects_per_address.",
+            l(&m.over_connect_rate),
+        )?;
+        counter(
+            e,
             "gridlinks_mqtt_tls_handshakes_refused_total",
             "MQTT over TLS connections whose TLS handshake failed or timed out.",
             l(&m.tls_refused),

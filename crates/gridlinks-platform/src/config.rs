@@ -204,6 +204,12 @@ pub struct MqttConfig {
     pub max_packet_size: usize,
     /// QoS 1/2 publishes a client may have unacknowledged (MQTT 5 Receive Maximum).
     pub receive_maximum: u16,
+    /// New MQTT connections (TCP, TLS) per second from one source address; 0: no bound.
+    pub max_connects_per_address: u32,
+    /// How many of them may come at once (the bucket's size).
+    pub connect_burst_per_address: u32,
+    /// Loopback addresses (a proxy or tools on the host) are not bounded.
+    pub connect_rate_exempt_loopback: bool,
     /// Keep MQTT 5 clients that exceed the Receive Maximum connected and stop reading
     /// (backpressure, as for 3.1.1) instead of disconnecting them with 0x93.
     pub receive_maximum_lenient: bool,
@@ -954,6 +960,9 @@ impl Default for MqttConfig {
             response_information: "responses/%c".into(),
             topic_aliases_out: true,
             receive_maximum_lenient: false,
+            max_connects_per_address: 100,
+            connect_burst_per_address: 1000,
+            connect_rate_exempt_loopback: true,
         }
     }
 }

@@ -231,3 +231,47 @@ fn the_mqtt_limit_follows_the_open_files_limit_and_leaves_room_for_http() {
     );
     drop(held);
 }
+
+/// New connections per source address (`mqtt.max_connects_per_address`, its burst): past
+/// them a client is told why in CONNACK (MQTT 5: 0x9F with the setting's name; 3.1.1:
+/// 0x03) and closed; another address is not affected (loopback is exempt by default, so
+/// the test counts it).
+#[test]
+fn new_connections_per_address_are_rate_limited() {
+    use common::mqtt::*;
+    let s = Server::start_env(&[
+        ("GRIDLINKS_MQTT_MAX_CONNECTS_PER_ADDRESS", "1"),
+        ("GRIDLINKS_MQTT_CONNECT_BURST_PER_ADDRESS", "3"),
+        ("GRIDLINKS_MQTT_CONNECT_RATE_EXEMPT_LOOPBACK", "false"),
+        ("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true"),
+    ]);
+    // Connect until refused: the burst of 3 comes in, then at most one more per second
+    // passes (a busy machine may take seconds over it; the bound allows for that).
+    let started = Instant::now();
+    let mut held = Vec::new();
+    let refusal = loop {
+        let (c, ack) = Raw::connect_as(s.mqtt_port, ProtocolVersion::V5, &format!("burst-{}", held.len()), None);
+        if ack.code != 0 {
+            break ack;
+        }
+        held.push(c);
+        assert!(held.len() < 100, "never refused");
+    };
+    assert!(held.len() >= 3, "the burst is admitted: {}", held.len());
+    assert!(held.len() as u64 <= 3 + started.elapsed().as_secs() + 1, "{} admitted", held.len());
+    assert_eq!(refusal.code, reason::CONNECTION_RATE_EXCEEDED);
+    assert!(refusal.properties.reason_string.unwrap_or_default().contains("mqtt.max_connects_per_address"));
+    let v3 = loop {
+        let (_, ack) = Raw::connect_as(s.mqtt_port, ProtocolVersion::V3_1_1, "over-3", None);
+        if ack.code != 0 {
+            break ack.code;
+        }
+    };
+    assert_eq!(v3, reason::V3_SERVER_UNAVAILABLE);
+    let (_, metrics) = s.req("GET", "/metrics", None, None);
+    let refused = metrics.lines().find_map(|l| l.strip_prefix("gridlinks_mqtt_over_connect_rate_total ")).unwrap();
+    assert!(refused.parse::<u64>().unwrap() >= 2, "{refused}");
+    // The connections admitted are served.
+    held[0].publish("anywhere/x", b"1", QoS::AtLeastOnce, Some(1));
+    assert!(matches!(held[0].recv(), Some(Packet::PubAck(_))));
+}
