@@ -83,13 +83,7 @@ pub async fn provision(p: &Platform, peer: IpAddr, body: &[u8]) -> J {
     };
     throttle.succeeded(peer, &who);
     if let Err(wait) = p.core.guards.provision(profile.id) {
-        return failure(
-            "FAILURE",
-            format!(
-                "too many devices provisioned through this device profile (limits.max_provisions_per_minute): retry in {} s",
-                wait.as_secs().max(1)
-            ),
-        );
+        return failure("FAILURE", over_rate(wait));
     }
     match req.credentials_type.as_deref() {
         None | Some("ACCESS_TOKEN") => {}
@@ -133,6 +127,17 @@ fn store_failure(e: StoreError) -> J {
 }
 
 async fn create(p: &Platform, profile: &ProfileRecord, name: String, token: Option<String>) -> Result<String, J> {
+    new_device(p, profile, name, token).await.map(|d| d.token).map_err(store_failure)
+}
+
+/// A device of `profile` named `name` (with `token`, or a generated one), told its OTA
+/// packages.
+async fn new_device(
+    p: &Platform,
+    profile: &ProfileRecord,
+    name: String,
+    token: Option<String>,
+) -> Result<Box<gridlinks_storage::DeviceRecord>, StoreError> {
     let save = SaveDevice {
         tenant: profile.tenant,
         id: None,
@@ -143,16 +148,23 @@ async fn create(p: &Platform, profile: &ProfileRecord, name: String, token: Opti
         token,
         additional_info: None,
     };
-    match p.core.writer.submit(WriteOp::SaveDevice(save)).await {
-        Ok(WriteOutcome::Device(d)) => {
+    match p.core.writer.submit(WriteOp::SaveDevice(save)).await? {
+        WriteOutcome::Device(d) => {
             if let Err(e) = crate::entities::ota::created(p, vec![d.id]).await {
                 tracing::warn!(device = %d.id, error = %e, "a provisioned device was not told its OTA packages");
             }
-            Ok(d.token)
+            Ok(d)
         }
-        Ok(_) => Err(failure("FAILURE", "unexpected write outcome")),
-        Err(e) => Err(store_failure(e)),
+        _ => Err(StoreError::Corrupt("unexpected write outcome")),
     }
+}
+
+/// What a provisioning past `limits.max_provisions_per_minute` is told.
+fn over_rate(wait: std::time::Duration) -> String {
+    format!(
+        "too many devices provisioned through this device profile (limits.max_provisions_per_minute): retry in {} s",
+        wait.as_secs().max(1)
+    )
 }
 
 async fn pre_provisioned(
@@ -284,29 +296,10 @@ pub async fn x509_chain(p: &Platform, chain: &[Vec<u8>]) -> Result<gridlinks_typ
         }
         None => {
             if let Err(wait) = p.core.guards.provision(profile.id) {
-                return Err(ChainRefusal::Refused(format!(
-                    "too many devices provisioned through this device profile (limits.max_provisions_per_minute): retry in {} s",
-                    wait.as_secs().max(1)
-                )));
+                return Err(ChainRefusal::Refused(over_rate(wait)));
             }
-            let save = SaveDevice {
-                tenant: profile.tenant,
-                id: None,
-                name,
-                device_type: String::new(),
-                profile: Some(profile.id),
-                label: None,
-                token: None,
-                additional_info: None,
-            };
-            match p.core.writer.submit(WriteOp::SaveDevice(save)).await {
-                Ok(WriteOutcome::Device(d)) => {
-                    if let Err(e) = crate::entities::ota::created(p, vec![d.id]).await {
-                        tracing::warn!(device = %d.id, error = %e, "a provisioned device was not told its OTA packages");
-                    }
-                    d.id
-                }
-                Ok(_) => return Err(ChainRefusal::Storage("unexpected write outcome".into())),
+            match new_device(p, &profile, name, None).await {
+                Ok(d) => d.id,
                 Err(StoreError::NameTaken(_)) => {
                     return Err(ChainRefusal::Refused("a device of this name was made meanwhile; retry".into()))
                 }

@@ -43,7 +43,6 @@ impl Pki {
             ]
             .concat(),
         );
-        std::fs::write(d.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
         pki.server_cert("server", "localhost");
         pki
     }
@@ -58,70 +57,36 @@ impl Pki {
 
     /// `{name}.pem` and `{name}.key`: a server certificate with common name `cn`.
     fn server_cert(&self, name: &str, cn: &str) {
-        let d = self.dir.path();
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-        let (key, csr, pem) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"));
-        openssl(
-            d,
-            &[&["req", "-new"], &ec[..], &["-keyout", &key, "-out", &csr, "-subj", &format!("/CN={cn}")]].concat(),
-        );
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "90",
-                "-extfile",
-                "san.ext",
-                "-out",
-                &pem,
-            ],
-        );
+        self.issue(name, cn, "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\n");
     }
 
     /// `{name}.pem` and `{name}.key`: a client certificate with common name `cn` signed by
     /// the CA `{ca}.pem`; `{name}-chain.pem` holds it and the CA's.
     fn signed_client_cert(&self, name: &str, cn: &str, ca: &str) {
+        self.issue(name, cn, ca, "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n");
+        let chain = [
+            std::fs::read_to_string(self.path(&format!("{name}.pem"))).unwrap(),
+            std::fs::read_to_string(self.path(&format!("{ca}.pem"))).unwrap(),
+        ]
+        .concat();
+        std::fs::write(self.path(&format!("{name}-chain.pem")), chain).unwrap();
+    }
+
+    /// `{name}.pem` and `{name}.key`: a certificate for `cn` signed by the CA `{ca}`, with
+    /// the X.509 extensions `ext` (openssl's extension file syntax).
+    fn issue(&self, name: &str, cn: &str, ca: &str, ext: &str) {
         let d = self.dir.path();
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-        let (key, csr, pem) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"));
-        std::fs::write(d.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
+        let (key, csr, pem, ext_file) =
+            (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
+        std::fs::write(d.join(&ext_file), ext).unwrap();
         openssl(
             d,
             &[&["req", "-new"], &ec[..], &["-keyout", &key, "-out", &csr, "-subj", &format!("/CN={cn}")]].concat(),
         );
         let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                &ca_pem,
-                "-CAkey",
-                &ca_key,
-                "-CAcreateserial",
-                "-days",
-                "30",
-                "-extfile",
-                "client.ext",
-                "-out",
-                &pem,
-            ],
-        );
-        let chain = [std::fs::read_to_string(d.join(&pem)).unwrap(), std::fs::read_to_string(d.join(&ca_pem)).unwrap()]
-            .concat();
-        std::fs::write(d.join(format!("{name}-chain.pem")), chain).unwrap();
+        let sign = ["x509", "-req", "-in", &csr, "-CA", &ca_pem, "-CAkey", &ca_key, "-CAcreateserial", "-days", "90"];
+        openssl(d, &[&sign[..], &["-extfile", &ext_file, "-out", &pem]].concat());
     }
 
     /// `{name}.pem` and `{name}.key`: a CA certificate.
