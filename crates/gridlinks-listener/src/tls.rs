@@ -144,6 +144,19 @@ fn load_key(provider: &CryptoProvider, cert_file: &Path, key_file: &Path) -> Res
     Ok(Arc::new(certified))
 }
 
+/// The certificates of a PEM file (DER), at least one.
+pub fn load_certificates(path: &Path) -> Result<Vec<Vec<u8>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_error(path, e))?
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(path, e))?;
+    if certs.is_empty() {
+        return Err(file_error(path, "no certificate in the file"));
+    }
+    Ok(certs)
+}
+
 fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }

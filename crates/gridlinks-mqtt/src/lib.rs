@@ -42,6 +42,8 @@ pub struct Mqtt {
     pub shared: Option<shared::SharedGroups>,
     /// With several nodes: sessions this node is taking over, waiting for their holder.
     pub handoffs: handoff::Handoffs,
+    /// `tls.client_ca_file`'s CA certificates (DER): who issues application clients'.
+    pub client_cas: Vec<Vec<u8>>,
 }
 
 impl std::ops::Deref for Mqtt {
@@ -115,6 +117,13 @@ impl Mqtt {
         let mut rules = gridlinks_platform::broker_clients::configured_rules(configured, user, client_id);
         rules.extend(base.rules.iter().cloned());
         Arc::new(Acl { rules, ..(**base).clone() })
+    }
+
+    /// Whether a client's certificate `chain` (DER, its own first) chains to one of
+    /// `tls.client_ca_file`'s CA certificates: an application client's.
+    pub fn issued_to_application(&self, chain: &[Vec<u8>]) -> bool {
+        let Some((leaf, intermediates)) = chain.split_first() else { return false };
+        self.client_cas.iter().any(|ca| gridlinks_platform::provision::chains_to(leaf, intermediates, ca))
     }
 
     /// The device whose X509_CERTIFICATE credentials have this fingerprint; `Err` when the
@@ -464,6 +473,12 @@ pub fn start(
         anonymous_acl,
         shared: platform.core.bus.as_ref().map(|b| shared::SharedGroups::new(b.settings().clone())),
         handoffs: Default::default(),
+        client_cas: match cfg.tls.client_ca_file.as_os_str().is_empty() {
+            true => Vec::new(),
+            false => {
+                gridlinks_listener::tls::load_certificates(&cfg.tls.client_ca_file).context("tls.client_ca_file")?
+            }
+        },
     });
     let retained =
         retained::load(&platform.core.store, &platform.devices.sessions).context("loading retained MQTT messages")?;

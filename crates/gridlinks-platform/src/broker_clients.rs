@@ -198,6 +198,17 @@ impl Credentials {
         }
     }
 
+    /// The login of an application whose certificate a trusted CA issued for `username`
+    /// (its CN): no password; the credential's client id, if it has one, must match.
+    pub fn cert_login(&self, username: &str, client_id: &str) -> Option<AppLogin> {
+        let e = self.current(username)?;
+        e.cred
+            .client_id
+            .as_deref()
+            .is_none_or(|c| c == client_id)
+            .then(|| AppLogin { acl: e.acl.clone(), mount: e.mount.clone() })
+    }
+
     fn mac(&self, password: &[u8]) -> Vec<u8> {
         // HMAC accepts keys of any length.
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("any key length");

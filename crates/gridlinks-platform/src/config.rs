@@ -126,11 +126,20 @@ pub struct TlsConfig {
     pub key_file: PathBuf,
     /// Longest TLS handshake; the connection is closed after it.
     pub handshake_timeout: Millis,
+    /// PEM file of CA certificates that issue MQTT application clients' certificates: a
+    /// client whose certificate chains to one logs in as the credential named by its CN
+    /// (no password). Empty: none.
+    pub client_ca_file: PathBuf,
 }
 
 impl Default for TlsConfig {
     fn default() -> Self {
-        Self { cert_file: PathBuf::new(), key_file: PathBuf::new(), handshake_timeout: Millis(10_000) }
+        Self {
+            cert_file: PathBuf::new(),
+            key_file: PathBuf::new(),
+            handshake_timeout: Millis(10_000),
+            client_ca_file: PathBuf::new(),
+        }
     }
 }
 

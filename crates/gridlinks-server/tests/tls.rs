@@ -44,6 +44,7 @@ impl Pki {
             .concat(),
         );
         pki.server_cert("server", "localhost");
+        pki.ca("apps-ca");
         pki
     }
 
@@ -145,6 +146,7 @@ tls_bind = "127.0.0.1:{mqtts}"
 cert_file = "{cert}"
 key_file = "{key}"
 handshake_timeout = 1000
+client_ca_file = "{apps_ca}"
 [[tcp.listeners]]
 bind = "127.0.0.1:{lamp}"
 protocol = "lamp"
@@ -153,6 +155,7 @@ tls = true
 "#,
             cert = pki.p("server.pem"),
             key = pki.p("server.key"),
+            apps_ca = pki.p("apps-ca.pem"),
         ),
     )
     .unwrap();
@@ -479,4 +482,33 @@ fn a_certificate_signed_by_a_profiles_ca_provisions_its_device() {
     assert!(!mosquitto_pub(&pki, t.mqtts, &[&other[..], &["-m", r#"{"ts":13,"values":{"v":4}}"#]].concat()));
     let (_, page) = t.s.json("GET", "/api/tenant/devices?pageSize=10&page=0&textSearch=CA-", &jwt, None);
     assert_eq!(page["data"].as_array().unwrap().len(), 1, "only CA-7: {page}");
+}
+
+/// Application clients by certificate: one issued by `tls.client_ca_file`'s CA logs in as
+/// the MQTT client credential its CN names, without a password, within that credential's
+/// ACL; the same CN from another issuer, or a CN no credential has, is refused.
+#[test]
+fn an_application_client_logs_in_by_a_certificate_its_ca_issued() {
+    let pki = Pki::new();
+    let t = start(&pki);
+    let jwt = t.s.login();
+    let cred =
+        json!({"username": "dashboard", "password": "unused-Pw-1", "publish": ["apps/#"], "subscribe": ["apps/#"]});
+    assert_eq!(t.s.json("POST", "/api/mqtt/clients", &jwt, Some(cred)).0, 200);
+    let publish = |cert: &str, key: &str, topic: &str| {
+        Command::new("mosquitto_pub")
+            .args(["-h", "localhost", "-p", &t.mqtts.to_string(), "--cafile", &pki.p("ca.pem"), "-q", "1"])
+            .args(["--cert", &pki.p(cert), "--key", &pki.p(key), "-i", "dash-1", "-t", topic, "-m", "hi"])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    pki.signed_client_cert("dash", "dashboard", "apps-ca");
+    assert!(publish("dash-chain.pem", "dash.key", "apps/x"), "the CA's certificate for the credential's name");
+    assert!(!publish("dash-chain.pem", "dash.key", "elsewhere/x"), "outside the credential's ACL");
+    pki.client_cert("dashboard", 2); // self-made, the same CN
+    assert!(!publish("dashboard.pem", "dashboard.key", "apps/x"), "another issuer");
+    pki.signed_client_cert("stranger-app", "nobody", "apps-ca");
+    assert!(!publish("stranger-app-chain.pem", "stranger-app.key", "apps/x"), "no credential of that name");
 }

@@ -58,6 +58,21 @@ impl<T: Transport> Conn<T> {
                 Ok(Some(d)) => who = Some(Who::Device(d)),
                 Ok(None) => match gridlinks_platform::provision::x509_chain(&self.st.platform, &chain).await {
                     Ok(d) => who = Some(Who::Device(d)),
+                    // An application client's certificate, issued by tls.client_ca_file: its
+                    // CN is the user name of its credential (Mosquitto's
+                    // use_identity_as_username).
+                    Err(ChainRefusal::NoProfile) if self.st.issued_to_application(&chain) => {
+                        let cn = self.stream.client_cert().and_then(|c| c.common_name.clone()).unwrap_or_default();
+                        match self.st.clients.cert_login(&cn, &client_id) {
+                            Some(login) => who = Some(self.st.application(login, &cn, client_id.clone())),
+                            None => {
+                                code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
+                                refusal = v5.then(|| {
+                                    format!("no MQTT client credential is named {cn:?} (the certificate's CN)")
+                                });
+                            }
+                        }
+                    }
                     Err(why) => {
                         code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
                         refusal = v5.then(|| match why {
@@ -108,16 +123,7 @@ impl<T: Transport> Conn<T> {
                 (Some(user), Err(IngestError::BadCredential), Ok(None)) => {
                     let password = password.unwrap_or_default();
                     match self.st.clients.login(&self.st.auth, peer, user, password, &client_id).await {
-                        Ok(login) => {
-                            let acl = self.st.client_acl(&login.acl, Some(user), &client_id);
-                            // Another tenant's client: its session is keyed in its namespace, so
-                            // the same client id in two tenants is two sessions.
-                            let id = match &login.mount {
-                                Some(m) => format!("{m}{client_id}").into(),
-                                None => client_id,
-                            };
-                            who = Some(Who::Client { id, owner: user.into(), acl })
-                        }
+                        Ok(login) => who = Some(self.st.application(login, user, client_id)),
                         Err(e) => {
                             code = auth_refusal(&e);
                             refusal = v5.then(|| e.to_string()).filter(|_| code != rc::BAD_USER_NAME_OR_PASSWORD);

@@ -201,6 +201,20 @@ enum End {
 }
 
 /// Serves one connection, from CONNECT to close, holding `guard` until then. Not an
+impl Mqtt {
+    /// The pub/sub client an application's login makes: its ACL (with the configured
+    /// rules) and, for another tenant's client, its session keyed in its namespace (the same
+    /// client id in two tenants is two sessions).
+    fn application(&self, login: gridlinks_platform::broker_clients::AppLogin, user: &str, client_id: Arc<str>) -> Who {
+        let acl = self.client_acl(&login.acl, Some(user), &client_id);
+        let id = match &login.mount {
+            Some(m) => format!("{m}{client_id}").into(),
+            None => client_id,
+        };
+        Who::Client { id, owner: user.into(), acl }
+    }
+}
+
 /// `async fn`, and to be spawned as it is: its future then holds the stream once, in the
 /// connection, not also as an argument or in a wrapping future (every byte counts once per
 /// connection).
