@@ -523,3 +523,29 @@ fn auto_provisioning_stops_at_max_devices() {
     let (st, _) = l.server.json("GET", "/api/tenant/devices?deviceName=lamp-000000000022", &jwt, None);
     assert_eq!(st, 404);
 }
+
+/// Custom TCP listeners share MQTT's bound on new connections per address: past the
+/// burst a connection is closed before it is read (its login gets no answer); counted.
+#[test]
+fn new_connections_per_address_are_rate_limited_on_custom_tcp_too() {
+    let l = start_with(
+        "[mqtt]\nmax_connects_per_address = 1\nconnect_burst_per_address = 2\nconnect_rate_exempt_loopback = false\n",
+    );
+    let mut answered = 0;
+    let refused = (0..100).any(|_| {
+        let mut c = connect(l.native);
+        let _ = c.write_all(&unhex(LOGIN_HEX));
+        let mut reply = [0u8; REPLY_LEN];
+        match c.read_exact(&mut reply) {
+            Ok(()) => {
+                answered += 1;
+                false
+            }
+            Err(_) => true,
+        }
+    });
+    assert!(refused && answered >= 2, "the burst of 2 is answered, then one is refused ({answered} answered)");
+    let (_, metrics) = l.server.req("GET", "/metrics", None, None);
+    let n = metrics.lines().find_map(|l| l.strip_prefix("gridlinks_tcp_over_connect_rate_total ")).unwrap();
+    assert!(n.parse::<u64>().unwrap() >= 1, "{n}");
+}

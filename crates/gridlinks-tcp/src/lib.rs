@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use gridlinks_framing::{FrameError, Framer, FramingSpec, Next};
 use gridlinks_ingest::{IngestError, Item};
+use gridlinks_listener::rate::ConnectRate;
 use gridlinks_listener::tls::Acceptor;
 use gridlinks_protocols::{Cut, DecodeError, Decoder, Script, ScriptLimits, Session, Uplink};
 use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts};
@@ -86,6 +87,8 @@ pub struct TcpMetrics {
     pub downlinks: AtomicU64,
     /// Server-to-device messages the protocol has no frame for (not sent).
     pub downlink_errors: AtomicU64,
+    /// Connections closed at once: their address exceeded `mqtt.max_connects_per_address`.
+    pub over_connect_rate: AtomicU64,
 }
 
 /// A listener's protocol, ready to serve.
@@ -174,11 +177,20 @@ pub async fn listen(
     limit: Arc<Semaphore>,
 ) {
     let keepalive = shared.core.cfg.tcp_keepalive_idle.duration();
+    // The same bound on new connections per address as MQTT's.
+    let m = &shared.core.cfg.mqtt;
+    let rate =
+        ConnectRate::new(m.max_connects_per_address, m.connect_burst_per_address, m.connect_rate_exempt_loopback);
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
+                    if rate.as_ref().is_some_and(|r| !r.admit(peer.ip())) {
+                        shared.metrics.over_connect_rate.fetch_add(1, Ordering::Relaxed);
+                        gridlinks_platform::logging::warn_limited!(protocol = %shared.protocol.name, %peer, "device connection refused: mqtt.max_connects_per_address reached");
+                        continue;
+                    }
                     gridlinks_platform::net::tune(&stream, keepalive);
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
                         gridlinks_platform::logging::warn_limited!(protocol = %shared.protocol.name, "device connection refused: mqtt.max_connections (all device connections) reached");
@@ -742,6 +754,12 @@ impl Source for TcpMetrics {
             "gridlinks_tcp_timeouts_total",
             "Custom TCP connections closed after tcp.login_timeout or tcp.idle_timeout.",
             l(&m.timeouts),
+        )?;
+        counter(
+            e,
+            "gridlinks_tcp_over_connect_rate_total",
+            "Custom TCP connections closed at once: their address exceeded mqtt.max_connects_per_address.",
+            l(&m.over_connect_rate),
         )?;
         counter(
             e,
