@@ -19,10 +19,8 @@
 //! client needs. Only when every connection in the way is busy is the new one refused with
 //! 503.
 //!
-//! [`tls`]: TLS for these listeners and for the other transports' TCP listeners;
-//! [`rate`]: new connections per source address.
+//! [`tls`]: TLS for these listeners and for the other transports' TCP listeners.
 
-pub mod rate;
 pub mod tls;
 
 use std::collections::HashMap;

@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gridlinks_listener::rate::ConnectRate;
 use gridlinks_listener::tls::Acceptor;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -202,16 +201,13 @@ pub async fn listen(
 ) {
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let keepalive = st.core.cfg.tcp_keepalive_idle.duration();
-    let m = &st.core.cfg.mqtt;
-    let rate =
-        ConnectRate::new(m.max_connects_per_address, m.connect_burst_per_address, m.connect_rate_exempt_loopback);
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     gridlinks_platform::net::tune(&stream, keepalive);
-                    let refusal = if rate.as_ref().is_some_and(|r| !r.admit(peer.ip())) {
+                    let refusal = if st.connect_rate.as_ref().is_some_and(|r| !r.admit(peer.ip())) {
                         st.metrics.over_connect_rate.fetch_add(1, Ordering::Relaxed);
                         gridlinks_platform::logging::warn_limited!(%peer, "MQTT connection refused: mqtt.max_connects_per_address reached");
                         Some(OVER_RATE)

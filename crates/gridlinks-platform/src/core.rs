@@ -98,4 +98,7 @@ pub struct Platform {
     pub metrics: Metrics,
     /// OTA packages' bytes in memory, for devices' chunk requests.
     pub ota: crate::entities::ota::DataCache,
+    /// New device connections per source address (`mqtt.max_connects_per_address`), shared
+    /// by every device listener; `None`: no bound.
+    pub connect_rate: Option<crate::connect_rate::ConnectRate>,
 }

@@ -15,6 +15,7 @@ pub mod broker_clients;
 pub mod claims;
 pub mod cluster;
 pub mod config;
+pub mod connect_rate;
 mod core;
 pub mod device_api;
 pub mod entities;

@@ -184,7 +184,14 @@ impl Platform {
         if core.cfg.activity.enabled {
             core.activity.load(&store).context("loading device activity")?;
         }
+        let m = &core.cfg.mqtt;
+        let connect_rate = crate::connect_rate::ConnectRate::new(
+            m.max_connects_per_address,
+            m.connect_burst_per_address,
+            m.connect_rate_exempt_loopback,
+        );
         let platform = Arc::new(Platform {
+            connect_rate,
             devices: DeviceSessions::new(sessions, core.store.clone(), core.bus.clone()),
             metrics: Metrics::default(),
             ota: Default::default(),

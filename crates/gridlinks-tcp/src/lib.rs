@@ -38,7 +38,6 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use gridlinks_framing::{FrameError, Framer, FramingSpec, Next};
 use gridlinks_ingest::{IngestError, Item};
-use gridlinks_listener::rate::ConnectRate;
 use gridlinks_listener::tls::Acceptor;
 use gridlinks_protocols::{Cut, DecodeError, Decoder, Script, ScriptLimits, Session, Uplink};
 use gridlinks_types::{AttributeScope, DeviceId, ProtocolIdentity, Ts};
@@ -177,16 +176,13 @@ pub async fn listen(
     limit: Arc<Semaphore>,
 ) {
     let keepalive = shared.core.cfg.tcp_keepalive_idle.duration();
-    // The same bound on new connections per address as MQTT's.
-    let m = &shared.core.cfg.mqtt;
-    let rate =
-        ConnectRate::new(m.max_connects_per_address, m.connect_burst_per_address, m.connect_rate_exempt_loopback);
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    if rate.as_ref().is_some_and(|r| !r.admit(peer.ip())) {
+                    // The same bound on new connections per address as MQTT's, shared.
+                    if shared.platform.connect_rate.as_ref().is_some_and(|r| !r.admit(peer.ip())) {
                         shared.metrics.over_connect_rate.fetch_add(1, Ordering::Relaxed);
                         gridlinks_platform::logging::warn_limited!(protocol = %shared.protocol.name, %peer, "device connection refused: mqtt.max_connects_per_address reached");
                         continue;

@@ -1,6 +1,8 @@
-//! New connections per source address: a token bucket per address, so that one address
-//! cannot open connections (and TLS handshakes, and logins) faster than the configured
-//! rate, while an address that connects now and then never notices.
+//! New device connections per source address: a token bucket per address, one for the
+//! whole process (MQTT, MQTT over TLS and every custom TCP listener draw from it), so that
+//! one address cannot open connections (and TLS handshakes, and logins) faster than
+//! `mqtt.max_connects_per_address`, while an address that connects now and then never
+//! notices.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
