@@ -50,26 +50,6 @@ client_id = "line-*"
     (Server::start_env(&[("GRIDLINKS_CONFIG", path.to_str().unwrap())]), cfg)
 }
 
-fn next_topic(c: &mut Raw) -> String {
-    loop {
-        match c.recv() {
-            Some(Packet::Publish(p)) => {
-                if let Some(id) = p.packet_id {
-                    c.send(&Packet::PubAck(PubResp {
-                        packet_id: id,
-                        reason: 0,
-                        reason_string: None,
-                        user_properties: Vec::new(),
-                    }));
-                }
-                return p.topic;
-            }
-            Some(_) => continue,
-            None => panic!("closed"),
-        }
-    }
-}
-
 /// The reason code of the next PUBACK (a copy of a subscription's that comes first is
 /// acknowledged and passed over).
 fn puback_reason(c: &mut Raw) -> u8 {
@@ -117,7 +97,7 @@ fn deny_rules_refuse_inside_wildcards_and_withhold_at_delivery() {
     // wildcard that only overlaps the denied topics is granted.
     let granted = app.subscribe(2, &["plant/secret/#", "plant/#", "clients/app-1/#", "clients/other/#"]).return_codes;
     assert_eq!(granted, [reason::NOT_AUTHORIZED, 1, 1, reason::NOT_AUTHORIZED]);
-    assert_eq!(next_topic(&mut app), "plant/open/kept", "the retained message outside the denied topics");
+    assert_eq!(app.next_topic(), "plant/open/kept", "the retained message outside the denied topics");
 
     // Live: the denied topic is withheld, the next one arrives (in order, so nothing was
     // held back by mistake).
@@ -129,8 +109,8 @@ fn deny_rules_refuse_inside_wildcards_and_withhold_at_delivery() {
         let got = puback_reason(&mut other);
         assert!(got == want || got == 0, "{topic}: {got:#x}");
     }
-    assert_eq!(next_topic(&mut app), "plant/a");
-    assert_eq!(next_topic(&mut app), "clients/app-1/y");
+    assert_eq!(app.next_topic(), "plant/a");
+    assert_eq!(app.next_topic(), "clients/app-1/y");
 
     // Publishing: the credential's deny rule inside its own allow list; %c.
     app.publish("plant/locked", b"1", QoS::AtLeastOnce, Some(7));
@@ -179,7 +159,7 @@ fn deny_action_decides_what_a_refused_publish_gets() {
     assert_eq!(puback_reason(&mut v3), 0);
     v3.publish("plant/b", b"1", QoS::AtLeastOnce, Some(2));
     assert_eq!(puback_reason(&mut v3), 0);
-    assert_eq!(next_topic(&mut sub), "plant/b", "the refused message was not routed");
+    assert_eq!(sub.next_topic(), "plant/b", "the refused message was not routed");
     drop(server);
 
     // disconnect: MQTT 5 too, with DISCONNECT 0x87.

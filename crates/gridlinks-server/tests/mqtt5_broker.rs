@@ -58,12 +58,7 @@ fn subscribe_with_id(c: &mut Raw, packet_id: u16, filter: &str, id: u32) -> SubA
 }
 
 fn ack(c: &mut Raw, p: &Publish) {
-    c.send(&Packet::PubAck(PubResp {
-        packet_id: p.packet_id.unwrap(),
-        reason: 0,
-        reason_string: None,
-        user_properties: Vec::new(),
-    }));
+    c.ack(p.packet_id.unwrap());
 }
 
 fn rich_properties() -> PublishProperties {

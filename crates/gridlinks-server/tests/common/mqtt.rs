@@ -177,6 +177,28 @@ impl Raw {
         self.send(&publish_packet(topic, payload, qos, packet_id));
     }
 
+    /// A plain PUBACK (reason 0) of `packet_id`.
+    pub fn ack(&mut self, packet_id: u16) {
+        self.send(&Packet::PubAck(PubResp { packet_id, reason: 0, reason_string: None, user_properties: Vec::new() }));
+    }
+
+    /// The topic of the next PUBLISH, acknowledged if it has a packet id (other packets
+    /// are passed over); panics if the connection closes.
+    pub fn next_topic(&mut self) -> String {
+        loop {
+            match self.recv() {
+                Some(Packet::Publish(p)) => {
+                    if let Some(id) = p.packet_id {
+                        self.ack(id);
+                    }
+                    return p.topic;
+                }
+                Some(_) => continue,
+                None => panic!("the connection closed"),
+            }
+        }
+    }
+
     /// Subscribes `filters` at QoS 1.
     pub fn subscribe(&mut self, packet_id: u16, filters: &[&str]) -> SubAck {
         self.subscribe_qos(packet_id, filters, QoS::AtLeastOnce)
