@@ -4,6 +4,8 @@
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -125,4 +127,22 @@ export function launchChromium(chromium) {
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
       '--disable-component-update', '--disable-sync'],
   });
+}
+
+/**
+ * A page with MQTT.js's browser bundle, served on a free loopback port (another origin than
+ * the broker's), as a dashboard would load it: { port, close }.
+ */
+export async function serveMqttPage() {
+  const bundle = readFileSync(createRequire(import.meta.url).resolve('mqtt/dist/mqtt.min'));
+  const port = await freePort();
+  const web = createHttpServer((req, res) => {
+    if (req.url === '/mqtt.min.js') {
+      res.writeHead(200, { 'content-type': 'text/javascript' }).end(bundle);
+    } else {
+      res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>dash</title><script src="/mqtt.min.js"></script>');
+    }
+  });
+  await new Promise((r) => web.listen(port, '127.0.0.1', r));
+  return { port, close: () => web.close() };
 }

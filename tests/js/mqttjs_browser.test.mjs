@@ -5,29 +5,16 @@
 // the tab closes without DISCONNECT.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
-import { readFileSync, existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
-import { startGridlinks, freePort, CHROMIUM, launchChromium } from './gridlinks.mjs';
+import { startGridlinks, serveMqttPage, CHROMIUM, launchChromium } from './gridlinks.mjs';
 
-const bundle = readFileSync(createRequire(import.meta.url).resolve('mqtt/dist/mqtt.min'));
-
-let server, web, webPort, browser;
+let server, web, browser;
 before(async () => {
   assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing: make test installs Debian's chromium (or set CHROMIUM_BIN)`);
   server = await startGridlinks({ GRIDLINKS_MQTT_ALLOW_ANONYMOUS: 'true' });
-  // The page and MQTT.js's browser bundle, served from another origin than the broker's.
-  webPort = await freePort();
-  web = createServer((req, res) => {
-    if (req.url === '/mqtt.min.js') {
-      res.writeHead(200, { 'content-type': 'text/javascript' }).end(bundle);
-    } else {
-      res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>dash</title><script src="/mqtt.min.js"></script>');
-    }
-  });
-  await new Promise((r) => web.listen(webPort, '127.0.0.1', r));
+  web = await serveMqttPage();
   browser = await launchChromium(chromium);
 });
 after(async () => {
@@ -45,7 +32,7 @@ test('a browser dashboard subscribes, receives retained and live messages, publi
   await node.subscribeAsync(['dash/out', 'dash/will'], { qos: 2 });
 
   const page = await browser.newPage();
-  await page.goto(`http://127.0.0.1:${webPort}/`);
+  await page.goto(`http://127.0.0.1:${web.port}/`);
   const retained = await page.evaluate((url) => new Promise((resolve, reject) => {
     // eslint-disable-next-line no-undef
     const c = mqtt.connect(url, { protocolVersion: 5, clientId: 'browser-dash', reconnectPeriod: 0,

@@ -7,16 +7,13 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync, existsSync, rmSync } from 'node:fs';
-import { createServer } from 'node:http';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
-import { startGridlinks, freePort, CHROMIUM, launchChromium } from './gridlinks.mjs';
+import { startGridlinks, freePort, serveMqttPage, CHROMIUM, launchChromium } from './gridlinks.mjs';
 
-const bundle = readFileSync(createRequire(import.meta.url).resolve('mqtt/dist/mqtt.min'));
-let pki, server, web, webPort, browser, tlsPort, wssPort;
+let pki, server, web, browser, tlsPort, wssPort;
 
 function openssl(...args) {
   execFileSync('openssl', args, { cwd: pki, stdio: 'ignore' });
@@ -39,12 +36,7 @@ before(async () => {
     GRIDLINKS_MQTT_TLS_BIND: `127.0.0.1:${tlsPort}`,
     GRIDLINKS_MQTT_WSS_BIND: `127.0.0.1:${wssPort}`,
   });
-  webPort = await freePort();
-  web = createServer((req, res) => {
-    if (req.url === '/mqtt.min.js') res.writeHead(200, { 'content-type': 'text/javascript' }).end(bundle);
-    else res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>dash</title><script src="/mqtt.min.js"></script>');
-  });
-  await new Promise((r) => web.listen(webPort, '127.0.0.1', r));
+  web = await serveMqttPage();
   browser = await launchChromium(chromium);
 });
 after(async () => {
@@ -67,7 +59,7 @@ test('MQTT.js in Node over mqtts:// and in Chromium over wss:// exchange message
 
   const context = await browser.newContext({ ignoreHTTPSErrors: true });
   const page = await context.newPage();
-  await page.goto(`http://127.0.0.1:${webPort}/`);
+  await page.goto(`http://127.0.0.1:${web.port}/`);
   await page.evaluate((url) => new Promise((resolve, reject) => {
     // eslint-disable-next-line no-undef
     const c = mqtt.connect(url, { protocolVersion: 5, clientId: 'browser-wss', reconnectPeriod: 0 });
