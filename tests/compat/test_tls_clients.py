@@ -78,11 +78,19 @@ def _values(server, rest, device_id, key):
     return [p.value for p in data.get(key, [])]
 
 
-def _sdk(server, pki, token=None, cert=False):
+def _sdk_sends(server, pki, rest, device_id, key, token=None, cert=False):
+    """tb-mqtt-client connects over TLS (by `token`, or by the device certificate) and sends
+    {key: 7}, which is then stored under `device_id`."""
     client = TBDeviceMqttClient("localhost", port=server["mqtts"], username=token)
     kwargs = {"cert_file": str(pki / "device.pem"), "key_file": str(pki / "device.key")} if cert else {}
     client.connect(tls=True, ca_certs=str(pki / "ca.pem"), **kwargs)
-    return client
+    try:
+        wait_until(client.is_connected, "the SDK to connect over TLS")
+        assert client.send_telemetry({key: 7}).get() == 0
+        wait_until(lambda: _values(server, rest, device_id, key) == ["7"], f"{key} stored under its device")
+    finally:
+        client.stop()
+        client.disconnect()
 
 
 def test_rest_client_over_https(server, rest):
@@ -91,14 +99,7 @@ def test_rest_client_over_https(server, rest):
 
 def test_sdk_over_tls_with_a_token(server, pki, rest):
     device_id = _device(server, rest, "sdk-tls", TOKEN)
-    client = _sdk(server, pki, token=TOKEN)
-    try:
-        wait_until(client.is_connected, "the SDK to connect over TLS")
-        assert client.send_telemetry({"tls": 1}).get() == 0
-        wait_until(lambda: _values(server, rest, device_id, "tls") == ["1"], "the point over REST")
-    finally:
-        client.stop()
-        client.disconnect()
+    _sdk_sends(server, pki, rest, device_id, "tls", token=TOKEN)
 
 
 def test_sdk_over_tls_with_an_x509_certificate(server, pki, rest):
@@ -109,14 +110,7 @@ def test_sdk_over_tls_with_an_x509_certificate(server, pki, rest):
                       json={"deviceId": {"entityType": "DEVICE", "id": device_id.id},
                             "credentialsType": "X509_CERTIFICATE", "credentialsValue": pem})
     assert r.status_code == 200, r.text
-    client = _sdk(server, pki, cert=True)
-    try:
-        wait_until(client.is_connected, "the SDK to connect with its certificate")
-        assert client.send_telemetry({"x509": 7}).get() == 0
-        wait_until(lambda: _values(server, rest, device_id, "x509") == ["7"], "the point under the certificate's device")
-    finally:
-        client.stop()
-        client.disconnect()
+    _sdk_sends(server, pki, rest, device_id, "x509", cert=True)
 
 
 def test_paho_over_secure_websocket(server, pki, rest):
