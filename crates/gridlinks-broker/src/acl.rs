@@ -10,8 +10,9 @@
 
 use crate::topic::matches;
 
-/// Allow or deny.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Allow or deny (`allow`, `deny` in configuration and REST).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Permission {
     /// The rule allows.
     Allow,
@@ -19,8 +20,9 @@ pub enum Permission {
     Deny,
 }
 
-/// What a rule is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a rule is about (`publish`, `subscribe`, `all` in configuration and REST).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Publishing.
     Publish,

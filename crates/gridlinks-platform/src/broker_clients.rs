@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::auth::{Auth, AuthError};
-use crate::config::{AclAction, AclPermission, AclRuleConfig};
+use crate::config::AclRuleConfig;
 
 /// Longest user name, client id or topic filter accepted in a credential.
 pub const MAX_FIELD: usize = 256;
@@ -284,31 +284,16 @@ fn entry(cred: Credential) -> Entry {
 #[serde(deny_unknown_fields)]
 pub struct RuleSpec {
     /// `allow` or `deny`.
-    pub permission: AclPermission,
+    pub permission: Permission,
     /// `publish`, `subscribe` or `all`.
-    pub action: AclAction,
+    pub action: Action,
     /// A topic filter.
     pub topic: String,
 }
 
 impl RuleSpec {
     fn rule(&self, filter: String) -> Rule {
-        rule(self.permission, self.action, filter)
-    }
-}
-
-fn rule(permission: AclPermission, action: AclAction, filter: String) -> Rule {
-    Rule {
-        permission: match permission {
-            AclPermission::Allow => Permission::Allow,
-            AclPermission::Deny => Permission::Deny,
-        },
-        action: match action {
-            AclAction::Publish => Action::Publish,
-            AclAction::Subscribe => Action::Subscribe,
-            AclAction::All => Action::All,
-        },
-        filter,
+        Rule { permission: self.permission, action: self.action, filter }
     }
 }
 
@@ -336,11 +321,11 @@ pub fn configured_rules(rules: &[AclRuleConfig], user: Option<&str>, client_id: 
                     break;
                 };
                 let unsafe_name = value.contains(['+', '#', '/']) || value.is_empty();
-                usable &= !(unsafe_name && r.permission == AclPermission::Allow);
+                usable &= !(unsafe_name && r.permission == Permission::Allow);
                 filter = filter.replace(mark, value);
             }
             if usable {
-                out.push(rule(r.permission, r.action, filter));
+                out.push(Rule { permission: r.permission, action: r.action, filter });
             }
         }
     }

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gridlinks_broker::acl::{Action, Permission};
 use serde::{Deserialize, Serialize};
 
 /// Milliseconds.
@@ -277,10 +278,10 @@ pub struct MqttConfig {
 #[serde(deny_unknown_fields)]
 pub struct AclRuleConfig {
     /// `allow` or `deny`.
-    pub permission: AclPermission,
+    pub permission: Permission,
     /// `publish`, `subscribe` or `all`.
     #[serde(default = "default_acl_action")]
-    pub action: AclAction,
+    pub action: Action,
     /// Topic filters; `%c` is the client id, `%u` the user name.
     pub topics: Vec<String>,
     /// Only for this user name.
@@ -294,30 +295,8 @@ pub struct AclRuleConfig {
     pub anonymous: bool,
 }
 
-fn default_acl_action() -> AclAction {
-    AclAction::All
-}
-
-/// A rule's permission.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AclPermission {
-    /// Allow.
-    Allow,
-    /// Deny.
-    Deny,
-}
-
-/// What a rule is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AclAction {
-    /// Publishing.
-    Publish,
-    /// Subscribing and receiving.
-    Subscribe,
-    /// Both.
-    All,
+fn default_acl_action() -> Action {
+    Action::All
 }
 
 /// What a publish outside a client's ACL gets.
