@@ -121,12 +121,8 @@ impl ResolvesServerCert for Certs {
 }
 
 fn load_key(provider: &CryptoProvider, cert_file: &Path, key_file: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(cert_file)
-        .map_err(|e| file_error(cert_file, e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(cert_file, e))?;
-    let Some(leaf) = certs.first() else { return Err(file_error(cert_file, "no certificate in the file")) };
-    let info = x509::parse_der(leaf).map_err(|e| file_error(cert_file, e))?;
+    let certs = read_certificates(cert_file)?;
+    let info = x509::parse_der(&certs[0]).map_err(|e| file_error(cert_file, e))?;
     let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| file_error(key_file, e))?;
     let key = provider.key_provider.load_private_key(key).map_err(|e| file_error(key_file, e))?;
     let certified = CertifiedKey::new(certs, key);
@@ -146,9 +142,13 @@ fn load_key(provider: &CryptoProvider, cert_file: &Path, key_file: &Path) -> Res
 
 /// The certificates of a PEM file (DER), at least one.
 pub fn load_certificates(path: &Path) -> Result<Vec<Vec<u8>>, TlsError> {
+    Ok(read_certificates(path)?.iter().map(|c| c.to_vec()).collect())
+}
+
+/// The certificates of a PEM file, at least one.
+fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| file_error(path, e))?
-        .map(|c| c.map(|c| c.to_vec()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file_error(path, e))?;
     if certs.is_empty() {
