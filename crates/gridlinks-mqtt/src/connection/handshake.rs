@@ -3,6 +3,7 @@
 //! (a persistent one committed before its CONNACK) and the CONNACK itself.
 
 use super::*;
+use gridlinks_listener::tls::ClientCert;
 use gridlinks_platform::provision::ChainRefusal;
 
 impl<T: Transport> Conn<T> {
@@ -47,43 +48,16 @@ impl<T: Transport> Conn<T> {
         let password = c.password.as_deref().filter(|p| !p.is_empty());
         let peer = self.stream.peer_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
         let user = c.username.as_deref().filter(|u| !u.is_empty());
-        let cert = self.stream.client_cert().map(|c| c.fingerprint.clone());
-        if let Some(fingerprint) = &cert {
-            // A client certificate is the device's credential, as in ThingsBoard: it alone
-            // decides (the user name and password are not read). One no device holds may
-            // chain to a device profile's CA certificate: X.509 chain provisioning.
-            let chain: Vec<Vec<u8>> =
-                self.stream.client_cert().map(|c| c.chain.iter().map(|d| d.to_vec()).collect()).unwrap_or_default();
-            match self.st.x509_login(fingerprint).await {
-                Ok(Some(d)) => who = Some(Who::Device(d)),
-                Ok(None) => match gridlinks_platform::provision::x509_chain(&self.st.platform, &chain).await {
-                    Ok(d) => who = Some(Who::Device(d)),
-                    // An application client's certificate, issued by tls.client_ca_file: its
-                    // CN is the user name of its credential (Mosquitto's
-                    // use_identity_as_username).
-                    Err(ChainRefusal::NoProfile) if self.st.issued_to_application(&chain) => {
-                        let cn = self.stream.client_cert().and_then(|c| c.common_name.clone()).unwrap_or_default();
-                        match self.st.clients.cert_login(&cn, &client_id) {
-                            Some(login) => who = Some(self.st.application(login, &cn, client_id.clone())),
-                            None => {
-                                code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
-                                refusal = v5.then(|| {
-                                    format!("no MQTT client credential is named {cn:?} (the certificate's CN)")
-                                });
-                            }
-                        }
-                    }
-                    Err(why) => {
-                        code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
-                        refusal = v5.then(|| match why {
-                            ChainRefusal::NoProfile => {
-                                "no device has this client certificate (X509_CERTIFICATE credentials)".into()
-                            }
-                            why => why.to_string(),
-                        });
-                    }
-                },
-                Err(()) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
+        // Owned: the connection's state is not shared across the awaits below.
+        let cert = self.stream.client_cert().cloned();
+        if let Some(cert) = &cert {
+            match by_certificate(&self.st, cert, &client_id).await {
+                Ok(w) => who = Some(w),
+                Err(Some(text)) => {
+                    code = refuse(rc::V3_NOT_AUTHORIZED, rc::NOT_AUTHORIZED);
+                    refusal = v5.then_some(text);
+                }
+                Err(None) => code = refuse(rc::V3_SERVER_UNAVAILABLE, rc::SERVER_UNAVAILABLE),
             }
         } else {
             // A name is a device token unless it comes with a password and is an application's
@@ -177,7 +151,7 @@ impl<T: Transport> Conn<T> {
         let mut props = ConnAckProperties::default();
         // Each device token and application user name has a bounded number of connections.
         let credential = match (&who, c.username.as_deref()) {
-            (Some(Who::Device(_)), _) if cert.is_some() => cert.as_deref(),
+            (Some(Who::Device(_)), _) if cert.is_some() => cert.as_ref().map(|c| c.fingerprint.as_str()),
             (Some(Who::Device(_)), Some(token)) => Some(token),
             (Some(Who::Client { owner, .. }), _) if !owner.is_empty() => Some(&**owner),
             _ => None,
@@ -302,6 +276,34 @@ impl<T: Transport> Conn<T> {
                 self.st.devices.sessions.unregister_client(id, &a.link, Vec::new());
             }
         }
+    }
+}
+
+/// Who a client certificate makes the client. As in
+/// ThingsBoard it alone decides (the user name and password are not read): the device
+/// whose X509_CERTIFICATE credentials hold it; else, by X.509 chain provisioning, the
+/// device of the profile whose CA certificate it chains to; else, if `tls.client_ca_file`
+/// issued it, the application credential its CN names (Mosquitto's
+/// use_identity_as_username). `Err(Some(why))`: not authorized; `Err(None)`: storage
+/// unavailable.
+async fn by_certificate(st: &Mqtt, cert: &ClientCert, client_id: &Arc<str>) -> Result<Who, Option<String>> {
+    if let Some(d) = st.x509_login(&cert.fingerprint).await.map_err(|()| None)? {
+        return Ok(Who::Device(d));
+    }
+    let chain: Vec<Vec<u8>> = cert.chain.iter().map(|d| d.to_vec()).collect();
+    let cn = cert.common_name.clone().unwrap_or_default();
+    match gridlinks_platform::provision::x509_chain(&st.platform, &chain).await {
+        Ok(d) => Ok(Who::Device(d)),
+        Err(ChainRefusal::NoProfile) if st.issued_to_application(&chain) => {
+            match st.clients.cert_login(&cn, client_id) {
+                Some(login) => Ok(st.application(login, &cn, client_id.clone())),
+                None => Err(Some(format!("no MQTT client credential is named {cn:?} (the certificate's CN)"))),
+            }
+        }
+        Err(ChainRefusal::NoProfile) => {
+            Err(Some("no device has this client certificate (X509_CERTIFICATE credentials)".into()))
+        }
+        Err(why) => Err(Some(why.to_string())),
     }
 }
 
