@@ -581,6 +581,7 @@ fn ingest_code(e: &IngestError) -> ResponseType {
             ResponseType::ServiceUnavailable
         }
         IngestError::Failed(_) => ResponseType::InternalServerError,
+        IngestError::RateLimited(_) => ResponseType::TooManyRequests,
     }
 }
 
@@ -639,14 +640,20 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
     };
     core.activity.touch(device);
     let lim = core.payload_limits();
+    // Posted data is counted with its points once parsed; any other request here.
+    if !matches!(resource, DeviceResource::PostTelemetry | DeviceResource::PostAttributes) {
+        if let Err(e) = core.limits.meter(device, 0) {
+            return ingest_error(e);
+        }
+    }
     let submitted = match resource {
         DeviceResource::PostTelemetry => match payload::parse_telemetry(&request.payload, Ts::now(), lim) {
-            Ok(records) => core.ingest.submit_one(Item::Telemetry { device, records }).await,
+            Ok(records) => core.submit_from_device(Item::Telemetry { device, records }).await,
             Err(e) => return payload_error(e),
         },
         DeviceResource::PostAttributes => match payload::parse_attributes(&request.payload, lim, true) {
             Ok(values) => {
-                core.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await
+                core.submit_from_device(Item::Attributes { device, scope: AttributeScope::Client, values }).await
             }
             Err(e) => return payload_error(e),
         },
@@ -661,7 +668,7 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
             Err(e) => return payload_error(e),
         },
         DeviceResource::ClientRpc => {
-            let answer = gridlinks_platform::device_api::client_rpc(&request.payload, max, MAX_IN_FLIGHT);
+            let answer = gridlinks_platform::device_api::client_rpc(core, device, &request.payload, max, MAX_IN_FLIGHT);
             return json(ResponseType::Content, answer.to_string().into_bytes());
         }
         DeviceResource::GetAttributes(req) => {

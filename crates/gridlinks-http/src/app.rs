@@ -17,7 +17,7 @@ use gridlinks_storage::Health;
 use crate::state::{Http, Status, BULK_IMPORT_PATH};
 use crate::thingsboard::{
     api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, lookups, ota, profiles, relations,
-    tenants, users,
+    tenant_profiles, tenants, users,
 };
 use crate::thingsboard::{mqtt_clients, rpc};
 
@@ -64,6 +64,13 @@ fn api_router(state: Http) -> Router {
         .route("/api/tenant/{id}", get(tenants::get).delete(tenants::delete))
         .route("/api/tenant/{id}/users", get(users::of_tenant))
         .route("/api/tenants", get(tenants::list))
+        .route("/api/tenantProfile", post(tenant_profiles::save))
+        .route("/api/tenantProfile/{id}", get(tenant_profiles::get).delete(tenant_profiles::delete))
+        .route("/api/tenantProfile/{id}/default", post(tenant_profiles::set_default))
+        .route("/api/tenantProfileInfo/default", get(tenant_profiles::default_info))
+        .route("/api/tenantProfileInfo/{id}", get(tenant_profiles::get_info))
+        .route("/api/tenantProfiles", get(tenant_profiles::list))
+        .route("/api/tenantProfileInfos", get(tenant_profiles::list_infos))
         .route("/api/customer/{customer}/users", get(users::of_customer))
         .route("/api/deviceProfiles", get(profiles::list))
         .route("/api/deviceProfileInfos", get(profiles::infos))

@@ -30,6 +30,10 @@ pub enum IngestError {
     /// A field is not acceptable (device names, tokens; clashes with other devices).
     #[error("{0}")]
     Rejected(String),
+    /// A rate limit of the device's tenant profile is spent (the message names it): retry
+    /// later. Nothing of the message was taken.
+    #[error("{0}")]
+    RateLimited(String),
     /// The commit log is full: retry later (backpressure).
     #[error("storage overloaded: retry later")]
     Overloaded,
@@ -50,7 +54,7 @@ impl From<StoreError> for IngestError {
             StoreError::DeviceNotFound => Self::DeviceGone,
             StoreError::NotGateway => Self::NotGateway,
             StoreError::ForeignDevice(name) => Self::ForeignDevice(name),
-            StoreError::Limit(m) => Self::Limit(m),
+            StoreError::Limit(m) | StoreError::EntitiesLimit(m) => Self::Limit(m),
             e @ (StoreError::NameTaken(_)
             | StoreError::TokenTaken
             | StoreError::IdentityTaken(_)

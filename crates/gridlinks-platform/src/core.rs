@@ -44,6 +44,8 @@ pub struct Core {
     pub bus: Option<Arc<gridlinks_kafka::Bus>>,
     /// Devices' activity, reported by every transport.
     pub activity: Arc<crate::activity::Activity>,
+    /// Tenant profiles' limits in force.
+    pub limits: Arc<crate::limits::Limits>,
 }
 
 impl Core {
@@ -70,6 +72,13 @@ impl Core {
                 None => o.remove("tenantId"),
             };
         }
+    }
+
+    /// Commits one item a device sent, once counted against its tenant profile's rate
+    /// limits; resolves after the durable commit.
+    pub async fn submit_from_device(&self, item: gridlinks_ingest::Item) -> Result<(), gridlinks_ingest::IngestError> {
+        self.limits.meter_item(&item)?;
+        self.ingest.submit_one(item).await
     }
 
     /// Payload bounds from the configuration.

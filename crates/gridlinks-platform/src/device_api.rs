@@ -76,14 +76,24 @@ pub struct Reply {
 }
 
 /// The publishes that join a batch (one ingest submit for everything decoded from one
-/// read): telemetry and client attributes of the device itself, parsed here. `None` for
-/// every other topic, which [`handle_publish`] handles one by one.
-pub fn batch_item(st: &Platform, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, PayloadError>> {
-    match DeviceTopic::parse(topic)? {
-        DeviceTopic::Telemetry => Some(telemetry_item(st, device, body)),
-        DeviceTopic::Attributes => Some(attributes_item(st, device, body)),
-        _ => None,
-    }
+/// read): telemetry and client attributes of the device itself, parsed here and counted
+/// against the tenant profile's rate limits. `None` for every other topic, which
+/// [`handle_publish`] handles one by one.
+pub fn batch_item(st: &Platform, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, IngestError>> {
+    let item = match DeviceTopic::parse(topic)? {
+        DeviceTopic::Telemetry => telemetry_item(st, device, body),
+        DeviceTopic::Attributes => attributes_item(st, device, body),
+        _ => return None,
+    };
+    Some(item.map_err(|e| IngestError::BadPayload(e.to_string())).and_then(|item| {
+        st.core.limits.meter_item(&item)?;
+        Ok(item)
+    }))
+}
+
+/// Data points of a gateway message (its values, over every device).
+fn points<T>(per_device: &[(String, Vec<T>)], count: impl Fn(&T) -> usize) -> usize {
+    per_device.iter().map(|(_, v)| v.iter().map(&count).sum::<usize>()).sum()
 }
 
 fn telemetry_item(st: &Platform, device: DeviceId, body: &[u8]) -> Result<Item, PayloadError> {
@@ -130,13 +140,24 @@ pub async fn handle_publish(
     let Some(parsed) = parsed else {
         return Err(TopicError::UnknownTopic);
     };
+    // Data (telemetry, attributes) is counted once parsed, with its points; anything else here.
+    let data = matches!(
+        parsed,
+        DeviceTopic::Telemetry
+            | DeviceTopic::Attributes
+            | DeviceTopic::GatewayTelemetry
+            | DeviceTopic::GatewayAttributes
+    );
+    if !data {
+        st.core.limits.meter(device, 0)?;
+    }
     match parsed {
         DeviceTopic::Telemetry => {
-            st.core.ingest.submit_one(telemetry_item(&st, device, &body)?).await?;
+            st.core.submit_from_device(telemetry_item(&st, device, &body)?).await?;
             Ok(None)
         }
         DeviceTopic::Attributes => {
-            st.core.ingest.submit_one(attributes_item(&st, device, &body)?).await?;
+            st.core.submit_from_device(attributes_item(&st, device, &body)?).await?;
             Ok(None)
         }
         DeviceTopic::GatewayConnect => {
@@ -152,6 +173,7 @@ pub async fn handle_publish(
         }
         DeviceTopic::GatewayTelemetry => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
+            st.core.limits.meter(device, points(&per_device, |r| r.values.len()))?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
                 let sub = sub_device(&st, device, &name, None).await?;
@@ -163,6 +185,7 @@ pub async fn handle_publish(
         }
         DeviceTopic::GatewayAttributes => {
             let per_device = payload::parse_gateway_attributes(&body, lim)?;
+            st.core.limits.meter(device, points(&per_device, |_| 1))?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, values) in per_device {
                 let id = sub_device(&st, device, &name, None).await?;
@@ -206,7 +229,7 @@ pub async fn handle_publish(
         }
         DeviceTopic::RpcRequest(id) => {
             let (max_payload, in_flight) = (st.core.cfg.mqtt.max_packet_size, st.core.cfg.mqtt.receive_maximum);
-            let answer = client_rpc(&body, max_payload, usize::from(in_flight));
+            let answer = client_rpc(&st.core, device, &body, max_payload, usize::from(in_flight));
             Ok(Some(Reply { topic: rpc_response(id), payload: Bytes::from(answer.to_string()) }))
         }
     }
@@ -217,18 +240,26 @@ fn all_ok(results: Vec<Result<(), IngestError>>) -> Result<(), IngestError> {
     results.into_iter().collect()
 }
 
-/// Client-side RPC (MQTT and CoAP). ThingsBoard's device SDK asks `getSessionLimits` on
-/// every connect; GridLinks answers with the transport's real limits (no rate limits: empty
-/// strings, as the SDK reads them). Any other method is answered "not supported".
-pub fn client_rpc(body: &[u8], max_payload: usize, max_in_flight: usize) -> J {
+/// Client-side RPC (MQTT, CoAP, HTTP). ThingsBoard's device SDK asks `getSessionLimits` on
+/// every connect and paces itself by the answer: the transport's real limits and the
+/// device's rate limits from its tenant profile (empty strings: none). Any other method is
+/// answered "not supported".
+pub fn client_rpc(core: &crate::Core, device: DeviceId, body: &[u8], max_payload: usize, max_in_flight: usize) -> J {
     let method =
         serde_json::from_slice::<J>(body).ok().and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
     match method.as_deref() {
-        Some("getSessionLimits") => json!({
-            "maxPayloadSize": max_payload,
-            "maxInflightMessages": max_in_flight,
-            "rateLimits": {"messages": "", "telemetryMessages": "", "telemetryDataPoints": ""},
-        }),
+        Some("getSessionLimits") => {
+            let [messages, telemetry_messages, telemetry_data_points] = core.limits.device_rates(device);
+            json!({
+                "maxPayloadSize": max_payload,
+                "maxInflightMessages": max_in_flight,
+                "rateLimits": {
+                    "messages": messages,
+                    "telemetryMessages": telemetry_messages,
+                    "telemetryDataPoints": telemetry_data_points,
+                },
+            })
+        }
         _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
     }
 }

@@ -20,6 +20,7 @@ mod core;
 pub mod device_api;
 pub mod entities;
 pub mod guards;
+pub mod limits;
 pub mod live;
 pub mod logging;
 pub mod metrics;

@@ -151,6 +151,22 @@ where
     c.encode(e.encode_descriptor(name.strip_suffix("_total").unwrap_or(name), help, None, c.metric_type())?)
 }
 
+/// A counter with one label: a series per `(label value, count)`.
+pub fn labelled_counter(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[(&str, u64)],
+) -> fmt::Result {
+    debug_assert!(name.ends_with("_total"), "{name}");
+    let mut m = e.encode_descriptor(name.strip_suffix("_total").unwrap_or(name), help, None, MetricType::Counter)?;
+    for &(v, n) in values {
+        ConstCounter::new(n).encode(m.encode_family(&[(label, v)])?)?;
+    }
+    Ok(())
+}
+
 /// One gauge.
 pub fn gauge<N>(e: &mut DescriptorEncoder, name: &str, help: &str, value: N) -> fmt::Result
 where

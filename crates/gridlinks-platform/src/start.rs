@@ -103,6 +103,7 @@ impl Platform {
         // Shared entities: the store follows the cluster's replica, caught up before
         // anything reads it.
         crate::cluster::attach_entities(&cfg.cluster, &store).await?;
+        let device_caps = Arc::new(gridlinks_storage::TenantCaps::default());
         let (writer, writer_thread) = store
             .start_writer(WriterConfig {
                 queue_capacity: cfg.storage.queue_capacity,
@@ -112,6 +113,7 @@ impl Platform {
                 max_keys: cfg.storage.max_keys,
                 min_free_bytes: cfg.storage.min_free_mb * 1024 * 1024,
                 max_devices_per_tenant: cfg.limits.max_devices_per_tenant,
+                tenant_device_caps: device_caps.clone(),
             })
             .context("starting the storage writer")?;
         let follower = crate::cluster::follow_entities(&cfg.cluster, &writer).await?;
@@ -178,8 +180,10 @@ impl Platform {
             guards,
             bus: cluster.bus,
             activity: Arc::new(crate::activity::Activity::new(cfg_activity)),
+            limits: Arc::new(crate::limits::Limits::new(store.clone(), tenant_id, device_caps)),
         };
         ensure_first_tenant(&core).await.context("writing the first tenant")?;
+        core.limits.reload().context("reading tenant profiles")?;
         let clients = Credentials::load(&store, &sessions).context("loading MQTT client credentials")?;
         if core.cfg.activity.enabled {
             core.activity.load(&store).context("loading device activity")?;
@@ -201,6 +205,7 @@ impl Platform {
             live,
         });
         platform.metrics.register(Arc::new(StorageMetrics(platform.core.clone())));
+        platform.metrics.register(platform.core.limits.clone());
         let mut tasks: Vec<_> = [follower].into_iter().flatten().chain(cluster.tasks).collect();
         if platform.core.cfg.activity.enabled {
             tasks.push(tokio::spawn(crate::activity::run(platform.core.clone())));
@@ -233,8 +238,22 @@ impl Running {
     }
 }
 
-/// The first tenant's record, written on the first start.
+/// The first tenant's record and the default tenant profile, written on the first start.
 async fn ensure_first_tenant(core: &Core) -> Result<(), gridlinks_storage::StoreError> {
+    if core.store.docs(DocKind::TenantProfile)?.is_empty() {
+        let op = WriteOp::InsertDoc {
+            kind: DocKind::TenantProfile,
+            id: crate::limits::default_profile_id(),
+            title: "Default".into(),
+            doc: serde_json::json!({
+                "description": "Default tenant profile",
+                "default": true,
+                "isolatedTbRuleEngine": false,
+                "profileData": {"configuration": {"type": "DEFAULT"}},
+            }),
+        };
+        core.writer.submit(op).await?;
+    }
     if core.store.doc(DocKind::Tenant, core.tenant_id)?.is_none() {
         let op = WriteOp::InsertDoc {
             kind: DocKind::Tenant,

@@ -68,7 +68,7 @@ fn devices_per_tenant_are_bounded_however_they_are_made() {
     assert_eq!(provision(&s, "fleet", "p1")["status"], "SUCCESS");
     // Full: every way of making a device is refused, saying which limit.
     let (st, e) = s.json("POST", "/api/device", &jwt, Some(json!({"name": "d2"})));
-    assert_eq!(st, 400, "{e}");
+    assert_eq!((st, &e["errorCode"]), (403, &json!(41)), "ThingsBoard's ENTITIES_LIMIT_EXCEEDED: {e}");
     assert!(e["message"].as_str().unwrap().contains("max_devices_per_tenant"), "{e}");
     let refusal = provision(&s, "fleet", "p2");
     assert_eq!(refusal["status"], "FAILURE", "{refusal}");

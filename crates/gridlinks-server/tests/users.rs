@@ -471,6 +471,14 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
             ("/api/tenant/{id}", "DELETE", format!("/api/tenant/{tenant}"), None),
             ("/api/tenant/{id}/users", "GET", format!("/api/tenant/{tenant}/users?pageSize=10&page=0"), None),
             ("/api/tenants", "GET", "/api/tenants?pageSize=10&page=0".into(), None),
+            ("/api/tenantProfile", "POST", "/api/tenantProfile".into(), Some(r#"{"name":"evil"}"#.into())),
+            ("/api/tenantProfile/{id}", "GET", format!("/api/tenantProfile/{tenant}"), None),
+            ("/api/tenantProfile/{id}", "DELETE", format!("/api/tenantProfile/{tenant}"), None),
+            ("/api/tenantProfile/{id}/default", "POST", format!("/api/tenantProfile/{tenant}/default"), None),
+            ("/api/tenantProfileInfo/{id}", "GET", format!("/api/tenantProfileInfo/{tenant}"), None),
+            ("/api/tenantProfileInfo/default", "GET", "/api/tenantProfileInfo/default".into(), None),
+            ("/api/tenantProfiles", "GET", "/api/tenantProfiles?pageSize=10&page=0".into(), None),
+            ("/api/tenantProfileInfos", "GET", "/api/tenantProfileInfos?pageSize=10&page=0".into(), None),
         ]
         .into_iter()
         .chain(device_data_routes(d))

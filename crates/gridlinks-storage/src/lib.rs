@@ -71,8 +71,8 @@ use crate::keydict::KeyDict;
 
 pub use timeseries::Timeseries;
 pub use writer::{
-    adoption_allowed, BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, WriteOp,
-    WriteOutcome, WriterConfig, WriterHandle, GATEWAY_ADOPTION,
+    adoption_allowed, BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, TenantCaps,
+    WriteOp, WriteOutcome, WriterConfig, WriterHandle, GATEWAY_ADOPTION,
 };
 
 /// Version of the on-disk layout, kept in `meta` under [`FORMAT_KEY`].
@@ -159,6 +159,10 @@ pub enum StoreError {
     /// A request asked for more than the configured bounds allow.
     #[error("{0}")]
     Limit(String),
+    /// A tenant has as many entities of a kind as it may (its tenant profile or the
+    /// configuration says how many).
+    #[error("{0}")]
+    EntitiesLimit(String),
     /// A device field is not acceptable (blank or too long name, control characters).
     #[error("{0}")]
     Invalid(String),
@@ -192,6 +196,7 @@ impl StoreError {
             Self::DiskFull(m) => Self::DiskFull(m.clone()),
             Self::CommitFailed(m) => Self::CommitFailed(m.clone()),
             Self::Limit(m) => Self::Limit(m.clone()),
+            Self::EntitiesLimit(m) => Self::EntitiesLimit(m.clone()),
             Self::Invalid(m) => Self::Invalid(m.clone()),
         }
     }
@@ -355,6 +360,9 @@ pub enum DocKind {
     AssetProfile = 10,
     /// Relations between entities (id: derived from its ends, type and group, so it is one of a kind).
     Relation = 11,
+    /// ThingsBoard's tenant profiles (title: the name, unique): the limits of the tenants
+    /// that have them.
+    TenantProfile = 12,
 }
 
 impl DocKind {
@@ -372,6 +380,7 @@ impl DocKind {
             DocKind::Asset => "Asset",
             DocKind::AssetProfile => "Asset profile",
             DocKind::Relation => "Relation",
+            DocKind::TenantProfile => "Tenant profile",
         }
     }
 
@@ -379,7 +388,7 @@ impl DocKind {
     pub fn title_name(self) -> &'static str {
         match self {
             DocKind::User => "email",
-            DocKind::Asset | DocKind::AssetProfile => "name",
+            DocKind::Asset | DocKind::AssetProfile | DocKind::TenantProfile => "name",
             _ => "title",
         }
     }
@@ -387,7 +396,15 @@ impl DocKind {
     /// Whether no two documents of this kind may have the same title (the writer checks
     /// it, so two concurrent saves cannot both pass).
     pub(crate) fn unique_titles(self) -> bool {
-        matches!(self, DocKind::Customer | DocKind::User | DocKind::OtaPackage | DocKind::Asset | DocKind::AssetProfile)
+        matches!(
+            self,
+            DocKind::Customer
+                | DocKind::User
+                | DocKind::OtaPackage
+                | DocKind::Asset
+                | DocKind::AssetProfile
+                | DocKind::TenantProfile
+        )
     }
 
     /// Fields of the document only the server writes (a client's copy is ignored).
@@ -404,7 +421,8 @@ impl DocKind {
             | DocKind::OtaData
             | DocKind::Asset
             | DocKind::AssetProfile
-            | DocKind::Relation => &[],
+            | DocKind::Relation
+            | DocKind::TenantProfile => &[],
         }
     }
 

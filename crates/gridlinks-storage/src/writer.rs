@@ -71,6 +71,45 @@ pub struct WriterConfig {
     /// Most devices one tenant may have, however they are created (REST, bulk import,
     /// provisioning, gateways, protocol listeners); 0: no bound.
     pub max_devices_per_tenant: usize,
+    /// Tighter bounds of single tenants (their tenant profiles' `maxDevices`), changeable
+    /// while the writer runs.
+    pub tenant_device_caps: Arc<TenantCaps>,
+}
+
+/// Most devices of single tenants, by the name of what sets it, beside
+/// [`WriterConfig::max_devices_per_tenant`]; the tighter bound wins.
+#[derive(Debug, Default)]
+pub struct TenantCaps {
+    caps: parking_lot::RwLock<HashMap<Option<uuid::Uuid>, (usize, String)>>,
+    /// Devices refused by a tenant's own bound.
+    refused: AtomicU64,
+}
+
+impl TenantCaps {
+    /// Replaces every tenant's bound (0s are left out).
+    pub fn set(&self, caps: impl IntoIterator<Item = (Option<uuid::Uuid>, (usize, String))>) {
+        *self.caps.write() = caps.into_iter().filter(|(_, (n, _))| *n > 0).collect();
+    }
+
+    /// How many devices a tenant's own bound refused.
+    pub fn refusals(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Whether any tenant has a bound.
+    fn any(&self) -> bool {
+        !self.caps.read().is_empty()
+    }
+
+    /// `tenant`'s bound, what sets it and whether it is its own: the tighter of `global`
+    /// and its own; 0: none.
+    fn of(&self, tenant: Option<uuid::Uuid>, global: usize) -> (usize, String, bool) {
+        let own = self.caps.read().get(&tenant).cloned();
+        match own {
+            Some((n, why)) if global == 0 || n < global => (n, why, true),
+            _ => (global, "limits.max_devices_per_tenant".into(), false),
+        }
+    }
 }
 
 impl Default for WriterConfig {
@@ -83,6 +122,7 @@ impl Default for WriterConfig {
             max_keys: 1_000_000,
             min_free_bytes: 64 * 1024 * 1024,
             max_devices_per_tenant: 0,
+            tenant_device_caps: Arc::default(),
         }
     }
 }
@@ -789,7 +829,8 @@ impl Writer {
     ) -> DeviceTxn<'a> {
         let mut txn = DeviceTxn::new(store, engine);
         txn.tenant_cap = cfg.max_devices_per_tenant;
-        if txn.tenant_cap > 0 {
+        txn.caps = cfg.tenant_device_caps.clone();
+        if txn.tenant_cap > 0 || txn.caps.any() {
             txn.tenant_counts = counts.clone();
         }
         txn
@@ -1835,6 +1876,8 @@ struct DeviceTxn<'a> {
     staged_profiles: Vec<ProfileRecord>,
     /// Most devices per tenant (0: no bound).
     tenant_cap: usize,
+    /// Single tenants' tighter bounds.
+    caps: Arc<TenantCaps>,
     /// Devices per tenant as of this transaction, counted on first need (only when bounded).
     tenant_counts: HashMap<Option<uuid::Uuid>, usize>,
 }
@@ -1852,6 +1895,7 @@ impl<'a> DeviceTxn<'a> {
             records: HashMap::default(),
             staged_profiles: Vec::new(),
             tenant_cap: 0,
+            caps: Arc::default(),
             tenant_counts: HashMap::default(),
         }
     }
@@ -2168,12 +2212,15 @@ impl<'a> DeviceTxn<'a> {
         if self.name_owner(tenant, &s.name)?.is_some_and(|o| o != id) {
             return Err(StoreError::NameTaken(s.name));
         }
-        let count = match (&old, self.tenant_cap) {
-            (None, cap) if cap > 0 => {
+        let count = match (&old, self.caps.of(tenant, self.tenant_cap)) {
+            (None, (cap, why, own)) if cap > 0 => {
                 let n = self.tenant_devices(tenant)?;
                 if n >= cap {
-                    return Err(StoreError::Limit(format!(
-                        "this tenant has {n} devices, the limit (limits.max_devices_per_tenant); device '{}' was not created",
+                    if own {
+                        self.caps.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(StoreError::EntitiesLimit(format!(
+                        "this tenant has {n} devices, the limit ({why}); device '{}' was not created",
                         s.name
                     )));
                 }

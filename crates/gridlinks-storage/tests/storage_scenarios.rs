@@ -397,9 +397,9 @@ async fn devices_per_tenant_are_bounded() {
     };
     assert_eq!((out.created, out.errors.len()), (1, 1), "{out:?}");
     assert!(out.errors[0].contains("max_devices_per_tenant"), "{out:?}");
-    assert!(matches!(h.submit(dev(None, "d", None)).await, Err(StoreError::Limit(_))));
+    assert!(matches!(h.submit(dev(None, "d", None)).await, Err(StoreError::EntitiesLimit(_))));
     let sub = WriteOp::GatewayDevice { gateway: gw, name: "e".into(), device_type: None, max_devices: 10, adopt: true };
-    assert!(matches!(h.submit(sub).await, Err(StoreError::Limit(_))));
+    assert!(matches!(h.submit(sub).await, Err(StoreError::EntitiesLimit(_))));
     // Updates are not creations; another tenant has its own bound.
     let a = store.device_by_name(None, "a").unwrap().unwrap().id;
     let update = SaveDevice { id: Some(a), name: "a".into(), label: Some("renamed".into()), ..SaveDevice::default() };
@@ -408,7 +408,7 @@ async fn devices_per_tenant_are_bounded() {
     // A deleted device frees its place.
     h.submit(WriteOp::DeleteDevice(a)).await.unwrap();
     h.submit(dev(None, "d", None)).await.unwrap();
-    assert!(matches!(h.submit(dev(None, "f", None)).await, Err(StoreError::Limit(_))));
+    assert!(matches!(h.submit(dev(None, "f", None)).await, Err(StoreError::EntitiesLimit(_))));
     drop(h);
     j.join().unwrap();
 }

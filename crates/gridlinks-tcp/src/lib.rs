@@ -370,6 +370,8 @@ struct Connection {
 struct Pending {
     items: std::ops::Range<usize>,
     replies: Vec<Vec<u8>>,
+    /// Why its items were not submitted (a tenant profile's rate limit).
+    refused: Option<IngestError>,
 }
 
 impl Connection {
@@ -539,12 +541,20 @@ impl Connection {
             if !attributes.is_empty() {
                 items.push(Item::Attributes { device, scope: AttributeScope::Client, values: attributes });
             }
-            pending.push(Pending { items: start..items.len(), replies });
+            let limits = &self.shared.core.limits;
+            let refused = match items[start..].iter().try_for_each(|i| limits.meter_item(i)) {
+                Ok(()) => None,
+                Err(e) => {
+                    items.truncate(start);
+                    Some(e)
+                }
+            };
+            pending.push(Pending { items: start..items.len(), replies, refused });
         }
         let results = if items.is_empty() { Vec::new() } else { self.shared.core.ingest.submit(items).await };
         let mut out = Vec::new();
         for p in pending {
-            match results[p.items].iter().find_map(|r| r.as_ref().err()) {
+            match p.refused.as_ref().or_else(|| results[p.items].iter().find_map(|r| r.as_ref().err())) {
                 None => {
                     m.frames.fetch_add(1, Ordering::Relaxed);
                     p.replies.iter().for_each(|r| out.extend_from_slice(r));

@@ -23,6 +23,8 @@ pub enum ErrorCode {
     ItemNotFound = 32,
     /// TOO_MANY_REQUESTS.
     TooManyRequests = 33,
+    /// ENTITIES_LIMIT_EXCEEDED.
+    EntitiesLimitExceeded = 41,
 }
 
 impl ErrorCode {

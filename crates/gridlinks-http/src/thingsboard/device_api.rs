@@ -30,9 +30,17 @@ use gridlinks_thingsboard::payload::{self, PayloadError};
 type St = State<Arc<Core>>;
 
 /// The device whose token this is; its request counts as activity.
-pub(crate) fn authenticate(st: &Core, token: &str) -> ApiResult<DeviceId> {
+fn authenticate(st: &Core, token: &str) -> ApiResult<DeviceId> {
     let device = st.ingest.authenticate(token)?;
     st.activity.touch(device);
+    Ok(device)
+}
+
+/// The device of a request that posts no data: [`authenticate`], counted as a message
+/// against its tenant profile's rate limits (429 when spent).
+pub(crate) fn request(st: &Core, token: &str) -> ApiResult<DeviceId> {
+    let device = authenticate(st, token)?;
+    st.limits.meter(device, 0)?;
     Ok(device)
 }
 
@@ -50,7 +58,7 @@ pub async fn post_telemetry(
 ) -> ApiResult<StatusCode> {
     let device = authenticate(&st, &token)?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(|e| rejected(&status, e))?;
-    st.ingest.submit_one(Item::Telemetry { device, records }).await?;
+    st.submit_from_device(Item::Telemetry { device, records }).await?;
     Ok(StatusCode::OK)
 }
 
@@ -63,7 +71,7 @@ pub async fn post_attributes(
 ) -> ApiResult<StatusCode> {
     let device = authenticate(&st, &token)?;
     let values = payload::parse_attributes(&body, st.payload_limits(), true).map_err(|e| rejected(&status, e))?;
-    st.ingest.submit_one(Item::Attributes { device, scope: AttributeScope::Client, values }).await?;
+    st.submit_from_device(Item::Attributes { device, scope: AttributeScope::Client, values }).await?;
     Ok(StatusCode::OK)
 }
 
@@ -75,7 +83,7 @@ pub async fn post_claim(
     Path(token): Path<String>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = authenticate(&st, &token)?;
+    let device = request(&st, &token)?;
     gridlinks_platform::claims::open_from_device(&st, device, &body).map_err(|e| rejected(&status, e))?;
     Ok(StatusCode::OK)
 }
@@ -86,7 +94,7 @@ pub async fn post_claim(
 /// `sharedKeys=a&sharedKeys=b`), and `client_keys`/`shared_keys` (its `request_attributes`
 /// spelling) are read too. Other parameters are refused.
 pub async fn get_attributes(State(st): St, Path(token): Path<String>, RawQuery(q): RawQuery) -> ApiResult<Json<J>> {
-    let device = authenticate(&st, &token)?;
+    let device = request(&st, &token)?;
     let (mut client, mut shared) = (None::<String>, None::<String>);
     for (k, v) in form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes()) {
         let list = match k.as_ref() {
@@ -124,7 +132,7 @@ fn poll_timeout(cfg: &gridlinks_platform::config::HttpConfig, timeout: Option<i6
 }
 
 async fn long_poll(p: &Platform, polls: &LongPolls, token: &str, kind: Kind, timeout: Option<i64>) -> Response {
-    let device = match authenticate(&p.core, token) {
+    let device = match request(&p.core, token) {
         Ok(d) => d,
         Err(e) => return e.into_response(),
     };
@@ -190,7 +198,7 @@ pub async fn rpc_reply(
     Path((token, id)): Path<(String, String)>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = authenticate(&p.core, &token)?;
+    let device = request(&p.core, &token)?;
     let id: u32 = id.parse().map_err(|_| ApiError::bad_request("requestId must be the id of an RPC request"))?;
     if serde_json::from_slice::<J>(&body).is_err() {
         return Err(rejected(&status, PayloadError::Json("the answer must be JSON".into())));
@@ -208,14 +216,14 @@ pub async fn client_rpc(
     Path(token): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Json<J>> {
-    authenticate(&st, &token)?;
+    let device = request(&st, &token)?;
     match serde_json::from_slice::<J>(&body) {
         Ok(J::Object(m)) if m.get("method").is_some_and(J::is_string) => {}
         Ok(_) => return Err(rejected(&status, PayloadError::Shape("expected {\"method\":\"…\",\"params\":…}".into()))),
         Err(e) => return Err(rejected(&status, PayloadError::Json(e.to_string()))),
     }
     // An HTTP request carries one message: one in flight.
-    Ok(Json(gridlinks_platform::device_api::client_rpc(&body, st.cfg.http.max_body_bytes, 1)))
+    Ok(Json(gridlinks_platform::device_api::client_rpc(&st, device, &body, st.cfg.http.max_body_bytes, 1)))
 }
 
 /// `POST /api/v1/provision`: device provisioning (`gridlinks_platform::provision`); always 200 with

@@ -50,6 +50,12 @@ impl ApiError {
         .retry_after(secs)
     }
 
+    /// 429 with errorCode 33: a limit of the caller's tenant profile is spent (`message`
+    /// names it).
+    pub fn too_many(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyRequests, message)
+    }
+
     /// 400 with errorCode 31.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequestParams, message)
@@ -124,6 +130,8 @@ impl From<StoreError> for ApiError {
             | StoreError::CredentialClash(_)
             | StoreError::IdentityTaken(_)) => Self::bad_request(e.to_string()),
             StoreError::Limit(m) | StoreError::Invalid(m) => Self::bad_request(m),
+            // As ThingsBoard answers a tenant profile's entity limit.
+            StoreError::EntitiesLimit(m) => Self::new(StatusCode::FORBIDDEN, ErrorCode::EntitiesLimitExceeded, m),
             StoreError::Overloaded => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::TooManyRequests,
@@ -167,6 +175,7 @@ impl From<IngestError> for ApiError {
                 Self::unauthorized("Invalid or unknown device access token")
             }
             e @ (IngestError::NotGateway | IngestError::ForeignDevice(_)) => Self::bad_request(e.to_string()),
+            IngestError::RateLimited(m) => Self::too_many(m),
             IngestError::Overloaded => Self::from(StoreError::Overloaded),
             IngestError::DiskFull(m) => Self::from(StoreError::DiskFull(m)),
             IngestError::Unavailable(m) => Self::new(

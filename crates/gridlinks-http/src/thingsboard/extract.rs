@@ -100,22 +100,33 @@ impl FromRequestParts<Http> for User {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Http) -> Result<Self, ApiError> {
-        if let Some(key) = api_key(&parts.headers) {
-            return match state.auth.api_key(key) {
-                Some(c) => Ok(User(c)),
-                None => Err(ApiError::unauthorized("Invalid, disabled or expired API key")),
-            };
-        }
-        let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-        match state.auth.access(token).await {
-            Ok(c) => Ok(User(c)),
-            Err(AuthError::Expired) => {
-                Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
+        let caller = if let Some(key) = api_key(&parts.headers) {
+            match state.auth.api_key(key) {
+                Some(c) => c,
+                None => return Err(ApiError::unauthorized("Invalid, disabled or expired API key")),
             }
-            Err(_) => Err(ApiError::unauthorized("Invalid JWT token")),
+        } else {
+            let token = bearer(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+            match state.auth.access(token).await {
+                Ok(c) => c,
+                Err(AuthError::Expired) => {
+                    return Err(ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::JwtExpired, "Token has expired"))
+                }
+                Err(_) => return Err(ApiError::unauthorized("Invalid JWT token")),
+            }
+        };
+        // One call counts once against the tenant profile's REST limits, however many
+        // extractors read its caller.
+        if parts.extensions.insert(Metered).is_none() {
+            state.core.limits.rest(&caller).map_err(ApiError::too_many)?;
         }
+        Ok(User(caller))
     }
 }
+
+/// Marks a request counted against the REST rate limits.
+#[derive(Clone, Copy)]
+struct Metered;
 
 /// A request of a tenant administrator; any other user (the system administrator too: it
 /// sees no tenant's data) gets 403.

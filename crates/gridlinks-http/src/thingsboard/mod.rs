@@ -24,5 +24,6 @@ pub mod paging;
 pub mod profiles;
 pub mod relations;
 pub mod rpc;
+pub mod tenant_profiles;
 pub mod tenants;
 pub mod users;

@@ -170,7 +170,7 @@ pub struct ChunkParams {
 }
 
 async fn device_package(p: &Platform, token: &str, t: OtaType, q: ChunkParams) -> ApiResult<Response> {
-    let device = super::device_api::authenticate(&p.core, token)?;
+    let device = super::device_api::request(&p.core, token)?;
     let (Ok(size), Ok(chunk)) = (usize::try_from(q.size), usize::try_from(q.chunk)) else {
         return Err(ApiError::bad_request("size and chunk must not be negative"));
     };

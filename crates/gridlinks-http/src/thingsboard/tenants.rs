@@ -18,26 +18,25 @@ use super::api::{blocking, body_id, parse_json, uuid};
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, SysAdmin, User, Q};
 use super::paging::{doc_page, DocListParams};
+use super::tenant_profiles;
 use gridlinks_platform::auth::{Auth, Authority};
+use gridlinks_platform::limits;
 use gridlinks_platform::Core;
 use gridlinks_platform::Platform;
 
 type St = State<Arc<Core>>;
 
-/// The id of the one tenant profile (tenant profiles are not built: every tenant has it).
-fn tenant_profile() -> Uuid {
-    Uuid::new_v5(&Uuid::NAMESPACE_OID, b"gridlinks default tenant profile")
-}
-
-/// ThingsBoard's `Tenant` JSON.
-fn render(d: &DocRecord) -> J {
+/// ThingsBoard's `Tenant` JSON (with no `tenantProfileId` stored: the default profile's,
+/// `default`).
+fn render_with(d: &DocRecord, default: Uuid) -> J {
     let mut out = d.doc.clone();
     if let Some(o) = out.as_object_mut() {
         o.insert("id".into(), entity_id("TENANT", d.id));
         o.insert("createdTime".into(), d.created_time.into());
         o.insert("title".into(), d.title.clone().into());
         o.insert("name".into(), d.title.clone().into());
-        o.insert("tenantProfileId".into(), entity_id("TENANT_PROFILE", tenant_profile()));
+        let profile = limits::profile_of(&d.doc).unwrap_or(default);
+        o.insert("tenantProfileId".into(), entity_id("TENANT_PROFILE", profile));
         o.entry("additionalInfo").or_insert_with(|| json!({}));
     }
     out
@@ -59,10 +58,12 @@ pub async fn save(_: SysAdmin, State(st): St, Body(body): Body) -> ApiResult<Jso
         return Err(ApiError::bad_request("Tenant title should be specified!"));
     }
     let id = body_id(&doc, |s| uuid(s, "tenant"))?;
+    let profile = tenant_profiles::chosen(&st, &doc).await?;
     if let Some(o) = doc.as_object_mut() {
-        for k in ["id", "createdTime", "title", "name", "tenantProfileId", "tenantId"] {
+        for k in ["id", "createdTime", "title", "name", "tenantId"] {
             o.remove(k);
         }
+        o.insert("tenantProfileId".into(), entity_id("TENANT_PROFILE", profile));
     }
     let d = match st.writer.submit(WriteOp::SaveDoc { kind: DocKind::Tenant, id, title, doc }).await? {
         WriteOutcome::Doc(d) => d,
@@ -74,7 +75,8 @@ pub async fn save(_: SysAdmin, State(st): St, Body(body): Body) -> ApiResult<Jso
         let profile = SaveProfile { id: None, tenant: Some(d.id), name: DEFAULT_PROFILE.into(), doc };
         st.writer.submit(WriteOp::SaveProfile(profile)).await?;
     }
-    Ok(Json(render(&d)))
+    tenant_profiles::reload(&st).await?;
+    Ok(Json(render_with(&d, profile)))
 }
 
 /// `GET /api/tenant/{id}`: the system administrator any; a tenant administrator its own.
@@ -85,12 +87,13 @@ pub async fn get(User(me): User, State(st): St, Path(id): Path<String>) -> ApiRe
         Authority::TenantAdmin if me.tenant == id => {}
         _ => return Err(ApiError::forbidden()),
     }
-    Ok(Json(render(&load(&st, id).await?)))
+    Ok(Json(render_with(&load(&st, id).await?, tenant_profiles::chosen(&st, &J::Null).await?)))
 }
 
 /// `GET /api/tenants?pageSize=&page=`: by title.
 pub async fn list(_: SysAdmin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
-    Ok(Json(doc_page(&st, DocKind::Tenant, p, |_| true, render).await?))
+    let default = tenant_profiles::chosen(&st, &J::Null).await?;
+    Ok(Json(doc_page(&st, DocKind::Tenant, p, |_| true, |d| render_with(d, default)).await?))
 }
 
 /// `DELETE /api/tenant/{id}`: the tenant with its devices (and their data), profiles,
@@ -116,6 +119,7 @@ pub async fn delete(
     p.clients.delete(&p.core.writer, usernames).await?;
     st.writer.submit(WriteOp::DeleteTenant(id)).await?;
     auth.users.remove_tenant(id);
+    tenant_profiles::reload(st).await?;
     for d in devices {
         p.devices.close(d);
     }

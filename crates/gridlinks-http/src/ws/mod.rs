@@ -51,6 +51,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::state::Http;
 use gridlinks_platform::auth::{Auth, Caller};
 use gridlinks_platform::entities::ServiceError;
+use gridlinks_platform::limits::Limit;
 use gridlinks_platform::Core;
 
 /// A session's outgoing queue, as the hub sees it.
@@ -90,12 +91,13 @@ struct Sub {
     out: Arc<Outbox>,
 }
 
-/// The subscriptions by device, and how many each user and tenant holds.
+/// The subscriptions by device, and how many each user, tenant and customer holds.
 #[derive(Default)]
 struct Table {
     by_device: HashMap<DeviceId, Vec<Arc<Sub>>>,
     per_user: HashMap<uuid::Uuid, usize>,
     per_tenant: HashMap<uuid::Uuid, usize>,
+    per_customer: HashMap<uuid::Uuid, usize>,
 }
 
 /// Takes `n` off `key`'s count, dropping the entry at zero.
@@ -115,19 +117,25 @@ pub struct Hub {
     count: AtomicUsize,
     next_session: AtomicU64,
     sessions: AtomicUsize,
-    /// Open sessions per user.
+    /// Open sessions per user, tenant and customer (ids of different kinds never meet).
     user_sessions: parking_lot::Mutex<HashMap<uuid::Uuid, usize>>,
 }
 
-/// A user's session, counted against `ws.max_sessions_per_user` while it lives.
+/// A user's session, counted against `ws.max_sessions_per_user` and its tenant profile's
+/// `maxWsSessionsPerTenant` and `…PerCustomer` while it lives.
 struct UserSession {
     hub: Arc<Hub>,
     user: uuid::Uuid,
+    /// The user, its tenant and its customer.
+    owners: Vec<uuid::Uuid>,
 }
 
 impl Drop for UserSession {
     fn drop(&mut self) {
-        uncount(&mut self.hub.user_sessions.lock(), self.user, 1);
+        let mut open = self.hub.user_sessions.lock();
+        for o in &self.owners {
+            uncount(&mut open, *o, 1);
+        }
     }
 }
 
@@ -259,12 +267,23 @@ impl Hub {
         }
     }
 
-    /// Subscribes `sub` to `devices`, within its user's and tenant's bounds (why not, if
-    /// not).
-    fn add(&self, devices: &[DeviceId], sub: Sub, cfg: &gridlinks_platform::config::WsConfig) -> Result<(), String> {
+    /// Subscribes `sub` to `devices`, within its user's, tenant's and customer's bounds
+    /// (why not, if not).
+    fn add(&self, devices: &[DeviceId], sub: Sub, core: &Core) -> Result<(), String> {
+        let cfg = &core.cfg.ws;
+        let profile = core.limits.ws(sub.caller.tenant);
         let mut subs = self.subs.write();
         let n = devices.len();
         let (user, tenant) = (sub.caller.user, sub.caller.tenant);
+        let over = |held: usize, max: u64| max > 0 && (held + n) as u64 > max;
+        if over(subs.per_tenant.get(&tenant).copied().unwrap_or(0), profile.subscriptions_per_tenant) {
+            return Err(core.limits.ws_refusal(&profile, Limit::WsSubscriptionsPerTenant));
+        }
+        if let Some(c) = sub.caller.customer {
+            if over(subs.per_customer.get(&c).copied().unwrap_or(0), profile.subscriptions_per_customer) {
+                return Err(core.limits.ws_refusal(&profile, Limit::WsSubscriptionsPerCustomer));
+            }
+        }
         let max_user = cfg.max_subscriptions_per_user;
         if subs.per_user.get(&user).copied().unwrap_or(0) + n > max_user {
             return Err(format!("too many subscriptions: at most {max_user} per user (ws.max_subscriptions_per_user)"));
@@ -277,6 +296,9 @@ impl Hub {
         }
         *subs.per_user.entry(user).or_default() += n;
         *subs.per_tenant.entry(tenant).or_default() += n;
+        if let Some(c) = sub.caller.customer {
+            *subs.per_customer.entry(c).or_default() += n;
+        }
         let sub = Arc::new(sub);
         for &device in devices {
             subs.by_device.entry(device).or_default().push(sub.clone());
@@ -285,15 +307,32 @@ impl Hub {
         Ok(())
     }
 
-    /// Counts a session of `user`, within `max` (`None`: it has that many already).
-    fn open_session(self: &Arc<Self>, user: uuid::Uuid, max: usize) -> Option<UserSession> {
-        let mut open = self.user_sessions.lock();
-        let n = open.entry(user).or_default();
-        if *n >= max {
-            return None;
+    /// Counts a session of `caller` within `ws.max_sessions_per_user` and its tenant
+    /// profile's bounds; why not, if not.
+    fn open_session(self: &Arc<Self>, caller: &Caller, core: &Core) -> Result<UserSession, String> {
+        let profile = core.limits.ws(caller.tenant);
+        let max_user = core.cfg.ws.max_sessions_per_user;
+        let mut bounds = vec![
+            (caller.user, max_user as u64, None),
+            (caller.tenant, profile.sessions_per_tenant, Some(Limit::WsSessionsPerTenant)),
+        ];
+        if let Some(c) = caller.customer {
+            bounds.push((c, profile.sessions_per_customer, Some(Limit::WsSessionsPerCustomer)));
         }
-        *n += 1;
-        Some(UserSession { hub: self.clone(), user })
+        let mut open = self.user_sessions.lock();
+        for &(owner, max, limit) in &bounds {
+            let held = open.get(&owner).copied().unwrap_or(0) as u64;
+            if (limit.is_none() || max > 0) && held >= max {
+                return Err(match limit {
+                    Some(l) => core.limits.ws_refusal(&profile, l),
+                    None => format!("too many sessions: at most {max_user} per user (ws.max_sessions_per_user)"),
+                });
+            }
+        }
+        for &(owner, ..) in &bounds {
+            *open.entry(owner).or_default() += 1;
+        }
+        Ok(UserSession { hub: self.clone(), user: caller.user, owners: bounds.iter().map(|b| b.0).collect() })
     }
 
     /// Ends command `cmd_id` of `session`, which follows `devices`: only their lists are
@@ -310,6 +349,9 @@ impl Hub {
             }
             uncount(&mut subs.per_user, gone.caller.user, 1);
             uncount(&mut subs.per_tenant, gone.caller.tenant, 1);
+            if let Some(c) = gone.caller.customer {
+                uncount(&mut subs.per_customer, c, 1);
+            }
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -565,14 +607,12 @@ impl Session {
         };
         if self.counted.as_ref().is_none_or(|c| c.user != caller.user) {
             self.counted = None;
-            let max = self.h.core.cfg.ws.max_sessions_per_user;
-            self.counted = self.h.ws.open_session(caller.user, max);
-            if self.counted.is_none() {
-                self.caller = None;
-                return Err((
-                    code::BAD_REQUEST,
-                    format!("too many sessions: at most {max} per user (ws.max_sessions_per_user)"),
-                ));
+            match self.h.ws.open_session(&caller, &self.h.core) {
+                Ok(counted) => self.counted = Some(counted),
+                Err(why) => {
+                    self.caller = None;
+                    return Err((code::BAD_REQUEST, why));
+                }
             }
         }
         self.caller = Some((Arc::new(caller), expiry));
@@ -667,7 +707,7 @@ impl Session {
         }
         self.unfollow(cmd_id);
         let s = Sub { session: self.id, cmd_id, kind, keys, caller: caller.clone(), out: self.out.clone() };
-        self.h.ws.add(devices, s, &self.h.core.cfg.ws)?;
+        self.h.ws.add(devices, s, &self.h.core)?;
         self.followed.insert(cmd_id, devices.to_vec());
         Ok(())
     }

@@ -112,6 +112,14 @@ pub(super) fn outcome(
             }
             IngestError::Overloaded | IngestError::DiskFull(_) => (rc::QUOTA_EXCEEDED, e.to_string(), false),
             IngestError::Limit(m) => (rc::QUOTA_EXCEEDED, m.clone(), false),
+            IngestError::RateLimited(m) => {
+                // PUBACK/PUBREC say 0x97 (quota exceeded); a QoS 0 publish cannot be refused
+                // alone, and 3.1.1 cannot refuse at all: 0x96 (message rate too high) closes.
+                if version == ProtocolVersion::V5 && qos != QoS::AtMostOnce {
+                    return Done { ack: ack(rc::QUOTA_EXCEEDED, Some(m.clone())), ..Default::default() };
+                }
+                return Done { close: Some((rc::MESSAGE_RATE_TOO_HIGH, m.clone())), ..Default::default() };
+            }
             IngestError::Unavailable(_) | IngestError::Failed(_) => (rc::UNSPECIFIED_ERROR, e.to_string(), false),
         },
     };
@@ -167,12 +175,7 @@ impl<T: Transport> Conn<T> {
                     b.items.push(item);
                     b.items.len() - 1
                 });
-                b.publishes.push((
-                    topic,
-                    p.qos,
-                    p.packet_id,
-                    index.map_err(|e| IngestError::BadPayload(e.to_string())),
-                ));
+                b.publishes.push((topic, p.qos, p.packet_id, index));
                 self.extra_in_flight += 1;
                 return None;
             }

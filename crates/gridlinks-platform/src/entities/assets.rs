@@ -8,7 +8,7 @@ use gridlinks_storage::{DocKind, DocRecord, StoreError, WriteOp};
 use serde_json::{json, Value as J};
 use uuid::Uuid;
 
-use super::{blocking, hidden, written_doc, ServiceError, ServiceResult};
+use super::{blocking, hidden, may_create, written_doc, ServiceError, ServiceResult};
 use crate::auth::{Authority, Caller};
 use crate::core::Core;
 
@@ -238,6 +238,9 @@ pub async fn save(core: &Core, me: &Caller, a: AssetSave) -> ServiceResult<DocRe
     });
     if let (Some(c), Some(o)) = (old.as_ref().and_then(customer), doc.as_object_mut()) {
         o.insert("customerId".into(), c.to_string().into());
+    }
+    if a.id.is_none() {
+        may_create(core, me.tenant, DocKind::Asset).await?;
     }
     core.set_doc_tenant(&mut doc, me.tenant);
     written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::Asset, id: a.id, title: a.name, doc }).await?)

@@ -7,7 +7,7 @@ use gridlinks_storage::{DocKind, DocRecord, WriteOp};
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::{blocking, hidden, written_doc, ServiceError, ServiceResult};
+use super::{blocking, hidden, may_create, written_doc, ServiceError, ServiceResult};
 use crate::auth::{Auth, Caller};
 use crate::core::Core;
 
@@ -32,6 +32,9 @@ pub async fn save(core: &Core, me: &Caller, id: Option<Uuid>, title: String, mut
     }
     if let Some(id) = id {
         get(core, me, id).await?;
+    }
+    if id.is_none() {
+        may_create(core, me.tenant, DocKind::Customer).await?;
     }
     core.set_doc_tenant(&mut doc, me.tenant);
     written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::Customer, id, title, doc }).await?)

@@ -15,7 +15,7 @@ pub mod profiles;
 pub mod relations;
 pub mod users;
 
-use gridlinks_storage::{DocRecord, StoreError, WriteOutcome};
+use gridlinks_storage::{DocKind, DocRecord, StoreError, WriteOutcome};
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -46,6 +46,14 @@ pub enum ServiceError {
     /// Storage refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Whether `tenant` may create one more `kind` (its tenant profile's `maxAssets`,
+/// `maxCustomers`, `maxUsers`, `maxDashboards`): a check before the save, so two saves at
+/// once may both pass it, as in ThingsBoard.
+pub(crate) async fn may_create(core: &crate::Core, tenant: uuid::Uuid, kind: DocKind) -> ServiceResult<()> {
+    let limits = core.limits.clone();
+    Ok(blocking(move || limits.may_create(tenant, kind)).await?)
 }
 
 /// The result of an entity service.

@@ -9,7 +9,7 @@ use gridlinks_types::Ts;
 use serde_json::Value as J;
 use uuid::Uuid;
 
-use super::{blocking, hidden, written_doc, ServiceError, ServiceResult};
+use super::{blocking, hidden, may_create, written_doc, ServiceError, ServiceResult};
 
 use crate::auth::users::{self as u, Authority, Entry};
 use crate::auth::{Auth, AuthError, Caller, TokenPair};
@@ -157,6 +157,9 @@ pub async fn save(core: &Core, auth: &Auth, me: &Caller, user: NewUser) -> Servi
         if id == me.user && old.caller.email != email {
             return Err(invalid("Change your own email by logging in as another administrator"));
         }
+    }
+    if id.is_none() {
+        may_create(core, tenant, DocKind::User).await?;
     }
     let doc = u::user_doc(&email, authority, tenant, customer, &body);
     let user = written_doc(core.writer.submit(WriteOp::SaveDoc { kind: DocKind::User, id, title: email, doc }).await?)?;

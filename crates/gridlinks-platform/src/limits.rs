@@ -1,0 +1,685 @@
+//! Tenant profiles' limits in force: ThingsBoard's `DefaultTenantProfileConfiguration`
+//! fields, read from each tenant's profile ([`TenantLimits`]) and enforced here.
+//!
+//! - Rate limits in ThingsBoard's syntax, `"100:1,2000:60"`: at most 100 per second and
+//!   2000 per minute, each window a token bucket that starts full and refills evenly
+//!   ([`RateLimit`]). Transport messages per tenant and per device ([`Limits::meter`]): a
+//!   message carrying data points (telemetry, attributes) is counted against the
+//!   `…TelemetryMsgRateLimit` and `…TelemetryDataPointsRateLimit` windows, any other
+//!   message (RPC, attribute requests, claims, OTA chunks, gateway connects) against
+//!   `…MsgRateLimit`, as ThingsBoard counts them. A gateway's message counts against the
+//!   gateway. REST calls per tenant and per customer ([`Limits::rest`]).
+//! - Counts: `maxDevices` (checked by the storage writer, so concurrent creations cannot
+//!   both pass), `maxAssets`, `maxCustomers`, `maxUsers`, `maxDashboards`
+//!   ([`Limits::may_create`]); WebSocket sessions and subscriptions per tenant and per
+//!   customer ([`Limits::ws`]).
+//!
+//! A refusal names the field, its value and the profile; each is counted in `/metrics`
+//! (`gridlinks_tenant_limit_refusals_total{limit="…"}`). The limits are kept per node: in a
+//! cluster each node allows the full rate, as ThingsBoard's transports do.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use gridlinks_ingest::{IngestError, Item};
+use gridlinks_storage::{DocKind, Store, StoreError, TenantCaps};
+use gridlinks_types::DeviceId;
+use parking_lot::{Mutex, RwLock};
+use serde_json::Value as J;
+use uuid::Uuid;
+
+use crate::auth::{Authority, Caller};
+use crate::metrics::{self, DescriptorEncoder};
+
+/// The id of the built-in default tenant profile (written at the first start).
+pub fn default_profile_id() -> Uuid {
+    Uuid::new_v5(&Uuid::NAMESPACE_OID, b"gridlinks default tenant profile")
+}
+
+/// A rate limit: windows of (at most `n`, per `secs` seconds).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateLimit {
+    windows: Vec<(u64, u64)>,
+}
+
+impl RateLimit {
+    /// Parses ThingsBoard's `"100:1,2000:60"`; an empty string is no limit (`None`).
+    pub fn parse(text: &str) -> Result<Option<Self>, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let mut windows = Vec::new();
+        for part in text.split(',') {
+            let window = part.split_once(':').and_then(|(n, secs)| {
+                let (n, secs) = (n.trim().parse::<u64>().ok()?, secs.trim().parse::<u64>().ok()?);
+                (n > 0 && secs > 0).then_some((n, secs))
+            });
+            windows.push(window.ok_or_else(|| {
+                format!("invalid rate limit {text:?}: expected \"count:seconds\" pairs separated by commas, e.g. \"100:1,2000:60\"")
+            })?);
+        }
+        if windows.len() > 8 {
+            return Err(format!("invalid rate limit {text:?}: at most 8 windows"));
+        }
+        Ok(Some(Self { windows }))
+    }
+}
+
+impl fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (n, secs)) in self.windows.iter().enumerate() {
+            write!(f, "{}{n}:{secs}", if i > 0 { "," } else { "" })?;
+        }
+        Ok(())
+    }
+}
+
+/// The state of one [`RateLimit`]: a token bucket per window, as of `at`.
+#[derive(Debug)]
+struct Buckets {
+    tokens: Vec<f64>,
+    at: Instant,
+}
+
+impl Buckets {
+    fn full(limit: &RateLimit, now: Instant) -> Self {
+        Self { tokens: limit.windows.iter().map(|(n, _)| *n as f64).collect(), at: now }
+    }
+
+    fn refill(&mut self, limit: &RateLimit, now: Instant) {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = now;
+        for (t, (n, secs)) in self.tokens.iter_mut().zip(&limit.windows) {
+            *t = (*t + dt * *n as f64 / *secs as f64).min(*n as f64);
+        }
+    }
+
+    /// Whether `cost` is available in every window (nothing taken).
+    fn has(&self, cost: f64) -> bool {
+        self.tokens.iter().all(|t| *t >= cost)
+    }
+
+    fn take(&mut self, cost: f64) {
+        self.tokens.iter_mut().for_each(|t| *t -= cost);
+    }
+}
+
+/// The limits a profile field sets, as named in refusals and in `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// `transportTenantMsgRateLimit`.
+    TenantMsg,
+    /// `transportTenantTelemetryMsgRateLimit`.
+    TenantTelemetryMsg,
+    /// `transportTenantTelemetryDataPointsRateLimit`.
+    TenantDataPoints,
+    /// `transportDeviceMsgRateLimit`.
+    DeviceMsg,
+    /// `transportDeviceTelemetryMsgRateLimit`.
+    DeviceTelemetryMsg,
+    /// `transportDeviceTelemetryDataPointsRateLimit`.
+    DeviceDataPoints,
+    /// `tenantServerRestLimitsConfiguration`.
+    TenantRest,
+    /// `customerServerRestLimitsConfiguration`.
+    CustomerRest,
+    /// `maxDevices`.
+    MaxDevices,
+    /// `maxAssets`.
+    MaxAssets,
+    /// `maxCustomers`.
+    MaxCustomers,
+    /// `maxUsers`.
+    MaxUsers,
+    /// `maxDashboards`.
+    MaxDashboards,
+    /// `maxWsSessionsPerTenant`.
+    WsSessionsPerTenant,
+    /// `maxWsSessionsPerCustomer`.
+    WsSessionsPerCustomer,
+    /// `maxWsSubscriptionsPerTenant`.
+    WsSubscriptionsPerTenant,
+    /// `maxWsSubscriptionsPerCustomer`.
+    WsSubscriptionsPerCustomer,
+}
+
+impl Limit {
+    const ALL: [Limit; 17] = [
+        Limit::TenantMsg,
+        Limit::TenantTelemetryMsg,
+        Limit::TenantDataPoints,
+        Limit::DeviceMsg,
+        Limit::DeviceTelemetryMsg,
+        Limit::DeviceDataPoints,
+        Limit::TenantRest,
+        Limit::CustomerRest,
+        Limit::MaxDevices,
+        Limit::MaxAssets,
+        Limit::MaxCustomers,
+        Limit::MaxUsers,
+        Limit::MaxDashboards,
+        Limit::WsSessionsPerTenant,
+        Limit::WsSessionsPerCustomer,
+        Limit::WsSubscriptionsPerTenant,
+        Limit::WsSubscriptionsPerCustomer,
+    ];
+
+    /// The tenant profile configuration's field.
+    pub fn field(self) -> &'static str {
+        match self {
+            Limit::TenantMsg => "transportTenantMsgRateLimit",
+            Limit::TenantTelemetryMsg => "transportTenantTelemetryMsgRateLimit",
+            Limit::TenantDataPoints => "transportTenantTelemetryDataPointsRateLimit",
+            Limit::DeviceMsg => "transportDeviceMsgRateLimit",
+            Limit::DeviceTelemetryMsg => "transportDeviceTelemetryMsgRateLimit",
+            Limit::DeviceDataPoints => "transportDeviceTelemetryDataPointsRateLimit",
+            Limit::TenantRest => "tenantServerRestLimitsConfiguration",
+            Limit::CustomerRest => "customerServerRestLimitsConfiguration",
+            Limit::MaxDevices => "maxDevices",
+            Limit::MaxAssets => "maxAssets",
+            Limit::MaxCustomers => "maxCustomers",
+            Limit::MaxUsers => "maxUsers",
+            Limit::MaxDashboards => "maxDashboards",
+            Limit::WsSessionsPerTenant => "maxWsSessionsPerTenant",
+            Limit::WsSessionsPerCustomer => "maxWsSessionsPerCustomer",
+            Limit::WsSubscriptionsPerTenant => "maxWsSubscriptionsPerTenant",
+            Limit::WsSubscriptionsPerCustomer => "maxWsSubscriptionsPerCustomer",
+        }
+    }
+
+    /// What it counts, in a refusal.
+    fn counts(self) -> &'static str {
+        match self {
+            Limit::TenantMsg => "messages of this tenant's devices",
+            Limit::TenantTelemetryMsg => "telemetry messages of this tenant's devices",
+            Limit::TenantDataPoints => "data points of this tenant's devices",
+            Limit::DeviceMsg => "messages of this device",
+            Limit::DeviceTelemetryMsg => "telemetry messages of this device",
+            Limit::DeviceDataPoints => "data points of this device",
+            Limit::TenantRest => "REST API calls of this tenant",
+            Limit::CustomerRest => "REST API calls of this customer",
+            Limit::MaxDevices => "devices",
+            Limit::MaxAssets => "assets",
+            Limit::MaxCustomers => "customers",
+            Limit::MaxUsers => "users",
+            Limit::MaxDashboards => "dashboards",
+            Limit::WsSessionsPerTenant => "WebSocket sessions of this tenant",
+            Limit::WsSessionsPerCustomer => "WebSocket sessions of this customer",
+            Limit::WsSubscriptionsPerTenant => "WebSocket subscriptions of this tenant",
+            Limit::WsSubscriptionsPerCustomer => "WebSocket subscriptions of this customer",
+        }
+    }
+}
+
+/// One tenant profile's limits (0 or no rate: no bound).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TenantLimits {
+    /// The profile's name, for refusals.
+    pub profile: String,
+    rates: HashMap<&'static str, RateLimit>,
+    counts: HashMap<&'static str, u64>,
+}
+
+impl TenantLimits {
+    /// The limits of a tenant profile document (`profileData.configuration`); an invalid
+    /// rate limit is an error naming its field.
+    pub fn from_profile(name: &str, doc: &J) -> Result<Self, String> {
+        let cfg = doc.pointer("/profileData/configuration").cloned().unwrap_or(J::Null);
+        let mut out = Self { profile: name.to_owned(), ..Self::default() };
+        for limit in Limit::ALL {
+            let Some(v) = cfg.get(limit.field()).filter(|v| !v.is_null()) else { continue };
+            match v {
+                J::String(s) if limit.is_rate() => {
+                    if let Some(r) = RateLimit::parse(s).map_err(|e| format!("{}: {e}", limit.field()))? {
+                        out.rates.insert(limit.field(), r);
+                    }
+                }
+                J::Number(n) if !limit.is_rate() => {
+                    let n = n
+                        .as_u64()
+                        .ok_or_else(|| format!("{}: a whole number ≥ 0, or 0 for no limit", limit.field()))?;
+                    if n > 0 {
+                        out.counts.insert(limit.field(), n);
+                    }
+                }
+                _ => {
+                    let want = if limit.is_rate() { "a string like \"100:1,2000:60\"" } else { "a number" };
+                    return Err(format!("{}: expected {want}", limit.field()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether nothing is bounded.
+    fn is_empty(&self) -> bool {
+        self.rates.is_empty() && self.counts.is_empty()
+    }
+
+    fn rate(&self, l: Limit) -> Option<&RateLimit> {
+        self.rates.get(l.field())
+    }
+
+    /// The bound set by `l` (0: none).
+    pub fn count(&self, l: Limit) -> u64 {
+        self.counts.get(l.field()).copied().unwrap_or(0)
+    }
+
+    fn has_transport_rates(&self) -> bool {
+        [
+            Limit::TenantMsg,
+            Limit::TenantTelemetryMsg,
+            Limit::TenantDataPoints,
+            Limit::DeviceMsg,
+            Limit::DeviceTelemetryMsg,
+            Limit::DeviceDataPoints,
+        ]
+        .into_iter()
+        .any(|l| self.rate(l).is_some())
+    }
+
+    fn refusal(&self, l: Limit, value: &dyn fmt::Display) -> String {
+        format!("{} limit of tenant profile '{}' reached: {} = {value}", l.counts(), self.profile, l.field())
+    }
+}
+
+impl Limit {
+    fn is_rate(self) -> bool {
+        matches!(
+            self,
+            Limit::TenantMsg
+                | Limit::TenantTelemetryMsg
+                | Limit::TenantDataPoints
+                | Limit::DeviceMsg
+                | Limit::DeviceTelemetryMsg
+                | Limit::DeviceDataPoints
+                | Limit::TenantRest
+                | Limit::CustomerRest
+        )
+    }
+}
+
+/// Rate-limit state of one tenant, device or customer under `limits`.
+struct Metered {
+    /// The limits the state was made for (a changed profile starts afresh).
+    limits: Arc<TenantLimits>,
+    /// Per limit field, its buckets.
+    buckets: HashMap<&'static str, Buckets>,
+}
+
+impl Metered {
+    fn new(limits: Arc<TenantLimits>) -> Self {
+        Self { limits, buckets: HashMap::new() }
+    }
+
+    /// Takes `cost` from each of `want` (limit, cost) at once, or nothing: the first
+    /// limit that lacks it.
+    fn take(&mut self, want: &[(Limit, f64)], now: Instant) -> Result<(), Limit> {
+        for &(l, cost) in want {
+            let Some(rate) = self.limits.rate(l) else { continue };
+            let b = self.buckets.entry(l.field()).or_insert_with(|| Buckets::full(rate, now));
+            b.refill(rate, now);
+            if !b.has(cost) {
+                return Err(l);
+            }
+        }
+        for &(l, cost) in want {
+            if let Some(b) = self.buckets.get_mut(l.field()) {
+                b.take(cost);
+            }
+        }
+        Ok(())
+    }
+
+    fn give_back(&mut self, want: &[(Limit, f64)]) {
+        for &(l, cost) in want {
+            if let Some(b) = self.buckets.get_mut(l.field()) {
+                b.take(-cost);
+            }
+        }
+    }
+}
+
+/// Most devices whose tenant is remembered for metering; past it the table starts afresh.
+const MAX_DEVICES: usize = 1 << 21;
+
+/// The limits in force and their state, one per server.
+pub struct Limits {
+    store: Store,
+    first_tenant: Uuid,
+    /// Tenants whose profile bounds something.
+    by_tenant: RwLock<HashMap<Uuid, Arc<TenantLimits>>>,
+    /// Whether any tenant has transport rate limits (else metering is one load).
+    transport: AtomicBool,
+    /// Tenants' and customers' rate state (transport, REST).
+    owners: Mutex<HashMap<Uuid, Metered>>,
+    /// Devices' tenants and rate state.
+    devices: Mutex<HashMap<DeviceId, (Uuid, Option<Metered>)>>,
+    /// What the storage writer checks `maxDevices` against.
+    device_caps: Arc<TenantCaps>,
+    refusals: [AtomicU64; Limit::ALL.len()],
+}
+
+impl Limits {
+    /// No limits yet (see [`Limits::reload`]); `device_caps` is the writer's.
+    pub fn new(store: Store, first_tenant: Uuid, device_caps: Arc<TenantCaps>) -> Self {
+        Self {
+            store,
+            first_tenant,
+            by_tenant: RwLock::default(),
+            transport: AtomicBool::new(false),
+            owners: Mutex::default(),
+            devices: Mutex::default(),
+            device_caps,
+            refusals: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Reads every tenant's profile again; the state of a tenant whose limits changed
+    /// starts afresh.
+    pub fn reload(&self) -> Result<(), StoreError> {
+        let profiles: HashMap<Uuid, Arc<TenantLimits>> = self
+            .store
+            .docs(DocKind::TenantProfile)?
+            .into_iter()
+            .filter_map(|d| match TenantLimits::from_profile(&d.title, &d.doc) {
+                Ok(l) => Some((d.id, Arc::new(l))),
+                Err(e) => {
+                    tracing::error!(profile = %d.title, error = %e, "tenant profile has an invalid limit; it bounds nothing");
+                    None
+                }
+            })
+            .collect();
+        let default = self
+            .store
+            .docs(DocKind::TenantProfile)?
+            .into_iter()
+            .find(|d| d.doc.get("default").and_then(J::as_bool) == Some(true))
+            .map_or_else(default_profile_id, |d| d.id);
+        let mut by_tenant = HashMap::new();
+        let mut caps = HashMap::new();
+        for t in self.store.docs(DocKind::Tenant)? {
+            let profile = profile_of(&t.doc).unwrap_or(default);
+            let Some(l) = profiles.get(&profile).filter(|l| !l.is_empty()) else { continue };
+            let max = l.count(Limit::MaxDevices);
+            if max > 0 {
+                let stored = (t.id != self.first_tenant).then_some(t.id);
+                let why = format!("maxDevices = {max} of tenant profile '{}'", l.profile);
+                caps.insert(stored, (usize::try_from(max).unwrap_or(usize::MAX), why));
+            }
+            by_tenant.insert(t.id, l.clone());
+        }
+        self.device_caps.set(caps);
+        self.transport.store(by_tenant.values().any(|l| l.has_transport_rates()), Ordering::Release);
+        *self.by_tenant.write() = by_tenant;
+        Ok(())
+    }
+
+    /// `tenant`'s limits, if its profile bounds anything.
+    pub fn of(&self, tenant: Uuid) -> Option<Arc<TenantLimits>> {
+        self.by_tenant.read().get(&tenant).cloned()
+    }
+
+    fn refuse(&self, l: Limit, limits: &TenantLimits, value: &dyn fmt::Display) -> String {
+        if let Some(i) = Limit::ALL.iter().position(|x| *x == l) {
+            self.refusals[i].fetch_add(1, Ordering::Relaxed);
+        }
+        limits.refusal(l, value)
+    }
+
+    /// Counts one message of `device` carrying `points` data points (0: not telemetry)
+    /// against its tenant's and its own transport rate limits; `RateLimited` naming the
+    /// spent limit, and nothing counted, when one is.
+    pub fn meter(&self, device: DeviceId, points: usize) -> Result<(), IngestError> {
+        if !self.transport.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let tenant = self.tenant_of_device(device)?;
+        let Some(limits) = self.of(tenant).filter(|l| l.has_transport_rates()) else { return Ok(()) };
+        let p = points as f64;
+        let telemetry = (
+            [(Limit::TenantTelemetryMsg, 1.0), (Limit::TenantDataPoints, p)],
+            [(Limit::DeviceTelemetryMsg, 1.0), (Limit::DeviceDataPoints, p)],
+        );
+        type Want<'a> = &'a [(Limit, f64)];
+        let (tenant_want, device_want): (Want, Want) = if points > 0 {
+            (&telemetry.0, &telemetry.1)
+        } else {
+            (&[(Limit::TenantMsg, 1.0)], &[(Limit::DeviceMsg, 1.0)])
+        };
+        let refused = |l: Limit| {
+            let rate = limits.rate(l).map(ToString::to_string).unwrap_or_default();
+            IngestError::RateLimited(self.refuse(l, &limits, &format_args!("\"{rate}\"")))
+        };
+        {
+            let mut owners = self.owners.lock();
+            let m = metered(&mut owners, tenant, &limits);
+            m.take(tenant_want, now).map_err(refused)?;
+        }
+        let mut devices = self.devices.lock();
+        let entry = devices.entry(device).or_insert((tenant, None));
+        let m = match &mut entry.1 {
+            Some(m) if Arc::ptr_eq(&m.limits, &limits) => m,
+            slot => slot.insert(Metered::new(limits.clone())),
+        };
+        if let Err(l) = m.take(device_want, now) {
+            drop(devices);
+            if let Some(m) = self.owners.lock().get_mut(&tenant) {
+                m.give_back(tenant_want);
+            }
+            return Err(refused(l));
+        }
+        Ok(())
+    }
+
+    /// [`Limits::meter`] for an item about to be submitted (its values are its points).
+    pub fn meter_item(&self, item: &Item) -> Result<(), IngestError> {
+        match item {
+            Item::Telemetry { device, records } => self.meter(*device, records.iter().map(|r| r.values.len()).sum()),
+            Item::Attributes { device, values, .. } => self.meter(*device, values.len()),
+        }
+    }
+
+    /// `device`'s own rate limits (messages, telemetry messages, data points) as its
+    /// tenant profile writes them; empty: none.
+    pub fn device_rates(&self, device: DeviceId) -> [String; 3] {
+        let limits =
+            self.store.device(device).ok().flatten().and_then(|d| self.of(d.tenant.unwrap_or(self.first_tenant)));
+        [Limit::DeviceMsg, Limit::DeviceTelemetryMsg, Limit::DeviceDataPoints]
+            .map(|l| limits.as_ref().and_then(|x| x.rate(l)).map(ToString::to_string).unwrap_or_default())
+    }
+
+    /// The tenant of `device`, remembered once read.
+    fn tenant_of_device(&self, device: DeviceId) -> Result<Uuid, IngestError> {
+        if let Some((t, _)) = self.devices.lock().get(&device) {
+            return Ok(*t);
+        }
+        let record = self.store.device(device)?.ok_or(IngestError::DeviceGone)?;
+        let tenant = record.tenant.unwrap_or(self.first_tenant);
+        let mut devices = self.devices.lock();
+        if devices.len() >= MAX_DEVICES {
+            devices.clear();
+        }
+        devices.entry(device).or_insert((tenant, None));
+        Ok(tenant)
+    }
+
+    /// Counts one REST call of `caller` against its tenant's and customer's limits; the
+    /// refusal when one is spent. The system administrator is not bounded.
+    pub fn rest(&self, caller: &Caller) -> Result<(), String> {
+        if caller.authority == Authority::SysAdmin {
+            return Ok(());
+        }
+        let Some(limits) = self.of(caller.tenant) else { return Ok(()) };
+        let now = Instant::now();
+        let mut owners = self.owners.lock();
+        let mut check = |owner: Uuid, l: Limit| -> Result<(), String> {
+            let Some(rate) = limits.rate(l) else { return Ok(()) };
+            let m = metered(&mut owners, owner, &limits);
+            m.take(&[(l, 1.0)], now).map_err(|l| self.refuse(l, &limits, &format_args!("\"{rate}\"")))
+        };
+        check(caller.tenant, Limit::TenantRest)?;
+        if let Some(customer) = caller.customer {
+            check(customer, Limit::CustomerRest)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `tenant` may create one more `kind` (assets, customers, users, dashboards):
+    /// the refusal when its profile's count is reached. Devices are bounded by the storage
+    /// writer instead.
+    pub fn may_create(&self, tenant: Uuid, kind: DocKind) -> Result<(), StoreError> {
+        let l = match kind {
+            DocKind::Asset => Limit::MaxAssets,
+            DocKind::Customer => Limit::MaxCustomers,
+            DocKind::User => Limit::MaxUsers,
+            DocKind::Dashboard => Limit::MaxDashboards,
+            _ => return Ok(()),
+        };
+        let Some(limits) = self.of(tenant) else { return Ok(()) };
+        let max = limits.count(l);
+        if max == 0 {
+            return Ok(());
+        }
+        let of = |d: &gridlinks_storage::DocRecord| {
+            d.doc.get("tenantId").and_then(J::as_str).and_then(|t| t.parse().ok()).unwrap_or(self.first_tenant)
+        };
+        let n = self.store.docs(kind)?.iter().filter(|d| of(d) == tenant).count() as u64;
+        if n >= max {
+            return Err(StoreError::EntitiesLimit(self.refuse(l, &limits, &max)));
+        }
+        Ok(())
+    }
+
+    /// `tenant`'s WebSocket bounds, the limit and its refusal for each: sessions per
+    /// tenant and per customer, subscriptions per tenant and per customer (0: none).
+    pub fn ws(&self, tenant: Uuid) -> WsLimits {
+        let Some(l) = self.of(tenant) else { return WsLimits::default() };
+        WsLimits {
+            sessions_per_tenant: l.count(Limit::WsSessionsPerTenant),
+            sessions_per_customer: l.count(Limit::WsSessionsPerCustomer),
+            subscriptions_per_tenant: l.count(Limit::WsSubscriptionsPerTenant),
+            subscriptions_per_customer: l.count(Limit::WsSubscriptionsPerCustomer),
+            limits: Some(l),
+        }
+    }
+
+    /// The refusal for WebSocket limit `l` (counted).
+    pub fn ws_refusal(&self, w: &WsLimits, l: Limit) -> String {
+        match &w.limits {
+            Some(limits) => self.refuse(l, limits, &limits.count(l)),
+            None => String::new(),
+        }
+    }
+}
+
+/// A tenant's WebSocket bounds (0: none).
+#[derive(Default)]
+pub struct WsLimits {
+    /// `maxWsSessionsPerTenant`.
+    pub sessions_per_tenant: u64,
+    /// `maxWsSessionsPerCustomer`.
+    pub sessions_per_customer: u64,
+    /// `maxWsSubscriptionsPerTenant`.
+    pub subscriptions_per_tenant: u64,
+    /// `maxWsSubscriptionsPerCustomer`.
+    pub subscriptions_per_customer: u64,
+    limits: Option<Arc<TenantLimits>>,
+}
+
+/// The rate state of `owner` under `limits` (afresh when its limits changed).
+fn metered<'a>(owners: &'a mut HashMap<Uuid, Metered>, owner: Uuid, limits: &Arc<TenantLimits>) -> &'a mut Metered {
+    let m = owners.entry(owner).or_insert_with(|| Metered::new(limits.clone()));
+    if !Arc::ptr_eq(&m.limits, limits) {
+        *m = Metered::new(limits.clone());
+    }
+    m
+}
+
+/// The tenant profile a tenant document names (`tenantProfileId`).
+pub fn profile_of(tenant_doc: &J) -> Option<Uuid> {
+    let v = tenant_doc.get("tenantProfileId")?;
+    v.get("id").unwrap_or(v).as_str()?.parse().ok()
+}
+
+impl metrics::Source for Limits {
+    fn encode(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        // The storage writer refuses devices over `maxDevices` (and counts them).
+        let values: Vec<(&str, u64)> = Limit::ALL
+            .iter()
+            .zip(&self.refusals)
+            .map(|(l, n)| match l {
+                Limit::MaxDevices => (l.field(), self.device_caps.refusals()),
+                _ => (l.field(), n.load(Ordering::Relaxed)),
+            })
+            .collect();
+        metrics::labelled_counter(
+            e,
+            "gridlinks_tenant_limit_refusals_total",
+            "Requests, messages, sessions and entities refused by a tenant profile's limit, by its field",
+            "limit",
+            &values,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limits_parse_as_thingsboard_writes_them() {
+        let r = RateLimit::parse("100:1,2000:60").unwrap().unwrap();
+        assert_eq!(r.windows, vec![(100, 1), (2000, 60)]);
+        assert_eq!(r.to_string(), "100:1,2000:60");
+        assert_eq!(RateLimit::parse(" ").unwrap(), None);
+        for bad in ["100", "100:0", "0:1", "a:1", "100:1,", "1:1:1"] {
+            assert!(RateLimit::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_window_bounds_and_refills_evenly() {
+        let r = RateLimit::parse("10:1,15:60").unwrap().unwrap();
+        let t0 = Instant::now();
+        let mut b = Buckets::full(&r, t0);
+        for _ in 0..10 {
+            assert!(b.has(1.0));
+            b.take(1.0);
+        }
+        assert!(!b.has(1.0), "the per-second window is spent");
+        b.refill(&r, t0 + std::time::Duration::from_secs(1));
+        assert!(b.has(5.0) && !b.has(5.5), "the minute window allows 5 more: {:?}", b.tokens);
+    }
+
+    #[test]
+    fn a_refused_message_costs_nothing() {
+        let doc = serde_json::json!({"profileData": {"configuration": {
+            "transportTenantTelemetryMsgRateLimit": "100:1",
+            "transportTenantTelemetryDataPointsRateLimit": "5:1",
+        }}});
+        let limits = Arc::new(TenantLimits::from_profile("p", &doc).unwrap());
+        let mut m = Metered::new(limits);
+        let now = Instant::now();
+        let want = |p| [(Limit::TenantTelemetryMsg, 1.0), (Limit::TenantDataPoints, p)];
+        assert_eq!(m.take(&want(6.0), now), Err(Limit::TenantDataPoints));
+        assert!(m.take(&want(5.0), now).is_ok(), "the refused message took no message token");
+    }
+
+    #[test]
+    fn profiles_name_their_bad_fields() {
+        let bad = serde_json::json!({"profileData": {"configuration": {"transportDeviceMsgRateLimit": "fast"}}});
+        let e = TenantLimits::from_profile("p", &bad).unwrap_err();
+        assert!(e.starts_with("transportDeviceMsgRateLimit:"), "{e}");
+        let bad = serde_json::json!({"profileData": {"configuration": {"maxDevices": "ten"}}});
+        assert!(TenantLimits::from_profile("p", &bad).unwrap_err().starts_with("maxDevices:"));
+        let none =
+            serde_json::json!({"profileData": {"configuration": {"maxDevices": 0, "transportDeviceMsgRateLimit": ""}}});
+        assert!(TenantLimits::from_profile("p", &none).unwrap().is_empty());
+    }
+}
