@@ -400,11 +400,14 @@ impl Limits {
             .into_iter()
             .find(|d| d.doc.get("default").and_then(J::as_bool) == Some(true))
             .map_or_else(default_profile_id, |d| d.id);
+        let old = self.by_tenant.read().clone();
         let mut by_tenant = HashMap::new();
         let mut caps = HashMap::new();
         for t in self.store.docs(DocKind::Tenant)? {
             let profile = profile_of(&t.doc).unwrap_or(default);
             let Some(l) = profiles.get(&profile).filter(|l| !l.is_empty()) else { continue };
+            // Unchanged limits keep their state (a reload is no fresh allowance).
+            let l = old.get(&t.id).filter(|o| *o == l).unwrap_or(l);
             let max = l.count(Limit::MaxDevices);
             if max > 0 {
                 let stored = (t.id != self.first_tenant).then_some(t.id);

@@ -153,7 +153,19 @@ fn a_device_over_its_rate_is_refused_by_name_on_every_transport_and_nothing_of_i
     let (mut c3, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("FREE-D"), 60);
     assert!(publish_v5(&mut c3, 1, 50).iter().all(|a| a.0 == 0), "the default profile bounds nothing");
     assert_eq!(s.stored_timestamps(&s.login(), &free, "t").len(), 50);
-    assert!(refusals(&s, "transportDeviceTelemetryMsgRateLimit") >= 4);
+    // A gateway's message counts once against the gateway, whatever devices it names; a
+    // refused one creates no device.
+    s.gateway(&beta, "gw", "SMALL-GW");
+    let (mut gw, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("SMALL-GW"), 60);
+    for (i, names) in [["s1", "s2"], ["s3", "s4"], ["s5", "s6"], ["s7", "s8"]].iter().enumerate() {
+        let body = json!({names[0]: [{"ts": 1, "values": {"t": 1}}], names[1]: [{"ts": 1, "values": {"t": 1}}]});
+        gw.publish("v1/gateway/telemetry", body.to_string().as_bytes(), QoS::AtLeastOnce, Some(i as u16 + 1));
+        let Some(Packet::PubAck(a)) = gw.recv() else { panic!("no PUBACK") };
+        assert_eq!(a.reason, if i < 3 { 0 } else { 0x97 }, "message {i}: {a:?}");
+    }
+    let (_, s7) = s.json("GET", "/api/tenant/devices?deviceName=s7", &beta, None);
+    assert_eq!(s7["status"], 404, "{s7}");
+    assert!(refusals(&s, "transportDeviceTelemetryMsgRateLimit") >= 5);
     assert_eq!(refusals(&s, "transportTenantMsgRateLimit"), 0);
 }
 
@@ -174,13 +186,16 @@ fn a_tenant_rate_is_shared_by_its_devices_and_a_profile_change_applies_at_once()
     assert_eq!(refused.0, 0x97);
     assert!(refused.1.unwrap().contains("transportTenantTelemetryDataPointsRateLimit"));
     assert_eq!(publish_v5(&mut a, 9, 1)[0].0, 0x97, "the tenant's allowance is spent for all its devices");
+    // Saving another tenant reads every profile again: that is no fresh allowance.
+    assert_eq!(s.json("POST", "/api/tenant", &sys, Some(json!({"title": "other"}))).0, 200);
+    assert_eq!(publish_v5(&mut a, 11, 1)[0].0, 0x97);
 
     // The system administrator raises the limit: it applies to the next message.
     let (_, profiles) = s.json("GET", "/api/tenantProfiles?pageSize=10&page=0&textSearch=shared", &sys, None);
     let mut profile = profiles["data"][0].clone();
     profile["profileData"]["configuration"]["transportTenantTelemetryDataPointsRateLimit"] = "100:3600".into();
     assert_eq!(s.json("POST", "/api/tenantProfile", &sys, Some(profile)).0, 200);
-    assert_eq!(publish_v5(&mut a, 10, 1)[0].0, 0);
+    assert_eq!(publish_v5(&mut a, 12, 1)[0].0, 0);
 }
 
 #[test]
