@@ -4,7 +4,7 @@ GridLinks serves MQTT over TLS, MQTT over secure WebSocket and HTTPS with a cert
 made here by the openssl command line (a test CA, a server certificate for localhost, a
 device's self-signed certificate). tb-mqtt-client connects over TLS with a token and with a
 device's X.509 certificate (its own `connect(tls=True, cert_file=, key_file=)`);
-tb-rest-client talks HTTPS; paho publishes over wss://.
+tb-rest-client talks HTTPS; paho publishes over wss://, by token and by a device certificate.
 """
 
 import ssl
@@ -38,8 +38,9 @@ def pki(tmp_path_factory):
     _openssl(d, "req", "-new", *EC, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
     _openssl(d, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
              "-days", "30", "-extfile", "san.ext", "-out", "server.pem")
-    _openssl(d, "req", "-x509", *EC, "-keyout", "device.key", "-out", "device.pem", "-subj", "/CN=sdk-x509",
-             "-days", "30")
+    for name in ("device", "wss-device"):
+        _openssl(d, "req", "-x509", *EC, "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN={name}",
+                 "-days", "30")
     return d
 
 
@@ -102,15 +103,38 @@ def test_sdk_over_tls_with_a_token(server, pki, rest):
     _sdk_sends(server, pki, rest, device_id, "tls", token=TOKEN)
 
 
-def test_sdk_over_tls_with_an_x509_certificate(server, pki, rest):
-    device_id = _device(server, rest, "sdk-x509")
-    pem = (pki / "device.pem").read_text()
+def _x509_device(server, pki, rest, name, cert):
+    device_id = _device(server, rest, name)
+    pem = (pki / f"{cert}.pem").read_text()
     r = requests.post(f"{server['base']}/api/device/credentials", timeout=30,
                       headers={"X-Authorization": "Bearer " + rest.token_info["token"]},
                       json={"deviceId": {"entityType": "DEVICE", "id": device_id.id},
                             "credentialsType": "X509_CERTIFICATE", "credentialsValue": pem})
     assert r.status_code == 200, r.text
+    return device_id
+
+
+def test_sdk_over_tls_with_an_x509_certificate(server, pki, rest):
+    device_id = _x509_device(server, pki, rest, "sdk-x509", "device")
     _sdk_sends(server, pki, rest, device_id, "x509", cert=True)
+
+
+def test_paho_over_secure_websocket_with_an_x509_certificate(server, pki, rest):
+    device_id = _x509_device(server, pki, rest, "paho-wss-x509", "wss-device")
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, transport="websockets", protocol=mqtt.MQTTv311)
+    client.ws_set_options(path="/mqtt")
+    client.tls_set(ca_certs=str(pki / "ca.pem"), certfile=str(pki / "wss-device.pem"),
+                   keyfile=str(pki / "wss-device.key"), cert_reqs=ssl.CERT_REQUIRED)
+    client.connect("localhost", server["wss"])  # no user name: the certificate names the device
+    client.loop_start()
+    try:
+        info = client.publish("v1/devices/me/telemetry", '{"wssx509":4}', qos=1)
+        info.wait_for_publish(timeout=30)
+        assert info.is_published()
+        wait_until(lambda: _values(server, rest, device_id, "wssx509") == ["4"], "the point sent by certificate")
+    finally:
+        client.loop_stop()
+        client.disconnect()
 
 
 def test_paho_over_secure_websocket(server, pki, rest):

@@ -255,14 +255,16 @@ pub async fn serve_http(
             }
         };
         gridlinks_platform::net::tune(&stream, limits.keepalive_idle);
-        let conn = Connection { app: app.clone(), builder: builder.clone(), place: Arc::new(place), peer };
+        let conn = Connection { app: app.clone(), builder: builder.clone(), place: Arc::new(place), peer, cert: None };
         let (tls, alive, stop) = (tls.clone(), alive.clone(), shutdown.clone());
         tokio::spawn(async move {
             let _alive = alive;
             match tls {
                 None => conn.serve(TokioIo::new(stream), stop).await,
                 Some(tls) => match tls.accept(stream).await {
-                    Ok((stream, _)) => conn.serve(TokioIo::new(stream), stop).await,
+                    Ok((stream, cert)) => {
+                        Connection { cert: cert.map(Arc::new), ..conn }.serve(TokioIo::new(stream), stop).await
+                    }
                     Err(e) => tracing::debug!(%peer, error = %e, "HTTPS connection refused"),
                 },
             }
@@ -278,6 +280,9 @@ struct Connection {
     builder: Arc<hyper::server::conn::http1::Builder>,
     place: Arc<Place>,
     peer: std::net::SocketAddr,
+    /// The certificate the client presented in the TLS handshake (where asked for): each
+    /// request carries it as an extension.
+    cert: Option<Arc<tls::ClientCert>>,
 }
 
 impl Connection {
@@ -287,10 +292,13 @@ impl Connection {
     where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
-        let Connection { app, builder, place, peer } = self;
+        let Connection { app, builder, place, peer, cert } = self;
         let in_service = place.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));
+            if let Some(cert) = &cert {
+                req.extensions_mut().insert(cert.clone());
+            }
             let mut app = app.clone();
             let place = in_service.clone();
             place.conn.busy.fetch_add(1, Ordering::AcqRel);

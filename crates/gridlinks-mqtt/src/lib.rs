@@ -41,8 +41,9 @@ pub struct Mqtt {
     pub shared: Option<shared::SharedGroups>,
     /// With several nodes: sessions this node is taking over, waiting for their holder.
     pub handoffs: handoff::Handoffs,
-    /// `tls.client_ca_file`'s CA certificates (DER): who issues application clients'.
-    pub client_cas: Vec<Vec<u8>>,
+    /// `tls.client_ca_file`'s CA certificates (DER): who issues application clients'
+    /// (read again on SIGHUP).
+    pub client_cas: parking_lot::RwLock<Arc<Vec<Vec<u8>>>>,
 }
 
 impl std::ops::Deref for Mqtt {
@@ -122,7 +123,16 @@ impl Mqtt {
     /// `tls.client_ca_file`'s CA certificates: an application client's.
     pub fn issued_to_application(&self, chain: &[Vec<u8>]) -> bool {
         let Some((leaf, intermediates)) = chain.split_first() else { return false };
-        self.client_cas.iter().any(|ca| gridlinks_platform::provision::chains_to(leaf, intermediates, ca))
+        let cas = self.client_cas.read().clone();
+        cas.iter().any(|ca| gridlinks_platform::provision::chains_to(leaf, intermediates, ca))
+    }
+
+    /// Reads `tls.client_ca_file` again; a file that cannot be read keeps the CAs in use.
+    pub fn reload_client_cas(&self) -> Result<usize, gridlinks_listener::tls::TlsError> {
+        let cas = gridlinks_listener::tls::load_certificates(&self.core.cfg.tls.client_ca_file)?;
+        let n = cas.len();
+        *self.client_cas.write() = Arc::new(cas);
+        Ok(n)
     }
 
     /// The device whose X509_CERTIFICATE credentials have this fingerprint; `Err` when the
@@ -355,6 +365,7 @@ pub async fn listen_ws(
 async fn upgrade(
     axum::extract::State(ctx): axum::extract::State<Arc<WsContext>>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    cert: Option<axum::Extension<Arc<gridlinks_listener::tls::ClientCert>>>,
     ws: axum::extract::ws::WebSocketUpgrade,
 ) -> axum::response::Response {
     let peer = Some(peer.ip());
@@ -369,7 +380,26 @@ async fn upgrade(
     ws.protocols(["mqtt"])
         .max_message_size(max)
         .max_frame_size(max)
-        .on_upgrade(move |socket| connection::run(transport::Ws(socket, peer), st, (permit, alive)))
+        .on_upgrade(move |socket| connection::run(transport::Ws(socket, peer, cert.map(|c| c.0)), st, (permit, alive)))
+}
+
+/// Reads `tls.client_ca_file` again at every SIGHUP (new handshakes use it; clients logged
+/// in stay); a file that cannot be read is logged as an ERROR naming it, and the CAs in use
+/// stay.
+fn reload_client_cas_on_hangup(mqtt: &Arc<Mqtt>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mqtt = Arc::downgrade(mqtt);
+    Ok(tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let Some(m) = mqtt.upgrade() else { return };
+            let file = m.core.cfg.tls.client_ca_file.display().to_string();
+            match tokio::task::spawn_blocking(move || m.reload_client_cas()).await {
+                Ok(Ok(n)) => tracing::info!(file, certificates = n, "client CA certificates reloaded"),
+                Ok(Err(e)) => tracing::error!(file, error = %e, "client CA file not reloaded; the CAs in use stay"),
+                Err(e) => tracing::error!(error = %e, "client CA reload failed"),
+            }
+        }
+    }))
 }
 
 /// With shared entities (`cluster.entities = "postgres"`): closes this node's live
@@ -469,13 +499,12 @@ pub fn start(
         anonymous_acl,
         shared: platform.core.bus.as_ref().map(|b| shared::SharedGroups::new(b.settings().clone())),
         handoffs: Default::default(),
-        client_cas: match cfg.tls.client_ca_file.as_os_str().is_empty() {
-            true => Vec::new(),
-            false => {
-                gridlinks_listener::tls::load_certificates(&cfg.tls.client_ca_file).context("tls.client_ca_file")?
-            }
-        },
+        client_cas: Default::default(),
     });
+    let reload_cas = !cfg.tls.client_ca_file.as_os_str().is_empty();
+    if reload_cas {
+        mqtt.reload_client_cas().context("tls.client_ca_file")?;
+    }
     let retained =
         retained::load(&platform.core.store, &platform.devices.sessions).context("loading retained MQTT messages")?;
     let sessions = pubsub::load(&mqtt).context("loading persistent MQTT sessions")?;
@@ -485,6 +514,9 @@ pub fn start(
         shared.sweep(&mqtt);
     }
     let mut tasks: Vec<_> = [shared::keep_up(&mqtt), close_revoked(&mqtt)].into_iter().flatten().collect();
+    if reload_cas {
+        tasks.push(reload_client_cas_on_hangup(&mqtt).context("installing the SIGHUP handler (client CA reload)")?);
+    }
     if let Some(bus) = &platform.core.bus {
         tasks.push(pubsub::follow_bus(bus, &mqtt).context("following the kafka bus")?);
     }

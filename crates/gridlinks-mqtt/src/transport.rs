@@ -83,8 +83,9 @@ impl Transport for TcpStream {
     }
 }
 
-/// MQTT over a WebSocket, and the client's address.
-pub struct Ws(pub WebSocket, pub Option<IpAddr>);
+/// MQTT over a WebSocket, the client's address, and over `wss://` the certificate it
+/// presented.
+pub struct Ws(pub WebSocket, pub Option<IpAddr>, pub Option<std::sync::Arc<ClientCert>>);
 
 impl Transport for Ws {
     async fn fill(&mut self, buf: &mut BytesMut) -> bool {
@@ -117,6 +118,10 @@ impl Transport for Ws {
 
     fn peer_ip(&self) -> Option<IpAddr> {
         self.1
+    }
+
+    fn client_cert(&self) -> Option<&ClientCert> {
+        self.2.as_deref()
     }
 }
 

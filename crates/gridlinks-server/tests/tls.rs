@@ -511,4 +511,19 @@ fn an_application_client_logs_in_by_a_certificate_its_ca_issued() {
     assert!(!publish("dashboard.pem", "dashboard.key", "apps/x"), "another issuer");
     pki.signed_client_cert("stranger-app", "nobody", "apps-ca");
     assert!(!publish("stranger-app-chain.pem", "stranger-app.key", "apps/x"), "no credential of that name");
+
+    // SIGHUP reads the client CA file again: another CA in its place, and its certificates
+    // log in, the old CA's no more. A bad file keeps the CAs in use.
+    pki.ca("apps-ca-2");
+    pki.signed_client_cert("dash2", "dashboard", "apps-ca-2");
+    assert!(!publish("dash2-chain.pem", "dash2.key", "apps/x"), "not a client CA yet");
+    std::fs::copy(pki.path("apps-ca-2.pem"), pki.path("apps-ca.pem")).unwrap();
+    let hup = || assert!(Command::new("kill").args(["-HUP", &t.s.pid().to_string()]).status().unwrap().success());
+    hup();
+    wait_until("the new client CA is read", || publish("dash2-chain.pem", "dash2.key", "apps/x"));
+    assert!(!publish("dash-chain.pem", "dash.key", "apps/x"), "the old CA no more");
+    std::fs::write(pki.path("apps-ca.pem"), "not a certificate").unwrap();
+    hup();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(publish("dash2-chain.pem", "dash2.key", "apps/x"), "the CAs in use stay");
 }
