@@ -5,12 +5,18 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test deps lint cluster cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-tls bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster bench-tb-gateway
+.PHONY: run test build-deps deps lint cluster cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-tls bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster bench-tb-gateway
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
 ## console at http://localhost:8080/).
-run: console
+run: build-deps console
 	$(CARGO) run --release -p gridlinks-server --bin gridlinks -- serve
+
+## What building needs beyond Rust: OpenSSL's headers for CoAP over DTLS (the system
+## libssl); installed when missing.
+build-deps:
+	@pkg-config --exists openssl 2>/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq libssl-dev pkg-config >/dev/null; }
 
 ## The whole test suite: formatting and lints, Rust unit + integration tests (real binary),
 ## the compatibility tests with ThingsBoard's own Python clients and paho against Mosquitto,
@@ -26,7 +32,7 @@ lint:
 ## Debian packages the tests use as real peers (Mosquitto and its clients, Chromium for
 ## the browser test, libcoap's coap-client, openssl and curl for the TLS tests); installed
 ## when missing.
-deps:
+deps: build-deps
 	@command -v mosquitto_pub >/dev/null && command -v mosquitto >/dev/null && command -v chromium >/dev/null && command -v coap-client-notls >/dev/null && command -v mvn >/dev/null && command -v java >/dev/null && command -v openssl >/dev/null && command -v curl >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { apt-get update -qq && apt-get install -y -qq mosquitto mosquitto-clients chromium libcoap3-bin maven default-jre-headless postgresql openssl curl >/dev/null; }
 	scripts/services/kafka.sh fetch

@@ -45,6 +45,7 @@
 //! or out of space, 5.05 a proxy request, 5.00 storage failure; each with a diagnostic
 //! payload (RFC 7252 §5.5.2) to a verified endpoint.
 
+pub mod dtls;
 pub mod observe;
 
 use std::net::SocketAddr;
@@ -122,6 +123,9 @@ pub struct CoapMetrics {
 /// What the CoAP listener shares with its request and notification tasks.
 pub struct Server {
     socket: UdpSocket,
+    /// The DTLS sessions when this is the `coaps://` socket: every message in and out goes
+    /// through its peer's session.
+    dtls: Option<Arc<dtls::Dtls>>,
     platform: Arc<Platform>,
     metrics: Arc<CoapMetrics>,
     /// Requests remembered for deduplication, by (peer, message id).
@@ -145,6 +149,21 @@ pub struct Server {
 }
 
 impl Server {
+    /// Sends `message` to `peer` (sealed in its DTLS session on the `coaps://` socket; with
+    /// none, nothing goes).
+    async fn send(&self, message: &[u8], peer: SocketAddr) {
+        match &self.dtls {
+            None => {
+                let _ = self.socket.send_to(message, peer).await;
+            }
+            Some(d) => {
+                for datagram in d.seal(peer, message).unwrap_or_default() {
+                    let _ = self.socket.send_to(&datagram, peer).await;
+                }
+            }
+        }
+    }
+
     fn mid(&self) -> u16 {
         self.next_mid.fetch_add(1, Ordering::Relaxed)
     }
@@ -173,6 +192,10 @@ impl Server {
         let mut v = self.verified.lock();
         v.expire(now);
         self.metrics.verified_peers.store(v.len() as u64, Ordering::Relaxed);
+        drop(v);
+        if let Some(d) = &self.dtls {
+            d.sweep();
+        }
     }
 
     /// Takes the Echo option of `request`, if it carries one this server gave `peer`
@@ -254,10 +277,39 @@ impl Server {
 /// and every datagram lost there cost its device a 2 s retransmission timeout.
 const SOCKET_BUFFER: usize = 4 * 1024 * 1024;
 
-/// Serves CoAP on `socket` until `shutdown`.
-pub async fn serve(socket: UdpSocket, platform: Arc<Platform>, mut shutdown: watch::Receiver<bool>) {
-    let (metrics, observations) = (Arc::new(CoapMetrics::default()), Arc::new(observe::Observations::default()));
-    platform.metrics.register(Arc::new(CoapSource { metrics: metrics.clone(), observations: observations.clone() }));
+/// The sockets CoAP is served on.
+pub struct Sockets {
+    /// `coap.bind`: CoAP over UDP.
+    pub plain: Option<UdpSocket>,
+    /// `coap.dtls_bind`: CoAP over DTLS, with its sessions.
+    pub dtls: Option<(UdpSocket, Arc<dtls::Dtls>)>,
+}
+
+/// Serves CoAP on `sockets` until `shutdown`.
+pub async fn serve(sockets: Sockets, platform: Arc<Platform>, shutdown: watch::Receiver<bool>) {
+    let servers: Vec<Arc<Server>> = [sockets.plain.map(|s| (s, None)), sockets.dtls.map(|(s, d)| (s, Some(d)))]
+        .into_iter()
+        .flatten()
+        .map(|(socket, dtls)| server(socket, dtls, &platform, &shutdown))
+        .collect();
+    // One set of metrics, the sum over both sockets.
+    platform.metrics.register(Arc::new(CoapSource {
+        servers: servers.iter().map(|s| (s.metrics.clone(), s.observations.clone())).collect(),
+        dtls: servers.iter().find_map(|s| Some(s.dtls.as_ref()?.metrics.clone())),
+    }));
+    let runs: Vec<_> = servers.into_iter().map(|s| tokio::spawn(run(s, shutdown.clone()))).collect();
+    for r in runs {
+        let _ = r.await;
+    }
+}
+
+/// The server of one socket.
+fn server(
+    socket: UdpSocket,
+    dtls: Option<Arc<dtls::Dtls>>,
+    platform: &Arc<Platform>,
+    shutdown: &watch::Receiver<bool>,
+) -> Arc<Server> {
     let sock = socket2::SockRef::from(&socket);
     if sock.set_recv_buffer_size(SOCKET_BUFFER).and_then(|()| sock.set_send_buffer_size(SOCKET_BUFFER)).is_err() {
         tracing::warn!("cannot enlarge the CoAP socket's buffers; bursts may drop datagrams");
@@ -268,23 +320,30 @@ pub async fn serve(socket: UdpSocket, platform: Arc<Platform>, mut shutdown: wat
         per_peer: cfg.max_exchanges_per_peer,
         total: cfg.max_exchanges,
     };
-    let server = Arc::new(Server {
+    Arc::new(Server {
         socket,
         exchanges: Mutex::new(Exchanges::new(limits)),
         uploads: Mutex::new(Uploads::new(MAX_UPLOADS, cfg.max_payload_bytes, UPLOAD_LIFETIME)),
         echo: Echo::new(ECHO_FRESH, Instant::now()),
         verified: Mutex::new(Verified::new(cfg.max_verified_peers, cfg.verified_lifetime.duration())),
-        amplification_factor: cfg.amplification_factor,
-        observations: observations.clone(),
+        // A DTLS peer proved its address in the handshake (its cookie).
+        amplification_factor: if dtls.is_some() { 0 } else { cfg.amplification_factor },
+        dtls,
+        observations: Arc::default(),
         next_mid: AtomicU16::new(rand_u16()),
         next_observe: AtomicU32::new(u32::from(rand_u16())),
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         shutdown: shutdown.clone(),
-        metrics,
-        platform,
-    });
+        metrics: Arc::default(),
+        platform: platform.clone(),
+    })
+}
+
+/// Serves one socket until `shutdown`.
+async fn run(server: Arc<Server>, mut shutdown: watch::Receiver<bool>) {
+    let lifetime = server.platform.core.cfg.coap.exchange_lifetime.duration();
     // Stores forget on a timer, not only when the next request arrives.
-    let sweep_every = (limits.lifetime / 4).clamp(Duration::from_millis(50), SWEEP_EVERY);
+    let sweep_every = (lifetime / 4).clamp(Duration::from_millis(50), SWEEP_EVERY);
     let sweeper = tokio::spawn({
         let (server, mut shutdown) = (server.clone(), shutdown.clone());
         async move {
@@ -310,7 +369,18 @@ pub async fn serve(socket: UdpSocket, platform: Arc<Platform>, mut shutdown: wat
                 }
             },
         };
-        datagram(&server, &buf[..n], peer).await;
+        match &server.dtls {
+            None => datagram(&server, &buf[..n], peer).await,
+            Some(d) => {
+                let input = d.input(peer, &buf[..n]);
+                for reply in input.replies {
+                    let _ = server.socket.send_to(&reply, peer).await;
+                }
+                for message in input.messages {
+                    datagram(&server, &message, peer).await;
+                }
+            }
+        }
     }
     sweeper.abort();
     server.observations.cancel_all();
@@ -328,7 +398,7 @@ async fn datagram(server: &Arc<Server>, datagram: &[u8], peer: SocketAddr) {
             // Reset; another version is ignored (RFC 7252 §3, §4.2).
             let resettable = why.is_none_or(message::FormatError::resettable);
             if resettable && datagram.len() >= 4 && datagram[0] >> 6 == 1 && (datagram[0] >> 4) & 0b11 == 0 {
-                let _ = server.socket.send_to(&[0x70, 0x00, datagram[2], datagram[3]], peer).await;
+                server.send(&[0x70, 0x00, datagram[2], datagram[3]], peer).await;
             }
             return;
         }
@@ -343,7 +413,7 @@ async fn datagram(server: &Arc<Server>, datagram: &[u8], peer: SocketAddr) {
         }
         // A ping (an empty confirmable message) is answered with a Reset.
         MessageType::Confirmable if packet.header.code == MessageClass::Empty => {
-            let _ = server.socket.send_to(&reset(mid), peer).await;
+            server.send(&reset(mid), peer).await;
             return;
         }
         _ if !matches!(packet.header.code, MessageClass::Request(_)) => return,
@@ -353,7 +423,7 @@ async fn datagram(server: &Arc<Server>, datagram: &[u8], peer: SocketAddr) {
     // rejected (RFC 7252 §5.4.1); a confirmable one gets 4.02 from `respond`.
     if kind == MessageType::NonConfirmable && message::check_options(&packet).is_err_and(OptionError::rejects_message) {
         server.metrics.malformed.fetch_add(1, Ordering::Relaxed);
-        let _ = server.socket.send_to(&reset(mid), peer).await;
+        server.send(&reset(mid), peer).await;
         return;
     }
     // GETs are safe and idempotent: a retransmitted one is served again (RFC 7252 §4.5),
@@ -365,7 +435,7 @@ async fn datagram(server: &Arc<Server>, datagram: &[u8], peer: SocketAddr) {
             Begin::Duplicate(stored) => {
                 server.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 if let Some(response) = stored {
-                    let _ = server.socket.send_to(&response, peer).await;
+                    server.send(&response, peer).await;
                 }
                 return;
             }
@@ -404,7 +474,7 @@ async fn refuse(server: &Server, request: &Packet, peer: SocketAddr, request_len
     };
     let answer = text(ResponseType::ServiceUnavailable, why);
     let (bytes, _) = server.encode(peer, request_len, kind, mid, request.get_token(), answer);
-    let _ = server.socket.send_to(&bytes, peer).await;
+    server.send(&bytes, peer).await;
     bytes
 }
 
@@ -423,7 +493,7 @@ async fn exchange(server: Arc<Server>, request: Packet, peer: SocketAddr, reques
         None => {
             if confirmable {
                 // Acknowledge now, answer when ready (separate response, RFC 7252 §5.2.2).
-                let _ = server.socket.send_to(&empty_ack(request_mid), peer).await;
+                server.send(&empty_ack(request_mid), peer).await;
             }
             (answer.await, MessageType::NonConfirmable, server.mid())
         }
@@ -441,7 +511,7 @@ async fn exchange(server: Arc<Server>, request: Packet, peer: SocketAddr, reques
     if remembered {
         server.exchanges.lock().finish(peer, request_mid, bytes.clone());
     }
-    let _ = server.socket.send_to(&bytes, peer).await;
+    server.send(&bytes, peer).await;
 }
 
 /// The answer to `request`. A body in Block1 blocks is stored block by block (2.31
@@ -609,7 +679,13 @@ fn observe_flag(request: &Packet) -> Result<Option<bool>, Answer> {
 
 /// Routes and serves one request (its body already put together from its blocks).
 async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Answer {
-    let parts = Parts::of(request);
+    let mut parts = Parts::of(request);
+    // Over DTLS with a client certificate, ThingsBoard's paths name no token
+    // (`/api/v1/telemetry`): the certificate names the device.
+    let certificate = server.dtls.as_ref().and_then(|d| d.client_cert(peer));
+    if certificate.is_some() && is_tokenless(&parts.path) {
+        parts.path.insert(2, String::new());
+    }
     let resource = match parts.route() {
         Ok(r) => r,
         Err(e) => {
@@ -634,10 +710,18 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
             return json(ResponseType::Content, answer.to_string().into_bytes());
         }
     };
-    let device = match core.ingest.authenticate(token) {
-        Ok(d) => d,
-        Err(e) => return ingest_error(e),
+    let device = match (token, &certificate) {
+        ("", Some(der)) => match certificate_device(core, der) {
+            Ok(d) => d,
+            Err(why) => return text(ResponseType::Unauthorized, why),
+        },
+        _ => match core.ingest.authenticate(token) {
+            Ok(d) => d,
+            Err(e) => return ingest_error(e),
+        },
     };
+    // What observations are counted under (`mqtt.max_connections_per_credential`).
+    let credential = if token.is_empty() { format!("x509:{device}") } else { token.to_owned() };
     core.activity.touch(device);
     let lim = core.payload_limits();
     // Posted data is counted with its points once parsed; any other request here.
@@ -677,7 +761,7 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
                 Err(a) => return a,
             };
             let Some(register) = observe else { return read_attributes(server, request, peer, device, req).await };
-            let watch = register.then_some((token, Watched::Attributes));
+            let watch = register.then_some((credential.as_str(), Watched::Attributes));
             return observed(server, request, peer, device, watch, Some(req)).await;
         }
         DeviceResource::Ota { software, title, version, size, chunk } => {
@@ -700,7 +784,15 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
         DeviceResource::GetRpc => {
             return match observe_flag(request) {
                 Ok(Some(register)) => {
-                    observed(server, request, peer, device, register.then_some((token, Watched::Rpc)), None).await
+                    observed(
+                        server,
+                        request,
+                        peer,
+                        device,
+                        register.then_some((credential.as_str(), Watched::Rpc)),
+                        None,
+                    )
+                    .await
                 }
                 Ok(None) => text(
                     ResponseType::BadRequest,
@@ -713,6 +805,28 @@ async fn handle(server: &Arc<Server>, request: &Packet, peer: SocketAddr) -> Ans
     match submitted {
         Ok(()) => text(ResponseType::Created, ""),
         Err(e) => ingest_error(e),
+    }
+}
+
+/// Whether `path` is a device API path without its token (`api/v1/telemetry`, …).
+fn is_tokenless(path: &[String]) -> bool {
+    matches!(path, [api, v1, resource, ..] if api == "api" && v1 == "v1"
+        && matches!(resource.as_str(), "telemetry" | "attributes" | "rpc" | "claim"))
+}
+
+/// The device whose X509_CERTIFICATE credentials hold `der` (ThingsBoard's fingerprint),
+/// if the certificate is within its validity; why not, if not.
+fn certificate_device(core: &gridlinks_platform::Core, der: &[u8]) -> Result<gridlinks_types::DeviceId, String> {
+    let info = gridlinks_thingsboard::x509::parse_der(der).map_err(|e| e.to_string())?;
+    let now = Ts::now().0 / 1000;
+    if now < info.not_before || now > info.not_after {
+        return Err("the client certificate is not within its validity".into());
+    }
+    let fingerprint = gridlinks_thingsboard::x509::der_fingerprint(der);
+    match core.store.device_by_x509(&fingerprint) {
+        Ok(Some(d)) => Ok(d.id),
+        Ok(None) => Err("no device has this client certificate (X509_CERTIFICATE credentials)".into()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -816,70 +930,99 @@ use gridlinks_platform::metrics::{counter, gauge, DescriptorEncoder, Source};
 use std::fmt;
 /// The CoAP counters and the live observations, read at scrape time.
 struct CoapSource {
-    metrics: Arc<CoapMetrics>,
-    observations: Arc<observe::Observations>,
+    /// Each socket's counters and observations.
+    servers: Vec<(Arc<CoapMetrics>, Arc<observe::Observations>)>,
+    /// The DTLS sessions', if `coaps://` is served.
+    dtls: Option<Arc<dtls::DtlsMetrics>>,
 }
 
 impl Source for CoapSource {
     fn encode(&self, e: &mut DescriptorEncoder) -> fmt::Result {
-        let m = &self.metrics;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let l = |a: fn(&CoapMetrics) -> &AtomicU64| -> u64 {
+            self.servers.iter().map(|(m, _)| a(m).load(Ordering::Relaxed)).sum()
+        };
         counter(
             e,
             "gridlinks_coap_requests_total",
             "CoAP requests processed (retransmissions not counted).",
-            l(&m.requests),
+            l(|m| &m.requests),
         )?;
         counter(
             e,
             "gridlinks_coap_duplicates_total",
             "Retransmitted CoAP requests answered from the exchange store, not processed again.",
-            l(&m.duplicates),
+            l(|m| &m.duplicates),
         )?;
         counter(
             e,
             "gridlinks_coap_malformed_total",
             "UDP datagrams on the CoAP port that were not CoAP version 1, had a format error, or were rejected for an unsupported critical option.",
-            l(&m.malformed),
+            l(|m| &m.malformed),
         )?;
-        counter(e, "gridlinks_coap_errors_total", "CoAP requests answered with a 4.xx or 5.xx code.", l(&m.errors))?;
+        counter(
+            e,
+            "gridlinks_coap_errors_total",
+            "CoAP requests answered with a 4.xx or 5.xx code.",
+            l(|m| &m.errors),
+        )?;
         gauge(
             e,
             "gridlinks_coap_observations",
             "Live CoAP observations (attributes and RPC).",
-            self.observations.len() as u64,
+            self.servers.iter().map(|(_, o)| o.len() as u64).sum::<u64>(),
         )?;
         counter(
             e,
             "gridlinks_coap_notifications_total",
             "CoAP notifications sent, retransmissions included.",
-            l(&m.notifications),
+            l(|m| &m.notifications),
         )?;
-        gauge(e, "gridlinks_coap_exchanges", "CoAP exchanges remembered for deduplication.", l(&m.exchanges))?;
+        gauge(e, "gridlinks_coap_exchanges", "CoAP exchanges remembered for deduplication.", l(|m| &m.exchanges))?;
         counter(
             e,
             "gridlinks_coap_exchanges_evicted_total",
             "CoAP exchanges forgotten before coap.exchange_lifetime because a bound was reached.",
-            l(&m.exchanges_evicted),
+            l(|m| &m.exchanges_evicted),
         )?;
         counter(
             e,
             "gridlinks_coap_exchanges_refused_total",
             "CoAP requests refused (5.03): coap.max_exchanges_per_peer of their endpoint in progress.",
-            l(&m.exchanges_refused),
+            l(|m| &m.exchanges_refused),
         )?;
         counter(
             e,
             "gridlinks_coap_echo_challenges_total",
             "CoAP answers to unverified endpoints replaced by 4.01 with an Echo option (amplification limit).",
-            l(&m.echo_challenges),
+            l(|m| &m.echo_challenges),
         )?;
         counter(
             e,
             "gridlinks_coap_diagnostics_withheld_total",
             "CoAP error answers to unverified endpoints sent without their diagnostic text (amplification limit).",
-            l(&m.diagnostics_withheld),
+            l(|m| &m.diagnostics_withheld),
         )?;
-        gauge(e, "gridlinks_coap_verified_peers", "CoAP endpoints verified by an Echo value.", l(&m.verified_peers))
+        gauge(
+            e,
+            "gridlinks_coap_verified_peers",
+            "CoAP endpoints verified by an Echo value.",
+            l(|m| &m.verified_peers),
+        )?;
+        let Some(m) = &self.dtls else { return Ok(()) };
+        let d = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        counter(e, "gridlinks_coap_dtls_handshakes_total", "CoAP DTLS handshakes completed.", d(&m.handshakes))?;
+        counter(
+            e,
+            "gridlinks_coap_dtls_failures_total",
+            "CoAP DTLS sessions ended by a failed handshake or a protocol error.",
+            d(&m.failures),
+        )?;
+        counter(
+            e,
+            "gridlinks_coap_dtls_refused_total",
+            "New CoAP DTLS sessions refused: coap.max_dtls_sessions were open.",
+            d(&m.refused),
+        )?;
+        gauge(e, "gridlinks_coap_dtls_sessions", "CoAP DTLS sessions open.", d(&m.sessions))
     }
 }

@@ -177,7 +177,7 @@ impl Task {
                     b"the device was deleted".to_vec(),
                     false,
                 );
-                let _ = self.server.socket.send_to(&end, self.key.0).await;
+                self.server.send(&end, self.key.0).await;
                 break;
             }
             for o in self.link.inbox.drain() {
@@ -208,7 +208,7 @@ impl Task {
         // 1 to 1.5 times ACK_TIMEOUT, then doubling (RFC 7252 §4.2).
         let mut wait = ACK_TIMEOUT + ACK_TIMEOUT.mul_f64(f64::from(super::rand_u16()) / f64::from(u16::MAX) / 2.0);
         for _ in 0..=MAX_RETRANSMIT {
-            let _ = server.socket.send_to(&bytes, *peer).await;
+            server.send(&bytes, *peer).await;
             server.metrics.notifications.fetch_add(1, Ordering::Relaxed);
             match tokio::time::timeout(wait, &mut rx).await {
                 Ok(answer) => return answer.unwrap_or(false),

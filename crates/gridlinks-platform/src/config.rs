@@ -150,6 +150,7 @@ impl Config {
         !self.http.tls_bind.is_empty()
             || !self.mqtt.tls_bind.is_empty()
             || !self.mqtt.wss_bind.is_empty()
+            || !self.coap.dtls_bind.is_empty()
             || self.tcp.listeners.iter().any(|l| l.tls)
     }
 }
@@ -342,6 +343,13 @@ pub struct CoapConfig {
     pub verified_lifetime: Seconds,
     /// Most verified endpoints remembered; past it the oldest are forgotten (asked again).
     pub max_verified_peers: usize,
+    /// UDP listen address of CoAP over DTLS (`coaps://`, with `tls.cert_file`); empty: off.
+    pub dtls_bind: String,
+    /// Most DTLS sessions at once (handshakes included); past it a new one gets no answer.
+    pub max_dtls_sessions: usize,
+    /// A DTLS session without a datagram for this long is dropped (the device's next
+    /// message starts a new handshake).
+    pub dtls_idle_timeout: Seconds,
 }
 
 impl Default for CoapConfig {
@@ -356,6 +364,9 @@ impl Default for CoapConfig {
             amplification_factor: 3,
             verified_lifetime: Seconds(3600),
             max_verified_peers: 100_000,
+            dtls_bind: String::new(),
+            max_dtls_sessions: 10_000,
+            dtls_idle_timeout: Seconds(600),
         }
     }
 }

@@ -65,6 +65,21 @@ fn load_tls(cfg: &Config) -> anyhow::Result<Option<Arc<Certs>>> {
     Ok(Some(certs))
 }
 
+/// CoAP over DTLS's certificate, re-read on every SIGHUP (a bad file keeps the one in use).
+fn reload_on_hangup(dtls: Arc<gridlinks_coap::dtls::Dtls>) -> anyhow::Result<Arc<gridlinks_coap::dtls::Dtls>> {
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler (DTLS certificate reload)")?;
+    let reloading = dtls.clone();
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            if let Err(e) = reloading.reload() {
+                tracing::error!(error = %e, "CoAP DTLS certificate not reloaded; the one in use stays");
+            }
+        }
+    });
+    Ok(dtls)
+}
+
 /// Runs the server until `shutdown` resolves; returns after the final sync.
 pub async fn serve(
     cfg: Config,
@@ -98,6 +113,24 @@ pub async fn serve(
         }
     };
     let coap_local = coap_socket.as_ref().map(UdpSocket::local_addr).transpose()?;
+    let coaps = match cfg.coap.dtls_bind.as_str() {
+        "" => None,
+        bind => {
+            let addr: SocketAddr = bind.parse().context("coap.dtls_bind")?;
+            let socket =
+                UdpSocket::bind(addr).await.with_context(|| format!("cannot listen on {addr} (CoAP over DTLS)"))?;
+            let dtls = gridlinks_coap::dtls::Dtls::new(
+                cfg.tls.cert_file.clone(),
+                cfg.tls.key_file.clone(),
+                cfg.coap.max_dtls_sessions,
+                timeout,
+                cfg.coap.dtls_idle_timeout.duration(),
+            )
+            .context("CoAP over DTLS")?;
+            Some((socket, reload_on_hangup(Arc::new(dtls))?))
+        }
+    };
+    let coaps_local = coaps.as_ref().map(|(s, _)| s.local_addr()).transpose()?;
     let mut tcp_listeners = Vec::with_capacity(cfg.tcp.listeners.len());
     for l in &cfg.tcp.listeners {
         let listener = bind_tcp(&l.bind, &format!("custom TCP protocol {}", l.protocol)).await?;
@@ -115,14 +148,17 @@ pub async fn serve(
     let listeners = gridlinks_mqtt::Listeners { tcp: mqtt_listener, tls: mqtts, ws: ws_listener, wss };
     let mut mqtt = gridlinks_mqtt::start(&platform, listeners, stop_rx.clone(), alive.clone(), limit.clone())?;
     let tcp = gridlinks_tcp::start(&platform, tcp_listeners, stop_rx.clone(), alive, limit)?;
-    let coap = coap_socket.map(|s| tokio::spawn(gridlinks_coap::serve(s, platform.clone(), stop_rx.clone())));
+    let coap = (coap_socket.is_some() || coaps.is_some()).then(|| {
+        let sockets = gridlinks_coap::Sockets { plain: coap_socket, dtls: coaps };
+        tokio::spawn(gridlinks_coap::serve(sockets, platform.clone(), stop_rx.clone()))
+    });
     let metrics = bind_optional(&cfg.metrics.bind, "metrics.bind (/metrics)").await?;
     let metrics_local = metrics.as_ref().map(TcpListener::local_addr).transpose()?;
     let listeners = gridlinks_http::Listeners { http: http_listener, https, metrics };
     let http = gridlinks_http::start(&platform, listeners, stop_rx);
     http.status.ready.store(true, Ordering::Release);
     let tcp_locals: Vec<_> = tcp.iter().map(|(name, _)| name.clone()).collect();
-    tracing::info!(http = %http_local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, tcp = ?tcp_locals, tls = ?tls_locals, metrics = ?metrics_local, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), console = gridlinks_http::console::embedded(), "gridlinks ready");
+    tracing::info!(http = %http_local, mqtt = %mqtt_local, mqtt_ws = ?ws_local, coap = ?coap_local, coaps = ?coaps_local, tcp = ?tcp_locals, tls = ?tls_locals, metrics = ?metrics_local, mqtt_max_connections = cfg.mqtt_max_connections(), data_dir = %cfg.data_dir.display(), console = gridlinks_http::console::embedded(), "gridlinks ready");
 
     shutdown.await;
     http.status.ready.store(false, Ordering::Release);

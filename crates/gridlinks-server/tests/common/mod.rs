@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod mqtt;
+pub mod pki;
 pub mod rumqtt;
 pub mod ws;
 
