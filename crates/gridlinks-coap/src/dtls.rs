@@ -335,6 +335,8 @@ fn context(cert_file: &std::path::Path, key_file: &std::path::Path) -> Result<Ss
     b.set_private_key_file(key_file, SslFiletype::PEM).map_err(err(key_file))?;
     b.check_private_key().map_err(err(key_file))?;
     b.set_options(SslOptions::COOKIE_EXCHANGE | SslOptions::NO_QUERY_MTU | SslOptions::NO_RENEGOTIATION);
+    // An idle session keeps no record buffers (OpenSSL's are ~16 KiB each way).
+    b.set_mode(openssl::ssl::SslMode::RELEASE_BUFFERS);
     b.set_cookie_generate_cb(|ssl, out| {
         let c = cookie(ssl).ok_or_else(ErrorStack::get)?;
         let n = c.len().min(out.len());
