@@ -31,6 +31,7 @@ CONTROLLERS = [
     "ota_package_controller",
     "entity_query_controller",
     "owner_controller",
+    "tenant_profile_controller",
 ]
 HERE = pathlib.Path(__file__).parent
 API_MD = HERE.parent.parent / "docs" / "api.md"

@@ -70,6 +70,7 @@ fn api_router(state: Http) -> Router {
         .route("/api/tenantProfileInfo/default", get(tenant_profiles::default_info))
         .route("/api/tenantProfileInfo/{id}", get(tenant_profiles::get_info))
         .route("/api/tenantProfiles", get(tenant_profiles::list))
+        .route("/api/tenantProfiles/list", get(tenant_profiles::by_ids))
         .route("/api/tenantProfileInfos", get(tenant_profiles::list_infos))
         .route("/api/customer/{customer}/users", get(users::of_customer))
         .route("/api/deviceProfiles", get(profiles::list))

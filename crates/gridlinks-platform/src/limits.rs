@@ -382,9 +382,12 @@ impl Limits {
     /// Reads every tenant's profile again; the state of a tenant whose limits changed
     /// starts afresh.
     pub fn reload(&self) -> Result<(), StoreError> {
-        let profiles: HashMap<Uuid, Arc<TenantLimits>> = self
-            .store
-            .docs(DocKind::TenantProfile)?
+        let docs = self.store.docs(DocKind::TenantProfile)?;
+        let default = docs
+            .iter()
+            .find(|d| d.doc.get("default").and_then(J::as_bool) == Some(true))
+            .map_or_else(default_profile_id, |d| d.id);
+        let profiles: HashMap<Uuid, Arc<TenantLimits>> = docs
             .into_iter()
             .filter_map(|d| match TenantLimits::from_profile(&d.title, &d.doc) {
                 Ok(l) => Some((d.id, Arc::new(l))),
@@ -394,12 +397,6 @@ impl Limits {
                 }
             })
             .collect();
-        let default = self
-            .store
-            .docs(DocKind::TenantProfile)?
-            .into_iter()
-            .find(|d| d.doc.get("default").and_then(J::as_bool) == Some(true))
-            .map_or_else(default_profile_id, |d| d.id);
         let old = self.by_tenant.read().clone();
         let mut by_tenant = HashMap::new();
         let mut caps = HashMap::new();

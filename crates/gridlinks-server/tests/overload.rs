@@ -10,12 +10,15 @@ use common::*;
 fn full_queue_answers_503_and_every_200_is_stored() {
     let tmp = tempfile::tempdir().unwrap();
     // A one-slot queue, one request per commit, no waiting for space: overload is easy to reach.
+    // No device activity: its writes (the device turning active) would meet the full queue
+    // too, and the refusal counter would count them beside the test's own.
     let s = Server::start_on(
         &tmp.path().join("data"),
         &[
             ("GRIDLINKS_STORAGE_QUEUE_CAPACITY", "1"),
             ("GRIDLINKS_STORAGE_MAX_BATCH_OPS", "1"),
             ("GRIDLINKS_STORAGE_ENQUEUE_TIMEOUT", "0"),
+            ("GRIDLINKS_ACTIVITY_ENABLED", "false"),
         ],
     );
     let jwt = s.login();

@@ -190,6 +190,7 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/tenantProfileInfo/default", "GET", "/api/tenantProfileInfo/default".into(), None),
         ("/api/tenantProfiles", "GET", format!("/api/tenantProfiles?{page}"), None),
         ("/api/tenantProfileInfos", "GET", format!("/api/tenantProfileInfos?{page}"), None),
+        ("/api/tenantProfiles/list", "GET", format!("/api/tenantProfiles/list?ids={alpha_id}"), None),
         ("/api/otaPackage", "POST", "/api/otaPackage".into(), Some(json!({"id": {"id": a_ota}, "title": "stolen"}).to_string())),
         ("/api/otaPackage/{id}", "GET", format!("/api/otaPackage/{a_ota}"), None),
         ("/api/otaPackage/{id}", "POST", format!("/api/otaPackage/{a_ota}?checksumAlgorithm=SHA256"), Some("stolen".into())),

@@ -479,6 +479,7 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
             ("/api/tenantProfileInfo/default", "GET", "/api/tenantProfileInfo/default".into(), None),
             ("/api/tenantProfiles", "GET", "/api/tenantProfiles?pageSize=10&page=0".into(), None),
             ("/api/tenantProfileInfos", "GET", "/api/tenantProfileInfos?pageSize=10&page=0".into(), None),
+            ("/api/tenantProfiles/list", "GET", format!("/api/tenantProfiles/list?ids={tenant}"), None),
         ]
         .into_iter()
         .chain(device_data_routes(d))

@@ -26,7 +26,7 @@ use crate::ws::entity;
 type St = State<Arc<Core>>;
 
 /// A comma-separated list of ids.
-fn ids(list: &str, what: &str) -> ApiResult<Vec<Uuid>> {
+pub(crate) fn ids(list: &str, what: &str) -> ApiResult<Vec<Uuid>> {
     list.split(',').filter(|s| !s.trim().is_empty()).map(|s| uuid(s.trim(), what)).collect()
 }
 

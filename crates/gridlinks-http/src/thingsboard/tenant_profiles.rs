@@ -1,7 +1,8 @@
 //! Tenant profiles, as ThingsBoard serves them to the system administrator:
 //! `POST /api/tenantProfile`, `GET`/`DELETE /api/tenantProfile/{id}`,
 //! `POST /api/tenantProfile/{id}/default`, `GET /api/tenantProfileInfo/{id}`,
-//! `GET /api/tenantProfileInfo/default`, `GET /api/tenantProfiles`, `GET /api/tenantProfileInfos`.
+//! `GET /api/tenantProfileInfo/default`, `GET /api/tenantProfiles`, `GET /api/tenantProfileInfos`,
+//! `GET /api/tenantProfiles/list?ids=`.
 //! A profile's `profileData.configuration` holds the limits of the tenants that have it
 //! (`gridlinks_platform::limits`); a tenant without `tenantProfileId` has the default
 //! profile. The default profile, and a profile a tenant has, cannot be deleted.
@@ -111,7 +112,13 @@ pub async fn save(_: SysAdmin, State(st): St, Body(body): Body) -> ApiResult<Jso
             o.remove(k);
         }
         o.insert("default".into(), was_default.into());
-        o.entry("profileData").or_insert_with(|| json!({"configuration": {"type": "DEFAULT"}}));
+        let data = o.entry("profileData").or_insert_with(|| json!({}));
+        if let Some(data) = data.as_object_mut() {
+            let cfg = data.entry("configuration").or_insert_with(|| json!({}));
+            if let Some(cfg) = cfg.as_object_mut() {
+                cfg.entry("type").or_insert_with(|| "DEFAULT".into());
+            }
+        }
     }
     let d = save_doc(&st, id, name, doc).await?;
     reload(&st).await?;
@@ -141,6 +148,23 @@ pub async fn list(_: SysAdmin, State(st): St, Q(p): Q<DocListParams>) -> ApiResu
 /// `GET /api/tenantProfileInfos?pageSize=&page=`.
 pub async fn list_infos(_: SysAdmin, State(st): St, Q(p): Q<DocListParams>) -> ApiResult<Json<J>> {
     Ok(Json(doc_page(&st, DocKind::TenantProfile, p, |_| true, info).await?))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ids {
+    ids: String,
+}
+
+/// `GET /api/tenantProfiles/list?ids=a,b`: those that exist, in the order asked.
+pub async fn by_ids(_: SysAdmin, State(st): St, Q(p): Q<Ids>) -> ApiResult<Json<J>> {
+    let mut out = Vec::new();
+    for id in super::lookups::ids(&p.ids, "tenant profile")? {
+        if let Ok(d) = load(&st, id).await {
+            out.push(render(&d));
+        }
+    }
+    Ok(Json(J::Array(out)))
 }
 
 /// `POST /api/tenantProfile/{id}/default`: this profile becomes the default (of every
