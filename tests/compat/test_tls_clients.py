@@ -7,6 +7,7 @@ device's X.509 certificate (its own `connect(tls=True, cert_file=, key_file=)`);
 tb-rest-client talks HTTPS; paho publishes over wss://, by token and by a device certificate.
 """
 
+import json
 import ssl
 import subprocess
 import uuid
@@ -119,19 +120,22 @@ def test_sdk_over_tls_with_an_x509_certificate(server, pki, rest):
     _sdk_sends(server, pki, rest, device_id, "x509", cert=True)
 
 
-def test_paho_over_secure_websocket_with_an_x509_certificate(server, pki, rest):
-    device_id = _x509_device(server, pki, rest, "paho-wss-x509", "wss-device")
+def _paho_wss_sends(server, pki, rest, device_id, key, token=None, cert=None):
+    """paho connects over wss:// (by `token`, or by the certificate `cert`) and sends
+    {key: 3}, which is then stored under `device_id`."""
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, transport="websockets", protocol=mqtt.MQTTv311)
     client.ws_set_options(path="/mqtt")
-    client.tls_set(ca_certs=str(pki / "ca.pem"), certfile=str(pki / "wss-device.pem"),
-                   keyfile=str(pki / "wss-device.key"), cert_reqs=ssl.CERT_REQUIRED)
-    client.connect("localhost", server["wss"])  # no user name: the certificate names the device
+    files = {"certfile": str(pki / f"{cert}.pem"), "keyfile": str(pki / f"{cert}.key")} if cert else {}
+    client.tls_set(ca_certs=str(pki / "ca.pem"), cert_reqs=ssl.CERT_REQUIRED, **files)
+    if token:
+        client.username_pw_set(token)
+    client.connect("localhost", server["wss"])
     client.loop_start()
     try:
-        info = client.publish("v1/devices/me/telemetry", '{"wssx509":4}', qos=1)
+        info = client.publish("v1/devices/me/telemetry", json.dumps({key: 3}), qos=1)
         info.wait_for_publish(timeout=30)
         assert info.is_published()
-        wait_until(lambda: _values(server, rest, device_id, "wssx509") == ["4"], "the point sent by certificate")
+        wait_until(lambda: _values(server, rest, device_id, key) == ["3"], f"{key} sent over wss://")
     finally:
         client.loop_stop()
         client.disconnect()
@@ -139,17 +143,10 @@ def test_paho_over_secure_websocket_with_an_x509_certificate(server, pki, rest):
 
 def test_paho_over_secure_websocket(server, pki, rest):
     device_id = _device(server, rest, "paho-wss", "wss" + TOKEN)
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, transport="websockets", protocol=mqtt.MQTTv311)
-    client.ws_set_options(path="/mqtt")
-    client.tls_set(ca_certs=str(pki / "ca.pem"), cert_reqs=ssl.CERT_REQUIRED)
-    client.username_pw_set("wss" + TOKEN)
-    client.connect("localhost", server["wss"])
-    client.loop_start()
-    try:
-        info = client.publish("v1/devices/me/telemetry", '{"wss":3}', qos=1)
-        info.wait_for_publish(timeout=30)
-        assert info.is_published()
-        wait_until(lambda: _values(server, rest, device_id, "wss") == ["3"], "the point sent over wss://")
-    finally:
-        client.loop_stop()
-        client.disconnect()
+    _paho_wss_sends(server, pki, rest, device_id, "wss", token="wss" + TOKEN)
+
+
+def test_paho_over_secure_websocket_with_an_x509_certificate(server, pki, rest):
+    # No user name: the certificate names the device.
+    device_id = _x509_device(server, pki, rest, "paho-wss-x509", "wss-device")
+    _paho_wss_sends(server, pki, rest, device_id, "wssx509", cert="wss-device")

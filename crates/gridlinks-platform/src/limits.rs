@@ -191,6 +191,24 @@ impl Limit {
         }
     }
 
+    /// Whether it bounds devices' messages.
+    fn is_transport(self) -> bool {
+        matches!(
+            self,
+            Limit::TenantMsg
+                | Limit::TenantTelemetryMsg
+                | Limit::TenantDataPoints
+                | Limit::DeviceMsg
+                | Limit::DeviceTelemetryMsg
+                | Limit::DeviceDataPoints
+        )
+    }
+
+    /// Whether it is a rate (`"count:seconds,…"`) rather than a count.
+    fn is_rate(self) -> bool {
+        self.is_transport() || matches!(self, Limit::TenantRest | Limit::CustomerRest)
+    }
+
     /// What it counts, in a refusal.
     fn counts(self) -> &'static str {
         match self {
@@ -270,36 +288,11 @@ impl TenantLimits {
     }
 
     fn has_transport_rates(&self) -> bool {
-        [
-            Limit::TenantMsg,
-            Limit::TenantTelemetryMsg,
-            Limit::TenantDataPoints,
-            Limit::DeviceMsg,
-            Limit::DeviceTelemetryMsg,
-            Limit::DeviceDataPoints,
-        ]
-        .into_iter()
-        .any(|l| self.rate(l).is_some())
+        Limit::ALL.into_iter().any(|l| l.is_transport() && self.rate(l).is_some())
     }
 
     fn refusal(&self, l: Limit, value: &dyn fmt::Display) -> String {
         format!("{} limit of tenant profile '{}' reached: {} = {value}", l.counts(), self.profile, l.field())
-    }
-}
-
-impl Limit {
-    fn is_rate(self) -> bool {
-        matches!(
-            self,
-            Limit::TenantMsg
-                | Limit::TenantTelemetryMsg
-                | Limit::TenantDataPoints
-                | Limit::DeviceMsg
-                | Limit::DeviceTelemetryMsg
-                | Limit::DeviceDataPoints
-                | Limit::TenantRest
-                | Limit::CustomerRest
-        )
     }
 }
 
