@@ -174,6 +174,36 @@ fn mqtt_over_tls_by_token_and_by_x509_certificate() {
     assert!(refused.parse::<u64>().unwrap() >= 3, "{refused}");
 }
 
+/// A TLS 1.2 client asking to renegotiate (openssl s_client's `R`) gets no new handshake
+/// (rustls does not renegotiate), and the server serves on.
+#[test]
+fn renegotiation_is_refused() {
+    let pki = Pki::new();
+    let t = start(&pki);
+    let jwt = t.s.login();
+    t.s.device(&jwt, "after-renegotiation", "RENEGTOKEN");
+    let mut client = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{}", t.mqtts), "-tls1_2", "-msg"])
+        .args(["-CAfile", &pki.p("ca.pem"), "-servername", "localhost"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // s_client reads its commands once connected; what it says goes to both streams.
+    let mut stdin = client.stdin.take().unwrap();
+    stdin.write_all(b"R\n").unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    drop(stdin);
+    let _ = client.kill();
+    let done = client.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&[done.stdout, done.stderr].concat()).into_owned();
+    assert!(out.contains("RENEGOTIATING"), "{out}");
+    let server_hellos = out.lines().filter(|l| l.starts_with("<<<") && l.ends_with(", ServerHello")).count();
+    assert_eq!(server_hellos, 1, "one handshake only: {out}");
+    assert!(mosquitto_pub(&pki, t.mqtts, &["-u", "RENEGTOKEN", "-m", r#"{"ts":1,"values":{"v":1}}"#]));
+}
+
 #[test]
 fn https_serves_the_api_and_bounds_the_handshake() {
     let pki = Pki::new();
