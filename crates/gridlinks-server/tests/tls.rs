@@ -3,8 +3,8 @@
 //! HTTPS, a rustls client on a custom TCP listener with `tls = true`; certificates made by
 //! the openssl command line. As an attacker: garbage before the ClientHello, a handshake
 //! that never finishes, an expired or unknown client certificate, another device's
-//! certificate without its key; and the
-//! certificate reloaded on SIGHUP (a bad file keeps the old one) with open connections kept.
+//! certificate without its key, a renegotiation request; and the certificate reloaded on
+//! SIGHUP (a bad file keeps the old one) with open connections kept.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
