@@ -16,7 +16,8 @@
 //!
 //! A refusal names the field, its value and the profile; each is counted in `/metrics`
 //! (`gridlinks_tenant_limit_refusals_total{limit="…"}`). The limits are kept per node: in a
-//! cluster each node allows the full rate, as ThingsBoard's transports do.
+//! cluster each node allows the full rate, as ThingsBoard's transports do, and reads the
+//! profiles again every 10 s ([`follow`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -583,6 +584,26 @@ pub struct WsLimits {
     /// `maxWsSubscriptionsPerCustomer`.
     pub subscriptions_per_customer: u64,
     limits: Option<Arc<TenantLimits>>,
+}
+
+/// How often a node of a cluster reads the tenant profiles again (another node may have
+/// changed them).
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// With several nodes: reads the tenant profiles again every [`FOLLOW_EVERY`], so a change
+/// made on another node applies here within it (unchanged limits keep their state).
+pub async fn follow(limits: Arc<Limits>) {
+    let mut tick = tokio::time::interval(FOLLOW_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let l = limits.clone();
+        match tokio::task::spawn_blocking(move || l.reload()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "tenant profiles not read again"),
+            Err(e) => tracing::warn!(error = %e, "tenant profiles not read again"),
+        }
+    }
 }
 
 /// The rate state of `owner` under `limits` (afresh when its limits changed).

@@ -210,6 +210,9 @@ impl Platform {
         if platform.core.cfg.activity.enabled {
             tasks.push(tokio::spawn(crate::activity::run(platform.core.clone())));
         }
+        if platform.core.cfg.cluster.several_nodes() {
+            tasks.push(tokio::spawn(crate::limits::follow(platform.core.limits.clone())));
+        }
         if let Some(path) = secret_file {
             tasks.push(tokio::spawn(watch_secret(platform.auth.clone(), path, stop)));
         }
