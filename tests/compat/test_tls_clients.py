@@ -54,6 +54,7 @@ def server(tmp_path_factory, pki):
         "GRIDLINKS_HTTP_TLS_BIND": f"127.0.0.1:{ports['https']}",
         "GRIDLINKS_MQTT_TLS_BIND": f"127.0.0.1:{ports['mqtts']}",
         "GRIDLINKS_MQTT_WSS_BIND": f"127.0.0.1:{ports['wss']}",
+        "GRIDLINKS_MQTT_WSS_CLIENT_CERTS": "true",
     }
     with gridlinks_server(tmp_path_factory.mktemp("tls"), ADMIN_PASSWORD, **env) as s:
         yield dict(s, **ports)

@@ -211,6 +211,10 @@ pub struct MqttConfig {
     pub tls_bind: String,
     /// Listen address of MQTT over secure WebSocket (`wss://…/mqtt`); empty: off.
     pub wss_bind: String,
+    /// Whether the `wss://` listener asks clients for a certificate (devices may then log
+    /// in by theirs). Off by default: browsers, the usual `wss://` clients, ask their user
+    /// to pick one when a server asks (and a headless one never answers).
+    pub wss_client_certs: bool,
     /// Largest MQTT packet accepted, bytes (checked before the body is read).
     pub max_packet_size: usize,
     /// QoS 1/2 publishes a client may have unacknowledged (MQTT 5 Receive Maximum).
@@ -938,6 +942,7 @@ impl Default for MqttConfig {
             ws_bind: "0.0.0.0:8083".into(),
             tls_bind: String::new(),
             wss_bind: String::new(),
+            wss_client_certs: false,
             max_packet_size: 64 * 1024,
             receive_maximum: 64,
             max_connections: 0,

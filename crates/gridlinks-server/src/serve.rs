@@ -100,7 +100,8 @@ pub async fn serve(
     let tls_listener = |bind, what, client_certs| bind_tls(bind, what, certs.as_ref(), client_certs, timeout);
     let https = tls_listener(&cfg.http.tls_bind, "http.tls_bind (HTTPS)", false).await?;
     let mqtts = tls_listener(&cfg.mqtt.tls_bind, "mqtt.tls_bind (MQTT over TLS)", true).await?;
-    let wss = tls_listener(&cfg.mqtt.wss_bind, "mqtt.wss_bind (MQTT over secure WebSocket)", true).await?;
+    let wss = tls_listener(&cfg.mqtt.wss_bind, "mqtt.wss_bind (MQTT over secure WebSocket)", cfg.mqtt.wss_client_certs)
+        .await?;
     let tls_locals: Vec<String> = [("https", &https), ("mqtts", &mqtts), ("wss", &wss)]
         .iter()
         .filter_map(|(name, l)| Some(format!("{name}={}", l.as_ref()?.0.local_addr().ok()?)))
