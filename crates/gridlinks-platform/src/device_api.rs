@@ -80,11 +80,16 @@ pub struct Reply {
 /// against the tenant profile's rate limits. `None` for every other topic, which
 /// [`handle_publish`] handles one by one.
 pub fn batch_item(st: &Platform, device: DeviceId, topic: &str, body: &[u8]) -> Option<Result<Item, IngestError>> {
-    let item = match DeviceTopic::parse(topic)? {
-        DeviceTopic::Telemetry => telemetry_item(st, device, body),
-        DeviceTopic::Attributes => attributes_item(st, device, body),
+    let parse = match DeviceTopic::parse(topic)? {
+        DeviceTopic::Telemetry => telemetry_item,
+        DeviceTopic::Attributes => attributes_item,
         _ => return None,
     };
+    // Past the limit, refused before the payload is parsed.
+    if let Some(refused) = st.core.limits.refuses_data(device) {
+        return Some(Err(refused));
+    }
+    let item = parse(st, device, body);
     Some(item.map_err(|e| IngestError::BadPayload(e.to_string())).and_then(|item| {
         st.core.limits.meter_item(&item)?;
         Ok(item)

@@ -92,8 +92,10 @@ impl Buckets {
     }
 
     fn refill(&mut self, limit: &RateLimit, now: Instant) {
+        // Callers read the clock before taking the lock: an instant older than the last
+        // one adds nothing (and does not move the clock back, to be credited again).
         let dt = now.saturating_duration_since(self.at).as_secs_f64();
-        self.at = now;
+        self.at = self.at.max(now);
         for (t, (n, secs)) in self.tokens.iter_mut().zip(&limit.windows) {
             *t = (*t + dt * *n as f64 / *secs as f64).min(*n as f64);
         }
@@ -241,6 +243,8 @@ pub struct TenantLimits {
     pub profile: String,
     rates: HashMap<&'static str, RateLimit>,
     counts: HashMap<&'static str, u64>,
+    /// Each rate limit's refusal, written once.
+    refusals: HashMap<&'static str, String>,
 }
 
 impl TenantLimits {
@@ -254,6 +258,7 @@ impl TenantLimits {
             match v {
                 J::String(s) if limit.is_rate() => {
                     if let Some(r) = RateLimit::parse(s).map_err(|e| format!("{}: {e}", limit.field()))? {
+                        out.refusals.insert(limit.field(), out.refusal(limit, &format_args!("\"{r}\"")));
                         out.rates.insert(limit.field(), r);
                     }
                 }
@@ -308,6 +313,14 @@ struct Metered {
 impl Metered {
     fn new(limits: Arc<TenantLimits>) -> Self {
         Self { limits, buckets: HashMap::new() }
+    }
+
+    /// Whether `l` has a token now (nothing taken).
+    fn has_token(&mut self, l: Limit, now: Instant) -> bool {
+        let Some(rate) = self.limits.rate(l) else { return true };
+        let b = self.buckets.entry(l.field()).or_insert_with(|| Buckets::full(rate, now));
+        b.refill(rate, now);
+        b.has(1.0)
     }
 
     /// Takes `cost` from each of `want` (limit, cost) at once, or nothing: the first
@@ -418,10 +431,16 @@ impl Limits {
         self.by_tenant.read().get(&tenant).cloned()
     }
 
-    fn refuse(&self, l: Limit, limits: &TenantLimits, value: &dyn fmt::Display) -> String {
+    /// Counts a refusal by `l`.
+    fn count(&self, l: Limit) {
         if let Some(i) = Limit::ALL.iter().position(|x| *x == l) {
             self.refusals[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// The refusal of count limit `l` at `value` (counted).
+    fn refuse(&self, l: Limit, limits: &TenantLimits, value: &dyn fmt::Display) -> String {
+        self.count(l);
         limits.refusal(l, value)
     }
 
@@ -446,22 +465,14 @@ impl Limits {
         } else {
             (&[(Limit::TenantMsg, 1.0)], &[(Limit::DeviceMsg, 1.0)])
         };
-        let refused = |l: Limit| {
-            let rate = limits.rate(l).map(ToString::to_string).unwrap_or_default();
-            IngestError::RateLimited(self.refuse(l, &limits, &format_args!("\"{rate}\"")))
-        };
+        let refused = |l: Limit| IngestError::RateLimited(self.rate_refusal(l, &limits));
         {
             let mut owners = self.owners.lock();
             let m = metered(&mut owners, tenant, &limits);
             m.take(tenant_want, now).map_err(refused)?;
         }
         let mut devices = self.devices.lock();
-        let entry = devices.entry(device).or_insert((tenant, None));
-        let m = match &mut entry.1 {
-            Some(m) if Arc::ptr_eq(&m.limits, &limits) => m,
-            slot => slot.insert(Metered::new(limits.clone())),
-        };
-        if let Err(l) = m.take(device_want, now) {
+        if let Err(l) = device_metered(&mut devices, device, tenant, &limits).take(device_want, now) {
             drop(devices);
             if let Some(m) = self.owners.lock().get_mut(&tenant) {
                 m.give_back(tenant_want);
@@ -469,6 +480,33 @@ impl Limits {
             return Err(refused(l));
         }
         Ok(())
+    }
+
+    /// The refusal of rate limit `l` (counted).
+    fn rate_refusal(&self, l: Limit, limits: &TenantLimits) -> String {
+        self.count(l);
+        limits.refusals.get(l.field()).cloned().unwrap_or_default()
+    }
+
+    /// Before a data message of `device` is parsed: its refusal if its tenant's or its
+    /// own telemetry-message limit has no token left, so a flood past the limit is refused
+    /// without parsing what it carries ([`Limits::meter`] counts what is taken).
+    pub fn refuses_data(&self, device: DeviceId) -> Option<IngestError> {
+        if !self.transport.load(Ordering::Acquire) {
+            return None;
+        }
+        let now = Instant::now();
+        let tenant = self.tenant_of_device(device).ok()?;
+        let limits = self.of(tenant).filter(|l| l.has_transport_rates())?;
+        let (t, d) = (Limit::TenantTelemetryMsg, Limit::DeviceTelemetryMsg);
+        let spent = if !metered(&mut self.owners.lock(), tenant, &limits).has_token(t, now) {
+            t
+        } else if !device_metered(&mut self.devices.lock(), device, tenant, &limits).has_token(d, now) {
+            d
+        } else {
+            return None;
+        };
+        Some(IngestError::RateLimited(self.rate_refusal(spent, &limits)))
     }
 
     /// [`Limits::meter`] for an item about to be submitted (its values are its points).
@@ -513,9 +551,10 @@ impl Limits {
         let now = Instant::now();
         let mut owners = self.owners.lock();
         let mut check = |owner: Uuid, l: Limit| -> Result<(), String> {
-            let Some(rate) = limits.rate(l) else { return Ok(()) };
-            let m = metered(&mut owners, owner, &limits);
-            m.take(&[(l, 1.0)], now).map_err(|l| self.refuse(l, &limits, &format_args!("\"{rate}\"")))
+            if limits.rate(l).is_none() {
+                return Ok(());
+            }
+            metered(&mut owners, owner, &limits).take(&[(l, 1.0)], now).map_err(|l| self.rate_refusal(l, &limits))
         };
         check(caller.tenant, Limit::TenantRest)?;
         if let Some(customer) = caller.customer {
@@ -615,6 +654,20 @@ fn metered<'a>(owners: &'a mut HashMap<Uuid, Metered>, owner: Uuid, limits: &Arc
     m
 }
 
+/// The rate state of `device` of `tenant` under `limits` (afresh when its limits changed).
+fn device_metered<'a>(
+    devices: &'a mut HashMap<DeviceId, (Uuid, Option<Metered>)>,
+    device: DeviceId,
+    tenant: Uuid,
+    limits: &Arc<TenantLimits>,
+) -> &'a mut Metered {
+    let entry = devices.entry(device).or_insert((tenant, None));
+    if !entry.1.as_ref().is_some_and(|m| Arc::ptr_eq(&m.limits, limits)) {
+        entry.1 = None;
+    }
+    entry.1.get_or_insert_with(|| Metered::new(limits.clone()))
+}
+
 /// The tenant profile a tenant document names (`tenantProfileId`).
 pub fn profile_of(tenant_doc: &J) -> Option<Uuid> {
     let v = tenant_doc.get("tenantProfileId")?;
@@ -669,6 +722,19 @@ mod tests {
         assert!(!b.has(1.0), "the per-second window is spent");
         b.refill(&r, t0 + std::time::Duration::from_secs(1));
         assert!(b.has(5.0) && !b.has(5.5), "the minute window allows 5 more: {:?}", b.tokens);
+    }
+
+    #[test]
+    fn an_instant_read_before_another_credits_nothing_twice() {
+        let r = RateLimit::parse("10:1").unwrap().unwrap();
+        let t0 = Instant::now();
+        let mut b = Buckets::full(&r, t0);
+        b.take(10.0);
+        let (early, late) = (t0 + std::time::Duration::from_millis(100), t0 + std::time::Duration::from_millis(200));
+        b.refill(&r, late);
+        b.refill(&r, early); // a caller that read the clock first, then waited for the lock
+        b.refill(&r, late);
+        assert!((b.tokens[0] - 2.0).abs() < 1e-9, "200 ms of 10/s: {:?}", b.tokens);
     }
 
     #[test]
