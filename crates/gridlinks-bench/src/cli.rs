@@ -55,6 +55,11 @@ pub enum Command {
     /// N devices download one firmware package at once over MQTT in chunks (ThingsBoard's
     /// `v2/fw/…` topics) from a GridLinks the tool starts; every byte compared.
     OtaDownload(OtaDownloadArgs),
+    /// Tenant isolation under a flood: on a GridLinks the tool starts, a quiet tenant's
+    /// devices publish at a fixed rate alone (phase A), then while a noisy tenant floods
+    /// at a multiple of its telemetry rate limit (phase B); the quiet PUBACK p99 of both
+    /// phases, the noisy tenant's refusals (0x97), and every acknowledged point checked.
+    TenantFlood(TenantFloodArgs),
     /// (Internal) one worker process of a `--workers` run: reads its job from stdin.
     #[command(hide = true)]
     Worker,
@@ -135,6 +140,49 @@ pub struct ProvisionArgs {
     pub tenants: bool,
     #[command(flatten)]
     pub server: OwnServerArgs,
+}
+
+/// Options of `tenant-flood`.
+#[derive(Debug, Args, Clone)]
+pub struct TenantFloodArgs {
+    /// `transportTenantTelemetryMsgRateLimit` of the tenant profile both tenants have:
+    /// at most this many telemetry messages per second per tenant (the profile says
+    /// "LIMIT:1").
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: u64,
+    /// Devices of the quiet tenant, each on its own MQTT 5 connection.
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub quiet_devices: usize,
+    /// The quiet tenant's offered load in both phases: publishes per second over all its
+    /// devices; must be below --limit.
+    #[arg(long, default_value_t = 300.0)]
+    pub quiet_rate: f64,
+    /// Devices of the noisy tenant, each on its own MQTT 5 connection.
+    #[arg(long, default_value_t = 100, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub noisy_devices: usize,
+    /// The noisy tenant's offered load in phase B as a multiple of --limit (publishes
+    /// per second over all its devices).
+    #[arg(long, default_value_t = 10.0)]
+    pub flood_factor: f64,
+    /// How long each phase publishes.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub duration: Duration,
+    /// Most unacknowledged QoS 1 publishes per connection.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub inflight: u16,
+    /// Isolation holds when the quiet PUBACK p99 of phase B is at most this fraction
+    /// above phase A's (0.2: within 20%).
+    #[arg(long, default_value_t = 0.2)]
+    pub tolerance: f64,
+    /// Local source addresses to spread the connections over, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sources: Vec<IpAddr>,
+    /// The gridlinks binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    pub gridlinks_bin: Option<PathBuf>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// How `ws-telemetry` receives.

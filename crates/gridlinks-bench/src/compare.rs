@@ -164,7 +164,7 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) 
         if tenant {
             let sys = ApiTarget { user: "sysadmin".into(), ..api.clone() };
             api = tokio::task::spawn_blocking(move || {
-                RestClient::login(&sys)?.tenant_admin("bench-tenant", "admin@bench-tenant.test", &sys.password)
+                RestClient::login(&sys)?.tenant_admin("bench-tenant", None, "admin@bench-tenant.test", &sys.password)
             })
             .await??;
         }

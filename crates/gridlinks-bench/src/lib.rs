@@ -30,6 +30,8 @@
 //!   connect.rs         `connect`: connection storm at a rate, then N idle connections held
 //!   pubsub.rs          `pubsub`: publisher groups -> subscriber groups, end-to-end latency,
 //!                      deliveries expected vs received
+//!   tenant_flood.rs    `tenant-flood`: a quiet tenant's PUBACK latency alone and while a
+//!                      noisy tenant floods past its rate limit; refusals and the loss check
 //! template.rs          `--payload-template` placeholders
 //! stats.rs             live counters shared by connection tasks, sharded latency histograms
 //! timeline.rs          one sample a second of a run (JSON `timeline`, HTML charts),
@@ -100,6 +102,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::Provision(args) => scenario::provision::run(args).await,
             cli::Command::WsTelemetry(args) => scenario::ws_telemetry::run(args).await,
             cli::Command::OtaDownload(args) => scenario::ota_download::run(args).await,
+            cli::Command::TenantFlood(args) => scenario::tenant_flood::run(args).await,
         }
     })
 }

@@ -120,10 +120,22 @@ impl RestClient {
             .into_json()?)
     }
 
-    /// As the system administrator: a new tenant titled `title` and its administrator
-    /// `email`, activated with `password`; the administrator's API target.
-    pub fn tenant_admin(&self, title: &str, email: &str, password: &str) -> anyhow::Result<ApiTarget> {
-        let tenant = self.post_json("/api/tenant", &json!({"title": title}))?;
+    /// As the system administrator: a new tenant titled `title`, with the tenant profile
+    /// whose id object (`{"entityType":"TENANT_PROFILE","id":…}`) is `profile` (`None`:
+    /// the default profile), and its administrator `email`, activated with `password`; the
+    /// administrator's API target.
+    pub fn tenant_admin(
+        &self,
+        title: &str,
+        profile: Option<&Value>,
+        email: &str,
+        password: &str,
+    ) -> anyhow::Result<ApiTarget> {
+        let mut body = json!({"title": title});
+        if let Some(profile) = profile {
+            body["tenantProfileId"] = profile.clone();
+        }
+        let tenant = self.post_json("/api/tenant", &body)?;
         let body = json!({"email": email, "authority": "TENANT_ADMIN", "tenantId": tenant["id"]});
         let user = self.post_json("/api/user?sendActivationMail=false", &body)?;
         let id = user["id"]["id"].as_str().context("the new user has no id")?;

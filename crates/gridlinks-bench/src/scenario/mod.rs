@@ -10,6 +10,7 @@ pub mod ota_download;
 pub mod provision;
 pub mod pubsub;
 pub mod telemetry;
+pub mod tenant_flood;
 pub mod ws_telemetry;
 
 use std::borrow::Cow;

@@ -76,7 +76,12 @@ pub async fn run(args: ProvisionArgs) -> anyhow::Result<std::process::ExitCode> 
                 let rest = match tenants {
                     true => {
                         let email = format!("admin-{p}@bench.test");
-                        RestClient::login(&sys.tenant_admin(&format!("bench-tenant-{p}"), &email, &api.password)?)?
+                        RestClient::login(&sys.tenant_admin(
+                            &format!("bench-tenant-{p}"),
+                            None,
+                            &email,
+                            &api.password,
+                        )?)?
                     }
                     false => admin.clone(),
                 };

@@ -95,6 +95,16 @@ struct Window {
     stop_at: Option<Instant>,
 }
 
+impl Window {
+    /// When a device whose next publish is due at `next` wakes: then, or at the window's
+    /// end if that comes first. A device publishing every few seconds would otherwise
+    /// sleep past the end, and the window (msgs/s, server CPU) would last up to one
+    /// interval longer than `--duration`.
+    fn wake_for(&self, next: Instant) -> Instant {
+        self.stop_at.map_or(next, |stop| next.min(stop))
+    }
+}
+
 /// How one device's run ended.
 #[derive(Default)]
 struct DeviceResult {
@@ -110,6 +120,39 @@ struct DeviceResult {
     acks: AckLog,
     /// The highest stamp sent (acknowledged or not).
     last_ts: u64,
+    /// Publishes the server refused in their PUBACK.
+    refusals: Refusals,
+}
+
+/// The publishes an MQTT 5 server refused in their PUBACK (reason code 0x80 or more):
+/// not acknowledged, so neither counted as acked nor recorded for the loss check.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Refusals {
+    /// How many.
+    pub count: u64,
+    /// The `ts` of each, in PUBACK order (with `Plan::record_acks` only).
+    pub ts: Vec<u64>,
+    /// The first one's reason code and, after a space, the server's reason string (for
+    /// GridLinks' rate limits, e.g. `0x97 … reached: transportTenantTelemetryMsgRateLimit
+    /// = "500:1"`).
+    pub first: Option<String>,
+}
+
+impl Refusals {
+    /// Counts the refusal of the publish stamped `ts` with `reason` (and the server's
+    /// reason string); keeps `ts` when `record` is set.
+    fn push(&mut self, reason: u8, reason_string: Option<&str>, ts: u64, record: bool) {
+        self.count += 1;
+        if record {
+            self.ts.push(ts);
+        }
+        if self.first.is_none() {
+            self.first = Some(match reason_string {
+                Some(text) => format!("{reason:#04x} {text}"),
+                None => format!("{reason:#04x}"),
+            });
+        }
+    }
 }
 
 /// Names of provisioned devices: `bench-<i>`.
@@ -194,6 +237,8 @@ pub(crate) struct FleetResult {
     pub open: Vec<MqttConnection>,
     /// The highest stamp any device sent (acknowledged or not).
     pub last_ts: u64,
+    /// Publishes refused in their PUBACK, per device.
+    pub refusals: Vec<Refusals>,
 }
 
 impl Fleet {
@@ -227,6 +272,7 @@ impl Fleet {
                         acks: AckLog::default(),
                         acked: 0,
                         last_ts: plan.first_ts.saturating_sub(1),
+                        refusals: Refusals::default(),
                     };
                     let outcome_tx = outcome_tx.clone();
                     let window_rx = window_rx.clone();
@@ -261,6 +307,7 @@ impl Fleet {
             acks: Vec::with_capacity(self.devices.len()),
             open: Vec::with_capacity(self.devices.len()),
             last_ts: 0,
+            refusals: Vec::with_capacity(self.devices.len()),
         };
         for device in self.devices {
             let result = device.await.context("device task panicked")?;
@@ -271,6 +318,7 @@ impl Fleet {
             }
             out.last_ack = out.last_ack.max(result.last_ack.unwrap_or(start));
             out.last_ts = out.last_ts.max(result.last_ts);
+            out.refusals.push(result.refusals);
             out.open.extend(result.conn);
         }
         Ok(out)
@@ -490,6 +538,8 @@ struct Device {
     acked: u64,
     /// The stamp of the latest publish (the next one gets a higher one).
     last_ts: u64,
+    /// Publishes refused in their PUBACK.
+    refusals: Refusals,
 }
 
 impl Device {
@@ -548,6 +598,7 @@ impl Device {
                 conn: Some(conn),
                 acks: self.acks,
                 last_ts: self.last_ts,
+                refusals: self.refusals,
             },
             Err((last_ack, reason)) => {
                 Counters::add(&self.counters.dropped, 1);
@@ -558,6 +609,7 @@ impl Device {
                     conn: None,
                     acks: self.acks,
                     last_ts: self.last_ts,
+                    refusals: self.refusals,
                 }
             }
         }
@@ -645,10 +697,11 @@ impl Device {
             if unacked == 0 && !sending {
                 return Ok(last_ack);
             }
-            // Wait for a packet, the next scheduled publish (if the window has room), or
-            // the ack timeout (if anything is unacknowledged).
+            // Wait for a packet, the next scheduled publish (if the window has room) or
+            // the window's end if that comes first, or the ack timeout (if anything is
+            // unacknowledged).
             let wake = match &schedule {
-                Some(s) if sending && !free.is_empty() => Some(s.next),
+                Some(s) if sending && !free.is_empty() => Some(window.wake_for(s.next)),
                 _ => None,
             };
             let first = tokio::select! {
@@ -684,6 +737,9 @@ impl Device {
                             free.push(ack.packet_id);
                             if is_v5 && ack.reason >= 0x80 {
                                 refused += 1;
+                                let ts = ts_of[usize::from(ack.packet_id)];
+                                let record = self.plan.record_acks;
+                                self.refusals.push(ack.reason, ack.reason_string.as_deref(), ts, record);
                             } else {
                                 acked += 1;
                                 self.latency.record(received.saturating_duration_since(due));
@@ -769,7 +825,7 @@ impl Device {
                 return Ok(last_write);
             }
             if let Some(s) = &schedule {
-                tokio::time::sleep_until(s.next).await;
+                tokio::time::sleep_until(window.wake_for(s.next)).await;
             }
         }
     }
