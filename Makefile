@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET := $(abspath $(or $(CARGO_TARGET_DIR),target))
 VENV   := $(TARGET)/pyenv
 
-.PHONY: run test build-deps deps lint cluster cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-tls bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster bench-tb-gateway
+.PHONY: run test build-deps deps lint cluster cluster-test console rust-test test-build compat-test js-test bench-http bench-import bench-storage bench-deps bench-mqtt bench-tls bench-pubsub bench-pubsub-latency bench-presets bench-crash bench-lamp bench-coap bench-provision bench-ws bench-console bench-cluster bench-tb-gateway bench-tenant-flood
 
 ## Build and run the server on embedded defaults (data in ./data, HTTP on :8080, the web
 ## console at http://localhost:8080/).
@@ -242,3 +242,8 @@ bench-cluster: bench-deps
 bench-console: deps console tests/js/node_modules/.installed
 	$(CARGO) build --release -q -p gridlinks-server
 	cd tests/js && GRIDLINKS_BIN=$(TARGET)/release/gridlinks node bench_console.mjs
+
+## One tenant floods at 10x its tenant profile's limit while another publishes at a fixed
+## rate: the quiet tenant's p99 with and without the flood, and the loss check for both.
+bench-tenant-flood: deps
+	bench/tenant_flood.sh
