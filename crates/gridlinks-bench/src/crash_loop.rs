@@ -40,7 +40,7 @@ use crate::scenario::http_telemetry::{self, HttpFleet};
 use crate::scenario::telemetry::{
     self, disconnect_all, provision, provisioned_name, Fleet, PayloadKind, PayloadSpec, Topics,
 };
-use crate::scenario::{Credentials, Progress, ProgressKind, ProgressSources, Target};
+use crate::scenario::{Progress, ProgressKind, ProgressSources, Target};
 use crate::servers::{Binaries, ManagedServer, ServerKind};
 use crate::stats::{Counters, LatencyShards};
 use crate::template::Rng;
@@ -58,15 +58,6 @@ const FIRST_ACK_PATIENCE: Duration = Duration::from_secs(25);
 
 /// A connection that waits this long for an acknowledgement gives up.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// TCP connect plus CONNECT/CONNACK.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// MQTT keep-alive sent in CONNECT.
-const KEEP_ALIVE: Duration = Duration::from_secs(60);
-
-/// MQTT handshakes in progress at once.
-const MAX_PENDING: usize = 64;
 
 /// Latency histogram shards.
 const LATENCY_SHARDS: usize = 32;
@@ -491,19 +482,13 @@ async fn mqtt_cycle(
     first_ts: u64,
     delay: Duration,
 ) -> anyhow::Result<CycleLoad> {
-    let target = Arc::new(Target {
-        server: SocketAddr::from(([127, 0, 0, 1], server.mqtt_port())),
-        sources: setup.sources.clone(),
-        version: setup.mqtt_version.into(),
-        credentials: Credentials::Tokens(setup.tokens.clone()),
-        client_id_prefix: "bench".into(),
-        connect_timeout: CONNECT_TIMEOUT,
-        keep_alive: KEEP_ALIVE,
-        max_pending: MAX_PENDING,
-        server_stats: None,
-        offset: 0,
-        tls: None,
-    });
+    let target = Arc::new(Target::local_tokens(
+        SocketAddr::from(([127, 0, 0, 1], server.mqtt_port())),
+        setup.sources.clone(),
+        setup.mqtt_version.into(),
+        setup.tokens.clone(),
+        "bench",
+    ));
     let plan = Arc::new(telemetry::Plan {
         topic: Topics::Same(TOPIC.into()),
         qos: QoS::AtLeastOnce,

@@ -88,6 +88,32 @@ pub struct Target {
 }
 
 impl Target {
+    /// Plain-TCP connections to a server the tool started (`server`), connection `i` with
+    /// token `i` of `tokens` and client id `{client_id_prefix}-{i}`: a 10 s connect
+    /// deadline, a 60 s keep-alive and 64 handshakes at most in progress (`mqtt-telemetry`'s
+    /// defaults).
+    pub fn local_tokens(
+        server: SocketAddr,
+        sources: Vec<IpAddr>,
+        version: ProtocolVersion,
+        tokens: Vec<String>,
+        client_id_prefix: &str,
+    ) -> Self {
+        Self {
+            server,
+            sources,
+            version,
+            credentials: Credentials::Tokens(tokens),
+            client_id_prefix: client_id_prefix.to_owned(),
+            connect_timeout: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(60),
+            max_pending: 64,
+            server_stats: None,
+            offset: 0,
+            tls: None,
+        }
+    }
+
     /// Resolves the options for a run of `connections` connections: looks the host up,
     /// reads the tokens file, checks the fd limit and the ephemeral-port supply.
     pub async fn resolve(args: &TargetArgs, connections: usize) -> anyhow::Result<Self> {

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 use super::telemetry::{disconnect_all, send_interval, Fleet, FleetResult, PayloadKind, PayloadSpec, Plan};
 use super::telemetry::{Refusals, Topics};
-use super::{Credentials, Progress, ProgressKind, ProgressSources, Target};
+use super::{Progress, ProgressKind, ProgressSources, Target};
 use crate::cli::TenantFloodArgs;
 use crate::loss_check::{self, AckLog, DeviceAcks, LossReport, SEQ_KEY};
 use crate::proc_stats::ProcessStats;
@@ -66,15 +66,6 @@ const PAYLOAD_BYTES: usize = 100;
 
 /// New connections per second while a phase connects (`mqtt-telemetry`'s default).
 const CONNECT_RATE: f64 = 2000.0;
-
-/// Handshakes in progress at most (`mqtt-telemetry`'s default).
-const MAX_PENDING: usize = 64;
-
-/// Time allowed for TCP connect plus CONNECT/CONNACK.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Keep-alive sent in CONNECT.
-const KEEP_ALIVE: Duration = Duration::from_secs(60);
 
 /// A device that waits this long for any PUBACK stops; its unanswered publishes are
 /// counted as such.
@@ -494,19 +485,7 @@ fn create_tenants(sys: &ApiTarget, limit: u64, quiet: usize, noisy: usize) -> an
 
 /// MQTT 5 connections of `tenant`'s devices to `server`, device `i` with token `i`.
 fn target(server: SocketAddr, sources: &[IpAddr], tenant: &Tenant) -> Target {
-    Target {
-        server,
-        sources: sources.to_vec(),
-        version: ProtocolVersion::V5,
-        credentials: Credentials::Tokens(tenant.tokens.clone()),
-        client_id_prefix: tenant.label.to_string(),
-        connect_timeout: CONNECT_TIMEOUT,
-        keep_alive: KEEP_ALIVE,
-        max_pending: MAX_PENDING,
-        server_stats: None,
-        offset: 0,
-        tls: None,
-    }
+    Target::local_tokens(server, sources.to_vec(), ProtocolVersion::V5, tenant.tokens.clone(), tenant.label)
 }
 
 /// One phase: connects the loads' devices, publishes for `duration` (all devices at once;
