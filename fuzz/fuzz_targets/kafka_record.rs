@@ -24,6 +24,10 @@ fuzz_target!(|data: &[u8]| {
             WriteOp::Attributes { device: a, scope: s, values: x },
             WriteOp::Attributes { device: b, scope: t, values: y },
         ) => assert_eq!((a, s, format!("{x:?}")), (b, t, format!("{y:?}"))),
+        (
+            WriteOp::DeleteAttributes { device: a, scope: s, keys: x },
+            WriteOp::DeleteAttributes { device: b, scope: t, keys: y },
+        ) => assert_eq!((a, s, x), (b, t, y)),
         _ => panic!("decoded {op:?}, then {back:?}"),
     }
 });

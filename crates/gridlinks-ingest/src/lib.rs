@@ -49,6 +49,28 @@ pub enum Item {
         /// What.
         values: Vec<(String, Value)>,
     },
+    /// Attribute keys of one device in one scope removed. Through the commit log, so that
+    /// it is ordered after the device's earlier writes (on Kafka: on the same partition)
+    /// and other nodes hear of it.
+    DeleteAttributes {
+        /// Whose.
+        device: DeviceId,
+        /// Which scope.
+        scope: AttributeScope,
+        /// Which keys.
+        keys: Vec<String>,
+    },
+}
+
+impl Item {
+    /// The device it is about.
+    pub fn device(&self) -> DeviceId {
+        match self {
+            Item::Telemetry { device, .. }
+            | Item::Attributes { device, .. }
+            | Item::DeleteAttributes { device, .. } => *device,
+        }
+    }
 }
 
 /// Where submitted data becomes durable. Answers one result per op, in order, only once
@@ -160,6 +182,7 @@ impl Ingest {
                     }
                     WriteOp::Attributes { device, scope, values }
                 }
+                Item::DeleteAttributes { device, scope, keys } => WriteOp::DeleteAttributes { device, scope, keys },
             })
             .collect();
         let n = ops.len();

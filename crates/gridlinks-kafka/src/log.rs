@@ -11,9 +11,10 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::{record, KafkaError, KafkaSettings};
 
-/// The commit log on Kafka. Telemetry and attribute writes are produced to the telemetry
-/// topic and answered once Kafka acknowledged them (`acks=all`); other writes (devices,
-/// deletes, …) are this node's store's, committed by `entities`.
+/// The commit log on Kafka. Telemetry and attribute writes and attribute deletes are
+/// produced to the telemetry topic and answered once Kafka acknowledged them (`acks=all`);
+/// other writes (devices, telemetry deletes, …) are this node's store's, committed by
+/// `entities`.
 pub struct KafkaLog {
     producer: FutureProducer<crate::Quiet>,
     /// Reads the storage writers' committed offsets (it joins no group).

@@ -1,11 +1,12 @@
 //! The Kafka record of one ingest item (sans-IO): a versioned binary encoding of a
-//! telemetry or attributes write, keyed by device so Kafka keeps one device's records in
+//! telemetry or attributes write or an attributes delete, keyed by device so Kafka keeps one device's records in
 //! order on one partition.
 //!
 //! ```text
 //! value := FORMAT(1) kind(1) device(16) body
 //! telemetry body  := n_records { ts(8, big-endian) n_values { key value } }
 //! attributes body := scope(1) n_values { key value }
+//! delete attributes body := scope(1) n_keys { key }
 //! key := varint length, UTF-8; value := the storage row codec's tagged value
 //! ```
 
@@ -15,6 +16,7 @@ use gridlinks_types::{AttributeScope, DeviceId, TsRecord, Value};
 
 const KIND_TELEMETRY: u8 = 1;
 const KIND_ATTRIBUTES: u8 = 2;
+const KIND_DELETE_ATTRIBUTES: u8 = 3;
 
 /// The record's key: the device id, so its records share a partition.
 pub fn key(device: DeviceId) -> [u8; 16] {
@@ -25,12 +27,14 @@ pub fn key(device: DeviceId) -> [u8; 16] {
 /// go through Kafka).
 pub fn device_of(op: &WriteOp) -> Option<DeviceId> {
     match op {
-        WriteOp::Telemetry { device, .. } | WriteOp::Attributes { device, .. } => Some(*device),
+        WriteOp::Telemetry { device, .. }
+        | WriteOp::Attributes { device, .. }
+        | WriteOp::DeleteAttributes { device, .. } => Some(*device),
         _ => None,
     }
 }
 
-/// Encodes a telemetry or attributes op; `None` for any other op.
+/// Encodes a telemetry, attributes or attributes-delete op; `None` for any other op.
 pub fn encode(op: &WriteOp) -> Option<Vec<u8>> {
     let mut w = Writer::new();
     match op {
@@ -44,6 +48,12 @@ pub fn encode(op: &WriteOp) -> Option<Vec<u8>> {
         WriteOp::Attributes { device, scope, values } => {
             w.bytes(&[KIND_ATTRIBUTES]).bytes(device.as_bytes()).bytes(&[scope.tag()]).varint(values.len() as u64);
             pairs(&mut w, values);
+        }
+        WriteOp::DeleteAttributes { device, scope, keys } => {
+            w.bytes(&[KIND_DELETE_ATTRIBUTES]).bytes(device.as_bytes()).bytes(&[scope.tag()]).varint(keys.len() as u64);
+            for k in keys {
+                w.text(k);
+            }
         }
         _ => return None,
     }
@@ -72,9 +82,16 @@ pub fn decode(buf: &[u8]) -> Result<WriteOp, StoreError> {
             }
             WriteOp::Telemetry { device, records }
         }
-        KIND_ATTRIBUTES => {
-            let scope = AttributeScope::from_tag(r.byte()?).ok_or(StoreError::Corrupt("attribute scope"))?;
-            WriteOp::Attributes { device, scope, values: read_pairs(&mut r)? }
+        KIND_ATTRIBUTES => WriteOp::Attributes { device, scope: scope(&mut r)?, values: read_pairs(&mut r)? },
+        KIND_DELETE_ATTRIBUTES => {
+            let scope = scope(&mut r)?;
+            // A key is at least its 1-byte length.
+            let n = count(&mut r, 1)?;
+            let mut keys = Vec::with_capacity(n);
+            for _ in 0..n {
+                keys.push(r.text()?.to_owned());
+            }
+            WriteOp::DeleteAttributes { device, scope, keys }
         }
         _ => return Err(StoreError::Corrupt("record kind")),
     };
@@ -82,6 +99,10 @@ pub fn decode(buf: &[u8]) -> Result<WriteOp, StoreError> {
         return Err(StoreError::Corrupt("trailing bytes"));
     }
     Ok(op)
+}
+
+fn scope(r: &mut Reader<'_>) -> Result<AttributeScope, StoreError> {
+    AttributeScope::from_tag(r.byte()?).ok_or(StoreError::Corrupt("attribute scope"))
 }
 
 /// A count of items each at least `min` bytes long, bounded by what is left of the record
@@ -115,7 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn telemetry_and_attributes_round_trip() {
+    fn telemetry_attributes_and_deletes_round_trip() {
         let ops = [
             WriteOp::Telemetry {
                 device: device(),
@@ -139,6 +160,11 @@ mod tests {
                 scope: AttributeScope::Shared,
                 values: vec![("target".into(), Value::Long(23))],
             },
+            WriteOp::DeleteAttributes {
+                device: device(),
+                scope: AttributeScope::Server,
+                keys: vec!["inactivityTimeout".into(), "é".into()],
+            },
         ];
         for op in ops {
             let bytes = encode(&op).unwrap();
@@ -152,8 +178,7 @@ mod tests {
 
     #[test]
     fn other_ops_are_not_records_and_garbage_is_refused() {
-        assert!(encode(&WriteOp::DeleteAttributes { device: device(), scope: AttributeScope::Server, keys: vec![] })
-            .is_none());
+        assert!(encode(&WriteOp::DeleteDevice(device())).is_none());
         let mut huge = encode(&WriteOp::Telemetry { device: device(), records: vec![] }).unwrap();
         huge.pop();
         huge.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);

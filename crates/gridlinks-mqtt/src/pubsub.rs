@@ -13,6 +13,7 @@ use gridlinks_broker::persist::{self, stored_qos, QueueValue, SessionRecord, Sub
 use gridlinks_broker::router::{Message, SubOptions};
 use gridlinks_broker::sessions::{Outbound, Routed, SessionId, Sessions, StoredSession};
 use gridlinks_codec::mqtt::{LastWill, Publish, QoS};
+use gridlinks_platform::activity;
 use gridlinks_storage::{BrokerRow, BrokerTable, Store, StoreError, WriteOp, WriterHandle};
 use gridlinks_types::{AttributeScope, Ts};
 
@@ -181,8 +182,23 @@ pub fn follow_bus(
                     if scope == AttributeScope::Shared {
                         st.devices.push_shared(device, &values);
                     }
+                    if scope == AttributeScope::Server {
+                        if let Some((_, t)) = values.iter().find(|(k, _)| k == activity::INACTIVITY_TIMEOUT) {
+                            st.core.activity.timeout_changed(device, Some(t));
+                        }
+                    }
                     if live.wants_attributes() {
                         live.attributes(&[(device, scope, values)]);
+                    }
+                    Ok(())
+                }
+                Event::Data(WriteOp::DeleteAttributes { device, scope, keys }) => {
+                    match scope {
+                        AttributeScope::Shared => st.devices.push_deleted(device, &keys),
+                        AttributeScope::Server if keys.iter().any(|k| k == activity::INACTIVITY_TIMEOUT) => {
+                            st.core.activity.timeout_changed(device, None)
+                        }
+                        _ => {}
                     }
                     Ok(())
                 }

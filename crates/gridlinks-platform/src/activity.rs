@@ -208,12 +208,7 @@ impl Activity {
         // short turns between the devices' own writes.
         while !items.is_empty() {
             let batch: Vec<Item> = items.drain(..items.len().min(WRITE_BATCH)).collect();
-            let devices: Vec<DeviceId> = batch
-                .iter()
-                .map(|i| match i {
-                    Item::Attributes { device, .. } | Item::Telemetry { device, .. } => *device,
-                })
-                .collect();
+            let devices: Vec<DeviceId> = batch.iter().map(Item::device).collect();
             for (device, result) in devices.into_iter().zip(core.ingest.submit(batch).await) {
                 if result.is_err() && core.store.device(device).ok().flatten().is_none() {
                     // Deleted: forgotten.

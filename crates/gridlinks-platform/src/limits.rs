@@ -514,6 +514,8 @@ impl Limits {
         match item {
             Item::Telemetry { device, records } => self.meter(*device, records.iter().map(|r| r.values.len()).sum()),
             Item::Attributes { device, values, .. } => self.meter(*device, values.len()),
+            // Made by the REST API, never sent by a device.
+            Item::DeleteAttributes { .. } => Ok(()),
         }
     }
 

@@ -757,6 +757,10 @@ fn cross_node_downlink(a: &Server, b: &Server, jwt: &str) {
     let path = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SHARED_SCOPE");
     assert_eq!(b.req("POST", &path, Some(jwt), Some(r#"{"mode":"eco"}"#)).0, 200);
     assert_eq!(next(&mut dev), ("v1/devices/me/attributes".into(), r#"{"mode":"eco"}"#.into()));
+    // A delete on B is pushed by A, which holds the device (it travels on the device-data topic).
+    let delete = format!("/api/plugins/telemetry/DEVICE/{id}/SHARED_SCOPE?keys=mode");
+    assert_eq!(b.req("DELETE", &delete, Some(jwt), None).0, 200);
+    assert_eq!(next(&mut dev), ("v1/devices/me/attributes".into(), r#"{"deleted":["mode"]}"#.into()));
 
     let twoway = format!("/api/plugins/rpc/twoway/{id}");
     let answered = std::thread::scope(|s| {
@@ -772,6 +776,14 @@ fn cross_node_downlink(a: &Server, b: &Server, jwt: &str) {
     let oneway = format!("/api/rpc/oneway/{id}");
     assert_eq!(b.req("POST", &oneway, Some(jwt), Some(r#"{"method":"blink","params":3}"#)).0, 200);
     assert_eq!(next(&mut dev).1, r#"{"method":"blink","params":3}"#);
+
+    // An inactivityTimeout set on B holds on A, which watches the connected device: it goes
+    // silent and A calls it inactive (A's default timeout is ten minutes).
+    let server = format!("/api/plugins/telemetry/DEVICE/{id}/attributes/SERVER_SCOPE");
+    assert_eq!(b.req("POST", &server, Some(jwt), Some(r#"{"inactivityTimeout":1000}"#)).0, 200);
+    let active = format!("/api/plugins/telemetry/DEVICE/{id}/values/attributes/SERVER_SCOPE?keys=active");
+    let inactive = eventually(20, || b.json("GET", &active, jwt, None).1[0]["value"] == serde_json::json!(false));
+    assert!(inactive, "A kept its own timeout: {}", b.json("GET", &active, jwt, None).1);
 
     // Connected nowhere: 409 once no node said it delivered the call (rpc.remote_wait, 1 s).
     dev.disconnect();

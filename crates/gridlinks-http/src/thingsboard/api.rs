@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gridlinks_storage::query::{Agg, HistoryQuery, Order};
-use gridlinks_storage::{DeleteTelemetry, DeviceRecord, DocRecord, ImportRow, SaveDevice, WriteOp};
+use gridlinks_storage::{DeleteTelemetry, DeviceRecord, DocRecord, ImportRow, SaveDevice};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use serde::Deserialize;
 use serde_json::{json, Value as J};
@@ -1020,7 +1020,7 @@ async fn remove_attributes(
     let pushed = (sc == AttributeScope::Shared).then(|| keys.clone());
     let timeout =
         sc == AttributeScope::Server && et == "DEVICE" && keys.iter().any(|k| k == activity::INACTIVITY_TIMEOUT);
-    p.core.writer.submit(WriteOp::DeleteAttributes { device, scope: sc, keys }).await?;
+    p.core.ingest.submit_one(Item::DeleteAttributes { device, scope: sc, keys }).await?;
     if timeout {
         p.core.activity.timeout_changed(device, None);
     }

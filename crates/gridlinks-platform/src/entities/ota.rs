@@ -491,13 +491,14 @@ pub async fn notify(p: &Platform, devices: Vec<DeviceRecord>) -> ServiceResult<(
                     }
                     let keys: Vec<String> = had.into_iter().map(|a| a.key).collect();
                     p.core
-                        .writer
-                        .submit(WriteOp::DeleteAttributes {
+                        .ingest
+                        .submit_one(Item::DeleteAttributes {
                             device: d.id,
                             scope: AttributeScope::Shared,
                             keys: keys.clone(),
                         })
-                        .await?;
+                        .await
+                        .map_err(|e| ServiceError::Internal(e.to_string()))?;
                     p.devices.push_deleted(d.id, &keys);
                 }
             }
