@@ -228,6 +228,11 @@ pub struct MqttConfig {
     /// Keep MQTT 5 clients that exceed the Receive Maximum connected and stop reading
     /// (backpressure, as for 3.1.1) instead of disconnecting them with 0x93.
     pub receive_maximum_lenient: bool,
+    /// After a publish refused by a rate limit of the tenant profile (PUBACK/PUBREC 0x97),
+    /// read nothing more from that connection for this long: the excess waits in the
+    /// client's socket and in-flight window instead of costing a read, a check and a
+    /// refusal each. 0: refuse every excess message as it comes (ThingsBoard's way).
+    pub rate_limit_pause: Millis,
     /// Most simultaneous MQTT connections (TCP and WebSocket together); 0: the process's
     /// open-files limit less a reserve for storage, HTTP and administration.
     pub max_connections: usize,
@@ -964,6 +969,7 @@ impl Default for MqttConfig {
             response_information: "responses/%c".into(),
             topic_aliases_out: true,
             receive_maximum_lenient: false,
+            rate_limit_pause: Millis(1000),
             max_connects_per_address: 100,
             connect_burst_per_address: 1000,
             connect_rate_exempt_loopback: true,

@@ -169,6 +169,35 @@ fn a_device_over_its_rate_is_refused_by_name_on_every_transport_and_nothing_of_i
     assert_eq!(refusals(&s, "transportTenantMsgRateLimit"), 0);
 }
 
+/// After a refusal an MQTT 5 connection is not read for `mqtt.rate_limit_pause`: what the
+/// client sends meanwhile waits in its socket (backpressure, no refusal each), then is read
+/// and answered. With the pause 0 (ThingsBoard's way) it is answered at once.
+#[test]
+fn a_connection_past_its_rate_is_not_read_for_the_pause() {
+    for pause in ["8000", "0"] {
+        let s = Server::start_env(&[("GRIDLINKS_MQTT_RATE_LIMIT_PAUSE", pause)]);
+        let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
+        let (_, jwt) = tenant_with(&s, &sys, "paced", json!({"transportDeviceTelemetryMsgRateLimit": "1:3600"}));
+        let id = s.device(&jwt, "p", "PACED-D");
+        let (mut c, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("PACED-D"), 60);
+        assert_eq!(publish_v5(&mut c, 1, 2).iter().map(|a| a.0).collect::<Vec<_>>(), [0, 0x97]);
+        c.publish(TELEMETRY, &telemetry(3), QoS::AtLeastOnce, Some(3));
+        c.send(&Packet::PingReq);
+        if pause != "0" {
+            // The pause began before the refusal was written: 3 s after it, well inside.
+            c.stream.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            assert!(c.try_recv().is_err(), "the server read from the connection during its pause");
+            c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        }
+        // Both answered (PINGRESP may come first: it waits for no commit).
+        let answers = [c.recv(), c.recv()];
+        let refused = |p: &Option<Packet>| matches!(p, Some(Packet::PubAck(a)) if a.reason == 0x97 && a.packet_id == 3);
+        assert!(answers.iter().any(refused), "pause {pause}: {answers:?}");
+        assert!(answers.iter().any(|p| matches!(p, Some(Packet::PingResp))), "pause {pause}: {answers:?}");
+        assert_eq!(s.stored_timestamps(&jwt, &id, "t"), [1].into());
+    }
+}
+
 #[test]
 fn a_tenant_rate_is_shared_by_its_devices_and_a_profile_change_applies_at_once() {
     let s = Server::start();

@@ -35,6 +35,7 @@ impl Batch {
             }
             done.batch_acks.extend(one.ack);
             done.close = done.close.or(one.close);
+            done.rate_limited |= one.rate_limited;
         }
         done
     }
@@ -116,7 +117,8 @@ pub(super) fn outcome(
                 // PUBACK/PUBREC say 0x97 (quota exceeded); a QoS 0 publish cannot be refused
                 // alone, and 3.1.1 cannot refuse at all: 0x96 (message rate too high) closes.
                 if version == ProtocolVersion::V5 && qos != QoS::AtMostOnce {
-                    return Done { ack: ack(rc::QUOTA_EXCEEDED, Some(m.clone())), ..Default::default() };
+                    let ack = ack(rc::QUOTA_EXCEEDED, Some(m.clone()));
+                    return Done { ack, rate_limited: true, ..Default::default() };
                 }
                 return Done { close: Some((rc::MESSAGE_RATE_TOO_HIGH, m.clone())), ..Default::default() };
             }

@@ -95,6 +95,8 @@ struct Done {
     close: Option<(u8, String)>,
     /// Retained messages to send after a SUBACK.
     retained: Vec<Outbound>,
+    /// A publish was refused by a rate limit of the tenant profile (`mqtt.rate_limit_pause`).
+    rate_limited: bool,
 }
 
 type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -148,6 +150,10 @@ impl Flags {
     /// The client's Request Problem Information was 0 (MQTT 5): no reason string or user
     /// properties on acknowledgements (only PUBLISH, CONNACK and DISCONNECT may carry them).
     const LEAN_ACKS: u8 = 2;
+    /// A publish was refused by a rate limit of the tenant profile: pause reading.
+    const RATE_LIMITED: u8 = 4;
+    /// Reading is paused (`mqtt.rate_limit_pause`) until the keep-alive timer fires.
+    const PAUSED: u8 = 8;
 
     fn has(self, f: u8) -> bool {
         self.0 & f != 0
@@ -498,11 +504,25 @@ impl<T: Transport> Conn<T> {
         }
 
         loop {
+            // After a rate-limit refusal nothing is read or decoded for a while; the
+            // keep-alive timer (not checked meanwhile) ends the pause, so that the pause adds
+            // no state to every connection's task.
+            if self.flags.take(Flags::RATE_LIMITED) && !self.flags.has(Flags::PAUSED) {
+                let pause = st.core.cfg.mqtt.rate_limit_pause.duration();
+                if !pause.is_zero() {
+                    self.flags.set(Flags::PAUSED);
+                    ka_timer.as_mut().reset(Instant::now() + pause);
+                }
+            }
+            let paused = self.flags.has(Flags::PAUSED);
             // Decode what is buffered, up to the in-flight limit: packets that came with the
             // CONNECT, or were left in the buffer by backpressure, must not wait for new bytes.
             // Device publishes among them go as one batch.
             let mut batch: Option<Box<Batch>> = None;
-            while ending.is_none() && pending.as_ref().map_or(0, |p| p.len()) + self.extra_in_flight < max_in_flight {
+            while ending.is_none()
+                && !paused
+                && pending.as_ref().map_or(0, |p| p.len()) + self.extra_in_flight < max_in_flight
+            {
                 match self.decode() {
                     Ok(None) => {
                         if eof {
@@ -572,7 +592,7 @@ impl<T: Transport> Conn<T> {
                 }
             }
             let in_flight = pending.as_ref().map_or(0, |p| p.len());
-            let can_read = ending.is_none() && !eof && in_flight + self.extra_in_flight < max_in_flight;
+            let can_read = ending.is_none() && !eof && !paused && in_flight + self.extra_in_flight < max_in_flight;
             tokio::select! {
                 biased;
                 _ = &mut woken, if ending.is_none() => {
@@ -611,9 +631,13 @@ impl<T: Transport> Conn<T> {
                         eof = true;
                     }
                 }
-                _ = &mut ka_timer, if keep_alive.is_some() && ending.is_none() && !eof => {
+                _ = &mut ka_timer, if (keep_alive.is_some() || paused) && ending.is_none() && !eof => {
                     let ka = keep_alive.unwrap_or(far);
-                    if last_seen.elapsed() >= ka {
+                    if self.flags.take(Flags::PAUSED) {
+                        // Nothing was read meanwhile: the client's silence was not its own.
+                        last_seen = Instant::now();
+                        ka_timer.as_mut().reset(last_seen + ka);
+                    } else if last_seen.elapsed() >= ka {
                         st.metrics.keepalive_timeouts.fetch_add(1, Ordering::Relaxed);
                         ending = Some(End::Disconnect(rc::KEEP_ALIVE_TIMEOUT, "keep alive timeout".into()));
                     } else {
@@ -627,6 +651,9 @@ impl<T: Transport> Conn<T> {
     /// Writes what a completed in-flight item produced; `Some` ends the connection.
     fn finish(&mut self, done: Done, link: &SessionLink, window: &mut OutWindow) -> Option<End> {
         self.extra_in_flight -= done.extra;
+        if done.rate_limited {
+            self.flags.set(Flags::RATE_LIMITED);
+        }
         for ack in done.batch_acks.iter().chain(&done.ack) {
             if let Packet::PubRec(r) = ack {
                 if r.reason < 0x80 {
