@@ -42,7 +42,11 @@ fn api_router(state: Http) -> Router {
     let import_limit = state.core.cfg.http.max_import_bytes;
     let ota_limit = state.core.cfg.ota.max_package_bytes + ota::FRAMING_BYTES;
     let tel = "/api/plugins/telemetry/{entity_type}/{id}";
-    Router::new()
+    // ThingsBoard's HTTP device API by token; with client certificates over HTTPS also
+    // without it, where the certificate names the device (`device_api::Device`).
+    let devices: &[&str] =
+        if state.core.cfg.http.tls_client_certs { &["/api/v1/{token}", "/api/v1"] } else { &["/api/v1/{token}"] };
+    let mut app = Router::new()
         .route("/", get(crate::console::index))
         .route("/assets/{file}", get(crate::console::asset))
         .route("/healthz", get(healthz))
@@ -196,18 +200,19 @@ fn api_router(state: Http) -> Router {
         .route("/api/rpc/{kind}/{device_id}", post(rpc::rpc_v2))
         .route("/api/mqtt/clients", post(mqtt_clients::save).get(mqtt_clients::list))
         .route("/api/mqtt/clients/{username}", get(mqtt_clients::get).delete(mqtt_clients::delete))
-        .route("/api/v1/provision", post(device_api::provision))
-        .route("/api/v1/{token}/telemetry", post(device_api::post_telemetry))
-        .route("/api/v1/{token}/attributes", post(device_api::post_attributes).get(device_api::get_attributes))
-        .route("/api/v1/{token}/attributes/updates", get(device_api::poll_attributes))
-        .route("/api/v1/{token}/rpc", get(device_api::poll_rpc).post(device_api::client_rpc))
-        .route("/api/v1/{token}/rpc/{request_id}", post(device_api::rpc_reply))
-        .route("/api/v1/{token}/firmware", get(ota::device_firmware))
-        .route("/api/v1/{token}/software", get(ota::device_software))
-        .route("/api/v1/{token}/claim", post(device_api::post_claim))
-        .fallback(api::not_found)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+        .route("/api/v1/provision", post(device_api::provision));
+    for d in devices {
+        app = app
+            .route(&format!("{d}/telemetry"), post(device_api::post_telemetry))
+            .route(&format!("{d}/attributes"), post(device_api::post_attributes).get(device_api::get_attributes))
+            .route(&format!("{d}/attributes/updates"), get(device_api::poll_attributes))
+            .route(&format!("{d}/rpc"), get(device_api::poll_rpc).post(device_api::client_rpc))
+            .route(&format!("{d}/rpc/{{request_id}}"), post(device_api::rpc_reply))
+            .route(&format!("{d}/firmware"), get(ota::device_firmware))
+            .route(&format!("{d}/software"), get(ota::device_software))
+            .route(&format!("{d}/claim"), post(device_api::post_claim));
+    }
+    app.fallback(api::not_found).layer(DefaultBodyLimit::max(body_limit)).with_state(state)
 }
 
 /// `GET /healthz`: 200 while the server takes data; 503 before it is ready, while shutting

@@ -196,6 +196,11 @@ pub struct HttpConfig {
     /// How long a device's poll session stays registered after its last poll ended, so an
     /// RPC call or attribute change between two polls waits for the next one.
     pub long_poll_linger: Millis,
+    /// The HTTPS listener asks clients for a certificate (not required), and the device
+    /// API's paths without a token (`/api/v1/telemetry`, …) name the device by it
+    /// (X509_CERTIFICATE credentials). Off by default: browsers asked for a certificate may
+    /// prompt their user (or, headless, wait) before they show the console.
+    pub tls_client_certs: bool,
 }
 
 /// MQTT listener settings.
@@ -936,6 +941,7 @@ impl Default for HttpConfig {
             max_long_polls: 10_000,
             max_long_polls_per_device: 4,
             long_poll_linger: Millis(10_000),
+            tls_client_certs: false,
         }
     }
 }

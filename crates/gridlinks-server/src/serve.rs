@@ -98,7 +98,7 @@ pub async fn serve(
     let certs = load_tls(&cfg)?;
     let timeout = cfg.tls.handshake_timeout.duration();
     let tls_listener = |bind, what, client_certs| bind_tls(bind, what, certs.as_ref(), client_certs, timeout);
-    let https = tls_listener(&cfg.http.tls_bind, "http.tls_bind (HTTPS)", false).await?;
+    let https = tls_listener(&cfg.http.tls_bind, "http.tls_bind (HTTPS)", cfg.http.tls_client_certs).await?;
     let mqtts = tls_listener(&cfg.mqtt.tls_bind, "mqtt.tls_bind (MQTT over TLS)", true).await?;
     let wss = tls_listener(&cfg.mqtt.wss_bind, "mqtt.wss_bind (MQTT over secure WebSocket)", cfg.mqtt.wss_client_certs)
         .await?;

@@ -1,14 +1,19 @@
 //! ThingsBoard's HTTP device API under `/api/v1/{token}/`: `telemetry`, `attributes` (post,
 //! read, and `attributes/updates` by long poll), `rpc` (client-side calls, server-side
 //! requests by long poll, and the answers to them) and `claim`. A 200 to a write is sent
-//! only after the data is durably committed by the group commit.
+//! only after the data is durably committed by the group commit. Over HTTPS with
+//! `http.tls_client_certs`, the same paths without the token (`/api/v1/telemetry`, …) name
+//! the device by the connection's client certificate ([`Device`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use std::time::Duration;
 
-use axum::extract::{Path, RawQuery, State};
+use std::collections::HashMap;
+
+use axum::extract::{FromRef, FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -21,7 +26,9 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Q};
 use super::long_poll::{Kind, LongPolls, PollError};
 use crate::state::Status;
+use gridlinks_listener::tls::ClientCert;
 use gridlinks_platform::attributes;
+use gridlinks_platform::provision::ChainRefusal;
 use gridlinks_platform::{Core, Platform};
 use gridlinks_thingsboard::attributes::AttributeRequest;
 use gridlinks_thingsboard::error::ErrorCode;
@@ -29,17 +36,60 @@ use gridlinks_thingsboard::payload::{self, PayloadError};
 
 type St = State<Arc<Core>>;
 
-/// The device whose token this is; its request counts as activity.
-fn authenticate(st: &Core, token: &str) -> ApiResult<DeviceId> {
-    let device = st.ingest.authenticate(token)?;
-    st.activity.touch(device);
-    Ok(device)
+/// The device a request comes from: the `{token}` of its path or, on a token-less path,
+/// the client certificate of its HTTPS connection: the device whose `X509_CERTIFICATE`
+/// credentials hold it, else one a profile's `X509_CERTIFICATE_CHAIN` provisioning makes
+/// (as over MQTT). The request counts as the device's activity.
+pub struct Device(pub DeviceId);
+
+impl<S> FromRequestParts<S> for Device
+where
+    S: Send + Sync,
+    Arc<Platform>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let p = Arc::<Platform>::from_ref(state);
+        let params = Path::<HashMap<String, String>>::from_request_parts(parts, state).await.ok();
+        let device = match params.as_ref().and_then(|Path(m)| m.get("token")) {
+            Some(token) => p.core.ingest.authenticate(token)?,
+            None => {
+                let cert = parts.extensions.get::<Arc<ClientCert>>().cloned().ok_or_else(|| {
+                    ApiError::unauthorized(
+                        "this path names no token: it needs a client certificate (HTTPS with http.tls_client_certs)",
+                    )
+                })?;
+                by_certificate(&p, &cert).await?
+            }
+        };
+        p.core.activity.touch(device);
+        Ok(Device(device))
+    }
 }
 
-/// The device of a request that posts no data: [`authenticate`], counted as a message
-/// against its tenant profile's rate limits (429 when spent).
-pub(crate) fn request(st: &Core, token: &str) -> ApiResult<DeviceId> {
-    let device = authenticate(st, token)?;
+async fn by_certificate(p: &Platform, cert: &ClientCert) -> ApiResult<DeviceId> {
+    let (store, fingerprint) = (p.core.store.clone(), cert.fingerprint.clone());
+    let found = tokio::task::spawn_blocking(move || store.device_by_x509(&fingerprint))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::General, e.to_string()))??;
+    if let Some(d) = found.filter(|d| d.x509.is_some()) {
+        return Ok(d.id);
+    }
+    let chain: Vec<Vec<u8>> = cert.chain.iter().map(|d| d.to_vec()).collect();
+    match gridlinks_platform::provision::x509_chain(p, &chain).await {
+        Ok(d) => Ok(d),
+        Err(ChainRefusal::NoProfile) => {
+            Err(ApiError::unauthorized("no device has this client certificate (X509_CERTIFICATE credentials)"))
+        }
+        Err(ChainRefusal::Storage(e)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::General, e)),
+        Err(why) => Err(ApiError::unauthorized(why.to_string())),
+    }
+}
+
+/// A request that posts no data counts as a message against the device's tenant profile
+/// rate limits (429 when spent).
+pub(crate) fn metered(st: &Core, Device(device): Device) -> ApiResult<DeviceId> {
     st.limits.meter(device, 0)?;
     Ok(device)
 }
@@ -53,10 +103,9 @@ fn rejected(status: &Status, e: PayloadError) -> ApiError {
 pub async fn post_telemetry(
     State(st): St,
     State(status): State<Arc<Status>>,
-    Path(token): Path<String>,
+    Device(device): Device,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = authenticate(&st, &token)?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(|e| rejected(&status, e))?;
     st.submit_from_device(Item::Telemetry { device, records }).await?;
     Ok(StatusCode::OK)
@@ -66,10 +115,9 @@ pub async fn post_telemetry(
 pub async fn post_attributes(
     State(st): St,
     State(status): State<Arc<Status>>,
-    Path(token): Path<String>,
+    Device(device): Device,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = authenticate(&st, &token)?;
     let values = payload::parse_attributes(&body, st.payload_limits(), true).map_err(|e| rejected(&status, e))?;
     st.submit_from_device(Item::Attributes { device, scope: AttributeScope::Client, values }).await?;
     Ok(StatusCode::OK)
@@ -80,10 +128,10 @@ pub async fn post_attributes(
 pub async fn post_claim(
     State(st): St,
     State(status): State<Arc<Status>>,
-    Path(token): Path<String>,
+    device: Device,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = request(&st, &token)?;
+    let device = metered(&st, device)?;
     gridlinks_platform::claims::open_from_device(&st, device, &body).map_err(|e| rejected(&status, e))?;
     Ok(StatusCode::OK)
 }
@@ -93,8 +141,8 @@ pub async fn post_claim(
 /// times is one comma-separated list (as Spring joins it: ThingsBoard's HTTP client sends
 /// `sharedKeys=a&sharedKeys=b`), and `client_keys`/`shared_keys` (its `request_attributes`
 /// spelling) are read too. Other parameters are refused.
-pub async fn get_attributes(State(st): St, Path(token): Path<String>, RawQuery(q): RawQuery) -> ApiResult<Json<J>> {
-    let device = request(&st, &token)?;
+pub async fn get_attributes(State(st): St, device: Device, RawQuery(q): RawQuery) -> ApiResult<Json<J>> {
+    let device = metered(&st, device)?;
     let (mut client, mut shared) = (None::<String>, None::<String>);
     for (k, v) in form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes()) {
         let list = match k.as_ref() {
@@ -131,8 +179,8 @@ fn poll_timeout(cfg: &gridlinks_platform::config::HttpConfig, timeout: Option<i6
     }
 }
 
-async fn long_poll(p: &Platform, polls: &LongPolls, token: &str, kind: Kind, timeout: Option<i64>) -> Response {
-    let device = match request(&p.core, token) {
+async fn long_poll(p: &Platform, polls: &LongPolls, device: Device, kind: Kind, timeout: Option<i64>) -> Response {
+    let device = match metered(&p.core, device) {
         Ok(d) => d,
         Err(e) => return e.into_response(),
     };
@@ -172,10 +220,10 @@ async fn long_poll(p: &Platform, polls: &LongPolls, token: &str, kind: Kind, tim
 pub async fn poll_rpc(
     State(p): State<Arc<Platform>>,
     State(polls): State<Arc<LongPolls>>,
-    Path(token): Path<String>,
+    device: Device,
     Q(q): Q<PollParams>,
 ) -> Response {
-    long_poll(&p, &polls, &token, Kind::Rpc, q.timeout).await
+    long_poll(&p, &polls, device, Kind::Rpc, q.timeout).await
 }
 
 /// `GET /api/v1/{token}/attributes/updates?timeout=ms`: the next shared-attribute change,
@@ -183,10 +231,10 @@ pub async fn poll_rpc(
 pub async fn poll_attributes(
     State(p): State<Arc<Platform>>,
     State(polls): State<Arc<LongPolls>>,
-    Path(token): Path<String>,
+    device: Device,
     Q(q): Q<PollParams>,
 ) -> Response {
-    long_poll(&p, &polls, &token, Kind::Attributes, q.timeout).await
+    long_poll(&p, &polls, device, Kind::Attributes, q.timeout).await
 }
 
 /// `POST /api/v1/{token}/rpc/{requestId}`: the device's answer to server-side RPC
@@ -195,10 +243,12 @@ pub async fn poll_attributes(
 pub async fn rpc_reply(
     State(p): State<Arc<Platform>>,
     State(status): State<Arc<Status>>,
-    Path((token, id)): Path<(String, String)>,
+    device: Device,
+    Path(params): Path<HashMap<String, String>>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = request(&p.core, &token)?;
+    let device = metered(&p.core, device)?;
+    let id = params.get("request_id").map_or("", String::as_str);
     let id: u32 = id.parse().map_err(|_| ApiError::bad_request("requestId must be the id of an RPC request"))?;
     if serde_json::from_slice::<J>(&body).is_err() {
         return Err(rejected(&status, PayloadError::Json("the answer must be JSON".into())));
@@ -213,10 +263,10 @@ pub async fn rpc_reply(
 pub async fn client_rpc(
     State(st): St,
     State(status): State<Arc<Status>>,
-    Path(token): Path<String>,
+    device: Device,
     Body(body): Body,
 ) -> ApiResult<Json<J>> {
-    let device = request(&st, &token)?;
+    let device = metered(&st, device)?;
     match serde_json::from_slice::<J>(&body) {
         Ok(J::Object(m)) if m.get("method").is_some_and(J::is_string) => {}
         Ok(_) => return Err(rejected(&status, PayloadError::Shape("expected {\"method\":\"…\",\"params\":…}".into()))),

@@ -17,6 +17,8 @@ use gridlinks_platform::{Core, Platform};
 use gridlinks_storage::{DocKind, DocRecord};
 use gridlinks_thingsboard::{model, multipart};
 use gridlinks_types::ProfileId;
+
+use super::device_api::Device;
 use serde::Deserialize;
 use serde_json::Value as J;
 
@@ -169,8 +171,8 @@ pub struct ChunkParams {
     chunk: i64,
 }
 
-async fn device_package(p: &Platform, token: &str, t: OtaType, q: ChunkParams) -> ApiResult<Response> {
-    let device = super::device_api::request(&p.core, token)?;
+async fn device_package(p: &Platform, device: Device, t: OtaType, q: ChunkParams) -> ApiResult<Response> {
+    let device = super::device_api::metered(&p.core, device)?;
     let (Ok(size), Ok(chunk)) = (usize::try_from(q.size), usize::try_from(q.chunk)) else {
         return Err(ApiError::bad_request("size and chunk must not be negative"));
     };
@@ -189,17 +191,17 @@ async fn device_package(p: &Platform, token: &str, t: OtaType, q: ChunkParams) -
 /// it is not the one named.
 pub async fn device_firmware(
     State(p): State<Arc<Platform>>,
-    Path(token): Path<String>,
+    device: Device,
     Q(q): Q<ChunkParams>,
 ) -> ApiResult<Response> {
-    device_package(&p, &token, OtaType::Firmware, q).await
+    device_package(&p, device, OtaType::Firmware, q).await
 }
 
 /// `GET /api/v1/{token}/software?…`: the same for software.
 pub async fn device_software(
     State(p): State<Arc<Platform>>,
-    Path(token): Path<String>,
+    device: Device,
     Q(q): Q<ChunkParams>,
 ) -> ApiResult<Response> {
-    device_package(&p, &token, OtaType::Software, q).await
+    device_package(&p, device, OtaType::Software, q).await
 }
