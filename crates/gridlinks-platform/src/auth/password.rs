@@ -9,10 +9,12 @@
 //!
 //! Idle priority alone can starve: on a machine whose cores are kept busy (by the data path
 //! or by anything else) a check may not run for minutes, and the administrator cannot log
-//! in. So one more thread, at the lowest normal priority (nice 19), takes the oldest check
-//! that has waited [`AGED`], and rests nine times as long as the check ran: logins always
-//! progress, and a flood of them costs the data path at most a tenth of one core. A
-//! check whose caller has gone (it was answered as busy) is dropped unrun.
+//! in. So one more thread, at normal priority, takes the oldest check that has waited
+//! [`AGED`], and rests nine times as long as the check ran: logins always progress, and a
+//! flood of them costs the data path at most a tenth of one core. (At nice 19 it still
+//! starved: beside two busy normal-priority processes it got under 1% of a core, and every
+//! check waited past [`WAIT`].) A check whose caller has gone (it was answered as busy) is
+//! dropped unrun.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -141,16 +143,11 @@ impl Drop for PasswordPool {
     }
 }
 
-/// One hashing thread: an idle-priority one takes any queued check; the `aged` one (nice
-/// 19) only a check that has waited [`AGED`], looking again each [`AGED`] / 4 and resting
-/// [`AGED_REST`] times each check's run time after it.
+/// One hashing thread: an idle-priority one takes any queued check; the `aged` one (normal
+/// priority) only a check that has waited [`AGED`], looking again each [`AGED`] / 4 and
+/// resting [`AGED_REST`] times each check's run time after it.
 fn work(jobs: &Jobs, aged: bool) {
-    if aged {
-        // SAFETY: setpriority only changes this thread's nice value.
-        unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
-        }
-    } else {
+    if !aged {
         // Idle priority: hashing runs only on CPU time the data path leaves over (Linux
         // schedules each thread on its own; SCHED_IDLE applies to the calling thread). A
         // nice value was not enough: with ingest waiting on fsyncs, a niced thread still
