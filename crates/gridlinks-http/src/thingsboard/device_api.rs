@@ -5,12 +5,10 @@
 //! `http.tls_client_certs`, the same paths without the token (`/api/v1/telemetry`, …) name
 //! the device by the connection's client certificate ([`Device`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
 use std::time::Duration;
-
-use std::collections::HashMap;
 
 use axum::extract::{FromRef, FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
@@ -51,17 +49,20 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let p = Arc::<Platform>::from_ref(state);
-        let params = Path::<HashMap<String, String>>::from_request_parts(parts, state).await.ok();
-        let device = match params.as_ref().and_then(|Path(m)| m.get("token")) {
-            Some(token) => p.core.ingest.authenticate(token)?,
-            None => {
-                let cert = parts.extensions.get::<Arc<ClientCert>>().cloned().ok_or_else(|| {
-                    ApiError::unauthorized(
-                        "this path names no token: it needs a client certificate (HTTPS with http.tls_client_certs)",
-                    )
-                })?;
-                by_certificate(&p, &cert).await?
-            }
+        // Every route with a token names it `{token}`; a path that does not decode is refused
+        // (never taken as token-less).
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::bad_request(e.body_text()))?;
+        let device = if let Some(token) = params.get("token") {
+            p.core.ingest.authenticate(token)?
+        } else {
+            let cert = parts.extensions.get::<Arc<ClientCert>>().cloned().ok_or_else(|| {
+                ApiError::unauthorized(
+                    "this path names no token: it needs a client certificate (HTTPS with http.tls_client_certs)",
+                )
+            })?;
+            by_certificate(&p, &cert).await?
         };
         p.core.activity.touch(device);
         Ok(Device(device))
