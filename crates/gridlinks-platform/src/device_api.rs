@@ -154,7 +154,11 @@ pub async fn handle_publish(
             | DeviceTopic::GatewayAttributes
     );
     if !data {
-        st.core.limits.meter(device, 0)?;
+        if is_gateway_topic(topic) {
+            st.core.limits.meter_gateway(device, 0)?;
+        } else {
+            st.core.limits.meter(device, 0)?;
+        }
     }
     match parsed {
         DeviceTopic::Telemetry => {
@@ -178,7 +182,7 @@ pub async fn handle_publish(
         }
         DeviceTopic::GatewayTelemetry => {
             let per_device = payload::parse_gateway_telemetry(&body, Ts::now(), lim)?;
-            st.core.limits.meter(device, points(&per_device, |r| r.values.len()))?;
+            st.core.limits.meter_gateway(device, points(&per_device, |r| r.values.len()))?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, records) in per_device {
                 let sub = sub_device(&st, device, &name, None).await?;
@@ -190,7 +194,7 @@ pub async fn handle_publish(
         }
         DeviceTopic::GatewayAttributes => {
             let per_device = payload::parse_gateway_attributes(&body, lim)?;
-            st.core.limits.meter(device, points(&per_device, |_| 1))?;
+            st.core.limits.meter_gateway(device, points(&per_device, |_| 1))?;
             let mut items = Vec::with_capacity(per_device.len());
             for (name, values) in per_device {
                 let id = sub_device(&st, device, &name, None).await?;
@@ -254,16 +258,18 @@ pub fn client_rpc(core: &crate::Core, device: DeviceId, body: &[u8], max_payload
         serde_json::from_slice::<J>(body).ok().and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
     match method.as_deref() {
         Some("getSessionLimits") => {
-            let [messages, telemetry_messages, telemetry_data_points] = core.limits.device_rates(device);
-            json!({
+            let rates = |[messages, telemetry_messages, telemetry_data_points]: [String; 3]| json!({"messages": messages, "telemetryMessages": telemetry_messages, "telemetryDataPoints": telemetry_data_points});
+            let (own, for_devices) = core.limits.device_rates(device);
+            let mut limits = json!({
                 "maxPayloadSize": max_payload,
                 "maxInflightMessages": max_in_flight,
-                "rateLimits": {
-                    "messages": messages,
-                    "telemetryMessages": telemetry_messages,
-                    "telemetryDataPoints": telemetry_data_points,
-                },
-            })
+                "rateLimits": rates(own),
+            });
+            // A gateway also learns the limits of what it sends for its devices, as from ThingsBoard.
+            if let Some(g) = for_devices {
+                limits["gatewayRateLimits"] = rates(g);
+            }
+            limits
         }
         _ => json!({"error": "client-side RPC is not supported by GridLinks yet (only getSessionLimits)"}),
     }

@@ -126,6 +126,19 @@ pub enum Limit {
     DeviceTelemetryMsg,
     /// `transportDeviceTelemetryDataPointsRateLimit`.
     DeviceDataPoints,
+    /// `transportGatewayMsgRateLimit`: what a gateway sends for its devices (`v1/gateway/…`).
+    GatewayMsg,
+    /// `transportGatewayTelemetryMsgRateLimit`.
+    GatewayTelemetryMsg,
+    /// `transportGatewayTelemetryDataPointsRateLimit`.
+    GatewayDataPoints,
+    /// `transportGatewayDeviceMsgRateLimit`: a gateway's own messages as a device
+    /// (`v1/devices/me/…`), in place of the device limits.
+    GatewayDeviceMsg,
+    /// `transportGatewayDeviceTelemetryMsgRateLimit`.
+    GatewayDeviceTelemetryMsg,
+    /// `transportGatewayDeviceTelemetryDataPointsRateLimit`.
+    GatewayDeviceDataPoints,
     /// `tenantServerRestLimitsConfiguration`.
     TenantRest,
     /// `customerServerRestLimitsConfiguration`.
@@ -148,16 +161,26 @@ pub enum Limit {
     WsSubscriptionsPerTenant,
     /// `maxWsSubscriptionsPerCustomer`.
     WsSubscriptionsPerCustomer,
+    /// `maxWsSessionsPerRegularUser`.
+    WsSessionsPerUser,
+    /// `maxWsSubscriptionsPerRegularUser`.
+    WsSubscriptionsPerUser,
 }
 
 impl Limit {
-    const ALL: [Limit; 17] = [
+    const ALL: [Limit; 25] = [
         Limit::TenantMsg,
         Limit::TenantTelemetryMsg,
         Limit::TenantDataPoints,
         Limit::DeviceMsg,
         Limit::DeviceTelemetryMsg,
         Limit::DeviceDataPoints,
+        Limit::GatewayMsg,
+        Limit::GatewayTelemetryMsg,
+        Limit::GatewayDataPoints,
+        Limit::GatewayDeviceMsg,
+        Limit::GatewayDeviceTelemetryMsg,
+        Limit::GatewayDeviceDataPoints,
         Limit::TenantRest,
         Limit::CustomerRest,
         Limit::MaxDevices,
@@ -169,6 +192,8 @@ impl Limit {
         Limit::WsSessionsPerCustomer,
         Limit::WsSubscriptionsPerTenant,
         Limit::WsSubscriptionsPerCustomer,
+        Limit::WsSessionsPerUser,
+        Limit::WsSubscriptionsPerUser,
     ];
 
     /// The tenant profile configuration's field.
@@ -180,6 +205,12 @@ impl Limit {
             Limit::DeviceMsg => "transportDeviceMsgRateLimit",
             Limit::DeviceTelemetryMsg => "transportDeviceTelemetryMsgRateLimit",
             Limit::DeviceDataPoints => "transportDeviceTelemetryDataPointsRateLimit",
+            Limit::GatewayMsg => "transportGatewayMsgRateLimit",
+            Limit::GatewayTelemetryMsg => "transportGatewayTelemetryMsgRateLimit",
+            Limit::GatewayDataPoints => "transportGatewayTelemetryDataPointsRateLimit",
+            Limit::GatewayDeviceMsg => "transportGatewayDeviceMsgRateLimit",
+            Limit::GatewayDeviceTelemetryMsg => "transportGatewayDeviceTelemetryMsgRateLimit",
+            Limit::GatewayDeviceDataPoints => "transportGatewayDeviceTelemetryDataPointsRateLimit",
             Limit::TenantRest => "tenantServerRestLimitsConfiguration",
             Limit::CustomerRest => "customerServerRestLimitsConfiguration",
             Limit::MaxDevices => "maxDevices",
@@ -191,6 +222,8 @@ impl Limit {
             Limit::WsSessionsPerCustomer => "maxWsSessionsPerCustomer",
             Limit::WsSubscriptionsPerTenant => "maxWsSubscriptionsPerTenant",
             Limit::WsSubscriptionsPerCustomer => "maxWsSubscriptionsPerCustomer",
+            Limit::WsSessionsPerUser => "maxWsSessionsPerRegularUser",
+            Limit::WsSubscriptionsPerUser => "maxWsSubscriptionsPerRegularUser",
         }
     }
 
@@ -204,6 +237,12 @@ impl Limit {
                 | Limit::DeviceMsg
                 | Limit::DeviceTelemetryMsg
                 | Limit::DeviceDataPoints
+                | Limit::GatewayMsg
+                | Limit::GatewayTelemetryMsg
+                | Limit::GatewayDataPoints
+                | Limit::GatewayDeviceMsg
+                | Limit::GatewayDeviceTelemetryMsg
+                | Limit::GatewayDeviceDataPoints
         )
     }
 
@@ -221,6 +260,12 @@ impl Limit {
             Limit::DeviceMsg => "messages of this device",
             Limit::DeviceTelemetryMsg => "telemetry messages of this device",
             Limit::DeviceDataPoints => "data points of this device",
+            Limit::GatewayMsg => "messages this gateway sends for its devices",
+            Limit::GatewayTelemetryMsg => "telemetry messages this gateway sends for its devices",
+            Limit::GatewayDataPoints => "data points this gateway sends for its devices",
+            Limit::GatewayDeviceMsg => "messages of this gateway",
+            Limit::GatewayDeviceTelemetryMsg => "telemetry messages of this gateway",
+            Limit::GatewayDeviceDataPoints => "data points of this gateway",
             Limit::TenantRest => "REST API calls of this tenant",
             Limit::CustomerRest => "REST API calls of this customer",
             Limit::MaxDevices => "devices",
@@ -232,6 +277,8 @@ impl Limit {
             Limit::WsSessionsPerCustomer => "WebSocket sessions of this customer",
             Limit::WsSubscriptionsPerTenant => "WebSocket subscriptions of this tenant",
             Limit::WsSubscriptionsPerCustomer => "WebSocket subscriptions of this customer",
+            Limit::WsSessionsPerUser => "WebSocket sessions of this user",
+            Limit::WsSubscriptionsPerUser => "WebSocket subscriptions of this user",
         }
     }
 }
@@ -354,6 +401,37 @@ impl Metered {
 /// Most devices whose tenant is remembered for metering; past it the table starts afresh.
 const MAX_DEVICES: usize = 1 << 21;
 
+/// What metering remembers of a device.
+struct DeviceState {
+    tenant: Uuid,
+    /// A gateway's own messages count against the `transportGatewayDevice…` limits.
+    gateway: bool,
+    /// Its rate state (once it has some under its tenant's limits).
+    metered: Option<Metered>,
+}
+
+/// How a message is counted, besides against its tenant: a device's own (a gateway's own,
+/// as ThingsBoard counts them, against the gateway-device limits), or one a gateway sends
+/// for its devices (`v1/gateway/…`, against the gateway limits).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Own,
+    ForDevices,
+}
+
+impl Sent {
+    /// The (messages, telemetry messages, data points) limits of the sender.
+    fn limits(self, gateway: bool) -> [Limit; 3] {
+        match (self, gateway) {
+            (Sent::ForDevices, _) => [Limit::GatewayMsg, Limit::GatewayTelemetryMsg, Limit::GatewayDataPoints],
+            (Sent::Own, true) => {
+                [Limit::GatewayDeviceMsg, Limit::GatewayDeviceTelemetryMsg, Limit::GatewayDeviceDataPoints]
+            }
+            (Sent::Own, false) => [Limit::DeviceMsg, Limit::DeviceTelemetryMsg, Limit::DeviceDataPoints],
+        }
+    }
+}
+
 /// The limits in force and their state, one per server.
 pub struct Limits {
     store: Store,
@@ -365,7 +443,7 @@ pub struct Limits {
     /// Tenants' and customers' rate state (transport, REST).
     owners: Mutex<HashMap<Uuid, Metered>>,
     /// Devices' tenants and rate state.
-    devices: Mutex<HashMap<DeviceId, (Uuid, Option<Metered>)>>,
+    devices: Mutex<HashMap<DeviceId, DeviceState>>,
     /// What the storage writer checks `maxDevices` against.
     device_caps: Arc<TenantCaps>,
     refusals: [AtomicU64; Limit::ALL.len()],
@@ -445,26 +523,36 @@ impl Limits {
     }
 
     /// Counts one message of `device` carrying `points` data points (0: not telemetry)
-    /// against its tenant's and its own transport rate limits; `RateLimited` naming the
-    /// spent limit, and nothing counted, when one is.
+    /// against its tenant's and its own transport rate limits (a gateway's own: the
+    /// gateway-device limits); `RateLimited` naming the spent limit, and nothing counted,
+    /// when one is.
     pub fn meter(&self, device: DeviceId, points: usize) -> Result<(), IngestError> {
+        self.meter_as(device, points, Sent::Own)
+    }
+
+    /// [`Limits::meter`] for a message gateway `gateway` sends for its devices
+    /// (`v1/gateway/…`): against its tenant's and the gateway limits, as ThingsBoard counts
+    /// it (not against the devices' own).
+    pub fn meter_gateway(&self, gateway: DeviceId, points: usize) -> Result<(), IngestError> {
+        self.meter_as(gateway, points, Sent::ForDevices)
+    }
+
+    fn meter_as(&self, device: DeviceId, points: usize, sent: Sent) -> Result<(), IngestError> {
         if !self.transport.load(Ordering::Acquire) {
             return Ok(());
         }
         let now = Instant::now();
-        let tenant = self.tenant_of_device(device)?;
+        let (tenant, gateway) = self.device_info(device)?;
         let Some(limits) = self.of(tenant).filter(|l| l.has_transport_rates()) else { return Ok(()) };
         let p = points as f64;
+        let [msg, telemetry_msg, data_points] = sent.limits(gateway);
         let telemetry = (
             [(Limit::TenantTelemetryMsg, 1.0), (Limit::TenantDataPoints, p)],
-            [(Limit::DeviceTelemetryMsg, 1.0), (Limit::DeviceDataPoints, p)],
+            [(telemetry_msg, 1.0), (data_points, p)],
         );
         type Want<'a> = &'a [(Limit, f64)];
-        let (tenant_want, device_want): (Want, Want) = if points > 0 {
-            (&telemetry.0, &telemetry.1)
-        } else {
-            (&[(Limit::TenantMsg, 1.0)], &[(Limit::DeviceMsg, 1.0)])
-        };
+        let (tenant_want, device_want): (Want, Want) =
+            if points > 0 { (&telemetry.0, &telemetry.1) } else { (&[(Limit::TenantMsg, 1.0)], &[(msg, 1.0)]) };
         let refused = |l: Limit| IngestError::RateLimited(self.rate_refusal(l, &limits));
         {
             let mut owners = self.owners.lock();
@@ -472,7 +560,7 @@ impl Limits {
             m.take(tenant_want, now).map_err(refused)?;
         }
         let mut devices = self.devices.lock();
-        if let Err(l) = device_metered(&mut devices, device, tenant, &limits).take(device_want, now) {
+        if let Err(l) = device_metered(&mut devices, device, (tenant, gateway), &limits).take(device_want, now) {
             drop(devices);
             if let Some(m) = self.owners.lock().get_mut(&tenant) {
                 m.give_back(tenant_want);
@@ -496,12 +584,12 @@ impl Limits {
             return None;
         }
         let now = Instant::now();
-        let tenant = self.tenant_of_device(device).ok()?;
+        let (tenant, gateway) = self.device_info(device).ok()?;
         let limits = self.of(tenant).filter(|l| l.has_transport_rates())?;
-        let (t, d) = (Limit::TenantTelemetryMsg, Limit::DeviceTelemetryMsg);
+        let (t, d) = (Limit::TenantTelemetryMsg, Sent::Own.limits(gateway)[1]);
         let spent = if !metered(&mut self.owners.lock(), tenant, &limits).has_token(t, now) {
             t
-        } else if !device_metered(&mut self.devices.lock(), device, tenant, &limits).has_token(d, now) {
+        } else if !device_metered(&mut self.devices.lock(), device, (tenant, gateway), &limits).has_token(d, now) {
             d
         } else {
             return None;
@@ -520,27 +608,31 @@ impl Limits {
     }
 
     /// `device`'s own rate limits (messages, telemetry messages, data points) as its
-    /// tenant profile writes them; empty: none.
-    pub fn device_rates(&self, device: DeviceId) -> [String; 3] {
-        let limits =
-            self.store.device(device).ok().flatten().and_then(|d| self.of(d.tenant.unwrap_or(self.first_tenant)));
-        [Limit::DeviceMsg, Limit::DeviceTelemetryMsg, Limit::DeviceDataPoints]
-            .map(|l| limits.as_ref().and_then(|x| x.rate(l)).map(ToString::to_string).unwrap_or_default())
+    /// tenant profile writes them (empty: none), and for a gateway also those of what it
+    /// sends for its devices: what ThingsBoard's `getSessionLimits` answers.
+    pub fn device_rates(&self, device: DeviceId) -> ([String; 3], Option<[String; 3]>) {
+        let Some(d) = self.store.device(device).ok().flatten() else { return Default::default() };
+        let limits = self.of(d.tenant.unwrap_or(self.first_tenant));
+        let rates = |sent: Sent| {
+            sent.limits(d.is_gateway())
+                .map(|l| limits.as_ref().and_then(|x| x.rate(l)).map(ToString::to_string).unwrap_or_default())
+        };
+        (rates(Sent::Own), d.is_gateway().then(|| rates(Sent::ForDevices)))
     }
 
-    /// The tenant of `device`, remembered once read.
-    fn tenant_of_device(&self, device: DeviceId) -> Result<Uuid, IngestError> {
-        if let Some((t, _)) = self.devices.lock().get(&device) {
-            return Ok(*t);
+    /// The tenant of `device` and whether it is a gateway, remembered once read.
+    fn device_info(&self, device: DeviceId) -> Result<(Uuid, bool), IngestError> {
+        if let Some(d) = self.devices.lock().get(&device) {
+            return Ok((d.tenant, d.gateway));
         }
         let record = self.store.device(device)?.ok_or(IngestError::DeviceGone)?;
-        let tenant = record.tenant.unwrap_or(self.first_tenant);
+        let (tenant, gateway) = (record.tenant.unwrap_or(self.first_tenant), record.is_gateway());
         let mut devices = self.devices.lock();
         if devices.len() >= MAX_DEVICES {
             devices.clear();
         }
-        devices.entry(device).or_insert((tenant, None));
-        Ok(tenant)
+        devices.entry(device).or_insert(DeviceState { tenant, gateway, metered: None });
+        Ok((tenant, gateway))
     }
 
     /// Counts one REST call of `caller` against its tenant's and customer's limits; the
@@ -600,6 +692,8 @@ impl Limits {
             sessions_per_customer: l.count(Limit::WsSessionsPerCustomer),
             subscriptions_per_tenant: l.count(Limit::WsSubscriptionsPerTenant),
             subscriptions_per_customer: l.count(Limit::WsSubscriptionsPerCustomer),
+            sessions_per_user: l.count(Limit::WsSessionsPerUser),
+            subscriptions_per_user: l.count(Limit::WsSubscriptionsPerUser),
             limits: Some(l),
         }
     }
@@ -624,6 +718,10 @@ pub struct WsLimits {
     pub subscriptions_per_tenant: u64,
     /// `maxWsSubscriptionsPerCustomer`.
     pub subscriptions_per_customer: u64,
+    /// `maxWsSessionsPerRegularUser`.
+    pub sessions_per_user: u64,
+    /// `maxWsSubscriptionsPerRegularUser`.
+    pub subscriptions_per_user: u64,
     limits: Option<Arc<TenantLimits>>,
 }
 
@@ -658,16 +756,16 @@ fn metered<'a>(owners: &'a mut HashMap<Uuid, Metered>, owner: Uuid, limits: &Arc
 
 /// The rate state of `device` of `tenant` under `limits` (afresh when its limits changed).
 fn device_metered<'a>(
-    devices: &'a mut HashMap<DeviceId, (Uuid, Option<Metered>)>,
+    devices: &'a mut HashMap<DeviceId, DeviceState>,
     device: DeviceId,
-    tenant: Uuid,
+    (tenant, gateway): (Uuid, bool),
     limits: &Arc<TenantLimits>,
 ) -> &'a mut Metered {
-    let entry = devices.entry(device).or_insert((tenant, None));
-    if !entry.1.as_ref().is_some_and(|m| Arc::ptr_eq(&m.limits, limits)) {
-        entry.1 = None;
+    let entry = devices.entry(device).or_insert(DeviceState { tenant, gateway, metered: None });
+    if !entry.metered.as_ref().is_some_and(|m| Arc::ptr_eq(&m.limits, limits)) {
+        entry.metered = None;
     }
-    entry.1.get_or_insert_with(|| Metered::new(limits.clone()))
+    entry.metered.get_or_insert_with(|| Metered::new(limits.clone()))
 }
 
 /// The tenant profile a tenant document names (`tenantProfileId`).

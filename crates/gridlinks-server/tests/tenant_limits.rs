@@ -87,6 +87,8 @@ fn a_device_over_its_rate_is_refused_by_name_on_every_transport_and_nothing_of_i
         "type": "DEFAULT",
         "transportDeviceTelemetryMsgRateLimit": "3:3600",
         "transportDeviceMsgRateLimit": "2:3600",
+        "transportGatewayTelemetryMsgRateLimit": "3:3600",
+        "transportGatewayDeviceTelemetryMsgRateLimit": "1:3600",
     });
     let (_, beta) = tenant_with(&s, &sys, "small", limits);
     let d1 = s.device(&beta, "d1", "SMALL-D1");
@@ -153,8 +155,9 @@ fn a_device_over_its_rate_is_refused_by_name_on_every_transport_and_nothing_of_i
     let (mut c3, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("FREE-D"), 60);
     assert!(publish_v5(&mut c3, 1, 50).iter().all(|a| a.0 == 0), "the default profile bounds nothing");
     assert_eq!(s.stored_timestamps(&s.login(), &free, "t").len(), 50);
-    // A gateway's message counts once against the gateway, whatever devices it names; a
-    // refused one creates no device.
+    // As in ThingsBoard, what a gateway sends for its devices counts once against the
+    // gateway limits, whatever devices it names (a refused one creates no device), and its
+    // own messages against the gateway-device limits instead of the device limits.
     s.gateway(&beta, "gw", "SMALL-GW");
     let (mut gw, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("SMALL-GW"), 60);
     for (i, names) in [["s1", "s2"], ["s3", "s4"], ["s5", "s6"], ["s7", "s8"]].iter().enumerate() {
@@ -162,9 +165,27 @@ fn a_device_over_its_rate_is_refused_by_name_on_every_transport_and_nothing_of_i
         gw.publish("v1/gateway/telemetry", body.to_string().as_bytes(), QoS::AtLeastOnce, Some(i as u16 + 1));
         let Some(Packet::PubAck(a)) = gw.recv() else { panic!("no PUBACK") };
         assert_eq!(a.reason, if i < 3 { 0 } else { 0x97 }, "message {i}: {a:?}");
+        if i == 3 {
+            assert!(a.reason_string.unwrap().contains("transportGatewayTelemetryMsgRateLimit"));
+        }
     }
     let (_, s7) = s.json("GET", "/api/tenant/devices?deviceName=s7", &beta, None);
     assert_eq!(s7["status"], 404, "{s7}");
+    let own = publish_v5(&mut gw, 20, 2);
+    assert_eq!(own[0].0, 0, "{own:?}");
+    assert_eq!(own[1].0, 0x97, "{own:?}");
+    assert!(own[1].1.as_deref().unwrap().contains("transportGatewayDeviceTelemetryMsgRateLimit"), "{own:?}");
+    // getSessionLimits tells a gateway both, as ThingsBoard does.
+    gw.publish("v1/devices/me/rpc/request/2", br#"{"method":"getSessionLimits","params":{}}"#, QoS::AtMostOnce, None);
+    let limits = loop {
+        if let Some(Packet::Publish(p)) = gw.recv() {
+            break serde_json::from_slice::<J>(&p.payload).unwrap();
+        }
+    };
+    assert_eq!(limits["rateLimits"]["telemetryMessages"], "1:3600", "{limits}");
+    assert_eq!(limits["gatewayRateLimits"]["telemetryMessages"], "3:3600", "{limits}");
+    assert_eq!(refusals(&s, "transportGatewayTelemetryMsgRateLimit"), 1);
+    assert_eq!(refusals(&s, "transportGatewayDeviceTelemetryMsgRateLimit"), 1);
     assert!(refusals(&s, "transportDeviceTelemetryMsgRateLimit") >= 5);
     assert_eq!(refusals(&s, "transportTenantMsgRateLimit"), 0);
 }
@@ -286,7 +307,7 @@ fn entity_counts_rest_calls_and_websocket_sessions_are_bounded_per_tenant() {
     let s = Server::start();
     let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
     let limits = json!({"maxDevices": 1, "maxAssets": 1, "maxCustomers": 1, "maxDashboards": 1, "maxUsers": 2,
-        "maxWsSessionsPerTenant": 1});
+        "maxWsSessionsPerTenant": 1, "maxWsSubscriptionsPerRegularUser": 1});
     let (tenant, beta) = tenant_with(&s, &sys, "tiny", limits.clone());
     let alpha = s.login();
     let over = |what: &str, path: &str, body: J, field: &str| {
@@ -323,6 +344,16 @@ fn entity_counts_rest_calls_and_websocket_sessions_are_bounded_per_tenant() {
     };
     let (mut first, answer) = session();
     assert_eq!(answer["errorCode"], 0, "{answer}");
+    // One subscription per user: a second one of the same user is refused naming it.
+    let sub = json!({"type": "TIMESERIES", "entityType": "DEVICE", "entityId": d1_id, "cmdId": 2, "keys": "x"});
+    common::ws::send(&mut first, json!({"cmds": [sub]}));
+    let refused = loop {
+        let m = common::ws::next(&mut first);
+        if m["subscriptionId"] == 2 || m["cmdId"] == 2 {
+            break m;
+        }
+    };
+    assert!(refused["errorMsg"].as_str().unwrap_or_default().contains("maxWsSubscriptionsPerRegularUser"), "{refused}");
     let (_, refused) = session();
     assert!(refused["errorMsg"].as_str().unwrap_or_default().contains("maxWsSessionsPerTenant"), "{refused}");
     first.close(None).unwrap();

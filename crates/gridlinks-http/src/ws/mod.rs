@@ -284,8 +284,12 @@ impl Hub {
                 return Err(core.limits.ws_refusal(&profile, Limit::WsSubscriptionsPerCustomer));
             }
         }
+        let held = subs.per_user.get(&user).copied().unwrap_or(0);
+        if over(held, profile.subscriptions_per_user) {
+            return Err(core.limits.ws_refusal(&profile, Limit::WsSubscriptionsPerUser));
+        }
         let max_user = cfg.max_subscriptions_per_user;
-        if subs.per_user.get(&user).copied().unwrap_or(0) + n > max_user {
+        if held + n > max_user {
             return Err(format!("too many subscriptions: at most {max_user} per user (ws.max_subscriptions_per_user)"));
         }
         let max_tenant = cfg.max_subscriptions_per_tenant;
@@ -312,10 +316,13 @@ impl Hub {
     fn open_session(self: &Arc<Self>, caller: &Caller, core: &Core) -> Result<UserSession, String> {
         let profile = core.limits.ws(caller.tenant);
         let max_user = core.cfg.ws.max_sessions_per_user;
-        let mut bounds = vec![
-            (caller.user, max_user as u64, None),
-            (caller.tenant, profile.sessions_per_tenant, Some(Limit::WsSessionsPerTenant)),
-        ];
+        // The user's bound: the profile's where it is the lower (a refusal naming it).
+        let user_bound = match profile.sessions_per_user {
+            p if p > 0 && p < max_user as u64 => (caller.user, p, Some(Limit::WsSessionsPerUser)),
+            _ => (caller.user, max_user as u64, None),
+        };
+        let mut bounds =
+            vec![user_bound, (caller.tenant, profile.sessions_per_tenant, Some(Limit::WsSessionsPerTenant))];
         if let Some(c) = caller.customer {
             bounds.push((c, profile.sessions_per_customer, Some(Limit::WsSessionsPerCustomer)));
         }
