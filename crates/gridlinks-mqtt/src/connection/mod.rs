@@ -511,7 +511,14 @@ impl<T: Transport> Conn<T> {
                 let pause = st.core.cfg.mqtt.rate_limit_pause.duration();
                 if !pause.is_zero() {
                     self.flags.set(Flags::PAUSED);
-                    ka_timer.as_mut().reset(Instant::now() + pause);
+                    // Half to one and a half times the pause, spread by the clock's
+                    // nanoseconds: a tenant's connections refused at once do not all come
+                    // back at once (in step, each second's burst showed in other tenants' p99).
+                    let nanos = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos());
+                    let spread = pause.mul_f64(f64::from(nanos % 1024) / 1024.0);
+                    ka_timer.as_mut().reset(Instant::now() + pause / 2 + spread);
                 }
             }
             let paused = self.flags.has(Flags::PAUSED);
