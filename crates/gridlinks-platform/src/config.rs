@@ -234,7 +234,8 @@ pub struct MqttConfig {
     /// (backpressure, as for 3.1.1) instead of disconnecting them with 0x93.
     pub receive_maximum_lenient: bool,
     /// After a publish refused by a rate limit of the tenant profile (PUBACK/PUBREC 0x97),
-    /// read nothing more from that connection for this long: the excess waits in the
+    /// read nothing more from that connection for about this long (0.5–1.5×, spread so that
+    /// connections refused together do not come back together): the excess waits in the
     /// client's socket and in-flight window instead of costing a read, a check and a
     /// refusal each. 0: refuse every excess message as it comes (ThingsBoard's way).
     pub rate_limit_pause: Millis,
