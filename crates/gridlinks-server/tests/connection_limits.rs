@@ -42,6 +42,7 @@ fn idle_slow_and_silent_http_connections_are_closed() {
         ("GRIDLINKS_HTTP_BODY_READ_TIMEOUT", "600"),
         ("GRIDLINKS_MQTT_CONNECT_TIMEOUT", "600"),
     ]);
+    busy_device(&s);
     let port: u16 = s.base.rsplit(':').next().unwrap().parse().unwrap();
     // An idle keep-alive connection, after one request.
     let mut idle = tcp(port);
@@ -88,6 +89,12 @@ fn idle_from(src: &str, port: u16) -> TcpStream {
     c
 }
 
+/// A device whose token `busy_from` and the trickling body use: an unknown token is
+/// answered 401 before its body is read.
+fn busy_device(s: &Server) {
+    s.device(&s.login(), "busy", "TOKEN");
+}
+
 /// A connection in the middle of a request: its handler is waiting for the body (the
 /// `100 Continue` says the handler runs).
 fn busy_from(src: &str, port: u16) -> TcpStream {
@@ -110,6 +117,7 @@ fn healthz_from(src: &str, port: u16) -> String {
 #[test]
 fn http_connections_at_the_limit_replace_idle_ones_and_get_503_only_when_all_are_busy() {
     let s = Server::start_env(&[("GRIDLINKS_HTTP_MAX_CONNECTIONS", "4")]);
+    busy_device(&s);
     let port: u16 = s.base.rsplit(':').next().unwrap().parse().unwrap();
     let mut busy: Vec<TcpStream> = (0..4).map(|_| busy_from("127.0.0.1", port)).collect();
     let answer = healthz_from("127.0.0.1", port);
@@ -134,6 +142,7 @@ fn one_address_cannot_lock_others_out_of_http() {
         ("GRIDLINKS_HTTP_MAX_CONNECTIONS", "16"),
         ("GRIDLINKS_HTTP_MAX_CONNECTIONS_PER_ADDRESS", "3"),
     ]);
+    busy_device(&s);
     let port: u16 = s.base.rsplit(':').next().unwrap().parse().unwrap();
     // Idle keep-alive connections from one address, far past both bounds.
     let idle: Vec<TcpStream> = (0..40).map(|_| idle_from("127.0.0.2", port)).collect();
