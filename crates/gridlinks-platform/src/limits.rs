@@ -620,6 +620,14 @@ impl Limits {
         (rates(Sent::Own), d.is_gateway().then(|| rates(Sent::ForDevices)))
     }
 
+    /// A device was saved: from now on its messages count by its role (gateway or not);
+    /// its rate state stays (an edit is no fresh allowance).
+    pub fn device_saved(&self, d: &gridlinks_storage::DeviceRecord) {
+        if let Some(state) = self.devices.lock().get_mut(&d.id) {
+            state.gateway = d.is_gateway();
+        }
+    }
+
     /// The tenant of `device` and whether it is a gateway, remembered once read.
     fn device_info(&self, device: DeviceId) -> Result<(Uuid, bool), IngestError> {
         if let Some(d) = self.devices.lock().get(&device) {

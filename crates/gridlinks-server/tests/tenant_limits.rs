@@ -92,7 +92,7 @@ fn a_device_over_its_rate_is_refused_by_name_on_every_transport_and_nothing_of_i
     });
     let (_, beta) = tenant_with(&s, &sys, "small", limits);
     let d1 = s.device(&beta, "d1", "SMALL-D1");
-    s.device(&beta, "d2", "SMALL-D2");
+    let d2 = s.device(&beta, "d2", "SMALL-D2");
     let free = s.device(&s.login(), "free", "FREE-D");
 
     // MQTT 5, QoS 1: three taken, the fourth refused in its PUBACK, the connection kept.
@@ -184,8 +184,17 @@ fn a_device_over_its_rate_is_refused_by_name_on_every_transport_and_nothing_of_i
     };
     assert_eq!(limits["rateLimits"]["telemetryMessages"], "1:3600", "{limits}");
     assert_eq!(limits["gatewayRateLimits"]["telemetryMessages"], "3:3600", "{limits}");
+    // A device made a gateway counts as one from its next message (its device allowance
+    // of 3 is spent; the gateway-device one of 1 is not).
+    let (_, mut record) = s.json("GET", &format!("/api/device/{d2}"), &beta, None);
+    record["additionalInfo"] = json!({"gateway": true});
+    assert_eq!(s.json("POST", "/api/device", &beta, Some(record)).0, 200);
+    let (mut c2, _) = Raw::connect(s.mqtt_port, ProtocolVersion::V5, Some("SMALL-D2"), 60);
+    let after = publish_v5(&mut c2, 10, 2);
+    assert_eq!((after[0].0, after[1].0), (0, 0x97), "{after:?}");
+    assert!(after[1].1.as_deref().unwrap().contains("transportGatewayDeviceTelemetryMsgRateLimit"), "{after:?}");
     assert_eq!(refusals(&s, "transportGatewayTelemetryMsgRateLimit"), 1);
-    assert_eq!(refusals(&s, "transportGatewayDeviceTelemetryMsgRateLimit"), 1);
+    assert_eq!(refusals(&s, "transportGatewayDeviceTelemetryMsgRateLimit"), 2);
     assert!(refusals(&s, "transportDeviceTelemetryMsgRateLimit") >= 5);
     assert_eq!(refusals(&s, "transportTenantMsgRateLimit"), 0);
 }

@@ -228,7 +228,9 @@ pub async fn save(
         token,
         additional_info: fields.additional_info.filter(|v| !v.is_null()),
     };
-    credential_write(core, me, id, core.writer.submit(WriteOp::SaveDevice(save)).await)
+    let saved = credential_write(core, me, id, core.writer.submit(WriteOp::SaveDevice(save)).await)?;
+    core.limits.device_saved(&saved);
+    Ok(saved)
 }
 
 /// A device's credentials, as `POST /api/device/credentials` sets them.
