@@ -258,7 +258,13 @@ pub fn client_rpc(core: &crate::Core, device: DeviceId, body: &[u8], max_payload
         serde_json::from_slice::<J>(body).ok().and_then(|r| r.get("method").and_then(J::as_str).map(String::from));
     match method.as_deref() {
         Some("getSessionLimits") => {
-            let rates = |[messages, telemetry_messages, telemetry_data_points]: [String; 3]| json!({"messages": messages, "telemetryMessages": telemetry_messages, "telemetryDataPoints": telemetry_data_points});
+            let rates = |[messages, telemetry_messages, telemetry_data_points]: [String; 3]| {
+                json!({
+                    "messages": messages,
+                    "telemetryMessages": telemetry_messages,
+                    "telemetryDataPoints": telemetry_data_points,
+                })
+            };
             let (own, for_devices) = core.limits.device_rates(device);
             let mut limits = json!({
                 "maxPayloadSize": max_payload,
