@@ -12,7 +12,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
@@ -217,8 +217,6 @@ impl LossReport {
 /// One device's comparison.
 #[derive(Debug, Default)]
 struct DeviceOutcome {
-    /// Index in the device list (orders the examples).
-    index: usize,
     /// The REST API has no device of that name.
     not_found: bool,
     /// Acknowledged points.
@@ -293,34 +291,7 @@ pub fn check(api: &ApiTarget, devices: &[DeviceAcks], threads: usize) -> anyhow:
 pub fn check_by(api: &ApiTarget, devices: &[DeviceAcks], threads: usize, by: Acked) -> anyhow::Result<LossReport> {
     let started = Instant::now();
     let started_ms = unix_millis();
-    let client = RestClient::login(api)?;
-    let next = AtomicUsize::new(0);
-    let outcomes = Mutex::new(Vec::with_capacity(devices.len()));
-    std::thread::scope(|scope| -> anyhow::Result<()> {
-        let workers: Vec<_> = (0..threads.max(1))
-            .map(|_| {
-                scope.spawn(|| -> anyhow::Result<()> {
-                    loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(device) = devices.get(index) else {
-                            return Ok(());
-                        };
-                        let outcome = check_device(&client, index, device, by).inspect_err(|_| {
-                            // Stop the other workers early.
-                            next.store(devices.len(), Ordering::Relaxed);
-                        })?;
-                        outcomes.lock().expect("no worker panics holding it").push(outcome);
-                    }
-                })
-            })
-            .collect();
-        for worker in workers {
-            worker.join().expect("loss-check worker panicked")?;
-        }
-        Ok(())
-    })?;
-    let mut outcomes = outcomes.into_inner().expect("workers are done");
-    outcomes.sort_by_key(|o| o.index);
+    let outcomes = per_device(api, devices.len(), threads, |client, i| check_device(client, &devices[i], by))?;
     let mut report = LossReport {
         devices_checked: devices.len(),
         check_after_last_ack_ms: devices
@@ -330,8 +301,8 @@ pub fn check_by(api: &ApiTarget, devices: &[DeviceAcks], threads: usize, by: Ack
             .map(|last| started_ms.saturating_sub(*last)),
         ..Default::default()
     };
-    for o in outcomes {
-        let name = &devices[o.index].name;
+    for (device, o) in devices.iter().zip(outcomes) {
+        let name = &device.name;
         if o.not_found {
             report.devices_not_found_count += 1;
             if report.devices_not_found.len() < MAX_LISTED {
@@ -352,12 +323,50 @@ pub fn check_by(api: &ApiTarget, devices: &[DeviceAcks], threads: usize, by: Ack
     Ok(report)
 }
 
+/// Runs `each(client, i)` for every `i` in `0..n`, on `threads` threads sharing one login
+/// to `api`; the results in index order. The first error stops the other threads early
+/// and is returned. Blocking.
+pub fn per_device<T: Send>(
+    api: &ApiTarget,
+    n: usize,
+    threads: usize,
+    each: impl Fn(&RestClient, usize) -> anyhow::Result<T> + Sync,
+) -> anyhow::Result<Vec<T>> {
+    let client = RestClient::login(api)?;
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(Vec::with_capacity(n));
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            return Ok(());
+                        }
+                        // An error stops the other workers early.
+                        let result = each(&client, i).inspect_err(|_| next.store(n, Ordering::Relaxed))?;
+                        results.lock().unwrap_or_else(PoisonError::into_inner).push((i, result));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().map_err(|_| anyhow::anyhow!("a REST worker panicked"))??;
+        }
+        Ok(())
+    })?;
+    let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    results.sort_unstable_by_key(|(i, _)| *i);
+    Ok(results.into_iter().map(|(_, r)| r).collect())
+}
+
 /// Compares one device.
-fn check_device(client: &RestClient, index: usize, device: &DeviceAcks, by: Acked) -> anyhow::Result<DeviceOutcome> {
+fn check_device(client: &RestClient, device: &DeviceAcks, by: Acked) -> anyhow::Result<DeviceOutcome> {
     let mut acked = device.acks.ts.clone();
     acked.sort_unstable();
     acked.dedup();
-    let mut outcome = DeviceOutcome { index, acked: acked.len() as u64, ..Default::default() };
+    let mut outcome = DeviceOutcome { acked: acked.len() as u64, ..Default::default() };
     let (Some(&first), Some(&last)) = (acked.first(), acked.last()) else {
         return Ok(outcome); // nothing acknowledged, nothing to look for
     };

@@ -28,8 +28,7 @@
 //! reported but does not set the exit code, because it depends on the machine.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -584,33 +583,17 @@ fn allowed_at_most(limit: u64, seconds: f64) -> u64 {
 }
 
 /// For each device, the points stored between its first and last answered publish
-/// (`acks` acknowledged, `refusals` refused) against both. Blocking; `threads` devices at
-/// a time.
+/// (`acks` acknowledged, `refusals` refused) against both. Blocking; [`CHECK_THREADS`]
+/// devices at a time.
 fn stored_tally(api: &ApiTarget, acks: &[DeviceAcks], refusals: &[Refusals]) -> anyhow::Result<StoredTally> {
-    let client = RestClient::login(api)?;
-    let next = AtomicUsize::new(0);
-    let total = Mutex::new(StoredTally::default());
-    std::thread::scope(|scope| -> anyhow::Result<()> {
-        let workers: Vec<_> = (0..CHECK_THREADS)
-            .map(|_| {
-                scope.spawn(|| -> anyhow::Result<()> {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let (Some(device), Some(refused)) = (acks.get(i), refusals.get(i)) else { return Ok(()) };
-                        let tally = device_tally(&client, device, refused).inspect_err(|_| {
-                            next.store(acks.len(), Ordering::Relaxed);
-                        })?;
-                        total.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).add(&tally);
-                    }
-                })
-            })
-            .collect();
-        for worker in workers {
-            worker.join().map_err(|_| anyhow::anyhow!("a stored-points worker panicked"))??;
-        }
-        Ok(())
-    })?;
-    Ok(total.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    let n = acks.len().min(refusals.len());
+    let tallies =
+        loss_check::per_device(api, n, CHECK_THREADS, |client, i| device_tally(client, &acks[i], &refusals[i]))?;
+    let mut total = StoredTally::default();
+    for t in &tallies {
+        total.add(t);
+    }
+    Ok(total)
 }
 
 /// One device's [`StoredTally`].
