@@ -272,14 +272,10 @@ fn renegotiation_is_refused() {
 fn https_serves_the_api_and_bounds_the_handshake() {
     let pki = Pki::new();
     let t = start(&pki);
-    let out = Command::new("curl")
-        .args(["-sf", "--cacert", &pki.p("ca.pem"), "-X", "POST", "-H", "Content-Type: application/json"])
-        .args(["-d", &json!({"username": "admin", "password": ADMIN_PASSWORD}).to_string()])
-        .arg(format!("https://localhost:{}/api/auth/login", t.https))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let login: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let credentials = json!({"username": "admin", "password": ADMIN_PASSWORD}).to_string();
+    let (st, body) = curl(&pki, t.https, "POST", "/api/auth/login", Some(&credentials), &[]);
+    assert_eq!(st, 200, "{body}");
+    let login: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(login["token"].is_string(), "{login}");
     // Plain HTTP on the HTTPS port: no answer in clear text, closed.
     let mut plain = TcpStream::connect(("127.0.0.1", t.https)).unwrap();

@@ -17,12 +17,11 @@ use gridlinks_platform::{Core, Platform};
 use gridlinks_storage::{DocKind, DocRecord};
 use gridlinks_thingsboard::{model, multipart};
 use gridlinks_types::ProfileId;
-
-use super::device_api::Device;
 use serde::Deserialize;
 use serde_json::Value as J;
 
 use super::api::{parse_json, uuid};
+use super::device_api::Device;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Admin, Body, Q};
 use super::paging::{doc_page, DocListParams};
