@@ -889,6 +889,7 @@ fn post_with_failover(
     token: &str,
     mqtt: bool,
     stop: &std::sync::atomic::AtomicBool,
+    progress: &std::sync::atomic::AtomicUsize,
 ) -> Vec<i64> {
     use gridlinks_codec::mqtt::{Packet, QoS};
     let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(5)).build();
@@ -940,6 +941,7 @@ fn post_with_failover(
             std::thread::sleep(Duration::from_millis(50));
         }
         acked.push(ts);
+        progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     acked
 }
@@ -951,7 +953,7 @@ fn post_with_failover(
 /// (its storage writer with it). Every acknowledged point is stored exactly once, and a
 /// subscriber on node C (rumqttc) receives every one.
 fn three_nodes_lose_nothing(timeseries: &str) {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Mutex;
     let (kafka, pg) = (Kafka::start(3), Postgres::start());
     let cassandra = (timeseries == "cassandra").then(Cassandra::start);
@@ -995,6 +997,7 @@ fn three_nodes_lose_nothing(timeseries: &str) {
 
     let nodes: Nodes = Mutex::new([&a, &b, &c].iter().map(|s| (s.base.clone(), s.mqtt_port)).collect());
     let stop = AtomicBool::new(false);
+    let progress: Vec<AtomicUsize> = tokens.iter().map(|_| AtomicUsize::new(0)).collect();
     let a_pid = a.pid();
     // Stops the devices however the scope ends: a failure in it must not leave them posting.
     struct StopOnDrop<'a>(&'a AtomicBool);
@@ -1010,8 +1013,8 @@ fn three_nodes_lose_nothing(timeseries: &str) {
             .iter()
             .enumerate()
             .map(|(i, token)| {
-                let (nodes, stop) = (&nodes, &stop);
-                scope.spawn(move || post_with_failover(nodes, i % 3, token, i >= 3, stop))
+                let (nodes, stop, progress) = (&nodes, &stop, &progress[i]);
+                scope.spawn(move || post_with_failover(nodes, i % 3, token, i >= 3, stop, progress))
             })
             .collect();
         std::thread::sleep(Duration::from_secs(4));
@@ -1025,7 +1028,15 @@ fn three_nodes_lose_nothing(timeseries: &str) {
         assert!(b.sigterm().success(), "node B did not shut down cleanly");
         b = start_on(&tmp.path().join("b"), &env("node-b"));
         nodes.lock().unwrap()[1] = (b.base.clone(), b.mqtt_port);
-        std::thread::sleep(Duration::from_secs(4));
+        // Every device posts on after the last event: 5 more points each and over 20 in
+        // all (not a fixed time, which a busy machine may not give them).
+        let after: Vec<usize> = progress.iter().map(|p| p.load(Ordering::Relaxed)).collect();
+        eventually(60, || {
+            progress.iter().zip(&after).all(|(p, a)| {
+                let n = p.load(Ordering::Relaxed);
+                n >= a + 5 && n > 20
+            })
+        });
         stop.store(true, Ordering::Relaxed);
         posters.into_iter().map(|p| p.join().unwrap()).collect()
     });
