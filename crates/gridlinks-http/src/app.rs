@@ -16,8 +16,8 @@ use gridlinks_storage::Health;
 
 use crate::state::{Http, Status, BULK_IMPORT_PATH};
 use crate::thingsboard::{
-    api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, lookups, ota, profiles, relations,
-    tenant_profiles, tenants, users,
+    alarms, api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, lookups, ota, profiles,
+    relations, tenant_profiles, tenants, users,
 };
 use crate::thingsboard::{mqtt_clients, rpc};
 
@@ -161,6 +161,21 @@ fn api_router(state: Http) -> Router {
         .route("/api/relations/info/to/{to_type}/{to_id}", get(relations::info_to_path))
         .route("/api/entitiesQuery/find", post(entity_query::find))
         .route("/api/entitiesQuery/count", post(entity_query::count))
+        .route("/api/alarm", post(alarms::save))
+        .route("/api/alarm/{id}", get(alarms::get).delete(alarms::delete))
+        .route("/api/alarm/info/{id}", get(alarms::info))
+        .route("/api/alarm/types", get(alarms::types))
+        .route("/api/alarm/highestSeverity/{entityType}/{entityId}", get(alarms::highest_severity))
+        .route("/api/alarm/{id}/ack", post(alarms::ack))
+        .route("/api/alarm/{id}/clear", post(alarms::clear))
+        .route("/api/alarm/{id}/assign", delete(alarms::unassign))
+        .route("/api/alarm/{id}/assign/{user}", post(alarms::assign))
+        .route("/api/alarm/{id}/comment", get(alarms::comments).post(alarms::save_comment))
+        .route("/api/alarm/{id}/comment/{comment}", delete(alarms::delete_comment))
+        .route("/api/alarm/{id}/{entityId}", get(alarms::by_originator))
+        .route("/api/alarms", get(alarms::all))
+        .route("/api/v2/alarm/{entityType}/{entityId}", get(alarms::by_originator_v2))
+        .route("/api/v2/alarms", get(alarms::all_v2))
         .route("/api/asset", post(assets::save))
         .route("/api/asset/{id}", get(assets::get).delete(assets::delete))
         .route("/api/asset/info/{id}", get(assets::info))

@@ -121,6 +121,24 @@ impl Sink for SharedSink {
     }
 }
 
+/// A storage writer's sink that hands what it wrote to the alarm rule engine: with Kafka,
+/// the node that consumes a device's partition evaluates its alarm rules.
+struct AlarmSink<S> {
+    inner: S,
+    feed: crate::alarms::engine::Feed,
+}
+
+impl<S: Sink> Sink for AlarmSink<S> {
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let wanted: Vec<_> = ops.iter().enumerate().filter_map(|(i, op)| Some((i, self.feed.copy(op)?))).collect();
+        let results = self.inner.write(ops).await?;
+        let written =
+            wanted.into_iter().filter(|(i, _)| results.get(*i).is_some_and(Result::is_ok)).map(|(_, c)| c).collect();
+        self.feed.written(written).await;
+        Ok(results)
+    }
+}
+
 /// How long one probe may take before its service counts as down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -396,7 +414,12 @@ pub async fn follow_entities(
 }
 
 /// Makes what `c` names.
-pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> Result<Cluster, StartError> {
+pub async fn start(
+    c: &ClusterConfig,
+    store: &Store,
+    writer: &WriterHandle,
+    alarms: &crate::alarms::engine::Feed,
+) -> Result<Cluster, StartError> {
     let shared: Option<Arc<dyn Shared>> = match c.timeseries {
         TimeseriesBackend::Postgres => {
             let (url, size) = (postgres_url(c)?, c.postgres.pool_size as usize);
@@ -468,9 +491,12 @@ pub async fn start(c: &ClusterConfig, store: &Store, writer: &WriterHandle) -> R
             let log = KafkaLog::new(&settings, writer.clone(), check).context("kafka producer")?;
             let task = match &ts {
                 TsStore::Shared(db) => {
-                    StorageWriter::spawn(&settings, SharedSink { db: db.clone(), writer: writer.clone() })
+                    let inner = SharedSink { db: db.clone(), writer: writer.clone() };
+                    StorageWriter::spawn(&settings, AlarmSink { inner, feed: alarms.clone() })
                 }
-                TsStore::Embedded(..) => StorageWriter::spawn(&settings, writer.clone()),
+                TsStore::Embedded(..) => {
+                    StorageWriter::spawn(&settings, AlarmSink { inner: writer.clone(), feed: alarms.clone() })
+                }
             }
             .context("kafka storage writer")?;
             tracing::info!(topic = %settings.topic(), group = %settings.group(), "device data is committed to kafka");

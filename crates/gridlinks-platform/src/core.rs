@@ -46,6 +46,8 @@ pub struct Core {
     pub activity: Arc<crate::activity::Activity>,
     /// Tenant profiles' limits in force.
     pub limits: Arc<crate::limits::Limits>,
+    /// Every alarm, indexed.
+    pub alarms: Arc<crate::alarms::Alarms>,
 }
 
 impl Core {

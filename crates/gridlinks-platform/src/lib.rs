@@ -9,6 +9,7 @@
 //! (`gridlinks-mqtt`, `-coap`, `-tcp`, `-http`) depend on it; it depends on none of them.
 
 pub mod activity;
+pub mod alarms;
 pub mod attributes;
 pub mod auth;
 pub mod broker_clients;

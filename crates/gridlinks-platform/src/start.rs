@@ -163,7 +163,13 @@ impl Platform {
                 .groups_elsewhere(cfg.cluster.several_nodes()),
         );
         let live = Arc::new(Live::new(store.clone(), tenant_id));
-        let cluster = crate::cluster::start(&cfg.cluster, &store, &writer).await?;
+        let (alarm_feed, alarm_queues) = crate::alarms::engine::Feed::new(store.clone());
+        let cluster = crate::cluster::start(&cfg.cluster, &store, &writer, &alarm_feed).await?;
+        if cfg.cluster.queue != crate::config::QueueBackend::Kafka {
+            // One node: alarm rules run on what the embedded log committed.
+            live.register(Arc::new(alarm_feed));
+        }
+        let alarms = crate::alarms::Alarms::load(store.clone(), writer.clone(), tenant_id).context("loading alarms")?;
         let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway)
             .gateways_adopt(cfg.limits.gateway_adopts_devices);
         let guards = Arc::new(crate::guards::Guards::new(&cfg));
@@ -181,6 +187,7 @@ impl Platform {
             bus: cluster.bus,
             activity: Arc::new(crate::activity::Activity::new(cfg_activity)),
             limits: Arc::new(crate::limits::Limits::new(store.clone(), tenant_id, device_caps)),
+            alarms: Arc::new(alarms),
         };
         ensure_first_tenant(&core).await.context("writing the first tenant")?;
         core.limits.reload().context("reading tenant profiles")?;
@@ -207,6 +214,7 @@ impl Platform {
         platform.metrics.register(Arc::new(StorageMetrics(platform.core.clone())));
         platform.metrics.register(platform.core.limits.clone());
         let mut tasks: Vec<_> = [follower].into_iter().flatten().chain(cluster.tasks).collect();
+        tasks.extend(crate::alarms::engine::start(platform.core.clone(), alarm_queues));
         if platform.core.cfg.activity.enabled {
             tasks.push(tokio::spawn(crate::activity::run(platform.core.clone())));
         }

@@ -85,6 +85,17 @@ fn tenants_see_nothing_of_each_other() {
     let contains = json!({"from": {"entityType": "ASSET", "id": a_asset}, "to": {"entityType": "DEVICE", "id": a_pump},
         "type": "Contains"});
     assert_eq!(s.json("POST", "/api/v2/relation", &alpha, Some(contains)).0, 200);
+    let leak = json!({"originator": {"entityType": "DEVICE", "id": a_pump}, "type": "alpha-leak", "severity": "MAJOR"});
+    let (st, a_alarm) = s.json("POST", "/api/alarm", &alpha, Some(leak));
+    assert_eq!(st, 200, "{a_alarm}");
+    let a_alarm = a_alarm["id"]["id"].as_str().unwrap().to_owned();
+    let (_, a_comment) = s.json(
+        "POST",
+        &format!("/api/alarm/{a_alarm}/comment"),
+        &alpha,
+        Some(json!({"comment": {"text": "alpha-note"}})),
+    );
+    let a_comment = a_comment["id"]["id"].as_str().unwrap().to_owned();
     let (_, a_key) = s.json("POST", "/api/apiKey", &alpha, Some(json!({"description": "alpha-key"})));
     let a_key = a_key["id"]["id"].as_str().unwrap().to_owned();
     for (jwt, token) in [(&alpha, "ALPHAPUMP"), (&beta, "BETAPUMP")] {
@@ -118,6 +129,9 @@ fn tenants_see_nothing_of_each_other() {
     assert_eq!(names(&beta, &format!("/api/tenant/dashboards?{page}"), "title"), ["beta-dash"]);
     assert_eq!(names(&beta, &format!("/api/deviceProfileInfos?{page}"), "name"), ["default", "sensor"]);
     assert_eq!(names(&beta, &format!("/api/users?{page}"), "email"), ["boss@beta.test"]);
+    for list in ["/api/alarms", "/api/v2/alarms", "/api/alarm/types"] {
+        assert_eq!(names(&beta, &format!("{list}?{page}"), "type"), Vec::<String>::new(), "{list}");
+    }
     let (_, found) = s.json("GET", "/api/tenant/devices?deviceName=pump", &beta, None);
     assert_eq!(found["id"]["id"].as_str(), Some(&*b_pump));
     let (_, found) = s.json("GET", "/api/tenant/customers?customerTitle=Acme", &beta, None);
@@ -239,6 +253,21 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/devices/count/{ota_type}/{profile}", "GET", format!("/api/devices/count/FIRMWARE/{a_prof}"), None),
         ("/api/deviceProfile/devices/keys/timeseries", "GET", format!("/api/deviceProfile/devices/keys/timeseries?deviceProfileId={a_prof}"), None),
         ("/api/deviceProfile/devices/keys/attributes", "GET", format!("/api/deviceProfile/devices/keys/attributes?deviceProfileId={a_prof}"), None),
+        ("/api/alarm", "POST", "/api/alarm".into(), Some(json!({"originator": {"entityType": "DEVICE", "id": a_pump}, "type": "x", "severity": "MAJOR"}).to_string())),
+        ("/api/alarm", "POST", "/api/alarm".into(), Some(json!({"id": {"id": a_alarm}, "originator": {"entityType": "DEVICE", "id": b_pump}, "type": "x", "severity": "MAJOR"}).to_string())),
+        ("/api/alarm/{id}", "GET", format!("/api/alarm/{a_alarm}"), None),
+        ("/api/alarm/{id}", "DELETE", format!("/api/alarm/{a_alarm}"), None),
+        ("/api/alarm/info/{id}", "GET", format!("/api/alarm/info/{a_alarm}"), None),
+        ("/api/alarm/{id}/ack", "POST", format!("/api/alarm/{a_alarm}/ack"), None),
+        ("/api/alarm/{id}/clear", "POST", format!("/api/alarm/{a_alarm}/clear"), None),
+        ("/api/alarm/{id}/assign/{user}", "POST", format!("/api/alarm/{a_alarm}/assign/{a_user}"), None),
+        ("/api/alarm/{id}/assign", "DELETE", format!("/api/alarm/{a_alarm}/assign"), None),
+        ("/api/alarm/{id}/comment", "GET", format!("/api/alarm/{a_alarm}/comment?{page}"), None),
+        ("/api/alarm/{id}/comment", "POST", format!("/api/alarm/{a_alarm}/comment"), Some(json!({"comment": {"text": "evil"}}).to_string())),
+        ("/api/alarm/{id}/comment/{comment}", "DELETE", format!("/api/alarm/{a_alarm}/comment/{a_comment}"), None),
+        ("/api/alarm/{id}/{entityId}", "GET", format!("/api/alarm/DEVICE/{a_pump}?{page}"), None),
+        ("/api/v2/alarm/{entityType}/{entityId}", "GET", format!("/api/v2/alarm/DEVICE/{a_pump}?{page}"), None),
+        ("/api/alarm/highestSeverity/{entityType}/{entityId}", "GET", format!("/api/alarm/highestSeverity/DEVICE/{a_pump}"), None),
     ]);
     // Lists by ids answer with those of the caller's own tenant only.
     for path in [
@@ -319,6 +348,9 @@ fn tenants_see_nothing_of_each_other() {
         "/api/customers/list",
         "/api/deviceProfileInfos/list",
         "/api/users/list",
+        "/api/alarms",
+        "/api/v2/alarms",
+        "/api/alarm/types",
     ];
     let checked: std::collections::HashSet<&str> =
         tried.iter().map(|r| r.0).chain(own).chain(OPEN_ROUTES.iter().copied()).collect();
@@ -328,7 +360,10 @@ fn tenants_see_nothing_of_each_other() {
     // Each is answered exactly as the same request with ids that exist nowhere: Beta learns
     // nothing of which of Alpha's ids exist (only the id in the message differs).
     let me_id = me["id"]["id"].as_str().unwrap().to_owned();
-    let ids = [&a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id, &a_ota, &a_asset, &a_aprof];
+    let ids = [
+        &a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id, &a_ota, &a_asset, &a_aprof, &a_alarm,
+        &a_comment,
+    ];
     let twins: Vec<(String, String)> = ids
         .iter()
         .enumerate()
@@ -367,6 +402,8 @@ fn tenants_see_nothing_of_each_other() {
             "alpha-fw",
             "alpha-asset",
             "alpha-type",
+            "alpha-leak",
+            "alpha-note",
         ] {
             assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
         }

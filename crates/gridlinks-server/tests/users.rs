@@ -230,6 +230,13 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         let r = json!({"from": {"entityType": "ASSET", "id": x}, "to": {"entityType": "DEVICE", "id": d}, "type": "Contains"});
         assert_eq!(s.json("POST", "/api/relation", &jwt, Some(r)).0, 200);
     }
+    let alarm = |d: &str| {
+        let body = json!({"originator": {"entityType": "DEVICE", "id": d}, "type": "Leak", "severity": "MAJOR"});
+        let (st, x) = s.json("POST", "/api/alarm", &jwt, Some(body));
+        assert_eq!(st, 200, "{x}");
+        x["id"]["id"].as_str().unwrap().to_owned()
+    };
+    let (mine_alarm, their_alarm, tenant_alarm) = (alarm(&mine), alarm(&theirs), alarm(&tenants));
     let (ann, ann_jwt) = s.user(&jwt, "ann@a.test", Some(&a), "ann-secret");
     let (bob, _) = s.user(&jwt, "bob@b.test", Some(&b), "bob-secret");
     let (_, admin) = s.json("GET", "/api/auth/user", &jwt, None);
@@ -257,6 +264,10 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         ("GET", format!("/api/customer/{a}/assetInfos?pageSize=10&page=0"), None),
         ("GET", format!("/api/relations?fromId={mine_asset}&fromType=ASSET"), None),
         ("GET", format!("/api/relations/info/to/DEVICE/{mine}"), None),
+        ("GET", format!("/api/alarm/info/{mine_alarm}"), None),
+        ("GET", format!("/api/v2/alarm/DEVICE/{mine}?pageSize=10&page=0"), None),
+        ("POST", format!("/api/alarm/{mine_alarm}/ack"), None),
+        ("POST", format!("/api/alarm/{mine_alarm}/comment"), Some(r#"{"comment":{"text":"seen"}}"#.to_owned())),
     ];
     for (m, path, body) in &ok {
         let (st, out) = s.req(m, path, Some(&ann_jwt), body.as_deref());
@@ -276,6 +287,13 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         json!({"entityTypes": ["DEVICE"], "timeseries": ["secret", "t"], "attribute": ["attr"]}),
         "{keys}"
     );
+    for list in ["/api/alarms?pageSize=10&page=0", "/api/v2/alarms?pageSize=10&page=0"] {
+        let (_, page) = s.json("GET", list, &ann_jwt, None);
+        assert_eq!(
+            (page["totalElements"].as_u64(), page["data"][0]["originatorName"].as_str()),
+            (Some(1), Some("mine-1"))
+        );
+    }
     let (_, page) = s.json("GET", &format!("/api/customer/{a}/devices?pageSize=10&page=0"), &ann_jwt, None);
     assert_eq!(page["data"][0]["name"], "mine-1");
     assert_eq!(page["totalElements"], 1);
@@ -288,6 +306,46 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         let x = if d == theirs { &their_asset } else { &tenant_asset };
         let query = json!({"parameters": {"rootId": x, "rootType": "ASSET", "direction": "FROM"}}).to_string();
         let relation = format!("fromId={x}&fromType=ASSET&relationType=Contains&toId={d}&toType=DEVICE");
+        let al = if d == theirs { &their_alarm } else { &tenant_alarm };
+        let alarms = [
+            (
+                "/api/alarm",
+                "POST",
+                "/api/alarm".into(),
+                Some(
+                    json!({"originator": {"entityType": "DEVICE", "id": d}, "type": "x", "severity": "MAJOR"})
+                        .to_string(),
+                ),
+            ),
+            ("/api/alarm/{id}", "GET", format!("/api/alarm/{al}"), None),
+            ("/api/alarm/{id}", "DELETE", format!("/api/alarm/{al}"), None),
+            ("/api/alarm/info/{id}", "GET", format!("/api/alarm/info/{al}"), None),
+            ("/api/alarm/{id}/ack", "POST", format!("/api/alarm/{al}/ack"), None),
+            ("/api/alarm/{id}/clear", "POST", format!("/api/alarm/{al}/clear"), None),
+            ("/api/alarm/{id}/assign/{user}", "POST", format!("/api/alarm/{al}/assign/{ann}"), None),
+            ("/api/alarm/{id}/assign", "DELETE", format!("/api/alarm/{al}/assign"), None),
+            ("/api/alarm/{id}/comment", "GET", format!("/api/alarm/{al}/comment?pageSize=10&page=0"), None),
+            (
+                "/api/alarm/{id}/comment",
+                "POST",
+                format!("/api/alarm/{al}/comment"),
+                Some(r#"{"comment":{"text":"evil"}}"#.into()),
+            ),
+            ("/api/alarm/{id}/comment/{comment}", "DELETE", format!("/api/alarm/{al}/comment/{al}"), None),
+            ("/api/alarm/{id}/{entityId}", "GET", format!("/api/alarm/DEVICE/{d}?pageSize=10&page=0"), None),
+            (
+                "/api/v2/alarm/{entityType}/{entityId}",
+                "GET",
+                format!("/api/v2/alarm/DEVICE/{d}?pageSize=10&page=0"),
+                None,
+            ),
+            (
+                "/api/alarm/highestSeverity/{entityType}/{entityId}",
+                "GET",
+                format!("/api/alarm/highestSeverity/DEVICE/{d}"),
+                None,
+            ),
+        ];
         let assets = [
             ("/api/asset", "POST", "/api/asset".into(), Some(r#"{"name":"evil"}"#.into())),
             ("/api/asset/{id}", "GET", format!("/api/asset/{x}"), None),
@@ -484,6 +542,7 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         .into_iter()
         .chain(device_data_routes(d))
         .chain(assets)
+        .chain(alarms)
         .collect()
     };
     let per_key = [
@@ -491,6 +550,10 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         "/api/apiKey/{id}",
         "/api/apiKey/{id}/enabled/{enabled}",
         "/api/apiKey/{id}/description",
+        // Lists of the caller's own customer's alarms (above).
+        "/api/alarms",
+        "/api/v2/alarms",
+        "/api/alarm/types",
     ];
     let checked: std::collections::HashSet<&str> = forbidden(&theirs).iter().map(|r| r.0).collect();
     for route in server_routes() {

@@ -363,6 +363,12 @@ pub enum DocKind {
     /// ThingsBoard's tenant profiles (title: the name, unique): the limits of the tenants
     /// that have them.
     TenantProfile = 12,
+    /// Alarms (title: the alarm type; `gridlinks_platform::alarms` keeps them indexed).
+    Alarm = 13,
+    /// Comments on alarms (title: the alarm's id).
+    AlarmComment = 14,
+    /// A device's alarm rule states (`DURATION`, `REPEATING` progress; same id as the device).
+    AlarmRuleState = 15,
 }
 
 impl DocKind {
@@ -381,6 +387,9 @@ impl DocKind {
             DocKind::AssetProfile => "Asset profile",
             DocKind::Relation => "Relation",
             DocKind::TenantProfile => "Tenant profile",
+            DocKind::Alarm => "Alarm",
+            DocKind::AlarmComment => "Alarm comment",
+            DocKind::AlarmRuleState => "Alarm rule state",
         }
     }
 
@@ -422,7 +431,10 @@ impl DocKind {
             | DocKind::Asset
             | DocKind::AssetProfile
             | DocKind::Relation
-            | DocKind::TenantProfile => &[],
+            | DocKind::TenantProfile
+            | DocKind::Alarm
+            | DocKind::AlarmComment
+            | DocKind::AlarmRuleState => &[],
         }
     }
 

@@ -201,6 +201,18 @@ pub enum WriteOp {
         /// The rest (an object).
         doc: serde_json::Value,
     },
+    /// Creates or replaces the document with this id (an alarm, a device's alarm rule
+    /// state), keeping its creation time.
+    PutDoc {
+        /// Which kind.
+        kind: DocKind,
+        /// Its id.
+        id: uuid::Uuid,
+        /// Its title.
+        title: String,
+        /// The rest (an object).
+        doc: serde_json::Value,
+    },
     /// Deletes a document (an OTA package with its data).
     DeleteDoc(DocKind, uuid::Uuid),
     /// Stores OTA package `id`'s bytes once, with the description fields of its data
@@ -1290,6 +1302,10 @@ impl Writer {
                 }
                 self.put_doc(kind, DocRecord { id, created_time: Ts::now().0, title, doc })
             }
+            WriteOp::PutDoc { kind, id, title, doc } => {
+                let created = self.store.doc(kind, id)?.map_or_else(|| Ts::now().0, |o| o.created_time);
+                self.put_doc(kind, DocRecord { id, created_time: created, title, doc })
+            }
             WriteOp::DeleteDoc(kind, id) => {
                 let engine = self.engine()?;
                 if !engine.ks.docs.contains_key(kind.key(id))? {
@@ -1588,6 +1604,8 @@ impl Writer {
             DocKind::Asset,
             DocKind::AssetProfile,
             DocKind::Relation,
+            DocKind::Alarm,
+            DocKind::AlarmComment,
         ] {
             for d in self.store.docs(kind)? {
                 if d.doc.get("tenantId") == Some(&id_json) {
@@ -1707,6 +1725,7 @@ impl Writer {
             batch.remove(&ks.basic, k);
         }
         self.remove_data(&mut batch, &engine, id)?;
+        batch.remove(&ks.docs, DocKind::AlarmRuleState.key(id.0));
         if let Some(g) = rec.gateway {
             batch.remove(&ks.gateways, gateway_key(g, id));
         }

@@ -6,6 +6,7 @@
 //! CE's controllers; where GridLinks deliberately differs (clear 400s instead of 500s, for
 //! instance) the handler says so.
 
+pub mod alarms;
 pub mod api;
 pub mod api_keys;
 pub mod assets;

@@ -173,11 +173,13 @@ pub async fn set_default(Admin(me): Admin, State(st): St, Path(id): Path<String>
     Ok(Json(json(&st, &p, model::profile)))
 }
 
-/// Rule chains, rule nodes and the rule engine are outside GridLinks: 501, naming it.
+/// Rule chains, rule nodes and the rule engine are outside GridLinks: 501, naming what
+/// does their most common work instead.
 pub async fn rule_engine() -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
         gridlinks_thingsboard::error::ErrorCode::General,
-        "Rule chains are not supported by GridLinks: the rule engine is out of its scope",
+        "Rule chains are not supported by GridLinks. Alarms are raised and cleared by device profile alarm rules \
+         (profileData.alarms) and served at /api/alarm and /api/alarms; see docs/alarms.md",
     )
 }

@@ -268,6 +268,7 @@ pub async fn assign_customer(core: &Core, me: &Caller, id: Uuid, to: Option<Uuid
 pub async fn delete(core: &Core, me: &Caller, id: Uuid) -> ServiceResult<()> {
     let a = get(core, me, id).await?;
     core.writer.submit(WriteOp::DeleteDoc(DocKind::Asset, a.id)).await?;
+    core.alarms.delete_of(a.id).await?;
     core.ts.forget_device(gridlinks_types::DeviceId(a.id));
     super::relations::forget(core, super::relations::EntityKind::Asset, a.id).await
 }

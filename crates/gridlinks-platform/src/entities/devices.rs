@@ -45,6 +45,7 @@ pub async fn delete(p: &Platform, me: &Caller, id: DeviceId) -> ServiceResult<()
         Ok(_) => {
             p.devices.close(id);
             p.core.ts.forget_device(id);
+            p.core.alarms.delete_of(id.0).await?;
             super::relations::forget(&p.core, super::relations::EntityKind::Device, id.0).await
         }
         Err(StoreError::DeviceNotFound) => Err(missing(id)),

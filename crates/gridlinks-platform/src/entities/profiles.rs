@@ -50,6 +50,9 @@ pub async fn save(
         return Err(ServiceError::Invalid("Invalid request body: a device profile is a JSON object".into()));
     }
     x509_chain_key(&mut doc)?;
+    // Alarm rules are checked here, so a rule that cannot work is refused with where it is wrong.
+    crate::alarms::rules::ProfileAlarms::compile(doc.get("profileData").and_then(|d| d.get("alarms")))
+        .map_err(|e| ServiceError::Invalid(e.to_string()))?;
     let adoption = doc.get(GATEWAY_ADOPTION).filter(|v| !v.is_null());
     if adoption.is_some_and(|v| !matches!(v.as_str(), Some("ALLOW" | "REFUSE"))) {
         return Err(ServiceError::Invalid(format!(

@@ -1,0 +1,307 @@
+//! Alarms on the real binary: device-profile alarm rules raising, re-grading and clearing
+//! alarms from committed telemetry (severities, REPEATING with a rule state that survives a
+//! restart, DURATION raised by time alone, a dynamic threshold from a device attribute),
+//! ThingsBoard's alarm REST API (create/update in place, ack, clear, assign, comments,
+//! lists v1 and v2, highest severity, types, delete) and its boundaries (another tenant, a
+//! customer user, bad rules refused on save).
+#![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
+
+mod common;
+use common::*;
+
+fn filter(key: &str, op: &str, value: J) -> J {
+    json!({"key": {"type": "TIME_SERIES", "key": key}, "valueType": "NUMERIC",
+           "predicate": {"type": "NUMERIC", "operation": op, "value": value}})
+}
+
+/// A boiler profile: CRITICAL above 90; MAJOR above the device's `maxTemp` (70 without
+/// it) in 2 messages in a row; cleared below 50. A door open for 2 s: WARNING.
+fn boiler_profile() -> J {
+    let dynamic =
+        json!({"defaultValue": 70, "dynamicValue": {"sourceType": "CURRENT_DEVICE", "sourceAttribute": "maxTemp"}});
+    json!({
+        "name": "boiler",
+        "profileData": {"configuration": {"type": "DEFAULT"}, "alarms": [
+            {"id": "overheat", "alarmType": "Overheat",
+             "createRules": {
+                "CRITICAL": {"condition": {"condition": [filter("temperature", "GREATER", json!({"defaultValue": 90}))]},
+                             "alarmDetails": "temperature ${temperature}"},
+                "MAJOR": {"condition": {"condition": [filter("temperature", "GREATER", dynamic)],
+                          "spec": {"type": "REPEATING", "predicate": {"defaultValue": 2}}}}},
+             "clearRule": {"condition": {"condition": [filter("temperature", "LESS", json!({"defaultValue": 50}))]}}},
+            {"id": "door", "alarmType": "Door open",
+             "createRules": {"WARNING": {"condition": {
+                "condition": [{"key": {"type": "TIME_SERIES", "key": "door"}, "valueType": "BOOLEAN",
+                    "predicate": {"type": "BOOLEAN", "operation": "EQUAL", "value": {"defaultValue": true}}}],
+                "spec": {"type": "DURATION", "unit": "SECONDS", "predicate": {"defaultValue": 2}}}}},
+             "clearRule": {"condition": {"condition": [{"key": {"type": "TIME_SERIES", "key": "door"}, "valueType": "BOOLEAN",
+                    "predicate": {"type": "BOOLEAN", "operation": "EQUAL", "value": {"defaultValue": false}}}]}}}
+        ]}
+    })
+}
+
+fn boiler(s: &Server, jwt: &str, name: &str, token: &str) -> String {
+    let (st, d) =
+        s.json("POST", &format!("/api/device?accessToken={token}"), jwt, Some(json!({"name": name, "type": "boiler"})));
+    assert_eq!(st, 200, "{d}");
+    d["id"]["id"].as_str().unwrap().to_owned()
+}
+
+/// The device's alarms (v2 list, newest first), with the extra query.
+fn alarms_of(s: &Server, jwt: &str, device: &str, query: &str) -> Vec<J> {
+    let (st, page) = s.json("GET", &format!("/api/v2/alarm/DEVICE/{device}?pageSize=100&page=0{query}"), jwt, None);
+    assert_eq!(st, 200, "{page}");
+    page["data"].as_array().unwrap().clone()
+}
+
+fn post(s: &Server, token: &str, body: J) {
+    assert_eq!(s.telemetry(token, &body.to_string()), 200);
+}
+
+/// Waits until the device's alarm of `alarm_type` satisfies `ok`; the alarm.
+fn wait_alarm(s: &Server, jwt: &str, device: &str, alarm_type: &str, ok: impl Fn(&J) -> bool) -> J {
+    let mut found = J::Null;
+    wait_until(&format!("{alarm_type} alarm of {device}"), || {
+        let list = alarms_of(s, jwt, device, &format!("&typeList={}", alarm_type.replace(' ', "%20")));
+        match list.into_iter().find(|a| ok(a)) {
+            Some(a) => {
+                found = a;
+                true
+            }
+            None => false,
+        }
+    });
+    found
+}
+
+#[test]
+fn profile_rules_raise_regrade_and_clear_alarms_on_committed_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let mut s = Server::start_on(&dir, &[]);
+    let jwt = s.login();
+    let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(boiler_profile()));
+    assert_eq!(st, 200, "{p}");
+    let b1 = boiler(&s, &jwt, "boiler-1", "boiler-1-token");
+
+    // One message above 70 is not yet MAJOR (2 in a row are needed); the second is.
+    post(&s, "boiler-1-token", json!({"temperature": 75}));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(alarms_of(&s, &jwt, &b1, "").is_empty(), "one message is not a repeat");
+    post(&s, "boiler-1-token", json!({"temperature": 76}));
+    let major = wait_alarm(&s, &jwt, &b1, "Overheat", |a| a["severity"] == "MAJOR");
+    assert_eq!(major["status"], "ACTIVE_UNACK");
+    assert_eq!(major["originatorName"], "boiler-1");
+    assert_eq!(major["name"], "Overheat");
+    let id = major["id"]["id"].as_str().unwrap().to_owned();
+
+    // Above 90: the same alarm, re-graded, with the rule's details; a system comment says so.
+    post(&s, "boiler-1-token", json!({"temperature": 95.5}));
+    let critical = wait_alarm(&s, &jwt, &b1, "Overheat", |a| a["severity"] == "CRITICAL");
+    assert_eq!(critical["id"]["id"], id.as_str(), "one active alarm per originator and type");
+    assert_eq!(critical["details"]["data"], "temperature 95.5");
+    let (_, comments) = s.json("GET", &format!("/api/alarm/{id}/comment?pageSize=10&page=0"), &jwt, None);
+    let texts: Vec<&str> =
+        comments["data"].as_array().unwrap().iter().map(|c| c["comment"]["text"].as_str().unwrap()).collect();
+    assert!(texts.contains(&"Alarm severity was updated from MAJOR to CRITICAL"), "{comments}");
+
+    // A lower reading that still holds MAJOR does not downgrade an active alarm.
+    post(&s, "boiler-1-token", json!({"temperature": 80}));
+    post(&s, "boiler-1-token", json!({"temperature": 81}));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(alarms_of(&s, &jwt, &b1, "")[0]["severity"], "CRITICAL");
+
+    // Acknowledged once (twice: 400), then the clear rule clears it.
+    let (st, acked) = s.json("POST", &format!("/api/alarm/{id}/ack"), &jwt, None);
+    assert_eq!((st, acked["status"].as_str()), (200, Some("ACTIVE_ACK")), "{acked}");
+    let (st, again) = s.json("POST", &format!("/api/alarm/{id}/ack"), &jwt, None);
+    assert_eq!((st, again["message"].as_str()), (400, Some("Alarm was already acknowledged!")));
+    post(&s, "boiler-1-token", json!({"temperature": 40}));
+    let cleared = wait_alarm(&s, &jwt, &b1, "Overheat", |a| a["status"] == "CLEARED_ACK");
+    assert_eq!(cleared["id"]["id"], id.as_str());
+    assert!(cleared["clearTs"].as_i64().unwrap() > 0);
+
+    // After a clear, the condition raises a new alarm.
+    post(&s, "boiler-1-token", json!({"temperature": 99}));
+    let second = wait_alarm(&s, &jwt, &b1, "Overheat", |a| a["status"] == "ACTIVE_UNACK");
+    assert_ne!(second["id"]["id"], id.as_str());
+
+    // A dynamic threshold: with maxTemp 85 on the device, 80 twice raises nothing.
+    let b2 = boiler(&s, &jwt, "boiler-2", "boiler-2-token");
+    let (st, _) = s.json(
+        "POST",
+        &format!("/api/plugins/telemetry/DEVICE/{b2}/attributes/SERVER_SCOPE"),
+        &jwt,
+        Some(json!({"maxTemp": 85})),
+    );
+    assert_eq!(st, 200);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for t in [80, 81] {
+        post(&s, "boiler-2-token", json!({"temperature": t}));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(alarms_of(&s, &jwt, &b2, "").is_empty(), "80 is below the device's 85");
+    for t in [86, 87] {
+        post(&s, "boiler-2-token", json!({"temperature": t}));
+    }
+    wait_alarm(&s, &jwt, &b2, "Overheat", |a| a["severity"] == "MAJOR");
+
+    // DURATION: a door left open raises its alarm by time alone, with no further message.
+    post(&s, "boiler-2-token", json!({"door": true}));
+    let door = wait_alarm(&s, &jwt, &b2, "Door open", |a| a["severity"] == "WARNING");
+    assert_eq!(door["status"], "ACTIVE_UNACK");
+    post(&s, "boiler-2-token", json!({"door": false}));
+    wait_alarm(&s, &jwt, &b2, "Door open", |a| a["status"] == "CLEARED_UNACK");
+
+    // REPEATING progress survives a restart: one message before, one after.
+    let b3 = boiler(&s, &jwt, "boiler-3", "boiler-3-token");
+    post(&s, "boiler-3-token", json!({"temperature": 75}));
+    std::thread::sleep(std::time::Duration::from_millis(2_500)); // the rule state is written every second
+    s.sigterm();
+    let s = Server::start_on(&dir, &[]);
+    let jwt = s.login();
+    assert!(alarms_of(&s, &jwt, &b3, "").is_empty());
+    post(&s, "boiler-3-token", json!({"temperature": 75}));
+    wait_alarm(&s, &jwt, &b3, "Overheat", |a| a["severity"] == "MAJOR");
+
+    // Lists and counts by status, severity and type; the highest severity; types.
+    let active = alarms_of(&s, &jwt, &b1, "&statusList=ACTIVE");
+    assert_eq!(active.len(), 1);
+    assert_eq!(alarms_of(&s, &jwt, &b1, "&statusList=CLEARED,ACK").len(), 1);
+    let (_, all) =
+        s.json("GET", "/api/v2/alarms?pageSize=100&page=0&severityList=MAJOR&severityList=WARNING", &jwt, None);
+    assert_eq!(all["totalElements"], 3, "{all}");
+    let (_, v1) = s.json(
+        "GET",
+        "/api/alarms?pageSize=2&page=0&searchStatus=ACTIVE&sortProperty=severity&sortOrder=DESC",
+        &jwt,
+        None,
+    );
+    assert_eq!((v1["totalElements"].as_u64(), v1["hasNext"].as_bool()), (Some(3), Some(true)), "{v1}");
+    assert_eq!(v1["data"][0]["severity"], "CRITICAL");
+    let (st, worst) = s.req("GET", &format!("/api/alarm/highestSeverity/DEVICE/{b2}"), Some(&jwt), None);
+    assert_eq!((st, worst.as_str()), (200, "\"MAJOR\""));
+    let (_, types) = s.json("GET", "/api/alarm/types?pageSize=10&page=0", &jwt, None);
+    let types: Vec<&str> = types["data"].as_array().unwrap().iter().map(|t| t["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["Door open", "Overheat"]);
+    let (st, e) = s.json("GET", "/api/alarms?pageSize=10&page=0&searchStatus=ACTIVE&status=ACTIVE_ACK", &jwt, None);
+    assert_eq!(st, 400, "{e}");
+}
+
+#[test]
+fn the_alarm_api_creates_updates_in_place_and_keeps_tenants_apart() {
+    let s = Server::start();
+    let jwt = s.login();
+    let dev = s.device(&jwt, "meter-1", "meter-1-token");
+    let originator = json!({"entityType": "DEVICE", "id": dev});
+
+    // Created; a second create of the same type while active updates it in place.
+    let body = json!({"originator": originator, "type": "Leak", "severity": "MINOR", "details": {"where": "cellar"}});
+    let (st, a) = s.json("POST", "/api/alarm", &jwt, Some(body.clone()));
+    assert_eq!(st, 200, "{a}");
+    for field in ["type", "originator", "severity", "acknowledged", "cleared", "name", "status"] {
+        assert!(!a[field].is_null(), "{field} in {a}");
+    }
+    let id = a["id"]["id"].as_str().unwrap().to_owned();
+    let mut bigger = body.clone();
+    bigger["severity"] = json!("MAJOR");
+    let (_, b) = s.json("POST", "/api/alarm", &jwt, Some(bigger));
+    assert_eq!((b["id"]["id"].as_str(), b["severity"].as_str()), (Some(&*id), Some("MAJOR")));
+    let (_, info) = s.json("GET", &format!("/api/alarm/info/{id}"), &jwt, None);
+    assert_eq!((info["originatorName"].as_str(), info["details"]["where"].as_str()), (Some("meter-1"), Some("cellar")));
+
+    // Comments: added, listed, deleted as ThingsBoard does (replaced by a system comment).
+    let (st, c) =
+        s.json("POST", &format!("/api/alarm/{id}/comment"), &jwt, Some(json!({"comment": {"text": "on my way"}})));
+    assert_eq!((st, c["type"].as_str()), (200, Some("OTHER")), "{c}");
+    let cid = c["id"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(s.req("DELETE", &format!("/api/alarm/{id}/comment/{cid}"), Some(&jwt), None).0, 200);
+    let (_, list) = s.json("GET", &format!("/api/alarm/{id}/comment?pageSize=10&page=0"), &jwt, None);
+    let deleted = list["data"].as_array().unwrap().iter().find(|x| x["id"]["id"] == cid.as_str()).unwrap().clone();
+    assert_eq!(
+        (deleted["type"].as_str(), deleted["comment"]["subtype"].as_str()),
+        (Some("SYSTEM"), Some("COMMENT_DELETED"))
+    );
+
+    // Another tenant's administrator learns nothing of it; a customer user of another
+    // customer is refused; their lists are empty.
+    let sys = s.login_as("sysadmin", SYSADMIN_PASSWORD);
+    let (_, beta) = s.json("POST", "/api/tenant", &sys, Some(json!({"title": "Beta"})));
+    let beta_id = beta["id"]["id"].as_str().unwrap();
+    let admin = json!({"email": "beta@example.com", "authority": "TENANT_ADMIN",
+        "tenantId": {"entityType": "TENANT", "id": beta_id}});
+    let (_, beta_jwt) = s.activated_user(&sys, admin, "beta-password-1");
+    assert_eq!(s.json("GET", &format!("/api/alarm/{id}"), &beta_jwt, None).0, 404);
+    assert_eq!(s.json("POST", &format!("/api/alarm/{id}/ack"), &beta_jwt, None).0, 404);
+    assert_eq!(s.json("DELETE", &format!("/api/alarm/{id}"), &beta_jwt, None).0, 404);
+    assert_eq!(s.json("POST", "/api/alarm", &beta_jwt, Some(body.clone())).0, 404, "not its device");
+    assert_eq!(s.json("GET", "/api/v2/alarms?pageSize=10&page=0", &beta_jwt, None).1["totalElements"], 0);
+    let acme = s.customer(&jwt, "Acme");
+    let (_, acme_jwt) = s.user(&jwt, "ann@acme.example", Some(&acme), "acme-password-1");
+    assert_eq!(s.json("GET", &format!("/api/alarm/{id}"), &acme_jwt, None).0, 403);
+    assert_eq!(s.json("GET", "/api/alarms?pageSize=10&page=0", &acme_jwt, None).1["totalElements"], 0);
+    // Once the device is the customer's, so is its alarm.
+    assert_eq!(s.req("POST", &format!("/api/customer/{acme}/device/{dev}"), Some(&jwt), None).0, 200);
+    let (_, mine) = s.json(
+        "POST",
+        "/api/alarm",
+        &acme_jwt,
+        Some(json!({"originator": originator, "type": "Tamper", "severity": "WARNING"})),
+    );
+    assert_eq!(mine["customerId"]["id"].as_str(), Some(&*acme), "{mine}");
+    assert_eq!(s.json("GET", "/api/alarms?pageSize=10&page=0", &acme_jwt, None).1["totalElements"], 1);
+
+    // Assign to a user who may see it; clear; clear again is 400; delete; gone.
+    let (admin2, _) = s.user(&jwt, "bob@example.com", None, "bob-password-1");
+    let (st, assigned) = s.json("POST", &format!("/api/alarm/{id}/assign/{admin2}"), &jwt, None);
+    assert_eq!((st, assigned["assigneeId"]["id"].as_str()), (200, Some(&*admin2)), "{assigned}");
+    let (_, info) = s.json("GET", &format!("/api/alarm/info/{id}"), &jwt, None);
+    assert_eq!(info["assignee"]["email"], "bob@example.com");
+    assert_eq!(s.json("POST", &format!("/api/alarm/{id}/assign/{admin2}"), &jwt, None).0, 400);
+    let (st, cleared) = s.json("POST", &format!("/api/alarm/{id}/clear"), &jwt, None);
+    assert_eq!((st, cleared["status"].as_str()), (200, Some("CLEARED_UNACK")));
+    assert_eq!(
+        s.json("POST", &format!("/api/alarm/{id}/clear"), &jwt, None).1["message"],
+        "Alarm was already cleared!"
+    );
+    let (_, fresh) = s.json("POST", "/api/alarm", &jwt, Some(body));
+    assert_ne!(fresh["id"]["id"].as_str(), Some(&*id), "a cleared alarm is not updated: a new one starts");
+    let (st, t) = s.req("DELETE", &format!("/api/alarm/{id}"), Some(&jwt), None);
+    assert_eq!((st, t.as_str()), (200, "true"));
+    assert_eq!(s.json("GET", &format!("/api/alarm/{id}"), &jwt, None).0, 404);
+
+    // Deleting the device deletes its alarms.
+    assert_eq!(s.req("DELETE", &format!("/api/device/{dev}"), Some(&jwt), None).0, 200);
+    assert_eq!(s.json("GET", "/api/v2/alarms?pageSize=10&page=0", &jwt, None).1["totalElements"], 0);
+}
+
+#[test]
+fn bad_alarm_rules_are_refused_on_save_naming_where() {
+    let s = Server::start();
+    let jwt = s.login();
+    let wrong_predicate = json!({"key": {"type": "TIME_SERIES", "key": "t"}, "valueType": "NUMERIC",
+        "predicate": {"type": "STRING", "operation": "EQUAL", "value": {"defaultValue": "x"}}});
+    let cases = [
+        (
+            json!({"alarmType": "A", "createRules": {"MAJOR": {"condition": {"condition": [wrong_predicate]}}}}),
+            "alarms[0].createRules.MAJOR.condition[0].predicate: a STRING predicate cannot test a NUMERIC value",
+        ),
+        (
+            json!({"alarmType": "A", "createRules": {"MAJOR": {"condition": {"condition": [filter("", "GREATER", json!({"defaultValue": 1}))]}}}}),
+            "'key' must be a non-empty string",
+        ),
+        (
+            json!({"alarmType": "A", "createRules": {"MAJOR": {"condition": {"condition": [filter("t", "GREATER", json!({"defaultValue": 1}))]},
+            "alarmDetails": "t=${t}, h=${humidity}"}}}),
+            "'${humidity}' is not a key of this rule's condition",
+        ),
+        (json!({"createRules": {}}), "Alarm rule type should be specified!"),
+    ];
+    for (alarm, want) in cases {
+        let body = json!({"name": "bad", "profileData": {"alarms": [alarm]}});
+        let (st, e) = s.json("POST", "/api/deviceProfile", &jwt, Some(body));
+        assert_eq!(st, 400, "{e}");
+        assert!(e["message"].as_str().unwrap().contains(want), "{e} should say {want}");
+    }
+    assert_eq!(s.json("GET", "/api/deviceProfileInfo/default", &jwt, None).1["name"], "default", "nothing was saved");
+}
