@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
 mod common;
+use common::ws::{next, send};
 use common::*;
 
 fn filter(key: &str, op: &str, value: J) -> J {
@@ -304,4 +305,85 @@ fn bad_alarm_rules_are_refused_on_save_naming_where() {
         assert!(e["message"].as_str().unwrap().contains(want), "{e} should say {want}");
     }
     assert_eq!(s.json("GET", "/api/deviceProfileInfo/default", &jwt, None).1["name"], "default", "nothing was saved");
+}
+
+/// `ALARM_DATA` and `ALARM_COUNT` as ThingsBoard's alarm widget sends them: the first page,
+/// then the page again when an alarm is raised, acknowledged or cleared; counts follow; a
+/// customer user sees its customer's alarms only.
+#[test]
+fn websocket_alarm_data_and_counts_follow_alarms_live() {
+    let s = Server::start();
+    let jwt = s.login();
+    let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(boiler_profile()));
+    assert_eq!(st, 200, "{p}");
+    let b1 = boiler(&s, &jwt, "ws-boiler-1", "ws-boiler-1-token");
+    boiler(&s, &jwt, "ws-boiler-2", "ws-boiler-2-token");
+    let mut ws = common::ws::open(&s, "/api/ws", std::time::Duration::from_secs(15));
+    let data = json!({"cmdId": 1, "type": "ALARM_DATA", "query": {
+        "entityFilter": {"type": "deviceType", "deviceTypes": ["boiler"]},
+        "pageLink": {"page": 0, "pageSize": 10, "textSearch": null, "searchPropagatedAlarms": false,
+            "sortOrder": {"key": {"type": "ALARM_FIELD", "key": "createdTime"}, "direction": "DESC"},
+            "statusList": ["ACTIVE"], "severityList": [], "typeList": [], "timeWindow": 86_400_000},
+        "alarmFields": [{"type": "ALARM_FIELD", "key": "type"}, {"type": "ALARM_FIELD", "key": "severity"}],
+        "entityFields": [{"type": "ENTITY_FIELD", "key": "name"}],
+        "latestValues": [{"type": "TIME_SERIES", "key": "temperature"}]}});
+    let count = json!({"cmdId": 2, "type": "ALARM_COUNT", "query": {"statusList": ["ACTIVE", "UNACK"]}});
+    send(&mut ws, json!({"authCmd": {"cmdId": 0, "token": jwt}, "cmds": [data, count]}));
+    let first = next(&mut ws);
+    assert_eq!(
+        (first["cmdUpdateType"].as_str(), first["data"]["totalElements"].as_u64()),
+        (Some("ALARM_DATA"), Some(0)),
+        "{first}"
+    );
+    assert_eq!(first["totalEntities"], 2, "{first}");
+    let counted = next(&mut ws);
+    assert_eq!(
+        (counted["cmdUpdateType"].as_str(), counted["count"].as_u64()),
+        (Some("ALARM_COUNT_DATA"), Some(0)),
+        "{counted}"
+    );
+
+    // Raised by a rule: both answers come again.
+    post(&s, "ws-boiler-1-token", json!({"temperature": 99}));
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(next(&mut ws));
+    }
+    let page = seen.iter().find(|m| m["cmdId"] == 1).unwrap();
+    let alarm = &page["data"]["data"][0];
+    assert_eq!((alarm["type"].as_str(), alarm["severity"].as_str()), (Some("Overheat"), Some("CRITICAL")), "{page}");
+    assert_eq!(alarm["entityId"]["id"], b1.as_str());
+    assert_eq!(alarm["latest"]["ENTITY_FIELD"]["name"]["value"], "ws-boiler-1", "{alarm}");
+    assert_eq!(alarm["latest"]["TIME_SERIES"]["temperature"]["value"], "99", "{alarm}");
+    assert_eq!(seen.iter().find(|m| m["cmdId"] == 2).unwrap()["count"], 1);
+
+    // Acknowledged: the page changes (status), the count of unacknowledged drops.
+    let id = alarm["id"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(s.json("POST", &format!("/api/alarm/{id}/ack"), &jwt, None).0, 200);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(next(&mut ws));
+    }
+    let page = seen.iter().find(|m| m["cmdId"] == 1).unwrap();
+    assert_eq!(page["data"]["data"][0]["status"], "ACTIVE_ACK", "{page}");
+    assert_eq!(seen.iter().find(|m| m["cmdId"] == 2).unwrap()["count"], 0);
+
+    // Cleared by the rule: no longer ACTIVE, the page is empty again.
+    post(&s, "ws-boiler-1-token", json!({"temperature": 20}));
+    let page = next(&mut ws);
+    assert_eq!((page["cmdId"].as_i64(), page["data"]["totalElements"].as_u64()), (Some(1), Some(0)), "{page}");
+
+    // A customer user's session: its customer's alarms only.
+    let acme = s.customer(&jwt, "Acme");
+    let (_, acme_jwt) = s.user(&jwt, "cu@acme.example", Some(&acme), "acme-password-1");
+    post(&s, "ws-boiler-2-token", json!({"temperature": 99}));
+    let mut cu = common::ws::open(&s, "/api/ws", std::time::Duration::from_secs(15));
+    let all = json!({"cmdId": 5, "type": "ALARM_COUNT", "query": {}});
+    send(&mut cu, json!({"authCmd": {"cmdId": 0, "token": acme_jwt}, "cmds": [all]}));
+    assert_eq!(next(&mut cu)["count"], 0);
+    let bad = json!({"cmdId": 6, "type": "ALARM_DATA", "query": {"entityFilter": {"type": "entityType", "entityType": "DEVICE"},
+        "pageLink": {"pageSize": 10, "sortOrder": {"key": {"type": "TIME_SERIES", "key": "t"}}}}});
+    send(&mut cu, json!({"cmds": [bad]}));
+    let e = next(&mut cu);
+    assert_eq!(e["errorCode"], 2, "{e}");
 }

@@ -59,6 +59,15 @@ pub enum Cmd {
     EntityCount(i64, Result<Box<EntityQuery>, String>),
     /// Ends entity count subscription `cmdId` (`ENTITY_COUNT_UNSUBSCRIBE`).
     EntityCountUnsubscribe(i64),
+    /// A page of alarms of the entities a query selects (`ALARM_DATA`), then the page
+    /// again whenever it changes; or why the query cannot be served.
+    AlarmData(i64, Result<Box<AlarmQuery>, String>),
+    /// Ends alarm data subscription `cmdId` (`ALARM_DATA_UNSUBSCRIBE`).
+    AlarmDataUnsubscribe(i64),
+    /// How many alarms a query selects (`ALARM_COUNT`), then the count whenever it changes.
+    AlarmCount(i64, Result<Box<AlarmQuery>, String>),
+    /// Ends alarm count subscription `cmdId` (`ALARM_COUNT_UNSUBSCRIBE`).
+    AlarmCountUnsubscribe(i64),
     /// A command this server does not serve (its `cmdId` and why).
     Unsupported(i64, String),
 }
@@ -270,6 +279,143 @@ pub struct EntityQuery {
     pub latest_values: Vec<EntityKey>,
 }
 
+/// The query of an `ALARM_DATA` or `ALARM_COUNT` command (ThingsBoard's `AlarmDataQuery`,
+/// `AlarmCountQuery`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlarmQuery {
+    /// The entities whose alarms are wanted; `None` (`ALARM_COUNT` only): every alarm the
+    /// caller may see.
+    pub filter: Option<EntityFilter>,
+    /// `keyFilters` on the entities.
+    pub key_filters: Vec<KeyFilter>,
+    /// `pageLink.pageSize` (at most [`MAX_PAGE`]).
+    pub page_size: usize,
+    /// `pageLink.page`.
+    pub page: usize,
+    /// `pageLink.textSearch`.
+    pub text_search: Option<String>,
+    /// `pageLink.sortOrder`: an `ALARM_FIELD` key, and whether descending.
+    pub sort: Option<(String, bool)>,
+    /// `statusList` (`ANY`, `ACTIVE`, `CLEARED`, `ACK`, `UNACK`).
+    pub statuses: Vec<String>,
+    /// `severityList`.
+    pub severities: Vec<String>,
+    /// `typeList`.
+    pub types: Vec<String>,
+    /// `startTs`, `endTs`, `timeWindow` (ms; 0: none).
+    pub start_ts: i64,
+    /// See `start_ts`.
+    pub end_ts: i64,
+    /// See `start_ts`.
+    pub time_window: i64,
+    /// `assigneeId`.
+    pub assignee: Option<String>,
+    /// `entityFields` shown with each alarm.
+    pub entity_fields: Vec<EntityKey>,
+    /// `latestValues` shown with each alarm.
+    pub latest_values: Vec<EntityKey>,
+}
+
+impl AlarmQuery {
+    /// The `createdTime` window at `now`: `timeWindow` counts back from now (or forward
+    /// from `startTs`); else `startTs`/`endTs` where given.
+    pub fn window(&self, now: i64) -> (Option<i64>, Option<i64>) {
+        if self.time_window > 0 {
+            return match self.start_ts > 0 {
+                true => (Some(self.start_ts), Some(self.start_ts + self.time_window)),
+                false => (Some(now - self.time_window), Some(now)),
+            };
+        }
+        ((self.start_ts > 0).then_some(self.start_ts), (self.end_ts > 0).then_some(self.end_ts))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawAlarmQuery {
+    entity_filter: Option<RawFilter>,
+    key_filters: Option<J>,
+    page_link: Option<RawAlarmPageLink>,
+    #[serde(default)]
+    entity_fields: Vec<RawKey>,
+    #[serde(default)]
+    latest_values: Vec<RawKey>,
+    // `ALARM_COUNT` has these at the top level.
+    #[serde(flatten)]
+    link: RawAlarmPageLink,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawAlarmPageLink {
+    page_size: Option<i64>,
+    page: Option<i64>,
+    text_search: Option<String>,
+    sort_order: Option<RawSort>,
+    status_list: Option<Vec<String>>,
+    severity_list: Option<Vec<String>>,
+    type_list: Option<Vec<String>>,
+    start_ts: Option<i64>,
+    end_ts: Option<i64>,
+    time_window: Option<i64>,
+    assignee_id: Option<J>,
+}
+
+fn alarm_query(q: Option<J>, count: bool) -> Result<AlarmQuery, String> {
+    let q = q.ok_or("an alarm command without a query")?;
+    let raw: RawAlarmQuery = serde_json::from_value(q).map_err(|e| format!("invalid alarm query: {e}"))?;
+    let link = match raw.page_link {
+        Some(l) if !count => l,
+        _ => raw.link,
+    };
+    let filter = match raw.entity_filter {
+        Some(f) => Some(filter(f)?),
+        None if count => None,
+        None => return Err("ALARM_DATA without an entityFilter".into()),
+    };
+    let page_size = link.page_size.unwrap_or(10);
+    if !(1..=MAX_PAGE as i64).contains(&page_size) {
+        return Err(format!("pageSize must be between 1 and {MAX_PAGE}"));
+    }
+    let sort = match link.sort_order {
+        Some(s) if s.key.key_type == "ALARM_FIELD" => {
+            Some((s.key.key, s.direction.is_some_and(|d| d.eq_ignore_ascii_case("DESC"))))
+        }
+        Some(s) => return Err(format!("alarms sort by an ALARM_FIELD key, not {}", s.key.key_type)),
+        None => None,
+    };
+    let assignee = match link.assignee_id {
+        Some(J::String(s)) => Some(s),
+        Some(J::Object(o)) => o.get("id").and_then(J::as_str).map(str::to_owned),
+        _ => None,
+    };
+    Ok(AlarmQuery {
+        filter,
+        key_filters: keyfilter::parse(raw.key_filters)?,
+        page_size: page_size as usize,
+        page: usize::try_from(link.page.unwrap_or(0)).map_err(|_| "page must not be negative")?,
+        text_search: link.text_search.filter(|t| !t.is_empty()),
+        sort,
+        statuses: link.status_list.unwrap_or_default(),
+        severities: link.severity_list.unwrap_or_default(),
+        types: link.type_list.unwrap_or_default(),
+        start_ts: link.start_ts.unwrap_or(0),
+        end_ts: link.end_ts.unwrap_or(0),
+        time_window: link.time_window.unwrap_or(0),
+        assignee,
+        entity_fields: entity_keys(raw.entity_fields)?,
+        latest_values: entity_keys(raw.latest_values)?,
+    })
+}
+
+fn alarm_data_cmd(c: RawCmd) -> Cmd {
+    Cmd::AlarmData(c.cmd_id, alarm_query(c.query, false).map(Box::new))
+}
+
+fn alarm_count_cmd(c: RawCmd) -> Cmd {
+    Cmd::AlarmCount(c.cmd_id, alarm_query(c.query, true).map(Box::new))
+}
+
 /// A `tsCmd` or `historyCmd` of an `ENTITY_DATA` command.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntitySeriesCmd {
@@ -335,6 +481,14 @@ struct RawMessage {
     entity_count_cmds: Vec<RawCmd>,
     #[serde(default)]
     entity_count_unsubscribe_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    alarm_data_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    alarm_data_unsubscribe_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    alarm_count_cmds: Vec<RawCmd>,
+    #[serde(default)]
+    alarm_count_unsubscribe_cmds: Vec<RawCmd>,
 }
 
 #[derive(Deserialize)]
@@ -361,7 +515,8 @@ struct RawCmd {
     agg: Option<String>,
     #[serde(default)]
     unsubscribe: bool,
-    query: Option<RawQuery>,
+    /// An entity query, or an alarm query (read by the command's type).
+    query: Option<J>,
     latest_cmd: Option<RawLatest>,
     ts_cmd: Option<RawSeries>,
     history_cmd: Option<RawSeries>,
@@ -645,8 +800,13 @@ fn query(q: RawQuery) -> Result<EntityQuery, String> {
     })
 }
 
+/// An entity query of a command.
+fn raw_query(q: J) -> Result<EntityQuery, String> {
+    query(serde_json::from_value(q).map_err(|e| format!("invalid query: {e}"))?)
+}
+
 fn entity_count_cmd(c: RawCmd) -> Cmd {
-    let q = c.query.ok_or_else(|| "ENTITY_COUNT without a query".to_owned()).and_then(query);
+    let q = c.query.ok_or_else(|| "ENTITY_COUNT without a query".to_owned()).and_then(raw_query);
     Cmd::EntityCount(c.cmd_id, q.map(Box::new))
 }
 
@@ -665,7 +825,7 @@ fn entity_data_cmd(c: RawCmd, now: i64) -> Cmd {
     let read = || -> Result<EntityDataCmd, String> {
         Ok(EntityDataCmd {
             cmd_id,
-            query: c.query.map(query).transpose()?,
+            query: c.query.map(raw_query).transpose()?,
             latest: c.latest_cmd.map(|l| entity_keys(l.keys)).transpose()?,
             ts: c.ts_cmd.map(|s| series(s, now, true)).transpose()?,
             history: c.history_cmd.map(|s| series(s, now, false)).transpose()?,
@@ -687,11 +847,16 @@ pub fn parse(text: &str, now: i64) -> Result<Message, String> {
             Some("ENTITY_DATA_UNSUBSCRIBE") => Cmd::EntityUnsubscribe(c.cmd_id),
             Some("ENTITY_COUNT") => entity_count_cmd(c),
             Some("ENTITY_COUNT_UNSUBSCRIBE") => Cmd::EntityCountUnsubscribe(c.cmd_id),
+            Some("ALARM_DATA") => alarm_data_cmd(c),
+            Some("ALARM_DATA_UNSUBSCRIBE") => Cmd::AlarmDataUnsubscribe(c.cmd_id),
+            Some("ALARM_COUNT") => alarm_count_cmd(c),
+            Some("ALARM_COUNT_UNSUBSCRIBE") => Cmd::AlarmCountUnsubscribe(c.cmd_id),
             other => Cmd::Unsupported(
                 c.cmd_id,
                 format!(
                     "command type {:?} is not served: TIMESERIES, TIMESERIES_HISTORY, ATTRIBUTES, ENTITY_DATA, \
-                     ENTITY_DATA_UNSUBSCRIBE, ENTITY_COUNT and ENTITY_COUNT_UNSUBSCRIBE are",
+                     ENTITY_DATA_UNSUBSCRIBE, ENTITY_COUNT, ENTITY_COUNT_UNSUBSCRIBE, ALARM_DATA, \
+                     ALARM_DATA_UNSUBSCRIBE, ALARM_COUNT and ALARM_COUNT_UNSUBSCRIBE are",
                     other.unwrap_or("")
                 ),
             ),
@@ -701,6 +866,10 @@ pub fn parse(text: &str, now: i64) -> Result<Message, String> {
     cmds.extend(raw.entity_data_unsubscribe_cmds.into_iter().map(|c| Cmd::EntityUnsubscribe(c.cmd_id)));
     cmds.extend(raw.entity_count_cmds.into_iter().map(entity_count_cmd));
     cmds.extend(raw.entity_count_unsubscribe_cmds.into_iter().map(|c| Cmd::EntityCountUnsubscribe(c.cmd_id)));
+    cmds.extend(raw.alarm_data_cmds.into_iter().map(alarm_data_cmd));
+    cmds.extend(raw.alarm_data_unsubscribe_cmds.into_iter().map(|c| Cmd::AlarmDataUnsubscribe(c.cmd_id)));
+    cmds.extend(raw.alarm_count_cmds.into_iter().map(alarm_count_cmd));
+    cmds.extend(raw.alarm_count_unsubscribe_cmds.into_iter().map(|c| Cmd::AlarmCountUnsubscribe(c.cmd_id)));
     cmds.extend(raw.ts_sub_cmds.into_iter().map(|c| subscription(c, now)));
     cmds.extend(raw.history_cmds.into_iter().map(history));
     cmds.extend(raw.attr_sub_cmds.into_iter().map(attributes));
@@ -776,6 +945,41 @@ pub fn count_update(cmd_id: i64, count: usize) -> J {
         "cmdUpdateType": "COUNT_DATA"})
 }
 
+/// An answer to `ALARM_DATA` command `cmd_id`: a page of alarms (`AlarmData`: an alarm's
+/// info with `entityId` and `latest`), and how many entities the query selected (of at
+/// most `allowed`).
+pub fn alarm_page(
+    cmd_id: i64,
+    data: Vec<J>,
+    total: usize,
+    page_size: usize,
+    page: usize,
+    entities: (usize, usize),
+) -> J {
+    let total_pages = total.div_ceil(page_size.max(1));
+    let page = json!({"data": data, "totalPages": total_pages, "totalElements": total,
+        "hasNext": (page + 1) < total_pages});
+    json!({"cmdId": cmd_id, "data": page, "update": null, "errorCode": code::NO_ERROR, "errorMsg": null,
+        "cmdUpdateType": "ALARM_DATA", "allowedEntities": entities.1, "totalEntities": entities.0})
+}
+
+/// An error answer to `ALARM_DATA` command `cmd_id`.
+pub fn alarm_error(cmd_id: i64, code: u8, msg: &str) -> J {
+    json!({"cmdId": cmd_id, "data": null, "update": null, "errorCode": code, "errorMsg": msg,
+        "cmdUpdateType": "ALARM_DATA"})
+}
+
+/// An answer to `ALARM_COUNT` command `cmd_id`.
+pub fn alarm_count(cmd_id: i64, count: usize) -> J {
+    json!({"cmdId": cmd_id, "count": count, "errorCode": code::NO_ERROR, "errorMsg": null,
+        "cmdUpdateType": "ALARM_COUNT_DATA"})
+}
+
+/// An error answer to `ALARM_COUNT` command `cmd_id`.
+pub fn alarm_count_error(cmd_id: i64, code: u8, msg: &str) -> J {
+    json!({"cmdId": cmd_id, "count": 0, "errorCode": code, "errorMsg": msg, "cmdUpdateType": "ALARM_COUNT_DATA"})
+}
+
 /// An error answer to `ENTITY_COUNT` command `cmd_id`.
 pub fn count_error(cmd_id: i64, code: u8, msg: &str) -> J {
     json!({"cmdId": cmd_id, "count": 0, "errorCode": code, "errorMsg": msg, "cmdUpdateType": "COUNT_DATA"})
@@ -791,7 +995,7 @@ mod tests {
             r#"{"authCmd":{"cmdId":0,"token":"T"},"cmds":[
                 {"cmdId":1,"type":"TIMESERIES","entityType":"DEVICE","entityId":"D","keys":"a, b","timeWindow":1000},
                 {"cmdId":2,"type":"TIMESERIES_HISTORY","entityType":"DEVICE","entityId":"D","keys":"a","startTs":1,"endTs":9,"limit":5},
-                {"cmdId":3,"type":"ALARM_DATA"},
+                {"cmdId":3,"type":"ALARM_STATUS"},
                 {"cmdId":1,"type":"TIMESERIES","unsubscribe":true}]}"#,
             5000,
         )
@@ -962,5 +1166,37 @@ mod tests {
         );
         assert_eq!(entity_update(3, vec![e])["update"][0]["entityId"]["id"], "D");
         assert_eq!(entity_error(3, code::BAD_REQUEST, "x")["errorCode"], 2);
+    }
+
+    #[test]
+    fn alarm_commands_are_read_in_both_forms() {
+        let m = parse(
+            r#"{"cmds":[{"cmdId":1,"type":"ALARM_DATA","query":{"entityFilter":{"type":"entityType","entityType":"DEVICE"},
+                "pageLink":{"page":0,"pageSize":5,"sortOrder":{"key":{"type":"ALARM_FIELD","key":"createdTime"},"direction":"DESC"},
+                "statusList":["ACTIVE"],"severityList":["CRITICAL"],"typeList":[],"timeWindow":86400000,
+                "assigneeId":{"entityType":"USER","id":"u"}},
+                "alarmFields":[{"type":"ALARM_FIELD","key":"type"}],"latestValues":[{"type":"TIME_SERIES","key":"t"}]}},
+              {"cmdId":2,"type":"ALARM_COUNT","query":{"statusList":["ACTIVE","UNACK"],"searchPropagatedAlarms":false}},
+              {"cmdId":3,"type":"ALARM_DATA","query":{"pageLink":{"pageSize":5}}},
+              {"cmdId":1,"type":"ALARM_DATA_UNSUBSCRIBE"}],
+              "alarmCountCmds":[{"cmdId":4,"query":{"entityFilter":null,"typeList":["Leak"]}}],
+              "alarmCountUnsubscribeCmds":[{"cmdId":4}]}"#,
+            0,
+        )
+        .unwrap();
+        let Cmd::AlarmData(1, Ok(q)) = &m.cmds[0] else { panic!("{:?}", m.cmds[0]) };
+        assert_eq!((q.page_size, q.sort.clone()), (5, Some(("createdTime".to_owned(), true))));
+        assert_eq!(
+            (q.statuses.clone(), q.severities.clone(), q.assignee.as_deref()),
+            (vec!["ACTIVE".to_owned()], vec!["CRITICAL".to_owned()], Some("u"))
+        );
+        assert_eq!(q.window(100_000_000), (Some(100_000_000 - 86_400_000), Some(100_000_000)));
+        assert_eq!(q.latest_values.len(), 1);
+        let Cmd::AlarmCount(2, Ok(c)) = &m.cmds[1] else { panic!("{:?}", m.cmds[1]) };
+        assert!(c.filter.is_none() && c.statuses == ["ACTIVE", "UNACK"]);
+        assert!(matches!(&m.cmds[2], Cmd::AlarmData(3, Err(why)) if why.contains("without an entityFilter")));
+        assert_eq!(m.cmds[3], Cmd::AlarmDataUnsubscribe(1));
+        assert!(matches!(&m.cmds[4], Cmd::AlarmCount(4, Ok(c)) if c.types == ["Leak"]));
+        assert_eq!(m.cmds[5], Cmd::AlarmCountUnsubscribe(4));
     }
 }

@@ -12,7 +12,7 @@ use axum::Json;
 use gridlinks_platform::alarms::{self, Alarm, AlarmSave, Comment, Filter, Originator, Propagation, Severity, Status};
 use gridlinks_platform::auth::{Auth, Caller};
 use gridlinks_platform::Core;
-use gridlinks_storage::DocKind;
+use gridlinks_storage::{DocKind, Store, StoreError};
 use gridlinks_thingsboard::model::{self, entity_id};
 use gridlinks_types::DeviceId;
 use serde_json::{json, Value as J};
@@ -26,20 +26,16 @@ use super::paging::{descending, page_link, page_of};
 type St = State<Arc<Core>>;
 
 /// An originator's name and label.
-async fn names(st: &Core, o: &Originator) -> ApiResult<(String, Option<String>)> {
-    let (store, o) = (st.store.clone(), o.clone());
-    blocking(move || {
-        Ok(match o.kind.as_str() {
-            "DEVICE" => store.device(DeviceId(o.id))?.map(|d| (d.name, d.label)),
-            "ASSET" => store.doc(DocKind::Asset, o.id)?.map(|a| {
-                let label = a.doc.get("label").and_then(J::as_str).map(str::to_owned);
-                (a.title, label)
-            }),
-            _ => None,
-        }
-        .unwrap_or_default())
-    })
-    .await
+fn names(store: &Store, o: &Originator) -> Result<(String, Option<String>), StoreError> {
+    Ok(match o.kind.as_str() {
+        "DEVICE" => store.device(DeviceId(o.id))?.map(|d| (d.name, d.label)),
+        "ASSET" => store.doc(DocKind::Asset, o.id)?.map(|a| {
+            let label = a.doc.get("label").and_then(J::as_str).map(str::to_owned);
+            (a.title, label)
+        }),
+        _ => None,
+    }
+    .unwrap_or_default())
 }
 
 /// ThingsBoard's `Alarm` JSON.
@@ -70,10 +66,11 @@ fn alarm_json(a: &Alarm) -> J {
     })
 }
 
-/// ThingsBoard's `AlarmInfo` JSON: the alarm with its originator's name and its assignee.
-async fn info_json(st: &Core, auth: &Auth, a: &Alarm) -> ApiResult<J> {
+/// ThingsBoard's `AlarmInfo` JSON: the alarm with its originator's name and its assignee
+/// (storage reads: call it off the async threads).
+pub(crate) fn info_of(st: &Core, auth: &Auth, a: &Alarm) -> Result<J, StoreError> {
     let mut j = alarm_json(a);
-    let (name, label) = names(st, &a.originator).await?;
+    let (name, label) = names(&st.store, &a.originator)?;
     let assignee = a.assignee.map(|u| {
         let email = auth.users.by_id(u).map(|e| e.caller.email.clone());
         json!({"id": entity_id("USER", u), "firstName": null, "lastName": null, "email": email})
@@ -85,6 +82,16 @@ async fn info_json(st: &Core, auth: &Auth, a: &Alarm) -> ApiResult<J> {
         o.insert("assignee".into(), assignee.unwrap_or(J::Null));
     }
     Ok(j)
+}
+
+/// [`info_of`] of each alarm, off the async threads.
+async fn infos(st: &Arc<Core>, auth: &Arc<Auth>, alarms: Vec<Arc<Alarm>>) -> ApiResult<Vec<J>> {
+    let (st, auth) = (st.clone(), auth.clone());
+    blocking(move || alarms.iter().map(|a| info_of(&st, &auth, a)).collect()).await
+}
+
+async fn info_json(st: &Arc<Core>, auth: &Arc<Auth>, a: Arc<Alarm>) -> ApiResult<J> {
+    Ok(infos(st, auth, vec![a]).await?.pop().unwrap_or_default())
 }
 
 fn alarm_id(s: &str) -> ApiResult<Uuid> {
@@ -148,7 +155,7 @@ pub async fn info(
     Path(id): Path<String>,
 ) -> ApiResult<Json<J>> {
     let a = alarms::get(&st, &me, alarm_id(&id)?).await?;
-    Ok(Json(info_json(&st, &auth, &a).await?))
+    Ok(Json(info_json(&st, &auth, a).await?))
 }
 
 /// `DELETE /api/alarm/{id}`: `true`.
@@ -165,7 +172,7 @@ pub async fn ack(
     Path(id): Path<String>,
 ) -> ApiResult<Json<J>> {
     let a = alarms::ack(&st, &me, alarm_id(&id)?).await?;
-    Ok(Json(info_json(&st, &auth, &a).await?))
+    Ok(Json(info_json(&st, &auth, a).await?))
 }
 
 /// `POST /api/alarm/{id}/clear`: the alarm's info (400 when it is cleared already).
@@ -176,7 +183,7 @@ pub async fn clear(
     Path(id): Path<String>,
 ) -> ApiResult<Json<J>> {
     let a = alarms::clear(&st, &me, alarm_id(&id)?).await?;
-    Ok(Json(info_json(&st, &auth, &a).await?))
+    Ok(Json(info_json(&st, &auth, a).await?))
 }
 
 /// `POST /api/alarm/{id}/assign/{user}`.
@@ -212,48 +219,6 @@ struct ListParams {
     filter: Filter,
     sort_property: Option<String>,
     sort_order: Option<String>,
-}
-
-/// ThingsBoard's `AlarmSearchStatus` list as statuses: ACTIVE/CLEARED and ACK/UNACK each
-/// narrow when one of the pair is given; ANY or none: all.
-fn search_statuses(names: &[String]) -> ApiResult<Vec<Status>> {
-    let mut s = BTreeSet::new();
-    for n in names {
-        match n.as_str() {
-            "ANY" | "ACTIVE" | "CLEARED" | "ACK" | "UNACK" => {
-                s.insert(n.as_str());
-            }
-            other => return Err(ApiError::bad_request(format!("Invalid alarm search status: {other}"))),
-        }
-    }
-    if s.contains("ANY") {
-        return Ok(Vec::new());
-    }
-    let cleared = match (s.contains("ACTIVE"), s.contains("CLEARED")) {
-        (true, false) => Some(false),
-        (false, true) => Some(true),
-        _ => None,
-    };
-    let acked = match (s.contains("ACK"), s.contains("UNACK")) {
-        (true, false) => Some(true),
-        (false, true) => Some(false),
-        _ => None,
-    };
-    if cleared.is_none() && acked.is_none() {
-        return Ok(Vec::new());
-    }
-    Ok([Status::ActiveUnack, Status::ActiveAck, Status::ClearedUnack, Status::ClearedAck]
-        .into_iter()
-        .filter(|st| {
-            let (c, a) = match st {
-                Status::ActiveUnack => (false, false),
-                Status::ActiveAck => (false, true),
-                Status::ClearedUnack => (true, false),
-                Status::ClearedAck => (true, true),
-            };
-            cleared.is_none_or(|x| x == c) && acked.is_none_or(|x| x == a)
-        })
-        .collect())
 }
 
 fn parse_list(q: Option<&str>, v2: bool) -> ApiResult<ListParams> {
@@ -299,13 +264,19 @@ fn parse_list(q: Option<&str>, v2: bool) -> ApiResult<ListParams> {
     }
     p.filter.statuses = match status {
         Some(s) => vec![s],
-        None => search_statuses(&search)?,
+        None => alarms::search_statuses(&search).map_err(ApiError::bad_request)?,
     };
     Ok(p)
 }
 
 /// A page of the alarms the caller may see that match `p` (and `originator`).
-async fn list(st: &Core, auth: &Auth, me: &Caller, mut p: ListParams, originator: Option<Uuid>) -> ApiResult<J> {
+async fn list(
+    st: &Arc<Core>,
+    auth: &Arc<Auth>,
+    me: &Caller,
+    mut p: ListParams,
+    originator: Option<Uuid>,
+) -> ApiResult<J> {
     let link =
         page_link(st, p.page_size.ok_or_else(|| ApiError::bad_request("pageSize is required"))?, p.page.unwrap_or(0))?;
     let desc = match p.sort_property {
@@ -330,11 +301,9 @@ async fn list(st: &Core, auth: &Auth, me: &Caller, mut p: ListParams, originator
         all.reverse();
     }
     let (size, page) = link;
-    let mut data = Vec::new();
-    for a in all.iter().skip(page.saturating_mul(size)).take(size) {
-        data.push(info_json(st, auth, a).await?);
-    }
-    Ok(model::page(data, all.len(), size, page))
+    let total = all.len();
+    let shown = all.into_iter().skip(page.saturating_mul(size)).take(size).collect();
+    Ok(model::page(infos(st, auth, shown).await?, total, size, page))
 }
 
 /// The originator an entity path names, if the caller may use it (404/403 as the entity's

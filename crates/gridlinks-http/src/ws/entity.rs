@@ -86,7 +86,7 @@ impl Entity {
         }
     }
 
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Entity::Device(d) => &d.name,
             Entity::Asset(a, _) | Entity::Customer(a) => &a.title,

@@ -28,6 +28,7 @@
 //! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`), and the time
 //!   it has to authenticate (`ws.auth_timeout`).
 
+mod alarm;
 pub(crate) mod entity;
 
 use std::collections::HashMap;
@@ -41,7 +42,9 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use gridlinks_storage::query::{HistoryQuery, Order};
 use gridlinks_storage::{StoreError, Timeseries};
-use gridlinks_thingsboard::ws::{self as proto, code, AttrSub, Cmd, EntityDataCmd, EntityQuery, HistoryCmd, TsSub};
+use gridlinks_thingsboard::ws::{
+    self as proto, code, AlarmQuery, AttrSub, Cmd, EntityDataCmd, EntityQuery, HistoryCmd, TsSub,
+};
 use gridlinks_types::{AttributeScope, DeviceId, Ts, TsRecord, Value};
 use parking_lot::RwLock;
 use serde::Deserialize;
@@ -53,6 +56,9 @@ use gridlinks_platform::auth::{Auth, Caller};
 use gridlinks_platform::entities::ServiceError;
 use gridlinks_platform::limits::Limit;
 use gridlinks_platform::Core;
+
+/// The least time between two refreshes of a session's alarm subscriptions.
+const ALARM_REFRESH: Duration = Duration::from_millis(250);
 
 /// A session's outgoing queue, as the hub sees it.
 struct Outbox {
@@ -421,6 +427,10 @@ struct Session {
     followed: HashMap<i64, Vec<DeviceId>>,
     /// Each `ENTITY_COUNT` subscription's query and the count last sent.
     counts: HashMap<i64, (Arc<EntityQuery>, usize)>,
+    /// Each `ALARM_DATA` subscription's query and the answer last sent.
+    alarm_pages: HashMap<i64, (Arc<AlarmQuery>, J)>,
+    /// Each `ALARM_COUNT` subscription's query and the count last sent.
+    alarm_counts: HashMap<i64, (Arc<AlarmQuery>, usize)>,
 }
 
 enum Next {
@@ -457,6 +467,8 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
         pages: HashMap::new(),
         followed: HashMap::new(),
         counts: HashMap::new(),
+        alarm_pages: HashMap::new(),
+        alarm_counts: HashMap::new(),
     };
     if let Some(t) = token {
         if let Err((code, why)) = s.authenticate(t).await {
@@ -476,6 +488,11 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
     let auth_deadline = last_heard + cfg.auth_timeout.duration();
     let mut ticker = tokio::time::interval(ping);
     ticker.tick().await;
+    // Alarm subscriptions are answered again after an alarm changed, at most every
+    // ALARM_REFRESH (a burst of changes is one refresh).
+    let mut alarm_changes = h.core.alarms.changes();
+    let mut alarm_due: Option<tokio::time::Instant> = None;
+    let mut alarms_refreshed = tokio::time::Instant::now();
     let mut recount = tokio::time::interval(cfg.count_refresh.duration());
     recount.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     recount.tick().await;
@@ -536,9 +553,26 @@ async fn serve(h: Http, socket: WebSocket, token: Option<String>) {
                 }
                 if sink.send(Message::Ping(Default::default())).await.is_err() { break End::Quiet; }
             }
-            _ = recount.tick(), if !s.counts.is_empty() => {
+            r = alarm_changes.changed(), if alarm_due.is_none() && s.follows_alarms() => {
+                if r.is_ok() {
+                    alarm_due = Some(tokio::time::Instant::now().max(alarms_refreshed + ALARM_REFRESH));
+                }
+            }
+            () = tokio::time::sleep_until(alarm_due.unwrap_or_else(tokio::time::Instant::now)), if alarm_due.is_some() => {
+                alarm_due = None;
+                alarms_refreshed = tokio::time::Instant::now();
                 let mut failed = false;
-                for a in s.recount().await {
+                for a in s.refresh_alarms().await {
+                    if sink.send(Message::Text(a.to_string().into())).await.is_err() { failed = true; break; }
+                }
+                if failed { break End::Quiet; }
+            }
+            _ = recount.tick(), if !s.counts.is_empty() || s.follows_alarms() => {
+                let mut failed = false;
+                // Time windows move: alarm answers are taken again too.
+                let mut answers = s.recount().await;
+                answers.extend(s.refresh_alarms().await);
+                for a in answers {
                     if sink.send(Message::Text(a.to_string().into())).await.is_err() { failed = true; break; }
                 }
                 if failed { break End::Quiet; }
@@ -666,6 +700,16 @@ impl Session {
                     self.counts.remove(&cmd_id);
                     continue;
                 }
+                Cmd::AlarmData(cmd_id, q) => self.alarm_data(&caller, cmd_id, q).await,
+                Cmd::AlarmDataUnsubscribe(cmd_id) => {
+                    self.alarm_pages.remove(&cmd_id);
+                    continue;
+                }
+                Cmd::AlarmCount(cmd_id, q) => self.alarm_count(&caller, cmd_id, q).await,
+                Cmd::AlarmCountUnsubscribe(cmd_id) => {
+                    self.alarm_counts.remove(&cmd_id);
+                    continue;
+                }
                 Cmd::Unsupported(cmd_id, why) => proto::error(cmd_id, code::BAD_REQUEST, &why),
                 Cmd::BadEntityData(cmd_id, why) => proto::entity_error(cmd_id, code::BAD_REQUEST, &why),
             });
@@ -786,9 +830,94 @@ impl Session {
         Ok(answers)
     }
 
-    /// `ENTITY_DATA` and `ENTITY_COUNT` queries the session holds.
+    /// `ENTITY_DATA`, `ENTITY_COUNT`, `ALARM_DATA` and `ALARM_COUNT` queries the session holds.
     fn queries(&self) -> usize {
-        self.pages.len() + self.counts.len()
+        self.pages.len() + self.counts.len() + self.alarm_pages.len() + self.alarm_counts.len()
+    }
+
+    fn follows_alarms(&self) -> bool {
+        !self.alarm_pages.is_empty() || !self.alarm_counts.is_empty()
+    }
+
+    /// Why a new query `cmd_id` would be one too many for the session, if it would.
+    fn too_many(&self, held: bool) -> Option<String> {
+        let max = self.h.core.cfg.ws.max_subscriptions;
+        (!held && self.queries() >= max).then(|| format!("too many queries: at most {max} per session"))
+    }
+
+    /// `ALARM_DATA`: the page of its query; again whenever it changes.
+    async fn alarm_data(&mut self, caller: &Arc<Caller>, cmd_id: i64, q: Result<Box<AlarmQuery>, String>) -> J {
+        let q = match q {
+            Ok(q) => Arc::new(*q),
+            Err(why) => return proto::alarm_error(cmd_id, code::BAD_REQUEST, &why),
+        };
+        if let Some(why) = self.too_many(self.alarm_pages.contains_key(&cmd_id)) {
+            return proto::alarm_error(cmd_id, code::BAD_REQUEST, &why);
+        }
+        let (core, auth, who, query) = (self.h.core.clone(), self.h.auth.clone(), caller.clone(), q.clone());
+        match blocking(move || alarm::page(&core, &auth, &who, cmd_id, &query, Ts::now().0)).await {
+            Ok(page) => {
+                self.alarm_pages.insert(cmd_id, (q, page.clone()));
+                page
+            }
+            Err((code, why)) => proto::alarm_error(cmd_id, code, &why),
+        }
+    }
+
+    /// `ALARM_COUNT`: how many alarms its query selects; again whenever that changes.
+    async fn alarm_count(&mut self, caller: &Arc<Caller>, cmd_id: i64, q: Result<Box<AlarmQuery>, String>) -> J {
+        let q = match q {
+            Ok(q) => Arc::new(*q),
+            Err(why) => return proto::alarm_count_error(cmd_id, code::BAD_REQUEST, &why),
+        };
+        if let Some(why) = self.too_many(self.alarm_counts.contains_key(&cmd_id)) {
+            return proto::alarm_count_error(cmd_id, code::BAD_REQUEST, &why);
+        }
+        let (core, who, query) = (self.h.core.clone(), caller.clone(), q.clone());
+        match blocking(move || alarm::count(&core, &who, &query, Ts::now().0)).await {
+            Ok(n) => {
+                self.alarm_counts.insert(cmd_id, (q, n));
+                proto::alarm_count(cmd_id, n)
+            }
+            Err((code, why)) => proto::alarm_count_error(cmd_id, code, &why),
+        }
+    }
+
+    /// The alarm answers that changed since they were last sent.
+    async fn refresh_alarms(&mut self) -> Vec<J> {
+        let Some((caller, _)) = self.caller.clone() else { return Vec::new() };
+        let pages: Vec<(i64, Arc<AlarmQuery>)> = self.alarm_pages.iter().map(|(id, (q, _))| (*id, q.clone())).collect();
+        let counts: Vec<(i64, Arc<AlarmQuery>)> =
+            self.alarm_counts.iter().map(|(id, (q, _))| (*id, q.clone())).collect();
+        let (core, auth) = (self.h.core.clone(), self.h.auth.clone());
+        let taken = blocking(move || {
+            let now = Ts::now().0;
+            let pages =
+                pages.into_iter().map(|(id, q)| alarm::page(&core, &auth, &caller, id, &q, now).map(|p| (id, p)));
+            let counts = counts.into_iter().map(|(id, q)| alarm::count(&core, &caller, &q, now).map(|n| (id, n)));
+            Ok((pages.collect::<Result<Vec<_>, _>>()?, counts.collect::<Result<Vec<_>, _>>()?))
+        })
+        .await;
+        let Ok((pages, counts)) = taken else { return Vec::new() };
+        let mut answers = Vec::new();
+        for (id, page) in pages {
+            // Unsubscribed meanwhile: nothing to send.
+            if let Some((_, last)) = self.alarm_pages.get_mut(&id) {
+                if *last != page {
+                    *last = page.clone();
+                    answers.push(page);
+                }
+            }
+        }
+        for (id, n) in counts {
+            if let Some((_, last)) = self.alarm_counts.get_mut(&id) {
+                if *last != n {
+                    *last = n;
+                    answers.push(proto::alarm_count(id, n));
+                }
+            }
+        }
+        answers
     }
 
     /// `ENTITY_COUNT`: how many devices the query selects now; the count is taken again
@@ -893,6 +1022,10 @@ fn cmd_id(c: &Cmd) -> i64 {
         | Cmd::EntityUnsubscribe(id)
         | Cmd::EntityCount(id, _)
         | Cmd::EntityCountUnsubscribe(id)
+        | Cmd::AlarmData(id, _)
+        | Cmd::AlarmDataUnsubscribe(id)
+        | Cmd::AlarmCount(id, _)
+        | Cmd::AlarmCountUnsubscribe(id)
         | Cmd::Unsupported(id, _)
         | Cmd::BadEntityData(id, _) => *id,
     }

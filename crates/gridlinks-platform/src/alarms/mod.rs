@@ -113,6 +113,38 @@ impl Status {
     }
 }
 
+/// ThingsBoard's `AlarmSearchStatus` list (`ANY`, `ACTIVE`, `CLEARED`, `ACK`, `UNACK`) as
+/// the statuses it accepts: `ACTIVE`/`CLEARED` and `ACK`/`UNACK` each narrow when one of
+/// the pair is given; `ANY`, or nothing: all (an empty list).
+pub fn search_statuses(names: &[String]) -> Result<Vec<Status>, String> {
+    let mut given = std::collections::BTreeSet::new();
+    for n in names {
+        match n.as_str() {
+            "ANY" | "ACTIVE" | "CLEARED" | "ACK" | "UNACK" => given.insert(n.as_str()),
+            other => return Err(format!("Invalid alarm search status: {other}")),
+        };
+    }
+    let one_of = |a: &str, b: &str| match (given.contains(a), given.contains(b)) {
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        _ => None,
+    };
+    let (cleared, acked) = (one_of("CLEARED", "ACTIVE"), one_of("ACK", "UNACK"));
+    if given.contains("ANY") || (cleared.is_none() && acked.is_none()) {
+        return Ok(Vec::new());
+    }
+    Ok([Status::ActiveUnack, Status::ActiveAck, Status::ClearedUnack, Status::ClearedAck]
+        .into_iter()
+        .filter(|s| {
+            let (c, a) = (
+                matches!(s, Status::ClearedUnack | Status::ClearedAck),
+                matches!(s, Status::ActiveAck | Status::ClearedAck),
+            );
+            cleared.is_none_or(|x| x == c) && acked.is_none_or(|x| x == a)
+        })
+        .collect())
+}
+
 impl Alarm {
     /// Its status.
     pub fn status(&self) -> Status {
@@ -173,6 +205,8 @@ pub struct Alarms {
     generation: AtomicU64,
     /// Serialises changes of one originator's alarms (so one is active per type).
     locks: Vec<tokio::sync::Mutex<()>>,
+    /// Counts changes, for whoever follows alarms live (the WebSocket API).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -224,6 +258,7 @@ impl Alarms {
             index: RwLock::default(),
             generation: AtomicU64::new(0),
             locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            changes: tokio::sync::watch::Sender::new(0),
         };
         me.reload()?;
         Ok(me)
@@ -237,7 +272,18 @@ impl Alarms {
         }
         *self.index.write() = index;
         self.generation.store(generation, Ordering::Release);
+        self.changed();
         Ok(())
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// A receiver told of every change (a change made on another node: when this node
+    /// next reads the alarms after catching up).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Reloads the index when other nodes changed documents since it was loaded.
@@ -275,6 +321,7 @@ impl Alarms {
         self.writer.submit(a.to_op(self.first_tenant)?).await?;
         let a = Arc::new(a);
         self.index.write().put(a.clone());
+        self.changed();
         Ok(a)
     }
 
@@ -376,6 +423,7 @@ impl Alarms {
             Err(e) => return Err(e.into()),
         }
         self.index.write().remove(id);
+        self.changed();
         Ok(())
     }
 
