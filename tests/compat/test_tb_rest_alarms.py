@@ -27,6 +27,11 @@ from tb_rest_client.rest_client import RestClient as TbRestClient
 from tb_rest_client.models import (
     Alarm,
     AlarmComment,
+    AlarmCountQuery,
+    AlarmDataPageLink,
+    AlarmDataQuery,
+    DeviceTypeFilter,
+    EntityDataSortOrder,
     DefaultDeviceProfileConfiguration,
     DefaultDeviceProfileTransportConfiguration,
     Device,
@@ -237,6 +242,24 @@ def test_a_profile_rule_raises_acks_and_clears_an_alarm(server, client):
     assert client.get_alarm_info_by_id(alarm.id).status == "CLEARED_ACK"
     assert ids(client.get_alarms(device.id, page_size=10, page=0, sort_property="createdTime", sort_order="ASC")) == \
         [alarm.id.id, again.id.id]
+
+    # The alarm query (what the alarm widget asks over WebSocket), and its count.
+    boilers = DeviceTypeFilter(type="deviceType", device_types=["alarm-thermostats"])
+    newest = EntityDataSortOrder(key=EntityKey(type="ALARM_FIELD", key="createdTime"), direction="DESC")
+    link = AlarmDataPageLink(page_size=10, page=0, sort_order=newest, status_list=["ACTIVE"], severity_list=["CRITICAL"])
+    found = client.find_alarm_data_by_query(AlarmDataQuery(
+        entity_filter=boilers, page_link=link, entity_fields=[EntityKey(type="ENTITY_FIELD", key="name")],
+        latest_values=[EntityKey(type="TIME_SERIES", key="temperature")]))
+    assert found.total_elements == 1 and found.data[0].id.id == again.id.id
+    assert found.data[0].entity_id.id == device.id.id
+    assert found.data[0].latest["TIME_SERIES"]["temperature"].value == "61"
+    assert client.count_alarms_by_query(AlarmCountQuery(entity_filter=boilers, status_list=["ACTIVE"])) == 1
+    assert client.count_alarms_by_query(AlarmCountQuery(status_list=["CLEARED"], type_list=["High Temperature"])) == 1
+
+    # Who the alarm may be assigned to: the tenant's administrator.
+    me = client.get_user()
+    candidates = client.get_users_for_assign(again.id, page_size=10, page=0)
+    assert me.email in [u.email for u in candidates.data]
 
 
 def test_alarms_saved_by_the_client(client):

@@ -165,6 +165,31 @@ fn profile_rules_raise_regrade_and_clear_alarms_on_committed_data() {
     post(&s, "boiler-3-token", json!({"temperature": 75}));
     wait_alarm(&s, &jwt, &b3, "Overheat", |a| a["severity"] == "MAJOR");
 
+    // The REST alarm query (the WebSocket's ALARM_DATA / ALARM_COUNT).
+    let q = json!({"entityFilter": {"type": "deviceType", "deviceTypes": ["boiler"]},
+        "pageLink": {"pageSize": 10, "page": 0, "statusList": ["ACTIVE"], "severityList": ["MAJOR"],
+            "sortOrder": {"key": {"type": "ALARM_FIELD", "key": "originator"}, "direction": "ASC"}},
+        "entityFields": [{"type": "ENTITY_FIELD", "key": "name"}]});
+    let (st, found) = s.json("POST", "/api/alarmsQuery/find", &jwt, Some(q));
+    assert_eq!(st, 200, "{found}");
+    let names: Vec<&str> = found["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["latest"]["ENTITY_FIELD"]["name"]["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["boiler-2", "boiler-3"], "{found}");
+    let (_, n) = s.json(
+        "POST",
+        "/api/alarmsQuery/count",
+        &jwt,
+        Some(json!({"statusList": ["ACTIVE"], "typeList": ["Overheat"]})),
+    );
+    assert_eq!(n, 3);
+    let (st, e) = s.json("GET", "/api/alarm/rules?pageSize=10&page=0", &jwt, None);
+    assert_eq!(st, 501, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("docs/alarms.md"), "{e}");
+
     // Lists and counts by status, severity and type; the highest severity; types.
     let active = alarms_of(&s, &jwt, &b1, "&statusList=ACTIVE");
     assert_eq!(active.len(), 1);
@@ -252,8 +277,14 @@ fn the_alarm_api_creates_updates_in_place_and_keeps_tenants_apart() {
     assert_eq!(mine["customerId"]["id"].as_str(), Some(&*acme), "{mine}");
     assert_eq!(s.json("GET", "/api/alarms?pageSize=10&page=0", &acme_jwt, None).1["totalElements"], 1);
 
-    // Assign to a user who may see it; clear; clear again is 400; delete; gone.
+    // Assign to a user who may see it (the candidates: the tenant's administrators, and the
+    // alarm's customer's users: none here, it was raised before the device was Acme's);
+    // clear; clear again is 400; delete; gone.
     let (admin2, _) = s.user(&jwt, "bob@example.com", None, "bob-password-1");
+    let (_, candidates) = s.json("GET", &format!("/api/users/assign/{id}?pageSize=10&page=0"), &jwt, None);
+    let emails: Vec<&str> =
+        candidates["data"].as_array().unwrap().iter().map(|u| u["email"].as_str().unwrap()).collect();
+    assert_eq!(emails, ["admin", "bob@example.com"], "{candidates}");
     let (st, assigned) = s.json("POST", &format!("/api/alarm/{id}/assign/{admin2}"), &jwt, None);
     assert_eq!((st, assigned["assigneeId"]["id"].as_str()), (200, Some(&*admin2)), "{assigned}");
     let (_, info) = s.json("GET", &format!("/api/alarm/info/{id}"), &jwt, None);

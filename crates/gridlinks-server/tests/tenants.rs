@@ -132,6 +132,11 @@ fn tenants_see_nothing_of_each_other() {
     for list in ["/api/alarms", "/api/v2/alarms", "/api/alarm/types"] {
         assert_eq!(names(&beta, &format!("{list}?{page}"), "type"), Vec::<String>::new(), "{list}");
     }
+    let every_device =
+        json!({"entityFilter": {"type": "entityType", "entityType": "DEVICE"}, "pageLink": {"pageSize": 10}});
+    let (_, found) = s.json("POST", "/api/alarmsQuery/find", &beta, Some(every_device));
+    assert_eq!(found["totalElements"], 0, "{found}");
+    assert_eq!(s.json("POST", "/api/alarmsQuery/count", &beta, Some(json!({}))).1, 0);
     let (_, found) = s.json("GET", "/api/tenant/devices?deviceName=pump", &beta, None);
     assert_eq!(found["id"]["id"].as_str(), Some(&*b_pump));
     let (_, found) = s.json("GET", "/api/tenant/customers?customerTitle=Acme", &beta, None);
@@ -268,6 +273,7 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/alarm/{id}/{entityId}", "GET", format!("/api/alarm/DEVICE/{a_pump}?{page}"), None),
         ("/api/v2/alarm/{entityType}/{entityId}", "GET", format!("/api/v2/alarm/DEVICE/{a_pump}?{page}"), None),
         ("/api/alarm/highestSeverity/{entityType}/{entityId}", "GET", format!("/api/alarm/highestSeverity/DEVICE/{a_pump}"), None),
+        ("/api/users/assign/{id}", "GET", format!("/api/users/assign/{a_alarm}?{page}"), None),
     ]);
     // Lists by ids answer with those of the caller's own tenant only.
     for path in [
@@ -351,6 +357,8 @@ fn tenants_see_nothing_of_each_other() {
         "/api/alarms",
         "/api/v2/alarms",
         "/api/alarm/types",
+        "/api/alarmsQuery/find",
+        "/api/alarmsQuery/count",
     ];
     let checked: std::collections::HashSet<&str> =
         tried.iter().map(|r| r.0).chain(own).chain(OPEN_ROUTES.iter().copied()).collect();

@@ -361,8 +361,10 @@ struct RawAlarmPageLink {
     assignee_id: Option<J>,
 }
 
-fn alarm_query(q: Option<J>, count: bool) -> Result<AlarmQuery, String> {
-    let q = q.ok_or("an alarm command without a query")?;
+/// An alarm query as `ALARM_DATA` (`count` false: `pageLink` holds the filters) or
+/// `ALARM_COUNT` (they are at the top level) sends it, and as `POST /api/alarmsQuery/find`
+/// and `…/count` receive it.
+pub fn parse_alarm_query(q: J, count: bool) -> Result<AlarmQuery, String> {
     let raw: RawAlarmQuery = serde_json::from_value(q).map_err(|e| format!("invalid alarm query: {e}"))?;
     let link = match raw.page_link {
         Some(l) if !count => l,
@@ -408,12 +410,16 @@ fn alarm_query(q: Option<J>, count: bool) -> Result<AlarmQuery, String> {
     })
 }
 
+fn alarm_query(q: Option<J>, count: bool) -> Result<Box<AlarmQuery>, String> {
+    parse_alarm_query(q.ok_or("an alarm command without a query")?, count).map(Box::new)
+}
+
 fn alarm_data_cmd(c: RawCmd) -> Cmd {
-    Cmd::AlarmData(c.cmd_id, alarm_query(c.query, false).map(Box::new))
+    Cmd::AlarmData(c.cmd_id, alarm_query(c.query, false))
 }
 
 fn alarm_count_cmd(c: RawCmd) -> Cmd {
-    Cmd::AlarmCount(c.cmd_id, alarm_query(c.query, true).map(Box::new))
+    Cmd::AlarmCount(c.cmd_id, alarm_query(c.query, true))
 }
 
 /// A `tsCmd` or `historyCmd` of an `ENTITY_DATA` command.

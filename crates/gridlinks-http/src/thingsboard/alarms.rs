@@ -208,6 +208,49 @@ pub async fn unassign(
     Ok(Json(alarm_json(&a)))
 }
 
+/// ThingsBoard 4.3's alarm rules as calculated fields (`/api/alarm/rule…`) are not built:
+/// 501, naming what is.
+pub async fn alarm_rules() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_IMPLEMENTED,
+        gridlinks_thingsboard::error::ErrorCode::General,
+        "Alarm rules as calculated fields (/api/alarm/rule) are not supported by GridLinks: it evaluates device \
+         profile alarm rules (profileData.alarms); see docs/alarms.md",
+    )
+}
+
+/// `GET /api/users/assign/{alarmId}`: the users the alarm may be assigned to (those of its
+/// tenant who may see it), as `UserEmailInfo`, by email.
+pub async fn users_for_assign(
+    User(me): User,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<J>> {
+    let a = alarms::get(&st, &me, alarm_id(&id)?).await?;
+    let p = parse_list(q.as_deref(), false)?;
+    let link =
+        page_link(&st, p.page_size.ok_or_else(|| ApiError::bad_request("pageSize is required"))?, p.page.unwrap_or(0))?;
+    let text = p.filter.text.map(|t| t.to_lowercase());
+    let mut users: Vec<_> = auth
+        .users
+        .all()
+        .into_iter()
+        .filter(|u| u.caller.may_use(a.tenant, a.customer))
+        .filter(|u| text.as_ref().is_none_or(|t| u.caller.email.to_lowercase().contains(t)))
+        .collect();
+    users.sort_by(|x, y| x.caller.email.cmp(&y.caller.email));
+    if descending(p.sort_order.as_deref())? {
+        users.reverse();
+    }
+    Ok(Json(page_of(
+        &users,
+        link,
+        |u| json!({"id": entity_id("USER", u.caller.user), "email": u.caller.email, "firstName": null, "lastName": null}),
+    )))
+}
+
 // ---- lists ----------------------------------------------------------------------
 
 /// A list's query parameters, v1 (`searchStatus`, `status`) and v2 (`statusList`,

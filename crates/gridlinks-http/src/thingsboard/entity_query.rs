@@ -2,14 +2,18 @@
 //! page of entities (devices, assets, customers) with the entity fields and latest values
 //! asked for, `POST /api/entitiesQuery/count` how many a query selects. The query is the
 //! WebSocket API's `ENTITY_DATA` query ([`gridlinks_thingsboard::ws::parse_query`]) and is
-//! answered by the same selection, so both see the same entities.
+//! answered by the same selection, so both see the same entities. `POST
+//! /api/alarmsQuery/find` and `…/count` are the same for alarms (`ALARM_DATA`,
+//! `ALARM_COUNT`).
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
+use gridlinks_platform::auth::Auth;
 use gridlinks_platform::Core;
 use gridlinks_thingsboard::{model, ws as proto};
+use gridlinks_types::Ts;
 use serde_json::Value as J;
 
 use super::api::{blocking, parse_json};
@@ -53,4 +57,30 @@ pub async fn count(User(me): User, State(st): St, Body(body): Body) -> ApiResult
     let core = (*st).clone();
     let total = blocking(move || Ok(entity::select(&core, &me, &q).map(|(total, _)| total))).await?;
     total.map(|n| Json(J::from(n))).map_err(refused)
+}
+
+/// `POST /api/alarmsQuery/find`: ThingsBoard's `PageData<AlarmData>` for an
+/// `AlarmDataQuery`.
+pub async fn find_alarms(
+    User(me): User,
+    State(st): St,
+    State(auth): State<Arc<Auth>>,
+    Body(body): Body,
+) -> ApiResult<Json<J>> {
+    let q = proto::parse_alarm_query(parse_json(&body)?, false).map_err(ApiError::bad_request)?;
+    let core = (*st).clone();
+    let found = blocking(move || {
+        Ok(crate::ws::alarm::rows(&core, &auth, &me, &q, Ts::now().0)
+            .map(|(rows, total, _)| model::page(rows, total, q.page_size, q.page)))
+    })
+    .await?;
+    found.map(Json).map_err(refused)
+}
+
+/// `POST /api/alarmsQuery/count`: how many alarms an `AlarmCountQuery` selects.
+pub async fn count_alarms(User(me): User, State(st): St, Body(body): Body) -> ApiResult<Json<J>> {
+    let q = proto::parse_alarm_query(parse_json(&body)?, true).map_err(ApiError::bad_request)?;
+    let core = (*st).clone();
+    let n = blocking(move || Ok(crate::ws::alarm::count(&core, &me, &q, Ts::now().0))).await?;
+    n.map(|n| Json(J::from(n))).map_err(refused)
 }

@@ -100,15 +100,15 @@ fn selected(core: &Core, caller: &Caller, q: &AlarmQuery, now: i64) -> Result<Se
     Ok(Selected { alarms: found, entities, total_entities })
 }
 
-/// The answer to `ALARM_DATA` command `cmd_id` at `now`.
-pub(super) fn page(
+/// A page of `AlarmData` (an alarm's info with its `entityId` and the entity's `latest`
+/// values) for `q` at `now`: the rows, how many alarms and how many entities it selected.
+pub(crate) fn rows(
     core: &Core,
     auth: &Auth,
     caller: &Caller,
-    cmd_id: i64,
     q: &AlarmQuery,
     now: i64,
-) -> Result<J, Refusal> {
+) -> Result<(Vec<J>, usize, usize), Refusal> {
     let Selected { alarms: found, entities, total_entities } = selected(core, caller, q, now)?;
     let keys: Vec<_> = q.entity_fields.iter().chain(&q.latest_values).cloned().collect();
     let mut rows = Vec::new();
@@ -124,10 +124,23 @@ pub(super) fn page(
         }
         rows.push(row);
     }
-    Ok(proto::alarm_page(cmd_id, rows, found.len(), q.page_size, q.page, (total_entities, MAX_ENTITIES)))
+    Ok((rows, found.len(), total_entities))
+}
+
+/// The answer to `ALARM_DATA` command `cmd_id` at `now`.
+pub(super) fn page(
+    core: &Core,
+    auth: &Auth,
+    caller: &Caller,
+    cmd_id: i64,
+    q: &AlarmQuery,
+    now: i64,
+) -> Result<J, Refusal> {
+    let (rows, total, entities) = rows(core, auth, caller, q, now)?;
+    Ok(proto::alarm_page(cmd_id, rows, total, q.page_size, q.page, (entities, MAX_ENTITIES)))
 }
 
 /// The answer to `ALARM_COUNT` at `now`.
-pub(super) fn count(core: &Core, caller: &Caller, q: &AlarmQuery, now: i64) -> Result<usize, Refusal> {
+pub(crate) fn count(core: &Core, caller: &Caller, q: &AlarmQuery, now: i64) -> Result<usize, Refusal> {
     Ok(selected(core, caller, q, now)?.alarms.len())
 }

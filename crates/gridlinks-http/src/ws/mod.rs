@@ -28,7 +28,7 @@
 //! - its silence (`ws.idle_timeout`; pings go out after `ws.ping_interval`), and the time
 //!   it has to authenticate (`ws.auth_timeout`).
 
-mod alarm;
+pub(crate) mod alarm;
 pub(crate) mod entity;
 
 use std::collections::HashMap;

@@ -214,6 +214,8 @@ struct Index {
     by_id: HashMap<Uuid, Arc<Alarm>>,
     /// The active alarm of an originator and type.
     active: HashMap<(Uuid, String), Uuid>,
+    /// Each alarm's comments.
+    comments: HashMap<Uuid, Vec<Uuid>>,
 }
 
 impl Index {
@@ -228,6 +230,7 @@ impl Index {
     }
 
     fn remove(&mut self, id: Uuid) {
+        self.comments.remove(&id);
         if let Some(a) = self.by_id.remove(&id) {
             let key = (a.originator.id, a.alarm_type.clone());
             if self.active.get(&key) == Some(&id) {
@@ -269,6 +272,11 @@ impl Alarms {
         let mut index = Index::default();
         for d in self.store.docs(DocKind::Alarm)? {
             index.put(Arc::new(Alarm::from_doc(d)?));
+        }
+        for c in self.store.docs(DocKind::AlarmComment)? {
+            if let Ok(alarm) = c.title.parse() {
+                index.comments.entry(alarm).or_default().push(c.id);
+            }
         }
         *self.index.write() = index;
         self.generation.store(generation, Ordering::Release);
@@ -747,12 +755,19 @@ pub struct Comment {
 
 impl Alarms {
     async fn comments_of(&self, alarm: Uuid) -> ServiceResult<Vec<Comment>> {
+        self.fresh()?;
+        let ids = self.index.read().comments.get(&alarm).cloned().unwrap_or_default();
         let store = self.store.clone();
-        let title = alarm.to_string();
-        let docs = blocking(move || store.docs(DocKind::AlarmComment)).await?;
+        let docs = blocking(move || {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.extend(store.doc(DocKind::AlarmComment, id)?);
+            }
+            Ok(out)
+        })
+        .await?;
         Ok(docs
             .into_iter()
-            .filter(|d| d.title == title)
             .filter_map(|d| {
                 let mut c: Comment = serde_json::from_value(d.doc).ok()?;
                 (c.id, c.created_time) = (d.id, d.created_time);
@@ -768,6 +783,11 @@ impl Alarms {
         let op = WriteOp::PutDoc { kind: DocKind::AlarmComment, id: c.id, title: a.id.to_string(), doc };
         if let gridlinks_storage::WriteOutcome::Doc(d) = self.writer.submit(op).await? {
             c.created_time = d.created_time;
+        }
+        let mut index = self.index.write();
+        let list = index.comments.entry(a.id).or_default();
+        if !list.contains(&c.id) {
+            list.push(c.id);
         }
         Ok(c)
     }

@@ -337,6 +337,14 @@ impl Users {
         self.maps.read().by_id.get(&id).cloned()
     }
 
+    /// Every user who can log in (the configuration's included).
+    pub fn all(&self) -> Vec<Arc<Entry>> {
+        let maps = self.maps.read();
+        let mut all: Vec<Arc<Entry>> = maps.by_id.values().cloned().collect();
+        all.extend(self.configured.iter().filter(|c| !maps.by_id.contains_key(&c.caller.user)).cloned());
+        all
+    }
+
     /// Whether `email` is the name of a user of the configuration.
     pub fn is_configured_email(&self, email: &str) -> bool {
         self.configured.iter().any(|c| c.caller.email.eq_ignore_ascii_case(email))

@@ -405,6 +405,11 @@ pub const OPEN_ROUTES: &[&str] = &[
     "/api/ruleChains",
     "/api/ruleChain",
     "/api/ruleChain/{*rest}",
+    // 501 for everyone: ThingsBoard 4.3's alarm rules as calculated fields.
+    "/api/alarm/rule",
+    "/api/alarm/rule/{*rest}",
+    "/api/alarm/rules",
+    "/api/alarm/rules/{*rest}",
     "/api/ruleNode/{*rest}",
     // What the caller may see, and nothing else: tests/assets_relations.rs checks each
     // answers a customer user with its own customer's entities only.
