@@ -47,6 +47,8 @@ const KIND_SESSION_TAKEN: u8 = 5;
 const KIND_SESSION_RELEASED: u8 = 6;
 /// The header naming the node that produced a record.
 pub const ORIGIN: &str = "origin";
+/// How long [`Bus::follow`] tries to read where the followed partitions end.
+const FOLLOW_PATIENCE: Duration = Duration::from_secs(20);
 
 /// A client's publish as the broker topic carries it.
 #[derive(Debug, PartialEq, Eq)]
@@ -331,7 +333,9 @@ impl Bus {
 
     /// Follows both topics from their ends as they are now, handing every record another
     /// node produced (and answers addressed to this node) to `handle`, one at a time, until
-    /// the task is aborted. Blocks while it reads the end offsets (so that everything produced after it returns is seen).
+    /// the task is aborted. Blocks while it reads the end offsets (so that everything
+    /// produced after it returns is seen): through a partition leader's failover, but no
+    /// longer than [`FOLLOW_PATIENCE`].
     pub fn follow<F, Fut>(&self, handle: F) -> Result<JoinHandle<()>, KafkaError>
     where
         F: Fn(Event) -> Fut + Send + Sync + 'static,
@@ -345,10 +349,14 @@ impl Bus {
             .set("enable.partition.eof", "false")
             .create_with_context(crate::Quiet)?;
         let mut tpl = TopicPartitionList::new();
-        let timeout = Duration::from_secs(10);
-        // A topic just made may show no partitions, or partitions without a leader, for a
-        // moment: tried again until `timeout`.
-        let deadline = std::time::Instant::now() + timeout;
+        // Each call is bounded by `timeout` and tried again until FOLLOW_PATIENCE has passed:
+        // a topic just made may show no partitions, or partitions without a leader, for a
+        // moment; and the end offset of a partition whose leader just died is asked of that
+        // broker (each call waits for it to its timeout) until Kafka has fenced it and moved
+        // the leadership (after `broker.session.timeout.ms`, 9 s by default). With one 10 s
+        // call and a 10 s deadline, a node started in that window failed to start.
+        let timeout = Duration::from_secs(2);
+        let deadline = std::time::Instant::now() + FOLLOW_PATIENCE;
         let retry = |e: rdkafka::error::KafkaError| -> Result<(), KafkaError> {
             if std::time::Instant::now() >= deadline {
                 return Err(e.into());
@@ -358,7 +366,13 @@ impl Bus {
         };
         for topic in [s.topic(), s.broker_topic()] {
             let partitions = loop {
-                let md = consumer.fetch_metadata(Some(&topic), timeout)?;
+                let md = match consumer.fetch_metadata(Some(&topic), timeout) {
+                    Ok(md) => md,
+                    Err(e) => {
+                        retry(e)?;
+                        continue;
+                    }
+                };
                 let found: Vec<i32> = md
                     .topics()
                     .iter()

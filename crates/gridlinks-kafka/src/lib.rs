@@ -134,21 +134,43 @@ pub enum KafkaError {
     Thread(String),
 }
 
+/// How long [`ensure_topic`] waits for the cluster's metadata.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Creates the device-data and broker topics if they do not exist (partitions,
 /// replication factor and `min.insync.replicas` from `s`; the broker topic, which only
 /// carries live deliveries, keeps records for an hour); existing topics are left as they are.
+///
+/// Whether they exist is read from the metadata, which any reachable broker answers
+/// (blocking, up to [`METADATA_TIMEOUT`]); only a missing topic is created. Creating goes
+/// to the controller named in the client's metadata, and for some seconds after a broker
+/// died (until Kafka fences it) that may be the dead broker: librdkafka then waits for it
+/// for the whole request timeout (`socket.timeout.ms`, 60 s). A node restarted meanwhile
+/// must not wait on it.
 pub async fn ensure_topic(s: &KafkaSettings) -> Result<(), KafkaError> {
     let admin: AdminClient<DefaultClientContext> = s.client("admin").create()?;
     let (data, broker) = (s.topic(), s.broker_topic());
+    // Every topic's metadata (asking for named ones could make a broker auto-create them).
+    let found = {
+        let md = admin.inner().fetch_metadata(None, METADATA_TIMEOUT)?;
+        [&data, &broker].map(|name| md.topics().iter().any(|t| t.name() == name.as_str() && t.error().is_none()))
+    };
     let min_isr = s.min_insync_replicas.to_string();
     let partitions = i32::try_from(s.partitions).unwrap_or(i32::MAX);
     let replication = || TopicReplication::Fixed(i32::from(s.replication_factor));
-    let new = [
+    let new: Vec<NewTopic<'_>> = [
         NewTopic::new(&data, partitions, replication()).set("min.insync.replicas", &min_isr),
         NewTopic::new(&broker, partitions, replication())
             .set("min.insync.replicas", &min_isr)
             .set("retention.ms", "3600000"),
-    ];
+    ]
+    .into_iter()
+    .zip(found)
+    .filter_map(|(topic, found)| (!found).then_some(topic))
+    .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for r in admin.create_topics(&new, &opts).await? {
         match r {
