@@ -418,3 +418,34 @@ fn websocket_alarm_data_and_counts_follow_alarms_live() {
     let e = next(&mut cu);
     assert_eq!(e["errorCode"], 2, "{e}");
 }
+
+/// An inactivity alarm, as ThingsBoard users write it: a rule on the device's `active`
+/// server attribute, which device activity sets false after `inactivityTimeout` of
+/// silence and true at the next message.
+#[test]
+fn an_inactivity_rule_raises_when_a_device_goes_silent_and_clears_when_it_is_back() {
+    let env = [("GRIDLINKS_ACTIVITY_INACTIVITY_TIMEOUT", "1500"), ("GRIDLINKS_ACTIVITY_CHECK_INTERVAL", "200")];
+    let s = Server::start_env(&env);
+    let jwt = s.login();
+    let active = |is: bool| {
+        json!({"condition": {"condition": [{"key": {"type": "ATTRIBUTE", "key": "active"}, "valueType": "BOOLEAN",
+            "predicate": {"type": "BOOLEAN", "operation": "EQUAL", "value": {"defaultValue": is}}}]}})
+    };
+    let profile = json!({"name": "watched", "profileData": {"alarms": [
+        {"id": "silent", "alarmType": "Inactivity", "createRules": {"MAJOR": active(false)}, "clearRule": active(true)}]}});
+    assert_eq!(s.json("POST", "/api/deviceProfile", &jwt, Some(profile)).0, 200);
+    let (st, d) = s.json(
+        "POST",
+        "/api/device?accessToken=watched-1",
+        &jwt,
+        Some(json!({"name": "watched-1", "type": "watched"})),
+    );
+    assert_eq!(st, 200, "{d}");
+    let id = d["id"]["id"].as_str().unwrap().to_owned();
+
+    post(&s, "watched-1", json!({"t": 1}));
+    let raised = wait_alarm(&s, &jwt, &id, "Inactivity", |a| a["status"] == "ACTIVE_UNACK");
+    assert_eq!(raised["severity"], "MAJOR");
+    post(&s, "watched-1", json!({"t": 2}));
+    wait_alarm(&s, &jwt, &id, "Inactivity", |a| a["status"] == "CLEARED_UNACK");
+}
