@@ -19,7 +19,7 @@ use crate::thingsboard::{
     alarms, api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, lookups, ota, profiles,
     relations, tenant_profiles, tenants, users,
 };
-use crate::thingsboard::{mqtt_clients, rpc};
+use crate::thingsboard::{mqtt_clients, notifications, rpc};
 
 /// The HTTP routes (`/metrics` among them unless `metrics.bind` gives it its own listener:
 /// [`metrics_router`]).
@@ -161,6 +161,18 @@ fn api_router(state: Http) -> Router {
         .route("/api/relations/info/to/{to_type}/{to_id}", get(relations::info_to_path))
         .route("/api/entitiesQuery/find", post(entity_query::find))
         .route("/api/entitiesQuery/count", post(entity_query::count))
+        .route("/api/notification/deliveryMethods", get(notifications::delivery_methods))
+        .route(
+            "/api/notification/{kind}",
+            get(notifications::list).post(notifications::save).delete(notifications::delete_notification),
+        )
+        .route(
+            "/api/notification/{kind}/{id}",
+            get(notifications::get).delete(notifications::delete).put(notifications::read),
+        )
+        .route("/api/notifications", get(notifications::inbox))
+        .route("/api/notifications/unread/count", get(notifications::unread))
+        .route("/api/notifications/read", put(notifications::read_all))
         .route("/api/alarm", post(alarms::save))
         .route("/api/alarm/rule", any(alarms::alarm_rules))
         .route("/api/alarm/rule/{*rest}", any(alarms::alarm_rules))

@@ -59,6 +59,8 @@ struct Written {
     last_connect: Option<i64>,
     last_disconnect: Option<i64>,
     inactivity_alarm: Option<i64>,
+    /// `active` as last written (none: never, on this node).
+    active: Option<bool>,
     /// `lastActivityTime` as written, and when.
     activity: i64,
     activity_at: i64,
@@ -156,7 +158,7 @@ impl Activity {
                 };
                 e.last_activity.store(last, Ordering::Release);
                 let mut w = e.written.lock();
-                (w.activity, w.activity_at) = (last, last);
+                (w.activity, w.activity_at, w.active) = (last, last, Some(true));
             }
         }
         Ok(())
@@ -168,6 +170,8 @@ impl Activity {
         let now = Ts::now().0;
         let entries: Vec<(DeviceId, Arc<Entry>)> = self.devices.read().iter().map(|(d, e)| (*d, e.clone())).collect();
         let mut items = Vec::new();
+        // Devices that became active or inactive (notified once written).
+        let mut turned = Vec::new();
         for (device, e) in entries {
             let timeout = self.timeouts.read().get(&device).copied().unwrap_or(self.cfg.inactivity_timeout.0 as i64);
             let last = e.last_activity.load(Ordering::Acquire);
@@ -188,7 +192,13 @@ impl Activity {
             if !changed && !activity_due {
                 continue;
             }
-            let mut values = vec![(ACTIVE.to_owned(), Value::Bool(e.active.load(Ordering::Acquire)))];
+            let active = e.active.load(Ordering::Acquire);
+            // A change of what was written; a device never seen active is not "inactive" news.
+            if w.active != Some(active) && (w.active.is_some() || active) {
+                turned.push((device, active));
+            }
+            w.active = Some(active);
+            let mut values = vec![(ACTIVE.to_owned(), Value::Bool(active))];
             if last > w.activity {
                 values.push((LAST_ACTIVITY.to_owned(), Value::Long(last)));
                 (w.activity, w.activity_at) = (last, now);
@@ -215,6 +225,9 @@ impl Activity {
                     self.devices.write().remove(&device);
                 }
             }
+        }
+        for (device, active) in turned {
+            core.notify.send(crate::notify::Event::Activity(device, active)).await;
         }
     }
 

@@ -363,16 +363,21 @@ pub struct Cluster {
 
 /// The connection URL in `cluster.postgres.url_file`, which only its owner may read.
 fn postgres_url(c: &ClusterConfig) -> Result<String, StartError> {
-    let path = &c.postgres.url_file;
-    let meta = std::fs::metadata(path).with_context(|| format!("cluster.postgres.url_file {}", path.display()))?;
+    secret_file(&c.postgres.url_file, "cluster.postgres.url_file")
+}
+
+/// The secret in the file `setting` names (trimmed); refused unless only its owner may
+/// read it.
+pub fn secret_file(path: &std::path::Path, setting: &str) -> Result<String, StartError> {
+    let meta = std::fs::metadata(path).with_context(|| format!("{setting} {}", path.display()))?;
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(StartError::msg(format!(
-            "cluster.postgres.url_file {} holds a password: make it readable by its owner only (chmod 600)",
+            "{setting} {} holds a password: make it readable by its owner only (chmod 600)",
             path.display()
         )));
     }
-    let url = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(url.trim().to_owned())
+    let secret = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(secret.trim().to_owned())
 }
 
 /// With `entities = "postgres"`: makes `store` follow the shared entities' replica in

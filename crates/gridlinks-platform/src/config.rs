@@ -63,6 +63,8 @@ pub struct Config {
     pub activity: ActivityConfig,
     /// ThingsBoard's WebSocket API (`/api/ws`).
     pub ws: WsConfig,
+    /// The notification center: delivery of alarm and device-activity notifications.
+    pub notifications: NotificationsConfig,
     /// The administrator account.
     pub admin: AdminConfig,
     /// JWT sessions of the REST API.
@@ -504,6 +506,70 @@ impl Default for ActivityConfig {
     }
 }
 
+/// The notification center's deliveries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotificationsConfig {
+    /// Tries of one delivery before it is logged as failed.
+    pub max_attempts: u32,
+    /// The wait before the first retry; each next one waits twice as long (at most 5 min).
+    pub retry_delay: Millis,
+    /// How long one webhook or SMTP exchange may take.
+    pub timeout: Millis,
+    /// Notifications one rule may send per minute; more are logged as rate-limited.
+    pub per_rule_per_minute: u32,
+    /// Whether webhooks and SMTP may reach loopback, private and link-local addresses
+    /// (off: a tenant cannot make the server probe its own network).
+    pub allow_private_addresses: bool,
+    /// The SMTP server e-mail goes through (no host: e-mail is not sent, and says so in the
+    /// delivery log).
+    pub smtp: SmtpConfig,
+}
+
+impl Default for NotificationsConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            retry_delay: Millis(2_000),
+            timeout: Millis(10_000),
+            per_rule_per_minute: 60,
+            allow_private_addresses: false,
+            smtp: SmtpConfig::default(),
+        }
+    }
+}
+
+/// An SMTP server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SmtpConfig {
+    /// Host name or address; empty: no e-mail.
+    pub host: String,
+    /// Port (587 for STARTTLS, 465 for TLS, 25 for none).
+    pub port: u16,
+    /// `starttls`, `tls` or `none` (plain text: only for a relay on a trusted network).
+    pub security: String,
+    /// The sender address.
+    pub from: String,
+    /// The login, if the server wants one.
+    pub username: String,
+    /// A file holding the password (readable by its owner only), if the server wants one.
+    pub password_file: PathBuf,
+}
+
+impl Default for SmtpConfig {
+    fn default() -> Self {
+        Self {
+            host: String::new(),
+            port: 587,
+            security: "starttls".into(),
+            from: String::new(),
+            username: String::new(),
+            password_file: PathBuf::new(),
+        }
+    }
+}
+
 /// OTA packages.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -912,6 +978,7 @@ impl Default for Config {
             ota: OtaConfig::default(),
             activity: ActivityConfig::default(),
             ws: WsConfig::default(),
+            notifications: NotificationsConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),
             storage: StorageConfig::default(),

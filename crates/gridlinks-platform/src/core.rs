@@ -48,6 +48,8 @@ pub struct Core {
     pub limits: Arc<crate::limits::Limits>,
     /// Every alarm, indexed.
     pub alarms: Arc<crate::alarms::Alarms>,
+    /// Where alarm and device-activity events go to notify.
+    pub notify: crate::notify::Sender,
 }
 
 impl Core {

@@ -26,6 +26,7 @@ pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod net;
+pub mod notify;
 pub mod provision;
 pub mod rpc;
 pub mod sessions;

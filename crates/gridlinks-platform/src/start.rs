@@ -169,7 +169,9 @@ impl Platform {
             // One node: alarm rules run on what the embedded log committed.
             live.register(Arc::new(alarm_feed));
         }
-        let alarms = crate::alarms::Alarms::load(store.clone(), writer.clone(), tenant_id).context("loading alarms")?;
+        let (notify, notify_rx) = crate::notify::channel();
+        let alarms = crate::alarms::Alarms::load(store.clone(), writer.clone(), tenant_id, notify.clone())
+            .context("loading alarms")?;
         let ingest = Ingest::new(store.clone(), cluster.log, live.clone(), cfg.limits.max_devices_per_gateway)
             .gateways_adopt(cfg.limits.gateway_adopts_devices);
         let guards = Arc::new(crate::guards::Guards::new(&cfg));
@@ -188,6 +190,7 @@ impl Platform {
             activity: Arc::new(crate::activity::Activity::new(cfg_activity)),
             limits: Arc::new(crate::limits::Limits::new(store.clone(), tenant_id, device_caps)),
             alarms: Arc::new(alarms),
+            notify,
         };
         ensure_first_tenant(&core).await.context("writing the first tenant")?;
         core.limits.reload().context("reading tenant profiles")?;
@@ -215,6 +218,7 @@ impl Platform {
         platform.metrics.register(platform.core.limits.clone());
         let mut tasks: Vec<_> = [follower].into_iter().flatten().chain(cluster.tasks).collect();
         tasks.extend(crate::alarms::engine::start(platform.core.clone(), alarm_queues));
+        tasks.push(crate::notify::start(platform.clone(), notify_rx).context("reading notification requests")?);
         if platform.core.cfg.activity.enabled {
             tasks.push(tokio::spawn(crate::activity::run(platform.core.clone())));
         }

@@ -96,6 +96,41 @@ fn tenants_see_nothing_of_each_other() {
         Some(json!({"comment": {"text": "alpha-note"}})),
     );
     let a_comment = a_comment["id"]["id"].as_str().unwrap().to_owned();
+    let note = |what: &str, body: J| {
+        let (st, v) = s.json("POST", &format!("/api/notification/{what}"), &alpha, Some(body));
+        assert_eq!(st, 200, "{v}");
+        v["id"]["id"].as_str().unwrap().to_owned()
+    };
+    let a_target = note(
+        "target",
+        json!({"name": "alpha-target", "configuration": {"type": "PLATFORM_USERS", "usersFilter": {"type": "TENANT_ADMINISTRATORS"}}}),
+    );
+    let a_template = note(
+        "template",
+        json!({"name": "alpha-template", "notificationType": "ALARM",
+        "configuration": {"deliveryMethodsTemplates": {"WEB": {"enabled": true, "subject": "alpha-subject", "body": "${alarmType}"}}}}),
+    );
+    let a_rule = note(
+        "rule",
+        json!({"name": "alpha-rule", "templateId": {"id": a_template}, "triggerType": "ALARM",
+        "triggerConfig": {"triggerType": "ALARM", "notifyOn": ["CREATED"]},
+        "recipientsConfig": {"triggerType": "ALARM", "escalationTable": {"0": [a_target]}}}),
+    );
+    let note_leak =
+        json!({"originator": {"entityType": "DEVICE", "id": a_pump}, "type": "alpha-notified", "severity": "MINOR"});
+    assert_eq!(s.json("POST", "/api/alarm", &alpha, Some(note_leak)).0, 200);
+    let mut a_request = String::new();
+    wait_until("alpha's notification", || {
+        let (_, r) = s.json("GET", "/api/notification/requests?pageSize=10&page=0", &alpha, None);
+        a_request = r["data"][0]["id"]["id"].as_str().unwrap_or_default().to_owned();
+        !a_request.is_empty()
+    });
+    let mut a_note = String::new();
+    wait_until("alpha's inbox", || {
+        let (_, n) = s.json("GET", "/api/notifications?pageSize=10&page=0", &alpha, None);
+        a_note = n["data"][0]["id"]["id"].as_str().unwrap_or_default().to_owned();
+        !a_note.is_empty()
+    });
     let (_, a_key) = s.json("POST", "/api/apiKey", &alpha, Some(json!({"description": "alpha-key"})));
     let a_key = a_key["id"]["id"].as_str().unwrap().to_owned();
     for (jwt, token) in [(&alpha, "ALPHAPUMP"), (&beta, "BETAPUMP")] {
@@ -274,6 +309,16 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/v2/alarm/{entityType}/{entityId}", "GET", format!("/api/v2/alarm/DEVICE/{a_pump}?{page}"), None),
         ("/api/alarm/highestSeverity/{entityType}/{entityId}", "GET", format!("/api/alarm/highestSeverity/DEVICE/{a_pump}"), None),
         ("/api/users/assign/{id}", "GET", format!("/api/users/assign/{a_alarm}?{page}"), None),
+        ("/api/notification/{kind}", "POST", "/api/notification/target".into(), Some(json!({"id": {"id": a_target}, "name": "stolen", "configuration": {"type": "PLATFORM_USERS", "usersFilter": {"type": "TENANT_ADMINISTRATORS"}}}).to_string())),
+        ("/api/notification/{kind}", "POST", "/api/notification/rule".into(), Some(json!({"name": "r", "templateId": {"id": a_template}, "triggerType": "ALARM", "triggerConfig": {"triggerType": "ALARM", "notifyOn": ["CREATED"]}, "recipientsConfig": {"triggerType": "ALARM", "escalationTable": {"0": [a_target]}}}).to_string())),
+        ("/api/notification/{kind}", "DELETE", format!("/api/notification/{a_note}"), None),
+        ("/api/notification/{kind}/{id}", "GET", format!("/api/notification/target/{a_target}"), None),
+        ("/api/notification/{kind}/{id}", "GET", format!("/api/notification/template/{a_template}"), None),
+        ("/api/notification/{kind}/{id}", "GET", format!("/api/notification/rule/{a_rule}"), None),
+        ("/api/notification/{kind}/{id}", "GET", format!("/api/notification/request/{a_request}"), None),
+        ("/api/notification/{kind}/{id}", "DELETE", format!("/api/notification/rule/{a_rule}"), None),
+        ("/api/notification/{kind}/{id}", "DELETE", format!("/api/notification/request/{a_request}"), None),
+        ("/api/notification/{kind}/{id}", "PUT", format!("/api/notification/{a_note}/read"), None),
     ]);
     // Lists by ids answer with those of the caller's own tenant only.
     for path in [
@@ -359,6 +404,9 @@ fn tenants_see_nothing_of_each_other() {
         "/api/alarm/types",
         "/api/alarmsQuery/find",
         "/api/alarmsQuery/count",
+        "/api/notifications",
+        "/api/notifications/unread/count",
+        "/api/notifications/read",
     ];
     let checked: std::collections::HashSet<&str> =
         tried.iter().map(|r| r.0).chain(own).chain(OPEN_ROUTES.iter().copied()).collect();
@@ -369,8 +417,24 @@ fn tenants_see_nothing_of_each_other() {
     // nothing of which of Alpha's ids exist (only the id in the message differs).
     let me_id = me["id"]["id"].as_str().unwrap().to_owned();
     let ids = [
-        &a_pump, &a_cust, &a_dash, &a_prof, &a_user, &a_key, &alpha_id, &me_id, &a_ota, &a_asset, &a_aprof, &a_alarm,
+        &a_pump,
+        &a_cust,
+        &a_dash,
+        &a_prof,
+        &a_user,
+        &a_key,
+        &alpha_id,
+        &me_id,
+        &a_ota,
+        &a_asset,
+        &a_aprof,
+        &a_alarm,
         &a_comment,
+        &a_target,
+        &a_template,
+        &a_rule,
+        &a_request,
+        &a_note,
     ];
     let twins: Vec<(String, String)> = ids
         .iter()
@@ -411,6 +475,11 @@ fn tenants_see_nothing_of_each_other() {
             "alpha-asset",
             "alpha-type",
             "alpha-leak",
+            "alpha-target",
+            "alpha-template",
+            "alpha-rule",
+            "alpha-subject",
+            "alpha-notified",
             "alpha-note",
         ] {
             assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");

@@ -346,6 +346,18 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
                 None,
             ),
             ("/api/users/assign/{id}", "GET", format!("/api/users/assign/{al}?pageSize=10&page=0"), None),
+            ("/api/notification/{kind}", "GET", "/api/notification/targets?pageSize=10&page=0".into(), None),
+            (
+                "/api/notification/{kind}",
+                "POST",
+                "/api/notification/target".into(),
+                Some(
+                    r#"{"name":"evil","configuration":{"type":"PLATFORM_USERS","usersFilter":{"type":"ALL_USERS"}}}"#
+                        .into(),
+                ),
+            ),
+            ("/api/notification/{kind}/{id}", "GET", format!("/api/notification/rule/{al}"), None),
+            ("/api/notification/{kind}/{id}", "DELETE", format!("/api/notification/template/{al}"), None),
         ];
         let assets = [
             ("/api/asset", "POST", "/api/asset".into(), Some(r#"{"name":"evil"}"#.into())),
@@ -557,6 +569,10 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
         "/api/alarm/types",
         "/api/alarmsQuery/find",
         "/api/alarmsQuery/count",
+        // The caller's own inbox.
+        "/api/notifications",
+        "/api/notifications/unread/count",
+        "/api/notifications/read",
     ];
     let checked: std::collections::HashSet<&str> = forbidden(&theirs).iter().map(|r| r.0).collect();
     for route in server_routes() {

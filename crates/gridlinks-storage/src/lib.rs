@@ -369,6 +369,17 @@ pub enum DocKind {
     AlarmComment = 14,
     /// A device's alarm rule states (`DURATION`, `REPEATING` progress; same id as the device).
     AlarmRuleState = 15,
+    /// Notification targets (title: the name): who or where notifications go.
+    NotificationTarget = 16,
+    /// Notification templates (title: the name).
+    NotificationTemplate = 17,
+    /// Notification rules (title: the name): which events notify which targets.
+    NotificationRule = 18,
+    /// Notification requests: one rule's notification of one event and its deliveries (the
+    /// delivery log).
+    NotificationRequest = 19,
+    /// A user's inbox notification (title: the recipient's id).
+    Notification = 20,
 }
 
 impl DocKind {
@@ -390,6 +401,11 @@ impl DocKind {
             DocKind::Alarm => "Alarm",
             DocKind::AlarmComment => "Alarm comment",
             DocKind::AlarmRuleState => "Alarm rule state",
+            DocKind::NotificationTarget => "Notification target",
+            DocKind::NotificationTemplate => "Notification template",
+            DocKind::NotificationRule => "Notification rule",
+            DocKind::NotificationRequest => "Notification request",
+            DocKind::Notification => "Notification",
         }
     }
 
@@ -397,7 +413,12 @@ impl DocKind {
     pub fn title_name(self) -> &'static str {
         match self {
             DocKind::User => "email",
-            DocKind::Asset | DocKind::AssetProfile | DocKind::TenantProfile => "name",
+            DocKind::Asset
+            | DocKind::AssetProfile
+            | DocKind::TenantProfile
+            | DocKind::NotificationTarget
+            | DocKind::NotificationTemplate
+            | DocKind::NotificationRule => "name",
             _ => "title",
         }
     }
@@ -434,7 +455,12 @@ impl DocKind {
             | DocKind::TenantProfile
             | DocKind::Alarm
             | DocKind::AlarmComment
-            | DocKind::AlarmRuleState => &[],
+            | DocKind::AlarmRuleState
+            | DocKind::NotificationTarget
+            | DocKind::NotificationTemplate
+            | DocKind::NotificationRule
+            | DocKind::NotificationRequest
+            | DocKind::Notification => &[],
         }
     }
 

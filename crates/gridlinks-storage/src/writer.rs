@@ -1606,6 +1606,11 @@ impl Writer {
             DocKind::Relation,
             DocKind::Alarm,
             DocKind::AlarmComment,
+            DocKind::NotificationTarget,
+            DocKind::NotificationTemplate,
+            DocKind::NotificationRule,
+            DocKind::NotificationRequest,
+            DocKind::Notification,
         ] {
             for d in self.store.docs(kind)? {
                 if d.doc.get("tenantId") == Some(&id_json) {

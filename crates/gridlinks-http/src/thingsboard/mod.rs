@@ -20,6 +20,7 @@ pub mod extract;
 pub mod long_poll;
 pub mod lookups;
 pub mod mqtt_clients;
+pub mod notifications;
 pub mod ota;
 pub mod paging;
 pub mod profiles;

@@ -207,6 +207,8 @@ pub struct Alarms {
     locks: Vec<tokio::sync::Mutex<()>>,
     /// Counts changes, for whoever follows alarms live (the WebSocket API).
     changes: tokio::sync::watch::Sender<u64>,
+    /// Where alarm events go to notify.
+    notify: crate::notify::Sender,
 }
 
 #[derive(Default)]
@@ -253,7 +255,12 @@ pub enum Raised {
 
 impl Alarms {
     /// The alarms in `store`, indexed.
-    pub fn load(store: Store, writer: WriterHandle, first_tenant: Uuid) -> Result<Self, StoreError> {
+    pub fn load(
+        store: Store,
+        writer: WriterHandle,
+        first_tenant: Uuid,
+        notify: crate::notify::Sender,
+    ) -> Result<Self, StoreError> {
         let me = Self {
             store,
             writer,
@@ -262,6 +269,7 @@ impl Alarms {
             generation: AtomicU64::new(0),
             locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             changes: tokio::sync::watch::Sender::new(0),
+            notify,
         };
         me.reload()?;
         Ok(me)
@@ -325,11 +333,24 @@ impl Alarms {
         Ok(self.index.read().by_id.values().filter(|a| keep(a)).cloned().collect())
     }
 
+    /// Writes an alarm, and notifies what changed of it.
     async fn write(&self, a: Alarm) -> ServiceResult<Arc<Alarm>> {
+        use crate::notify::AlarmAction;
+        let old = self.index.read().by_id.get(&a.id).cloned();
         self.writer.submit(a.to_op(self.first_tenant)?).await?;
+        let action = match &old {
+            None => Some(AlarmAction::Created),
+            Some(o) if !o.cleared && a.cleared => Some(AlarmAction::Cleared),
+            Some(o) if !o.acknowledged && a.acknowledged => Some(AlarmAction::Acknowledged),
+            Some(o) if o.severity != a.severity => Some(AlarmAction::SeverityChanged),
+            Some(_) => None,
+        };
         let a = Arc::new(a);
         self.index.write().put(a.clone());
         self.changed();
+        if let Some(action) = action {
+            self.notify.send(crate::notify::Event::Alarm(a.clone(), action)).await;
+        }
         Ok(a)
     }
 

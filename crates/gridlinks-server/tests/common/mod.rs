@@ -405,6 +405,8 @@ pub const OPEN_ROUTES: &[&str] = &[
     "/api/ruleChains",
     "/api/ruleChain",
     "/api/ruleChain/{*rest}",
+    // The same list for everyone.
+    "/api/notification/deliveryMethods",
     // 501 for everyone: ThingsBoard 4.3's alarm rules as calculated fields.
     "/api/alarm/rule",
     "/api/alarm/rule/{*rest}",
