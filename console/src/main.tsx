@@ -7,6 +7,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { activate, get, login, logout, session, type User } from './api';
 import { ErrorBox, useAction } from './components';
 import { closeLive, useLiveStatus } from './live';
+import { Alarms } from './pages/alarms';
 import { DevicePage } from './pages/device';
 import { Devices } from './pages/devices';
 import { DashboardPage, Dashboards } from './pages/dashboards';
@@ -82,7 +83,7 @@ function LiveNotice() {
 }
 
 const TENANT_PAGES: [string, string][] = [
-  ['/devices', 'Devices'], ['/import', 'Import'], ['/customers', 'Customers'], ['/users', 'Users'],
+  ['/devices', 'Devices'], ['/alarms', 'Alarms'], ['/import', 'Import'], ['/customers', 'Customers'], ['/users', 'Users'],
   ['/profiles', 'Profiles'], ['/dashboards', 'Dashboards'], ['/mqtt', 'MQTT clients'], ['/system', 'System'],
 ];
 
@@ -94,6 +95,7 @@ function Page({ route, me }: { route: string; me: User }) {
   const dashboard = route.match(/^\/dashboards\/([0-9a-f-]{36})$/);
   if (dashboard) return <DashboardPage key={dashboard[1]} id={dashboard[1]} me={me} />;
   if (route === '/dashboards') return <Dashboards me={me} />;
+  if (route === '/alarms') return <Alarms />;
   switch (admin ? route : '/devices') {
     case '/import': return <Import />;
     case '/customers': return <Customers />;
@@ -127,7 +129,7 @@ function App() {
     return <main class="container"><p role="alert">The console is for tenant administrators and customer users; the system administrator manages tenants over the REST API.</p>
       <button type="button" onClick={() => void logout().then(() => setSignedIn(false))}>Log out</button></main>;
   }
-  const pages = me.authority === 'TENANT_ADMIN' ? TENANT_PAGES : TENANT_PAGES.filter(([p]) => p === '/devices' || p === '/dashboards');
+  const pages = me.authority === 'TENANT_ADMIN' ? TENANT_PAGES : TENANT_PAGES.filter(([p]) => p === '/devices' || p === '/alarms' || p === '/dashboards');
   const out = async () => { closeLive(); await logout(); setMe(null); setSignedIn(false); };
   return (
     <>

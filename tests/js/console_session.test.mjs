@@ -319,7 +319,7 @@ test('at phone width (390 px) the page is no wider than the screen: the menu wra
   await page.waitForFunction(() => Number(document.querySelector('[aria-label="Live telemetry chart"]')?.dataset.points) >= 1);
   await width('device page');
   await accessible(page, 'device page at phone width');
-  for (const [path, heading] of [['/users', 'Users'], ['/customers', 'Customers'], ['/dashboards', 'Dashboards'], ['/mqtt', 'MQTT application clients'], ['/import', 'Import devices from CSV'], ['/system', 'System']]) {
+  for (const [path, heading] of [['/alarms', 'Alarms'], ['/users', 'Users'], ['/customers', 'Customers'], ['/dashboards', 'Dashboards'], ['/mqtt', 'MQTT application clients'], ['/import', 'Import devices from CSV'], ['/system', 'System']]) {
     await page.goto(`${server.base}/#${path}`);
     await page.getByRole('heading', { name: heading, exact: true, level: 1 }).waitFor();
     await width(heading);

@@ -1,24 +1,40 @@
 // Dashboards: the tenant's list (create; edit the title, description, configuration and the
 // customers it is assigned to; delete), a customer user's assigned ones, and one dashboard
 // drawn from ThingsBoard's configuration format: its entity aliases (one device or a list of
-// devices) and its time-series (chart) and latest-value (table) widgets, live over the
-// WebSocket API. A tenant administrator adds such widgets from the dashboard's page.
-import { useMemo, useState } from 'preact/hooks';
+// devices) and its time-series (chart), latest-value (table) and alarm (table) widgets, live
+// over the WebSocket API. A tenant administrator adds such widgets from the dashboard's page.
+import { useEffect, useMemo, useState } from 'preact/hooks';
 import { fmtTime, get, post, del, type Device, type EntityId, type Page, type User, type Customer } from '../api';
+import { ALARM_FIELDS, alarmField, AlarmTable, alarmOrder, DEFAULT_COLUMNS, type AlarmColumn } from '../alarms';
 import { Chart } from '../chart';
-import { Dialog, ErrorBox, FormEnd, TableBox, useAction, useLoad } from '../components';
-import { useLatest, useLivePoints } from '../live';
+import { Dialog, ErrorBox, FormEnd, Pager, TableBox, useAction, useLoad, type Sort } from '../components';
+import { useLatest, useLiveAlarms, useLivePoints, type AlarmQuery } from '../live';
 import { PagedList } from './entities';
 
 interface Assigned { customerId: EntityId; title: string }
 interface DashboardInfo { id: EntityId; title: string; createdTime: number; assignedCustomers?: Assigned[] | null }
 interface DataKey { name: string; type?: string; label?: string }
 interface Datasource { type?: string; entityAliasId?: string; dataKeys?: DataKey[] }
-interface Widget {
-  id?: string; type?: string; typeFullFqn?: string; sizeX?: number; sizeY?: number;
-  config?: { title?: string; datasources?: Datasource[]; timewindow?: { realtime?: { timewindowMs?: number } } };
+interface AlarmFilterConfig { statusList?: string[]; severityList?: string[]; typeList?: string[]; searchPropagatedAlarms?: boolean }
+interface AlarmSettings {
+  defaultPageSize?: number; defaultSortOrder?: string; displayPagination?: boolean;
+  allowAcknowledgment?: boolean; allowClear?: boolean; displayComments?: boolean;
 }
-interface Alias { id?: string; alias?: string; filter?: { type?: string; singleEntity?: EntityId; entityType?: string; entityList?: string[] } }
+interface WidgetConfig {
+  title?: string; datasources?: Datasource[]; timewindow?: { realtime?: { timewindowMs?: number } };
+  /** Alarm widgets: the entity alias whose alarms are shown, and the alarm fields and keys shown as columns. */
+  alarmSource?: Datasource;
+  alarmFilterConfig?: AlarmFilterConfig;
+  /** Older alarm widgets' filter (before `alarmFilterConfig`). */
+  alarmStatusList?: string[]; alarmSearchStatus?: string; alarmSeverityList?: string[]; alarmTypeList?: string[];
+  settings?: AlarmSettings & Record<string, unknown>;
+  [k: string]: unknown;
+}
+interface Widget { id?: string; type?: string; typeFullFqn?: string; sizeX?: number; sizeY?: number; config?: WidgetConfig }
+interface Alias {
+  id?: string; alias?: string;
+  filter?: { type?: string; singleEntity?: EntityId; entityType?: string; entityList?: string[]; [k: string]: unknown };
+}
 interface Config { description?: string; widgets?: Record<string, Widget> | Widget[]; entityAliases?: Record<string, Alias>; [k: string]: unknown }
 interface Dashboard extends DashboardInfo { configuration?: Config | null }
 
@@ -141,7 +157,7 @@ const saveConfig = (d: Dashboard, configuration: Config) => post('/api/dashboard
 /** The configuration without widget `w`, and without the aliases only it used. */
 function withoutWidget(config: Config, w: Widget): Config {
   const rest = widgetsOf(config).filter((x) => x.id !== w.id);
-  const used = new Set(rest.flatMap((x) => (x.config?.datasources ?? []).map((s) => s.entityAliasId)));
+  const used = new Set(rest.flatMap((x) => [...(x.config?.datasources ?? []), x.config?.alarmSource].map((s) => s?.entityAliasId)));
   const aliases = Object.fromEntries(Object.entries(config.entityAliases ?? {}).filter(([id]) => used.has(id)));
   const widgets = Array.isArray(config.widgets) ? rest : Object.fromEntries(rest.map((x) => [x.id, x]));
   return { ...config, widgets, entityAliases: aliases };
@@ -153,7 +169,7 @@ function WidgetCard({ widget, aliases, onRemove }: { widget: Widget; aliases: Re
     alias: aliases[s.entityAliasId ?? ''], devices: devicesOf(aliases[s.entityAliasId ?? '']),
     keys: (s.dataKeys ?? []).filter((k) => (k.type ?? 'timeseries') === 'timeseries').map((k) => k.name),
   }));
-  const kind = widget.type === 'timeseries' || widget.type === 'latest' ? widget.type : null;
+  const kind = widget.type === 'timeseries' || widget.type === 'latest' || widget.type === 'alarm' ? widget.type : null;
   const windowMs = widget.config?.timewindow?.realtime?.timewindowMs ?? 10 * 60_000;
   return (
     <article aria-label={title} class="widget">
@@ -162,6 +178,7 @@ function WidgetCard({ widget, aliases, onRemove }: { widget: Widget; aliases: Re
         {onRemove && <button type="button" class="contrast outline" onClick={() => { if (confirm(`Remove the widget ${title}?`)) onRemove(); }} aria-label={`Remove widget: ${title}`}>Remove</button>}
       </div>
       {!kind ? <p>Widgets of type {widget.type ?? 'unknown'} are not drawn by the console.</p>
+        : kind === 'alarm' ? <AlarmWidget config={widget.config ?? {}} aliases={aliases} title={title} />
         : sources.map((s) => (s.devices === null
           ? <p>The entity alias {s.alias?.alias ?? '(missing)'} ({s.alias?.filter?.type ?? 'no filter'}) is not resolved by the console: it draws single devices and device lists.</p>
           : s.devices.map((dev) => (kind === 'timeseries'
@@ -190,6 +207,91 @@ function DeviceLatest({ device, keys, label }: { device: string; keys: string[];
   );
 }
 
+/** An alarm widget's filter: `alarmFilterConfig`, or the fields older widgets have (read as ThingsBoard's dashboard loader reads them). */
+function alarmFilterOf(c: WidgetConfig): AlarmFilterConfig {
+  if (c.alarmFilterConfig) return c.alarmFilterConfig;
+  const statusList = c.alarmStatusList?.length ? c.alarmStatusList
+    : c.alarmSearchStatus && c.alarmSearchStatus !== 'ANY' ? [c.alarmSearchStatus] : [];
+  return { statusList, severityList: c.alarmSeverityList ?? [], typeList: c.alarmTypeList ?? [] };
+}
+
+/** `settings.defaultSortOrder` ("-createdTime": newest first) as an order the server takes; newest first otherwise. */
+function sortOf(order: string | undefined): Sort {
+  const name = (order ?? '-createdTime').replace(/^[-+]/, '');
+  const key = alarmField(name)?.sortKey;
+  return key ? { property: key, desc: (order ?? '-').startsWith('-') } : { property: 'createdTime', desc: true };
+}
+
+/** A data key's type as an alarm query names the originator's values of that type. */
+const LATEST_TYPES: Partial<Record<string, 'TIME_SERIES' | 'ATTRIBUTE' | 'ENTITY_FIELD'>> = { timeseries: 'TIME_SERIES', attribute: 'ATTRIBUTE', entityField: 'ENTITY_FIELD' };
+
+/**
+ * The columns of an alarm widget from its source's keys: alarm fields (`type: "alarm"`),
+ * and the originator's time series, attributes and entity fields (its latest values, which
+ * the query asks for); the usual five when it names none the console knows.
+ */
+function alarmColumns(keys: DataKey[]): { columns: AlarmColumn[]; latestValues: NonNullable<AlarmQuery['latestValues']>; entityFields: NonNullable<AlarmQuery['entityFields']> } {
+  const columns: AlarmColumn[] = [];
+  const latestValues: NonNullable<AlarmQuery['latestValues']> = [];
+  const entityFields: NonNullable<AlarmQuery['entityFields']> = [];
+  for (const k of keys) {
+    const label = k.label || k.name;
+    const field = alarmField(k.name);
+    const latest = LATEST_TYPES[k.type ?? ''];
+    if (k.type === 'alarm' && field) columns.push({ ...field, label });
+    else if (latest) {
+      if (latest === 'ENTITY_FIELD') entityFields.push({ type: latest, key: k.name });
+      else latestValues.push({ type: latest, key: k.name });
+      columns.push({ label, cell: (a) => a.latest?.[latest]?.[k.name]?.value ?? '' });
+    }
+  }
+  return { columns: columns.length > 0 ? columns : DEFAULT_COLUMNS, latestValues, entityFields };
+}
+
+/**
+ * ThingsBoard's alarm widget (`type: "alarm"`, e.g. `system.alarm_widgets.alarms_table`): a
+ * live table of the alarms of its alarm source's entity alias (`ALARM_DATA`, the alias's
+ * filter as the query's entity filter, so any filter the server resolves works), filtered
+ * as its `alarmFilterConfig` says, over its real-time window if it has one; sortable,
+ * paged, with acknowledge, clear and comments unless its settings turn them off.
+ */
+function AlarmWidget({ config, aliases, title }: { config: WidgetConfig; aliases: Record<string, Alias>; title: string }) {
+  const source = config.alarmSource ?? (config.datasources ?? []).find((d) => d.entityAliasId);
+  const alias = aliases[source?.entityAliasId ?? ''];
+  const settings = config.settings ?? {};
+  const filter = alarmFilterOf(config);
+  const { columns, latestValues, entityFields } = useMemo(() => alarmColumns(source?.dataKeys ?? []), [JSON.stringify(source?.dataKeys ?? [])]);
+  const [sort, setSortState] = useState<Sort>(() => sortOf(settings.defaultSortOrder));
+  const [page, setPage] = useState(0);
+  const pageSize = Math.min(1000, Math.max(1, Math.floor(Number(settings.defaultPageSize) || 10)));
+  const windowMs = config.timewindow?.realtime?.timewindowMs;
+  const live = useLiveAlarms(alias?.filter ? {
+    entityFilter: alias.filter,
+    pageLink: {
+      page, pageSize, sortOrder: alarmOrder(sort.property, sort.desc), timeWindow: windowMs || undefined,
+      statusList: filter.statusList ?? [], severityList: filter.severityList ?? [], typeList: filter.typeList ?? [],
+      searchPropagatedAlarms: filter.searchPropagatedAlarms ?? false,
+    },
+    entityFields, latestValues,
+  } : null);
+  const total = live.page?.totalPages ?? 0;
+  useEffect(() => { if (live.current && page > 0 && page >= total) setPage(Math.max(0, total - 1)); }, [live.current, page, total]);
+  if (!alias?.filter) return <p>The entity alias of this alarm widget is missing from the dashboard.</p>;
+  const label = `${title}: ${alias.alias ?? 'alarms'}`;
+  const actions = { ack: settings.allowAcknowledgment !== false, clear: settings.allowClear !== false, comments: settings.displayComments !== false };
+  return (
+    <>
+      <ErrorBox error={live.error} />
+      <AlarmTable label={label} alarms={live.page?.data ?? []} busy={!live.current && !live.error} columns={columns}
+        sort={sort} setSort={(s) => { setSortState(s); setPage(0); }} actions={actions} />
+      {live.current && live.page?.totalElements === 0 && <p>No alarms.</p>}
+      {live.page && settings.displayPagination !== false && live.page.totalPages > 1 && (
+        <Pager page={page} totalPages={live.page.totalPages} total={live.page.totalElements} setPage={setPage} />
+      )}
+    </>
+  );
+}
+
 /** A random (version 4) UUID; `crypto.randomUUID` needs a secure context, a console on plain http does not have. */
 function uuid(): string {
   const b = crypto.getRandomValues(new Uint8Array(16));
@@ -199,32 +301,49 @@ function uuid(): string {
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
-/** Adds a chart or latest-values widget of one device's keys, in ThingsBoard's configuration format. */
+/** The keys of the alarm fields an alarms table added here shows, as ThingsBoard's alarm widget names them. */
+const ALARM_KEYS = ['createdTime', 'originator', 'type', 'severity', 'status'];
+
+/**
+ * Adds a widget in ThingsBoard's configuration format: a chart or latest-values widget of
+ * one device's keys, or an alarms table of one device or of all devices.
+ */
 function AddWidget({ dashboard, onClose }: { dashboard: Dashboard; onClose: (saved: boolean) => void }) {
   const [title, setTitle] = useState('');
   const [type, setType] = useState('timeseries');
   const [deviceName, setDeviceName] = useState('');
   const [keys, setKeys] = useState('');
+  const [status, setStatus] = useState('ACTIVE');
   const action = useAction();
+  const alarms = type === 'alarm';
   const save = (e: Event) => {
     e.preventDefault();
     void action.run(async () => {
-      const device = await get<Device>(`/api/tenant/devices?deviceName=${encodeURIComponent(deviceName)}`);
+      // An alarms table without a device name: every device (the viewer's, for a customer user).
+      const device = alarms && !deviceName.trim() ? null : await get<Device>(`/api/tenant/devices?deviceName=${encodeURIComponent(deviceName)}`);
       const names = keys.split(/[\s,]+/).filter(Boolean);
-      if (names.length === 0) throw new Error('Name at least one key.');
+      if (!alarms && names.length === 0) throw new Error('Name at least one key.');
       const config = dashboard.configuration ?? {};
       const aliasId = uuid();
       const widgetId = uuid();
-      const widget: Widget = {
+      const widget: Widget = alarms ? {
+        id: widgetId, type, sizeX: 12, sizeY: 6, typeFullFqn: 'system.alarm_widgets.alarms_table',
+        config: {
+          title, datasources: [],
+          alarmSource: { type: 'entity', entityAliasId: aliasId, dataKeys: ALARM_KEYS.map((n) => ({ name: n, type: 'alarm', label: ALARM_FIELDS[n].label })) },
+          alarmFilterConfig: { statusList: status ? [status] : [], severityList: [], typeList: [], searchPropagatedAlarms: false },
+          settings: { defaultPageSize: 10, defaultSortOrder: '-createdTime', displayPagination: true, allowAcknowledgment: true, allowClear: true, displayComments: true },
+        },
+      } : {
         id: widgetId, type, sizeX: 8, sizeY: 5,
         typeFullFqn: type === 'timeseries' ? 'system.charts.basic_timeseries' : 'system.cards.attributes_card',
         config: { title, datasources: [{ type: 'entity', entityAliasId: aliasId, dataKeys: names.map((n) => ({ name: n, type: 'timeseries', label: n })) }] },
       };
       const widgets = Array.isArray(config.widgets) ? [...config.widgets, widget] : { ...(config.widgets ?? {}), [widgetId]: widget };
-      const entityAliases = {
-        ...(config.entityAliases ?? {}),
-        [aliasId]: { id: aliasId, alias: device.name, filter: { type: 'singleEntity', resolveMultiple: false, singleEntity: device.id } },
-      };
+      const alias: Alias = device
+        ? { id: aliasId, alias: device.name, filter: { type: 'singleEntity', resolveMultiple: false, singleEntity: device.id } }
+        : { id: aliasId, alias: 'All devices', filter: { type: 'entityType', resolveMultiple: true, entityType: 'DEVICE' } };
+      const entityAliases = { ...(config.entityAliases ?? {}), [aliasId]: alias };
       await saveConfig(dashboard, { ...config, widgets, entityAliases });
       onClose(true);
     });
@@ -235,11 +354,19 @@ function AddWidget({ dashboard, onClose }: { dashboard: Dashboard; onClose: (sav
         <label>Title<input required value={title} onInput={(e) => setTitle(e.currentTarget.value)} /></label>
         <label>Kind
           <select value={type} onChange={(e) => setType(e.currentTarget.value)}>
-            <option value="timeseries">Time-series chart</option><option value="latest">Latest values</option>
+            <option value="timeseries">Time-series chart</option><option value="latest">Latest values</option><option value="alarm">Alarms table</option>
           </select>
         </label>
-        <label>Device name<input required value={deviceName} onInput={(e) => setDeviceName(e.currentTarget.value)} /></label>
-        <label>Keys (comma separated)<input required value={keys} onInput={(e) => setKeys(e.currentTarget.value)} /></label>
+        <label>{alarms ? 'Device name (empty: all devices)' : 'Device name'}
+          <input required={!alarms} value={deviceName} onInput={(e) => setDeviceName(e.currentTarget.value)} />
+        </label>
+        {alarms ? (
+          <label>Alarms shown
+            <select value={status} onChange={(e) => setStatus(e.currentTarget.value)}>
+              <option value="ACTIVE">Active</option><option value="">Any (active and cleared)</option>
+            </select>
+          </label>
+        ) : <label>Keys (comma separated)<input required value={keys} onInput={(e) => setKeys(e.currentTarget.value)} /></label>}
         <FormEnd error={action.error} busy={action.busy} onCancel={() => onClose(false)} />
       </form>
     </Dialog>

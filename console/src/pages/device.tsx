@@ -1,10 +1,12 @@
-// One device: latest values and a live chart over the WebSocket API, history with a range
-// and aggregation, attributes (shared and server ones editable), and RPC.
-import { useMemo, useState } from 'preact/hooks';
+// One device: latest values and a live chart over the WebSocket API, its active alarms
+// (live, with acknowledge and clear), history with a range and aggregation, attributes
+// (shared and server ones editable), and RPC.
+import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api, ApiError, del, fmtTime, get, post, query, typed, type Attribute, type Device, type User } from '../api';
+import { ALARM_FIELDS, AlarmTable, alarmOrder } from '../alarms';
 import { Chart, type Line } from '../chart';
-import { ErrorBox, TableBox, useAction, useLoad } from '../components';
-import { useLatest, useLivePoints } from '../live';
+import { ErrorBox, Pager, TableBox, useAction, useLoad } from '../components';
+import { useLatest, useLiveAlarms, useLivePoints } from '../live';
 
 const LIVE_WINDOW = 10 * 60_000;
 
@@ -19,6 +21,7 @@ export function DevicePage({ id, me }: { id: string; me: User }) {
       <h1>{d.name}</h1>
       <p>Type <strong>{d.type}</strong>{d.label ? <> · label <strong>{d.label}</strong></> : null} · created {fmtTime(d.createdTime)} · id <code>{d.id.id}</code></p>
       <Live id={id} />
+      <ActiveAlarms id={id} />
       <History id={id} />
       <Attributes id={id} editable={me.authority !== 'SYS_ADMIN'} />
       <Rpc id={id} />
@@ -46,6 +49,30 @@ function Live({ id }: { id: string }) {
       )}
       <h3>Live, last 10 minutes</h3>
       {lines.length === 0 ? <p>No numeric telemetry in the last 10 minutes.</p> : <Chart lines={lines} label="Live telemetry chart" />}
+    </article>
+  );
+}
+
+const ALARM_COLUMNS = ['createdTime', 'type', 'severity', 'status'].map((k) => ALARM_FIELDS[k]);
+
+/** The device's active alarms, newest first, live (`ALARM_DATA` of this one device), with acknowledge, clear and comments. */
+function ActiveAlarms({ id }: { id: string }) {
+  const [page, setPage] = useState(0);
+  const live = useLiveAlarms({
+    entityFilter: { type: 'singleEntity', singleEntity: { entityType: 'DEVICE', id } },
+    pageLink: { page, pageSize: 10, sortOrder: alarmOrder('createdTime', true), statusList: ['ACTIVE'] },
+  });
+  const total = live.page?.totalPages ?? 0;
+  useEffect(() => { if (live.current && page > 0 && page >= total) setPage(Math.max(0, total - 1)); }, [live.current, page, total]);
+  const alarms = live.page?.data ?? [];
+  return (
+    <article>
+      <h2>Active alarms</h2>
+      <ErrorBox error={live.error} />
+      {/* Kept while empty: a comments dialog opened from it stays open when its alarm clears. */}
+      <AlarmTable label="Active alarms" alarms={alarms} busy={!live.current && !live.error} columns={ALARM_COLUMNS} />
+      {live.current && alarms.length === 0 && <p>No active alarms.</p>}
+      {live.page && live.page.totalPages > 1 && <Pager page={page} totalPages={live.page.totalPages} total={live.page.totalElements} setPage={setPage} />}
     </article>
   );
 }

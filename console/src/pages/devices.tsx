@@ -1,8 +1,11 @@
-// The device list: search, sort, paging; create, edit (customer assignment), delete; copy a
-// device's access token (or, where the browser gives no clipboard, show it selected).
-import { useEffect, useRef, useState } from 'preact/hooks';
+// The device list: search, sort, paging; each device's active alarms (live); create, edit
+// (customer assignment), delete; copy a device's access token (or, where the browser gives
+// no clipboard, show it selected).
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, customerOf, del, get, post, query, fmtTime, type Customer, type Device, type Page, type User } from '../api';
+import { alarmOrder, severityRank, SeverityBadge } from '../alarms';
 import { Dialog, ErrorBox, FormEnd, Pager, SortHeader, TableBox, useAction, useLoad, type Sort } from '../components';
+import { useLiveAlarms } from '../live';
 
 const PAGE_SIZES = [10, 20, 50, 100];
 
@@ -43,6 +46,7 @@ export function Devices({ me }: { me: User }) {
     void action.run(async () => { await del(`/api/device/${d.id.id}`); setNotice(`${d.name} deleted.`); list.reload(); });
   };
   const rows = list.data?.data ?? [];
+  const alarms = useActiveAlarms(rows.map((d) => d.id.id));
   return (
     <section>
       <div class="bar">
@@ -68,6 +72,7 @@ export function Devices({ me }: { me: User }) {
               <SortHeader label="Type" property="type" sort={sort} setSort={setSort} />
               <SortHeader label="Label" property="label" sort={sort} setSort={setSort} />
               <SortHeader label="Created" property="createdTime" sort={sort} setSort={setSort} />
+              <th scope="col">Active alarms</th>
               <th scope="col">Actions</th>
             </tr>
           </thead>
@@ -78,6 +83,7 @@ export function Devices({ me }: { me: User }) {
                 <td>{d.type}</td>
                 <td>{d.label}</td>
                 <td>{fmtTime(d.createdTime)}</td>
+                <AlarmCell summary={alarms.of.get(d.id.id)} state={alarms.state} />
                 <td class="actions">
                   <button type="button" class="secondary outline" onClick={() => copyToken(d)} aria-label={`Copy token of ${d.name}`}>Copy token</button>
                   {admin && <button type="button" class="secondary outline" onClick={() => setEditing(d)} aria-label={`Edit ${d.name}`}>Edit</button>}
@@ -89,10 +95,51 @@ export function Devices({ me }: { me: User }) {
         </table>
       </TableBox>
       {list.data && <Pager page={page} totalPages={list.data.totalPages} total={list.data.totalElements} setPage={setPage} />}
+      <ErrorBox error={alarms.error} />
+      {alarms.partial && <p>The alarm counts are of this page's {ALARMS_COUNTED} most severe active alarms: some devices have more.</p>}
       {shown && <TokenDialog name={shown.name} token={shown.token} onClose={() => setShown(null)} />}
       {editing && <DeviceForm device={editing === 'new' ? null : editing} onClose={(saved) => { setEditing(null); if (saved) list.reload(); }} />}
     </section>
   );
+}
+
+/** The most active alarms the device list reads for one page of devices (the server's largest page). */
+const ALARMS_COUNTED = 1000;
+
+interface AlarmSummary { count: number; highest: string }
+type CellState = 'loading' | 'known' | 'refused';
+
+/**
+ * The active alarms of the devices listed: one live `ALARM_DATA` query for the whole page
+ * (its devices as an `entityList`, most severe first), not one per device; counted here per
+ * device. `state`: whether the answer for these devices is there (or refused); `partial`:
+ * some active alarms were not read (more than ALARMS_COUNTED).
+ */
+function useActiveAlarms(ids: string[]): { of: Map<string, AlarmSummary>; state: CellState; partial: boolean; error: string | null } {
+  const live = useLiveAlarms(ids.length === 0 ? null : {
+    entityFilter: { type: 'entityList', entityType: 'DEVICE', entityList: ids },
+    pageLink: { page: 0, pageSize: ALARMS_COUNTED, sortOrder: alarmOrder('severity', true), statusList: ['ACTIVE'] },
+  });
+  const of = useMemo(() => {
+    const m = new Map<string, AlarmSummary>();
+    for (const a of live.page?.data ?? []) {
+      const id = (a.entityId ?? a.originator).id;
+      const had = m.get(id);
+      if (!had) m.set(id, { count: 1, highest: a.severity });
+      else m.set(id, { count: had.count + 1, highest: severityRank(a.severity) < severityRank(had.highest) ? a.severity : had.highest });
+    }
+    return m;
+  }, [live.page]);
+  const partial = live.current && (live.page?.totalElements ?? 0) > (live.page?.data.length ?? 0);
+  const state: CellState = live.error ? 'refused' : live.current || ids.length === 0 ? 'known' : 'loading';
+  return { of, state, partial, error: live.error };
+}
+
+/** A device's active alarms: how many, and the highest severity. */
+function AlarmCell({ summary, state }: { summary?: AlarmSummary; state: CellState }) {
+  if (state !== 'known') return <td aria-busy={state === 'loading'} />;
+  if (!summary) return <td data-alarms="0">0</td>;
+  return <td data-alarms={summary.count} data-severity={summary.highest}>{summary.count} · <SeverityBadge severity={summary.highest} /></td>;
 }
 
 /** A device's access token, selected, for a browser that would not copy it (no clipboard on plain HTTP). */
