@@ -9,15 +9,13 @@
 // for a condition, with a generous timeout; nothing asserts how fast.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium } from './gridlinks.mjs';
+import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium, accessible } from './gridlinks.mjs';
 
 const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'target', 'console-screenshots');
-const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 /** How long a wait for something the page should show may take on a busy machine. */
 const LONG = { timeout: 60_000 };
 
@@ -32,14 +30,6 @@ after(async () => {
   await browser?.close();
   await server?.stop();
 });
-
-/** axe-core on the page as it is: no serious or critical violations (run through the DevTools protocol: the CSP refuses injected scripts). */
-async function accessible(page, what) {
-  await page.evaluate(AXE);
-  const result = await page.evaluate(() => globalThis.axe.run(document, { resultTypes: ['violations'] }));
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `${what}: accessibility`);
-}
 
 /** An entry of the main menu (the device page's breadcrumb has a Devices link too). */
 const menu = (page, name) => page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });

@@ -9,16 +9,14 @@
 // target/console-screenshots (CONSOLE_SCREENSHOTS overrides).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
-import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium } from './gridlinks.mjs';
+import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium, accessible } from './gridlinks.mjs';
 
 const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'target', 'console-screenshots');
-const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
 let server, browser;
 before(async () => {
@@ -31,15 +29,6 @@ after(async () => {
   await browser?.close();
   await server?.stop();
 });
-
-/** axe-core on the page as it is: no serious or critical violations. (Evaluated through the
- * DevTools protocol: the console's Content-Security-Policy refuses injected script tags.) */
-async function accessible(page, what) {
-  await page.evaluate(AXE);
-  const result = await page.evaluate(() => globalThis.axe.run(document, { resultTypes: ['violations'] }));
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `${what}: accessibility`);
-}
 
 const shot = (page, name) => page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 

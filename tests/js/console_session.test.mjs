@@ -9,21 +9,11 @@
 // Every wait is for a condition, with generous timeouts: these run on busy 2-core machines.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
 import mqtt from 'mqtt';
 import { chromium } from 'playwright-core';
-import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium } from './gridlinks.mjs';
+import { startGridlinks, login, rest, ADMIN_PASSWORD, CHROMIUM, launchChromium, accessible } from './gridlinks.mjs';
 
-const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-
-/** axe-core on the page as it is: no serious or critical violations (as console_browser.test.mjs). */
-async function accessible(page, what) {
-  await page.evaluate(AXE);
-  const result = await page.evaluate(() => globalThis.axe.run(document, { resultTypes: ['violations'] }));
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `${what}: accessibility`);
-}
 
 /** Lifetime of an access token on the second server, seconds: a few renewals within a test. */
 const SHORT_TTL = 6;

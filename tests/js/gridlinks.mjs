@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
+import assert from 'node:assert/strict';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -145,4 +146,15 @@ export async function serveMqttPage() {
   });
   await new Promise((r) => web.listen(port, '127.0.0.1', r));
   return { port, close: () => web.close() };
+}
+
+const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+/** axe-core on the page as it is: no serious or critical violations. (Evaluated through the
+ * DevTools protocol: the console's Content-Security-Policy refuses injected script tags.) */
+export async function accessible(page, what) {
+  await page.evaluate(AXE);
+  const result = await page.evaluate(() => globalThis.axe.run(document, { resultTypes: ['violations'] }));
+  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `${what}: accessibility`);
 }

@@ -627,10 +627,10 @@ pub async fn save(core: &crate::Core, me: &Caller, s: AlarmSave) -> ServiceResul
     };
     let mut a = a;
     if let Some(at) = s.acknowledged.filter(|_| !a.acknowledged) {
-        a = ack_at(core, me, a.id, if at > 0 { at } else { now }).await?;
+        a = mark(core, me, a.id, if at > 0 { at } else { now }, true).await?;
     }
     if let Some(at) = s.cleared.filter(|_| !a.cleared) {
-        a = clear_at(core, me, a.id, if at > 0 { at } else { now }).await?;
+        a = mark(core, me, a.id, if at > 0 { at } else { now }, false).await?;
     }
     Ok(a)
 }
@@ -640,52 +640,40 @@ fn title(me: &Caller) -> String {
     me.email.clone()
 }
 
-async fn ack_at(core: &crate::Core, me: &Caller, id: Uuid, at: i64) -> ServiceResult<Arc<Alarm>> {
+/// Acknowledges (`ack`) or clears an alarm at `at`, with ThingsBoard's system comment; 400
+/// when it is already.
+async fn mark(core: &crate::Core, me: &Caller, id: Uuid, at: i64, ack: bool) -> ServiceResult<Arc<Alarm>> {
     let mut already = false;
     let a = core
         .alarms
         .change(id, |cur| {
-            already = cur.acknowledged;
-            (!cur.acknowledged).then(|| Alarm { acknowledged: true, ack_ts: at, ..cur.clone() })
+            already = if ack { cur.acknowledged } else { cur.cleared };
+            (!already).then(|| match ack {
+                true => Alarm { acknowledged: true, ack_ts: at, ..cur.clone() },
+                false => Alarm { cleared: true, clear_ts: at, ..cur.clone() },
+            })
         })
         .await?;
+    let (what, subtype) = if ack { ("acknowledged", "ACKED_BY_USER") } else { ("cleared", "CLEARED_BY_USER") };
     if already {
-        return Err(ServiceError::Invalid("Alarm was already acknowledged!".into()));
+        return Err(ServiceError::Invalid(format!("Alarm was already {what}!")));
     }
     let who = title(me);
-    let text = format!("Alarm was acknowledged by user {who}");
-    core.alarms.system_comment(&a, Some(me), "ACKED_BY_USER", text, json!({"userName": who})).await?;
-    Ok(a)
-}
-
-async fn clear_at(core: &crate::Core, me: &Caller, id: Uuid, at: i64) -> ServiceResult<Arc<Alarm>> {
-    let mut already = false;
-    let a = core
-        .alarms
-        .change(id, |cur| {
-            already = cur.cleared;
-            (!cur.cleared).then(|| Alarm { cleared: true, clear_ts: at, ..cur.clone() })
-        })
-        .await?;
-    if already {
-        return Err(ServiceError::Invalid("Alarm was already cleared!".into()));
-    }
-    let who = title(me);
-    let text = format!("Alarm was cleared by user {who}");
-    core.alarms.system_comment(&a, Some(me), "CLEARED_BY_USER", text, json!({"userName": who})).await?;
+    let text = format!("Alarm was {what} by user {who}");
+    core.alarms.system_comment(&a, Some(me), subtype, text, json!({"userName": who})).await?;
     Ok(a)
 }
 
 /// Acknowledges an alarm (400 when it is already).
 pub async fn ack(core: &crate::Core, me: &Caller, id: Uuid) -> ServiceResult<Arc<Alarm>> {
     get(core, me, id).await?;
-    ack_at(core, me, id, Ts::now().0).await
+    mark(core, me, id, Ts::now().0, true).await
 }
 
 /// Clears an alarm (400 when it is already).
 pub async fn clear(core: &crate::Core, me: &Caller, id: Uuid) -> ServiceResult<Arc<Alarm>> {
     get(core, me, id).await?;
-    clear_at(core, me, id, Ts::now().0).await
+    mark(core, me, id, Ts::now().0, false).await
 }
 
 /// Assigns an alarm to a user who may see it (`None`: unassigns); 400 when nothing changes.
