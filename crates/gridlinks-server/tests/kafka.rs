@@ -791,6 +791,47 @@ fn cross_node_downlink(a: &Server, b: &Server, jwt: &str) {
     assert!(offline, "B does not answer 409 for a device connected nowhere");
 }
 
+/// Alarm rules run where a device's partition is consumed: points posted to both nodes
+/// count towards one `REPEATING` rule, one alarm is raised, and both nodes show it, its
+/// acknowledgement and its clearing.
+fn cross_node_alarms(a: &Server, b: &Server, jwt: &str) {
+    let rule = |op: &str, v: i64| {
+        serde_json::json!({"condition": {"condition": [{"key": {"type": "TIME_SERIES", "key": "temperature"},
+            "valueType": "NUMERIC", "predicate": {"type": "NUMERIC", "operation": op, "value": {"defaultValue": v}}}],
+            "spec": {"type": "REPEATING", "predicate": {"defaultValue": 2}}}})
+    };
+    let profile = serde_json::json!({"name": "cluster-boiler", "profileData": {"alarms": [{"id": "hot", "alarmType": "Hot",
+        "createRules": {"MAJOR": rule("GREATER", 70)}, "clearRule": rule("LESS", 50)}]}});
+    assert_eq!(a.json("POST", "/api/deviceProfile", jwt, Some(profile)).0, 200);
+    let body = serde_json::json!({"name": "cluster-boiler-1", "type": "cluster-boiler"});
+    let (st, d) = a.json("POST", "/api/device?accessToken=cluster-boiler-token", jwt, Some(body));
+    assert_eq!(st, 200, "{d}");
+    let id = d["id"]["id"].as_str().unwrap().to_owned();
+    assert!(eventually(10, || b.json("GET", &format!("/api/device/{id}"), jwt, None).0 == 200));
+    let alarms = |s: &Server| -> Vec<serde_json::Value> {
+        let (_, page) = s.json("GET", &format!("/api/v2/alarm/DEVICE/{id}?pageSize=10&page=0"), jwt, None);
+        page["data"].as_array().cloned().unwrap_or_default()
+    };
+    // One hot point on each node: two in a row, wherever they came in.
+    assert_eq!(a.telemetry("cluster-boiler-token", r#"{"temperature":75}"#), 200);
+    assert_eq!(b.telemetry("cluster-boiler-token", r#"{"temperature":76}"#), 200);
+    for s in [a, b] {
+        assert!(eventually(30, || alarms(s).len() == 1), "{:?}", alarms(s));
+    }
+    let alarm = alarms(a).remove(0);
+    assert_eq!((alarm["severity"].as_str(), alarm["status"].as_str()), (Some("MAJOR"), Some("ACTIVE_UNACK")));
+    let alarm_id = alarm["id"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(b.json("POST", &format!("/api/alarm/{alarm_id}/ack"), jwt, None).0, 200);
+    assert!(eventually(30, || alarms(a)[0]["status"] == "ACTIVE_ACK"), "{:?}", alarms(a));
+    for s in [a, b] {
+        assert_eq!(s.telemetry("cluster-boiler-token", r#"{"temperature":20}"#), 200);
+    }
+    for s in [a, b] {
+        assert!(eventually(30, || alarms(s).first().is_some_and(|x| x["status"] == "CLEARED_ACK")), "{:?}", alarms(s));
+        assert_eq!(alarms(s).len(), 1, "one alarm, raised once");
+    }
+}
+
 /// `cluster.entities = "postgres"` with PostgreSQL time series: two nodes on one Kafka and
 /// one PostgreSQL share devices, credentials, sessions and telemetry. What is created,
 /// changed or deleted on one node holds on the other, and a device may post to either.
@@ -840,6 +881,7 @@ fn two_nodes_share_devices_and_telemetry() {
     cross_node_downlink(&a, &b, &jwt);
     cross_node_shared(&a, &b, &jwt, "shared-token-1");
     cross_node_session(&a, &b, &jwt);
+    cross_node_alarms(&a, &b, &jwt);
 
     // Names are the cluster's: B refuses A's name.
     let body = serde_json::json!({"name": "shared-1", "type": "default"});
