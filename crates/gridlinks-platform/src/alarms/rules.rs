@@ -571,7 +571,7 @@ impl Rule {
             Some((t.weekday().to_monday_one_offset() as u8, since))
         };
         // `endsOn` 0 is the end of the day; a start after the end is a window over midnight.
-        let within = |starts: i64, ends: i64, at: i64| {
+        let within = |starts: i64, ends: i64, at: i64| -> bool {
             let ends = if ends == 0 { 86_400_000 } else { ends };
             if starts <= ends {
                 starts <= at && at < ends
@@ -629,7 +629,7 @@ impl Rule {
         match &self.spec {
             Spec::Simple => Eval::True,
             Spec::Repeating(n) => {
-                state.events += 1;
+                state.events = state.events.saturating_add(1);
                 let need = n.number(data).unwrap_or(1.0);
                 if state.events as f64 >= need {
                     Eval::True
@@ -640,7 +640,8 @@ impl Rule {
             Spec::Duration(unit, n) => {
                 if state.last_ts > 0 {
                     if ts > state.last_ts {
-                        state.duration += ts - state.last_ts;
+                        // Saturating: a device's timestamps are its own to choose.
+                        state.duration = state.duration.saturating_add(ts.saturating_sub(state.last_ts));
                         state.last_ts = ts;
                     }
                 } else {
@@ -665,7 +666,7 @@ impl Rule {
             if !self.scheduled(now) {
                 return Eval::False;
             }
-            if state.duration + (now - state.last_ts) > need {
+            if state.duration.saturating_add(now.saturating_sub(state.last_ts)) > need {
                 return Eval::True;
             }
         }
@@ -800,6 +801,14 @@ pub struct AlarmState {
     /// The clear rule's state.
     #[serde(default)]
     pub clear: RuleState,
+}
+
+#[cfg(test)]
+impl RuleState {
+    /// An alarm state whose `MINOR` create rule is at this progress.
+    fn into_alarm(self) -> AlarmState {
+        AlarmState { create: [(Severity::Minor, self)].into_iter().collect(), clear: RuleState::default() }
+    }
 }
 
 /// A rule's answer.
@@ -958,6 +967,13 @@ mod tests {
         // No message for a while: the timer raises it.
         assert_eq!(dur.eval(&mut s, &hot, 5_000, true, false).0, Action::None);
         assert_eq!(dur.eval(&mut s, &hot, 6_001, true, false).0, Action::Raise(Severity::Minor, None));
+        // A device's extreme timestamps saturate instead of overflowing.
+        let mut s = AlarmState::default();
+        for ts in [1, i64::MAX - 1, i64::MAX] {
+            dur.eval(&mut s, &hot, ts, false, false);
+        }
+        let mut s = RuleState { duration: i64::MAX - 1, last_ts: 1, ..Default::default() }.into_alarm();
+        assert!(matches!(dur.eval(&mut s, &hot, i64::MAX, true, false).0, Action::Raise(..)));
     }
 
     #[test]
