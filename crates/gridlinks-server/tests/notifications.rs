@@ -302,8 +302,8 @@ fn device_activity_notifies_and_bad_input_is_refused_on_save() {
             "rule",
             json!({"name": "r", "templateId": {"id": tpl}, "triggerType": "ALARM",
             "triggerConfig": {"triggerType": "ALARM", "notifyOn": ["CREATED"]},
-            "recipientsConfig": {"triggerType": "ALARM", "escalationTable": {"300": [t]}}}),
-            "only delay 0",
+            "recipientsConfig": {"triggerType": "ALARM", "escalationTable": {"soon": [t]}}}),
+            "delays in seconds",
         ),
         (
             "rule",
@@ -358,4 +358,51 @@ fn webhooks_to_private_addresses_are_refused_unless_allowed() {
     let d = deliveries(&s, &jwt, &rule).pop().unwrap();
     assert!(d["lastError"].as_str().unwrap().contains("allow_private_addresses"), "{d}");
     assert!(hook.got().is_empty(), "nothing reached the loopback receiver");
+}
+
+/// An escalation table: the first step at once, a later one after its delay, unless the
+/// rule's clearRule statuses (here: acknowledged) ended the escalation; the delivery log
+/// says which.
+#[test]
+fn escalation_steps_wait_their_delay_and_stop_at_the_clear_rule() {
+    let s = Server::start_env(&ENV);
+    let jwt = s.login();
+    let (first, second) = (Receiver::start(0), Receiver::start(0));
+    let t1 = target(&s, &jwt, "first", json!({"type": "WEBHOOK", "url": first.url}));
+    let t2 = target(&s, &jwt, "second", json!({"type": "WEBHOOK", "url": second.url}));
+    let tpl = template(&s, &jwt, "t", "ALARM", json!({"WEBHOOK": {"enabled": true, "body": "${alarmType}"}}));
+    let rule = |name: &str, types: J, later: &str| {
+        save(
+            &s,
+            &jwt,
+            "rule",
+            json!({"name": name, "templateId": {"id": tpl}, "triggerType": "ALARM",
+            "triggerConfig": {"triggerType": "ALARM", "alarmTypes": types, "notifyOn": ["CREATED"],
+                "clearRule": {"alarmStatuses": ["ACK"]}},
+            "recipientsConfig": {"triggerType": "ALARM", "escalationTable": {"0": [t1], later: [t2]}}}),
+        )
+    };
+    let (soon, late) = (rule("soon", json!(["Smoke"]), "1"), rule("late", json!(["Steam"]), "8"));
+    let dev = s.device(&jwt, "esc", "esc-token");
+    let raise = |ty: &str| {
+        let body = json!({"originator": {"entityType": "DEVICE", "id": dev}, "type": ty, "severity": "MAJOR"});
+        let (st, a) = s.json("POST", "/api/alarm", &jwt, Some(body));
+        assert_eq!(st, 200, "{a}");
+        a["id"]["id"].as_str().unwrap().to_owned()
+    };
+    raise("Smoke");
+    let steam = raise("Steam");
+    assert_eq!(s.json("POST", &format!("/api/alarm/{steam}/ack"), &jwt, None).0, 200);
+    wait_until("both first steps", || first.got().len() == 2);
+    // Smoke's second step comes after its delay; Steam's is cancelled: acknowledged.
+    wait_until("Smoke's second step", || second.got().len() == 1);
+    assert_eq!(second.got()[0].body["text"], "Smoke");
+    wait_until("Steam's second step is decided", || {
+        deliveries(&s, &jwt, &late).iter().all(|d| d["status"] != "PENDING")
+    });
+    let steps = deliveries(&s, &jwt, &late);
+    let cancelled = steps.iter().find(|d| d["status"] == "CANCELLED").unwrap();
+    assert!(cancelled["lastError"].as_str().unwrap().contains("ACTIVE_ACK"), "{steps:?}");
+    assert_eq!(second.got().len(), 1, "nothing more reached the second step's receiver");
+    assert!(deliveries(&s, &jwt, &soon).iter().all(|d| d["status"] == "SENT"));
 }

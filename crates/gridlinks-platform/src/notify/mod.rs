@@ -255,16 +255,28 @@ fn strings(v: Option<&J>) -> Vec<String> {
     v.and_then(J::as_array).into_iter().flatten().filter_map(|x| x.as_str().map(str::to_owned)).collect()
 }
 
-/// A rule's target ids (`recipientsConfig`: `targets`, or an `ALARM` rule's
-/// `escalationTable` of delay 0).
+/// A rule's target ids, of every escalation step.
 fn rule_targets(rule: &J) -> Vec<Uuid> {
+    escalation(rule).into_iter().flat_map(|(_, targets)| targets).collect()
+}
+
+/// Longest escalation delay, seconds (a week).
+const MAX_ESCALATION: u64 = 7 * 24 * 3600;
+
+/// Who a rule notifies when: `(delay ms, targets)`; an `ALARM` rule's `escalationTable`
+/// (delays in seconds), else its `targets` at once.
+fn escalation(rule: &J) -> Vec<(i64, Vec<Uuid>)> {
     let r = rule.get("recipientsConfig");
-    let mut out = uuids(r.and_then(|r| r.get("targets")));
+    let mut out = vec![(0, uuids(r.and_then(|r| r.get("targets"))))];
     if let Some(table) = r.and_then(|r| r.get("escalationTable")).and_then(J::as_object) {
-        for v in table.values() {
-            out.extend(uuids(Some(v)));
+        for (delay, v) in table {
+            if let Ok(secs) = delay.parse::<u64>() {
+                out.push((secs.min(MAX_ESCALATION) as i64 * 1000, uuids(Some(v))));
+            }
         }
     }
+    out.retain(|(_, t)| !t.is_empty());
+    out.sort_by_key(|(d, _)| *d);
     out
 }
 
@@ -376,9 +388,13 @@ async fn check_rule(core: &Core, me: &Caller, r: &serde_json::Map<String, J>) ->
             }
             let table = r["recipientsConfig"].get("escalationTable").and_then(J::as_object);
             let table = table.ok_or_else(|| invalid("recipientsConfig.escalationTable is required"))?;
-            if table.keys().any(|k| k != "0") {
-                return Err(invalid("recipientsConfig.escalationTable: only delay 0 (notify at once) is supported"));
+            if table.keys().any(|k| k.parse::<u64>().ok().is_none_or(|secs| secs > MAX_ESCALATION)) {
+                return Err(invalid(format!(
+                    "recipientsConfig.escalationTable: its keys are delays in seconds, 0 to {MAX_ESCALATION}"
+                )));
             }
+            crate::alarms::search_statuses(&strings(tc.get("clearRule").and_then(|c| c.get("alarmStatuses"))))
+                .map_err(|e| invalid(format!("triggerConfig.clearRule.alarmStatuses: {e}")))?;
         }
         "DEVICE_ACTIVITY" => {
             if on.is_empty() || on.iter().any(|o| o != "ACTIVE" && o != "INACTIVE") {
@@ -485,6 +501,9 @@ struct Delivery {
     last_error: Option<String>,
     #[serde(default)]
     sent_at: Option<i64>,
+    /// Not before this time, ms (an escalation's delay).
+    #[serde(default)]
+    not_before: i64,
 }
 
 struct Runner {
@@ -689,7 +708,10 @@ impl Runner {
                 self.cfg.per_rule_per_minute
             ));
         }
-        for target_id in rule_targets(&rule.doc) {
+        let now = Ts::now().0;
+        for (delay, target_id) in
+            escalation(&rule.doc).into_iter().flat_map(|(d, ts)| ts.into_iter().map(move |t| (d, t)))
+        {
             let store = core.store.clone();
             let Some(target) = blocking(move || store.doc(DocKind::NotificationTarget, target_id)).await? else {
                 continue;
@@ -713,6 +735,7 @@ impl Runner {
                         attempts: 0,
                         last_error: None,
                         sent_at: None,
+                        not_before: now + delay,
                     });
                 }
             };
@@ -769,15 +792,31 @@ impl Runner {
 
     /// Runs a request's pending deliveries, with retries, writing each outcome.
     async fn deliver(self: Arc<Self>, req: DocRecord) {
-        let Ok(_slot) = self.slots.acquire().await else { return };
         let mut deliveries: Vec<Delivery> =
             req.doc.get("deliveries").and_then(|d| serde_json::from_value(d.clone()).ok()).unwrap_or_default();
+        deliveries.sort_by_key(|d| d.not_before);
         let tenant = self.p.core.doc_tenant(&req);
         for i in 0..deliveries.len() {
+            let wait = deliveries[i].not_before - Ts::now().0;
+            if deliveries[i].status == "PENDING" && wait > 0 {
+                tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+            }
+            if deliveries[i].status == "PENDING" && deliveries[i].not_before > req.created_time {
+                if let Some(why) = self.escalation_ended(&req).await {
+                    deliveries[i].status = "CANCELLED".into();
+                    deliveries[i].last_error = Some(why);
+                    self.save(&req, &deliveries, false).await;
+                }
+            }
             let mut delay = self.cfg.retry_delay.duration();
             while deliveries[i].status == "PENDING" {
                 deliveries[i].attempts += 1;
-                match self.send(&req, tenant, &deliveries[i]).await {
+                // A slot for the try only: a receiver that keeps failing holds none while it waits.
+                let sent = match self.slots.acquire().await {
+                    Ok(_slot) => self.send(&req, tenant, &deliveries[i]).await,
+                    Err(_) => return,
+                };
+                match sent {
                     Ok(()) => {
                         deliveries[i].status = "SENT".into();
                         deliveries[i].sent_at = Some(Ts::now().0);
@@ -798,6 +837,20 @@ impl Runner {
             }
         }
         self.save(&req, &deliveries, true).await;
+    }
+
+    /// Why an alarm's escalation stops before a later step (the alarm is gone, or its status
+    /// is one of the rule's `clearRule.alarmStatuses`), if it does.
+    async fn escalation_ended(&self, req: &DocRecord) -> Option<String> {
+        let alarm: Uuid = req.doc["info"].get("alarmId")?.as_str()?.parse().ok()?;
+        let Ok(Some(a)) = self.p.core.alarms.by_id(alarm) else { return Some("the alarm was deleted".into()) };
+        let rule = id_of(req.doc.get("ruleId"))?;
+        let store = self.p.core.store.clone();
+        let rule = blocking(move || store.doc(DocKind::NotificationRule, rule)).await.ok()??;
+        let stops = strings(rule.doc["triggerConfig"].get("clearRule").and_then(|c| c.get("alarmStatuses")));
+        let statuses = crate::alarms::search_statuses(&stops).ok()?;
+        (!stops.is_empty() && (statuses.is_empty() || statuses.contains(&a.status())))
+            .then(|| format!("the alarm is {}: the rule's clearRule ends its escalation", a.status().name()))
     }
 
     /// Writes a request's deliveries (and, when `done`, its end).
