@@ -1730,7 +1730,10 @@ impl Writer {
             batch.remove(&ks.basic, k);
         }
         self.remove_data(&mut batch, &engine, id)?;
-        batch.remove(&ks.docs, DocKind::AlarmRuleState.key(id.0));
+        // Only when there is one: a removal is published to the other nodes as a document change.
+        if ks.docs.contains_key(DocKind::AlarmRuleState.key(id.0))? {
+            batch.remove(&ks.docs, DocKind::AlarmRuleState.key(id.0));
+        }
         if let Some(g) = rec.gateway {
             batch.remove(&ks.gateways, gateway_key(g, id));
         }
