@@ -2,8 +2,9 @@
 //!
 //! [`Feed`] is where committed data comes in: the live fan-out with the embedded commit log
 //! (one node), the Kafka storage writer with Kafka (the node that consumes a device's
-//! partition, so one node evaluates a device at a time, in its partition's order). A
-//! device whose profile has no alarm rule costs a cached lookup and nothing else. Others
+//! partition, so one node evaluates a device at a time, in its partition's order). While no
+//! profile has alarm rules, nothing enters; then a device whose profile has none costs a
+//! cached lookup and nothing else. Others
 //! go, by device, to one of [`SHARDS`] workers through bounded queues: a full queue makes
 //! the caller wait (backpressure on ingest), nothing is dropped.
 //!
@@ -35,16 +36,17 @@ const QUEUE: usize = 4096;
 /// How often rule states are written and `DURATION` rules re-evaluated.
 const FLUSH: Duration = Duration::from_secs(1);
 
-/// Committed data of one device.
+/// Committed data of one device, with the device as it was looked up for it (so the
+/// worker reads it from storage no second time).
 enum Event {
-    Telemetry(DeviceId, Vec<TsRecord>),
-    Attributes(DeviceId, AttributeScope, Vec<(String, Value)>),
+    Telemetry(Box<DeviceRecord>, Vec<TsRecord>),
+    Attributes(Box<DeviceRecord>, AttributeScope, Vec<(String, Value)>),
 }
 
 impl Event {
-    fn device(&self) -> DeviceId {
+    fn device(&self) -> &DeviceRecord {
         match self {
-            Event::Telemetry(d, _) | Event::Attributes(d, ..) => *d,
+            Event::Telemetry(d, _) | Event::Attributes(d, ..) => d,
         }
     }
 }
@@ -65,11 +67,22 @@ impl RuleCache {
     /// The alarm rules of `profile` (none when it has none, or they do not compile: a
     /// profile is checked when saved, so that is one stored before rules were).
     pub fn rules(&self, profile: ProfileId) -> Option<Arc<ProfileAlarms>> {
+        self.with(|rules| rules.get(&profile).cloned()).flatten()
+    }
+
+    /// Whether any profile has alarm rules (while none has, committed data is not looked at).
+    pub fn any(&self) -> bool {
+        self.with(|rules| !rules.is_empty()).unwrap_or(false)
+    }
+
+    /// `f` of the compiled rules of the profiles as stored now (compiled again when they
+    /// changed); `None` when the profiles cannot be read.
+    fn with<T>(&self, f: impl FnOnce(&HashMap<ProfileId, Arc<ProfileAlarms>>) -> T) -> Option<T> {
         let all = self.store.profiles().ok()?;
         {
             let c = self.compiled.read();
             if c.of.as_ref().is_some_and(|of| Arc::ptr_eq(of, &all)) {
-                return c.rules.get(&profile).cloned();
+                return Some(f(&c.rules));
             }
         }
         let mut rules = HashMap::new();
@@ -84,7 +97,7 @@ impl RuleCache {
         }
         let mut c = self.compiled.write();
         *c = Compiled { of: Some(all), rules };
-        c.rules.get(&profile).cloned()
+        Some(f(&c.rules))
     }
 }
 
@@ -124,24 +137,24 @@ impl Feed {
     /// room, else the returned future waits for it.
     pub fn telemetry(
         &self,
-        device: DeviceId,
+        device: &DeviceRecord,
         records: Vec<TsRecord>,
     ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        self.send(Event::Telemetry(device, records))
+        self.send(Event::Telemetry(Box::new(device.clone()), records))
     }
 
     /// Queues committed attributes, as [`Feed::telemetry`].
     pub fn attributes(
         &self,
-        device: DeviceId,
+        device: &DeviceRecord,
         scope: AttributeScope,
         values: Vec<(String, Value)>,
     ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        self.send(Event::Attributes(device, scope, values))
+        self.send(Event::Attributes(Box::new(device.clone()), scope, values))
     }
 
     fn send(&self, e: Event) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        let q = self.queue(e.device());
+        let q = self.queue(e.device().id);
         match q.try_send(e) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
             Err(mpsc::error::TrySendError::Full(e)) => {
@@ -156,14 +169,19 @@ impl Feed {
     /// A copy of a storage write that is device data the engine reads (of a device whose
     /// profile has alarm rules), to queue once it is written.
     pub fn copy(&self, op: &WriteOp) -> Option<Copied> {
-        let (device, event) = match op {
-            WriteOp::Telemetry { device, records } => (*device, Event::Telemetry(*device, records.clone())),
-            WriteOp::Attributes { device, scope, values } => {
-                (*device, Event::Attributes(*device, *scope, values.clone()))
-            }
+        let device = match op {
+            WriteOp::Telemetry { device, .. } | WriteOp::Attributes { device, .. } if self.rules.any() => *device,
             _ => return None,
         };
-        matches!(self.rules.store.device(device), Ok(Some(d)) if self.wants(&d)).then_some(Copied(event))
+        let rec = Box::new(self.rules.store.device(device).ok()??);
+        if !self.wants(&rec) {
+            return None;
+        }
+        Some(Copied(match op {
+            WriteOp::Attributes { scope, values, .. } => Event::Attributes(rec, *scope, values.clone()),
+            WriteOp::Telemetry { records, .. } => Event::Telemetry(rec, records.clone()),
+            _ => return None,
+        }))
     }
 
     /// Queues what was written (the Kafka storage writer's batch), waiting for room.
@@ -215,6 +233,13 @@ impl Worker {
                     None => break,
                 },
                 _ = tick.tick() => {
+                    // What was committed before this tick is evaluated first: a `DURATION`
+                    // rule is judged at the wall clock only once the data that could have
+                    // reset it is seen (else a lagging worker raises false alarms).
+                    for _ in 0..QUEUE {
+                        let Ok(e) = rx.try_recv() else { break };
+                        self.event(e).await;
+                    }
                     self.tick().await;
                     self.flush().await;
                 }
@@ -224,15 +249,9 @@ impl Worker {
     }
 
     /// The device's state, loaded on first sight or when its profile changed; `None` when
-    /// it is gone or has no rules now.
-    async fn device(&mut self, id: DeviceId) -> Option<&mut Device> {
-        let rec = match self.core.store.device(id) {
-            Ok(Some(r)) => r,
-            _ => {
-                self.devices.remove(&id);
-                return None;
-            }
-        };
+    /// it has no rules now.
+    async fn device(&mut self, rec: &DeviceRecord) -> Option<&mut Device> {
+        let id = rec.id;
         let rules = self.rules.rules(rec.profile_id());
         let Some(rules) = rules else {
             self.devices.remove(&id);
@@ -240,7 +259,7 @@ impl Worker {
         };
         let fresh = self.devices.get(&id).is_none_or(|d| !Arc::ptr_eq(&d.rules, &rules));
         if fresh {
-            match self.load(&rec, rules).await {
+            match self.load(rec, rules).await {
                 Ok(d) => {
                     self.devices.insert(id, d);
                 }
@@ -306,8 +325,8 @@ impl Worker {
     }
 
     async fn event(&mut self, e: Event) {
-        let id = e.device();
-        let Some(d) = self.device(id).await else { return };
+        let id = e.device().id;
+        let Some(d) = self.device(e.device()).await else { return };
         // (ts, the keys that changed) per evaluation.
         let mut steps: Vec<(i64, Vec<DataKey>)> = Vec::new();
         match e {
@@ -450,10 +469,10 @@ fn entity_field(d: &DeviceRecord, field: &str) -> Option<Value> {
 
 impl crate::live::LiveSink for Feed {
     fn wants_telemetry(&self) -> bool {
-        true
+        self.rules.any()
     }
     fn wants_attributes(&self) -> bool {
-        true
+        self.rules.any()
     }
     fn telemetry<'a>(
         &'a self,
@@ -464,7 +483,7 @@ impl crate::live::LiveSink for Feed {
         if !self.wants(device) {
             return None;
         }
-        let pending = Feed::telemetry(self, device.id, records.to_vec())?;
+        let pending = Feed::telemetry(self, device, records.to_vec())?;
         Some(Box::pin(async move {
             pending.await;
             Ok(())
@@ -483,7 +502,7 @@ impl crate::live::LiveSink for Feed {
         }
         // Attribute changes are never waited for on this path: a full queue hands the
         // change to a task that waits.
-        if let Some(pending) = Feed::attributes(self, device.id, scope, values.to_vec()) {
+        if let Some(pending) = Feed::attributes(self, device, scope, values.to_vec()) {
             tokio::spawn(pending);
         }
     }
