@@ -60,6 +60,13 @@ pub enum Command {
     /// at a multiple of its telemetry rate limit (phase B); the quiet PUBACK p99 of both
     /// phases, the noisy tenant's refusals (0x97), and every acknowledged point checked.
     TenantFlood(TenantFloodArgs),
+    /// Alarm rules: on a running GridLinks, probe devices (a profile whose rule raises an
+    /// alarm at temperature > 50) publish a crossing value at QoS 1, one probe at a time;
+    /// PUBACK -> the alarm in a REST answer (polled back to back), and its createdTime.
+    AlarmLatency(AlarmLatencyArgs),
+    /// Alarm queries: on a running GridLinks, N alarms created through POST /api/alarm,
+    /// then the v2 list, the counts by status and a device's alarms timed; server RSS.
+    AlarmList(AlarmListArgs),
     /// (Internal) one worker process of a `--workers` run: reads its job from stdin.
     #[command(hide = true)]
     Worker,
@@ -366,6 +373,68 @@ impl ApiArgs {
     }
 }
 
+/// Options of `alarm-latency`.
+#[derive(Debug, Args)]
+pub struct AlarmLatencyArgs {
+    /// The server's REST API (the probe profile and devices are made through it, the
+    /// alarms read from it).
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Server host name or address (MQTT).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Server MQTT port.
+    #[arg(long, default_value_t = 1883)]
+    pub port: u16,
+    /// Probes: each raises the alarm once (and clears it after).
+    #[arg(long, default_value_t = 200, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub probes: usize,
+    /// Probe devices `alarm-probe-<i>` (each its own MQTT connection), taken in turn.
+    #[arg(long, default_value_t = 50, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub devices: usize,
+    /// Time from the start of one probe to the start of the next (a probe that takes
+    /// longer delays the next).
+    #[arg(long, value_parser = parse_duration, default_value = "50ms")]
+    pub interval: Duration,
+    /// A probe whose alarm is not in a REST answer after this long counts as not seen.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub timeout: Duration,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Options of `alarm-list`.
+#[derive(Debug, Args)]
+pub struct AlarmListArgs {
+    /// The server's REST API.
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Alarms created (POST /api/alarm), on a server without alarms of these devices.
+    #[arg(long, default_value_t = 100_000)]
+    pub alarms: usize,
+    /// Devices `alarm-dev-<i>` the alarms are spread over: alarm k on device k % N, of
+    /// type `bench-alarm-<k / N>`; severities in turn, every fourth created cleared.
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub devices: usize,
+    /// Create calls in flight (one thread and keep-alive connection each).
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub threads: usize,
+    /// Timed requests of each query (after 5 untimed ones), one at a time.
+    #[arg(long, default_value_t = 200, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub requests: usize,
+    /// Only time the queries: the alarms were created by an earlier run (the server
+    /// restarted since, say).
+    #[arg(long)]
+    pub skip_create: bool,
+    /// PID of the server process: its RSS before and after, its CPU while creating.
+    #[arg(long, value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
+    /// Also write the result as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
 /// Options of `verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
@@ -560,6 +629,11 @@ pub struct TelemetryArgs {
     /// fresh random access tokens (instead of --tokens-file or --username).
     #[arg(long, conflicts_with_all = ["tokens_file", "username"])]
     pub provision: bool,
+    /// With --provision: save this device profile first (ThingsBoard's DeviceProfile JSON,
+    /// e.g. with alarm rules in profileData.alarms; it replaces the tenant's profile of the
+    /// same name) and create the devices in it.
+    #[arg(long)]
+    pub device_profile: Option<PathBuf>,
     /// After the run, check through the REST API that every acknowledged point is
     /// stored (key `seq`); exit code 2 when any is missing. QoS 1 only.
     #[arg(long, conflicts_with = "no_ts")]
@@ -714,6 +788,10 @@ pub struct HttpTelemetryArgs {
     /// Create the devices first through the REST API's bulk import (names `bench-<i>`).
     #[arg(long, conflicts_with = "tokens_file")]
     pub provision: bool,
+    /// With --provision: save this device profile first (ThingsBoard's DeviceProfile JSON,
+    /// e.g. with alarm rules) and create the devices in it; see `mqtt-telemetry --help`.
+    #[arg(long)]
+    pub device_profile: Option<PathBuf>,
     /// File with one access token per line, or CSV lines NAME,TOKEN (device i uses line i).
     #[arg(long)]
     pub tokens_file: Option<PathBuf>,

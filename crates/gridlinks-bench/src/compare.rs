@@ -23,7 +23,7 @@ use crate::pki::TlsFiles;
 use crate::report::{self, ConnectReport, PubsubReport, TelemetryReport};
 use crate::rest_api::{ApiTarget, RestClient};
 use crate::scenario;
-use crate::scenario::telemetry::{provision, provisioned_name};
+use crate::scenario::telemetry::{device_profile_of, provision_into, provisioned_name};
 use crate::servers::{Binaries, ManagedServer, ServerKind};
 
 /// A scenario that can run against any MQTT server.
@@ -169,7 +169,11 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) 
             .await??;
         }
         let user = api.user.clone();
-        let tokens = provision(api, names.clone()).await?;
+        let profile = match &s {
+            Scenario::MqttTelemetry(a) => device_profile_of(a.device_profile.as_deref(), true)?,
+            _ => None,
+        };
+        let tokens = provision_into(api, names.clone(), profile).await?;
         let (tokens_file, names_file) = (server.dir().join("tokens"), server.dir().join("names"));
         std::fs::write(&tokens_file, tokens.join("\n"))?;
         std::fs::write(&names_file, names.join("\n"))?;
@@ -182,6 +186,7 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) 
         match &mut s {
             Scenario::MqttTelemetry(a) => {
                 a.provision = false;
+                a.device_profile = None;
                 a.target.username = None;
                 a.target.tokens_file = Some(tokens_file);
                 a.device_names_file = Some(names_file);
@@ -199,6 +204,7 @@ pub async fn aim(scenario: &Scenario, server: &mut ManagedServer, tenant: bool) 
         match &mut s {
             Scenario::MqttTelemetry(a) => {
                 a.provision = false;
+                a.device_profile = None;
                 a.target.tokens_file = None;
                 a.device_names_file = None;
                 a.verify = false;

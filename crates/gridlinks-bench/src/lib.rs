@@ -32,6 +32,8 @@
 //!                      deliveries expected vs received
 //!   tenant_flood.rs    `tenant-flood`: a quiet tenant's PUBACK latency alone and while a
 //!                      noisy tenant floods past its rate limit; refusals and the loss check
+//!   alarms.rs          `alarm-latency`: PUBACK -> the alarm a rule raises, through REST;
+//!                      `alarm-list`: N alarms created, list and count queries timed
 //! template.rs          `--payload-template` placeholders
 //! stats.rs             live counters shared by connection tasks, sharded latency histograms
 //! timeline.rs          one sample a second of a run (JSON `timeline`, HTML charts),
@@ -103,6 +105,8 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<std::process::ExitCode> {
             cli::Command::WsTelemetry(args) => scenario::ws_telemetry::run(args).await,
             cli::Command::OtaDownload(args) => scenario::ota_download::run(args).await,
             cli::Command::TenantFlood(args) => scenario::tenant_flood::run(args).await,
+            cli::Command::AlarmLatency(args) => scenario::alarms::latency(args).await,
+            cli::Command::AlarmList(args) => scenario::alarms::list(args).await,
         }
     })
 }

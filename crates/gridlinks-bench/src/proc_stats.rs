@@ -21,6 +21,8 @@ pub struct ProcessStats {
     pids: Vec<u32>,
     /// Divisor from clock ticks to seconds.
     ticks_per_second: u64,
+    /// Whether the processes they started count too.
+    descendants: bool,
 }
 
 /// Resident memory of a process, KiB.
@@ -40,12 +42,18 @@ impl ProcessStats {
 
     /// Observes `pids` and their descendants; fails if one does not exist.
     pub fn group(pids: &[u32]) -> io::Result<Self> {
-        let stats = ProcessStats { pids: pids.to_vec(), ticks_per_second: clock_ticks_per_second() };
+        let stats = ProcessStats { pids: pids.to_vec(), ticks_per_second: clock_ticks_per_second(), descendants: true };
         for &pid in pids {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
         }
         stats.cpu_seconds()?;
         Ok(stats)
+    }
+
+    /// This process alone, without the processes it started: the generator's own cost
+    /// (`compare` starts the servers it measures as its children).
+    pub fn own() -> io::Result<Self> {
+        Ok(ProcessStats { descendants: false, ..Self::new(std::process::id())? })
     }
 
     /// The first observed pid.
@@ -55,7 +63,7 @@ impl ProcessStats {
 
     /// The observed processes now: the roots and every live descendant.
     fn members(&self) -> Vec<u32> {
-        if self.pids.len() == 1 && !has_children(self.pids[0]) {
+        if !self.descendants || (self.pids.len() == 1 && !has_children(self.pids[0])) {
             return self.pids.clone();
         }
         let mut parent = Vec::new();
@@ -201,6 +209,17 @@ mod tests {
         assert_eq!(parse_status_kib(status, "VmRSS"), Some(7004));
         assert_eq!(parse_status_kib(status, "VmHWM"), Some(8120));
         assert_eq!(parse_status_kib(status, "VmSwap"), None);
+    }
+
+    #[test]
+    fn own_leaves_out_the_processes_this_one_started() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let with = ProcessStats::new(std::process::id()).unwrap().members();
+        let own = ProcessStats::own().unwrap().members();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(with.contains(&child.id()), "{with:?}");
+        assert_eq!(own, vec![std::process::id()]);
     }
 
     #[test]

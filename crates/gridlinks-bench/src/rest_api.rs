@@ -1,7 +1,8 @@
 //! The few ThingsBoard REST calls the generator makes: log in, bulk-import devices
-//! (`--provision`), look a device up by name, and read or delete the stored timestamps
-//! of one telemetry key (the loss check). Blocking (`ureq`), so callers run it on
-//! plain threads, never on the async runtime's workers.
+//! (`--provision`, into a device profile it saves with `--device-profile`), look a device
+//! up by name, and read or delete the stored timestamps of one telemetry key (the loss
+//! check). Blocking (`ureq`), so callers run it on plain threads, never on the async
+//! runtime's workers.
 
 use std::io::Read as _;
 use std::time::Duration;
@@ -70,9 +71,25 @@ impl RestClient {
     /// Creates (or, when they exist, updates) devices `names[i]` with access token
     /// `tokens[i]` through `POST /api/device/bulk_import`.
     pub fn bulk_import(&self, names: &[String], tokens: &[String]) -> anyhow::Result<()> {
+        self.bulk_import_typed(names, tokens, None)
+    }
+
+    /// [`RestClient::bulk_import`], the devices of the device profile named `profile`
+    /// (the import's `TYPE` column; an existing device moves to it) when one is given.
+    pub fn bulk_import_typed(&self, names: &[String], tokens: &[String], profile: Option<&str>) -> anyhow::Result<()> {
         assert_eq!(names.len(), tokens.len(), "one token per device name");
+        let mut columns = vec![json!({"type": "NAME"}), json!({"type": "ACCESS_TOKEN"})];
+        if profile.is_some() {
+            columns.push(json!({"type": "TYPE"}));
+        }
+        // A profile name with the delimiter or a quote in it is quoted, as CSV does.
+        let profile = profile.map(|p| match p.contains([',', '"']) {
+            true => format!(",\"{}\"", p.replace('"', "\"\"")),
+            false => format!(",{p}"),
+        });
+        let profile = profile.as_deref().unwrap_or("");
         for (names, tokens) in names.chunks(IMPORT_CHUNK).zip(tokens.chunks(IMPORT_CHUNK)) {
-            let file: String = names.iter().zip(tokens).map(|(n, t)| format!("{n},{t}\n")).collect();
+            let file: String = names.iter().zip(tokens).map(|(n, t)| format!("{n},{t}{profile}\n")).collect();
             let reply: Value = self
                 .agent
                 .post(&format!("{}/api/device/bulk_import", self.base))
@@ -80,7 +97,7 @@ impl RestClient {
                 .send_json(json!({
                     "file": file,
                     "mapping": {
-                        "columns": [{"type": "NAME"}, {"type": "ACCESS_TOKEN"}],
+                        "columns": columns,
                         "delimiter": ",",
                         "update": true,
                         "header": false,
@@ -94,6 +111,21 @@ impl RestClient {
             }
         }
         Ok(())
+    }
+
+    /// Saves the device profile `profile` (ThingsBoard's `DeviceProfile` JSON, with its
+    /// alarm rules in `profileData.alarms`) through `POST /api/deviceProfile`: a new one,
+    /// or, when the tenant has a profile of that name, that one, replaced. Its name.
+    pub fn save_device_profile(&self, profile: &Value) -> anyhow::Result<String> {
+        let name = profile["name"].as_str().context("the device profile has no \"name\"")?.to_owned();
+        let mut body = profile.clone();
+        let existing = self.get_json("/api/deviceProfile/names")?;
+        let same = existing.as_array().into_iter().flatten().find(|p| p["name"].as_str() == Some(name.as_str()));
+        if let Some(p) = same {
+            body["id"] = p["id"].clone();
+        }
+        self.post_json("/api/deviceProfile", &body).with_context(|| format!("saving device profile {name}"))?;
+        Ok(name)
     }
 
     /// `POST {path}` with a JSON body; the JSON answer.
@@ -260,6 +292,18 @@ fn describe(e: ureq::Error) -> anyhow::Error {
         }
         other => anyhow::Error::new(other),
     }
+}
+
+/// A device profile file (`--device-profile`): ThingsBoard's `DeviceProfile` JSON with at
+/// least a `name`.
+pub fn read_device_profile(path: &std::path::Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading device profile {}", path.display()))?;
+    let profile: Value =
+        serde_json::from_str(&text).with_context(|| format!("device profile {} is not JSON", path.display()))?;
+    if profile["name"].as_str().is_none_or(|n| n.trim().is_empty()) {
+        bail!("device profile {} has no \"name\"", path.display());
+    }
+    Ok(profile)
 }
 
 /// `n` random access tokens (`bench-` and 24 hex digits from /dev/urandom).

@@ -97,6 +97,9 @@ pub fn telemetry(a: &TelemetryArgs) -> Settings {
     if !a.ramp_up.is_zero() {
         s.push(row("ramp-up", duration(a.ramp_up)));
     }
+    if let Some(p) = &a.device_profile {
+        s.push(row("device profile", p.display().to_string()));
+    }
     s.extend(target(&a.target));
     s.push(row("checks", checks(a.verify, a.storage_lag)));
     s
@@ -104,15 +107,19 @@ pub fn telemetry(a: &TelemetryArgs) -> Settings {
 
 /// `http-telemetry`.
 pub fn http_telemetry(a: &HttpTelemetryArgs) -> Settings {
-    vec![
+    let mut s = vec![
         row("scenario", "http-telemetry"),
         row("devices (keep-alive connections)", a.devices.to_string()),
         row("offered load", load(a.rate, a.interval, a.devices, "request")),
         row("length", length(a.duration, a.messages_per_device, Duration::from_secs(10))),
         row("in flight per connection", "1"),
         row("payload", payload(a.payload_bytes, a.payload_template.is_some())),
-        row("checks", checks(a.verify, a.storage_lag)),
-    ]
+    ];
+    if let Some(p) = &a.device_profile {
+        s.push(row("device profile", p.display().to_string()));
+    }
+    s.push(row("checks", checks(a.verify, a.storage_lag)));
+    s
 }
 
 /// `pubsub`.

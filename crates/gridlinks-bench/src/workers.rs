@@ -309,11 +309,13 @@ async fn telemetry_in(
     if args.provision {
         let api = args.api.target("--provision")?;
         let names = names.clone().context("provisioned names")?;
-        let tokens = telemetry::provision(api, names.clone()).await?;
+        let profile = telemetry::device_profile_of(args.device_profile.as_deref(), true)?;
+        let tokens = telemetry::provision_into(api, names.clone(), profile).await?;
         let (tokens_file, names_file) = (dir.join("tokens"), dir.join("names"));
         std::fs::write(&tokens_file, tokens.join("\n"))?;
         std::fs::write(&names_file, names.join("\n"))?;
         base.provision = false;
+        base.device_profile = None;
         base.target.tokens_file = Some(tokens_file);
         base.device_names_file = Some(names_file);
     }

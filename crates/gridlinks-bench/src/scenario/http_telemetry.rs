@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::telemetry::{
-    check_losses_of, device_names_of, provision, render_payload, send_interval, template, PayloadKind, PayloadSpec,
+    check_losses_of, device_names_of, device_profile_of, provision_into, render_payload, send_interval, template,
+    PayloadKind, PayloadSpec,
 };
 use super::{wait_for_some, ConnectPacer, Progress, ProgressKind, ProgressSources};
 use crate::cli::HttpTelemetryArgs;
@@ -192,8 +193,9 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         args.device_names_file.as_deref(),
         args.tokens_file.as_deref(),
     )?;
+    let profile = device_profile_of(args.device_profile.as_deref(), args.provision)?;
     let tokens = if args.provision {
-        provision(api.clone(), names.clone().context("provisioned names")?).await?
+        provision_into(api.clone(), names.clone().context("provisioned names")?, profile).await?
     } else {
         let path = args.tokens_file.as_ref().context("give --provision or --tokens-file")?;
         super::read_devices(path, args.devices)?.tokens
@@ -228,7 +230,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         first_ts: 0,
     });
     let duration = super::window_duration(args.duration, args.messages_per_device);
-    let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
+    let me = ProcessStats::own().context("reading own /proc")?;
     let counters = Arc::new(Counters::default());
     let latency = LatencyShards::new(LATENCY_SHARDS);
     let progress = Progress::start(

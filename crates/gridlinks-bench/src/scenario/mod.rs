@@ -2,6 +2,7 @@
 //! credentials and source addresses, connect pacing, idling with keep-alive pings, and
 //! the once-a-second progress line on stderr.
 
+pub mod alarms;
 pub mod coap_telemetry;
 pub mod connect;
 pub mod http_telemetry;

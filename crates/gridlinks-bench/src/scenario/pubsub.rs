@@ -108,7 +108,7 @@ pub async fn measure(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         first_ts: 0,
     });
     let duration = super::window_duration(args.duration, args.messages_per_publisher);
-    let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
+    let me = ProcessStats::own().context("reading own /proc")?;
     let counters = Arc::new(Counters::default());
     let puback = LatencyShards::new(LATENCY_SHARDS);
     let e2e = LatencyShards::new(LATENCY_SHARDS);

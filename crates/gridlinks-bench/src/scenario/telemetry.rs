@@ -369,11 +369,12 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     } else {
         None
     };
+    let profile = device_profile_of(args.device_profile.as_deref(), args.provision)?;
     let mut target = Target::resolve(&args.target, args.devices).await?;
     if args.provision {
         let (api, names) =
             (api.clone().context("--provision needs --api")?, names.clone().context("provisioned names")?);
-        target.credentials = Credentials::Tokens(provision(api, names).await?);
+        target.credentials = Credentials::Tokens(provision_into(api, names, profile).await?);
     }
     let target = Arc::new(target);
     let lag_slots = LagSlots::new(args.devices);
@@ -399,7 +400,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         first_ts: 0,
     });
     let duration = super::window_duration(args.duration, args.messages_per_device);
-    let me = ProcessStats::new(std::process::id()).context("reading own /proc")?;
+    let me = ProcessStats::own().context("reading own /proc")?;
     let counters = Arc::new(Counters::default());
     let latency = LatencyShards::new(LATENCY_SHARDS);
     let progress = Progress::start(
@@ -491,13 +492,46 @@ pub(crate) fn send_interval(total_rate: f64, interval: Option<Duration>, devices
 
 /// Creates the devices through the REST API's bulk import; their fresh tokens.
 pub(crate) async fn provision(api: ApiTarget, names: Vec<String>) -> anyhow::Result<Vec<String>> {
+    provision_into(api, names, None).await
+}
+
+/// [`provision`], the devices in the device profile `profile` (`--device-profile`: saved
+/// first, replacing the tenant's profile of its name) when one is given.
+pub(crate) async fn provision_into(
+    api: ApiTarget,
+    names: Vec<String>,
+    profile: Option<serde_json::Value>,
+) -> anyhow::Result<Vec<String>> {
     eprintln!("provisioning {} devices through {}", names.len(), api.base);
     tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
         let tokens = rest_api::random_tokens(names.len())?;
-        RestClient::login(&api)?.bulk_import(&names, &tokens)?;
+        let rest = RestClient::login(&api)?;
+        let profile = match &profile {
+            Some(p) => {
+                let name = rest.save_device_profile(p)?;
+                let rules = p["profileData"]["alarms"].as_array().map_or(0, Vec::len);
+                eprintln!("device profile {name} saved ({rules} alarm rules); the devices are created in it");
+                Some(name)
+            }
+            None => None,
+        };
+        rest.bulk_import_typed(&names, &tokens, profile.as_deref())?;
         Ok(tokens)
     })
     .await?
+}
+
+/// `--device-profile`: the profile read from its file, `None` without the option; fails
+/// when given without `--provision` (`provision`: whether this process provisions).
+pub(crate) fn device_profile_of(
+    path: Option<&std::path::Path>,
+    provision: bool,
+) -> anyhow::Result<Option<serde_json::Value>> {
+    match path {
+        None => Ok(None),
+        Some(_) if !provision => anyhow::bail!("--device-profile needs --provision (it creates the devices in it)"),
+        Some(path) => Ok(Some(rest_api::read_device_profile(path)?)),
+    }
 }
 
 /// `--save-acks` and `--verify` after a run.

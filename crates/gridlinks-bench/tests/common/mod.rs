@@ -106,7 +106,7 @@ impl Server {
     pub fn bench(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new(BENCH);
         cmd.args(args).args(["--api", &self.api(), "--api-password", PASSWORD]).stdin(Stdio::null());
-        if args[0] == "mqtt-telemetry" {
+        if matches!(args[0], "mqtt-telemetry" | "alarm-latency") {
             cmd.args(["--port", &self.mqtt.to_string()]);
         }
         output(cmd, args)
