@@ -50,6 +50,7 @@
 pub mod codec;
 pub mod histogram;
 mod keydict;
+pub mod outbox;
 pub mod query;
 pub mod replica;
 mod space;
@@ -69,6 +70,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::KeyId;
 use crate::keydict::KeyDict;
 
+pub use outbox::{OutboxEvent, OutboxFilter, Trimmed};
 pub use timeseries::Timeseries;
 pub use writer::{
     adoption_allowed, BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, TenantCaps,
@@ -579,6 +581,8 @@ pub(crate) struct Keyspaces {
     pub keys: Keyspace,
     pub broker: Keyspace,
     pub settings: Keyspace,
+    /// Committed writes for data forwarding, by sequence number ([`outbox`]).
+    pub outbox: Keyspace,
 }
 
 /// Most cached access tokens; the cache is emptied when it would grow past this.
@@ -684,6 +688,8 @@ pub(crate) struct Inner {
     /// Where the store lives and how it was opened, for reopening.
     pub dir: PathBuf,
     opts: StoreOptions,
+    /// Where the outbox stands.
+    pub outbox: outbox::OutboxState,
 }
 
 /// The rows of `ks` whose (UTF-8) name starts with `prefix`: (name, value).
@@ -730,6 +736,7 @@ fn open_engine(dir: &Path, opts: &StoreOptions) -> Result<Engine, StoreError> {
         keys: ks("keys", small)?,
         broker: ks("broker", small)?,
         settings: ks("settings", small)?,
+        outbox: ks("outbox", small)?,
     };
     match ks.meta.get(FORMAT_KEY)? {
         None => {
@@ -781,6 +788,7 @@ impl Store {
     pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Self, StoreError> {
         let engine = open_engine(dir, opts)?;
         let keys = KeyDict::load(&engine.ks.keys)?;
+        let outbox = outbox::OutboxState::load(&engine)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 engine: RwLock::new(Some(Arc::new(engine))),
@@ -792,6 +800,7 @@ impl Store {
                 health: std::sync::atomic::AtomicU8::new(Health::Ok as u8),
                 dir: dir.to_owned(),
                 opts: opts.clone(),
+                outbox,
             }),
         })
     }
@@ -817,6 +826,7 @@ impl Store {
         }
         let engine = open_engine(&self.inner.dir, &self.inner.opts)?;
         *self.inner.keys.write() = KeyDict::load(&engine.ks.keys)?;
+        self.inner.outbox.reload(&engine)?;
         let mut tokens = self.inner.tokens.map.write();
         tokens.clear();
         self.inner.tokens.generation.fetch_add(1, Ordering::AcqRel);

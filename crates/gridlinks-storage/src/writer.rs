@@ -29,7 +29,7 @@ use crate::codec::{self, KeyId};
 use crate::space::Space;
 use crate::{
     decode_device, encode_device, encode_doc, encode_profile, id_from, BasicCredentials, BrokerTable, DeviceRecord,
-    DocKind, DocRecord, Engine, Health, ProfileRecord, Store, StoreError, DEFAULT_PROFILE,
+    DocKind, DocRecord, Engine, Health, OutboxEvent, ProfileRecord, Store, StoreError, DEFAULT_PROFILE,
 };
 
 /// How many devices' latest rows the writer keeps decoded in memory.
@@ -675,6 +675,8 @@ struct Segment {
     new_keys: Vec<(String, KeyId)>,
     alive: HashMap<DeviceId, bool>,
     records: u64,
+    /// Outbox entries of this segment's writes, encoded.
+    outbox: Vec<Vec<u8>>,
 }
 
 /// What the writer may do this round.
@@ -775,10 +777,13 @@ impl Writer {
             if results.iter().any(Result::is_ok) {
                 let started = Instant::now();
                 let mode = if self.cfg.fsync { PersistMode::SyncData } else { PersistMode::Buffer };
-                if let Err(e) = self.engine().and_then(|engine| Ok(engine.db.persist(mode)?)) {
-                    let e = self.fail(&e);
-                    for r in &mut results {
-                        *r = Err(e.duplicate());
+                match self.engine().and_then(|engine| Ok(engine.db.persist(mode)?)) {
+                    Ok(()) => self.store.inner.outbox.synced(),
+                    Err(e) => {
+                        let e = self.fail(&e);
+                        for r in &mut results {
+                            *r = Err(e.duplicate());
+                        }
                     }
                 }
                 self.stats.sync_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -941,11 +946,14 @@ impl Writer {
         let mut results: Vec<Result<WriteOutcome, StoreError>> =
             (0..ops.len()).map(|_| Ok(WriteOutcome::Done)).collect();
         let mut seg = Segment::default();
+        let filter = self.store.inner.outbox.filter.read().clone();
         for (i, op) in ops.enumerate() {
             if let Some(refusal) = refusal.as_ref().filter(|_| !op.is_delete()) {
                 results[i] = Err(refusal.duplicate());
                 continue;
             }
+            // Copied before the op is consumed; kept only if the op succeeds.
+            let outboxed = filter.as_ref().filter(|f| f.wants(&op)).and_then(|_| OutboxEvent::of(&op));
             match op {
                 WriteOp::Telemetry { device, records } => {
                     results[i] = self.telemetry(&mut seg, device, records);
@@ -1012,6 +1020,14 @@ impl Writer {
                             results[i] = Err(self.fail(e));
                         }
                     }
+                }
+            }
+            if let Some(e) = outboxed.filter(|_| results[i].is_ok()) {
+                seg.outbox.push(e.encode());
+                // A heavy op committed on its own: its entry is the next segment's first
+                // (synced with it, before any reply).
+                if seg.members.last() != Some(&i) {
+                    seg.members.push(i);
                 }
             }
         }
@@ -1217,6 +1233,12 @@ impl Writer {
             match v {
                 Some(v) => batch.insert(&ks.broker, key, v),
                 None => batch.remove(&ks.broker, key),
+            }
+        }
+        if !seg.outbox.is_empty() {
+            let first = self.store.inner.outbox.next.fetch_add(seg.outbox.len() as u64, Ordering::AcqRel);
+            for (seq, e) in (first..).zip(seg.outbox.drain(..)) {
+                batch.insert(&ks.outbox, seq.to_be_bytes().to_vec(), e);
             }
         }
         let outcome = batch.commit(&self.store);

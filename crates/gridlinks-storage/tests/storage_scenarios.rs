@@ -826,3 +826,84 @@ async fn settings_are_written_once_and_taken_over_from_meta() {
     assert_eq!(store.setting("fresh").unwrap().as_deref(), Some(&b"first"[..]));
     assert_eq!(store.setting("legacy").unwrap().as_deref(), Some(&b"from-meta"[..]));
 }
+
+/// The outbox takes what the filter wants, only once it is committed, numbered in commit
+/// order; a failed write leaves nothing; numbers go on after a restart and a trim.
+#[tokio::test]
+async fn outbox_holds_committed_wanted_writes_in_order_across_restarts_and_trims() {
+    use gridlinks_storage::{DocKind, OutboxEvent, OutboxFilter};
+    use std::sync::Arc;
+    struct Only(DeviceId);
+    impl OutboxFilter for Only {
+        fn wants(&self, op: &WriteOp) -> bool {
+            match op {
+                WriteOp::Telemetry { device, .. } | WriteOp::Attributes { device, .. } => *device == self.0,
+                WriteOp::PutDoc { kind, .. } => *kind == DocKind::Alarm,
+                _ => false,
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let alarm = uuid::Uuid::new_v4();
+    let a;
+    {
+        let (store, h, j) = open(dir.path());
+        a = device(&h, "a").await;
+        let b = device(&h, "b").await;
+        // No filter: nothing is copied.
+        h.submit(WriteOp::Telemetry { device: a, records: vec![rec(1, &[("v", Value::Long(1))])] }).await.unwrap();
+        assert_eq!(store.outbox_bounds(), (1, 1));
+        store.set_outbox_filter(Some(Arc::new(Only(a))));
+        let mut durable = store.outbox_durable();
+        let ops = vec![
+            WriteOp::Telemetry { device: a, records: vec![rec(2, &[("v", Value::Long(2))])] },
+            WriteOp::Telemetry { device: b, records: vec![rec(2, &[("v", Value::Long(2))])] },
+            // A device that does not exist: refused, so not in the outbox.
+            WriteOp::Telemetry { device: DeviceId(uuid::Uuid::new_v4()), records: vec![rec(2, &[])] },
+            WriteOp::Attributes {
+                device: a,
+                scope: AttributeScope::Client,
+                values: vec![("fw".into(), Value::Str("1".into()))],
+            },
+            WriteOp::PutDoc {
+                kind: DocKind::Alarm,
+                id: alarm,
+                title: "Hot".into(),
+                doc: serde_json::json!({"severity": "MAJOR"}),
+            },
+            WriteOp::Telemetry { device: a, records: vec![rec(3, &[("v", Value::Long(3))])] },
+        ];
+        let results = h.submit_batch(ops).await.unwrap();
+        assert!(results[2].is_err());
+        assert_eq!(*durable.borrow_and_update(), 4);
+        let got = store.outbox_read(0, 4, 100).unwrap();
+        let seqs: Vec<u64> = got.iter().map(|e| e.0).collect();
+        assert_eq!(seqs, [1, 2, 3, 4]);
+        assert!(
+            matches!(&got[0].1, OutboxEvent::Telemetry { device, records } if *device == a && records[0].ts == Ts(2))
+        );
+        assert!(matches!(&got[1].1, OutboxEvent::Attributes { device, .. } if *device == a));
+        assert!(matches!(&got[2].1, OutboxEvent::Alarm { id, title, .. } if *id == alarm && title == "Hot"));
+        assert!(matches!(&got[3].1, OutboxEvent::Telemetry { records, .. } if records[0].ts == Ts(3)));
+        assert_eq!(store.outbox_read(2, 3, 100).unwrap().len(), 1, "reads stop at `upto`");
+        store.set_outbox_cursor("r", 2).unwrap();
+        let trimmed = store.outbox_trim(3).unwrap();
+        assert_eq!((trimmed.tail, trimmed.removed), (3, 2));
+        drop(h);
+        j.join().unwrap();
+    }
+    let (store, h, j) = open(dir.path());
+    assert_eq!(store.outbox_bounds(), (3, 5), "the tail and the numbering survive a restart");
+    assert_eq!(store.outbox_cursor("r").unwrap(), Some(2));
+    assert_eq!(store.outbox_read(0, 10, 100).unwrap().len(), 2);
+    store.set_outbox_filter(Some(Arc::new(Only(a))));
+    h.submit(WriteOp::Telemetry { device: a, records: vec![rec(4, &[("v", Value::Long(4))])] }).await.unwrap();
+    assert_eq!(store.outbox_read(4, 10, 100).unwrap()[0].0, 5);
+    // Trimming everything, then restarting, keeps the numbers growing.
+    store.outbox_trim(u64::MAX).unwrap();
+    drop((store, h));
+    j.join().unwrap();
+    let (store, _h, _j) = open(dir.path());
+    assert_eq!(store.outbox_bounds(), (6, 6));
+    assert!(store.outbox_read(0, 10, 100).unwrap().is_empty());
+}
