@@ -19,7 +19,7 @@ use crate::thingsboard::{
     alarms, api, api_keys, assets, claim, customers, dashboards, device_api, entity_query, lookups, ota, profiles,
     relations, tenant_profiles, tenants, users,
 };
-use crate::thingsboard::{mqtt_clients, notifications, rpc};
+use crate::thingsboard::{mqtt_clients, notifications, rpc, sinks};
 
 /// The HTTP routes (`/metrics` among them unless `metrics.bind` gives it its own listener:
 /// [`metrics_router`]).
@@ -170,6 +170,9 @@ fn api_router(state: Http) -> Router {
             "/api/notification/{kind}/{id}",
             get(notifications::get).delete(notifications::delete).put(notifications::read),
         )
+        .route("/api/forwarding/sink", post(sinks::save))
+        .route("/api/forwarding/sink/{id}", get(sinks::get).delete(sinks::delete))
+        .route("/api/forwarding/sinks", get(sinks::list))
         .route("/api/notifications", get(notifications::inbox))
         .route("/api/notifications/unread/count", get(notifications::unread))
         .route("/api/notifications/read", put(notifications::read_all))

@@ -7,8 +7,10 @@
 //! live deliveries between nodes (MQTT client publishes, and other nodes' device data to
 //! this node's subscribers). [`share::ShareConsumer`] gives each shared subscription group
 //! its messages once across nodes, through a consumer group of its own.
+//! [`ExternalProducer`] writes to another cluster's topic (data forwarding).
 
 pub mod bus;
+mod external;
 mod log;
 pub mod record;
 pub mod share;
@@ -25,6 +27,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::BorrowedMessage;
 
 pub use bus::Bus;
+pub use external::ExternalProducer;
 pub use log::{Check, KafkaLog};
 pub use writer::{Sink, StorageWriter};
 

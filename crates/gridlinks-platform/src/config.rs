@@ -65,6 +65,8 @@ pub struct Config {
     pub ws: WsConfig,
     /// The notification center: delivery of alarm and device-activity notifications.
     pub notifications: NotificationsConfig,
+    /// Data forwarding: tenants' sinks for committed data and alarm changes.
+    pub forwarding: ForwardingConfig,
     /// The administrator account.
     pub admin: AdminConfig,
     /// JWT sessions of the REST API.
@@ -502,6 +504,40 @@ impl Default for ActivityConfig {
             inactivity_timeout: Millis(600_000),
             check_interval: Millis(1_000),
             persist_interval: Millis(60_000),
+        }
+    }
+}
+
+/// Data forwarding (docs/forwarding.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ForwardingConfig {
+    /// Most entries the outbox holds; past it the oldest are dropped (and counted) so that
+    /// a dead sink cannot fill the disk.
+    pub outbox_max_entries: u64,
+    /// Most outbox entries one delivery takes.
+    pub batch_max_entries: usize,
+    /// The wait before the first retry of a failed delivery; each next one waits twice as
+    /// long (at most 60 s).
+    pub retry_delay: Millis,
+    /// How long one delivery (a POST, a batch of publishes or of Kafka records) may take.
+    pub timeout: Millis,
+    /// Sinks one tenant may have.
+    pub max_sinks_per_tenant: usize,
+    /// Whether sinks may reach loopback, private and link-local addresses (off: a tenant
+    /// cannot make the server probe its own network).
+    pub allow_private_addresses: bool,
+}
+
+impl Default for ForwardingConfig {
+    fn default() -> Self {
+        Self {
+            outbox_max_entries: 10_000_000,
+            batch_max_entries: 1000,
+            retry_delay: Millis(1_000),
+            timeout: Millis(10_000),
+            max_sinks_per_tenant: 10,
+            allow_private_addresses: false,
         }
     }
 }
@@ -979,6 +1015,7 @@ impl Default for Config {
             activity: ActivityConfig::default(),
             ws: WsConfig::default(),
             notifications: NotificationsConfig::default(),
+            forwarding: ForwardingConfig::default(),
             admin: AdminConfig::default(),
             auth: AuthConfig::default(),
             storage: StorageConfig::default(),

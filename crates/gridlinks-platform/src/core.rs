@@ -114,4 +114,6 @@ pub struct Platform {
     /// New device connections per source address (`mqtt.max_connects_per_address`), shared
     /// by every device listener; `None`: no bound.
     pub connect_rate: Option<crate::connect_rate::ConnectRate>,
+    /// Data forwarding: tenants' sinks.
+    pub forwarding: Arc<crate::forward::Forwarding>,
 }

@@ -20,6 +20,7 @@ pub mod connect_rate;
 mod core;
 pub mod device_api;
 pub mod entities;
+pub mod forward;
 pub mod guards;
 pub mod limits;
 pub mod live;

@@ -167,6 +167,21 @@ pub fn labelled_counter(
     Ok(())
 }
 
+/// A gauge with one label: a series per `(label value, value)`.
+pub fn labelled_gauge(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[(&str, u64)],
+) -> fmt::Result {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for &(v, n) in values {
+        ConstGauge::new(n as i64).encode(m.encode_family(&[(label, v)])?)?;
+    }
+    Ok(())
+}
+
 /// One gauge.
 pub fn gauge<N>(e: &mut DescriptorEncoder, name: &str, help: &str, value: N) -> fmt::Result
 where

@@ -206,6 +206,7 @@ impl Platform {
         );
         let platform = Arc::new(Platform {
             connect_rate,
+            forwarding: crate::forward::Forwarding::new(core.clone()),
             devices: DeviceSessions::new(sessions, core.store.clone(), core.bus.clone()),
             metrics: Metrics::default(),
             ota: Default::default(),
@@ -216,9 +217,11 @@ impl Platform {
         });
         platform.metrics.register(Arc::new(StorageMetrics(platform.core.clone())));
         platform.metrics.register(platform.core.limits.clone());
+        platform.metrics.register(platform.forwarding.clone());
         let mut tasks: Vec<_> = [follower].into_iter().flatten().chain(cluster.tasks).collect();
         tasks.extend(crate::alarms::engine::start(platform.core.clone(), alarm_queues));
         tasks.push(crate::notify::start(platform.clone(), notify_rx).context("reading notification requests")?);
+        tasks.push(platform.forwarding.start().await);
         if platform.core.cfg.activity.enabled {
             tasks.push(tokio::spawn(crate::activity::run(platform.core.clone())));
         }

@@ -131,6 +131,13 @@ fn tenants_see_nothing_of_each_other() {
         a_note = n["data"][0]["id"]["id"].as_str().unwrap_or_default().to_owned();
         !a_note.is_empty()
     });
+    let a_sink = {
+        let body = json!({"name": "alpha-sink", "type": "HTTP", "enabled": false,
+            "configuration": {"url": "http://192.0.2.1/alpha", "secret": "alpha-secret"}});
+        let (st, v) = s.json("POST", "/api/forwarding/sink", &alpha, Some(body));
+        assert_eq!(st, 200, "{v}");
+        v["id"]["id"].as_str().unwrap().to_owned()
+    };
     let (_, a_key) = s.json("POST", "/api/apiKey", &alpha, Some(json!({"description": "alpha-key"})));
     let a_key = a_key["id"]["id"].as_str().unwrap().to_owned();
     for (jwt, token) in [(&alpha, "ALPHAPUMP"), (&beta, "BETAPUMP")] {
@@ -319,6 +326,9 @@ fn tenants_see_nothing_of_each_other() {
         ("/api/notification/{kind}/{id}", "DELETE", format!("/api/notification/rule/{a_rule}"), None),
         ("/api/notification/{kind}/{id}", "DELETE", format!("/api/notification/request/{a_request}"), None),
         ("/api/notification/{kind}/{id}", "PUT", format!("/api/notification/{a_note}/read"), None),
+        ("/api/forwarding/sink", "POST", "/api/forwarding/sink".into(), Some(json!({"id": {"id": a_sink}, "name": "stolen", "type": "HTTP", "configuration": {"url": "http://192.0.2.1/beta"}}).to_string())),
+        ("/api/forwarding/sink/{id}", "GET", format!("/api/forwarding/sink/{a_sink}"), None),
+        ("/api/forwarding/sink/{id}", "DELETE", format!("/api/forwarding/sink/{a_sink}"), None),
     ]);
     // Lists by ids answer with those of the caller's own tenant only.
     for path in [
@@ -407,6 +417,7 @@ fn tenants_see_nothing_of_each_other() {
         "/api/notifications",
         "/api/notifications/unread/count",
         "/api/notifications/read",
+        "/api/forwarding/sinks",
     ];
     let checked: std::collections::HashSet<&str> =
         tried.iter().map(|r| r.0).chain(own).chain(OPEN_ROUTES.iter().copied()).collect();
@@ -435,6 +446,7 @@ fn tenants_see_nothing_of_each_other() {
         &a_rule,
         &a_request,
         &a_note,
+        &a_sink,
     ];
     let twins: Vec<(String, String)> = ids
         .iter()
@@ -481,6 +493,7 @@ fn tenants_see_nothing_of_each_other() {
             "alpha-subject",
             "alpha-notified",
             "alpha-note",
+            "alpha-sink",
         ] {
             assert!(!out.contains(secret), "{m} {path} leaked {secret}: {out}");
         }

@@ -358,6 +358,15 @@ fn a_customer_user_reaches_only_its_customers_devices_on_every_path() {
             ),
             ("/api/notification/{kind}/{id}", "GET", format!("/api/notification/rule/{al}"), None),
             ("/api/notification/{kind}/{id}", "DELETE", format!("/api/notification/template/{al}"), None),
+            ("/api/forwarding/sinks", "GET", "/api/forwarding/sinks?pageSize=10&page=0".into(), None),
+            (
+                "/api/forwarding/sink",
+                "POST",
+                "/api/forwarding/sink".into(),
+                Some(r#"{"name":"evil","type":"HTTP","configuration":{"url":"http://example.com"}}"#.into()),
+            ),
+            ("/api/forwarding/sink/{id}", "GET", format!("/api/forwarding/sink/{al}"), None),
+            ("/api/forwarding/sink/{id}", "DELETE", format!("/api/forwarding/sink/{al}"), None),
         ];
         let assets = [
             ("/api/asset", "POST", "/api/asset".into(), Some(r#"{"name":"evil"}"#.into())),

@@ -70,7 +70,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::KeyId;
 use crate::keydict::KeyDict;
 
-pub use outbox::{OutboxEvent, OutboxFilter, Trimmed};
+pub use outbox::{OutboxEntry, OutboxEvent, OutboxFilter, Trimmed};
 pub use timeseries::Timeseries;
 pub use writer::{
     adoption_allowed, BrokerRow, DeleteTelemetry, ImportOutcome, ImportRow, SaveDevice, SaveProfile, TenantCaps,
@@ -382,6 +382,8 @@ pub enum DocKind {
     NotificationRequest = 19,
     /// A user's inbox notification (title: the recipient's id).
     Notification = 20,
+    /// A data forwarding sink (title: the name): where committed data is sent on.
+    DataSink = 21,
 }
 
 impl DocKind {
@@ -408,6 +410,7 @@ impl DocKind {
             DocKind::NotificationRule => "Notification rule",
             DocKind::NotificationRequest => "Notification request",
             DocKind::Notification => "Notification",
+            DocKind::DataSink => "Data sink",
         }
     }
 
@@ -420,7 +423,8 @@ impl DocKind {
             | DocKind::TenantProfile
             | DocKind::NotificationTarget
             | DocKind::NotificationTemplate
-            | DocKind::NotificationRule => "name",
+            | DocKind::NotificationRule
+            | DocKind::DataSink => "name",
             _ => "title",
         }
     }
@@ -462,7 +466,8 @@ impl DocKind {
             | DocKind::NotificationTemplate
             | DocKind::NotificationRule
             | DocKind::NotificationRequest
-            | DocKind::Notification => &[],
+            | DocKind::Notification
+            | DocKind::DataSink => &[],
         }
     }
 

@@ -54,8 +54,6 @@ pub enum OutboxEvent {
         scope: AttributeScope,
         /// What.
         values: Vec<(String, gridlinks_types::Value)>,
-        /// When they were written.
-        ts: Ts,
     },
     /// An alarm as written (created, or changed).
     Alarm {
@@ -78,7 +76,7 @@ impl OutboxEvent {
         Some(match op {
             WriteOp::Telemetry { device, records } => Self::Telemetry { device: *device, records: records.clone() },
             WriteOp::Attributes { device, scope, values } => {
-                Self::Attributes { device: *device, scope: *scope, values: values.clone(), ts: Ts::now() }
+                Self::Attributes { device: *device, scope: *scope, values: values.clone() }
             }
             WriteOp::PutDoc { kind: DocKind::Alarm, id, title, doc } => {
                 Self::Alarm { id: *id, title: title.clone(), doc: doc.clone() }
@@ -87,8 +85,10 @@ impl OutboxEvent {
         })
     }
 
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    /// The entry of this event written at `at`.
+    pub(crate) fn encode(&self, at: Ts) -> Vec<u8> {
         let mut w = Writer::new();
+        w.ts(at);
         match self {
             Self::Telemetry { device, records } => {
                 w.bytes(&[TAG_TELEMETRY]).bytes(device.as_bytes()).varint(records.len() as u64);
@@ -99,8 +99,8 @@ impl OutboxEvent {
                     }
                 }
             }
-            Self::Attributes { device, scope, values, ts } => {
-                w.bytes(&[TAG_ATTRIBUTES, scope.tag()]).bytes(device.as_bytes()).ts(*ts).varint(values.len() as u64);
+            Self::Attributes { device, scope, values } => {
+                w.bytes(&[TAG_ATTRIBUTES, scope.tag()]).bytes(device.as_bytes()).varint(values.len() as u64);
                 for (k, v) in values {
                     w.text(k).value(v);
                 }
@@ -112,8 +112,10 @@ impl OutboxEvent {
         w.finish()
     }
 
-    pub(crate) fn decode(buf: &[u8]) -> Result<Self, StoreError> {
+    /// (written at, event) of an entry.
+    pub(crate) fn decode(buf: &[u8]) -> Result<(Ts, Self), StoreError> {
         let mut r = Reader::new(buf)?;
+        let at = r.ts()?;
         let uuid = |r: &mut Reader<'_>| -> Result<uuid::Uuid, StoreError> {
             uuid::Uuid::from_slice(r.bytes(16)?).map_err(|_| StoreError::Corrupt("outbox uuid"))
         };
@@ -136,13 +138,12 @@ impl OutboxEvent {
             TAG_ATTRIBUTES => {
                 let scope = AttributeScope::from_tag(r.byte()?).ok_or(StoreError::Corrupt("outbox scope"))?;
                 let device = DeviceId(uuid(&mut r)?);
-                let ts = r.ts()?;
                 let n = r.varint()?;
                 let mut values = Vec::new();
                 for _ in 0..n {
                     values.push((r.text()?.to_owned(), r.value()?));
                 }
-                Self::Attributes { device, scope, values, ts }
+                Self::Attributes { device, scope, values }
             }
             TAG_ALARM => {
                 let id = uuid(&mut r)?;
@@ -155,8 +156,19 @@ impl OutboxEvent {
         if !r.is_empty() {
             return Err(StoreError::Corrupt("outbox event length"));
         }
-        Ok(event)
+        Ok((at, event))
     }
+}
+
+/// One entry as read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutboxEntry {
+    /// Its sequence number.
+    pub seq: u64,
+    /// When it was committed (the writer's clock).
+    pub at: Ts,
+    /// What.
+    pub event: OutboxEvent,
 }
 
 /// The outbox's state in memory (it outlives a reopened engine).
@@ -246,7 +258,7 @@ impl Store {
     }
 
     /// Up to `limit` entries after `after`, up to and including `upto`, in order.
-    pub fn outbox_read(&self, after: u64, upto: u64, limit: usize) -> Result<Vec<(u64, OutboxEvent)>, StoreError> {
+    pub fn outbox_read(&self, after: u64, upto: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         if upto <= after {
             return Ok(Vec::new());
         }
@@ -254,7 +266,8 @@ impl Store {
         let mut out = Vec::new();
         for kv in engine.ks.outbox.range((after + 1).to_be_bytes()..=upto.to_be_bytes()).take(limit) {
             let (k, v) = kv.into_inner()?;
-            out.push((u64_of(&k)?, OutboxEvent::decode(&v)?));
+            let (at, event) = OutboxEvent::decode(&v)?;
+            out.push(OutboxEntry { seq: u64_of(&k)?, at, event });
         }
         Ok(out)
     }
@@ -319,12 +332,11 @@ mod tests {
                 device,
                 scope: AttributeScope::Shared,
                 values: vec![("on".into(), Value::Bool(true)), ("n".into(), Value::Long(-3))],
-                ts: Ts(7),
             },
             OutboxEvent::Alarm { id: device.0, title: "Hot".into(), doc: serde_json::json!({"severity": "MAJOR"}) },
         ] {
-            let bytes = e.encode();
-            assert_eq!(OutboxEvent::decode(&bytes).unwrap(), e);
+            let bytes = e.encode(Ts(9));
+            assert_eq!(OutboxEvent::decode(&bytes).unwrap(), (Ts(9), e.clone()));
             // Every truncation is an error, never a panic or a different event.
             for n in 0..bytes.len() {
                 assert!(OutboxEvent::decode(&bytes[..n]).is_err(), "{e:?} cut at {n}");

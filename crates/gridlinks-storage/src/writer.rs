@@ -1023,7 +1023,7 @@ impl Writer {
                 }
             }
             if let Some(e) = outboxed.filter(|_| results[i].is_ok()) {
-                seg.outbox.push(e.encode());
+                seg.outbox.push(e.encode(Ts::now()));
                 // A heavy op committed on its own: its entry is the next segment's first
                 // (synced with it, before any reply).
                 if seg.members.last() != Some(&i) {
@@ -1633,6 +1633,7 @@ impl Writer {
             DocKind::NotificationRule,
             DocKind::NotificationRequest,
             DocKind::Notification,
+            DocKind::DataSink,
         ] {
             for d in self.store.docs(kind)? {
                 if d.doc.get("tenantId") == Some(&id_json) {

@@ -877,14 +877,14 @@ async fn outbox_holds_committed_wanted_writes_in_order_across_restarts_and_trims
         assert!(results[2].is_err());
         assert_eq!(*durable.borrow_and_update(), 4);
         let got = store.outbox_read(0, 4, 100).unwrap();
-        let seqs: Vec<u64> = got.iter().map(|e| e.0).collect();
+        let seqs: Vec<u64> = got.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [1, 2, 3, 4]);
         assert!(
-            matches!(&got[0].1, OutboxEvent::Telemetry { device, records } if *device == a && records[0].ts == Ts(2))
+            matches!(&got[0].event, OutboxEvent::Telemetry { device, records } if *device == a && records[0].ts == Ts(2))
         );
-        assert!(matches!(&got[1].1, OutboxEvent::Attributes { device, .. } if *device == a));
-        assert!(matches!(&got[2].1, OutboxEvent::Alarm { id, title, .. } if *id == alarm && title == "Hot"));
-        assert!(matches!(&got[3].1, OutboxEvent::Telemetry { records, .. } if records[0].ts == Ts(3)));
+        assert!(matches!(&got[1].event, OutboxEvent::Attributes { device, .. } if *device == a));
+        assert!(matches!(&got[2].event, OutboxEvent::Alarm { id, title, .. } if *id == alarm && title == "Hot"));
+        assert!(matches!(&got[3].event, OutboxEvent::Telemetry { records, .. } if records[0].ts == Ts(3)));
         assert_eq!(store.outbox_read(2, 3, 100).unwrap().len(), 1, "reads stop at `upto`");
         store.set_outbox_cursor("r", 2).unwrap();
         let trimmed = store.outbox_trim(3).unwrap();
@@ -898,7 +898,7 @@ async fn outbox_holds_committed_wanted_writes_in_order_across_restarts_and_trims
     assert_eq!(store.outbox_read(0, 10, 100).unwrap().len(), 2);
     store.set_outbox_filter(Some(Arc::new(Only(a))));
     h.submit(WriteOp::Telemetry { device: a, records: vec![rec(4, &[("v", Value::Long(4))])] }).await.unwrap();
-    assert_eq!(store.outbox_read(4, 10, 100).unwrap()[0].0, 5);
+    assert_eq!(store.outbox_read(4, 10, 100).unwrap()[0].seq, 5);
     // Trimming everything, then restarting, keeps the numbers growing.
     store.outbox_trim(u64::MAX).unwrap();
     drop((store, h));

@@ -40,30 +40,7 @@ fn names(store: &Store, o: &Originator) -> Result<(String, Option<String>), Stor
 
 /// ThingsBoard's `Alarm` JSON.
 fn alarm_json(a: &Alarm) -> J {
-    json!({
-        "id": entity_id("ALARM", a.id),
-        "createdTime": a.created_time,
-        "tenantId": entity_id("TENANT", a.tenant),
-        "customerId": a.customer.map(|c| entity_id("CUSTOMER", c)),
-        "type": a.alarm_type,
-        "originator": entity_id(&a.originator.kind, a.originator.id),
-        "severity": a.severity.name(),
-        "acknowledged": a.acknowledged,
-        "cleared": a.cleared,
-        "assigneeId": a.assignee.map(|u| entity_id("USER", u)),
-        "startTs": a.start_ts,
-        "endTs": a.end_ts,
-        "ackTs": a.ack_ts,
-        "clearTs": a.clear_ts,
-        "assignTs": a.assign_ts,
-        "details": a.details,
-        "propagate": a.propagation.propagate,
-        "propagateToOwner": a.propagation.propagate_to_owner,
-        "propagateToTenant": a.propagation.propagate_to_tenant,
-        "propagateRelationTypes": a.propagation.propagate_relation_types.clone().unwrap_or_default(),
-        "name": a.alarm_type,
-        "status": a.status().name(),
-    })
+    a.to_json()
 }
 
 /// ThingsBoard's `AlarmInfo` JSON: the alarm with its originator's name and its assignee

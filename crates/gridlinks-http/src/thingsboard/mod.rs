@@ -26,6 +26,7 @@ pub mod paging;
 pub mod profiles;
 pub mod relations;
 pub mod rpc;
+pub mod sinks;
 pub mod tenant_profiles;
 pub mod tenants;
 pub mod users;

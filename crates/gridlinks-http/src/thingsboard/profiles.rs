@@ -180,6 +180,8 @@ pub async fn rule_engine() -> ApiError {
         StatusCode::NOT_IMPLEMENTED,
         gridlinks_thingsboard::error::ErrorCode::General,
         "Rule chains are not supported by GridLinks. Alarms are raised and cleared by device profile alarm rules \
-         (profileData.alarms) and served at /api/alarm and /api/alarms; see docs/alarms.md",
+         (profileData.alarms) and served at /api/alarm and /api/alarms (docs/alarms.md); notifications are sent \
+         by /api/notification/rule (docs/notifications.md); committed data and alarms are forwarded to HTTP, \
+         Kafka and MQTT by /api/forwarding/sink (docs/forwarding.md)",
     )
 }

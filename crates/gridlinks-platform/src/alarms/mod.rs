@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gridlinks_storage::{DocKind, DocRecord, Store, StoreError, WriteOp, WriterHandle};
+use gridlinks_thingsboard::model::entity_id;
 use gridlinks_types::{DeviceId, Ts};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -154,6 +155,41 @@ impl Alarm {
             (true, false) => Status::ClearedUnack,
             (true, true) => Status::ClearedAck,
         }
+    }
+
+    /// ThingsBoard's `Alarm` JSON.
+    pub fn to_json(&self) -> J {
+        json!({
+            "id": entity_id("ALARM", self.id),
+            "createdTime": self.created_time,
+            "tenantId": entity_id("TENANT", self.tenant),
+            "customerId": self.customer.map(|c| entity_id("CUSTOMER", c)),
+            "type": self.alarm_type,
+            "originator": entity_id(&self.originator.kind, self.originator.id),
+            "severity": self.severity.name(),
+            "acknowledged": self.acknowledged,
+            "cleared": self.cleared,
+            "assigneeId": self.assignee.map(|u| entity_id("USER", u)),
+            "startTs": self.start_ts,
+            "endTs": self.end_ts,
+            "ackTs": self.ack_ts,
+            "clearTs": self.clear_ts,
+            "assignTs": self.assign_ts,
+            "details": self.details,
+            "propagate": self.propagation.propagate,
+            "propagateToOwner": self.propagation.propagate_to_owner,
+            "propagateToTenant": self.propagation.propagate_to_tenant,
+            "propagateRelationTypes": self.propagation.propagate_relation_types.clone().unwrap_or_default(),
+            "name": self.alarm_type,
+            "status": self.status().name(),
+        })
+    }
+
+    /// An alarm as an outbox holds it (created at its start, which a rule's alarm is).
+    pub fn from_written(id: Uuid, alarm_type: String, doc: J) -> Result<Self, StoreError> {
+        let mut a = Self::from_doc(DocRecord { id, created_time: 0, title: alarm_type, doc })?;
+        a.created_time = a.start_ts;
+        Ok(a)
     }
 
     fn from_doc(d: DocRecord) -> Result<Self, StoreError> {

@@ -908,7 +908,8 @@ impl Runner {
     /// the timestamp, a dot and the body), off the async threads.
     async fn post(&self, url: String, body: J, secret: Option<String>) -> Result<(), String> {
         let (timeout, private) = (self.cfg.timeout.duration(), self.cfg.allow_private_addresses);
-        tokio::task::spawn_blocking(move || post(&url, &body, secret.as_deref(), timeout, private))
+        let to = Destination { url, headers: Vec::new(), secret, timeout, allow_private: private };
+        tokio::task::spawn_blocking(move || post(&to, &body.to_string(), "notifications"))
             .await
             .map_err(|e| e.to_string())?
     }
@@ -945,7 +946,7 @@ fn render(t: &str, values: &HashMap<String, String>) -> String {
 }
 
 /// Whether an address is one a tenant's webhook may not reach by default.
-fn private(ip: IpAddr) -> bool {
+pub(crate) fn private(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v) => {
             v.is_loopback()
@@ -965,22 +966,42 @@ fn private(ip: IpAddr) -> bool {
     }
 }
 
-/// Sends one webhook POST (blocking).
-fn post(url: &str, body: &J, secret: Option<&str>, timeout: Duration, allow_private: bool) -> Result<(), String> {
-    let resolver = move |netloc: &str| -> std::io::Result<Vec<SocketAddr>> {
-        let addrs: Vec<SocketAddr> = netloc.to_socket_addrs()?.collect();
-        let usable: Vec<SocketAddr> = addrs.iter().copied().filter(|a| allow_private || !private(a.ip())).collect();
-        if usable.is_empty() && !addrs.is_empty() {
-            return Err(std::io::Error::other(
-                "the address is loopback, private or link-local (notifications.allow_private_addresses is off)",
-            ));
-        }
-        Ok(usable)
-    };
-    let agent = ureq::AgentBuilder::new().timeout(timeout).redirects(0).resolver(resolver).build();
-    let text = body.to_string();
-    let mut req = agent.post(url).set("Content-Type", "application/json").set("User-Agent", "GridLinks");
-    if let Some(secret) = secret {
+/// Where a webhook POST goes.
+pub(crate) struct Destination {
+    pub url: String,
+    /// Extra request headers.
+    pub headers: Vec<(String, String)>,
+    /// The key signing the body, if any.
+    pub secret: Option<String>,
+    pub timeout: Duration,
+    /// Whether loopback, private and link-local addresses may be reached.
+    pub allow_private: bool,
+}
+
+/// The addresses of `netloc` (`host:port`) a tenant may reach; an error names the setting
+/// (`{section}.allow_private_addresses`) when only forbidden ones were found.
+pub(crate) fn resolve(netloc: &str, allow_private: bool, section: &str) -> std::io::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = netloc.to_socket_addrs()?.collect();
+    let usable: Vec<SocketAddr> = addrs.iter().copied().filter(|a| allow_private || !private(a.ip())).collect();
+    if usable.is_empty() && !addrs.is_empty() {
+        return Err(std::io::Error::other(format!(
+            "the address is loopback, private or link-local ({section}.allow_private_addresses is off)"
+        )));
+    }
+    Ok(usable)
+}
+
+/// Sends one webhook POST of a JSON `text` (blocking); `section` names the configuration
+/// section whose `allow_private_addresses` applies, for the error.
+pub(crate) fn post(to: &Destination, text: &str, section: &'static str) -> Result<(), String> {
+    let allow_private = to.allow_private;
+    let resolver = move |netloc: &str| resolve(netloc, allow_private, section);
+    let agent = ureq::AgentBuilder::new().timeout(to.timeout).redirects(0).resolver(resolver).build();
+    let mut req = agent.post(&to.url).set("Content-Type", "application/json").set("User-Agent", "GridLinks");
+    for (k, v) in &to.headers {
+        req = req.set(k, v);
+    }
+    if let Some(secret) = &to.secret {
         use hmac::Mac;
         let ts = Ts::now().0.to_string();
         let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).map_err(|e| e.to_string())?;
@@ -990,7 +1011,7 @@ fn post(url: &str, body: &J, secret: Option<&str>, timeout: Duration, allow_priv
         let sig: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
         req = req.set("X-GridLinks-Timestamp", &ts).set("X-GridLinks-Signature", &format!("sha256={sig}"));
     }
-    match req.send_string(&text) {
+    match req.send_string(text) {
         Ok(_) => Ok(()),
         Err(ureq::Error::Status(code, r)) => {
             let said: String = r.into_string().unwrap_or_default().chars().take(200).collect();
