@@ -86,6 +86,7 @@ impl TsStore {
 struct SharedSink {
     db: Arc<dyn Shared>,
     writer: WriterHandle,
+    store: Store,
 }
 
 impl Sink for SharedSink {
@@ -95,11 +96,20 @@ impl Sink for SharedSink {
         let mut points = Vec::new();
         let mut rest = Vec::new();
         for (i, op) in ops.into_iter().enumerate() {
+            // What data forwarding sends of the time series goes to the node's outbox (the
+            // node's writer does that for everything else it writes).
+            let forward = matches!(op, WriteOp::Telemetry { .. }) && self.store.outbox_wants(&op);
             match op {
                 // Refused before it was produced ([`start`]'s check); a record from before
                 // that check is refused for good, not retried forever.
                 WriteOp::Telemetry { device, records } => match self.db.storable(&records) {
-                    Ok(()) => points.push((device, records)),
+                    Ok(()) => {
+                        if forward {
+                            let e = gridlinks_storage::OutboxEvent::Telemetry { device, records: records.clone() };
+                            rest.push((i, WriteOp::Outbox(e)));
+                        }
+                        points.push((device, records));
+                    }
                     Err(e) => results[i] = Err(e),
                 },
                 other => rest.push((i, other)),
@@ -496,7 +506,7 @@ pub async fn start(
             let log = KafkaLog::new(&settings, writer.clone(), check).context("kafka producer")?;
             let task = match &ts {
                 TsStore::Shared(db) => {
-                    let inner = SharedSink { db: db.clone(), writer: writer.clone() };
+                    let inner = SharedSink { db: db.clone(), writer: writer.clone(), store: store.clone() };
                     StorageWriter::spawn(&settings, AlarmSink { inner, feed: alarms.clone() })
                 }
                 TsStore::Embedded(..) => {

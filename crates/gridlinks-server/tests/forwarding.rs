@@ -1,11 +1,16 @@
 //! Data forwarding on the real binary: an HTTP sink (a real receiver on loopback, stopped
 //! and started again mid-stream, and the server killed with SIGKILL mid-stream) gets every
 //! acknowledged message, in order per device, filtered by profile, event type and key,
-//! signed; an MQTT sink delivers through a real Mosquitto that is restarted mid-stream;
-//! bad sinks are refused on save with a clear error; secrets are never shown.
+//! signed; an MQTT sink delivers through a real Mosquitto that is restarted mid-stream; a
+//! Kafka sink writes to a real Kafka whose broker is killed mid-stream, and from a node
+//! that commits to Kafka and stores time series in Cassandra, killed mid-stream; bad sinks
+//! are refused on save with a clear error; secrets are never shown.
 #![allow(clippy::unwrap_used)] // tests unwrap: a panic is the failure report
 
+#[path = "../../gridlinks-cassandra/tests/service/mod.rs"]
+mod cassandra_service;
 mod common;
+mod kafka_service;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -404,4 +409,110 @@ fn an_mqtt_sink_publishes_through_a_mosquitto_restarted_mid_stream() {
     let (_, v) = s.json("GET", &format!("/api/forwarding/sink/{}", created["id"]["id"].as_str().unwrap()), &jwt, None);
     assert!(v["stats"]["deliveredEvents"].as_u64().unwrap() >= 60, "{v}");
     sigterm(broker);
+}
+
+/// Every `t` of `device`'s telemetry events in `topic` so far (a fresh consumer group
+/// reading from the start, until nothing more comes for a while).
+fn kafka_values(bootstrap: &str, topic: &str, device: &str) -> BTreeSet<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("check-{}", free_port()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut got = BTreeSet::new();
+    let mut idle = 0;
+    while idle < 3 {
+        match consumer.poll(std::time::Duration::from_secs(1)) {
+            Some(Ok(m)) => {
+                idle = 0;
+                let e: J = serde_json::from_slice(m.payload().unwrap()).unwrap();
+                if e["deviceId"] == device && e["type"] == "TELEMETRY" {
+                    assert_eq!(m.key(), Some(device.as_bytes()), "a device's records are keyed by its id");
+                    got.insert(e["values"]["t"].as_i64().unwrap());
+                }
+            }
+            _ => idle += 1,
+        }
+    }
+    got
+}
+
+/// Creates `topic` (the test brokers create none by themselves, as production ones
+/// often do not) and a Kafka sink writing to it.
+fn kafka_sink(s: &Server, jwt: &str, bootstrap: &str, topic: &str) -> String {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let created = rt
+        .block_on(admin.create_topics(&[NewTopic::new(topic, 2, TopicReplication::Fixed(1))], &AdminOptions::new()))
+        .unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let v = sink(
+        s,
+        jwt,
+        json!({"name": "stream", "type": "KAFKA", "configuration": {"bootstrapServers": bootstrap, "topic": topic}}),
+    );
+    v["id"]["id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_kafka_sink_gets_every_acknowledged_message_across_a_broker_kill() {
+    let kafka = kafka_service::Kafka::start(1);
+    let bootstrap = kafka.env("x").into_iter().find(|(k, _)| k.ends_with("BOOTSTRAP_SERVERS")).unwrap().1;
+    let s = Server::start_env(&ENV);
+    let jwt = s.login();
+    let id = s.device(&jwt, "meter-k", "tok-k");
+    kafka_sink(&s, &jwt, &bootstrap, "gridlinks-forwarded");
+    let send = |from: i64, to: i64| {
+        for n in from..to {
+            let body = json!({"ts": 1_700_000_000_000i64 + n, "values": {"t": n}}).to_string();
+            assert_eq!(s.telemetry("tok-k", &body), 200);
+        }
+    };
+    send(0, 30);
+    wait_until("the first records in Kafka", || kafka_values(&bootstrap, "gridlinks-forwarded", &id).len() == 30);
+    // The sink's broker dies: ingest goes on; the sink retries until it is back.
+    kafka.run(&["stop", "1"]);
+    send(30, 60);
+    kafka.run(&["restart", "1"]);
+    wait_until("every acknowledged message in Kafka", || {
+        kafka_values(&bootstrap, "gridlinks-forwarded", &id) == (0..60).collect()
+    });
+}
+
+#[test]
+fn a_node_on_kafka_and_cassandra_forwards_what_it_stored_across_a_kill9() {
+    let (kafka, cassandra) = (kafka_service::Kafka::start(1), cassandra_service::Cassandra::start());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut env = kafka.env("node-1");
+    let bootstrap = env.iter().find(|(k, _)| k.ends_with("BOOTSTRAP_SERVERS")).unwrap().1.clone();
+    env.push(("GRIDLINKS_CLUSTER_TIMESERIES", "cassandra".into()));
+    env.push(("GRIDLINKS_CLUSTER_CASSANDRA_CONTACT_POINTS", cassandra.contact.clone()));
+    env.push(("GRIDLINKS_CLUSTER_CASSANDRA_REPLICATION_FACTOR", "1".into()));
+    env.extend(ENV.iter().map(|(k, v)| (*k, v.to_string())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let dir = tmp.path().join("data");
+    let mut s = Server::start_on(&dir, &env);
+    let jwt = s.login();
+    let id = s.device(&jwt, "meter-c", "tok-c");
+    kafka_sink(&s, &jwt, &bootstrap, "gridlinks-forwarded");
+    for n in 0..40 {
+        let body = json!({"ts": 1_700_000_000_000i64 + n, "values": {"t": n}}).to_string();
+        assert_eq!(s.telemetry("tok-c", &body), 200);
+    }
+    s.kill9();
+    let s = Server::start_on(&dir, &env);
+    for n in 40..60 {
+        let body = json!({"ts": 1_700_000_000_000i64 + n, "values": {"t": n}}).to_string();
+        assert_eq!(s.telemetry("tok-c", &body), 200);
+    }
+    wait_until("every acknowledged message in the sink's topic", || {
+        kafka_values(&bootstrap, "gridlinks-forwarded", &id) == (0..60).collect()
+    });
 }

@@ -245,6 +245,12 @@ impl Store {
         *self.inner.outbox.filter.write() = filter;
     }
 
+    /// Whether the outbox takes `op` once it is committed (what the writer asks for each
+    /// write; for a write committed elsewhere, which then goes as [`WriteOp::Outbox`]).
+    pub fn outbox_wants(&self, op: &WriteOp) -> bool {
+        self.inner.outbox.filter.read().as_ref().is_some_and(|f| f.wants(op))
+    }
+
     /// The last durable sequence number, changing after each sync that added entries.
     pub fn outbox_durable(&self) -> watch::Receiver<u64> {
         self.inner.outbox.durable.subscribe()

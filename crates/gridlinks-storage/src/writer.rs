@@ -171,6 +171,9 @@ pub enum WriteOp {
     },
     /// Removes time-series data.
     DeleteTelemetry(DeleteTelemetry),
+    /// Adds an entry to the outbox only (what was written elsewhere: time series a shared
+    /// database took, which data forwarding must still send).
+    Outbox(crate::OutboxEvent),
     /// Creates or updates a device.
     SaveDevice(SaveDevice),
     /// Creates or updates a device profile; a new name is written into its devices' type.
@@ -968,6 +971,10 @@ impl Writer {
                     results[i] = self.attributes(&mut seg, device, scope, keys.into_iter().map(|k| (k, None)));
                     seg.members.push(i);
                 }
+                WriteOp::Outbox(e) => {
+                    seg.outbox.push(e.encode(Ts::now()));
+                    seg.members.push(i);
+                }
                 WriteOp::CatchUp => {
                     // Without the lock: nothing is written but what others changed.
                     self.commit_segment(&mut seg, &mut results);
@@ -1562,7 +1569,8 @@ impl Writer {
             | WriteOp::DeleteAttributes { .. }
             | WriteOp::Broker(_)
             | WriteOp::ReserveKeys(_)
-            | WriteOp::CatchUp => Err(StoreError::Corrupt("op routed wrongly")),
+            | WriteOp::CatchUp
+            | WriteOp::Outbox(_) => Err(StoreError::Corrupt("op routed wrongly")),
         }
     }
 
