@@ -516,3 +516,36 @@ fn a_node_on_kafka_and_cassandra_forwards_what_it_stored_across_a_kill9() {
         kafka_values(&bootstrap, "gridlinks-forwarded", &id) == (0..60).collect()
     });
 }
+
+#[test]
+fn a_dead_sink_cannot_fill_the_disk_the_outbox_drops_its_oldest_and_says_so() {
+    let mut env = ENV.to_vec();
+    env.push(("GRIDLINKS_FORWARDING_OUTBOX_MAX_ENTRIES", "20"));
+    let s = Server::start_env(&env);
+    let jwt = s.login();
+    let dev = s.device(&jwt, "chatty", "tok-chatty");
+    let mut rx = Receiver::start();
+    rx.pause();
+    let v = sink(&s, &jwt, json!({"name": "down", "type": "HTTP", "configuration": {"url": rx.url()}}));
+    let id = v["id"]["id"].as_str().unwrap().to_owned();
+    for n in 0..100 {
+        let body = json!({"ts": 1_700_000_000_000i64 + n, "values": {"t": n}}).to_string();
+        assert_eq!(s.telemetry("tok-chatty", &body), 200, "ingest goes on while the sink is down");
+    }
+    wait_until("the dropped entries counted", || {
+        let (_, v) = s.json("GET", &format!("/api/forwarding/sink/{id}"), &jwt, None);
+        v["stats"]["droppedEntries"].as_u64().unwrap_or(0) > 0
+            && v["stats"]["lastError"].as_str().unwrap_or_default().contains("outbox was full")
+    });
+    // Trimmed each second: once ingest stops, the outbox is back within its bound.
+    wait_until("the outbox within its bound", || {
+        let (_, m) = s.req("GET", "/metrics", None, None);
+        let outbox = m.lines().find_map(|l| l.strip_prefix("gridlinks_forward_outbox_entries "));
+        outbox.and_then(|v| v.trim().parse::<u64>().ok()).is_some_and(|n| n <= 20)
+    });
+    rx.resume();
+    wait_until("the newest messages at the sink", || arrivals(&rx.events(), &dev).contains(&99));
+    let got = arrivals(&rx.events(), &dev);
+    assert!(got.len() < 100, "the oldest were dropped: {got:?}");
+    assert_in_order(&dev, &got);
+}

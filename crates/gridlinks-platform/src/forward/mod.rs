@@ -456,6 +456,10 @@ struct Stats {
 impl Stats {
     fn failed(&self, e: String) {
         self.failures.fetch_add(1, Ordering::Relaxed);
+        self.error(e);
+    }
+
+    fn error(&self, e: String) {
         *self.last_error.lock() = Some((Ts::now().0, e));
     }
 }
@@ -603,15 +607,29 @@ impl Forwarding {
         }
     }
 
-    /// Removes what every sink has sent, and the oldest entries past the bound.
+    /// Removes what every sink has sent, and the oldest entries past the bound (each sink
+    /// that had not confirmed them counts them as dropped and skips them).
     async fn trim(&self) {
         let (_, next) = self.core.store.outbox_bounds();
         let slowest = self.runners.lock().values().map(|r| r.stats.cursor.load(Ordering::Acquire)).min();
         let mut below = slowest.map_or(next, |c| c + 1);
         if next.saturating_sub(below) > self.cfg.outbox_max_entries {
             below = next - self.cfg.outbox_max_entries;
+            let mut lost_most = 0;
+            for r in self.runners.lock().values() {
+                let before = r.stats.cursor.fetch_max(below - 1, Ordering::AcqRel);
+                let lost = (below - 1).saturating_sub(before);
+                if lost > 0 {
+                    r.stats.dropped.fetch_add(lost, Ordering::Relaxed);
+                    r.stats.error(format!(
+                        "the outbox was full (forwarding.outbox_max_entries): {lost} entries were dropped before \
+                         this sink confirmed them"
+                    ));
+                    lost_most = lost_most.max(lost);
+                }
+            }
             tracing::warn!(
-                entries = next - below,
+                entries = lost_most,
                 "data forwarding: the outbox is full (forwarding.outbox_max_entries); its oldest entries are dropped"
             );
         }
@@ -657,13 +675,8 @@ async fn run(fwd: Arc<Forwarding>, sink: Sink, stats: Arc<Stats>) {
             }
             continue;
         }
-        let (tail, _) = store.outbox_bounds();
-        if cursor + 1 < tail {
-            let lost = tail - 1 - cursor;
-            stats.dropped.fetch_add(lost, Ordering::Relaxed);
-            stats.failed(format!("the outbox was full: {lost} entries were dropped before this sink sent them"));
-            cursor = tail - 1;
-        }
+        // Entries the outbox dropped (counted by the trim) are skipped.
+        cursor = cursor.max(stats.cursor.load(Ordering::Acquire));
         let (limit, from) = (fwd.cfg.batch_max_entries.max(1), cursor);
         let read = {
             let store = store.clone();
@@ -699,8 +712,7 @@ async fn run(fwd: Arc<Forwarding>, sink: Sink, stats: Arc<Stats>) {
                 stats.lag_ms.store(now - at.0, Ordering::Relaxed);
             }
         }
-        cursor = done_upto;
-        stats.cursor.store(cursor, Ordering::Release);
+        cursor = stats.cursor.fetch_max(done_upto, Ordering::AcqRel).max(done_upto);
         if let Err(e) = store.set_outbox_cursor(&reader, cursor) {
             stats.failed(format!("saving the cursor: {e}"));
         }
