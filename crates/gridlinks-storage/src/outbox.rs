@@ -85,8 +85,8 @@ impl OutboxEvent {
         })
     }
 
-    /// The entry of this event written at `at`.
-    pub(crate) fn encode(&self, at: Ts) -> Vec<u8> {
+    /// The stored form of this event written at `at`.
+    pub fn encode(&self, at: Ts) -> Vec<u8> {
         let mut w = Writer::new();
         w.ts(at);
         match self {
@@ -112,8 +112,8 @@ impl OutboxEvent {
         w.finish()
     }
 
-    /// (written at, event) of an entry.
-    pub(crate) fn decode(buf: &[u8]) -> Result<(Ts, Self), StoreError> {
+    /// (written at, event) of a stored entry.
+    pub fn decode(buf: &[u8]) -> Result<(Ts, Self), StoreError> {
         let mut r = Reader::new(buf)?;
         let at = r.ts()?;
         let uuid = |r: &mut Reader<'_>| -> Result<uuid::Uuid, StoreError> {
@@ -319,6 +319,16 @@ impl Store {
 mod tests {
     use super::*;
     use gridlinks_types::Value;
+
+    #[test]
+    fn the_fuzz_seeds_are_valid_entries() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/outbox");
+        for name in ["telemetry", "attributes", "alarm"] {
+            let bytes = std::fs::read(dir.join(name)).unwrap();
+            let (at, e) = OutboxEvent::decode(&bytes).unwrap();
+            assert_eq!(e.encode(at), bytes, "{name}");
+        }
+    }
 
     #[test]
     fn events_survive_encoding() {
