@@ -449,3 +449,66 @@ fn an_inactivity_rule_raises_when_a_device_goes_silent_and_clears_when_it_is_bac
     post(&s, "watched-1", json!({"t": 2}));
     wait_alarm(&s, &jwt, &id, "Inactivity", |a| a["status"] == "CLEARED_UNACK");
 }
+
+/// Thresholds from the device's customer's and tenant's server attributes, set through the
+/// REST telemetry API (`CUSTOMER` and `TENANT` entities): a change is used by the next
+/// message; a customer user reads its customer's attributes but may not change them;
+/// another tenant's customer is not found.
+#[test]
+fn customer_and_tenant_attributes_are_dynamic_thresholds() {
+    let s = Server::start();
+    let jwt = s.login();
+    let numeric = |key: &str, source: &str, attr: &str, default: i64| {
+        filter(
+            key,
+            "GREATER",
+            json!({"defaultValue": default, "dynamicValue": {"sourceType": source, "sourceAttribute": attr}}),
+        )
+    };
+    let profile = json!({"name": "kiln", "profileData": {"configuration": {"type": "DEFAULT"}, "alarms": [
+        {"id": "hot", "alarmType": "Hot", "createRules": {"MAJOR": {"condition": {"condition":
+            [numeric("temperature", "CURRENT_CUSTOMER", "maxTemp", 1000)]}}}},
+        {"id": "loud", "alarmType": "Loud", "createRules": {"MINOR": {"condition": {"condition":
+            [numeric("noise", "CURRENT_TENANT", "maxNoise", 1000)]}}}}]}});
+    let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(profile));
+    assert_eq!(st, 200, "{p}");
+    let body = json!({"name": "kiln-1", "deviceProfileId": p["id"]});
+    let (st, d) = s.json("POST", "/api/device?accessToken=tok-kiln", &jwt, Some(body));
+    assert_eq!(st, 200, "{d}");
+    let device = d["id"]["id"].as_str().unwrap().to_owned();
+    let customer = s.customer(&jwt, "Potters");
+    assert_eq!(s.json("POST", &format!("/api/customer/{customer}/device/{device}"), &jwt, None).0, 200);
+    // Below the constant 1000: nothing.
+    post(&s, "tok-kiln", json!({"temperature": 600, "noise": 70}));
+    let set = |entity: &str, id: &str, body: J| {
+        let path = format!("/api/plugins/telemetry/{entity}/{id}/attributes/SERVER_SCOPE");
+        let (st, out) = s.req("POST", &path, Some(&jwt), Some(&body.to_string()));
+        assert_eq!(st, 200, "{out}");
+    };
+    set("CUSTOMER", &customer, json!({"maxTemp": 500}));
+    let (_, me) = s.json("GET", "/api/auth/user", &jwt, None);
+    let tenant = me["tenantId"]["id"].as_str().unwrap().to_owned();
+    set("TENANT", &tenant, json!({"maxNoise": 60}));
+    post(&s, "tok-kiln", json!({"temperature": 600, "noise": 70}));
+    wait_alarm(&s, &jwt, &device, "Hot", |a| a["severity"] == "MAJOR");
+    wait_alarm(&s, &jwt, &device, "Loud", |a| a["severity"] == "MINOR");
+    let (st, v) = s.json(
+        "GET",
+        &format!("/api/plugins/telemetry/CUSTOMER/{customer}/values/attributes/SERVER_SCOPE"),
+        &jwt,
+        None,
+    );
+    assert_eq!((st, v[0]["key"].as_str(), v[0]["value"].as_i64()), (200, Some("maxTemp"), Some(500)), "{v}");
+    // A customer user reads its customer's attributes, and changes none.
+    let (_, user_jwt) = s.user(&jwt, "potter@example.com", Some(&customer), "potter-password");
+    let path = format!("/api/plugins/telemetry/CUSTOMER/{customer}/values/attributes/SERVER_SCOPE");
+    assert_eq!(s.json("GET", &path, &user_jwt, None).0, 200);
+    let path = format!("/api/plugins/telemetry/CUSTOMER/{customer}/attributes/SERVER_SCOPE");
+    assert_eq!(s.req("POST", &path, Some(&user_jwt), Some(r#"{"maxTemp":1}"#)).0, 403);
+    let path = format!("/api/plugins/telemetry/TENANT/{tenant}/values/attributes/SERVER_SCOPE");
+    assert_eq!(s.json("GET", &path, &user_jwt, None).0, 403);
+    // A customer that does not exist is not found (another tenant's: tenants.rs).
+    let missing = "6d1c3e3a-0000-4000-8000-0000000000ff";
+    let path = format!("/api/plugins/telemetry/CUSTOMER/{missing}/attributes/SERVER_SCOPE");
+    assert_eq!(s.req("POST", &path, Some(&jwt), Some(r#"{"maxTemp":1}"#)).0, 404);
+}

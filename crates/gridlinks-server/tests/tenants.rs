@@ -351,6 +351,11 @@ fn tenants_see_nothing_of_each_other() {
     // Asset data is the asset owner's, as a device's is.
     let asset_data = device_data_routes(&a_asset).into_iter().filter(|r| r.2.contains("/DEVICE/"));
     tried.extend(asset_data.map(|(r, m, path, body)| (r, m, path.replace("/DEVICE/", "/ASSET/"), body)));
+    // So are a customer's and a tenant's (alarm rules' dynamic thresholds read them).
+    for (kind, id) in [("CUSTOMER", &a_cust), ("TENANT", &alpha_id)] {
+        let data = device_data_routes(id).into_iter().filter(|r| r.2.contains("/DEVICE/"));
+        tried.extend(data.map(|(r, m, path, body)| (r, m, path.replace("/DEVICE/", &format!("/{kind}/")), body)));
+    }
     // Queries and id lists answer with the caller's own only.
     let (_, found) = s.json("GET", &format!("/api/assets?assetIds={a_asset}"), &beta, None);
     assert_eq!(found, json!([]));

@@ -1051,9 +1051,15 @@ impl Writer {
         if let Some(a) = seg.alive.get(&device) {
             return Ok(*a);
         }
-        // An asset holds data under its id as a device does.
+        // An asset, a customer and a tenant hold data under their ids as a device does.
         let ks = &self.engine()?.ks;
-        let a = ks.devices.contains_key(device.as_bytes())? || ks.docs.contains_key(DocKind::Asset.key(device.0))?;
+        let mut a = ks.devices.contains_key(device.as_bytes())?;
+        for kind in [DocKind::Asset, DocKind::Customer, DocKind::Tenant] {
+            if a {
+                break;
+            }
+            a = ks.docs.contains_key(kind.key(device.0))?;
+        }
         seg.alive.insert(device, a);
         Ok(a)
     }
@@ -1345,7 +1351,7 @@ impl Writer {
                 if let Some(companion) = kind.companion() {
                     batch.remove(&engine.ks.docs, companion.key(id));
                 }
-                if kind == DocKind::Asset {
+                if matches!(kind, DocKind::Asset | DocKind::Customer | DocKind::Tenant) {
                     self.remove_data(&mut batch, &engine, DeviceId(id))?;
                 }
                 batch.commit(&self.store)?;
@@ -1645,7 +1651,7 @@ impl Writer {
         ] {
             for d in self.store.docs(kind)? {
                 if d.doc.get("tenantId") == Some(&id_json) {
-                    if kind == DocKind::Asset {
+                    if matches!(kind, DocKind::Asset | DocKind::Customer) {
                         self.remove_data(&mut batch, &engine, DeviceId(d.id))?;
                     }
                     batch.remove(&engine.ks.docs, kind.key(d.id));
@@ -1655,6 +1661,7 @@ impl Writer {
                 }
             }
         }
+        self.remove_data(&mut batch, &engine, DeviceId(tenant))?;
         batch.remove(&engine.ks.docs, DocKind::Tenant.key(tenant));
         self.store.change_profiles(|| batch.commit(&self.store))?;
         Ok(WriteOutcome::Done)

@@ -21,7 +21,7 @@ use gridlinks_ingest::{IngestError, Item};
 use gridlinks_platform::activity;
 use gridlinks_platform::attributes;
 use gridlinks_platform::auth;
-use gridlinks_platform::auth::{Auth, Caller};
+use gridlinks_platform::auth::{Auth, Authority, Caller};
 use gridlinks_platform::entities::devices::{self, Credentials};
 use gridlinks_platform::entities::ota;
 use gridlinks_platform::Core;
@@ -709,13 +709,32 @@ pub(crate) fn entity(entity_type: &str, id: &str) -> ApiResult<DeviceId> {
     model::entity_device_id(entity_type, id).map_err(entity_error)
 }
 
-/// The id the data of an entity reference (a device or an asset) is kept under, if the
-/// caller may see and control it (404 when there is none or it is another tenant's, 403 as
-/// [`device_for`]).
-async fn existing_device(st: &Core, me: &Caller, entity_type: &str, id: &str) -> ApiResult<DeviceId> {
-    if entity_type == "ASSET" {
-        let a = gridlinks_platform::entities::assets::get(st, me, uuid(id, "asset")?).await?;
-        return Ok(DeviceId(a.id));
+/// The id the data of an entity reference (a device, an asset, a customer or a tenant) is
+/// kept under, if the caller may see it and, for a `write`, change it (404 when there is
+/// none or it is another tenant's, 403 as [`device_for`]). A customer's data is its tenant
+/// administrators' to change and its users' to read; a tenant's, its administrators'.
+async fn existing_device(st: &Core, me: &Caller, entity_type: &str, id: &str, write: bool) -> ApiResult<DeviceId> {
+    match entity_type {
+        "ASSET" => {
+            let a = gridlinks_platform::entities::assets::get(st, me, uuid(id, "asset")?).await?;
+            return Ok(DeviceId(a.id));
+        }
+        "CUSTOMER" => {
+            let c = gridlinks_platform::entities::customers::get(st, me, uuid(id, "customer")?).await?;
+            if write && me.authority != Authority::TenantAdmin {
+                return Err(ApiError::forbidden());
+            }
+            return Ok(DeviceId(c.id));
+        }
+        "TENANT" => {
+            let t = uuid(id, "tenant")?;
+            if me.authority != Authority::TenantAdmin || t != me.tenant {
+                let missing = || ApiError::not_found(format!("Tenant with id [{t}] is not found"));
+                return Err(ApiError::hidden(me, t, missing));
+            }
+            return Ok(DeviceId(t));
+        }
+        _ => {}
     }
     let id = entity(entity_type, id)?;
     let store = st.store.clone();
@@ -775,7 +794,7 @@ pub async fn get_timeseries_history(
 }
 
 async fn timeseries(st: Arc<Core>, me: &Caller, et: &str, id: &str, p: TsParams) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, me, et, id).await?;
+    let device = existing_device(&st, me, et, id, false).await?;
     let strict = p.use_strict_data_types.unwrap_or(false);
     let keys = key_list(p.keys.as_deref());
     let store = st.ts.clone();
@@ -856,7 +875,7 @@ pub async fn ts_keys(
     Path((et, id)): Path<(String, String)>,
     Q(_): Q<NoParams>,
 ) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id, false).await?;
     let store = st.ts.clone();
     Ok(Json(json!(blocking(move || store.reads().ts_keys(device)).await?)))
 }
@@ -877,7 +896,7 @@ pub async fn attr_keys(
     Path((et, id)): Path<(String, String)>,
     Q(_): Q<NoParams>,
 ) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id, false).await?;
     attribute_keys(st, device, None).await
 }
 
@@ -889,7 +908,7 @@ pub async fn attr_keys_scope(
     Q(_): Q<NoParams>,
 ) -> ApiResult<Json<J>> {
     let sc = scope(&sc)?;
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id, false).await?;
     attribute_keys(st, device, Some(sc)).await
 }
 
@@ -916,7 +935,7 @@ pub async fn get_attributes(
     Path((et, id)): Path<(String, String)>,
     Q(p): Q<KeysParam>,
 ) -> ApiResult<Json<J>> {
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id, false).await?;
     attribute_values(st, device, None, key_list(p.keys.as_deref())).await
 }
 
@@ -928,7 +947,7 @@ pub async fn get_attributes_scope(
     Q(p): Q<KeysParam>,
 ) -> ApiResult<Json<J>> {
     let sc = scope(&sc)?;
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id, false).await?;
     attribute_values(st, device, Some(sc), key_list(p.keys.as_deref())).await
 }
 
@@ -969,12 +988,15 @@ async fn save_attributes(
     if sc == AttributeScope::Client {
         return Err(ApiError::bad_request("Invalid scope: CLIENT_SCOPE"));
     }
-    let device = existing_device(st, me, et, id).await?;
+    let device = existing_device(st, me, et, id, true).await?;
     let values = payload::parse_attributes(body, st.payload_limits(), false).map_err(payload_error)?;
     let pushed = (sc == AttributeScope::Shared).then(|| values.clone());
     let timeout = values.iter().find(|(k, _)| k == activity::INACTIVITY_TIMEOUT).map(|(_, v)| v.clone());
     let timeout = timeout.filter(|_| sc == AttributeScope::Server && et == "DEVICE");
     st.ingest.submit_one(Item::Attributes { device, scope: sc, values }).await?;
+    if et == "CUSTOMER" || et == "TENANT" {
+        st.alarms.owner_attributes_changed();
+    }
     if let Some(t) = timeout {
         st.activity.timeout_changed(device, Some(&t));
     }
@@ -1014,13 +1036,16 @@ async fn remove_attributes(
     q: KeysParam,
 ) -> ApiResult<StatusCode> {
     let sc = scope(sc)?;
-    let device = existing_device(&p.core, me, et, id).await?;
+    let device = existing_device(&p.core, me, et, id, true).await?;
     let keys =
         key_list(q.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     let pushed = (sc == AttributeScope::Shared).then(|| keys.clone());
     let timeout =
         sc == AttributeScope::Server && et == "DEVICE" && keys.iter().any(|k| k == activity::INACTIVITY_TIMEOUT);
     p.core.ingest.submit_one(Item::DeleteAttributes { device, scope: sc, keys }).await?;
+    if et == "CUSTOMER" || et == "TENANT" {
+        p.core.alarms.owner_attributes_changed();
+    }
     if timeout {
         p.core.activity.timeout_changed(device, None);
     }
@@ -1038,7 +1063,7 @@ pub async fn post_timeseries(
     Q(_): Q<NoParams>,
     Body(body): Body,
 ) -> ApiResult<StatusCode> {
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id, true).await?;
     let records = payload::parse_telemetry(&body, Ts::now(), st.payload_limits()).map_err(payload_error)?;
     st.ingest.submit_one(Item::Telemetry { device, records }).await?;
     Ok(StatusCode::OK)
@@ -1065,7 +1090,7 @@ pub async fn delete_timeseries(
     Path((et, id)): Path<(String, String)>,
     Q(p): Q<DeleteParams>,
 ) -> ApiResult<StatusCode> {
-    let device = existing_device(&st, &me, &et, &id).await?;
+    let device = existing_device(&st, &me, &et, &id, true).await?;
     let keys =
         key_list(p.keys.as_deref()).filter(|k| !k.is_empty()).ok_or_else(|| ApiError::bad_request("Empty keys: []"))?;
     let range = if p.delete_all_data_for_keys.unwrap_or(false) {

@@ -200,10 +200,17 @@ pub fn start(core: Core, rx: Receivers) -> Vec<tokio::task::JoinHandle<()>> {
     rx.into_iter().map(|rx| tokio::spawn(Worker::new(core.clone(), rules.clone()).run(rx))).collect()
 }
 
+/// How long a customer's or tenant's attribute read for a device's rules is used before it
+/// is read again (a change on this node is seen at once; one on another node after this).
+const OWNER_TTL: Duration = Duration::from_secs(60);
+
 /// One device as its worker knows it.
 struct Device {
     tenant: uuid::Uuid,
     customer: Option<uuid::Uuid>,
+    /// With rules that read its customer's or tenant's attributes: when they were read, and
+    /// the generation of those attributes then ([`crate::alarms::Alarms::owner_generation`]).
+    owners: Option<(u64, std::time::Instant)>,
     rules: Arc<ProfileAlarms>,
     data: HashMap<DataKey, Value>,
     /// Per alarm id.
@@ -269,13 +276,29 @@ impl Worker {
                 }
             }
         }
+        let generation = self.core.alarms.owner_generation();
         let d = self.devices.get_mut(&id)?;
-        d.customer = rec.customer;
-        Some(d)
+        let stale = d.owners.is_some_and(|(g, at)| g != generation || at.elapsed() > OWNER_TTL);
+        if stale || d.customer != rec.customer {
+            d.customer = rec.customer;
+            let keys = owner_keys(&d.rules);
+            let (store, customer, tenant) = (self.core.store.clone(), d.customer, d.tenant);
+            match crate::entities::blocking(move || owner_values(&store, &keys, customer, tenant)).await {
+                Ok(values) => {
+                    let d = self.devices.get_mut(&id)?;
+                    d.data.retain(|k, _| !matches!(k, DataKey::Customer(_) | DataKey::Tenant(_)));
+                    d.data.extend(values);
+                    d.owners = d.owners.map(|_| (generation, std::time::Instant::now()));
+                }
+                Err(e) => tracing::warn!(device = %id, error = %e, "alarm rules: reading owner attributes failed"),
+            }
+        }
+        self.devices.get_mut(&id)
     }
 
     async fn load(&self, rec: &DeviceRecord, rules: Arc<ProfileAlarms>) -> Result<Device, StoreError> {
         let tenant = self.core.tenant_of(rec.tenant);
+        let generation = self.core.alarms.owner_generation();
         let keys: Vec<DataKey> = rules.alarms.iter().flat_map(|a| a.keys.iter().cloned()).collect();
         let (store, ts, id, customer, rec2) =
             (self.core.store.clone(), self.core.ts.clone(), rec.id, rec.customer, rec.clone());
@@ -291,28 +314,21 @@ impl Worker {
                 }
             }
             for k in &keys {
-                // A device's attribute of any scope; a customer's or tenant's server one.
-                let (owner, name, scope) = match k {
-                    DataKey::Attribute(n) => (Some(id), n, None),
-                    DataKey::Customer(n) => (customer.map(DeviceId), n, Some(AttributeScope::Server)),
-                    DataKey::Tenant(n) => (Some(DeviceId(tenant)), n, Some(AttributeScope::Server)),
+                match k {
+                    DataKey::Attribute(n) => {
+                        if let Some(v) = attribute(&store, id, n, None)? {
+                            data.insert(k.clone(), v);
+                        }
+                    }
                     DataKey::EntityField(f) => {
                         if let Some(v) = entity_field(&rec2, f) {
                             data.insert(k.clone(), v);
                         }
-                        continue;
                     }
-                    DataKey::Timeseries(_) => continue,
-                };
-                let Some(owner) = owner else { continue };
-                let names = [name.clone()];
-                // Server over shared over client, as the rule engine reads them.
-                let mut found = store.attributes(owner, scope, Some(&names))?;
-                found.sort_by_key(|a| std::cmp::Reverse(a.scope as u8));
-                if let Some(a) = found.into_iter().next() {
-                    data.insert(k.clone(), a.value);
+                    DataKey::Customer(_) | DataKey::Tenant(_) | DataKey::Timeseries(_) => {}
                 }
             }
+            data.extend(owner_values(&store, &keys, customer, tenant)?);
             Ok(data)
         })
         .await?;
@@ -321,7 +337,8 @@ impl Worker {
         let mut states: HashMap<String, AlarmState> =
             saved.and_then(|d| serde_json::from_value(d.doc).ok()).unwrap_or_default();
         states.retain(|id, _| rules.alarms.iter().any(|a| &a.id == id));
-        Ok(Device { tenant, customer: rec.customer, rules, data, states })
+        let owners = (!owner_keys(&rules).is_empty()).then(|| (generation, std::time::Instant::now()));
+        Ok(Device { tenant, customer: rec.customer, owners, rules, data, states })
     }
 
     async fn event(&mut self, e: Event) {
@@ -454,6 +471,46 @@ impl Worker {
             Err(e) => tracing::warn!(error = %e, "alarm rules: rule states were not written"),
         }
     }
+}
+
+/// The keys of `rules` that are its customer's or tenant's attributes.
+fn owner_keys(rules: &ProfileAlarms) -> Vec<DataKey> {
+    let keys = rules.alarms.iter().flat_map(|a| a.keys.iter());
+    keys.filter(|k| matches!(k, DataKey::Customer(_) | DataKey::Tenant(_))).cloned().collect()
+}
+
+/// The values of a device's customer's and tenant's keys (their server attributes).
+fn owner_values(
+    store: &gridlinks_storage::Store,
+    keys: &[DataKey],
+    customer: Option<uuid::Uuid>,
+    tenant: uuid::Uuid,
+) -> Result<HashMap<DataKey, Value>, StoreError> {
+    let mut out = HashMap::new();
+    for k in keys {
+        let (owner, name) = match k {
+            DataKey::Customer(n) => (customer.map(DeviceId), n),
+            DataKey::Tenant(n) => (Some(DeviceId(tenant)), n),
+            _ => continue,
+        };
+        if let Some(v) = owner.map(|o| attribute(store, o, name, Some(AttributeScope::Server))).transpose()?.flatten() {
+            out.insert(k.clone(), v);
+        }
+    }
+    Ok(out)
+}
+
+/// An attribute of `owner` in `scope` (any scope: server over shared over client, as the
+/// rule engine reads them).
+fn attribute(
+    store: &gridlinks_storage::Store,
+    owner: DeviceId,
+    name: &str,
+    scope: Option<AttributeScope>,
+) -> Result<Option<Value>, StoreError> {
+    let mut found = store.attributes(owner, scope, Some(&[name.to_owned()]))?;
+    found.sort_by_key(|a| std::cmp::Reverse(a.scope as u8));
+    Ok(found.into_iter().next().map(|a| a.value))
 }
 
 /// A device's entity field as an alarm rule reads it.

@@ -245,6 +245,9 @@ pub struct Alarms {
     changes: tokio::sync::watch::Sender<u64>,
     /// Where alarm events go to notify.
     notify: crate::notify::Sender,
+    /// Counts writes of customers' and tenants' attributes on this node (alarm rules'
+    /// dynamic thresholds read them).
+    owner_attributes: AtomicU64,
 }
 
 #[derive(Default)]
@@ -290,6 +293,17 @@ pub enum Raised {
 }
 
 impl Alarms {
+    /// Says that a customer's or tenant's attributes changed on this node: alarm rules read
+    /// them again before their next evaluation.
+    pub fn owner_attributes_changed(&self) {
+        self.owner_attributes.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times [`Alarms::owner_attributes_changed`] was called.
+    pub fn owner_generation(&self) -> u64 {
+        self.owner_attributes.load(Ordering::Acquire)
+    }
+
     /// The alarms in `store`, indexed.
     pub fn load(
         store: Store,
@@ -306,6 +320,7 @@ impl Alarms {
             locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             changes: tokio::sync::watch::Sender::new(0),
             notify,
+            owner_attributes: AtomicU64::new(0),
         };
         me.reload()?;
         Ok(me)
