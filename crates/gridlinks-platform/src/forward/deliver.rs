@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 use super::{render_topic, Sink, Target};
 use crate::config::ForwardingConfig;
-use crate::notify::{post, resolve, Destination};
+use crate::notify::{agent, post_with, resolve, Destination};
 
 /// Largest packet an MQTT sink's broker may send us (acks and pings only).
 const MQTT_MAX_PACKET: usize = 64 * 1024;
@@ -23,6 +23,7 @@ pub(super) struct Deliverer {
     target: Target,
     timeout: Duration,
     allow_private: bool,
+    http: Option<ureq::Agent>,
     kafka: Option<gridlinks_kafka::ExternalProducer>,
     mqtt: Option<MqttLink>,
     name: String,
@@ -34,6 +35,7 @@ impl Deliverer {
             target: sink.target.clone(),
             timeout: cfg.timeout.duration(),
             allow_private: cfg.allow_private_addresses,
+            http: None,
             kafka: None,
             mqtt: None,
             name: format!("gridlinks-sink-{}", sink.id),
@@ -44,6 +46,7 @@ impl Deliverer {
     pub async fn deliver(&mut self, events: &[J]) -> Result<(), String> {
         match self.target.clone() {
             Target::Http { url, headers, secret, batch_size } => {
+                let http = self.http.get_or_insert_with(|| agent(self.timeout, self.allow_private, "forwarding"));
                 for chunk in events.chunks(batch_size) {
                     let to = Destination {
                         url: url.clone(),
@@ -52,8 +55,8 @@ impl Deliverer {
                         timeout: self.timeout,
                         allow_private: self.allow_private,
                     };
-                    let body = J::Array(chunk.to_vec()).to_string();
-                    tokio::task::spawn_blocking(move || post(&to, &body, "forwarding"))
+                    let (body, http) = (J::Array(chunk.to_vec()).to_string(), http.clone());
+                    tokio::task::spawn_blocking(move || post_with(&http, &to, &body))
                         .await
                         .map_err(|e| e.to_string())??;
                 }

@@ -693,10 +693,9 @@ async fn run(fwd: Arc<Forwarding>, sink: Sink, stats: Arc<Stats>) {
         // Read up to `upto` unless the batch was full.
         let done_upto = if entries.len() < limit { upto } else { entries.last().map_or(upto, |e| e.seq) };
         let last_at = entries.last().map(|e| e.at);
-        let events = {
-            let (core, sink) = (fwd.core.clone(), sink.clone());
-            blocking(move || Ok(events(&core, &sink, entries))).await.unwrap_or_default()
-        };
+        let (core, sink_now) = (fwd.core.clone(), sink.clone());
+        // Fails only while the server stops: nothing is skipped then.
+        let Ok(events) = blocking(move || Ok(events(&core, &sink_now, entries))).await else { return };
         if !events.is_empty() {
             let mut delay = fwd.cfg.retry_delay.duration();
             while let Err(e) = out.deliver(&events).await {

@@ -991,12 +991,21 @@ pub(crate) fn resolve(netloc: &str, allow_private: bool, section: &str) -> std::
     Ok(usable)
 }
 
-/// Sends one webhook POST of a JSON `text` (blocking); `section` names the configuration
-/// section whose `allow_private_addresses` applies, for the error.
-pub(crate) fn post(to: &Destination, text: &str, section: &'static str) -> Result<(), String> {
-    let allow_private = to.allow_private;
+/// An HTTP client for webhooks: no redirects, and every connection's address checked by
+/// [`resolve`] (`section` names the configuration section whose `allow_private_addresses`
+/// applies, for the error). It keeps connections open for the next request.
+pub(crate) fn agent(timeout: Duration, allow_private: bool, section: &'static str) -> ureq::Agent {
     let resolver = move |netloc: &str| resolve(netloc, allow_private, section);
-    let agent = ureq::AgentBuilder::new().timeout(to.timeout).redirects(0).resolver(resolver).build();
+    ureq::AgentBuilder::new().timeout(timeout).redirects(0).resolver(resolver).build()
+}
+
+/// Sends one webhook POST of a JSON `text` (blocking) with a new [`agent`].
+fn post(to: &Destination, text: &str, section: &'static str) -> Result<(), String> {
+    post_with(&agent(to.timeout, to.allow_private, section), to, text)
+}
+
+/// Sends one webhook POST of a JSON `text` through `agent` (blocking).
+pub(crate) fn post_with(agent: &ureq::Agent, to: &Destination, text: &str) -> Result<(), String> {
     let mut req = agent.post(&to.url).set("Content-Type", "application/json").set("User-Agent", "GridLinks");
     for (k, v) in &to.headers {
         req = req.set(k, v);
