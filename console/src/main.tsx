@@ -12,6 +12,7 @@ import { DevicePage } from './pages/device';
 import { Devices } from './pages/devices';
 import { DashboardPage, Dashboards } from './pages/dashboards';
 import { Customers, MqttClients, Profiles, Users } from './pages/entities';
+import { Forwarding } from './pages/forwarding';
 import { Import } from './pages/import';
 import { System } from './pages/system';
 
@@ -84,7 +85,7 @@ function LiveNotice() {
 
 const TENANT_PAGES: [string, string][] = [
   ['/devices', 'Devices'], ['/alarms', 'Alarms'], ['/import', 'Import'], ['/customers', 'Customers'], ['/users', 'Users'],
-  ['/profiles', 'Profiles'], ['/dashboards', 'Dashboards'], ['/mqtt', 'MQTT clients'], ['/system', 'System'],
+  ['/profiles', 'Profiles'], ['/dashboards', 'Dashboards'], ['/mqtt', 'MQTT clients'], ['/forwarding', 'Forwarding'], ['/system', 'System'],
 ];
 
 function Page({ route, me }: { route: string; me: User }) {
@@ -96,6 +97,8 @@ function Page({ route, me }: { route: string; me: User }) {
   if (dashboard) return <DashboardPage key={dashboard[1]} id={dashboard[1]} me={me} />;
   if (route === '/dashboards') return <Dashboards me={me} />;
   if (route === '/alarms') return <Alarms />;
+  // Not in a customer user's menu; opened anyway, the page says the server refuses it (403).
+  if (route === '/forwarding') return <Forwarding />;
   switch (admin ? route : '/devices') {
     case '/import': return <Import />;
     case '/customers': return <Customers />;
