@@ -325,6 +325,24 @@ pub struct CrashLoopArgs {
     /// REST calls of the final loss check in flight at once.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub verify_threads: u16,
+    /// Also forward every point to an HTTP sink (a receiver the tool runs on loopback,
+    /// see `mqtt-telemetry --forward-http`), stop that receiver abruptly once in every
+    /// cycle (--receiver-down), and check after the last restart that every acknowledged
+    /// point of every cycle reached it.
+    #[arg(long)]
+    pub forward_http: bool,
+    /// With --forward-http: in each cycle, a quarter of the way to the server's kill, the
+    /// receiver stops (listener closed, open connections dropped, requests in progress
+    /// unanswered) and starts again on the same port this much later.
+    #[arg(long, value_parser = parse_duration, default_value = "2s", requires = "forward_http")]
+    pub receiver_down: Duration,
+    /// With --forward-http: events per POST (the sink's batchSize).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub forward_batch_size: u16,
+    /// With --forward-http: how long after the last restart every acknowledged point may
+    /// take to reach the sink.
+    #[arg(long, value_parser = parse_duration, default_value = "120s")]
+    pub forward_drain: Duration,
     /// Also write the result as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -652,6 +670,70 @@ pub struct TelemetryArgs {
     pub device_names_file: Option<PathBuf>,
     #[command(flatten)]
     pub api: ApiArgs,
+    #[command(flatten)]
+    pub forward: ForwardArgs,
+}
+
+/// Data forwarding while the load runs (`mqtt-telemetry`, also inside `compare`): a sink
+/// of the server (`POST /api/forwarding/sink`) that sends the devices' telemetry to a
+/// receiver the tool runs, created after the devices are imported and before the load,
+/// deleted after the run.
+#[derive(Debug, Args, Clone, Default, Serialize, Deserialize)]
+pub struct ForwardArgs {
+    /// Forward the telemetry to an HTTP sink: the tool runs an HTTP receiver on loopback
+    /// that answers every POST with 200 and records each event. Reports events received,
+    /// every acknowledged message at the sink (exit code 2 when any is still missing after
+    /// --forward-drain), duplicates, and the lag receive time - the message's `ts`. The
+    /// server must allow loopback sinks (GRIDLINKS_FORWARDING_ALLOW_PRIVATE_ADDRESSES=true;
+    /// `compare` starts GridLinks so). Needs --api and the device names (as --verify).
+    #[arg(long, conflicts_with_all = ["forward_kafka", "forward_blackhole"])]
+    pub forward_http: bool,
+    /// Forward the telemetry to a Kafka sink at these bootstrap servers (host:port,...):
+    /// the tool creates the topic `gridlinks-bench-forward-<random>` (--forward-partitions,
+    /// one replica) and reads it from the beginning; otherwise as --forward-http.
+    #[arg(long, value_name = "BOOTSTRAP", conflicts_with = "forward_blackhole")]
+    pub forward_kafka: Option<String>,
+    /// Forward the telemetry to a dead HTTP sink: a loopback listener that accepts
+    /// connections and never answers. Measures ingest while the server's outbox grows
+    /// (gridlinks_forward_outbox_entries at the window's end is reported).
+    #[arg(long)]
+    pub forward_blackhole: bool,
+    /// HTTP sinks: events per POST (the sink's configuration.batchSize).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub forward_batch_size: u16,
+    /// Kafka sinks: partitions of the topic the tool creates.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=1000))]
+    pub forward_partitions: i32,
+    /// After the last acknowledgement, how long to wait for every acknowledged message to
+    /// reach the sink before counting the rest missing.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub forward_drain: Duration,
+}
+
+/// The kinds of sink `--forward-*` creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardSink {
+    /// `--forward-http`.
+    Http,
+    /// `--forward-kafka BOOTSTRAP`.
+    Kafka(String),
+    /// `--forward-blackhole`.
+    Blackhole,
+}
+
+impl ForwardArgs {
+    /// The sink asked for, if any.
+    pub fn sink(&self) -> Option<ForwardSink> {
+        if self.forward_http {
+            Some(ForwardSink::Http)
+        } else if let Some(b) = &self.forward_kafka {
+            Some(ForwardSink::Kafka(b.clone()))
+        } else if self.forward_blackhole {
+            Some(ForwardSink::Blackhole)
+        } else {
+            None
+        }
+    }
 }
 
 /// Which servers a comparison starts, and from where.

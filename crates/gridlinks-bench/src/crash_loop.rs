@@ -32,6 +32,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::cli::{CrashLoopArgs, DurationRange, MqttVersion, Transport};
+use crate::forward::{Forwarding, ForwardingReport};
 use crate::loss_check::{self, AckLog, DeviceAcks, LossReport};
 use crate::proc_stats::ProcessStats;
 use crate::report::{self, per_second, thousands, LatencySummary, Reasons};
@@ -146,6 +147,9 @@ pub struct CrashLoopReport {
     /// Every acknowledged point of every cycle against what is stored after the last
     /// restart.
     pub loss_check: LossReport,
+    /// With `--forward-http`: every acknowledged point of every cycle against what the
+    /// sink received by the end of the drain.
+    pub forwarding: Option<ForwardingReport>,
 }
 
 impl CrashLoopReport {
@@ -154,9 +158,15 @@ impl CrashLoopReport {
         self.cycles.iter().filter(|c| c.acked == 0).map(|c| c.cycle).collect()
     }
 
-    /// True when no acknowledged point is missing and every cycle acknowledged some.
+    /// True when no acknowledged point is missing (stored, and at the sink with
+    /// `--forward-http`) and every cycle acknowledged some.
     pub fn passed(&self) -> bool {
-        self.loss_check.passed() && self.cycles_without_acks().is_empty()
+        self.checks_passed() && self.cycles_without_acks().is_empty()
+    }
+
+    /// True when no acknowledged point is missing from the store or the sink.
+    pub fn checks_passed(&self) -> bool {
+        self.loss_check.passed() && self.forwarding.as_ref().is_none_or(ForwardingReport::passed)
     }
 
     /// Acknowledged points of all cycles.
@@ -223,6 +233,9 @@ impl CrashLoopReport {
             mean,
             max,
         );
+        if let Some(f) = &self.forwarding {
+            s.push_str(&f.human());
+        }
         s.push_str(&self.loss_check.human());
         let idle = self.cycles_without_acks();
         if !idle.is_empty() {
@@ -293,10 +306,10 @@ pub async fn run(args: CrashLoopArgs) -> anyhow::Result<std::process::ExitCode> 
     }
     server.stop().await?;
     let idle = report.cycles_without_acks();
-    if report.loss_check.passed() && !idle.is_empty() {
+    if report.checks_passed() && !idle.is_empty() {
         bail!("cycles {idle:?} acknowledged nothing: check the server log and the options");
     }
-    Ok(crate::exit_code(report.loss_check.passed()))
+    Ok(crate::exit_code(report.checks_passed()))
 }
 
 /// Fails unless `dir` is absent or an empty directory: the proof starts from an empty store.
@@ -341,17 +354,40 @@ async fn crash_loop(args: &CrashLoopArgs, seed: u64, server: &mut ManagedServer)
     let mut rng = Rng::new(seed);
     let mut acks: Vec<AckLog> = vec![AckLog::default(); args.devices];
     let mut cycles = Vec::with_capacity(args.cycles as usize);
+    let mut forwarding = match args.forward_http {
+        true => Some(
+            Forwarding::start_http(api.clone(), args.forward_batch_size, args.forward_drain, Arc::default()).await?,
+        ),
+        false => None,
+    };
+    let started = Instant::now();
     // Stamps of the next cycle start past every stamp sent so far.
     let mut first_ts = 0u64;
     for cycle in 1..=args.cycles {
         let delay = args.kill_after.at(rng.unit());
         eprintln!("cycle {cycle}/{}: load, kill -9 after {:.2} s", args.cycles, delay.as_secs_f64());
+        let outage =
+            forwarding.as_ref().and_then(|f| Some((f.http_receiver()?, f.stats_reader()))).map(|(receiver, stats)| {
+                let (at, down) = (delay / 4, args.receiver_down);
+                tokio::spawn(async move {
+                    tokio::time::sleep(at).await;
+                    receiver.stop().await;
+                    eprintln!("cycle {cycle}: the sink's receiver stopped, {:.2} s down", down.as_secs_f64());
+                    tokio::time::sleep(down).await;
+                    receiver.resume().await?;
+                    // What the server counted meanwhile (nothing if it was killed first).
+                    anyhow::Ok(stats.read().await.map(|s| s.failed_attempts))
+                })
+            });
         let load = match setup.transport {
             Transport::Mqtt => mqtt_cycle(&setup, server, first_ts, delay).await?,
             Transport::Http => http_cycle(&setup, server, first_ts, delay).await?,
         };
         let restart_to_ready =
             server.start_again().await.with_context(|| format!("restarting after the kill of cycle {cycle}"))?;
+        if let (Some(outage), Some(f)) = (outage, forwarding.as_mut()) {
+            f.count_outage(outage.await.context("the receiver outage task")??);
+        }
         eprintln!(
             "cycle {cycle}/{}: {} points acknowledged in {:.2} s; ready {:.3} s after the restart",
             args.cycles,
@@ -380,6 +416,16 @@ async fn crash_loop(args: &CrashLoopArgs, seed: u64, server: &mut ManagedServer)
             restart_to_ready: restart_to_ready.as_secs_f64(),
         });
     }
+    let forwarding = match forwarding {
+        Some(f) => {
+            eprintln!(
+                "waiting for every acknowledged point at the sink (at most {:.0} s)",
+                args.forward_drain.as_secs_f64()
+            );
+            Some(f.finish(&names, &acks, started, Instant::now()).await?)
+        }
+        None => None,
+    };
     let devices: Vec<DeviceAcks> = names.into_iter().zip(acks).map(|(name, acks)| DeviceAcks { name, acks }).collect();
     eprintln!("checking {} devices for lost points", thousands(devices.len() as u64));
     let threads = usize::from(args.verify_threads);
@@ -403,6 +449,7 @@ async fn crash_loop(args: &CrashLoopArgs, seed: u64, server: &mut ManagedServer)
         data_dir: args.data_dir.clone().unwrap_or_else(|| server.dir().join("data")),
         cycles,
         loss_check,
+        forwarding,
     })
 }
 
@@ -606,6 +653,7 @@ mod tests {
             data_dir: PathBuf::from("/tmp/d"),
             cycles,
             loss_check: LossReport { missing, ..Default::default() },
+            forwarding: None,
         }
     }
 

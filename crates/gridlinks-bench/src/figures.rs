@@ -171,6 +171,20 @@ impl RunResult for TelemetryReport {
         if let Some(loss) = &self.loss_check {
             f.push(Figure::new("acked points missing", Some(loss.missing as f64), Unit::Count, Lower));
         }
+        if let Some(fw) = &self.forwarding {
+            f.push(Figure::new("forwarded msgs (distinct)", Some(fw.unique_received as f64), Unit::Count, Neither));
+            f.push(Figure::new("forwarded msgs missing", fw.missing.map(|m| m as f64), Unit::Count, Lower));
+            f.push(Figure::new("forwarded duplicates", Some(fw.duplicates as f64), Unit::Count, Lower));
+            f.push(Figure::new("sink msgs/s", Some(fw.received_per_second), Unit::PerSecond, Higher));
+            let lag = (fw.missing.is_some() && fw.stamped_ahead == 0).then_some(&fw.lag);
+            f.extend(latency("forward lag", lag).into_iter().filter(|x| !x.name.ends_with("p99.9")));
+            f.push(Figure::new(
+                "outbox entries at window end",
+                fw.outbox_entries_window_end.map(|v| v as f64),
+                Unit::Count,
+                Lower,
+            ));
+        }
         f
     }
 
@@ -195,7 +209,7 @@ impl RunResult for TelemetryReport {
     }
 
     fn passed(&self) -> bool {
-        self.loss_check.as_ref().is_none_or(|l| l.passed())
+        self.passed()
     }
 }
 

@@ -48,6 +48,9 @@
 //! loss_check.rs        `--verify` and `verify`: acknowledged timestamps against stored
 //!                      ones; missing points fail the run with exit code 2
 //! storage_lag.rs       `--storage-lag`: ack -> queryable through the REST API
+//! forward.rs           `--forward-http|kafka|blackhole`: the sink's receiving end (an
+//!                      HTTP receiver, a Kafka topic and reader, a listener that never
+//!                      answers), the sink made through REST, arrivals against acks, lag
 //! servers.rs           GridLinks, Mosquitto and rumqttd started on free loopback ports,
 //!                      and what each one's acknowledgement promises (durability)
 //! pki.rs               `compare --tls`: a throwaway CA and server certificate (openssl)
@@ -63,6 +66,7 @@ pub mod cli;
 pub mod compare;
 pub mod crash_loop;
 pub mod figures;
+pub mod forward;
 pub mod html;
 pub mod loss_check;
 pub mod mqtt_client;

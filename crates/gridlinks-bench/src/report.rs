@@ -193,6 +193,8 @@ pub struct TelemetryReport {
     pub storage_lag: Option<StorageLag>,
     /// The acknowledgement latencies behind `puback` (for merging `--workers` results).
     pub latency_histogram: Option<Histogram<u64>>,
+    /// What a data sink received, with `--forward-*`.
+    pub forwarding: Option<crate::forward::ForwardingReport>,
     /// One sample a second.
     pub timeline: Timeline,
 }
@@ -274,10 +276,19 @@ impl TelemetryReport {
         if let Some(lag) = &self.storage_lag {
             s.push_str(&lag.line());
         }
+        if let Some(forwarding) = &self.forwarding {
+            s.push_str(&forwarding.human());
+        }
         if let Some(loss) = &self.loss_check {
             s.push_str(&loss.human());
         }
         s
+    }
+
+    /// False when the loss check or the forwarding check failed.
+    pub fn passed(&self) -> bool {
+        self.loss_check.as_ref().is_none_or(|l| l.passed())
+            && self.forwarding.as_ref().is_none_or(crate::forward::ForwardingReport::passed)
     }
 
     /// The JSON result ([`json::TelemetryJson`]).

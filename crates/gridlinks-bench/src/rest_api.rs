@@ -152,6 +152,29 @@ impl RestClient {
             .into_json()?)
     }
 
+    /// `DELETE {path}`.
+    pub fn delete(&self, path: &str) -> anyhow::Result<()> {
+        self.agent
+            .delete(&format!("{}{path}", self.base))
+            .set("X-Authorization", &self.bearer)
+            .call()
+            .map_err(describe)
+            .with_context(|| format!("DELETE {path}"))?;
+        Ok(())
+    }
+
+    /// `GET {path}`; the answer as text (e.g. `/metrics`).
+    pub fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        Ok(self
+            .agent
+            .get(&format!("{}{path}", self.base))
+            .set("X-Authorization", &self.bearer)
+            .call()
+            .map_err(describe)
+            .with_context(|| format!("GET {path}"))?
+            .into_string()?)
+    }
+
     /// As the system administrator: a new tenant titled `title`, with the tenant profile
     /// whose id object (`{"entityType":"TENANT_PROFILE","id":…}`) is `profile` (`None`:
     /// the default profile), and its administrator `email`, activated with `password`; the

@@ -350,7 +350,9 @@ impl ManagedServer {
                     .env("GRIDLINKS_MQTT_ALLOW_ANONYMOUS", "true")
                     // The default, set so that an inherited override cannot make the
                     // report's durability note (`ServerKind::durability`) untrue.
-                    .env("GRIDLINKS_STORAGE_FSYNC", "true");
+                    .env("GRIDLINKS_STORAGE_FSYNC", "true")
+                    // `--forward-*`: the sink's receiver is the tool's, on loopback.
+                    .env("GRIDLINKS_FORWARDING_ALLOW_PRIVATE_ADDRESSES", "true");
                 api = Some((format!("http://127.0.0.1:{http_port}"), password));
                 if let Some((tls_port, files)) = &tls {
                     command

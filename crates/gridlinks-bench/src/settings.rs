@@ -100,6 +100,21 @@ pub fn telemetry(a: &TelemetryArgs) -> Settings {
     if let Some(p) = &a.device_profile {
         s.push(row("device profile", p.display().to_string()));
     }
+    if let Some(sink) = a.forward.sink() {
+        let batch = a.forward.forward_batch_size;
+        s.push(row(
+            "data forwarding",
+            match sink {
+                crate::cli::ForwardSink::Http => {
+                    format!("HTTP sink, the tool's receiver on loopback, {batch} events per POST")
+                }
+                crate::cli::ForwardSink::Kafka(b) => {
+                    format!("Kafka sink at {b}, a new topic of {} partitions", a.forward.forward_partitions)
+                }
+                crate::cli::ForwardSink::Blackhole => "HTTP sink that accepts and never answers".to_owned(),
+            },
+        ));
+    }
     s.extend(target(&a.target));
     s.push(row("checks", checks(a.verify, a.storage_lag)));
     s

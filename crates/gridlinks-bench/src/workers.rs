@@ -35,6 +35,8 @@ use crate::stats::{buckets, new_histogram, Buckets};
 use crate::timeline::Timeline;
 
 /// A worker's job.
+// One per worker process: boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Job {
     /// Its slice of an `mqtt-telemetry` run.

@@ -44,7 +44,78 @@ pub struct TelemetryJson {
     pub generator_cpu_seconds: f64,
     pub loss_check: Option<LossCheckJson>,
     pub storage_lag: Option<StorageLagJson>,
+    /// With `--forward-*` only (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarding: Option<ForwardingJson>,
     pub timeline: Vec<SampleJson>,
+}
+
+/// What a data sink received (`--forward-*`, `crash-loop --forward-http`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForwardingJson {
+    /// `http`, `kafka` or `blackhole`.
+    pub sink: String,
+    pub target: String,
+    /// Every event received, of any type, repeats included.
+    pub events_received: u64,
+    /// Distinct telemetry messages (device, ts) received.
+    pub unique_received: u64,
+    /// Messages acknowledged in the run.
+    pub acked: u64,
+    /// Acknowledged messages not received after the drain; null for the blackhole.
+    pub missing: Option<u64>,
+    pub missing_examples: Vec<MissingPointJson>,
+    pub duplicates: u64,
+    /// Distinct messages received that were not acknowledged.
+    pub unacked_received: u64,
+    pub malformed: u64,
+    /// Distinct messages stamped after their arrival (devices faster than 1 msg/ms): the
+    /// lag is then meaningless.
+    pub stamped_ahead: u64,
+    /// End of the load to the last acknowledged message's arrival; null if some never came.
+    pub drain_seconds: Option<f64>,
+    pub drain_timeout_seconds: f64,
+    pub received_per_second: f64,
+    /// Receive time - the message's ts, first arrivals, µs.
+    pub lag: LatencySummary,
+    pub outbox_entries_window_end: Option<u64>,
+    pub outbox_entries_end: Option<u64>,
+    pub sink_stats: Option<crate::forward::SinkStats>,
+    pub receiver_outages: u32,
+    pub outage_failed_attempts: u64,
+    pub passed: bool,
+}
+
+impl From<&crate::forward::ForwardingReport> for ForwardingJson {
+    fn from(r: &crate::forward::ForwardingReport) -> Self {
+        ForwardingJson {
+            sink: r.sink.clone(),
+            target: r.target.clone(),
+            events_received: r.events_received,
+            unique_received: r.unique_received,
+            acked: r.acked,
+            missing: r.missing,
+            missing_examples: r
+                .missing_examples
+                .iter()
+                .map(|(device, ts)| MissingPointJson { device: device.clone(), ts: *ts })
+                .collect(),
+            duplicates: r.duplicates,
+            unacked_received: r.unacked_received,
+            malformed: r.malformed,
+            stamped_ahead: r.stamped_ahead,
+            drain_seconds: r.drain_seconds.map(round3),
+            drain_timeout_seconds: round3(r.drain_timeout_seconds),
+            received_per_second: round3(r.received_per_second),
+            lag: latency(&r.lag),
+            outbox_entries_window_end: r.outbox_entries_window_end,
+            outbox_entries_end: r.outbox_entries_end,
+            sink_stats: r.sink_stats.clone(),
+            receiver_outages: r.receiver_outages,
+            outage_failed_attempts: r.outage_failed_attempts,
+            passed: r.passed(),
+        }
+    }
 }
 
 /// The server's cost during a telemetry run (`--server-pid`).
@@ -90,6 +161,7 @@ impl From<&TelemetryReport> for TelemetryJson {
             generator_cpu_seconds: round3(r.generator_cpu_seconds),
             loss_check: r.loss_check.as_ref().map(LossCheckJson::from),
             storage_lag: r.storage_lag.as_ref().map(StorageLagJson::from),
+            forwarding: r.forwarding.as_ref().map(ForwardingJson::from),
             timeline: timeline(&r.timeline),
         }
     }
@@ -403,6 +475,9 @@ pub struct CrashLoopJson {
     pub totals: CrashTotalsJson,
     pub cycles_without_acks: Vec<u32>,
     pub loss_check: LossCheckJson,
+    /// With `--forward-http` only (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarding: Option<ForwardingJson>,
     pub passed: bool,
 }
 
@@ -499,6 +574,7 @@ impl From<&CrashLoopReport> for CrashLoopJson {
             },
             cycles_without_acks: r.cycles_without_acks(),
             loss_check: LossCheckJson::from(&r.loss_check),
+            forwarding: r.forwarding.as_ref().map(ForwardingJson::from),
             passed: r.passed(),
         }
     }
@@ -635,7 +711,45 @@ mod tests {
             loss_check: Some(loss()),
             storage_lag: Some(StorageLag { lag: lat(5), query: lat(6), timeouts: 1 }),
             latency_histogram: None,
+            forwarding: None,
             timeline: timeline(),
+        }
+    }
+
+    /// A telemetry run with an HTTP sink (`--forward-http`).
+    pub(crate) fn forwarded() -> TelemetryReport {
+        use crate::forward::{ForwardingReport, SinkStats};
+        TelemetryReport {
+            forwarding: Some(ForwardingReport {
+                sink: "http".into(),
+                target: "http://127.0.0.1:20001/gridlinks-bench/ingest (batchSize 100)".into(),
+                events_received: 20_012,
+                unique_received: 19_995,
+                acked: 19_990,
+                missing: Some(0),
+                missing_examples: Vec::new(),
+                duplicates: 17,
+                unacked_received: 5,
+                malformed: 0,
+                stamped_ahead: 0,
+                drain_seconds: Some(0.123_456),
+                drain_timeout_seconds: 60.0,
+                received_per_second: 1_998.765_4,
+                lag: lat(7),
+                outbox_entries_window_end: Some(1234),
+                outbox_entries_end: Some(0),
+                sink_stats: Some(SinkStats {
+                    delivered_events: 20_012,
+                    failed_attempts: 1,
+                    dropped_entries: 0,
+                    pending_entries: 0,
+                    last_lag_ms: 4,
+                    last_error: Some("connection refused".into()),
+                }),
+                receiver_outages: 0,
+                outage_failed_attempts: 0,
+            }),
+            ..telemetry()
         }
     }
 
@@ -725,6 +839,7 @@ mod tests {
             data_dir: PathBuf::from("/tmp/data"),
             cycles: vec![cycle(1, 9_990), cycle(2, 0)],
             loss_check: loss(),
+            forwarding: None,
         }
     }
 
@@ -746,6 +861,7 @@ mod tests {
         fixture("pubsub.json", &pubsub().to_json());
         fixture("connect.json", &connect().to_json());
         fixture("crash-loop.json", &crash_loop().to_json());
+        fixture("telemetry-forwarding.json", &forwarded().to_json());
     }
 
     #[test]
@@ -760,5 +876,8 @@ mod tests {
         assert_eq!(value(&read), connect().to_json());
         let read: CrashLoopJson = serde_json::from_value(crash_loop().to_json()).unwrap();
         assert_eq!(value(&read), crash_loop().to_json());
+        let read: TelemetryJson = serde_json::from_value(forwarded().to_json()).unwrap();
+        assert_eq!(read, TelemetryJson::from(&forwarded()));
+        assert!(telemetry().to_json().get("forwarding").is_none(), "absent without --forward-*");
     }
 }

@@ -301,6 +301,7 @@ pub async fn measure(args: &HttpTelemetryArgs) -> anyhow::Result<TelemetryReport
         generator_cpu_seconds: me_after - me_before,
         loss_check: None,
         storage_lag,
+        forwarding: None,
         timeline,
     };
     if let Some(names) = names {

@@ -34,8 +34,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::{idle_until, wait_for_some, ConnectPacer, Credentials, Progress, ProgressKind, ProgressSources, Target};
-use crate::cli::{ApiArgs, TelemetryArgs};
+use crate::cli::{ApiArgs, ForwardSink, TelemetryArgs};
 use crate::figures;
+use crate::forward::Forwarding;
 use crate::loss_check::{self, unix_micros, unix_millis, AckLog, DeviceAcks};
 use crate::mqtt_client::{ConnectionError, MqttConnection};
 use crate::proc_stats::ProcessStats;
@@ -345,6 +346,20 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     if (args.verify || args.save_acks.is_some()) && args.qos != 1 {
         anyhow::bail!("--verify and --save-acks need --qos 1 (QoS 0 has no acknowledgements)");
     }
+    let forward = args.forward.sink();
+    if let Some(sink) = &forward {
+        if args.target.workers > 1 {
+            anyhow::bail!("--forward-* runs in one generator process: leave out --workers");
+        }
+        if args.qos != 1 && *sink != ForwardSink::Blackhole {
+            anyhow::bail!(
+                "--forward-http and --forward-kafka need --qos 1: acknowledged messages are checked at the sink"
+            );
+        }
+        if args.no_ts {
+            anyhow::bail!("--forward-* needs the payload's ts (leave out --no-ts)");
+        }
+    }
     if args.target.workers > 1 {
         return crate::workers::telemetry(args).await;
     }
@@ -353,18 +368,20 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     let names = device_names_of(
         offset + args.devices,
         args.provision,
-        args.verify || args.save_acks.is_some() || args.storage_lag,
+        args.verify || args.save_acks.is_some() || args.storage_lag || forward.is_some(),
         args.device_names_file.as_deref(),
         args.target.tokens_file.as_deref(),
     )?
     .map(|all| all[offset..offset + args.devices].to_vec());
-    let api = if args.provision || args.verify || args.storage_lag {
+    let api = if args.provision || args.verify || args.storage_lag || forward.is_some() {
         Some(args.api.target(if args.provision {
             "--provision"
         } else if args.verify {
             "--verify"
-        } else {
+        } else if args.storage_lag {
             "--storage-lag"
+        } else {
+            "--forward-*"
         })?)
     } else {
         None
@@ -387,7 +404,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
             kind: if args.no_ts { PayloadKind::Values } else { PayloadKind::Telemetry },
             template: template(
                 args.payload_template.as_deref(),
-                args.verify || args.save_acks.is_some() || args.storage_lag,
+                args.verify || args.save_acks.is_some() || args.storage_lag || forward.is_some(),
             )?,
         },
         messages_per_device: args.messages_per_device,
@@ -403,13 +420,24 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     let me = ProcessStats::own().context("reading own /proc")?;
     let counters = Arc::new(Counters::default());
     let latency = LatencyShards::new(LATENCY_SHARDS);
+    // The sink after the devices exist (imported above, or by `compare` before the
+    // server's restart) and before any load: every message of the window is forwarded.
+    let forward_lag = LatencyShards::new(LATENCY_SHARDS);
+    let mut forwarding = match forward {
+        Some(sink) => {
+            let api = api.clone().context("--forward-* needs --api")?;
+            Some(Forwarding::start(sink, &args.forward, api, Arc::clone(&counters), Arc::clone(&forward_lag)).await?)
+        }
+        None => None,
+    };
+    let receiving = forwarding.as_ref().is_some_and(|f| !f.is_blackhole());
     let progress = Progress::start(
-        ProgressKind::Telemetry,
+        if receiving { ProgressKind::Pubsub } else { ProgressKind::Telemetry },
         ProgressSources {
             counters: Arc::clone(&counters),
             server: target.server_stats.clone(),
             ack_latency: Some(Arc::clone(&latency)),
-            e2e_latency: None,
+            e2e_latency: receiving.then(|| Arc::clone(&forward_lag)),
             keep_buckets: args.target.worker_offset.is_some(),
         },
         "connecting",
@@ -438,6 +466,9 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     let server_after = target.server_sample()?;
     let me_after = me.cpu_seconds()?;
     let window_seconds = (result.last_ack - result.start).as_secs_f64();
+    if let Some(f) = forwarding.as_mut() {
+        f.mark_window_end().await;
+    }
     let storage_lag = match lag_sampler {
         Some(sampler) => Some(sampler.finish().await?),
         None => None,
@@ -447,6 +478,14 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
     progress.set_phase("disconnecting");
     disconnect_all(result.open).await;
     let rss_peak = server_after.map(|s| progress.peak(s.memory.rss_kib));
+    // Phase 4: the sink gets what is still on its way (the timeline goes on meanwhile).
+    let forwarding = match (forwarding, &names) {
+        (Some(f), Some(names)) => {
+            progress.set_phase("forward drain");
+            Some(f.finish(names, &result.acks, result.start, result.last_ack).await?)
+        }
+        _ => None,
+    };
     let timeline = progress.finish();
 
     let merged = latency.merged();
@@ -473,6 +512,7 @@ pub async fn measure(args: &TelemetryArgs) -> anyhow::Result<TelemetryReport> {
         generator_cpu_seconds: me_after - me_before,
         loss_check: None,
         storage_lag,
+        forwarding,
         timeline,
     };
     if let Some(names) = names {

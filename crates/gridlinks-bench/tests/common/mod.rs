@@ -52,6 +52,11 @@ pub struct Server {
 
 impl Server {
     pub fn start(name: &str) -> Server {
+        Self::start_with(name, &[])
+    }
+
+    /// [`Server::start`] with these environment variables (configuration overrides).
+    pub fn start_with(name: &str, env: &[(&str, &str)]) -> Server {
         let bin = server_bin();
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("loss-check-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -66,6 +71,7 @@ impl Server {
             .args(["--coap-bind", ""])
             .args(["--mqtt-ws-bind", ""])
             .env("GRIDLINKS_ADMIN_PASSWORD", PASSWORD)
+            .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
