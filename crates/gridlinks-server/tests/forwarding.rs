@@ -521,7 +521,7 @@ fn a_node_on_kafka_and_cassandra_forwards_what_it_stored_across_a_kill9() {
 fn a_dead_sink_cannot_fill_the_disk_the_outbox_drops_its_oldest_and_says_so() {
     let mut env = ENV.to_vec();
     env.push(("GRIDLINKS_FORWARDING_OUTBOX_MAX_ENTRIES", "20"));
-    let s = Server::start_env(&env);
+    let mut s = Server::start_env(&env);
     let jwt = s.login();
     let dev = s.device(&jwt, "chatty", "tok-chatty");
     let mut rx = Receiver::start();
@@ -548,4 +548,10 @@ fn a_dead_sink_cannot_fill_the_disk_the_outbox_drops_its_oldest_and_says_so() {
     let got = arrivals(&rx.events(), &dev);
     assert!(got.len() < 100, "the oldest were dropped: {got:?}");
     assert_in_order(&dev, &got);
+    // With a sink running (and one failing: paused again), the server still stops cleanly.
+    rx.pause();
+    assert_eq!(s.telemetry("tok-chatty", r#"{"t":100}"#), 200);
+    Command::new("kill").args(["-TERM", &s.pid().to_string()]).status().unwrap();
+    wait_until("the server to stop on SIGTERM", || s.child.try_wait().unwrap().is_some());
+    assert!(s.child.try_wait().unwrap().unwrap().success());
 }

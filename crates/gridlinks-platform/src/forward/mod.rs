@@ -481,6 +481,18 @@ pub struct Forwarding {
     reloading: tokio::sync::Mutex<()>,
 }
 
+/// Stops every sink, and the outbox filter (which holds the store), when dropped.
+struct Stop(Arc<Forwarding>);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        for (_, r) in self.0.runners.lock().drain() {
+            r.task.abort();
+        }
+        self.0.core.store.set_outbox_filter(None);
+    }
+}
+
 /// What the storage writer copies into the outbox: writes of devices and alarms some
 /// enabled sink of their tenant takes.
 struct Filter {
@@ -523,7 +535,8 @@ impl Forwarding {
         })
     }
 
-    /// Starts the sinks and the outbox's housekeeping.
+    /// Starts the sinks and the outbox's housekeeping; aborting the returned task stops
+    /// every sink (they hold the platform, so the server could not stop otherwise).
     pub async fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let filter =
             Filter { store: self.core.store.clone(), first_tenant: self.core.tenant_id, routes: self.routes.clone() };
@@ -531,6 +544,7 @@ impl Forwarding {
         self.reload().await;
         let me = self.clone();
         tokio::spawn(async move {
+            let _stop = Stop(me.clone());
             let mut seen = me.core.store.remote_generation("docs");
             let mut tick = tokio::time::interval(HOUSEKEEPING);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
