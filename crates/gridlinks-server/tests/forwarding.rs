@@ -233,6 +233,14 @@ fn an_http_sink_gets_every_acknowledged_message_in_order_across_a_sink_outage_an
     let (_, m) = s.req("GET", "/metrics", None, None);
     assert!(m.contains(&format!("gridlinks_forward_delivered_events_total{{sink=\"{id}\"}}")), "{m}");
 
+    // A device moved into the sink's profile is forwarded from its next message on.
+    let (_, mut moved) = s.json("GET", &format!("/api/device/{home}"), &jwt, None);
+    moved["deviceProfileId"] = json!({"entityType": "DEVICE_PROFILE", "id": fwd});
+    assert_eq!(s.json("POST", "/api/device", &jwt, Some(moved)).0, 200);
+    assert_eq!(s.telemetry("tok-home", &json!({"t": 1000}).to_string()), 200);
+    wait_until("the moved device's message at the sink", || arrivals(&rx.events(), &home) == [1000]);
+    let v = s.json("GET", &format!("/api/forwarding/sink/{id}"), &jwt, None).1;
+
     // An update without the secret keeps it; disabling stops the sink.
     let mut update = v.clone();
     update["enabled"] = false.into();

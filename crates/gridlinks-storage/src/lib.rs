@@ -952,6 +952,13 @@ impl Store {
         Ok(())
     }
 
+    /// Changes whenever a device record may have changed: written here, or (with a
+    /// replica) by another node. A cache of anything read from device records is good
+    /// while this stays the same.
+    pub fn devices_generation(&self) -> u64 {
+        self.inner.tokens.generation.load(Ordering::Acquire).wrapping_add(self.remote_generation("devices"))
+    }
+
     /// A device by id.
     pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
         self.engine()?.device(id)

@@ -499,6 +499,26 @@ struct Filter {
     store: Store,
     first_tenant: Uuid,
     routes: Arc<RwLock<HashMap<Uuid, Vec<Sink>>>>,
+    /// Each device's (tenant, profile) as read, for [`Store::devices_generation`] (so
+    /// the writer thread decodes no device record per message).
+    devices: Mutex<(u64, HashMap<DeviceId, Option<(Uuid, ProfileId)>>)>,
+}
+
+/// Most devices the filter's cache holds (emptied when it would hold more).
+const FILTER_CACHE_DEVICES: usize = 1_000_000;
+
+impl Filter {
+    fn owner(&self, device: DeviceId) -> Option<(Uuid, ProfileId)> {
+        let generation = self.store.devices_generation();
+        let mut cache = self.devices.lock();
+        if cache.0 != generation || cache.1.len() >= FILTER_CACHE_DEVICES {
+            *cache = (generation, HashMap::new());
+        }
+        *cache.1.entry(device).or_insert_with(|| {
+            let d = self.store.device(device).ok().flatten()?;
+            Some((d.tenant.unwrap_or(self.first_tenant), d.profile_id()))
+        })
+    }
 }
 
 impl gridlinks_storage::OutboxFilter for Filter {
@@ -516,9 +536,8 @@ impl gridlinks_storage::OutboxFilter for Filter {
             }
             _ => return false,
         };
-        let Ok(Some(d)) = self.store.device(device) else { return false };
-        let tenant = d.tenant.unwrap_or(self.first_tenant);
-        routes.get(&tenant).is_some_and(|s| s.iter().any(|s| s.takes(event, Some(d.profile_id()))))
+        let Some((tenant, profile)) = self.owner(device) else { return false };
+        routes.get(&tenant).is_some_and(|s| s.iter().any(|s| s.takes(event, Some(profile))))
     }
 }
 
@@ -538,8 +557,12 @@ impl Forwarding {
     /// Starts the sinks and the outbox's housekeeping; aborting the returned task stops
     /// every sink (they hold the platform, so the server could not stop otherwise).
     pub async fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let filter =
-            Filter { store: self.core.store.clone(), first_tenant: self.core.tenant_id, routes: self.routes.clone() };
+        let filter = Filter {
+            store: self.core.store.clone(),
+            first_tenant: self.core.tenant_id,
+            routes: self.routes.clone(),
+            devices: Mutex::default(),
+        };
         self.core.store.set_outbox_filter(Some(Arc::new(filter)));
         self.reload().await;
         let me = self.clone();
