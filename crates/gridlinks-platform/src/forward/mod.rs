@@ -501,8 +501,11 @@ struct Filter {
     routes: Arc<RwLock<HashMap<Uuid, Vec<Sink>>>>,
     /// Each device's (tenant, profile) as read, for [`Store::devices_generation`] (so
     /// the writer thread decodes no device record per message).
-    devices: Mutex<(u64, HashMap<DeviceId, Option<(Uuid, ProfileId)>>)>,
+    devices: Mutex<(u64, Owners)>,
 }
+
+/// (tenant, profile) by device; `None`: no such device.
+type Owners = HashMap<DeviceId, Option<(Uuid, ProfileId)>>;
 
 /// Most devices the filter's cache holds (emptied when it would hold more).
 const FILTER_CACHE_DEVICES: usize = 1_000_000;
