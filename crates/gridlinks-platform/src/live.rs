@@ -1,7 +1,7 @@
 //! Committed data, live: [`Live`] is the ingest path's fan-out to every registered
 //! [`LiveSink`] (the MQTT transport's canonical topics, the WebSocket API's subscriptions),
 //! called only after the durable commit, with the device (or asset) looked up once for all
-//! of them.
+//! of them ([`Store::device_cached`]: from memory while no device changed).
 //!
 //! The canonical telemetry topics (`gridlinks/devices/{deviceName}/telemetry`, published by
 //! the MQTT transport's sink) are named by [`FILTER`]: the broker's sessions watch it, so
@@ -100,7 +100,7 @@ impl LiveData for Live {
         let sinks = self.sinks.read().clone();
         for (device, scope, values) in committed {
             // A device deleted meanwhile has no subscriptions left to read it.
-            match self.store.device(*device) {
+            match self.store.device_cached(*device) {
                 Ok(Some(d)) => {
                     let tenant = d.tenant.unwrap_or(self.first_tenant);
                     for s in sinks.iter().filter(|s| s.wants_attributes()) {
@@ -123,7 +123,7 @@ impl LiveData for Live {
         Box::pin(async move {
             for (device, records) in committed {
                 // A device deleted meanwhile has no topic any more.
-                let Some(d) = self.store.device(device)? else {
+                let Some(d) = self.store.device_cached(device)? else {
                     if let Some(a) = self.asset(device)? {
                         for s in sinks.iter().filter(|s| s.wants_telemetry()) {
                             s.asset_telemetry(&a, &records);

@@ -71,6 +71,8 @@ pub struct Running {
     writer_thread: std::thread::JoinHandle<()>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     store: Store,
+    /// The alarm rule engine, to write what it holds at the stop.
+    alarms: crate::alarms::engine::Feed,
 }
 
 impl Platform {
@@ -167,7 +169,7 @@ impl Platform {
         let cluster = crate::cluster::start(&cfg.cluster, &store, &writer, &alarm_feed).await?;
         if cfg.cluster.queue != crate::config::QueueBackend::Kafka {
             // One node: alarm rules run on what the embedded log committed.
-            live.register(Arc::new(alarm_feed));
+            live.register(Arc::new(alarm_feed.clone()));
         }
         let (notify, notify_rx) = crate::notify::channel();
         let alarms = crate::alarms::Alarms::load(store.clone(), writer.clone(), tenant_id, notify.clone())
@@ -219,7 +221,7 @@ impl Platform {
         platform.metrics.register(platform.core.limits.clone());
         platform.metrics.register(platform.forwarding.clone());
         let mut tasks: Vec<_> = [follower].into_iter().flatten().chain(cluster.tasks).collect();
-        tasks.extend(crate::alarms::engine::start(platform.core.clone(), alarm_queues));
+        tasks.extend(crate::alarms::engine::start(platform.core.clone(), &alarm_feed, alarm_queues));
         tasks.push(crate::notify::start(platform.clone(), notify_rx).context("reading notification requests")?);
         tasks.push(platform.forwarding.start().await);
         if platform.core.cfg.activity.enabled {
@@ -231,7 +233,7 @@ impl Platform {
         if let Some(path) = secret_file {
             tasks.push(tokio::spawn(watch_secret(platform.auth.clone(), path, stop)));
         }
-        Ok((platform, Running { writer_thread, tasks, store }))
+        Ok((platform, Running { writer_thread, tasks, store, alarms: alarm_feed }))
     }
 }
 
@@ -240,6 +242,8 @@ impl Running {
     /// when `platform` was the last reference the writer drains its queue; then the final
     /// sync. Everything acknowledged is on disk when this returns `Ok`.
     pub async fn finish(self, platform: Arc<Platform>) -> Result<(), StartError> {
+        // Alarms decided and rule states not written yet.
+        self.alarms.finish().await;
         for task in self.tasks {
             task.abort();
             let _ = task.await;

@@ -215,6 +215,28 @@ fn profile_rules_raise_regrade_and_clear_alarms_on_committed_data() {
 }
 
 #[test]
+fn a_raise_and_a_clear_in_one_message_are_written_in_order() {
+    let s = Server::start();
+    let jwt = s.login();
+    let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(boiler_profile()));
+    assert_eq!(st, 200, "{p}");
+    let b = boiler(&s, &jwt, "boiler-1", "boiler-1-token");
+    // The clear is decided while the raise is not written yet: it must still clear it.
+    let now = gridlinks_types::Ts::now().0;
+    post(
+        &s,
+        "boiler-1-token",
+        json!([{"ts": now - 2, "values": {"temperature": 99}}, {"ts": now - 1, "values": {"temperature": 40}}]),
+    );
+    let a = wait_alarm(&s, &jwt, &b, "Overheat", |a| a["status"] == "CLEARED_UNACK");
+    assert_eq!(a["severity"], "CRITICAL");
+    assert_eq!(a["startTs"], now - 2);
+    assert_eq!(a["clearTs"], now - 1);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(alarms_of(&s, &jwt, &b, "").len(), 1, "one alarm, raised and cleared");
+}
+
+#[test]
 fn the_alarm_api_creates_updates_in_place_and_keeps_tenants_apart() {
     let s = Server::start();
     let jwt = s.login();

@@ -600,6 +600,16 @@ pub(crate) struct TokenCache {
     generation: AtomicU64,
 }
 
+/// Device records by id, good while [`Store::devices_generation`] is `generation`.
+#[derive(Default)]
+struct DeviceCache {
+    generation: u64,
+    map: HashMap<DeviceId, Arc<DeviceRecord>>,
+}
+
+/// Most device records [`Store::device_cached`] keeps (emptied when it would keep more).
+const DEVICE_CACHE_MAX: usize = 1_000_000;
+
 /// The open database and its keyspaces: replaced as a whole when the store is reopened.
 pub(crate) struct Engine {
     pub db: Database,
@@ -678,6 +688,8 @@ pub(crate) struct Inner {
     engine: RwLock<Option<Arc<Engine>>>,
     /// Access token → device, so device authentication costs no storage read.
     pub tokens: TokenCache,
+    /// Device records as read, for [`Store::device_cached`].
+    devices: RwLock<DeviceCache>,
     /// A [`Health`], set by the writer.
     pub health: std::sync::atomic::AtomicU8,
     /// Key-name dictionary shared by the writer (which interns) and readers (which resolve).
@@ -800,6 +812,7 @@ impl Store {
                 keys: RwLock::new(keys),
                 profiles: RwLock::new(None),
                 tokens: TokenCache::default(),
+                devices: RwLock::default(),
                 follower: parking_lot::Mutex::new(None),
                 remote_generations: Default::default(),
                 health: std::sync::atomic::AtomicU8::new(Health::Ok as u8),
@@ -962,6 +975,30 @@ impl Store {
     /// A device by id.
     pub fn device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, StoreError> {
         self.engine()?.device(id)
+    }
+
+    /// A device by id, from memory while no device record changed since it was read (for
+    /// the per-message paths: live fan-out, the outbox filter). A device that does not
+    /// exist is read every time.
+    pub fn device_cached(&self, id: DeviceId) -> Result<Option<Arc<DeviceRecord>>, StoreError> {
+        let generation = self.devices_generation();
+        {
+            let cache = self.inner.devices.read();
+            if cache.generation == generation {
+                if let Some(d) = cache.map.get(&id) {
+                    return Ok(Some(d.clone()));
+                }
+            }
+        }
+        let Some(d) = self.device(id)?.map(Arc::new) else { return Ok(None) };
+        let mut cache = self.inner.devices.write();
+        // Tagged with the generation read before the record: a change committed since
+        // then makes the whole map stale rather than this record wrongly fresh.
+        if cache.generation != generation || cache.map.len() >= DEVICE_CACHE_MAX {
+            *cache = DeviceCache { generation, map: HashMap::new() };
+        }
+        cache.map.insert(id, d.clone());
+        Ok(Some(d))
     }
 
     /// Every document of `kind`, by title.

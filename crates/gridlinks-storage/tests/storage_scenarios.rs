@@ -161,6 +161,21 @@ async fn devices_names_tokens_and_delete() {
         .await;
     assert!(matches!(dup, Err(StoreError::NameTaken(_))));
     assert_eq!(store.device_id_by_token("tok-a").unwrap(), Some(d));
+    // The cached record follows a change of the device.
+    assert_eq!(store.device_cached(d).unwrap().unwrap().label, None);
+    h.submit(WriteOp::SaveDevice(SaveDevice {
+        tenant: None,
+        profile: None,
+        id: Some(d),
+        name: "a".into(),
+        device_type: String::new(),
+        label: Some("kitchen".into()),
+        token: None,
+        additional_info: None,
+    }))
+    .await
+    .unwrap();
+    assert_eq!(store.device_cached(d).unwrap().unwrap().label.as_deref(), Some("kitchen"));
     h.submit(WriteOp::Attributes {
         device: d,
         scope: AttributeScope::Shared,
@@ -172,6 +187,7 @@ async fn devices_names_tokens_and_delete() {
     h.submit(WriteOp::DeleteDevice(d)).await.unwrap();
     assert_eq!(store.device_id_by_token("tok-a").unwrap(), None);
     assert!(store.device(d).unwrap().is_none());
+    assert!(store.device_cached(d).unwrap().is_none());
     assert!(store.attributes(d, None, None).unwrap().is_empty());
     let late = h.submit(WriteOp::Telemetry { device: d, records: vec![rec(1, &[("t", Value::Long(1))])] }).await;
     assert!(matches!(late, Err(StoreError::DeviceNotFound)));

@@ -4,52 +4,77 @@
 //! (one node), the Kafka storage writer with Kafka (the node that consumes a device's
 //! partition, so one node evaluates a device at a time, in its partition's order). While no
 //! profile has alarm rules, nothing enters; then a device whose profile has none costs a
-//! cached lookup and nothing else. Others
-//! go, by device, to one of [`SHARDS`] workers through bounded queues: a full queue makes
-//! the caller wait (backpressure on ingest), nothing is dropped.
+//! cached lookup and nothing else.
 //!
-//! A worker keeps, per device, the values its rules read (loaded from storage when it
-//! first sees the device) and the `DURATION`/`REPEATING` progress, which it persists
+//! Rules are evaluated where the data arrives, on the caller's task, under the lock of the
+//! device's shard of the engine's state: one device's data is evaluated in order, and no
+//! message is handed to another thread (evaluating is a few comparisons; a hand-over cost
+//! more than that, in copies and thread wake-ups). What an evaluation decides, raising or
+//! clearing an alarm (a durable write), is queued in the device's state and written in that
+//! order by one of [`SHARDS`] workers, which the caller wakes through a bounded queue: a full
+//! queue makes the caller wait (backpressure on ingest), nothing is dropped. Until a
+//! decision is written, the device's next evaluations see the alarm as it will be.
+//!
+//! Per device the engine keeps the values its rules read (loaded from storage when it first
+//! sees the device) and the `DURATION`/`REPEATING` progress, which the workers persist
 //! ([`DocKind::AlarmRuleState`]) at most once per [`FLUSH`] per device, so a restart or a
 //! partition moving to another node carries it over (losing at most that last second of
-//! progress on a crash). Every [`FLUSH`] it also re-evaluates `DURATION` rules in progress,
-//! so one held long enough raises its alarm without another message.
+//! progress on a crash; none on a clean stop, [`Feed::finish`]). Every [`FLUSH`] the workers
+//! also re-evaluate `DURATION` rules in progress, so one held long enough raises its alarm
+//! without another message.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
+use gridlinks_ingest::BoxFuture;
 use gridlinks_storage::{DeviceRecord, DocKind, ProfileRecord, Store, StoreError, WriteOp};
 use gridlinks_types::{AttributeScope, DeviceId, ProfileId, Ts, TsRecord, Value};
-use parking_lot::RwLock;
-use tokio::sync::mpsc;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{mpsc, Notify};
 
-use super::rules::{Action, AlarmState, DataKey, ProfileAlarms};
-use super::{NewAlarm, Originator};
+use super::rules::{Action, AlarmState, DataKey, ProfileAlarms, Propagation, Reader};
+use super::{Alarms, NewAlarm, Originator};
 use crate::core::Core;
 
-/// Workers (devices are spread over them by id).
+/// Workers that write the alarms rules decide and persist rule states.
 pub const SHARDS: usize = 8;
-/// Events queued per worker before callers wait.
+/// Locks over the devices' rule states (each worker has `STATE_SHARDS / SHARDS`).
+const STATE_SHARDS: usize = 8 * SHARDS;
+/// Wake-ups queued per worker before callers wait.
 const QUEUE: usize = 4096;
 /// How often rule states are written and `DURATION` rules re-evaluated.
 const FLUSH: Duration = Duration::from_secs(1);
+/// How long a customer's or tenant's attribute read for a device's rules is used before it
+/// is read again (a change on this node is seen at once; one on another node after this).
+const OWNER_TTL: Duration = Duration::from_secs(60);
 
-/// Committed data of one device, with the device as it was looked up for it (so the
-/// worker reads it from storage no second time).
-enum Event {
-    Telemetry(Box<DeviceRecord>, Vec<TsRecord>),
-    Attributes(Box<DeviceRecord>, AttributeScope, Vec<(String, Value)>),
+/// Committed data of one device, as it arrived.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Telemetry(&'a [TsRecord]),
+    Attributes(AttributeScope, &'a [(String, Value)]),
 }
 
-impl Event {
-    fn device(&self) -> &DeviceRecord {
+/// Committed data of one device, owned.
+enum Owned {
+    Telemetry(Vec<TsRecord>),
+    Attributes(AttributeScope, Vec<(String, Value)>),
+}
+
+impl Owned {
+    fn input(&self) -> Input<'_> {
         match self {
-            Event::Telemetry(d, _) | Event::Attributes(d, ..) => d,
+            Owned::Telemetry(r) => Input::Telemetry(r),
+            Owned::Attributes(scope, v) => Input::Attributes(*scope, v),
         }
     }
 }
+
+/// Device data copied from a storage write ([`Feed::copy`]).
+pub struct Copied(Arc<DeviceRecord>, Owned);
 
 /// Compiled alarm rules by profile, rebuilt when the store's profiles change.
 pub struct RuleCache {
@@ -101,319 +126,417 @@ impl RuleCache {
     }
 }
 
-/// Where committed data enters the engine; cheap to clone.
+/// An alarm decided on and not written yet.
 #[derive(Clone)]
-pub struct Feed {
-    rules: Arc<RuleCache>,
-    queues: Arc<[mpsc::Sender<Event>]>,
+struct Pending {
+    /// Its number (the worker removes the decision it wrote, not a later one).
+    seq: u64,
+    alarm_type: String,
+    propagation: Propagation,
+    action: Action,
+    ts: i64,
+    tenant: uuid::Uuid,
+    customer: Option<uuid::Uuid>,
 }
 
-/// Device data copied from a storage write ([`Feed::copy`]).
-pub struct Copied(Event);
+/// One device as the engine knows it.
+struct Device {
+    tenant: uuid::Uuid,
+    customer: Option<uuid::Uuid>,
+    /// With rules that read its customer's or tenant's attributes: when they were read, and
+    /// the generation of those attributes then ([`Alarms::owner_generation`]).
+    owners: Option<(u64, Instant)>,
+    rules: Arc<ProfileAlarms>,
+    data: HashMap<DataKey, Value>,
+    /// Per alarm of `rules`, in their order.
+    states: Vec<AlarmState>,
+    /// A state changed since the last flush.
+    dirty: bool,
+    /// Decisions not written yet, in order.
+    pending: VecDeque<Pending>,
+    /// Per alarm of `rules`: whether the data at hand concerns it (kept here so that a
+    /// message allocates nothing).
+    touched: Vec<bool>,
+}
 
-/// The queues' other ends, for [`start`].
-pub struct Receivers(Arc<RuleCache>, Vec<mpsc::Receiver<Event>>);
-
-impl Feed {
-    /// A feed and the receivers [`start`] runs the workers on.
-    pub fn new(store: Store) -> (Self, Receivers) {
-        let (tx, rx): (Vec<_>, Vec<_>) = (0..SHARDS).map(|_| mpsc::channel(QUEUE)).unzip();
-        let rules = Arc::new(RuleCache { store, compiled: RwLock::default() });
-        (Self { rules: rules.clone(), queues: tx.into() }, Receivers(rules, rx))
+impl Device {
+    /// Takes committed data; evaluates the alarms it concerns. Whether a decision was queued.
+    fn input(&mut self, alarms: &Alarms, id: DeviceId, input: Input<'_>, seq: &AtomicU64) -> bool {
+        match input {
+            Input::Telemetry(records) if records.is_sorted_by_key(|r| r.ts) => {
+                records.iter().fold(false, |queued, r| self.record(alarms, id, r, seq) | queued)
+            }
+            Input::Telemetry(records) => {
+                let mut sorted: Vec<&TsRecord> = records.iter().collect();
+                sorted.sort_by_key(|r| r.ts);
+                sorted.into_iter().fold(false, |queued, r| self.record(alarms, id, r, seq) | queued)
+            }
+            Input::Attributes(scope, values) => {
+                let rules = self.rules.clone();
+                let mut any = false;
+                for (k, v) in values {
+                    let Some(reader) = rules.attributes.get(k) else { continue };
+                    // A lower scope does not hide a higher one's value.
+                    if scope == AttributeScope::Server || !self.data.contains_key(&reader.key) {
+                        self.set(&reader.key, v);
+                    }
+                    self.touch(reader);
+                    any = true;
+                }
+                any && self.evaluate(alarms, id, Ts::now().0, false, seq)
+            }
+        }
     }
 
-    fn queue(&self, device: DeviceId) -> &mpsc::Sender<Event> {
-        let mut h = rustc_hash::FxHasher::default();
-        device.hash(&mut h);
-        &self.queues[h.finish() as usize % self.queues.len()]
+    /// One time-series record: its keys the rules read, then the alarms reading them.
+    fn record(&mut self, alarms: &Alarms, id: DeviceId, r: &TsRecord, seq: &AtomicU64) -> bool {
+        let rules = self.rules.clone();
+        let mut any = false;
+        for (k, v) in &r.values {
+            if let Some(reader) = rules.timeseries.get(k) {
+                self.set(&reader.key, v);
+                self.touch(reader);
+                any = true;
+            }
+        }
+        any && self.evaluate(alarms, id, r.ts.0, false, seq)
+    }
+
+    fn set(&mut self, key: &DataKey, v: &Value) {
+        match self.data.get_mut(key) {
+            Some(slot) => *slot = v.clone(),
+            None => {
+                self.data.insert(key.clone(), v.clone());
+            }
+        }
+    }
+
+    fn touch(&mut self, reader: &Reader) {
+        for &i in &reader.alarms {
+            self.touched[i] = true;
+        }
+    }
+
+    /// Evaluates the alarms touched (on a tick: those waiting on a `DURATION`) at `ts`, and
+    /// queues what they decide. Whether a decision was queued.
+    fn evaluate(&mut self, alarms: &Alarms, id: DeviceId, ts: i64, tick: bool, seq: &AtomicU64) -> bool {
+        let rules = self.rules.clone();
+        let mut queued = false;
+        for (i, a) in rules.alarms.iter().enumerate() {
+            let touched = std::mem::take(&mut self.touched[i]);
+            if (tick && !a.waits(&self.states[i])) || (!tick && !touched) {
+                continue;
+            }
+            // A decision not written yet says what the alarm will be.
+            let active = match self.pending.iter().rev().find(|p| p.alarm_type == a.alarm_type) {
+                Some(p) => matches!(p.action, Action::Raise(..)),
+                None => matches!(alarms.active(id.0, &a.alarm_type), Ok(Some(_))),
+            };
+            let (action, changed) = a.eval(&mut self.states[i], &self.data, ts, tick, active);
+            self.dirty |= changed;
+            if action != Action::None {
+                self.pending.push_back(Pending {
+                    seq: seq.fetch_add(1, Ordering::Relaxed),
+                    alarm_type: a.alarm_type.clone(),
+                    propagation: a.propagation.clone(),
+                    action,
+                    ts,
+                    tenant: self.tenant,
+                    customer: self.customer,
+                });
+                queued = true;
+            }
+        }
+        queued
+    }
+
+    /// Whether its customer's or tenant's attributes must be read again.
+    fn owners_stale(&self, alarms: &Alarms, rec: &DeviceRecord) -> bool {
+        self.customer != rec.customer
+            || self.owners.is_some_and(|(g, at)| g != alarms.owner_generation() || at.elapsed() > OWNER_TTL)
+    }
+
+    /// Its rule states as persisted: by alarm id, those in progress.
+    fn saved_states(&self) -> serde_json::Result<serde_json::Value> {
+        let states: HashMap<&str, &AlarmState> = self
+            .rules
+            .alarms
+            .iter()
+            .zip(&self.states)
+            .filter(|(_, s)| **s != AlarmState::default())
+            .map(|(a, s)| (a.id.as_str(), s))
+            .collect();
+        serde_json::to_value(states)
+    }
+}
+
+/// The devices of one shard.
+type Shard = Mutex<HashMap<DeviceId, Device>>;
+
+struct Engine {
+    rules: RuleCache,
+    /// Set by [`start`] (data that comes before waits for it), taken by [`Feed::finish`]:
+    /// the core holds the live fan-out, which holds the engine.
+    core: RwLock<Option<Core>>,
+    started: Notify,
+    /// Set by [`Feed::finish`].
+    finished: std::sync::atomic::AtomicBool,
+    states: Box<[Shard]>,
+    /// Per worker: devices with decisions to write.
+    wake: Box<[mpsc::Sender<DeviceId>]>,
+    seq: AtomicU64,
+}
+
+/// Where committed data enters the engine; cheap to clone.
+#[derive(Clone)]
+pub struct Feed(Arc<Engine>);
+
+/// The workers' queues, for [`start`].
+pub struct Receivers(Vec<mpsc::Receiver<DeviceId>>);
+
+/// What the fast path did with a device's data.
+enum Step {
+    /// Evaluated (or nothing to evaluate).
+    Done,
+    /// Evaluated, and a decision was queued: its worker must be woken.
+    Wake,
+    /// The device's state must be loaded (or its owners' attributes read) first.
+    Slow,
+}
+
+fn shard_of(device: DeviceId) -> usize {
+    let mut h = rustc_hash::FxHasher::default();
+    device.hash(&mut h);
+    h.finish() as usize % STATE_SHARDS
+}
+
+impl Feed {
+    /// A feed and the queues [`start`] runs the workers on.
+    pub fn new(store: Store) -> (Self, Receivers) {
+        let (tx, rx): (Vec<_>, Vec<_>) = (0..SHARDS).map(|_| mpsc::channel(QUEUE)).unzip();
+        let engine = Engine {
+            rules: RuleCache { store, compiled: RwLock::default() },
+            core: RwLock::new(None),
+            started: Notify::new(),
+            finished: Default::default(),
+            states: (0..STATE_SHARDS).map(|_| Mutex::default()).collect(),
+            wake: tx.into(),
+            seq: AtomicU64::new(0),
+        };
+        (Self(Arc::new(engine)), Receivers(rx))
     }
 
     /// Whether `device`'s profile has alarm rules.
     pub fn wants(&self, device: &DeviceRecord) -> bool {
-        self.rules.rules(device.profile_id()).is_some()
+        self.0.rules.rules(device.profile_id()).is_some()
     }
 
-    /// Queues committed telemetry of a device that [`Feed::wants`]: at once when there is
+    /// The core, once the engine is started; `None` after [`Feed::finish`].
+    async fn core(&self) -> Option<Core> {
+        loop {
+            let started = self.0.started.notified();
+            if let Some(core) = self.0.core.read().as_ref() {
+                return Some(core.clone());
+            }
+            if self.0.finished.load(Ordering::Acquire) {
+                return None;
+            }
+            started.await;
+        }
+    }
+
+    /// Evaluates `input` if the device's state is at hand and current.
+    fn try_eval(&self, rec: &DeviceRecord, input: Input<'_>) -> Step {
+        let core = self.0.core.read();
+        let Some(core) = core.as_ref() else { return Step::Slow };
+        let Some(rules) = self.0.rules.rules(rec.profile_id()) else {
+            self.forget(rec.id);
+            return Step::Done;
+        };
+        let mut shard = self.0.states[shard_of(rec.id)].lock();
+        let Some(d) = shard.get_mut(&rec.id) else { return Step::Slow };
+        if !Arc::ptr_eq(&d.rules, &rules) || d.owners_stale(&core.alarms, rec) {
+            return Step::Slow;
+        }
+        if d.input(&core.alarms, rec.id, input, &self.0.seq) {
+            Step::Wake
+        } else {
+            Step::Done
+        }
+    }
+
+    /// Evaluates `input` after loading what the device's state lacks.
+    async fn slow(&self, rec: &DeviceRecord, input: Input<'_>) {
+        let Some(core) = self.core().await else { return };
+        let Some(rules) = self.0.rules.rules(rec.profile_id()) else { return };
+        self.refresh(&core, rec, rules).await;
+        let queued = {
+            let mut shard = self.0.states[shard_of(rec.id)].lock();
+            let Some(d) = shard.get_mut(&rec.id) else { return };
+            d.input(&core.alarms, rec.id, input, &self.0.seq)
+        };
+        if queued {
+            if let Some(wait) = self.wake(rec.id) {
+                wait.await;
+            }
+        }
+    }
+
+    /// Evaluates `input`, waiting for what it needs.
+    async fn data(&self, rec: &DeviceRecord, input: Input<'_>) {
+        match self.try_eval(rec, input) {
+            Step::Done => {}
+            Step::Wake => {
+                if let Some(wait) = self.wake(rec.id) {
+                    wait.await;
+                }
+            }
+            Step::Slow => self.slow(rec, input).await,
+        }
+    }
+
+    /// Drops the state of a device whose profile has no rules now (unless decisions of its
+    /// are still to be written).
+    fn forget(&self, id: DeviceId) {
+        let mut shard = self.0.states[shard_of(id)].lock();
+        if shard.get(&id).is_some_and(|d| d.pending.is_empty()) {
+            shard.remove(&id);
+        }
+    }
+
+    /// Loads the device's state (first sight, or its profile's rules changed), or reads its
+    /// owners' attributes again.
+    async fn refresh(&self, core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>) {
+        let id = rec.id;
+        let (load, owners) = match self.0.states[shard_of(id)].lock().get(&id) {
+            Some(d) if Arc::ptr_eq(&d.rules, &rules) => (false, d.owners_stale(&core.alarms, rec)),
+            _ => (true, false),
+        };
+        if load {
+            match load_device(core, rec, rules).await {
+                Ok(mut d) => {
+                    let mut shard = self.0.states[shard_of(id)].lock();
+                    if let Some(old) = shard.get_mut(&id) {
+                        if Arc::ptr_eq(&old.rules, &d.rules) {
+                            return; // another task loaded it meanwhile
+                        }
+                        d.pending = std::mem::take(&mut old.pending);
+                    }
+                    shard.insert(id, d);
+                }
+                Err(e) => tracing::warn!(device = %id, error = %e, "alarm rules: loading the device's data failed"),
+            }
+        } else if owners {
+            let generation = core.alarms.owner_generation();
+            let keys = owner_keys(&rules);
+            let (store, customer, tenant) = (core.store.clone(), rec.customer, core.tenant_of(rec.tenant));
+            match crate::entities::blocking(move || owner_values(&store, &keys, customer, tenant)).await {
+                Ok(values) => {
+                    let mut shard = self.0.states[shard_of(id)].lock();
+                    let Some(d) = shard.get_mut(&id) else { return };
+                    d.customer = rec.customer;
+                    d.data.retain(|k, _| !matches!(k, DataKey::Customer(_) | DataKey::Tenant(_)));
+                    d.data.extend(values);
+                    d.owners = d.owners.map(|_| (generation, Instant::now()));
+                }
+                Err(e) => tracing::warn!(device = %id, error = %e, "alarm rules: reading owner attributes failed"),
+            }
+        }
+    }
+
+    /// Wakes the worker of `device` (decisions of it are queued): at once when its queue has
     /// room, else the returned future waits for it.
-    pub fn telemetry(
-        &self,
-        device: &DeviceRecord,
-        records: Vec<TsRecord>,
-    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        self.send(Event::Telemetry(Box::new(device.clone()), records))
-    }
-
-    /// Queues committed attributes, as [`Feed::telemetry`].
-    pub fn attributes(
-        &self,
-        device: &DeviceRecord,
-        scope: AttributeScope,
-        values: Vec<(String, Value)>,
-    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        self.send(Event::Attributes(Box::new(device.clone()), scope, values))
-    }
-
-    fn send(&self, e: Event) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        let q = self.queue(e.device().id);
-        match q.try_send(e) {
+    fn wake(&self, device: DeviceId) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let q = &self.0.wake[shard_of(device) % SHARDS];
+        match q.try_send(device) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
-            Err(mpsc::error::TrySendError::Full(e)) => {
+            Err(mpsc::error::TrySendError::Full(id)) => {
                 let q = q.clone();
                 Some(async move {
-                    let _ = q.send(e).await;
+                    let _ = q.send(id).await;
                 })
             }
         }
     }
 
     /// A copy of a storage write that is device data the engine reads (of a device whose
-    /// profile has alarm rules), to queue once it is written.
+    /// profile has alarm rules), to evaluate once it is written.
     pub fn copy(&self, op: &WriteOp) -> Option<Copied> {
         let device = match op {
-            WriteOp::Telemetry { device, .. } | WriteOp::Attributes { device, .. } if self.rules.any() => *device,
+            WriteOp::Telemetry { device, .. } | WriteOp::Attributes { device, .. } if self.0.rules.any() => *device,
             _ => return None,
         };
-        let rec = Box::new(self.rules.store.device(device).ok()??);
+        let rec = self.0.rules.store.device_cached(device).ok()??;
         if !self.wants(&rec) {
             return None;
         }
-        Some(Copied(match op {
-            WriteOp::Attributes { scope, values, .. } => Event::Attributes(rec, *scope, values.clone()),
-            WriteOp::Telemetry { records, .. } => Event::Telemetry(rec, records.clone()),
-            _ => return None,
-        }))
+        Some(Copied(
+            rec,
+            match op {
+                WriteOp::Attributes { scope, values, .. } => Owned::Attributes(*scope, values.clone()),
+                WriteOp::Telemetry { records, .. } => Owned::Telemetry(records.clone()),
+                _ => return None,
+            },
+        ))
     }
 
-    /// Queues what was written (the Kafka storage writer's batch), waiting for room.
+    /// Evaluates what was written (the Kafka storage writer's batch), waiting for what it needs.
     pub async fn written(&self, copies: Vec<Copied>) {
-        for Copied(event) in copies {
-            if let Some(p) = self.send(event) {
-                p.await;
-            }
+        for Copied(rec, data) in copies {
+            self.data(&rec, data.input()).await;
         }
+    }
+
+    /// On a clean stop: writes every decision not written yet and every rule state; the
+    /// engine takes no data after this.
+    pub async fn finish(&self) {
+        for w in 0..SHARDS {
+            self.0.tick(w, false).await;
+        }
+        self.0.finished.store(true, Ordering::Release);
+        self.0.core.write().take();
+        self.0.started.notify_waiters();
     }
 }
 
 /// Starts the workers; they end when every [`Feed`] is dropped.
-pub fn start(core: Core, rx: Receivers) -> Vec<tokio::task::JoinHandle<()>> {
-    let Receivers(rules, rx) = rx;
-    rx.into_iter().map(|rx| tokio::spawn(Worker::new(core.clone(), rules.clone()).run(rx))).collect()
+pub fn start(core: Core, feed: &Feed, rx: Receivers) -> Vec<tokio::task::JoinHandle<()>> {
+    *feed.0.core.write() = Some(core);
+    feed.0.started.notify_waiters();
+    let engine = Arc::downgrade(&feed.0);
+    rx.0.into_iter().enumerate().map(|(w, rx)| tokio::spawn(run(engine.clone(), w, rx))).collect()
 }
 
-/// How long a customer's or tenant's attribute read for a device's rules is used before it
-/// is read again (a change on this node is seen at once; one on another node after this).
-const OWNER_TTL: Duration = Duration::from_secs(60);
-
-/// One device as its worker knows it.
-struct Device {
-    tenant: uuid::Uuid,
-    customer: Option<uuid::Uuid>,
-    /// With rules that read its customer's or tenant's attributes: when they were read, and
-    /// the generation of those attributes then ([`crate::alarms::Alarms::owner_generation`]).
-    owners: Option<(u64, std::time::Instant)>,
-    rules: Arc<ProfileAlarms>,
-    data: HashMap<DataKey, Value>,
-    /// Per alarm id.
-    states: HashMap<String, AlarmState>,
-}
-
-struct Worker {
-    core: Core,
-    rules: Arc<RuleCache>,
-    devices: HashMap<DeviceId, Device>,
-    /// Devices whose rule state changed since the last flush.
-    dirty: HashSet<DeviceId>,
-}
-
-impl Worker {
-    fn new(core: Core, rules: Arc<RuleCache>) -> Self {
-        Self { core, rules, devices: HashMap::new(), dirty: HashSet::new() }
+/// Worker `w`: writes the decisions of the devices it is woken for; every [`FLUSH`]
+/// re-evaluates `DURATION` rules in progress and persists changed rule states.
+async fn run(engine: Weak<Engine>, w: usize, mut rx: mpsc::Receiver<DeviceId>) {
+    let mut tick = tokio::time::interval(FLUSH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            id = rx.recv() => {
+                let (Some(id), Some(engine)) = (id, engine.upgrade()) else { break };
+                engine.apply(id).await;
+            }
+            _ = tick.tick() => {
+                let Some(engine) = engine.upgrade() else { break };
+                engine.tick(w, true).await;
+            }
+        }
     }
+}
 
-    async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
-        let mut tick = tokio::time::interval(FLUSH);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+impl Engine {
+    /// Writes `device`'s queued decisions, in order.
+    async fn apply(&self, device: DeviceId) {
+        let Some(core) = self.core.read().clone() else { return };
+        let shard = &self.states[shard_of(device)];
         loop {
-            tokio::select! {
-                e = rx.recv() => match e {
-                    Some(e) => self.event(e).await,
-                    None => break,
-                },
-                _ = tick.tick() => {
-                    // What was committed before this tick is evaluated first: a `DURATION`
-                    // rule is judged at the wall clock only once the data that could have
-                    // reset it is seen (else a lagging worker raises false alarms).
-                    for _ in 0..QUEUE {
-                        let Ok(e) = rx.try_recv() else { break };
-                        self.event(e).await;
-                    }
-                    self.tick().await;
-                    self.flush().await;
-                }
-            }
-        }
-        self.flush().await;
-    }
-
-    /// The device's state, loaded on first sight or when its profile changed; `None` when
-    /// it has no rules now.
-    async fn device(&mut self, rec: &DeviceRecord) -> Option<&mut Device> {
-        let id = rec.id;
-        let rules = self.rules.rules(rec.profile_id());
-        let Some(rules) = rules else {
-            self.devices.remove(&id);
-            return None;
-        };
-        let fresh = self.devices.get(&id).is_none_or(|d| !Arc::ptr_eq(&d.rules, &rules));
-        if fresh {
-            match self.load(rec, rules).await {
-                Ok(d) => {
-                    self.devices.insert(id, d);
-                }
-                Err(e) => {
-                    tracing::warn!(device = %id, error = %e, "alarm rules: loading the device's data failed");
-                    return None;
-                }
-            }
-        }
-        let generation = self.core.alarms.owner_generation();
-        let d = self.devices.get_mut(&id)?;
-        let stale = d.owners.is_some_and(|(g, at)| g != generation || at.elapsed() > OWNER_TTL);
-        if stale || d.customer != rec.customer {
-            d.customer = rec.customer;
-            let keys = owner_keys(&d.rules);
-            let (store, customer, tenant) = (self.core.store.clone(), d.customer, d.tenant);
-            match crate::entities::blocking(move || owner_values(&store, &keys, customer, tenant)).await {
-                Ok(values) => {
-                    let d = self.devices.get_mut(&id)?;
-                    d.data.retain(|k, _| !matches!(k, DataKey::Customer(_) | DataKey::Tenant(_)));
-                    d.data.extend(values);
-                    d.owners = d.owners.map(|_| (generation, std::time::Instant::now()));
-                }
-                Err(e) => tracing::warn!(device = %id, error = %e, "alarm rules: reading owner attributes failed"),
-            }
-        }
-        self.devices.get_mut(&id)
-    }
-
-    async fn load(&self, rec: &DeviceRecord, rules: Arc<ProfileAlarms>) -> Result<Device, StoreError> {
-        let tenant = self.core.tenant_of(rec.tenant);
-        let generation = self.core.alarms.owner_generation();
-        let keys: Vec<DataKey> = rules.alarms.iter().flat_map(|a| a.keys.iter().cloned()).collect();
-        let (store, ts, id, customer, rec2) =
-            (self.core.store.clone(), self.core.ts.clone(), rec.id, rec.customer, rec.clone());
-        let data = crate::entities::blocking(move || {
-            let mut data = HashMap::new();
-            let ts_keys: Vec<String> = keys
-                .iter()
-                .filter_map(|k| if let DataKey::Timeseries(n) = k { Some(n.clone()) } else { None })
-                .collect();
-            if !ts_keys.is_empty() {
-                for (k, _, v) in ts.reads().latest(id, Some(&ts_keys))? {
-                    data.insert(DataKey::Timeseries(k), v);
-                }
-            }
-            for k in &keys {
-                match k {
-                    DataKey::Attribute(n) => {
-                        if let Some(v) = attribute(&store, id, n, None)? {
-                            data.insert(k.clone(), v);
-                        }
-                    }
-                    DataKey::EntityField(f) => {
-                        if let Some(v) = entity_field(&rec2, f) {
-                            data.insert(k.clone(), v);
-                        }
-                    }
-                    DataKey::Customer(_) | DataKey::Tenant(_) | DataKey::Timeseries(_) => {}
-                }
-            }
-            data.extend(owner_values(&store, &keys, customer, tenant)?);
-            Ok(data)
-        })
-        .await?;
-        let (store, id) = (self.core.store.clone(), rec.id);
-        let saved = crate::entities::blocking(move || store.doc(DocKind::AlarmRuleState, id.0)).await?;
-        let mut states: HashMap<String, AlarmState> =
-            saved.and_then(|d| serde_json::from_value(d.doc).ok()).unwrap_or_default();
-        states.retain(|id, _| rules.alarms.iter().any(|a| &a.id == id));
-        let owners = (!owner_keys(&rules).is_empty()).then(|| (generation, std::time::Instant::now()));
-        Ok(Device { tenant, customer: rec.customer, owners, rules, data, states })
-    }
-
-    async fn event(&mut self, e: Event) {
-        let id = e.device().id;
-        let Some(d) = self.device(e.device()).await else { return };
-        // (ts, the keys that changed) per evaluation.
-        let mut steps: Vec<(i64, Vec<DataKey>)> = Vec::new();
-        match e {
-            Event::Telemetry(_, mut records) => {
-                records.sort_by_key(|r| r.ts);
-                for r in records {
-                    let mut changed = Vec::new();
-                    for (k, v) in r.values {
-                        let key = DataKey::Timeseries(k);
-                        if d.rules.alarms.iter().any(|a| a.reads(&key)) {
-                            d.data.insert(key.clone(), v);
-                            changed.push(key);
-                        }
-                    }
-                    if !changed.is_empty() {
-                        steps.push((r.ts.0, changed));
-                    }
-                }
-            }
-            Event::Attributes(_, scope, values) => {
-                let mut changed = Vec::new();
-                for (k, v) in values {
-                    let key = DataKey::Attribute(k);
-                    if !d.rules.alarms.iter().any(|a| a.reads(&key)) {
-                        continue;
-                    }
-                    // A lower scope does not hide a higher one's value.
-                    if scope == AttributeScope::Server || !d.data.contains_key(&key) {
-                        d.data.insert(key.clone(), v);
-                    }
-                    changed.push(key);
-                }
-                if !changed.is_empty() {
-                    steps.push((Ts::now().0, changed));
-                }
-            }
-        }
-        for (ts, changed) in steps {
-            self.evaluate(id, ts, false, Some(&changed)).await;
-        }
-    }
-
-    /// Evaluates the device's alarms that read any of `changed` (all on a tick).
-    async fn evaluate(&mut self, id: DeviceId, ts: i64, tick: bool, changed: Option<&[DataKey]>) {
-        let Some(d) = self.devices.get_mut(&id) else { return };
-        let mut actions = Vec::new();
-        let rules = d.rules.clone();
-        for a in &rules.alarms {
-            if changed.is_some_and(|c| !c.iter().any(|k| a.reads(k))) {
-                continue;
-            }
-            let state = d.states.entry(a.id.clone()).or_default();
-            if tick && !a.waits(state) {
-                continue;
-            }
-            let active = matches!(self.core.alarms.active(id.0, &a.alarm_type), Ok(Some(_)));
-            let (action, changed_state) = a.eval(state, &d.data, ts, tick, active);
-            if changed_state {
-                self.dirty.insert(id);
-            }
-            if action != Action::None {
-                actions.push((a.alarm_type.clone(), a.propagation.clone(), action));
-            }
-        }
-        d.states.retain(|_, s| *s != AlarmState::default());
-        let (tenant, customer) = (d.tenant, d.customer);
-        for (alarm_type, propagation, action) in actions {
-            let originator = Originator { kind: "DEVICE".into(), id: id.0 };
+            let Some(p) = shard.lock().get(&device).and_then(|d| d.pending.front().cloned()) else { return };
+            let Pending { seq, alarm_type, propagation, action, ts, tenant, customer } = p;
             let result = match action {
                 Action::Raise(severity, details) => {
+                    let originator = Originator { kind: "DEVICE".into(), id: device.0 };
                     let new = NewAlarm {
                         tenant,
                         customer,
@@ -425,52 +548,125 @@ impl Worker {
                         end_ts: ts,
                         propagation,
                     };
-                    self.core.alarms.raise(new, false).await.map(drop)
+                    core.alarms.raise(new, false).await.map(drop)
                 }
-                Action::Clear(details) => self.core.alarms.clear_active(id.0, &alarm_type, details, ts).await.map(drop),
+                Action::Clear(details) => core.alarms.clear_active(device.0, &alarm_type, details, ts).await.map(drop),
                 Action::None => Ok(()),
             };
             if let Err(e) = result {
-                tracing::warn!(device = %id, error = %e, "alarm rules: the alarm could not be written");
+                tracing::warn!(device = %device, error = %e, "alarm rules: the alarm could not be written");
             }
-        }
-    }
-
-    /// Re-evaluates `DURATION` rules in progress.
-    async fn tick(&mut self) {
-        let now = Ts::now().0;
-        let waiting: Vec<DeviceId> = self
-            .devices
-            .iter()
-            .filter(|(_, d)| d.rules.alarms.iter().any(|a| d.states.get(&a.id).is_some_and(|s| a.waits(s))))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in waiting {
-            self.evaluate(id, now, true, None).await;
-        }
-    }
-
-    /// Writes the rule states that changed.
-    async fn flush(&mut self) {
-        if self.dirty.is_empty() {
-            return;
-        }
-        let mut ops = Vec::new();
-        for id in self.dirty.drain() {
-            let Some(d) = self.devices.get(&id) else { continue };
-            if let Ok(doc) = serde_json::to_value(&d.states) {
-                ops.push(WriteOp::PutDoc { kind: DocKind::AlarmRuleState, id: id.0, title: id.to_string(), doc });
-            }
-        }
-        match self.core.writer.submit_batch(ops).await {
-            Ok(results) => {
-                for e in results.into_iter().filter_map(Result::err) {
-                    tracing::warn!(error = %e, "alarm rules: a rule state was not written");
+            if let Some(d) = shard.lock().get_mut(&device) {
+                if d.pending.front().is_some_and(|f| f.seq == seq) {
+                    d.pending.pop_front();
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "alarm rules: rule states were not written"),
         }
     }
+
+    /// For worker `w`'s shards: re-evaluates `DURATION` rules in progress (when `durations`),
+    /// writes the devices' queued decisions and persists the rule states that changed.
+    async fn tick(&self, w: usize, durations: bool) {
+        let Some(core) = self.core.read().clone() else { return };
+        let now = Ts::now().0;
+        for s in (w..STATE_SHARDS).step_by(SHARDS) {
+            let mut decided = Vec::new();
+            let mut ops = Vec::new();
+            {
+                let mut shard = self.states[s].lock();
+                for (id, d) in shard.iter_mut() {
+                    let waiting = durations && d.rules.alarms.iter().zip(&d.states).any(|(a, s)| a.waits(s));
+                    if waiting {
+                        d.evaluate(&core.alarms, *id, now, true, &self.seq);
+                    }
+                    if !d.pending.is_empty() {
+                        decided.push(*id);
+                    }
+                    if std::mem::take(&mut d.dirty) {
+                        match d.saved_states() {
+                            Ok(doc) => ops.push(WriteOp::PutDoc {
+                                kind: DocKind::AlarmRuleState,
+                                id: id.0,
+                                title: id.to_string(),
+                                doc,
+                            }),
+                            Err(e) => {
+                                tracing::warn!(device = %id, error = %e, "alarm rules: a rule state was not encoded")
+                            }
+                        }
+                    }
+                }
+            }
+            for id in decided {
+                self.apply(id).await;
+            }
+            if ops.is_empty() {
+                continue;
+            }
+            match core.writer.submit_batch(ops).await {
+                Ok(results) => {
+                    for e in results.into_iter().filter_map(Result::err) {
+                        tracing::warn!(error = %e, "alarm rules: a rule state was not written");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "alarm rules: rule states were not written"),
+            }
+        }
+    }
+}
+
+/// A device's state, read from storage: the values its rules read, its persisted rule states.
+async fn load_device(core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>) -> Result<Device, StoreError> {
+    let tenant = core.tenant_of(rec.tenant);
+    let generation = core.alarms.owner_generation();
+    let keys: Vec<DataKey> = rules.alarms.iter().flat_map(|a| a.keys.iter().cloned()).collect();
+    let (store, ts, id, customer, rec2) = (core.store.clone(), core.ts.clone(), rec.id, rec.customer, rec.clone());
+    let data = crate::entities::blocking(move || {
+        let mut data = HashMap::new();
+        let ts_keys: Vec<String> =
+            keys.iter().filter_map(|k| if let DataKey::Timeseries(n) = k { Some(n.clone()) } else { None }).collect();
+        if !ts_keys.is_empty() {
+            for (k, _, v) in ts.reads().latest(id, Some(&ts_keys))? {
+                data.insert(DataKey::Timeseries(k), v);
+            }
+        }
+        for k in &keys {
+            match k {
+                DataKey::Attribute(n) => {
+                    if let Some(v) = attribute(&store, id, n, None)? {
+                        data.insert(k.clone(), v);
+                    }
+                }
+                DataKey::EntityField(f) => {
+                    if let Some(v) = entity_field(&rec2, f) {
+                        data.insert(k.clone(), v);
+                    }
+                }
+                DataKey::Customer(_) | DataKey::Tenant(_) | DataKey::Timeseries(_) => {}
+            }
+        }
+        data.extend(owner_values(&store, &keys, customer, tenant)?);
+        Ok(data)
+    })
+    .await?;
+    let store = core.store.clone();
+    let saved = crate::entities::blocking(move || store.doc(DocKind::AlarmRuleState, id.0)).await?;
+    let mut saved: HashMap<String, AlarmState> =
+        saved.and_then(|d| serde_json::from_value(d.doc).ok()).unwrap_or_default();
+    let states = rules.alarms.iter().map(|a| saved.remove(&a.id).unwrap_or_default()).collect();
+    let owners = (!owner_keys(&rules).is_empty()).then(|| (generation, Instant::now()));
+    let touched = vec![false; rules.alarms.len()];
+    Ok(Device {
+        tenant,
+        customer: rec.customer,
+        owners,
+        rules,
+        data,
+        states,
+        dirty: false,
+        pending: VecDeque::new(),
+        touched,
+    })
 }
 
 /// The keys of `rules` that are its customer's or tenant's attributes.
@@ -526,25 +722,31 @@ fn entity_field(d: &DeviceRecord, field: &str) -> Option<Value> {
 
 impl crate::live::LiveSink for Feed {
     fn wants_telemetry(&self) -> bool {
-        self.rules.any()
+        self.0.rules.any()
     }
     fn wants_attributes(&self) -> bool {
-        self.rules.any()
+        self.0.rules.any()
     }
     fn telemetry<'a>(
         &'a self,
         device: &'a DeviceRecord,
         _tenant: uuid::Uuid,
         records: &'a [TsRecord],
-    ) -> Option<gridlinks_ingest::BoxFuture<'a, Result<(), StoreError>>> {
-        if !self.wants(device) {
-            return None;
+    ) -> Option<BoxFuture<'a, Result<(), StoreError>>> {
+        match self.try_eval(device, Input::Telemetry(records)) {
+            Step::Done => None,
+            Step::Wake => {
+                let wait = self.wake(device.id)?;
+                Some(Box::pin(async move {
+                    wait.await;
+                    Ok(())
+                }))
+            }
+            Step::Slow => Some(Box::pin(async move {
+                self.slow(device, Input::Telemetry(records)).await;
+                Ok(())
+            })),
         }
-        let pending = Feed::telemetry(self, device, records.to_vec())?;
-        Some(Box::pin(async move {
-            pending.await;
-            Ok(())
-        }))
     }
     fn attributes(
         &self,
@@ -554,13 +756,19 @@ impl crate::live::LiveSink for Feed {
         values: &[(String, Value)],
         _now: Ts,
     ) {
-        if !self.wants(device) {
-            return;
-        }
-        // Attribute changes are never waited for on this path: a full queue hands the
-        // change to a task that waits.
-        if let Some(pending) = Feed::attributes(self, device, scope, values.to_vec()) {
-            tokio::spawn(pending);
+        // Attribute changes are never waited for on this path: what must wait is handed
+        // to a task.
+        match self.try_eval(device, Input::Attributes(scope, values)) {
+            Step::Done => {}
+            Step::Wake => {
+                if let Some(wait) = self.wake(device.id) {
+                    tokio::spawn(wait);
+                }
+            }
+            Step::Slow => {
+                let (feed, rec, values) = (self.clone(), device.clone(), values.to_vec());
+                tokio::spawn(async move { feed.slow(&rec, Input::Attributes(scope, &values)).await });
+            }
         }
     }
 }

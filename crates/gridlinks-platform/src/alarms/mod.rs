@@ -253,19 +253,18 @@ pub struct Alarms {
 #[derive(Default)]
 struct Index {
     by_id: HashMap<Uuid, Arc<Alarm>>,
-    /// The active alarm of an originator and type.
-    active: HashMap<(Uuid, String), Uuid>,
+    /// The active alarm of an originator, by type (looked up without allocating).
+    active: HashMap<Uuid, HashMap<String, Uuid>>,
     /// Each alarm's comments.
     comments: HashMap<Uuid, Vec<Uuid>>,
 }
 
 impl Index {
     fn put(&mut self, a: Arc<Alarm>) {
-        let key = (a.originator.id, a.alarm_type.clone());
         if !a.cleared {
-            self.active.insert(key, a.id);
-        } else if self.active.get(&key) == Some(&a.id) {
-            self.active.remove(&key);
+            self.active.entry(a.originator.id).or_default().insert(a.alarm_type.clone(), a.id);
+        } else {
+            self.unset_active(&a);
         }
         self.by_id.insert(a.id, a);
     }
@@ -273,11 +272,23 @@ impl Index {
     fn remove(&mut self, id: Uuid) {
         self.comments.remove(&id);
         if let Some(a) = self.by_id.remove(&id) {
-            let key = (a.originator.id, a.alarm_type.clone());
-            if self.active.get(&key) == Some(&id) {
-                self.active.remove(&key);
+            self.unset_active(&a);
+        }
+    }
+
+    /// `a` is no longer its originator's active alarm of its type (if it was).
+    fn unset_active(&mut self, a: &Alarm) {
+        let Some(types) = self.active.get_mut(&a.originator.id) else { return };
+        if types.get(&a.alarm_type) == Some(&a.id) {
+            types.remove(&a.alarm_type);
+            if types.is_empty() {
+                self.active.remove(&a.originator.id);
             }
         }
+    }
+
+    fn active(&self, originator: Uuid, alarm_type: &str) -> Option<&Arc<Alarm>> {
+        self.active.get(&originator)?.get(alarm_type).and_then(|id| self.by_id.get(id))
     }
 }
 
@@ -374,8 +385,7 @@ impl Alarms {
     /// The active alarm of an originator and type, unchecked.
     pub fn active(&self, originator: Uuid, alarm_type: &str) -> Result<Option<Arc<Alarm>>, StoreError> {
         self.fresh()?;
-        let index = self.index.read();
-        Ok(index.active.get(&(originator, alarm_type.to_owned())).and_then(|id| index.by_id.get(id)).cloned())
+        Ok(self.index.read().active(originator, alarm_type).cloned())
     }
 
     /// Every alarm `keep` accepts.

@@ -222,6 +222,20 @@ pub struct Propagation {
 pub struct ProfileAlarms {
     /// Its alarms.
     pub alarms: Vec<AlarmDef>,
+    /// The time series keys they read, by name: the key, and which alarms (indexes into
+    /// `alarms`) read it. So a message's keys are looked up without building a key.
+    pub timeseries: HashMap<String, Reader>,
+    /// The device attributes they read, as `timeseries`.
+    pub attributes: HashMap<String, Reader>,
+}
+
+/// A key some of a profile's alarms read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reader {
+    /// The key.
+    pub key: DataKey,
+    /// The alarms that read it (indexes into [`ProfileAlarms::alarms`]).
+    pub alarms: Vec<usize>,
 }
 
 impl ProfileAlarms {
@@ -243,7 +257,18 @@ impl ProfileAlarms {
             }
             out.push(def);
         }
-        Ok(Self { alarms: out })
+        let (mut timeseries, mut attributes) = (HashMap::<String, Reader>::new(), HashMap::<String, Reader>::new());
+        for (i, a) in out.iter().enumerate() {
+            for k in &a.keys {
+                let (DataKey::Timeseries(name) | DataKey::Attribute(name)) = k else { continue };
+                let map = if matches!(k, DataKey::Timeseries(_)) { &mut timeseries } else { &mut attributes };
+                let reader = map.entry(name.clone()).or_insert_with(|| Reader { key: k.clone(), alarms: Vec::new() });
+                if !reader.alarms.contains(&i) {
+                    reader.alarms.push(i);
+                }
+            }
+        }
+        Ok(Self { alarms: out, timeseries, attributes })
     }
 
     /// Whether the profile has any alarm rule.

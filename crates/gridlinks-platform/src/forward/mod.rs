@@ -499,28 +499,14 @@ struct Filter {
     store: Store,
     first_tenant: Uuid,
     routes: Arc<RwLock<HashMap<Uuid, Vec<Sink>>>>,
-    /// Each device's (tenant, profile) as read, for [`Store::devices_generation`] (so
-    /// the writer thread decodes no device record per message).
-    devices: Mutex<(u64, Owners)>,
 }
 
-/// (tenant, profile) by device; `None`: no such device.
-type Owners = HashMap<DeviceId, Option<(Uuid, ProfileId)>>;
-
-/// Most devices the filter's cache holds (emptied when it would hold more).
-const FILTER_CACHE_DEVICES: usize = 1_000_000;
-
 impl Filter {
+    /// A device's tenant and profile (from the store's device cache: the writer thread
+    /// decodes no device record per message).
     fn owner(&self, device: DeviceId) -> Option<(Uuid, ProfileId)> {
-        let generation = self.store.devices_generation();
-        let mut cache = self.devices.lock();
-        if cache.0 != generation || cache.1.len() >= FILTER_CACHE_DEVICES {
-            *cache = (generation, HashMap::new());
-        }
-        *cache.1.entry(device).or_insert_with(|| {
-            let d = self.store.device(device).ok().flatten()?;
-            Some((d.tenant.unwrap_or(self.first_tenant), d.profile_id()))
-        })
+        let d = self.store.device_cached(device).ok().flatten()?;
+        Some((d.tenant.unwrap_or(self.first_tenant), d.profile_id()))
     }
 }
 
@@ -560,12 +546,8 @@ impl Forwarding {
     /// Starts the sinks and the outbox's housekeeping; aborting the returned task stops
     /// every sink (they hold the platform, so the server could not stop otherwise).
     pub async fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let filter = Filter {
-            store: self.core.store.clone(),
-            first_tenant: self.core.tenant_id,
-            routes: self.routes.clone(),
-            devices: Mutex::default(),
-        };
+        let filter =
+            Filter { store: self.core.store.clone(), first_tenant: self.core.tenant_id, routes: self.routes.clone() };
         self.core.store.set_outbox_filter(Some(Arc::new(filter)));
         self.reload().await;
         let me = self.clone();
