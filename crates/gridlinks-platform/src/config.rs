@@ -517,6 +517,9 @@ pub struct ForwardingConfig {
     pub outbox_max_entries: u64,
     /// Most outbox entries one delivery takes.
     pub batch_max_entries: usize,
+    /// How long a sink waits for more entries before it delivers a batch that is not full
+    /// (fewer, larger deliveries under load, for at most this much more lag); 0: at once.
+    pub linger: Millis,
     /// The wait before the first retry of a failed delivery; each next one waits twice as
     /// long (at most 60 s).
     pub retry_delay: Millis,
@@ -534,6 +537,7 @@ impl Default for ForwardingConfig {
         Self {
             outbox_max_entries: 10_000_000,
             batch_max_entries: 1000,
+            linger: Millis(10),
             retry_delay: Millis(1_000),
             timeout: Millis(10_000),
             max_sinks_per_tenant: 10,

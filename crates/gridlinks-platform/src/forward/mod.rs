@@ -690,7 +690,7 @@ async fn run(fwd: Arc<Forwarding>, sink: Sink, stats: Arc<Stats>) {
     let mut out = deliver::Deliverer::new(&sink, &fwd.cfg);
     let mut cursor = stats.cursor.load(Ordering::Acquire);
     loop {
-        let upto = *durable.borrow_and_update();
+        let mut upto = *durable.borrow_and_update();
         if upto <= cursor {
             if durable.changed().await.is_err() {
                 return;
@@ -699,25 +699,29 @@ async fn run(fwd: Arc<Forwarding>, sink: Sink, stats: Arc<Stats>) {
         }
         // Entries the outbox dropped (counted by the trim) are skipped.
         cursor = cursor.max(stats.cursor.load(Ordering::Acquire));
-        let (limit, from) = (fwd.cfg.batch_max_entries.max(1), cursor);
-        let read = {
-            let store = store.clone();
-            blocking(move || store.outbox_read(from, upto, limit)).await
-        };
-        let entries = match read {
-            Ok(e) => e,
+        let limit = fwd.cfg.batch_max_entries.max(1);
+        if upto.saturating_sub(cursor) < limit as u64 && !fwd.cfg.linger.duration().is_zero() {
+            tokio::time::sleep(fwd.cfg.linger.duration()).await;
+            upto = *durable.borrow_and_update();
+        }
+        let (core, sink_now, from) = (fwd.core.clone(), sink.clone(), cursor);
+        // One blocking call reads the entries and builds their events.
+        let read = blocking(move || {
+            let entries = core.store.outbox_read(from, upto, limit)?;
+            // Read up to `upto` unless the batch was full.
+            let done_upto = if entries.len() < limit { upto } else { entries.last().map_or(upto, |e| e.seq) };
+            let last_at = entries.last().map(|e| e.at);
+            Ok((done_upto, last_at, events(&core, &sink_now, entries)))
+        })
+        .await;
+        let (done_upto, last_at, events) = match read {
+            Ok(r) => r,
             Err(e) => {
                 stats.failed(format!("reading the outbox: {e}"));
                 tokio::time::sleep(fwd.cfg.retry_delay.duration()).await;
                 continue;
             }
         };
-        // Read up to `upto` unless the batch was full.
-        let done_upto = if entries.len() < limit { upto } else { entries.last().map_or(upto, |e| e.seq) };
-        let last_at = entries.last().map(|e| e.at);
-        let (core, sink_now) = (fwd.core.clone(), sink.clone());
-        // Fails only while the server stops: nothing is skipped then.
-        let Ok(events) = blocking(move || Ok(events(&core, &sink_now, entries))).await else { return };
         if !events.is_empty() {
             let mut delay = fwd.cfg.retry_delay.duration();
             while let Err(e) = out.deliver(&events).await {
@@ -743,10 +747,7 @@ async fn run(fwd: Arc<Forwarding>, sink: Sink, stats: Arc<Stats>) {
 /// The events of `entries` that `sink` takes, as JSON (storage reads: off the async
 /// threads).
 fn events(core: &Core, sink: &Sink, entries: Vec<OutboxEntry>) -> Vec<J> {
-    let mut devices: HashMap<DeviceId, Option<DeviceRecord>> = HashMap::new();
-    let mut device = |id: DeviceId| -> Option<DeviceRecord> {
-        devices.entry(id).or_insert_with(|| core.store.device(id).ok().flatten()).clone()
-    };
+    let device = |id: DeviceId| core.store.device_cached(id).ok().flatten();
     let mut out = Vec::new();
     for e in entries {
         let (seq, at) = (e.seq, e.at.0);
@@ -773,7 +774,7 @@ fn events(core: &Core, sink: &Sink, entries: Vec<OutboxEntry>) -> Vec<J> {
                     continue;
                 }
                 let originator = (a.originator.kind == "DEVICE").then(|| device(DeviceId(a.originator.id))).flatten();
-                if !sink.takes(ALARM, originator.as_ref().map(DeviceRecord::profile_id)) {
+                if !sink.takes(ALARM, originator.as_ref().map(|d| d.profile_id())) {
                     continue;
                 }
                 let mut ev = json!({
@@ -787,8 +788,8 @@ fn events(core: &Core, sink: &Sink, entries: Vec<OutboxEntry>) -> Vec<J> {
                 });
                 if let Some(d) = originator {
                     ev["deviceId"] = d.id.0.to_string().into();
-                    ev["deviceName"] = d.name.into();
-                    ev["deviceType"] = d.device_type.into();
+                    ev["deviceName"] = d.name.as_str().into();
+                    ev["deviceType"] = d.device_type.as_str().into();
                 }
                 out.push(ev);
             }
