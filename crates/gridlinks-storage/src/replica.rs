@@ -232,15 +232,29 @@ impl Store {
             }
         }
         batch.insert(&engine.ks.meta, SEEN_KEY, version.to_be_bytes().to_vec());
-        // Profiles' lock, then the tokens' (the order a device transaction's commit takes).
-        self.change_profiles(|| {
+        // Only rows of devices drop the caches of device records and tokens, and only
+        // profile rows the profiles' (other shared rows, such as attributes and documents,
+        // change often: rule states, activity).
+        let mask = |names: &[&str]| names.iter().filter_map(|n| space_of_name(n)).fold(0u32, |m, i| m | 1 << i);
+        let devices =
+            spaces & mask(&["devices", "names", "gateways", "tokens", "identities", "basic", "profiles"]) != 0;
+        let commit = || {
+            if !devices {
+                return Ok(batch.commit()?);
+            }
             let tokens = &self.inner.tokens;
             let mut map = tokens.map.write();
             batch.commit()?;
             map.clear();
             tokens.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             Ok(())
-        })?;
+        };
+        // Profiles' lock, then the tokens' (the order a device transaction's commit takes).
+        if spaces & mask(&["profiles"]) != 0 {
+            self.change_profiles(commit)?;
+        } else {
+            commit()?;
+        }
         for (i, g) in self.inner.remote_generations.iter().enumerate() {
             if spaces & (1 << i) != 0 {
                 g.fetch_add(1, std::sync::atomic::Ordering::AcqRel);

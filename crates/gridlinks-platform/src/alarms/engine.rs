@@ -111,10 +111,14 @@ impl RuleCache {
             }
         }
         let mut rules = HashMap::new();
+        let old = self.compiled.read().rules.clone();
         for p in all.iter() {
             match ProfileAlarms::compile(p.doc.get("profileData").and_then(|d| d.get("alarms"))) {
                 Ok(r) if !r.is_empty() => {
-                    rules.insert(p.id, Arc::new(r));
+                    // Rules that did not change stay the same `Arc`: devices' states are
+                    // reloaded only when their rules changed.
+                    let same = old.get(&p.id).filter(|o| ***o == r).cloned();
+                    rules.insert(p.id, same.unwrap_or_else(|| Arc::new(r)));
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(profile = %p.name, error = %e, "alarm rules do not compile: not evaluated"),
