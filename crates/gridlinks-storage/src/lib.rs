@@ -604,7 +604,7 @@ pub(crate) struct TokenCache {
 #[derive(Default)]
 struct DeviceCache {
     generation: u64,
-    map: HashMap<DeviceId, Arc<DeviceRecord>>,
+    map: rustc_hash::FxHashMap<DeviceId, Arc<DeviceRecord>>,
 }
 
 /// Most device records [`Store::device_cached`] keeps (emptied when it would keep more).
@@ -995,7 +995,7 @@ impl Store {
         // Tagged with the generation read before the record: a change committed since
         // then makes the whole map stale rather than this record wrongly fresh.
         if cache.generation != generation || cache.map.len() >= DEVICE_CACHE_MAX {
-            *cache = DeviceCache { generation, map: HashMap::new() };
+            *cache = DeviceCache { generation, map: Default::default() };
         }
         cache.map.insert(id, d.clone());
         Ok(Some(d))

@@ -216,6 +216,15 @@ pub enum WriteOp {
         /// The rest (an object).
         doc: serde_json::Value,
     },
+    /// Creates or replaces documents of a kind whose titles need not be unique and whose
+    /// creation time nobody reads (devices' alarm rule states), in one batch: (id, title,
+    /// object).
+    PutDocs {
+        /// Which kind.
+        kind: DocKind,
+        /// The documents.
+        docs: Vec<(uuid::Uuid, String, serde_json::Value)>,
+    },
     /// Deletes a document (an OTA package with its data).
     DeleteDoc(DocKind, uuid::Uuid),
     /// Stores OTA package `id`'s bytes once, with the description fields of its data
@@ -1336,6 +1345,23 @@ impl Writer {
                     return Err(StoreError::Invalid(format!("{} {id} exists already", kind.name())));
                 }
                 self.put_doc(kind, DocRecord { id, created_time: Ts::now().0, title, doc })
+            }
+            WriteOp::PutDocs { kind, docs } => {
+                if kind.unique_titles() {
+                    return Err(StoreError::Invalid(format!("{kind:?} documents have unique titles: one at a time")));
+                }
+                let engine = self.engine()?;
+                let mut batch = Batch::new(&engine);
+                let now = Ts::now().0;
+                for (id, title, doc) in docs {
+                    if !doc.is_object() {
+                        return Err(StoreError::Invalid("the document is a JSON object".into()));
+                    }
+                    let rec = DocRecord { id, created_time: now, title, doc };
+                    batch.insert(&engine.ks.docs, kind.key(id), encode_doc(&rec)?);
+                }
+                batch.commit(&self.store)?;
+                Ok(WriteOutcome::Done)
             }
             WriteOp::PutDoc { kind, id, title, doc } => {
                 let created = self.store.doc(kind, id)?.map_or_else(|| Ts::now().0, |o| o.created_time);

@@ -923,3 +923,21 @@ async fn outbox_holds_committed_wanted_writes_in_order_across_restarts_and_trims
     assert_eq!(store.outbox_bounds(), (6, 6));
     assert!(store.outbox_read(0, 10, 100).unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn documents_written_together_are_one_write_and_only_of_kinds_without_unique_titles() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, h, _j) = open(dir.path());
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let docs = vec![(a, "a".into(), serde_json::json!({"n": 1})), (b, "b".into(), serde_json::json!({"n": 2}))];
+    h.submit(WriteOp::PutDocs { kind: gridlinks_storage::DocKind::AlarmRuleState, docs }).await.unwrap();
+    assert_eq!(store.doc(gridlinks_storage::DocKind::AlarmRuleState, b).unwrap().unwrap().doc["n"], 2);
+    assert_eq!(store.docs(gridlinks_storage::DocKind::AlarmRuleState).unwrap().len(), 2);
+    let not_object = vec![(a, "a".into(), serde_json::json!([1]))];
+    let r = h.submit(WriteOp::PutDocs { kind: gridlinks_storage::DocKind::AlarmRuleState, docs: not_object }).await;
+    assert!(matches!(r, Err(StoreError::Invalid(_))), "{r:?}");
+    let unique = vec![(a, "x".into(), serde_json::json!({}))];
+    let r = h.submit(WriteOp::PutDocs { kind: gridlinks_storage::DocKind::Customer, docs: unique }).await;
+    assert!(matches!(r, Err(StoreError::Invalid(_))), "{r:?}");
+    assert!(store.doc(gridlinks_storage::DocKind::Customer, a).unwrap().is_none());
+}

@@ -151,11 +151,14 @@ struct Device {
     /// the generation of those attributes then ([`Alarms::owner_generation`]).
     owners: Option<(u64, Instant)>,
     rules: Arc<ProfileAlarms>,
-    data: HashMap<DataKey, Value>,
+    data: rustc_hash::FxHashMap<DataKey, Value>,
     /// Per alarm of `rules`, in their order.
     states: Vec<AlarmState>,
     /// A state changed since the last flush.
     dirty: bool,
+    /// `states` as last persisted (a state that changed and changed back within a flush
+    /// is not written again).
+    saved: Vec<AlarmState>,
     /// Decisions not written yet, in order.
     pending: VecDeque<Pending>,
     /// Per alarm of `rules`: whether the data at hand concerns it (kept here so that a
@@ -261,7 +264,7 @@ impl Device {
     }
 
     /// Its rule states as persisted: by alarm id, those in progress.
-    fn saved_states(&self) -> serde_json::Result<serde_json::Value> {
+    fn states_doc(&self) -> serde_json::Result<serde_json::Value> {
         let states: HashMap<&str, &AlarmState> = self
             .rules
             .alarms
@@ -575,7 +578,7 @@ impl Engine {
         let now = Ts::now().0;
         for s in (w..STATE_SHARDS).step_by(SHARDS) {
             let mut decided = Vec::new();
-            let mut ops = Vec::new();
+            let mut states = Vec::new();
             {
                 let mut shard = self.states[s].lock();
                 for (id, d) in shard.iter_mut() {
@@ -586,14 +589,10 @@ impl Engine {
                     if !d.pending.is_empty() {
                         decided.push(*id);
                     }
-                    if std::mem::take(&mut d.dirty) {
-                        match d.saved_states() {
-                            Ok(doc) => ops.push(WriteOp::PutDoc {
-                                kind: DocKind::AlarmRuleState,
-                                id: id.0,
-                                title: id.to_string(),
-                                doc,
-                            }),
+                    if std::mem::take(&mut d.dirty) && d.states != d.saved {
+                        d.saved.clone_from(&d.states);
+                        match d.states_doc() {
+                            Ok(doc) => states.push((id.0, id.to_string(), doc)),
                             Err(e) => {
                                 tracing::warn!(device = %id, error = %e, "alarm rules: a rule state was not encoded")
                             }
@@ -604,16 +603,12 @@ impl Engine {
             for id in decided {
                 self.apply(id).await;
             }
-            if ops.is_empty() {
+            if states.is_empty() {
                 continue;
             }
-            match core.writer.submit_batch(ops).await {
-                Ok(results) => {
-                    for e in results.into_iter().filter_map(Result::err) {
-                        tracing::warn!(error = %e, "alarm rules: a rule state was not written");
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "alarm rules: rule states were not written"),
+            // One write (one batch) for the shard's states.
+            if let Err(e) = core.writer.submit(WriteOp::PutDocs { kind: DocKind::AlarmRuleState, docs: states }).await {
+                tracing::warn!(error = %e, "alarm rules: rule states were not written");
             }
         }
     }
@@ -626,7 +621,7 @@ async fn load_device(core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>)
     let keys: Vec<DataKey> = rules.alarms.iter().flat_map(|a| a.keys.iter().cloned()).collect();
     let (store, ts, id, customer, rec2) = (core.store.clone(), core.ts.clone(), rec.id, rec.customer, rec.clone());
     let data = crate::entities::blocking(move || {
-        let mut data = HashMap::new();
+        let mut data = rustc_hash::FxHashMap::default();
         let ts_keys: Vec<String> =
             keys.iter().filter_map(|k| if let DataKey::Timeseries(n) = k { Some(n.clone()) } else { None }).collect();
         if !ts_keys.is_empty() {
@@ -657,7 +652,7 @@ async fn load_device(core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>)
     let saved = crate::entities::blocking(move || store.doc(DocKind::AlarmRuleState, id.0)).await?;
     let mut saved: HashMap<String, AlarmState> =
         saved.and_then(|d| serde_json::from_value(d.doc).ok()).unwrap_or_default();
-    let states = rules.alarms.iter().map(|a| saved.remove(&a.id).unwrap_or_default()).collect();
+    let states: Vec<AlarmState> = rules.alarms.iter().map(|a| saved.remove(&a.id).unwrap_or_default()).collect();
     let owners = (!owner_keys(&rules).is_empty()).then(|| (generation, Instant::now()));
     let touched = vec![false; rules.alarms.len()];
     Ok(Device {
@@ -666,6 +661,7 @@ async fn load_device(core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>)
         owners,
         rules,
         data,
+        saved: states.clone(),
         states,
         dirty: false,
         pending: VecDeque::new(),

@@ -796,7 +796,7 @@ pub trait Snapshot {
     fn get(&self, key: &DataKey) -> Option<Value>;
 }
 
-impl Snapshot for HashMap<DataKey, Value> {
+impl<S: std::hash::BuildHasher> Snapshot for HashMap<DataKey, Value, S> {
     fn get(&self, key: &DataKey) -> Option<Value> {
         HashMap::get(self, key).cloned()
     }

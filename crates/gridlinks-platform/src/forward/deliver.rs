@@ -55,7 +55,9 @@ impl Deliverer {
                         timeout: self.timeout,
                         allow_private: self.allow_private,
                     };
-                    let (body, http) = (J::Array(chunk.to_vec()).to_string(), http.clone());
+                    // Serialised from the slice: the events are not copied into an array first.
+                    let body = serde_json::to_string(chunk).map_err(|e| e.to_string())?;
+                    let http = http.clone();
                     tokio::task::spawn_blocking(move || post_with(&http, &to, &body))
                         .await
                         .map_err(|e| e.to_string())??;
