@@ -47,6 +47,10 @@ const STATE_SHARDS: usize = 8 * SHARDS;
 const QUEUE: usize = 4096;
 /// How often rule states are written and `DURATION` rules re-evaluated.
 const FLUSH: Duration = Duration::from_secs(1);
+/// Devices whose state is read from storage at once (first sight, changed rules): the
+/// rest wait. Unbounded, 10,000 devices seen in their first second grew the blocking
+/// pool to ~500 threads that stayed, costing every later message wake-ups and memory.
+const LOADS: usize = 4;
 /// How long a customer's or tenant's attribute read for a device's rules is used before it
 /// is read again (a change on this node is seen at once; one on another node after this).
 const OWNER_TTL: Duration = Duration::from_secs(60);
@@ -288,6 +292,8 @@ struct Engine {
     started: Notify,
     /// Set by [`Feed::finish`].
     finished: std::sync::atomic::AtomicBool,
+    /// Bounds the storage reads of devices' states ([`LOADS`]).
+    loads: tokio::sync::Semaphore,
     states: Box<[Shard]>,
     /// Per worker: devices with decisions to write.
     wake: Box<[mpsc::Sender<DeviceId>]>,
@@ -326,6 +332,7 @@ impl Feed {
             core: RwLock::new(None),
             started: Notify::new(),
             finished: Default::default(),
+            loads: tokio::sync::Semaphore::new(LOADS),
             states: (0..STATE_SHARDS).map(|_| Mutex::default()).collect(),
             wake: tx.into(),
             seq: AtomicU64::new(0),
@@ -415,6 +422,7 @@ impl Feed {
     /// owners' attributes again.
     async fn refresh(&self, core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>) {
         let id = rec.id;
+        let Ok(_permit) = self.0.loads.acquire().await else { return };
         let (load, owners) = match self.0.states[shard_of(id)].lock().get(&id) {
             Some(d) if Arc::ptr_eq(&d.rules, &rules) => (false, d.owners_stale(&core.alarms, rec)),
             _ => (true, false),
