@@ -328,6 +328,11 @@ mod tests {
             let (at, e) = OutboxEvent::decode(&bytes).unwrap();
             assert_eq!(e.encode(at), bytes, "{name}");
         }
+        // Found by the fuzz target: an alarm whose JSON holds 6.6666e53, which serde_json
+        // read back one ulp off until the workspace enabled `float_roundtrip`.
+        let (at, e) = OutboxEvent::decode(&std::fs::read(dir.join("float-roundtrip")).unwrap()).unwrap();
+        let (at2, e2) = OutboxEvent::decode(&e.encode(at)).unwrap();
+        assert_eq!((at2, format!("{e2:?}")), (at, format!("{e:?}")));
     }
 
     #[test]
