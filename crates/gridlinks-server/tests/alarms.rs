@@ -41,6 +41,11 @@ fn boiler_profile() -> J {
     })
 }
 
+fn save_boiler_profile(s: &Server, jwt: &str) {
+    let (st, p) = s.json("POST", "/api/deviceProfile", jwt, Some(boiler_profile()));
+    assert_eq!(st, 200, "{p}");
+}
+
 fn boiler(s: &Server, jwt: &str, name: &str, token: &str) -> String {
     let (st, d) =
         s.json("POST", &format!("/api/device?accessToken={token}"), jwt, Some(json!({"name": name, "type": "boiler"})));
@@ -81,8 +86,7 @@ fn profile_rules_raise_regrade_and_clear_alarms_on_committed_data() {
     let dir = tmp.path().join("data");
     let mut s = Server::start_on(&dir, &[]);
     let jwt = s.login();
-    let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(boiler_profile()));
-    assert_eq!(st, 200, "{p}");
+    save_boiler_profile(&s, &jwt);
     let b1 = boiler(&s, &jwt, "boiler-1", "boiler-1-token");
 
     // One message above 70 is not yet MAJOR (2 in a row are needed); the second is.
@@ -218,8 +222,7 @@ fn profile_rules_raise_regrade_and_clear_alarms_on_committed_data() {
 fn a_raise_and_a_clear_in_one_message_are_written_in_order() {
     let s = Server::start();
     let jwt = s.login();
-    let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(boiler_profile()));
-    assert_eq!(st, 200, "{p}");
+    save_boiler_profile(&s, &jwt);
     let b = boiler(&s, &jwt, "boiler-1", "boiler-1-token");
     // The clear is decided while the raise is not written yet: it must still clear it.
     let now = gridlinks_types::Ts::now().0;
@@ -367,8 +370,7 @@ fn bad_alarm_rules_are_refused_on_save_naming_where() {
 fn websocket_alarm_data_and_counts_follow_alarms_live() {
     let s = Server::start();
     let jwt = s.login();
-    let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(boiler_profile()));
-    assert_eq!(st, 200, "{p}");
+    save_boiler_profile(&s, &jwt);
     let b1 = boiler(&s, &jwt, "ws-boiler-1", "ws-boiler-1-token");
     boiler(&s, &jwt, "ws-boiler-2", "ws-boiler-2-token");
     let mut ws = common::ws::open(&s, "/api/ws", std::time::Duration::from_secs(15));
