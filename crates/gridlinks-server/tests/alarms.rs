@@ -219,6 +219,39 @@ fn profile_rules_raise_regrade_and_clear_alarms_on_committed_data() {
 }
 
 #[test]
+fn a_changed_rule_applies_from_the_next_message() {
+    let s = Server::start();
+    let jwt = s.login();
+    let (st, mut profile) = s.json("POST", "/api/deviceProfile", &jwt, Some(boiler_profile()));
+    assert_eq!(st, 200, "{profile}");
+    let b = boiler(&s, &jwt, "boiler-1", "boiler-1-token");
+    post(&s, "boiler-1-token", json!({"temperature": 95}));
+    wait_alarm(&s, &jwt, &b, "Overheat", |a| a["status"] == "ACTIVE_UNACK");
+    post(&s, "boiler-1-token", json!({"temperature": 40}));
+    wait_alarm(&s, &jwt, &b, "Overheat", |a| a["status"] == "CLEARED_UNACK");
+
+    // CRITICAL above 30 now: 35 raises it (it was below the clear rule's 50 before).
+    let critical = &mut profile["profileData"]["alarms"][0]["createRules"]["CRITICAL"]["condition"]["condition"][0];
+    critical["predicate"]["value"]["defaultValue"] = json!(30);
+    let (st, saved) = s.json("POST", "/api/deviceProfile", &jwt, Some(profile.clone()));
+    assert_eq!(st, 200, "{saved}");
+    post(&s, "boiler-1-token", json!({"temperature": 35}));
+    let a = wait_alarm(&s, &jwt, &b, "Overheat", |a| a["status"] == "ACTIVE_UNACK");
+    assert_eq!(a["severity"], "CRITICAL");
+
+    // No rules any more: nothing is evaluated.
+    let id = a["id"]["id"].as_str().unwrap();
+    assert_eq!(s.json("POST", &format!("/api/alarm/{id}/clear"), &jwt, None).0, 200);
+    let mut profile = saved;
+    profile["profileData"]["alarms"] = J::Null;
+    assert_eq!(s.json("POST", "/api/deviceProfile", &jwt, Some(profile)).0, 200);
+    post(&s, "boiler-1-token", json!({"temperature": 99}));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let active = alarms_of(&s, &jwt, &b, "&statusList=ACTIVE");
+    assert!(active.is_empty(), "{active:?}");
+}
+
+#[test]
 fn a_raise_and_a_clear_in_one_message_are_written_in_order() {
     let s = Server::start();
     let jwt = s.login();

@@ -697,6 +697,8 @@ pub(crate) struct Inner {
     /// Every device profile, by name, read once ([`Store::profiles`]); emptied by the
     /// writer, under this lock, whenever it commits a profile change.
     profiles: RwLock<Option<Arc<Vec<ProfileRecord>>>>,
+    /// Counts the emptyings of `profiles` ([`Store::profiles_generation`]).
+    profiles_generation: AtomicU64,
     /// The replica of the shared rows this store follows (`cluster.entities`), if any.
     pub follower: parking_lot::Mutex<Option<replica::Follower>>,
     /// How many times other nodes' rows changed each shared keyspace
@@ -811,6 +813,7 @@ impl Store {
                 engine: RwLock::new(Some(Arc::new(engine))),
                 keys: RwLock::new(keys),
                 profiles: RwLock::new(None),
+                profiles_generation: AtomicU64::new(0),
                 tokens: TokenCache::default(),
                 devices: RwLock::default(),
                 follower: parking_lot::Mutex::new(None),
@@ -849,8 +852,7 @@ impl Store {
         tokens.clear();
         self.inner.tokens.generation.fetch_add(1, Ordering::AcqRel);
         *self.inner.engine.write() = Some(Arc::new(engine));
-        *self.inner.profiles.write() = None;
-        Ok(())
+        self.change_profiles(|| Ok(()))
     }
 
     /// Bytes the store's files take on disk (its directory, walked now).
@@ -1047,7 +1049,15 @@ impl Store {
         let mut slot = self.inner.profiles.write();
         let out = commit();
         *slot = None;
+        self.inner.profiles_generation.fetch_add(1, Ordering::AcqRel);
         out
+    }
+
+    /// A number that changes whenever the profiles may have (read it before
+    /// [`Store::profiles`]: what that returns is at least as new): a cache of something
+    /// derived from the profiles checks it without a lock.
+    pub fn profiles_generation(&self) -> u64 {
+        self.inner.profiles_generation.load(Ordering::Acquire)
     }
 
     /// The device with MQTT_BASIC credentials of this user name, or (`user_name` `None`) of

@@ -25,12 +25,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use gridlinks_ingest::BoxFuture;
-use gridlinks_storage::{DeviceRecord, DocKind, ProfileRecord, Store, StoreError, WriteOp};
+use gridlinks_storage::{DeviceRecord, DocKind, Store, StoreError, WriteOp};
 use gridlinks_types::{AttributeScope, DeviceId, ProfileId, Ts, TsRecord, Value};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, Notify};
@@ -84,53 +84,72 @@ pub struct Copied(Arc<DeviceRecord>, Owned);
 pub struct RuleCache {
     store: Store,
     compiled: RwLock<Compiled>,
+    /// `Compiled::at` and whether any profile has rules, read without a lock (set under
+    /// `compiled`'s write lock).
+    at: AtomicU64,
+    any: AtomicBool,
 }
 
 #[derive(Default)]
 struct Compiled {
-    of: Option<Arc<Vec<ProfileRecord>>>,
-    rules: HashMap<ProfileId, Arc<ProfileAlarms>>,
+    /// 1 + the profiles generation these rules are of (0: none yet).
+    at: u64,
+    rules: rustc_hash::FxHashMap<ProfileId, Arc<ProfileAlarms>>,
 }
 
 impl RuleCache {
+    fn new(store: Store) -> Self {
+        Self { store, compiled: RwLock::default(), at: AtomicU64::new(0), any: AtomicBool::new(false) }
+    }
+
     /// The alarm rules of `profile` (none when it has none, or they do not compile: a
-    /// profile is checked when saved, so that is one stored before rules were).
-    pub fn rules(&self, profile: ProfileId) -> Option<Arc<ProfileAlarms>> {
-        self.with(|rules| rules.get(&profile).cloned()).flatten()
+    /// profile is checked when saved, so that is one stored before rules were), and the
+    /// profiles generation they are of ([`RuleCache::current`]).
+    pub fn rules(&self, profile: ProfileId) -> Option<(Arc<ProfileAlarms>, u64)> {
+        self.fresh()?;
+        let c = self.compiled.read();
+        Some((c.rules.get(&profile)?.clone(), c.at - 1))
     }
 
     /// Whether any profile has alarm rules (while none has, committed data is not looked at).
     pub fn any(&self) -> bool {
-        self.with(|rules| !rules.is_empty()).unwrap_or(false)
+        self.fresh().is_some() && self.any.load(Ordering::Acquire)
     }
 
-    /// `f` of the compiled rules of the profiles as stored now (compiled again when they
-    /// changed); `None` when the profiles cannot be read.
-    fn with<T>(&self, f: impl FnOnce(&HashMap<ProfileId, Arc<ProfileAlarms>>) -> T) -> Option<T> {
-        let all = self.store.profiles().ok()?;
-        {
-            let c = self.compiled.read();
-            if c.of.as_ref().is_some_and(|of| Arc::ptr_eq(of, &all)) {
-                return Some(f(&c.rules));
-            }
+    /// Whether rules of generation `at` are still those of the profiles (one atomic read).
+    fn current(&self, at: u64) -> bool {
+        self.store.profiles_generation() == at
+    }
+
+    /// Compiles the rules again if the profiles changed; `None` when they cannot be read.
+    fn fresh(&self) -> Option<()> {
+        let at = self.store.profiles_generation() + 1;
+        if self.at.load(Ordering::Acquire) == at {
+            return Some(());
         }
-        let mut rules = HashMap::new();
-        let old = self.compiled.read().rules.clone();
+        // Read after the generation: at least that new.
+        let all = self.store.profiles().ok()?;
+        let mut c = self.compiled.write();
+        if c.at >= at {
+            return Some(()); // compiled meanwhile, of these profiles or newer ones
+        }
+        let mut rules = rustc_hash::FxHashMap::default();
         for p in all.iter() {
             match ProfileAlarms::compile(p.doc.get("profileData").and_then(|d| d.get("alarms"))) {
                 Ok(r) if !r.is_empty() => {
                     // Rules that did not change stay the same `Arc`: devices' states are
                     // reloaded only when their rules changed.
-                    let same = old.get(&p.id).filter(|o| ***o == r).cloned();
+                    let same = c.rules.get(&p.id).filter(|o| ***o == r).cloned();
                     rules.insert(p.id, same.unwrap_or_else(|| Arc::new(r)));
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(profile = %p.name, error = %e, "alarm rules do not compile: not evaluated"),
             }
         }
-        let mut c = self.compiled.write();
-        *c = Compiled { of: Some(all), rules };
-        Some(f(&c.rules))
+        self.any.store(!rules.is_empty(), Ordering::Release);
+        *c = Compiled { at, rules };
+        self.at.store(at, Ordering::Release);
+        Some(())
     }
 }
 
@@ -149,13 +168,18 @@ struct Pending {
 
 /// One device as the engine knows it.
 struct Device {
+    /// Its profile, and the profiles generation its `rules` are known to be its profile's
+    /// at ([`RuleCache::current`]).
+    profile: ProfileId,
+    at: u64,
     tenant: uuid::Uuid,
     customer: Option<uuid::Uuid>,
     /// With rules that read its customer's or tenant's attributes: when they were read, and
     /// the generation of those attributes then ([`Alarms::owner_generation`]).
     owners: Option<(u64, Instant)>,
     rules: Arc<ProfileAlarms>,
-    data: rustc_hash::FxHashMap<DataKey, Value>,
+    /// The values its rules read, by slot ([`ProfileAlarms::keys`]).
+    data: Vec<Option<Value>>,
     /// Per alarm of `rules`, in their order.
     states: Vec<AlarmState>,
     /// A state changed since the last flush.
@@ -188,8 +212,8 @@ impl Device {
                 for (k, v) in values {
                     let Some(reader) = rules.attributes.get(k) else { continue };
                     // A lower scope does not hide a higher one's value.
-                    if scope == AttributeScope::Server || !self.data.contains_key(&reader.key) {
-                        self.set(&reader.key, v);
+                    if scope == AttributeScope::Server || self.data[reader.key.slot].is_none() {
+                        self.set(reader, v);
                     }
                     self.touch(reader);
                     any = true;
@@ -205,7 +229,7 @@ impl Device {
         let mut any = false;
         for (k, v) in &r.values {
             if let Some(reader) = rules.timeseries.get(k) {
-                self.set(&reader.key, v);
+                self.set(reader, v);
                 self.touch(reader);
                 any = true;
             }
@@ -213,12 +237,10 @@ impl Device {
         any && self.evaluate(alarms, id, r.ts.0, false, seq)
     }
 
-    fn set(&mut self, key: &DataKey, v: &Value) {
-        match self.data.get_mut(key) {
-            Some(slot) => *slot = v.clone(),
-            None => {
-                self.data.insert(key.clone(), v.clone());
-            }
+    fn set(&mut self, reader: &Reader, v: &Value) {
+        match &mut self.data[reader.key.slot] {
+            Some(old) => old.clone_from(v),
+            empty => *empty = Some(v.clone()),
         }
     }
 
@@ -238,11 +260,13 @@ impl Device {
             if (tick && !a.waits(&self.states[i])) || (!tick && !touched) {
                 continue;
             }
-            // A decision not written yet says what the alarm will be.
-            let active = match self.pending.iter().rev().find(|p| p.alarm_type == a.alarm_type) {
-                Some(p) => matches!(p.action, Action::Raise(..)),
-                None => matches!(alarms.active(id.0, &a.alarm_type), Ok(Some(_))),
-            };
+            // Whether the alarm is active matters to its clear rule only. A decision not
+            // written yet says what the alarm will be.
+            let active = a.clear.is_some()
+                && match self.pending.iter().rev().find(|p| p.alarm_type == a.alarm_type) {
+                    Some(p) => matches!(p.action, Action::Raise(..)),
+                    None => matches!(alarms.active(id.0, &a.alarm_type), Ok(Some(_))),
+                };
             let (action, changed) = a.eval(&mut self.states[i], &self.data, ts, tick, active);
             self.dirty |= changed;
             if action != Action::None {
@@ -282,7 +306,7 @@ impl Device {
 }
 
 /// The devices of one shard.
-type Shard = Mutex<HashMap<DeviceId, Device>>;
+type Shard = Mutex<rustc_hash::FxHashMap<DeviceId, Device>>;
 
 struct Engine {
     rules: RuleCache,
@@ -328,7 +352,7 @@ impl Feed {
     pub fn new(store: Store) -> (Self, Receivers) {
         let (tx, rx): (Vec<_>, Vec<_>) = (0..SHARDS).map(|_| mpsc::channel(QUEUE)).unzip();
         let engine = Engine {
-            rules: RuleCache { store, compiled: RwLock::default() },
+            rules: RuleCache::new(store),
             core: RwLock::new(None),
             started: Notify::new(),
             finished: Default::default(),
@@ -363,13 +387,28 @@ impl Feed {
     fn try_eval(&self, rec: &DeviceRecord, input: Input<'_>) -> Step {
         let core = self.0.core.read();
         let Some(core) = core.as_ref() else { return Step::Slow };
-        let Some(rules) = self.0.rules.rules(rec.profile_id()) else {
-            self.forget(rec.id);
-            return Step::Done;
-        };
+        let profile = rec.profile_id();
         let mut shard = self.0.states[shard_of(rec.id)].lock();
-        let Some(d) = shard.get_mut(&rec.id) else { return Step::Slow };
-        if !Arc::ptr_eq(&d.rules, &rules) || d.owners_stale(&core.alarms, rec) {
+        let d = match shard.get_mut(&rec.id) {
+            // No profile changed since its rules were looked up: nothing to look up.
+            Some(d) if d.profile == profile && self.0.rules.current(d.at) => d,
+            found => match (self.0.rules.rules(profile), found) {
+                (Some((rules, at)), Some(d)) if Arc::ptr_eq(&d.rules, &rules) => {
+                    (d.profile, d.at) = (profile, at);
+                    d
+                }
+                (Some(_), _) => return Step::Slow,
+                // Its profile has no rules (now): its state goes, unless decisions of its
+                // are still to be written.
+                (None, found) => {
+                    if found.is_some_and(|d| d.pending.is_empty()) {
+                        shard.remove(&rec.id);
+                    }
+                    return Step::Done;
+                }
+            },
+        };
+        if d.owners_stale(&core.alarms, rec) {
             return Step::Slow;
         }
         if d.input(&core.alarms, rec.id, input, &self.0.seq) {
@@ -382,8 +421,8 @@ impl Feed {
     /// Evaluates `input` after loading what the device's state lacks.
     async fn slow(&self, rec: &DeviceRecord, input: Input<'_>) {
         let Some(core) = self.core().await else { return };
-        let Some(rules) = self.0.rules.rules(rec.profile_id()) else { return };
-        self.refresh(&core, rec, rules).await;
+        let Some((rules, at)) = self.0.rules.rules(rec.profile_id()) else { return };
+        self.refresh(&core, rec, rules, at).await;
         let queued = {
             let mut shard = self.0.states[shard_of(rec.id)].lock();
             let Some(d) = shard.get_mut(&rec.id) else { return };
@@ -409,18 +448,9 @@ impl Feed {
         }
     }
 
-    /// Drops the state of a device whose profile has no rules now (unless decisions of its
-    /// are still to be written).
-    fn forget(&self, id: DeviceId) {
-        let mut shard = self.0.states[shard_of(id)].lock();
-        if shard.get(&id).is_some_and(|d| d.pending.is_empty()) {
-            shard.remove(&id);
-        }
-    }
-
     /// Loads the device's state (first sight, or its profile's rules changed), or reads its
     /// owners' attributes again.
-    async fn refresh(&self, core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>) {
+    async fn refresh(&self, core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>, at: u64) {
         let id = rec.id;
         let Ok(_permit) = self.0.loads.acquire().await else { return };
         let (load, owners) = match self.0.states[shard_of(id)].lock().get(&id) {
@@ -428,7 +458,7 @@ impl Feed {
             _ => (true, false),
         };
         if load {
-            match load_device(core, rec, rules).await {
+            match load_device(core, rec, rules, at).await {
                 Ok(mut d) => {
                     let mut shard = self.0.states[shard_of(id)].lock();
                     if let Some(old) = shard.get_mut(&id) {
@@ -443,15 +473,21 @@ impl Feed {
             }
         } else if owners {
             let generation = core.alarms.owner_generation();
-            let keys = owner_keys(&rules);
             let (store, customer, tenant) = (core.store.clone(), rec.customer, core.tenant_of(rec.tenant));
-            match crate::entities::blocking(move || owner_values(&store, &keys, customer, tenant)).await {
+            let read = rules.clone();
+            match crate::entities::blocking(move || owner_values(&store, &read.keys, customer, tenant)).await {
                 Ok(values) => {
                     let mut shard = self.0.states[shard_of(id)].lock();
                     let Some(d) = shard.get_mut(&id) else { return };
                     d.customer = rec.customer;
-                    d.data.retain(|k, _| !matches!(k, DataKey::Customer(_) | DataKey::Tenant(_)));
-                    d.data.extend(values);
+                    for (slot, k) in rules.keys.iter().enumerate() {
+                        if matches!(k, DataKey::Customer(_) | DataKey::Tenant(_)) {
+                            d.data[slot] = None;
+                        }
+                    }
+                    for (slot, v) in values {
+                        d.data[slot] = Some(v);
+                    }
                     d.owners = d.owners.map(|_| (generation, Instant::now()));
                 }
                 Err(e) => tracing::warn!(device = %id, error = %e, "alarm rules: reading owner attributes failed"),
@@ -623,36 +659,38 @@ impl Engine {
 }
 
 /// A device's state, read from storage: the values its rules read, its persisted rule states.
-async fn load_device(core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>) -> Result<Device, StoreError> {
+async fn load_device(
+    core: &Core,
+    rec: &DeviceRecord,
+    rules: Arc<ProfileAlarms>,
+    at: u64,
+) -> Result<Device, StoreError> {
     let tenant = core.tenant_of(rec.tenant);
     let generation = core.alarms.owner_generation();
-    let keys: Vec<DataKey> = rules.alarms.iter().flat_map(|a| a.keys.iter().cloned()).collect();
     let (store, ts, id, customer, rec2) = (core.store.clone(), core.ts.clone(), rec.id, rec.customer, rec.clone());
+    let read = rules.clone();
     let data = crate::entities::blocking(move || {
-        let mut data = rustc_hash::FxHashMap::default();
+        let keys = &read.keys;
+        let mut data = vec![None; keys.len()];
         let ts_keys: Vec<String> =
             keys.iter().filter_map(|k| if let DataKey::Timeseries(n) = k { Some(n.clone()) } else { None }).collect();
         if !ts_keys.is_empty() {
             for (k, _, v) in ts.reads().latest(id, Some(&ts_keys))? {
-                data.insert(DataKey::Timeseries(k), v);
+                if let Some(reader) = read.timeseries.get(&k) {
+                    data[reader.key.slot] = Some(v);
+                }
             }
         }
-        for k in &keys {
-            match k {
-                DataKey::Attribute(n) => {
-                    if let Some(v) = attribute(&store, id, n, None)? {
-                        data.insert(k.clone(), v);
-                    }
-                }
-                DataKey::EntityField(f) => {
-                    if let Some(v) = entity_field(&rec2, f) {
-                        data.insert(k.clone(), v);
-                    }
-                }
-                DataKey::Customer(_) | DataKey::Tenant(_) | DataKey::Timeseries(_) => {}
-            }
+        for (slot, k) in keys.iter().enumerate() {
+            data[slot] = match k {
+                DataKey::Attribute(n) => attribute(&store, id, n, None)?,
+                DataKey::EntityField(f) => entity_field(&rec2, f),
+                DataKey::Customer(_) | DataKey::Tenant(_) | DataKey::Timeseries(_) => continue,
+            };
         }
-        data.extend(owner_values(&store, &keys, customer, tenant)?);
+        for (slot, v) in owner_values(&store, keys, customer, tenant)? {
+            data[slot] = Some(v);
+        }
         Ok(data)
     })
     .await?;
@@ -661,9 +699,11 @@ async fn load_device(core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>)
     let mut saved: HashMap<String, AlarmState> =
         saved.and_then(|d| serde_json::from_value(d.doc).ok()).unwrap_or_default();
     let states: Vec<AlarmState> = rules.alarms.iter().map(|a| saved.remove(&a.id).unwrap_or_default()).collect();
-    let owners = (!owner_keys(&rules).is_empty()).then(|| (generation, Instant::now()));
+    let owners = reads_owners(&rules).then(|| (generation, Instant::now()));
     let touched = vec![false; rules.alarms.len()];
     Ok(Device {
+        profile: rec.profile_id(),
+        at,
         tenant,
         customer: rec.customer,
         owners,
@@ -677,28 +717,28 @@ async fn load_device(core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>)
     })
 }
 
-/// The keys of `rules` that are its customer's or tenant's attributes.
-fn owner_keys(rules: &ProfileAlarms) -> Vec<DataKey> {
-    let keys = rules.alarms.iter().flat_map(|a| a.keys.iter());
-    keys.filter(|k| matches!(k, DataKey::Customer(_) | DataKey::Tenant(_))).cloned().collect()
+/// Whether `rules` read customer's or tenant's attributes.
+fn reads_owners(rules: &ProfileAlarms) -> bool {
+    rules.keys.iter().any(|k| matches!(k, DataKey::Customer(_) | DataKey::Tenant(_)))
 }
 
-/// The values of a device's customer's and tenant's keys (their server attributes).
+/// The values of a device's customer's and tenant's keys among `keys` (their server
+/// attributes), by slot.
 fn owner_values(
     store: &gridlinks_storage::Store,
     keys: &[DataKey],
     customer: Option<uuid::Uuid>,
     tenant: uuid::Uuid,
-) -> Result<HashMap<DataKey, Value>, StoreError> {
-    let mut out = HashMap::new();
-    for k in keys {
+) -> Result<Vec<(usize, Value)>, StoreError> {
+    let mut out = Vec::new();
+    for (slot, k) in keys.iter().enumerate() {
         let (owner, name) = match k {
             DataKey::Customer(n) => (customer.map(DeviceId), n),
             DataKey::Tenant(n) => (Some(DeviceId(tenant)), n),
             _ => continue,
         };
         if let Some(v) = owner.map(|o| attribute(store, o, name, Some(AttributeScope::Server))).transpose()?.flatten() {
-            out.insert(k.clone(), v);
+            out.push((slot, v));
         }
     }
     Ok(out)

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use gridlinks_types::Value;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as J;
 
@@ -82,13 +83,23 @@ pub enum DataKey {
     Tenant(String),
 }
 
+/// A key a rule reads, with its slot: where a device's value of it is kept
+/// ([`ProfileAlarms::keys`]), so that evaluating looks nothing up by name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyRef {
+    /// The key.
+    pub key: DataKey,
+    /// Its index in [`ProfileAlarms::keys`].
+    pub slot: usize,
+}
+
 /// A threshold: a constant, or an attribute with the constant as its fallback.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Operand {
-    constant: Option<J>,
+    constant: Option<Value>,
     /// The attributes to try, in order (the device's, then with `inherit` its customer's,
     /// then its tenant's).
-    dynamic: Vec<DataKey>,
+    dynamic: Vec<KeyRef>,
 }
 
 /// A predicate over one value.
@@ -146,8 +157,8 @@ pub enum TextOp {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Filter {
     /// The key; `None` for a `CONSTANT` filter, whose value is `constant`.
-    key: Option<DataKey>,
-    constant: Option<J>,
+    key: Option<KeyRef>,
+    constant: Option<Value>,
     predicate: Predicate,
 }
 
@@ -199,7 +210,7 @@ pub struct AlarmDef {
     /// `propagate`, `propagateToOwner`, `propagateToTenant`, `propagateRelationTypes`.
     pub propagation: Propagation,
     /// Every key its rules read.
-    pub keys: Vec<DataKey>,
+    pub keys: Vec<KeyRef>,
 }
 
 /// Where an alarm is also shown besides its originator.
@@ -222,18 +233,20 @@ pub struct Propagation {
 pub struct ProfileAlarms {
     /// Its alarms.
     pub alarms: Vec<AlarmDef>,
+    /// Every key they read; a key's index here is its slot ([`KeyRef::slot`]).
+    pub keys: Vec<DataKey>,
     /// The time series keys they read, by name: the key, and which alarms (indexes into
     /// `alarms`) read it. So a message's keys are looked up without building a key.
-    pub timeseries: HashMap<String, Reader>,
+    pub timeseries: FxHashMap<String, Reader>,
     /// The device attributes they read, as `timeseries`.
-    pub attributes: HashMap<String, Reader>,
+    pub attributes: FxHashMap<String, Reader>,
 }
 
 /// A key some of a profile's alarms read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reader {
     /// The key.
-    pub key: DataKey,
+    pub key: KeyRef,
     /// The alarms that read it (indexes into [`ProfileAlarms::alarms`]).
     pub alarms: Vec<usize>,
 }
@@ -247,8 +260,9 @@ impl ProfileAlarms {
             Some(_) => return err("profileData.alarms", "is a list of alarm rules"),
         };
         let mut out = Vec::with_capacity(list.len());
+        let mut keys = Vec::new();
         for (i, a) in list.iter().enumerate() {
-            let def = compile_alarm(&format!("alarms[{i}]"), a)?;
+            let def = compile_alarm(&format!("alarms[{i}]"), a, &mut keys)?;
             if out.iter().any(|d: &AlarmDef| d.alarm_type == def.alarm_type) {
                 return err(
                     &format!("alarms[{i}]"),
@@ -257,18 +271,18 @@ impl ProfileAlarms {
             }
             out.push(def);
         }
-        let (mut timeseries, mut attributes) = (HashMap::<String, Reader>::new(), HashMap::<String, Reader>::new());
+        let (mut timeseries, mut attributes) = (FxHashMap::<String, Reader>::default(), FxHashMap::default());
         for (i, a) in out.iter().enumerate() {
             for k in &a.keys {
-                let (DataKey::Timeseries(name) | DataKey::Attribute(name)) = k else { continue };
-                let map = if matches!(k, DataKey::Timeseries(_)) { &mut timeseries } else { &mut attributes };
+                let (DataKey::Timeseries(name) | DataKey::Attribute(name)) = &k.key else { continue };
+                let map = if matches!(k.key, DataKey::Timeseries(_)) { &mut timeseries } else { &mut attributes };
                 let reader = map.entry(name.clone()).or_insert_with(|| Reader { key: k.clone(), alarms: Vec::new() });
                 if !reader.alarms.contains(&i) {
                     reader.alarms.push(i);
                 }
             }
         }
-        Ok(Self { alarms: out, timeseries, attributes })
+        Ok(Self { alarms: out, keys, timeseries, attributes })
     }
 
     /// Whether the profile has any alarm rule.
@@ -284,7 +298,16 @@ fn str_field<'a>(at: &str, v: &'a J, name: &str) -> Result<&'a str, RuleError> {
     }
 }
 
-fn compile_alarm(at: &str, a: &J) -> Result<AlarmDef, RuleError> {
+/// `key` with its slot in `keys` (added there when new).
+fn slot(keys: &mut Vec<DataKey>, key: DataKey) -> KeyRef {
+    let slot = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+        keys.push(key.clone());
+        keys.len() - 1
+    });
+    KeyRef { key, slot }
+}
+
+fn compile_alarm(at: &str, a: &J, keys: &mut Vec<DataKey>) -> Result<AlarmDef, RuleError> {
     let Some(alarm_type) = a.get("alarmType").and_then(J::as_str).filter(|t| !t.trim().is_empty()) else {
         return err(at, "Alarm rule type should be specified!");
     };
@@ -298,7 +321,7 @@ fn compile_alarm(at: &str, a: &J) -> Result<AlarmDef, RuleError> {
                 let Some(severity) = Severity::parse(sev) else {
                     return err(&here, "is not a severity (CRITICAL, MAJOR, MINOR, WARNING, INDETERMINATE)");
                 };
-                create.push((severity, compile_rule(&here, rule)?));
+                create.push((severity, compile_rule(&here, rule, keys)?));
             }
         }
         None | Some(J::Null) => {}
@@ -307,17 +330,17 @@ fn compile_alarm(at: &str, a: &J) -> Result<AlarmDef, RuleError> {
     create.sort_by_key(|r| std::cmp::Reverse(r.0));
     let clear = match a.get("clearRule") {
         None | Some(J::Null) => None,
-        Some(r) => Some(compile_rule(&format!("{at}.clearRule"), r)?),
+        Some(r) => Some(compile_rule(&format!("{at}.clearRule"), r, keys)?),
     };
     let propagation = serde_json::from_value(a.clone()).unwrap_or_default();
-    let mut keys = Vec::new();
+    let mut read = Vec::new();
     for r in create.iter().map(|(_, r)| r).chain(clear.iter()) {
-        r.keys(&mut keys);
+        r.keys(&mut read);
     }
-    Ok(AlarmDef { id, alarm_type, create, clear, propagation, keys })
+    Ok(AlarmDef { id, alarm_type, create, clear, propagation, keys: read })
 }
 
-fn compile_rule(at: &str, r: &J) -> Result<Rule, RuleError> {
+fn compile_rule(at: &str, r: &J, keys: &mut Vec<DataKey>) -> Result<Rule, RuleError> {
     let cond = r.get("condition").ok_or_else(|| RuleError { at: at.into(), what: "has no 'condition'".into() })?;
     let list = match cond.get("condition") {
         Some(J::Array(l)) if !l.is_empty() => l,
@@ -326,15 +349,15 @@ fn compile_rule(at: &str, r: &J) -> Result<Rule, RuleError> {
     let filters = list
         .iter()
         .enumerate()
-        .map(|(i, f)| compile_filter(&format!("{at}.condition[{i}]"), f))
+        .map(|(i, f)| compile_filter(&format!("{at}.condition[{i}]"), f, keys))
         .collect::<Result<_, _>>()?;
-    let spec = compile_spec(&format!("{at}.condition.spec"), cond.get("spec"))?;
+    let spec = compile_spec(&format!("{at}.condition.spec"), cond.get("spec"), keys)?;
     let schedule = compile_schedule(&format!("{at}.schedule"), r.get("schedule"))?;
     let details = r.get("alarmDetails").and_then(J::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
     let dashboard = r.get("dashboardId").and_then(|d| d.get("id").or(Some(d))).and_then(J::as_str).map(str::to_owned);
     let rule = Rule { filters, spec, schedule, details, dashboard };
     if let Some(t) = &rule.details {
-        let known: Vec<&str> = rule.filters.iter().filter_map(|f| f.key.as_ref()).filter_map(key_name).collect();
+        let known: Vec<&str> = rule.filters.iter().filter_map(|f| key_name(&f.key.as_ref()?.key)).collect();
         for name in template_names(t) {
             if !known.contains(&name) {
                 return err(
@@ -362,7 +385,7 @@ fn template_names(t: &str) -> impl Iterator<Item = &str> {
 
 const ENTITY_FIELDS: [&str; 6] = ["name", "type", "label", "createdTime", "customerTitle", "deviceName"];
 
-fn compile_filter(at: &str, f: &J) -> Result<Filter, RuleError> {
+fn compile_filter(at: &str, f: &J, keys: &mut Vec<DataKey>) -> Result<Filter, RuleError> {
     let key = f.get("key").ok_or_else(|| RuleError { at: at.into(), what: "has no 'key'".into() })?;
     let kind = str_field(&format!("{at}.key"), key, "type")?;
     let name = || str_field(&format!("{at}.key"), key, "key").map(str::to_owned);
@@ -389,16 +412,20 @@ fn compile_filter(at: &str, f: &J) -> Result<Filter, RuleError> {
     };
     let value_type = str_field(at, f, "valueType")?;
     let constant = match (&key, f.get("value")) {
-        (None, Some(v)) if !v.is_null() => Some(v.clone()),
+        (None, Some(v)) if !v.is_null() => Some(constant_value(at, v)?),
         (None, _) => return err(at, "a CONSTANT filter needs a 'value'"),
         _ => None,
     };
     let pred = f.get("predicate").ok_or_else(|| RuleError { at: at.into(), what: "has no 'predicate'".into() })?;
-    let predicate = compile_predicate(&format!("{at}.predicate"), pred, value_type)?;
-    Ok(Filter { key, constant, predicate })
+    let predicate = compile_predicate(&format!("{at}.predicate"), pred, value_type, keys)?;
+    Ok(Filter { key: key.map(|k| slot(keys, k)), constant, predicate })
 }
 
-fn compile_predicate(at: &str, p: &J, value_type: &str) -> Result<Predicate, RuleError> {
+fn constant_value(at: &str, v: &J) -> Result<Value, RuleError> {
+    Value::from_json(v).map_err(|e| RuleError { at: at.into(), what: format!("value {v}: {e}") })
+}
+
+fn compile_predicate(at: &str, p: &J, value_type: &str, keys: &mut Vec<DataKey>) -> Result<Predicate, RuleError> {
     let kind = str_field(at, p, "type")?;
     let expected = match value_type {
         "NUMERIC" | "DATE_TIME" => "NUMERIC",
@@ -410,7 +437,6 @@ fn compile_predicate(at: &str, p: &J, value_type: &str) -> Result<Predicate, Rul
         return err(at, format!("a {kind} predicate cannot test a {value_type} value"));
     }
     let op = || str_field(at, p, "operation");
-    let operand = |ty: &str| compile_operand(&format!("{at}.value"), p.get("value"), ty);
     Ok(match kind {
         "NUMERIC" => {
             let op = match op()? {
@@ -422,7 +448,7 @@ fn compile_predicate(at: &str, p: &J, value_type: &str) -> Result<Predicate, Rul
                 "LESS_OR_EQUAL" => NumOp::Le,
                 other => return err(at, format!("'{other}' is not a numeric operation")),
             };
-            Predicate::Numeric(op, operand("NUMERIC")?)
+            Predicate::Numeric(op, compile_operand(&format!("{at}.value"), p.get("value"), "NUMERIC", keys)?)
         }
         "BOOLEAN" => {
             let eq = match op()? {
@@ -430,7 +456,7 @@ fn compile_predicate(at: &str, p: &J, value_type: &str) -> Result<Predicate, Rul
                 "NOT_EQUAL" => false,
                 other => return err(at, format!("'{other}' is not a boolean operation (EQUAL, NOT_EQUAL)")),
             };
-            Predicate::Boolean(eq, operand("BOOLEAN")?)
+            Predicate::Boolean(eq, compile_operand(&format!("{at}.value"), p.get("value"), "BOOLEAN", keys)?)
         }
         "STRING" => {
             let op = match op()? {
@@ -445,7 +471,7 @@ fn compile_predicate(at: &str, p: &J, value_type: &str) -> Result<Predicate, Rul
                 other => return err(at, format!("'{other}' is not a string operation")),
             };
             let ignore_case = p.get("ignoreCase").and_then(J::as_bool).unwrap_or(false);
-            Predicate::Text(op, operand("STRING")?, ignore_case)
+            Predicate::Text(op, compile_operand(&format!("{at}.value"), p.get("value"), "STRING", keys)?, ignore_case)
         }
         "COMPLEX" => {
             let and = match op()? {
@@ -460,7 +486,7 @@ fn compile_predicate(at: &str, p: &J, value_type: &str) -> Result<Predicate, Rul
             let preds = list
                 .iter()
                 .enumerate()
-                .map(|(i, q)| compile_predicate(&format!("{at}.predicates[{i}]"), q, value_type))
+                .map(|(i, q)| compile_predicate(&format!("{at}.predicates[{i}]"), q, value_type, keys))
                 .collect::<Result<_, _>>()?;
             Predicate::Complex(and, preds)
         }
@@ -469,7 +495,7 @@ fn compile_predicate(at: &str, p: &J, value_type: &str) -> Result<Predicate, Rul
 }
 
 /// A `FilterPredicateValue`: `defaultValue` (checked against `ty`), `dynamicValue`.
-fn compile_operand(at: &str, v: Option<&J>, ty: &str) -> Result<Operand, RuleError> {
+fn compile_operand(at: &str, v: Option<&J>, ty: &str, keys: &mut Vec<DataKey>) -> Result<Operand, RuleError> {
     let Some(v) = v.filter(|v| !v.is_null()) else { return err(at, "has no value") };
     let constant = v.get("defaultValue").filter(|c| !c.is_null()).cloned();
     if let Some(c) = &constant {
@@ -501,17 +527,18 @@ fn compile_operand(at: &str, v: Option<&J>, ty: &str) -> Result<Operand, RuleErr
                 }
             };
             let to = if inherit { 3 } else { from + 1 };
-            chain[from..to].to_vec()
+            chain[from..to].iter().map(|k| slot(keys, k.clone())).collect()
         }
         _ => Vec::new(),
     };
     if constant.is_none() && dynamic.is_empty() {
         return err(at, "needs a defaultValue or a dynamicValue.sourceAttribute");
     }
+    let constant = constant.map(|c| constant_value(at, &c)).transpose()?;
     Ok(Operand { constant, dynamic })
 }
 
-fn compile_spec(at: &str, s: Option<&J>) -> Result<Spec, RuleError> {
+fn compile_spec(at: &str, s: Option<&J>, keys: &mut Vec<DataKey>) -> Result<Spec, RuleError> {
     let Some(s) = s.filter(|s| !s.is_null()) else { return Ok(Spec::Simple) };
     Ok(match s.get("type").and_then(J::as_str) {
         None | Some("SIMPLE") => Spec::Simple,
@@ -526,10 +553,10 @@ fn compile_spec(at: &str, s: Option<&J>) -> Result<Spec, RuleError> {
                     return err(at, format!("unit {other:?} is not MILLISECONDS, SECONDS, MINUTES, HOURS or DAYS"))
                 }
             };
-            Spec::Duration(unit, compile_operand(&format!("{at}.predicate"), s.get("predicate"), "NUMERIC")?)
+            Spec::Duration(unit, compile_operand(&format!("{at}.predicate"), s.get("predicate"), "NUMERIC", keys)?)
         }
         Some("REPEATING") => {
-            Spec::Repeating(compile_operand(&format!("{at}.predicate"), s.get("predicate"), "NUMERIC")?)
+            Spec::Repeating(compile_operand(&format!("{at}.predicate"), s.get("predicate"), "NUMERIC", keys)?)
         }
         Some(other) => return err(at, format!("type '{other}' is not SIMPLE, DURATION or REPEATING")),
     })
@@ -569,8 +596,8 @@ fn compile_schedule(at: &str, s: Option<&J>) -> Result<Schedule, RuleError> {
 }
 
 impl Rule {
-    fn keys(&self, out: &mut Vec<DataKey>) {
-        let mut add = |k: &DataKey| {
+    fn keys(&self, out: &mut Vec<KeyRef>) {
+        let mut add = |k: &KeyRef| {
             if !out.contains(k) {
                 out.push(k.clone());
             }
@@ -617,9 +644,9 @@ impl Rule {
     /// Whether every filter holds on `data`.
     fn holds(&self, data: &dyn Snapshot) -> bool {
         self.filters.iter().all(|f| match (&f.key, &f.constant) {
-            (Some(k), _) => data.get(k).is_some_and(|v| f.predicate.test(&v, data, true)),
+            (Some(k), _) => data.get(k).is_some_and(|v| f.predicate.test(v, data, true)),
             // A constant is compared with dynamic values only (ThingsBoard's rule).
-            (None, Some(c)) => Value::from_json(c).is_ok_and(|v| f.predicate.test(&v, data, false)),
+            (None, Some(c)) => f.predicate.test(c, data, false),
             (None, None) => false,
         })
     }
@@ -633,7 +660,7 @@ impl Rule {
         if let Some(t) = &self.details {
             let mut text = t.clone();
             for k in self.filters.iter().filter_map(|f| f.key.as_ref()) {
-                if let (Some(name), Some(v)) = (key_name(k), data.get(k)) {
+                if let (Some(name), Some(v)) = (key_name(&k.key), data.get(k)) {
                     text = text.replace(&format!("${{{name}}}"), &v.to_display_string());
                 }
             }
@@ -710,10 +737,9 @@ impl Predicate {
     /// Whether `v` passes; `defaults`: an operand whose attributes are missing falls back
     /// to its constant.
     fn test(&self, v: &Value, data: &dyn Snapshot, defaults: bool) -> bool {
-        let value = |o: &Operand| o.value(data, defaults);
         match self {
             Predicate::Numeric(op, o) => {
-                let (Some(x), Some(y)) = (number(v), value(o).as_ref().and_then(number)) else { return false };
+                let (Some(x), Some(y)) = (number(v), o.value(data, defaults).and_then(number)) else { return false };
                 match op {
                     NumOp::Eq => x == y,
                     NumOp::Ne => x != y,
@@ -724,11 +750,11 @@ impl Predicate {
                 }
             }
             Predicate::Boolean(eq, o) => {
-                let (Some(x), Some(y)) = (boolean(v), value(o).as_ref().and_then(boolean)) else { return false };
+                let (Some(x), Some(y)) = (boolean(v), o.value(data, defaults).and_then(boolean)) else { return false };
                 (x == y) == *eq
             }
             Predicate::Text(op, o, ignore_case) => {
-                let Some(y) = value(o).map(|v| v.to_display_string()) else { return false };
+                let Some(y) = o.value(data, defaults).map(|v| v.to_display_string()) else { return false };
                 let x = v.to_display_string();
                 let (x, y) = if *ignore_case { (x.to_lowercase(), y.to_lowercase()) } else { (x, y) };
                 let listed = || list(&y).any(|item| item == x);
@@ -779,26 +805,31 @@ fn boolean(v: &Value) -> Option<bool> {
 
 impl Operand {
     /// The first of its attributes that exists, else (with `defaults`) the constant.
-    fn value(&self, data: &dyn Snapshot, defaults: bool) -> Option<Value> {
-        self.dynamic
-            .iter()
-            .find_map(|k| data.get(k))
-            .or_else(|| defaults.then(|| self.constant.as_ref().and_then(|c| Value::from_json(c).ok())).flatten())
+    fn value<'a>(&'a self, data: &'a dyn Snapshot, defaults: bool) -> Option<&'a Value> {
+        self.dynamic.iter().find_map(|k| data.get(k)).or(if defaults { self.constant.as_ref() } else { None })
     }
     fn number(&self, data: &dyn Snapshot) -> Option<f64> {
-        self.value(data, true).as_ref().and_then(number)
+        self.value(data, true).and_then(number)
     }
 }
 
 /// What a device's data looks like now.
 pub trait Snapshot {
     /// A key's current value.
-    fn get(&self, key: &DataKey) -> Option<Value>;
+    fn get(&self, key: &KeyRef) -> Option<&Value>;
 }
 
+/// By slot ([`KeyRef::slot`]): how the engine keeps a device's values.
+impl Snapshot for Vec<Option<Value>> {
+    fn get(&self, key: &KeyRef) -> Option<&Value> {
+        self.as_slice().get(key.slot)?.as_ref()
+    }
+}
+
+/// By key.
 impl<S: std::hash::BuildHasher> Snapshot for HashMap<DataKey, Value, S> {
-    fn get(&self, key: &DataKey) -> Option<Value> {
-        HashMap::get(self, key).cloned()
+    fn get(&self, key: &KeyRef) -> Option<&Value> {
+        HashMap::get(self, &key.key)
     }
 }
 
@@ -817,22 +848,52 @@ pub struct RuleState {
     pub duration: i64,
 }
 
-/// One alarm's rule states on one device: per create severity, and the clear rule.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// One alarm's rule states on one device: per create severity, and the clear rule. Plain
+/// data (no allocation), compared in place to tell whether an evaluation changed it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlarmState {
-    /// Create rules' states by severity.
-    #[serde(default)]
-    pub create: HashMap<Severity, RuleState>,
+    /// Create rules' states, indexed by severity (`Severity as usize`); persisted as a map
+    /// by severity name of those in progress, as ThingsBoard does.
+    #[serde(default, with = "by_severity")]
+    pub create: [RuleState; 5],
     /// The clear rule's state.
     #[serde(default)]
     pub clear: RuleState,
+}
+
+mod by_severity {
+    use super::{RuleState, Severity};
+    use serde::ser::SerializeMap;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::collections::HashMap;
+
+    pub fn serialize<S: Serializer>(states: &[RuleState; 5], s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for sev in Severity::ALL {
+            let state = &states[sev as usize];
+            if *state != RuleState::default() {
+                map.serialize_entry(&sev, state)?;
+            }
+        }
+        map.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[RuleState; 5], D::Error> {
+        let mut out = [RuleState::default(); 5];
+        for (sev, state) in HashMap::<Severity, RuleState>::deserialize(d)? {
+            out[sev as usize] = state;
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
 impl RuleState {
     /// An alarm state whose `MINOR` create rule is at this progress.
     fn into_alarm(self) -> AlarmState {
-        AlarmState { create: [(Severity::Minor, self)].into_iter().collect(), clear: RuleState::default() }
+        let mut state = AlarmState::default();
+        state.create[Severity::Minor as usize] = self;
+        state
     }
 }
 
@@ -867,10 +928,10 @@ impl AlarmDef {
         tick: bool,
         active: bool,
     ) -> (Action, bool) {
-        let before = state.clone();
+        let before = *state;
         let mut raised = None;
         for (sev, rule) in &self.create {
-            let s = state.create.entry(*sev).or_default();
+            let s = &mut state.create[*sev as usize];
             let r = if tick { rule.eval_time(s, data, ts) } else { rule.eval(s, data, ts) };
             match r {
                 Eval::True => {
@@ -900,20 +961,19 @@ impl AlarmDef {
         } else {
             Action::None
         };
-        state.create.retain(|_, s| *s != RuleState::default());
         (action, *state != before)
     }
 
     /// Whether a tick can change anything (a `DURATION` rule in progress).
     pub fn waits(&self, state: &AlarmState) -> bool {
         let pending = |r: &Rule, s: &RuleState| matches!(r.spec, Spec::Duration(..)) && s.last_ts > 0;
-        self.create.iter().any(|(sev, r)| state.create.get(sev).is_some_and(|s| pending(r, s)))
+        self.create.iter().any(|(sev, r)| pending(r, &state.create[*sev as usize]))
             || self.clear.as_ref().is_some_and(|r| pending(r, &state.clear))
     }
 
     /// Whether a change of `key` concerns this alarm.
     pub fn reads(&self, key: &DataKey) -> bool {
-        self.keys.contains(key)
+        self.keys.iter().any(|k| k.key == *key)
     }
 }
 
@@ -960,6 +1020,62 @@ mod tests {
         assert_eq!(a.eval(&mut s, &snap(&[("t", Value::Long(40))]), 4, false, false).0, Action::None);
         // A missing key is false.
         assert_eq!(a.eval(&mut s, &snap(&[("x", Value::Long(99))]), 5, false, false).0, Action::None);
+    }
+
+    #[test]
+    fn keys_get_one_slot_per_profile_and_slots_read_like_keys() {
+        let dynamic = json!({"key": {"type": "TIME_SERIES", "key": "t"}, "valueType": "NUMERIC",
+            "predicate": {"type": "NUMERIC", "operation": "GREATER", "value": {"defaultValue": 100,
+                "dynamicValue": {"sourceType": "CURRENT_DEVICE", "sourceAttribute": "max"}}}});
+        let a = json!([
+            {"alarmType": "hot", "createRules": {"MAJOR": {"condition": {"condition": [dynamic]}}}},
+            {"alarmType": "humid", "createRules": {"MINOR": {"condition": {"condition": [
+                num_filter("h", "GREATER", json!(80)), num_filter("t", "GREATER", json!(0))]}}}},
+        ]);
+        let p = ProfileAlarms::compile(Some(&a)).unwrap();
+        let slot = |k: DataKey| p.keys.iter().position(|x| *x == k).unwrap();
+        let (t_slot, max_slot, h_slot) = (
+            slot(DataKey::Timeseries("t".into())),
+            slot(DataKey::Attribute("max".into())),
+            slot(DataKey::Timeseries("h".into())),
+        );
+        assert_eq!(p.keys.len(), 3, "each key once: {:?}", p.keys);
+        assert_eq!(p.timeseries["t"].key.slot, t_slot);
+        assert_eq!(p.timeseries["t"].alarms, [0, 1]);
+        assert_eq!(p.attributes["max"].key.slot, max_slot);
+        // The same values by slot and by key decide the same.
+        for (t, max) in [(50, None), (50, Some(40)), (150, None), (150, Some(200))] {
+            let mut by_key = snap(&[("t", Value::Long(t)), ("h", Value::Long(90))]);
+            let mut by_slot = vec![None; 3];
+            by_slot[t_slot] = Some(Value::Long(t));
+            by_slot[h_slot] = Some(Value::Long(90));
+            if let Some(m) = max {
+                by_key.insert(DataKey::Attribute("max".into()), Value::Long(m));
+                by_slot[max_slot] = Some(Value::Long(m));
+            }
+            for alarm in &p.alarms {
+                let key = alarm.eval(&mut AlarmState::default(), &by_key, 1, false, false);
+                let slot = alarm.eval(&mut AlarmState::default(), &by_slot, 1, false, false);
+                assert_eq!(key, slot, "{} at t={t} max={max:?}", alarm.alarm_type);
+            }
+            let hot = p.alarms[0].eval(&mut AlarmState::default(), &by_slot, 1, false, false).0;
+            assert_eq!(hot != Action::None, t > max.unwrap_or(100), "t={t} max={max:?}");
+        }
+    }
+
+    #[test]
+    fn alarm_states_persist_as_a_map_by_severity() {
+        let mut s = RuleState { events: 2, last_ts: 7, duration: 0 }.into_alarm();
+        s.clear.events = 1;
+        let doc = serde_json::to_value(s).unwrap();
+        assert_eq!(
+            doc,
+            json!({"create": {"MINOR": {"eventCount": 2, "lastEventTs": 7, "duration": 0}},
+                   "clear": {"eventCount": 1, "lastEventTs": 0, "duration": 0}})
+        );
+        assert_eq!(serde_json::from_value::<AlarmState>(doc).unwrap(), s);
+        assert_eq!(serde_json::from_value::<AlarmState>(json!({})).unwrap(), AlarmState::default());
+        assert!(serde_json::from_value::<AlarmState>(json!({"create": {"HIGH": {}}})).is_err());
     }
 
     #[test]
