@@ -98,7 +98,7 @@ pub trait LiveData: Send + Sync + 'static {
     fn wants_telemetry(&self) -> bool;
     /// Publishes committed telemetry; resolves once it is queued (and durable where a
     /// listener's session is). An error fails the items it carried.
-    fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn telemetry(&self, committed: Vec<(DeviceId, Arc<[TsRecord]>)>) -> BoxFuture<'_, Result<(), StoreError>>;
     /// Whether anyone listens to attribute changes.
     fn wants_attributes(&self) -> bool {
         false
@@ -115,7 +115,7 @@ impl LiveData for NoLiveData {
     fn wants_telemetry(&self) -> bool {
         false
     }
-    fn telemetry(&self, _: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn telemetry(&self, _: Vec<(DeviceId, Arc<[TsRecord]>)>) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(std::future::ready(Ok(())))
     }
 }
@@ -163,7 +163,7 @@ impl Ingest {
     pub async fn submit(&self, items: Vec<Item>) -> Vec<Result<(), IngestError>> {
         let live = self.live.wants_telemetry();
         let live_attrs = self.live.wants_attributes();
-        // Telemetry for live fan-out: (item index, device, records), copied only when wanted.
+        // Telemetry for live fan-out: (item index, device, records), shared with the write.
         let mut copies = Vec::new();
         let mut attr_copies = Vec::new();
         let ops: Vec<WriteOp> = items
@@ -171,6 +171,7 @@ impl Ingest {
             .enumerate()
             .map(|(i, item)| match item {
                 Item::Telemetry { device, records } => {
+                    let records: Arc<[TsRecord]> = records.into();
                     if live {
                         copies.push((i, device, records.clone()));
                     }

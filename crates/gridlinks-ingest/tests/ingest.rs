@@ -18,7 +18,7 @@ impl LiveData for Recorder {
     fn wants_telemetry(&self) -> bool {
         true
     }
-    fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn telemetry(&self, committed: Vec<(DeviceId, Arc<[TsRecord]>)>) -> BoxFuture<'_, Result<(), StoreError>> {
         self.seen.lock().unwrap().extend(committed.iter().map(|(d, r)| (*d, r.len())));
         let fail = self.fail;
         Box::pin(async move {

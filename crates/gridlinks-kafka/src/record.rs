@@ -40,7 +40,7 @@ pub fn encode(op: &WriteOp) -> Option<Vec<u8>> {
     match op {
         WriteOp::Telemetry { device, records } => {
             w.bytes(&[KIND_TELEMETRY]).bytes(device.as_bytes()).varint(records.len() as u64);
-            for r in records {
+            for r in records.iter() {
                 w.ts(r.ts).varint(r.values.len() as u64);
                 pairs(&mut w, &r.values);
             }
@@ -80,7 +80,7 @@ pub fn decode(buf: &[u8]) -> Result<WriteOp, StoreError> {
                 let values = read_pairs(&mut r)?;
                 records.push(TsRecord { ts, values });
             }
-            WriteOp::Telemetry { device, records }
+            WriteOp::Telemetry { device, records: records.into() }
         }
         KIND_ATTRIBUTES => WriteOp::Attributes { device, scope: scope(&mut r)?, values: read_pairs(&mut r)? },
         KIND_DELETE_ATTRIBUTES => {
@@ -153,7 +153,8 @@ mod tests {
                         ts: Ts(1),
                         values: vec![("s".into(), Value::Str("é".into())), ("j".into(), Value::Json("{}".into()))],
                     },
-                ],
+                ]
+                .into(),
             },
             WriteOp::Attributes {
                 device: device(),
@@ -179,7 +180,7 @@ mod tests {
     #[test]
     fn other_ops_are_not_records_and_garbage_is_refused() {
         assert!(encode(&WriteOp::DeleteDevice(device())).is_none());
-        let mut huge = encode(&WriteOp::Telemetry { device: device(), records: vec![] }).unwrap();
+        let mut huge = encode(&WriteOp::Telemetry { device: device(), records: Vec::new().into() }).unwrap();
         huge.pop();
         huge.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert!(matches!(decode(&huge), Err(StoreError::Corrupt("count larger than the record"))));

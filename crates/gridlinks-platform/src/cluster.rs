@@ -105,7 +105,7 @@ impl Sink for SharedSink {
                 WriteOp::Telemetry { device, records } => match self.db.storable(&records) {
                     Ok(()) => {
                         if forward {
-                            let e = gridlinks_storage::OutboxEvent::Telemetry { device, records: records.clone() };
+                            let e = gridlinks_storage::OutboxEvent::Telemetry { device, records: records.to_vec() };
                             rest.push((i, WriteOp::Outbox(e)));
                         }
                         points.push((device, records));
@@ -117,7 +117,7 @@ impl Sink for SharedSink {
         }
         let db = self.db.clone();
         blocking(move || {
-            let batch: Vec<_> = points.iter().map(|(d, r)| (*d, r.as_slice())).collect();
+            let batch: Vec<_> = points.iter().map(|(d, r)| (*d, &r[..])).collect();
             db.write(&batch)
         })
         .await?;

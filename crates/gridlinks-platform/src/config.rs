@@ -61,6 +61,8 @@ pub struct Config {
     pub ota: OtaConfig,
     /// Device activity (`active`, `lastActivityTime`, …).
     pub activity: ActivityConfig,
+    /// Device-profile alarm rules.
+    pub alarms: AlarmsConfig,
     /// ThingsBoard's WebSocket API (`/api/ws`).
     pub ws: WsConfig,
     /// The notification center: delivery of alarm and device-activity notifications.
@@ -505,6 +507,21 @@ impl Default for ActivityConfig {
             check_interval: Millis(1_000),
             persist_interval: Millis(60_000),
         }
+    }
+}
+
+/// Device-profile alarm rules (docs/alarms.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlarmsConfig {
+    /// How often the rule states (`DURATION` and `REPEATING` progress) that changed are
+    /// written: a crash loses at most this much progress (a clean stop none).
+    pub rule_state_interval: Millis,
+}
+
+impl Default for AlarmsConfig {
+    fn default() -> Self {
+        Self { rule_state_interval: Millis(10_000) }
     }
 }
 
@@ -1017,6 +1034,7 @@ impl Default for Config {
             rpc: RpcConfig::default(),
             ota: OtaConfig::default(),
             activity: ActivityConfig::default(),
+            alarms: AlarmsConfig::default(),
             ws: WsConfig::default(),
             notifications: NotificationsConfig::default(),
             forwarding: ForwardingConfig::default(),

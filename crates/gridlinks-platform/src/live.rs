@@ -118,7 +118,7 @@ impl LiveData for Live {
             }
         }
     }
-    fn telemetry(&self, committed: Vec<(DeviceId, Vec<TsRecord>)>) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn telemetry(&self, committed: Vec<(DeviceId, Arc<[TsRecord]>)>) -> BoxFuture<'_, Result<(), StoreError>> {
         let sinks = self.sinks.read().clone();
         Box::pin(async move {
             for (device, records) in committed {

@@ -161,8 +161,7 @@ fn profile_rules_raise_regrade_and_clear_alarms_on_committed_data() {
     // REPEATING progress survives a restart: one message before, one after.
     let b3 = boiler(&s, &jwt, "boiler-3", "boiler-3-token");
     post(&s, "boiler-3-token", json!({"temperature": 75}));
-    std::thread::sleep(std::time::Duration::from_millis(2_500)); // the rule state is written every second
-    s.sigterm();
+    s.sigterm(); // a clean stop writes the rule state
     let s = Server::start_on(&dir, &[]);
     let jwt = s.login();
     assert!(alarms_of(&s, &jwt, &b3, "").is_empty());
@@ -249,6 +248,25 @@ fn a_changed_rule_applies_from_the_next_message() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     let active = alarms_of(&s, &jwt, &b, "&statusList=ACTIVE");
     assert!(active.is_empty(), "{active:?}");
+}
+
+#[test]
+fn rule_progress_is_written_every_interval_and_survives_a_crash() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let env = [("GRIDLINKS_ALARMS_RULE_STATE_INTERVAL", "1000")];
+    let mut s = Server::start_on(&dir, &env);
+    let jwt = s.login();
+    save_boiler_profile(&s, &jwt);
+    let b = boiler(&s, &jwt, "boiler-1", "boiler-1-token");
+    // One of the two messages MAJOR needs, then kill -9 once the interval has passed.
+    post(&s, "boiler-1-token", json!({"temperature": 75}));
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    s.kill9();
+    let s = Server::start_on(&dir, &env);
+    let jwt = s.login();
+    post(&s, "boiler-1-token", json!({"temperature": 75}));
+    wait_alarm(&s, &jwt, &b, "Overheat", |a| a["severity"] == "MAJOR");
 }
 
 #[test]

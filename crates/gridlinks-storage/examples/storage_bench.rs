@@ -64,9 +64,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             )
                         })
                         .collect();
-                    if w.submit(WriteOp::Telemetry { device: id, records: vec![TsRecord { ts: Ts(ts), values }] })
-                        .await
-                        .is_ok()
+                    if w.submit(WriteOp::Telemetry {
+                        device: id,
+                        records: vec![TsRecord { ts: Ts(ts), values }].into(),
+                    })
+                    .await
+                    .is_ok()
                     {
                         points.fetch_add(5, Ordering::Relaxed);
                     }

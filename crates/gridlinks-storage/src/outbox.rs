@@ -74,7 +74,7 @@ impl OutboxEvent {
     /// The event a write becomes in the outbox, if it is one the outbox carries.
     pub(crate) fn of(op: &WriteOp) -> Option<Self> {
         Some(match op {
-            WriteOp::Telemetry { device, records } => Self::Telemetry { device: *device, records: records.clone() },
+            WriteOp::Telemetry { device, records } => Self::Telemetry { device: *device, records: records.to_vec() },
             WriteOp::Attributes { device, scope, values } => {
                 Self::Attributes { device: *device, scope: *scope, values: values.clone() }
             }

@@ -148,8 +148,8 @@ pub enum WriteOp {
     Telemetry {
         /// Whose.
         device: DeviceId,
-        /// What.
-        records: Vec<TsRecord>,
+        /// What (shared: what the ingest hands to the live fan-out once it is committed).
+        records: Arc<[TsRecord]>,
     },
     /// Attribute values of one device in one scope (last write wins).
     Attributes {
@@ -1103,16 +1103,16 @@ impl Writer {
         &mut self,
         seg: &mut Segment,
         device: DeviceId,
-        records: Vec<TsRecord>,
+        records: Arc<[TsRecord]>,
     ) -> Result<WriteOutcome, StoreError> {
         if !self.alive(seg, device)? {
             return Err(StoreError::DeviceNotFound);
         }
         let mut interned = Vec::with_capacity(records.len());
-        for rec in records {
+        for rec in records.iter() {
             let mut vals = Vec::with_capacity(rec.values.len());
-            for (k, v) in rec.values {
-                vals.push((self.intern(seg, &k)?, v));
+            for (k, v) in &rec.values {
+                vals.push((self.intern(seg, k)?, v.clone()));
             }
             interned.push((rec.ts, vals));
         }

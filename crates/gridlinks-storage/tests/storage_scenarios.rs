@@ -52,17 +52,19 @@ async fn same_point_twice_is_stored_once_and_rows_merge() {
     let (store, h, _j) = open(dir.path());
     let d = device(&h, "a").await;
     for _ in 0..2 {
-        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(10, &[("t", Value::Long(1))])] }).await.unwrap();
+        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(10, &[("t", Value::Long(1))])].into() })
+            .await
+            .unwrap();
     }
     // A later message with another key at the same ts merges into the row.
     h.submit(WriteOp::Telemetry {
         device: d,
-        records: vec![rec(10, &[("h", Value::Double(0.5))]), rec(20, &[("t", Value::Long(2))])],
+        records: vec![rec(10, &[("h", Value::Double(0.5))]), rec(20, &[("t", Value::Long(2))])].into(),
     })
     .await
     .unwrap();
     // Redelivery of the old point after newer ones must not duplicate it either.
-    h.submit(WriteOp::Telemetry { device: d, records: vec![rec(10, &[("t", Value::Long(1))])] }).await.unwrap();
+    h.submit(WriteOp::Telemetry { device: d, records: vec![rec(10, &[("t", Value::Long(1))])].into() }).await.unwrap();
     let r = store.history(d, &all(&["t", "h"], Agg::None, 0)).unwrap();
     assert_eq!(
         r,
@@ -79,7 +81,9 @@ async fn latest_follows_newest_ts_not_last_write() {
     let (store, h, _j) = open(dir.path());
     let d = device(&h, "a").await;
     for ts in [50, 70, 60] {
-        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(ts, &[("t", Value::Long(ts))])] }).await.unwrap();
+        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(ts, &[("t", Value::Long(ts))])].into() })
+            .await
+            .unwrap();
     }
     assert_eq!(store.latest(d, None).unwrap(), vec![("t".into(), Ts(70), Value::Long(70))]);
 }
@@ -189,7 +193,7 @@ async fn devices_names_tokens_and_delete() {
     assert!(store.device(d).unwrap().is_none());
     assert!(store.device_cached(d).unwrap().is_none());
     assert!(store.attributes(d, None, None).unwrap().is_empty());
-    let late = h.submit(WriteOp::Telemetry { device: d, records: vec![rec(1, &[("t", Value::Long(1))])] }).await;
+    let late = h.submit(WriteOp::Telemetry { device: d, records: vec![rec(1, &[("t", Value::Long(1))])].into() }).await;
     assert!(matches!(late, Err(StoreError::DeviceNotFound)));
 }
 
@@ -255,7 +259,7 @@ async fn acknowledged_writes_survive_reopen_and_concurrency_groups_commits() {
                 for i in 0..20 {
                     h.submit(WriteOp::Telemetry {
                         device: d,
-                        records: vec![rec(t * 1000 + i, &[("v", Value::Long(i))])],
+                        records: vec![rec(t * 1000 + i, &[("v", Value::Long(i))])].into(),
                     })
                     .await
                     .unwrap();
@@ -500,7 +504,7 @@ async fn writes_interleaved_with_constant_flushes_and_compactions_lose_nothing()
                             let pad = "x".repeat(64 + n);
                             WriteOp::Telemetry {
                                 device: d,
-                                records: vec![rec(ts, &[("v", Value::Long(ts)), ("pad", Value::Str(pad))])],
+                                records: vec![rec(ts, &[("v", Value::Long(ts)), ("pad", Value::Str(pad))])].into(),
                             }
                         })
                         .collect();
@@ -541,12 +545,17 @@ async fn latest_values_stay_exact_with_lazy_checkpoints() {
     let d = device(&h, "lazy").await;
     // 100 points (three checkpoints on the way), then one late point for a new key.
     for ts in 1..=100 {
-        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(ts, &[("a", Value::Long(ts))])] }).await.unwrap();
+        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(ts, &[("a", Value::Long(ts))])].into() })
+            .await
+            .unwrap();
         assert_eq!(latest(&store, d), vec![("a".into(), ts, Value::Long(ts))]);
     }
-    h.submit(WriteOp::Telemetry { device: d, records: vec![rec(5, &[("b", Value::Long(5)), ("a", Value::Long(-5))])] })
-        .await
-        .unwrap();
+    h.submit(WriteOp::Telemetry {
+        device: d,
+        records: vec![rec(5, &[("b", Value::Long(5)), ("a", Value::Long(-5))])].into(),
+    })
+    .await
+    .unwrap();
     assert_eq!(latest(&store, d), vec![("a".into(), 100, Value::Long(100)), ("b".into(), 5, Value::Long(5))]);
     // Deleting the newest points without touching latest keeps it; with rewrite it moves back.
     let del = |keep: bool| DeleteTelemetry {
@@ -562,7 +571,9 @@ async fn latest_values_stay_exact_with_lazy_checkpoints() {
     assert_eq!(latest(&store, d)[0], ("a".into(), 89, Value::Long(89)));
     // More points after the delete, then a "crash": the writer never writes a final checkpoint.
     for ts in 200..210 {
-        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(ts, &[("a", Value::Long(ts))])] }).await.unwrap();
+        h.submit(WriteOp::Telemetry { device: d, records: vec![rec(ts, &[("a", Value::Long(ts))])].into() })
+            .await
+            .unwrap();
     }
     std::mem::forget(h);
     std::mem::forget(j);
@@ -806,7 +817,7 @@ fn the_time_series_conformance_suite() {
     struct Embedded(WriterHandle, tokio::runtime::Runtime);
     impl Writes for Embedded {
         fn write(&self, device: DeviceId, records: Vec<TsRecord>) -> Result<(), StoreError> {
-            self.1.block_on(self.0.submit(WriteOp::Telemetry { device, records })).map(drop)
+            self.1.block_on(self.0.submit(WriteOp::Telemetry { device, records: records.into() })).map(drop)
         }
         fn delete(&self, d: DeleteTelemetry) -> Result<(), StoreError> {
             self.1.block_on(self.0.submit(WriteOp::DeleteTelemetry(d))).map(drop)
@@ -867,15 +878,17 @@ async fn outbox_holds_committed_wanted_writes_in_order_across_restarts_and_trims
         a = device(&h, "a").await;
         let b = device(&h, "b").await;
         // No filter: nothing is copied.
-        h.submit(WriteOp::Telemetry { device: a, records: vec![rec(1, &[("v", Value::Long(1))])] }).await.unwrap();
+        h.submit(WriteOp::Telemetry { device: a, records: vec![rec(1, &[("v", Value::Long(1))])].into() })
+            .await
+            .unwrap();
         assert_eq!(store.outbox_bounds(), (1, 1));
         store.set_outbox_filter(Some(Arc::new(Only(a))));
         let mut durable = store.outbox_durable();
         let ops = vec![
-            WriteOp::Telemetry { device: a, records: vec![rec(2, &[("v", Value::Long(2))])] },
-            WriteOp::Telemetry { device: b, records: vec![rec(2, &[("v", Value::Long(2))])] },
+            WriteOp::Telemetry { device: a, records: vec![rec(2, &[("v", Value::Long(2))])].into() },
+            WriteOp::Telemetry { device: b, records: vec![rec(2, &[("v", Value::Long(2))])].into() },
             // A device that does not exist: refused, so not in the outbox.
-            WriteOp::Telemetry { device: DeviceId(uuid::Uuid::new_v4()), records: vec![rec(2, &[])] },
+            WriteOp::Telemetry { device: DeviceId(uuid::Uuid::new_v4()), records: vec![rec(2, &[])].into() },
             WriteOp::Attributes {
                 device: a,
                 scope: AttributeScope::Client,
@@ -887,7 +900,7 @@ async fn outbox_holds_committed_wanted_writes_in_order_across_restarts_and_trims
                 title: "Hot".into(),
                 doc: serde_json::json!({"severity": "MAJOR"}),
             },
-            WriteOp::Telemetry { device: a, records: vec![rec(3, &[("v", Value::Long(3))])] },
+            WriteOp::Telemetry { device: a, records: vec![rec(3, &[("v", Value::Long(3))])].into() },
         ];
         let results = h.submit_batch(ops).await.unwrap();
         assert!(results[2].is_err());
@@ -913,7 +926,7 @@ async fn outbox_holds_committed_wanted_writes_in_order_across_restarts_and_trims
     assert_eq!(store.outbox_cursor("r").unwrap(), Some(2));
     assert_eq!(store.outbox_read(0, 10, 100).unwrap().len(), 2);
     store.set_outbox_filter(Some(Arc::new(Only(a))));
-    h.submit(WriteOp::Telemetry { device: a, records: vec![rec(4, &[("v", Value::Long(4))])] }).await.unwrap();
+    h.submit(WriteOp::Telemetry { device: a, records: vec![rec(4, &[("v", Value::Long(4))])].into() }).await.unwrap();
     assert_eq!(store.outbox_read(4, 10, 100).unwrap()[0].seq, 5);
     // Trimming everything, then restarting, keeps the numbers growing.
     store.outbox_trim(u64::MAX).unwrap();

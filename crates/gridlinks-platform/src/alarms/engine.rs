@@ -17,11 +17,11 @@
 //!
 //! Per device the engine keeps the values its rules read (loaded from storage when it first
 //! sees the device) and the `DURATION`/`REPEATING` progress, which the workers persist
-//! ([`DocKind::AlarmRuleState`]) at most once per [`FLUSH`] per device, so a restart or a
-//! partition moving to another node carries it over (losing at most that last second of
-//! progress on a crash; none on a clean stop, [`Feed::finish`]). Every [`FLUSH`] the workers
-//! also re-evaluate `DURATION` rules in progress, so one held long enough raises its alarm
-//! without another message.
+//! ([`DocKind::AlarmRuleState`]) once per `alarms.rule_state_interval` when it changed, so
+//! a restart or a partition moving to another node carries it over (losing at most that
+//! interval's progress on a crash; none on a clean stop, [`Feed::finish`]). Every [`TICK`]
+//! the workers re-evaluate `DURATION` rules in progress, so one held long enough raises its
+//! alarm without another message.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -45,8 +45,8 @@ pub const SHARDS: usize = 8;
 const STATE_SHARDS: usize = 8 * SHARDS;
 /// Wake-ups queued per worker before callers wait.
 const QUEUE: usize = 4096;
-/// How often rule states are written and `DURATION` rules re-evaluated.
-const FLUSH: Duration = Duration::from_secs(1);
+/// How often `DURATION` rules in progress are re-evaluated.
+const TICK: Duration = Duration::from_secs(1);
 /// Devices whose state is read from storage at once (first sight, changed rules): the
 /// rest wait. Unbounded, 10,000 devices seen in their first second grew the blocking
 /// pool to ~500 threads that stayed, costing every later message wake-ups and memory.
@@ -64,7 +64,7 @@ enum Input<'a> {
 
 /// Committed data of one device, owned.
 enum Owned {
-    Telemetry(Vec<TsRecord>),
+    Telemetry(Arc<[TsRecord]>),
     Attributes(AttributeScope, Vec<(String, Value)>),
 }
 
@@ -542,7 +542,7 @@ impl Feed {
     /// engine takes no data after this.
     pub async fn finish(&self) {
         for w in 0..SHARDS {
-            self.0.tick(w, false).await;
+            self.0.tick(w, false, true).await;
         }
         self.0.finished.store(true, Ordering::Release);
         self.0.core.write().take();
@@ -552,17 +552,20 @@ impl Feed {
 
 /// Starts the workers; they end when every [`Feed`] is dropped.
 pub fn start(core: Core, feed: &Feed, rx: Receivers) -> Vec<tokio::task::JoinHandle<()>> {
+    let persist = core.cfg.alarms.rule_state_interval.duration();
     *feed.0.core.write() = Some(core);
     feed.0.started.notify_waiters();
     let engine = Arc::downgrade(&feed.0);
-    rx.0.into_iter().enumerate().map(|(w, rx)| tokio::spawn(run(engine.clone(), w, rx))).collect()
+    rx.0.into_iter().enumerate().map(|(w, rx)| tokio::spawn(run(engine.clone(), w, rx, persist))).collect()
 }
 
-/// Worker `w`: writes the decisions of the devices it is woken for; every [`FLUSH`]
-/// re-evaluates `DURATION` rules in progress and persists changed rule states.
-async fn run(engine: Weak<Engine>, w: usize, mut rx: mpsc::Receiver<DeviceId>) {
-    let mut tick = tokio::time::interval(FLUSH);
+/// Worker `w`: writes the decisions of the devices it is woken for; every [`TICK`]
+/// re-evaluates `DURATION` rules in progress, and every `persist` (at the next tick)
+/// persists the rule states that changed.
+async fn run(engine: Weak<Engine>, w: usize, mut rx: mpsc::Receiver<DeviceId>, persist: Duration) {
+    let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut persisted = Instant::now();
     loop {
         tokio::select! {
             id = rx.recv() => {
@@ -571,7 +574,11 @@ async fn run(engine: Weak<Engine>, w: usize, mut rx: mpsc::Receiver<DeviceId>) {
             }
             _ = tick.tick() => {
                 let Some(engine) = engine.upgrade() else { break };
-                engine.tick(w, true).await;
+                let due = persisted.elapsed() >= persist;
+                if due {
+                    persisted = Instant::now();
+                }
+                engine.tick(w, true, due).await;
             }
         }
     }
@@ -616,8 +623,8 @@ impl Engine {
     }
 
     /// For worker `w`'s shards: re-evaluates `DURATION` rules in progress (when `durations`),
-    /// writes the devices' queued decisions and persists the rule states that changed.
-    async fn tick(&self, w: usize, durations: bool) {
+    /// writes the devices' queued decisions and (when `persist`) the rule states that changed.
+    async fn tick(&self, w: usize, durations: bool, persist: bool) {
         let Some(core) = self.core.read().clone() else { return };
         let now = Ts::now().0;
         for s in (w..STATE_SHARDS).step_by(SHARDS) {
@@ -633,7 +640,7 @@ impl Engine {
                     if !d.pending.is_empty() {
                         decided.push(*id);
                     }
-                    if std::mem::take(&mut d.dirty) && d.states != d.saved {
+                    if persist && std::mem::take(&mut d.dirty) && d.states != d.saved {
                         d.saved.clone_from(&d.states);
                         match d.states_doc() {
                             Ok(doc) => states.push((id.0, id.to_string(), doc)),
