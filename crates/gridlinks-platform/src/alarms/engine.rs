@@ -422,7 +422,7 @@ impl Feed {
     async fn slow(&self, rec: &DeviceRecord, input: Input<'_>) {
         let Some(core) = self.core().await else { return };
         let Some((rules, at)) = self.0.rules.rules(rec.profile_id()) else { return };
-        self.refresh(&core, rec, rules, at).await;
+        self.refresh(&core, rec, rules, at, input).await;
         let queued = {
             let mut shard = self.0.states[shard_of(rec.id)].lock();
             let Some(d) = shard.get_mut(&rec.id) else { return };
@@ -449,8 +449,8 @@ impl Feed {
     }
 
     /// Loads the device's state (first sight, or its profile's rules changed), or reads its
-    /// owners' attributes again.
-    async fn refresh(&self, core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>, at: u64) {
+    /// owners' attributes again; `input` is what is evaluated next.
+    async fn refresh(&self, core: &Core, rec: &DeviceRecord, rules: Arc<ProfileAlarms>, at: u64, input: Input<'_>) {
         let id = rec.id;
         let Ok(_permit) = self.0.loads.acquire().await else { return };
         let (load, owners) = match self.0.states[shard_of(id)].lock().get(&id) {
@@ -458,7 +458,7 @@ impl Feed {
             _ => (true, false),
         };
         if load {
-            match load_device(core, rec, rules, at).await {
+            match load_device(core, rec, rules, at, input).await {
                 Ok(mut d) => {
                     let mut shard = self.0.states[shard_of(id)].lock();
                     if let Some(old) = shard.get_mut(&id) {
@@ -671,17 +671,21 @@ async fn load_device(
     rec: &DeviceRecord,
     rules: Arc<ProfileAlarms>,
     at: u64,
+    input: Input<'_>,
 ) -> Result<Device, StoreError> {
     let tenant = core.tenant_of(rec.tenant);
     let generation = core.alarms.owner_generation();
     let (store, ts, id, customer, rec2) = (core.store.clone(), core.ts.clone(), rec.id, rec.customer, rec.clone());
     let read = rules.clone();
-    let data = crate::entities::blocking(move || {
+    // Stored latest values the input replaces anyway are not read (a device's first
+    // message usually carries every key its rules read).
+    let replaced = carries_every_timeseries_key(&rules, input);
+    let (data, saved) = crate::entities::blocking(move || {
         let keys = &read.keys;
         let mut data = vec![None; keys.len()];
         let ts_keys: Vec<String> =
             keys.iter().filter_map(|k| if let DataKey::Timeseries(n) = k { Some(n.clone()) } else { None }).collect();
-        if !ts_keys.is_empty() {
+        if !ts_keys.is_empty() && !replaced {
             for (k, _, v) in ts.reads().latest(id, Some(&ts_keys))? {
                 if let Some(reader) = read.timeseries.get(&k) {
                     data[reader.key.slot] = Some(v);
@@ -698,11 +702,9 @@ async fn load_device(
         for (slot, v) in owner_values(&store, keys, customer, tenant)? {
             data[slot] = Some(v);
         }
-        Ok(data)
+        Ok((data, store.doc(DocKind::AlarmRuleState, id.0)?))
     })
     .await?;
-    let store = core.store.clone();
-    let saved = crate::entities::blocking(move || store.doc(DocKind::AlarmRuleState, id.0)).await?;
     let mut saved: HashMap<String, AlarmState> =
         saved.and_then(|d| serde_json::from_value(d.doc).ok()).unwrap_or_default();
     let states: Vec<AlarmState> = rules.alarms.iter().map(|a| saved.remove(&a.id).unwrap_or_default()).collect();
@@ -722,6 +724,12 @@ async fn load_device(
         pending: VecDeque::new(),
         touched,
     })
+}
+
+/// Whether `input` has a value of every time-series key `rules` read.
+fn carries_every_timeseries_key(rules: &ProfileAlarms, input: Input<'_>) -> bool {
+    let Input::Telemetry(records) = input else { return rules.timeseries.is_empty() };
+    rules.timeseries.keys().all(|k| records.iter().any(|r| r.values.iter().any(|(n, _)| n == k)))
 }
 
 /// Whether `rules` read customer's or tenant's attributes.
