@@ -397,6 +397,9 @@ impl Feed {
                     (d.profile, d.at) = (profile, at);
                     d
                 }
+                // Not loaded yet, and data its rules do not read (the attributes device
+                // activity writes on every connect, say): nothing to load it for.
+                (Some((rules, _)), None) if !reads_any(&rules, input) => return Step::Done,
                 (Some(_), _) => return Step::Slow,
                 // Its profile has no rules (now): its state goes, unless decisions of its
                 // are still to be written.
@@ -724,6 +727,16 @@ async fn load_device(
         pending: VecDeque::new(),
         touched,
     })
+}
+
+/// Whether `input` has a value of some key `rules` read.
+fn reads_any(rules: &ProfileAlarms, input: Input<'_>) -> bool {
+    match input {
+        Input::Telemetry(records) => {
+            records.iter().any(|r| r.values.iter().any(|(k, _)| rules.timeseries.contains_key(k)))
+        }
+        Input::Attributes(_, values) => values.iter().any(|(k, _)| rules.attributes.contains_key(k)),
+    }
 }
 
 /// Whether `input` has a value of every time-series key `rules` read.
