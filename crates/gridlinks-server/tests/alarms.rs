@@ -46,11 +46,15 @@ fn save_boiler_profile(s: &Server, jwt: &str) {
     assert_eq!(st, 200, "{p}");
 }
 
-fn boiler(s: &Server, jwt: &str, name: &str, token: &str) -> String {
-    let (st, d) =
-        s.json("POST", &format!("/api/device?accessToken={token}"), jwt, Some(json!({"name": name, "type": "boiler"})));
+/// Creates the device `body` with access token `token`; its id.
+fn device(s: &Server, jwt: &str, token: &str, body: J) -> String {
+    let (st, d) = s.json("POST", &format!("/api/device?accessToken={token}"), jwt, Some(body));
     assert_eq!(st, 200, "{d}");
     d["id"]["id"].as_str().unwrap().to_owned()
+}
+
+fn boiler(s: &Server, jwt: &str, name: &str, token: &str) -> String {
+    device(s, jwt, token, json!({"name": name, "type": "boiler"}))
 }
 
 /// The device's alarms (v2 list, newest first), with the extra query.
@@ -282,14 +286,7 @@ fn a_condition_over_two_keys_reads_the_stored_one_after_a_restart() {
         "alarms": [{"id": "muggy", "alarmType": "Muggy", "createRules": {"MAJOR": both}}]}});
     let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(profile));
     assert_eq!(st, 200, "{p}");
-    let (st, d) = s.json(
-        "POST",
-        "/api/device?accessToken=gh-1",
-        &jwt,
-        Some(json!({"name": "gh-1", "type": "greenhouse", "deviceProfileId": p["id"]})),
-    );
-    assert_eq!(st, 200, "{d}");
-    let id = d["id"]["id"].as_str().unwrap().to_owned();
+    let id = device(&s, &jwt, "gh-1", json!({"name": "gh-1", "type": "greenhouse", "deviceProfileId": p["id"]}));
     post(&s, "gh-1", json!({"humidity": 90}));
     s.sigterm();
     // The first message after the restart lacks humidity: the stored 90 is read.
@@ -539,14 +536,7 @@ fn an_inactivity_rule_raises_when_a_device_goes_silent_and_clears_when_it_is_bac
     let profile = json!({"name": "watched", "profileData": {"alarms": [
         {"id": "silent", "alarmType": "Inactivity", "createRules": {"MAJOR": active(false)}, "clearRule": active(true)}]}});
     assert_eq!(s.json("POST", "/api/deviceProfile", &jwt, Some(profile)).0, 200);
-    let (st, d) = s.json(
-        "POST",
-        "/api/device?accessToken=watched-1",
-        &jwt,
-        Some(json!({"name": "watched-1", "type": "watched"})),
-    );
-    assert_eq!(st, 200, "{d}");
-    let id = d["id"]["id"].as_str().unwrap().to_owned();
+    let id = device(&s, &jwt, "watched-1", json!({"name": "watched-1", "type": "watched"}));
 
     post(&s, "watched-1", json!({"t": 1}));
     let raised = wait_alarm(&s, &jwt, &id, "Inactivity", |a| a["status"] == "ACTIVE_UNACK");
@@ -577,10 +567,7 @@ fn customer_and_tenant_attributes_are_dynamic_thresholds() {
             [numeric("noise", "CURRENT_TENANT", "maxNoise", 1000)]}}}}]}});
     let (st, p) = s.json("POST", "/api/deviceProfile", &jwt, Some(profile));
     assert_eq!(st, 200, "{p}");
-    let body = json!({"name": "kiln-1", "deviceProfileId": p["id"]});
-    let (st, d) = s.json("POST", "/api/device?accessToken=tok-kiln", &jwt, Some(body));
-    assert_eq!(st, 200, "{d}");
-    let device = d["id"]["id"].as_str().unwrap().to_owned();
+    let device = device(&s, &jwt, "tok-kiln", json!({"name": "kiln-1", "deviceProfileId": p["id"]}));
     let customer = s.customer(&jwt, "Potters");
     assert_eq!(s.json("POST", &format!("/api/customer/{customer}/device/{device}"), &jwt, None).0, 200);
     // Below the constant 1000: nothing.
