@@ -9,8 +9,6 @@
 //! was true in that many consecutive messages; a message where it is false starts them
 //! over. A key the device has not reported makes its filter false.
 
-use std::collections::HashMap;
-
 use gridlinks_types::Value;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -826,10 +824,11 @@ impl Snapshot for Vec<Option<Value>> {
     }
 }
 
-/// By key.
-impl<S: std::hash::BuildHasher> Snapshot for HashMap<DataKey, Value, S> {
+/// By key (the tests' snapshots; the engine's are by slot).
+#[cfg(test)]
+impl<S: std::hash::BuildHasher> Snapshot for std::collections::HashMap<DataKey, Value, S> {
     fn get(&self, key: &KeyRef) -> Option<&Value> {
-        HashMap::get(self, &key.key)
+        std::collections::HashMap::get(self, &key.key)
     }
 }
 
@@ -981,6 +980,7 @@ impl AlarmDef {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::HashMap;
 
     fn num_filter(key: &str, op: &str, v: J) -> J {
         json!({"key": {"type": "TIME_SERIES", "key": key}, "valueType": "NUMERIC",
